@@ -1,0 +1,49 @@
+# train-watchdog — `make demo` runs the daemon on a demo job over 8 simulated GPUs;
+# `make test` runs every test. Both set up what they need themselves (.venv, the C stand-in).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+FAKE_NVML := tests/fake_nvml/build/libnvidia-ml.so.1
+DEMO := $(CURDIR)/.demo
+
+.PHONY: all demo test test-fast lint fmt fake-nvml bench bench-quick clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,diagnostics,metrics]'
+	touch $@
+
+venv: $(STAMP)
+
+$(FAKE_NVML): tests/fake_nvml/fake_nvml.c tests/fake_nvml/Makefile
+	$(MAKE) -s -C tests/fake_nvml
+
+fake-nvml: $(FAKE_NVML)
+
+demo: $(STAMP) $(FAKE_NVML)
+	mkdir -p $(DEMO)
+	$(BIN)/python tests/fakegpu.py gpus -n 8 $(DEMO)/gpus >/dev/null
+	FAKE_NVML_DIR=$(DEMO)/gpus LD_LIBRARY_PATH=$(CURDIR)/tests/fake_nvml/build \
+		$(BIN)/watchdogd --config etc/demo.yaml
+
+test: $(STAMP) $(FAKE_NVML)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check watchdog tests bench
+	$(BIN)/ruff format --check watchdog tests bench
+	$(BIN)/mypy --strict watchdog
+
+fmt: $(STAMP)
+	$(BIN)/ruff format watchdog tests bench
+	$(BIN)/ruff check --fix watchdog tests bench
+
+clean:
+	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache
+	$(MAKE) -s -C tests/fake_nvml clean
+
+-include mk/install.mk

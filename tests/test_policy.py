@@ -1,0 +1,289 @@
+"""The pure supervisor core, driven with explicit `now` (no sleeps, no processes)."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+from watchdog import policy as P
+from watchdog.policy import State
+
+FAST = P.Policy(
+    backoff_initial_s=1.0,
+    backoff_factor=2.0,
+    backoff_max_s=8.0,
+    jitter=0.0,
+    reset_after_s=100.0,
+    max_restarts=5,
+    window_s=1000.0,
+    startup_timeout_s=50.0,
+)
+
+
+def names(actions: list[P.Action]) -> list[str]:
+    return [a.event if isinstance(a, P.Emit) else type(a).__name__ for a in actions]
+
+
+def emitted(actions: list[P.Action], event: str) -> P.Emit:
+    return next(a for a in actions if isinstance(a, P.Emit) and a.event == event)
+
+
+class Driver:
+    """Plays the shell's part: answers SpawnChild and KillTree like a well-behaved child."""
+
+    def __init__(self, policy: P.Policy = FAST, u: float = 0.5) -> None:
+        self.sup = P.Supervisor(policy, lambda: u)
+        self.next_pid = 100
+        self.log: list[P.Action] = []
+
+    def feed(self, ev: P.Event, now: float) -> list[P.Action]:
+        out = self.sup.handle(ev, now)
+        self.log += out
+        follow: list[P.Action] = []
+        for a in out:
+            if isinstance(a, P.SpawnChild):
+                self.next_pid += 1
+                follow += self.feed(P.ChildSpawned(self.next_pid), now)
+            elif isinstance(a, P.KillTree):
+                if a.pid is not None and self.sup.snapshot().pid == a.pid:
+                    follow += self.feed(P.ChildExited(a.pid, None, 15), now)
+                follow += self.feed(P.TreeStopped(killed=False), now)
+        return out + follow
+
+    def crash(self, now: float) -> list[P.Action]:
+        pid = self.sup.snapshot().pid
+        assert pid is not None
+        out = self.feed(P.ChildExited(pid, 1, None), now)
+        return out
+
+    def healthy(self, now: float) -> list[P.Action]:
+        pid = self.sup.snapshot().pid
+        assert pid is not None
+        return self.feed(P.HealthAssessed(pid, True), now)
+
+
+def test_daemon_start_spawns_the_job() -> None:
+    """DaemonStarted asks for exactly one spawn and the state becomes starting."""
+    d = Driver()
+    out = d.feed(P.DaemonStarted(), 0.0)
+    assert names(out)[:2] == ["SpawnChild", "child_spawned"]
+    assert d.sup.snapshot().state is State.STARTING
+
+
+def test_healthy_verdict_moves_starting_to_running() -> None:
+    """A healthy verdict ends the startup window with child_healthy."""
+    d = Driver()
+    d.feed(P.DaemonStarted(), 0.0)
+    out = d.healthy(3.0)
+    assert emitted(out, "child_healthy").fields["after_s"] == 3.0
+    assert d.sup.snapshot().state is State.RUNNING
+
+
+def test_backoff_doubles_until_cap_then_fatal() -> None:
+    """A crash loop waits initial × factor^n, capped, and parks in fatal when the budget is out."""
+    d = Driver()
+    now = 0.0
+    d.feed(P.DaemonStarted(), now)
+    delays = []
+    for _ in range(5):
+        out = d.crash(now)
+        sched = emitted(out, "restart_scheduled")
+        delays.append(sched.fields["delay_s"])
+        assert d.sup.snapshot().state is State.BACKOFF
+        now = d.sup.next_deadline() or now
+        out = d.feed(P.Tick(), now)
+        assert "SpawnChild" in names(out)
+    assert delays == [1.0, 2.0, 4.0, 8.0, 8.0]
+    out = d.crash(now)
+    assert "fatal" in names(out)
+    assert d.sup.snapshot().state is State.FATAL
+    assert d.sup.next_deadline() is None
+    assert "SpawnChild" not in names(d.feed(P.Tick(), now + 1e6))
+
+
+def test_operator_start_leaves_fatal_and_resets_budget() -> None:
+    """`start` in fatal spawns at once and the next crash backs off from the initial delay."""
+    d = Driver(P.Policy(backoff_initial_s=1, max_restarts=1, jitter=0, startup_timeout_s=9))
+    d.feed(P.DaemonStarted(), 0.0)
+    d.crash(0.0)
+    d.feed(P.Tick(), 1.0)
+    d.crash(1.0)
+    assert d.sup.snapshot().state is State.FATAL
+    out = d.feed(P.OperatorCommand("start"), 2.0)
+    assert "SpawnChild" in names(out)
+    assert emitted(d.crash(2.0), "restart_scheduled").fields["delay_s"] == 1.0
+
+
+def test_backoff_resets_after_healthy_time() -> None:
+    """A job that ran healthy for reset_after_s starts the backoff over at the initial delay."""
+    d = Driver()
+    d.feed(P.DaemonStarted(), 0.0)
+    d.crash(0.0)
+    d.feed(P.Tick(), 1.0)
+    d.healthy(1.0)
+    assert emitted(d.crash(50.0), "restart_scheduled").fields["delay_s"] == 2.0
+    d.feed(P.Tick(), 52.0)
+    d.healthy(52.0)
+    assert emitted(d.crash(200.0), "restart_scheduled").fields["delay_s"] == 1.0
+
+
+def test_jitter_stays_within_bounds() -> None:
+    """Jitter from the injected RNG moves the delay but never outside [initial, cap]."""
+    pol = P.Policy(backoff_initial_s=10, backoff_factor=2, backoff_max_s=100, jitter=0.5)
+    assert pol.backoff_delay(0, 0.0) == 10.0  # would be 5 without the clamp
+    assert pol.backoff_delay(1, 0.0) == 10.0
+    assert pol.backoff_delay(1, 0.999) == pytest.approx(29.98)
+    assert pol.backoff_delay(10, 0.999) == 100.0
+
+
+def test_restart_budget_window_forgets_old_restarts() -> None:
+    """Restarts older than window_s do not count toward fatal."""
+    d = Driver(
+        P.Policy(backoff_initial_s=1, jitter=0, max_restarts=2, window_s=10, startup_timeout_s=99)
+    )
+    d.feed(P.DaemonStarted(), 0.0)
+    now = 0.0
+    for _ in range(6):
+        d.crash(now)
+        assert d.sup.snapshot().state is State.BACKOFF
+        now += 20.0
+        d.feed(P.Tick(), now)
+
+
+def test_stop_during_backoff_cancels_the_restart() -> None:
+    """An operator stop in backoff ends in stopped with no timer left."""
+    d = Driver()
+    d.feed(P.DaemonStarted(), 0.0)
+    d.crash(0.0)
+    d.feed(P.OperatorCommand("stop"), 0.5)
+    assert d.sup.snapshot().state is State.STOPPED
+    assert d.sup.next_deadline() is None
+
+
+def test_stop_wins_over_a_spawn_in_progress() -> None:
+    """A stop that arrives while the shell is still spawning kills the child once it exists."""
+    sup = P.Supervisor(FAST, lambda: 0.5)
+    assert names(sup.handle(P.DaemonStarted(), 0.0)) == ["SpawnChild"]
+    assert sup.handle(P.OperatorCommand("stop"), 0.1) == []
+    out = sup.handle(P.ChildSpawned(7), 0.2)
+    assert [type(a) for a in out] == [P.KillTree]
+    sup.handle(P.ChildExited(7, None, 15), 0.3)
+    sup.handle(P.TreeStopped(killed=False), 0.3)
+    assert sup.snapshot().state is State.STOPPED
+
+
+def test_restart_stops_then_starts_without_backoff() -> None:
+    """An operator restart kills the tree and spawns at once, and resets the budget."""
+    d = Driver()
+    d.feed(P.DaemonStarted(), 0.0)
+    d.healthy(1.0)
+    out = d.feed(P.OperatorCommand("restart"), 2.0)
+    assert names(out).count("SpawnChild") == 1
+    assert d.sup.snapshot().state is State.STARTING
+    assert d.sup.snapshot().last_reason == "operator"
+
+
+def test_start_while_running_is_refused() -> None:
+    """`start` on a live job is refused with the current state."""
+    d = Driver()
+    d.feed(P.DaemonStarted(), 0.0)
+    out = d.feed(P.OperatorCommand("start"), 1.0)
+    assert isinstance(out[0], P.Refuse)
+
+
+def test_detector_restart_carries_incident_flag() -> None:
+    """gpus_idle asks for an incident bundle before the kill and restarts with that reason."""
+    d = Driver()
+    d.feed(P.DaemonStarted(), 0.0)
+    d.healthy(1.0)
+    pid = d.sup.snapshot().pid
+    assert pid is not None
+    out = d.feed(P.HealthAssessed(pid, False, frozenset({"gpus_idle"})), 5.0)
+    kill = next(a for a in out if isinstance(a, P.KillTree))
+    assert kill.incident and kill.reason == "gpus_idle"
+    assert emitted(out, "restart_scheduled").fields["reason"] == "gpus_idle"
+
+
+def test_warn_only_verdict_marks_unhealthy_without_restart() -> None:
+    """throughput_low is not in restart.on by default: unhealthy, no kill."""
+    d = Driver()
+    d.feed(P.DaemonStarted(), 0.0)
+    d.healthy(1.0)
+    pid = d.sup.snapshot().pid
+    assert pid is not None
+    out = d.feed(P.HealthAssessed(pid, False, frozenset({"throughput_low"})), 5.0)
+    assert "KillTree" not in names(out)
+    assert d.sup.snapshot().state is State.UNHEALTHY
+    d.healthy(6.0)
+    assert d.sup.snapshot().state is State.RUNNING
+
+
+def test_startup_timeout_fires_at_its_deadline() -> None:
+    """A child not healthy within startup_timeout_s is restarted with reason startup_timeout."""
+    d = Driver()
+    d.feed(P.DaemonStarted(), 0.0)
+    assert d.sup.next_deadline() == 50.0
+    assert d.feed(P.Tick(), 49.9) == []
+    out = d.feed(P.Tick(), 50.0)
+    assert emitted(out, "detector_fired").fields["reason"] == "startup_timeout"
+    assert emitted(out, "restart_scheduled").fields["reason"] == "startup_timeout"
+
+
+def test_paused_job_is_not_restarted_and_resume_brings_it_back() -> None:
+    """In maintenance mode a crash is reported but not restarted; resume starts the job again."""
+    d = Driver()
+    d.feed(P.DaemonStarted(), 0.0)
+    d.feed(P.OperatorCommand("pause"), 1.0)
+    assert d.sup.snapshot().state is State.PAUSED
+    out = d.crash(2.0)
+    assert "SpawnChild" not in names(out) and "restart_scheduled" not in names(out)
+    assert d.sup.snapshot().state is State.STOPPED
+    out = d.feed(P.OperatorCommand("resume"), 3.0)
+    assert "SpawnChild" in names(out)
+
+
+def test_shutdown_stops_the_job_then_exits() -> None:
+    """SIGTERM: graceful stop of the job, then Exit."""
+    d = Driver()
+    d.feed(P.DaemonStarted(), 0.0)
+    out = d.feed(P.ShutdownRequested(), 1.0)
+    assert names(out)[-1] == "Exit"
+    assert "KillTree" in names(out)
+
+
+def test_spawn_failure_backs_off_like_a_crash() -> None:
+    """A failed start (pre_start failed) counts as a failure and is retried after backoff."""
+    sup = P.Supervisor(FAST, lambda: 0.5)
+    sup.handle(P.DaemonStarted(), 0.0)
+    out = sup.handle(P.SpawnFailed("pre_start_failed", "exit 1"), 0.1)
+    assert names(out) == ["child_start_failed", "restart_scheduled"]
+    assert sup.snapshot().state is State.BACKOFF
+
+
+def test_sigkill_needed_is_reported_as_child_killed() -> None:
+    """When the stop sequence needed SIGKILL the core says so with child_killed."""
+    sup = P.Supervisor(FAST, lambda: 0.5)
+    sup.handle(P.DaemonStarted(), 0.0)
+    sup.handle(P.ChildSpawned(5), 0.0)
+    sup.handle(P.OperatorCommand("stop"), 1.0)
+    sup.handle(P.ChildExited(5, None, 9), 2.0)
+    out = sup.handle(P.TreeStopped(killed=True), 2.0)
+    assert names(out)[0] == "child_killed"
+
+
+def test_core_modules_import_no_io() -> None:
+    """The pure core never imports os, time, asyncio, socket, subprocess, pynvml or structlog."""
+    banned = {"os", "time", "asyncio", "socket", "subprocess", "pynvml", "structlog", "psutil"}
+    root = pathlib.Path(__file__).parent.parent / "watchdog"
+    for name in ("policy.py", "health.py", "protocol.py", "samples.py", "status.py"):
+        tree = ast.parse((root / name).read_text())
+        for node in ast.walk(tree):
+            mods: list[str] = []
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                mods = [node.module]
+            for m in mods:
+                assert m.split(".")[0] not in banned, f"{name} imports {m}"

@@ -1,0 +1,155 @@
+"""Invariants of the supervisor core under random event sequences (hypothesis state machine)."""
+
+from __future__ import annotations
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from watchdog import policy as P
+from watchdog.policy import State
+
+POLICY = P.Policy(
+    backoff_initial_s=1.0,
+    backoff_factor=3.0,
+    backoff_max_s=20.0,
+    jitter=0.3,
+    reset_after_s=50.0,
+    max_restarts=4,
+    window_s=100.0,
+    startup_timeout_s=30.0,
+)
+
+
+class SupervisorMachine(RuleBasedStateMachine):
+    """The shell's side is simulated faithfully: children exist between ChildSpawned and
+    ChildExited; a kill request is answered later (or never, if the rule is not drawn)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.u = 0.5
+        self.sup = P.Supervisor(POLICY, lambda: self.u)
+        self.now = 0.0
+        self.live: set[int] = set()  # children the shell has and has not reaped
+        self.pending_spawn = False
+        self.pending_kill = False
+        self.next_pid = 1
+        self.exited = False
+        self.last_event = ""
+        self.apply(P.DaemonStarted())
+
+    def apply(self, ev: P.Event) -> None:
+        for a in self.sup.handle(ev, self.now):
+            if isinstance(a, P.SpawnChild):
+                assert not self.pending_spawn, "two spawns in flight"
+                assert not self.live, "spawn while a child lives"
+                self.pending_spawn = True
+            elif isinstance(a, P.KillTree):
+                self.pending_kill = True
+            elif isinstance(a, P.Emit):
+                if a.event == "restart_scheduled":
+                    delay = float(str(a.fields["delay_s"]))
+                    assert POLICY.backoff_initial_s - 1e-3 <= delay <= POLICY.backoff_max_s + 1e-3
+                if a.event == "fatal":
+                    assert self.last_event in ("crash", "spawn_failed", "health", "tick", "tree")
+            elif isinstance(a, P.Exit):
+                self.exited = True
+
+    @rule(dt=st.floats(min_value=0.0, max_value=40.0), u=st.floats(0.0, 0.999))
+    def time_passes(self, dt: float, u: float) -> None:
+        self.now += dt
+        self.u = u
+        deadline = self.sup.next_deadline()
+        if deadline is not None and self.now >= deadline:
+            self.last_event = "tick"
+            self.apply(P.Tick())
+
+    @rule(ok=st.booleans())
+    def shell_finishes_spawn(self, ok: bool) -> None:
+        if not self.pending_spawn:
+            return
+        self.pending_spawn = False
+        self.last_event = "spawn_failed"
+        if ok:
+            pid = self.next_pid
+            self.next_pid += 1
+            self.live.add(pid)
+            self.apply(P.ChildSpawned(pid))
+        else:
+            self.apply(P.SpawnFailed("pre_start_failed"))
+
+    @rule()
+    def child_crashes(self) -> None:
+        if self.live:
+            pid = max(self.live)
+            self.live.discard(pid)
+            self.last_event = "crash"
+            self.apply(P.ChildExited(pid, 1, None))
+
+    @rule()
+    def shell_finishes_kill(self) -> None:
+        if not self.pending_kill or self.pending_spawn:
+            return
+        for pid in sorted(self.live):
+            self.live.discard(pid)
+            self.apply(P.ChildExited(pid, None, 15))
+        self.pending_kill = False
+        self.last_event = "tree"
+        self.apply(P.TreeStopped(killed=False))
+
+    @rule(
+        healthy=st.booleans(),
+        firing=st.sets(st.sampled_from(["gpus_idle", "stalled", "throughput_low"]), max_size=2),
+    )
+    def health(self, healthy: bool, firing: set[str]) -> None:
+        pid = self.sup.snapshot().pid
+        if pid is not None:
+            self.last_event = "health"
+            self.apply(P.HealthAssessed(pid, healthy, frozenset(firing)))
+
+    @rule(cmd=st.sampled_from(["start", "stop", "restart", "pause", "resume"]))
+    def operator(self, cmd: str) -> None:
+        self.last_event = "operator"
+        self.apply(P.OperatorCommand(cmd))  # type: ignore[arg-type]
+
+    @rule()
+    def shutdown(self) -> None:
+        self.last_event = "operator"
+        self.apply(P.ShutdownRequested())
+
+    @invariant()
+    def never_two_children(self) -> None:
+        assert len(self.live) <= 1
+        assert not (self.live and self.pending_spawn)
+
+    @invariant()
+    def state_matches_child(self) -> None:
+        s = self.sup.snapshot()
+        if s.state in (State.STOPPED, State.BACKOFF, State.FATAL):
+            assert not self.live and not self.pending_spawn
+        if s.state is State.BACKOFF:
+            assert s.next_restart_at is not None
+
+    @invariant()
+    def stop_wins(self) -> None:
+        """After an operator stop (or shutdown) the job never comes back on its own."""
+        s = self.sup.snapshot()
+        if self.exited:
+            assert s.state in (State.STOPPED, State.STOPPING) or not self.live
+
+
+TestSupervisorMachine = SupervisorMachine.TestCase
+TestSupervisorMachine.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
+
+
+def test_stopped_job_stays_stopped_under_ticks() -> None:
+    """After an operator stop no amount of time passing spawns a child."""
+    sup = P.Supervisor(POLICY, lambda: 0.5)
+    sup.handle(P.DaemonStarted(), 0.0)
+    sup.handle(P.ChildSpawned(1), 0.0)
+    sup.handle(P.ChildExited(1, 1, None), 1.0)
+    sup.handle(P.TreeStopped(killed=False), 1.0)
+    sup.handle(P.OperatorCommand("stop"), 1.5)
+    for t in range(2, 500, 7):
+        assert not any(isinstance(a, P.SpawnChild) for a in sup.handle(P.Tick(), float(t)))
+    assert sup.snapshot().state is State.STOPPED

@@ -1,0 +1,5 @@
+"""`python -m watchdog` runs the daemon (SPEC §2)."""
+
+from watchdog.daemon import main
+
+raise SystemExit(main())

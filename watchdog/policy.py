@@ -1,0 +1,510 @@
+"""PURE supervisor core: states, events, actions, backoff, the restart budget (SPEC §3, §5).
+
+No I/O and no clock: time comes in as `now` (monotonic seconds). The shell (`daemon.py`) feeds
+events to `Supervisor.handle(event, now)`, executes the actions it returns in order, and wakes the
+core at `next_deadline()` with a `Tick`. Every decision is returned as an `Emit` action, so the
+shell logs all transitions in one place (model: h11 / aioquic, sans-IO).
+
+Detector verdicts arrive as `HealthAssessed` events computed by `health.py`; the core never looks
+at GPUs or logs itself. The one verdict it owns is `startup_timeout`, because it is a pure function
+of the spawn time and the clock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal
+
+
+class State(StrEnum):
+    STOPPED = "stopped"
+    STARTING = "starting"
+    RUNNING = "running"
+    UNHEALTHY = "unhealthy"
+    STOPPING = "stopping"
+    BACKOFF = "backoff"
+    FATAL = "fatal"
+    PAUSED = "paused"
+
+
+# Reasons whose restart is preceded by an incident bundle (SPEC §10).
+INCIDENT_REASONS = frozenset({"gpus_idle", "stalled", "startup_timeout"})
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """The restart policy of SPEC §5 plus the startup window of SPEC §4."""
+
+    backoff_initial_s: float = 10.0
+    backoff_factor: float = 2.0
+    backoff_max_s: float = 600.0
+    jitter: float = 0.1
+    reset_after_s: float = 1800.0
+    max_restarts: int = 10
+    window_s: float = 3600.0
+    restart_on: frozenset[str] = frozenset({"exited", "gpus_idle", "stalled", "startup_timeout"})
+    startup_timeout_s: float = 1200.0
+
+    def backoff_delay(self, failures: int, u: float) -> float:
+        """Delay before restart number `failures` (0-based); `u` in [0, 1) drives the jitter."""
+        cap = self.backoff_max_s
+        base = min(self.backoff_initial_s * self.backoff_factor**failures, cap)
+        jittered = base * (1.0 + self.jitter * (2.0 * u - 1.0))
+        # Clamp so jitter never takes a delay outside [initial, cap]: operators read the config
+        # values as hard bounds.
+        return max(min(self.backoff_initial_s, cap), min(jittered, cap))
+
+
+# ---------------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonStarted:
+    """The daemon is up: start the job."""
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorCommand:
+    """An operator's start/stop/restart/pause/resume (from the control socket)."""
+
+    cmd: Literal["start", "stop", "restart", "pause", "resume"]
+    uid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownRequested:
+    """SIGTERM/SIGINT: stop the job gracefully, then exit."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSpawned:
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnFailed:
+    """The start did not produce a child: pre_start failed, exec failed, GPUs never drained."""
+
+    reason: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ChildExited:
+    pid: int
+    exit_code: int | None
+    signal: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TreeStopped:
+    """The stop sequence finished: the job's whole tree is verified gone (or `leftovers` remain)."""
+
+    killed: bool  # SIGKILL was needed
+    leftovers: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HealthAssessed:
+    """health.py's verdicts for the current child: `healthy` and the detectors firing."""
+
+    pid: int
+    healthy: bool
+    firing: frozenset[str] = frozenset()
+    evidence: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyChanged:
+    policy: Policy
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """A deadline the core asked for has passed."""
+
+
+Event = (
+    DaemonStarted
+    | OperatorCommand
+    | ShutdownRequested
+    | ChildSpawned
+    | SpawnFailed
+    | ChildExited
+    | TreeStopped
+    | HealthAssessed
+    | PolicyChanged
+    | Tick
+)
+
+# --------------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnChild:
+    """Drain GPUs, run pre_start, spawn. Answer with ChildSpawned or SpawnFailed."""
+
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class KillTree:
+    """Stop the job's whole tree (stop_signal, SIGKILL after the timeout). Answer: TreeStopped."""
+
+    pid: int | None
+    reason: str
+    incident: bool = False  # write an incident bundle before the kill (SPEC §10)
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """A structured event for the log, the journal, the history and hooks (SPEC §9)."""
+
+    event: str
+    fields: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """An operator command that cannot be carried out now, and why."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Exit:
+    """The daemon may exit now (the job is stopped)."""
+
+
+Action = SpawnChild | KillTree | Emit | Refuse | Exit
+
+AfterStop = Literal["stop", "restart", "start", "exit"]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    state: State
+    pid: int | None
+    spawned_at: float | None
+    healthy_since: float | None
+    healthy: bool
+    firing: frozenset[str]
+    paused: bool
+    restarts_total: int
+    restarts_in_window: int
+    last_reason: str | None
+    next_restart_at: float | None
+    consecutive_failures: int
+    last_exit: tuple[int | None, int | None] | None  # (exit_code, signal)
+
+
+class Supervisor:
+    """The restart state machine. The only writer is the shell's event loop."""
+
+    def __init__(self, policy: Policy, rng: Callable[[], float]) -> None:
+        self._policy = policy
+        self._rng = rng
+        self._state = State.STOPPED
+        self._pid: int | None = None
+        self._spawning = False
+        self._spawned_at: float | None = None
+        self._healthy_since: float | None = None
+        self._firing: frozenset[str] = frozenset()
+        self._paused = False
+        self._after_stop: AfterStop = "stop"
+        self._stop_reason = ""
+        self._restart_times: deque[float] = deque()
+        self._restarts_total = 0
+        self._failures = 0
+        self._last_reason: str | None = None
+        self._backoff_until: float | None = None
+        self._last_exit: tuple[int | None, int | None] | None = None
+        self._attempt = 0
+        self._want_running = False
+        self._exiting = False  # Exit was returned: nothing may start any more
+        self._now = 0.0
+
+    # ------------------------------------------------------------------------ queries
+
+    def next_deadline(self) -> float | None:
+        """When the core wants a Tick: end of backoff, or end of the startup window."""
+        if self._state is State.BACKOFF:
+            return self._backoff_until
+        if self._state is State.STARTING and self._pid is not None and self._spawned_at is not None:
+            return self._spawned_at + self._policy.startup_timeout_s
+        return None
+
+    def snapshot(self) -> Snapshot:
+        in_window = sum(1 for t in self._restart_times if t > self._now - self._policy.window_s)
+        alive_states = (State.STARTING, State.RUNNING, State.UNHEALTHY)
+        shown = State.PAUSED if self._paused and self._state in alive_states else self._state
+        return Snapshot(
+            state=shown,
+            pid=self._pid,
+            spawned_at=self._spawned_at,
+            healthy_since=self._healthy_since,
+            healthy=self._state is State.RUNNING,
+            firing=self._firing,
+            paused=self._paused,
+            restarts_total=self._restarts_total,
+            restarts_in_window=in_window,
+            last_reason=self._last_reason,
+            next_restart_at=self._backoff_until if self._state is State.BACKOFF else None,
+            consecutive_failures=self._failures,
+            last_exit=self._last_exit,
+        )
+
+    @property
+    def policy(self) -> Policy:
+        return self._policy
+
+    # ------------------------------------------------------------------------ events
+
+    def handle(self, event: Event, now: float) -> list[Action]:
+        self._now = now
+        match event:
+            case DaemonStarted():
+                return self._spawn(now, reason="daemon_started")
+            case OperatorCommand(cmd=cmd):
+                return self._operator(cmd, now)
+            case ShutdownRequested():
+                return self._shutdown()
+            case ChildSpawned(pid=pid):
+                return self._spawned(pid, now)
+            case SpawnFailed(reason=reason, detail=detail):
+                return self._spawn_failed(reason, detail, now)
+            case ChildExited():
+                return self._exited(event)
+            case TreeStopped():
+                return self._tree_stopped(event, now)
+            case HealthAssessed():
+                return self._assessed(event, now)
+            case PolicyChanged(policy=policy):
+                self._policy = policy
+                return []
+            case Tick():
+                return self._tick(now)
+
+    # ------------------------------------------------------------------ transitions
+
+    def _spawn(self, now: float, reason: str) -> list[Action]:
+        if self._pid is not None or self._spawning or self._exiting:
+            return []  # never two children, and nothing new once the daemon exits
+        self._want_running = True
+        self._attempt += 1
+        self._spawning = True
+        self._state = State.STARTING
+        self._firing = frozenset()
+        self._backoff_until = None
+        self._after_stop = "stop"
+        return [SpawnChild(attempt=self._attempt)]
+
+    def _spawned(self, pid: int, now: float) -> list[Action]:
+        self._spawning = False
+        self._pid = pid
+        self._spawned_at = now
+        self._healthy_since = None
+        if self._state is State.STOPPING:  # a stop arrived while we were spawning: stop wins
+            return [KillTree(pid=pid, reason=self._stop_reason)]
+        return [Emit("child_spawned", {"pid": pid, "attempt": self._attempt})]
+
+    def _spawn_failed(self, reason: str, detail: str, now: float) -> list[Action]:
+        self._spawning = False
+        emit = Emit("child_start_failed", {"reason": reason, "detail": detail})
+        if self._state is State.STOPPING:
+            return [emit, *self._finish_stop(now)]
+        return [emit, *self._fail(reason, now)]
+
+    def _exited(self, ev: ChildExited) -> list[Action]:
+        if ev.pid != self._pid:
+            return []
+        self._last_exit = (ev.exit_code, ev.signal)
+        fields = {"pid": ev.pid, "exit_code": ev.exit_code, "signal": ev.signal}
+        if self._state is State.STOPPING:
+            return [Emit("child_exited", {**fields, "reason": self._stop_reason})]
+        # An unexpected death: clear leftovers of the tree first, then decide (in _tree_stopped).
+        self._state = State.STOPPING
+        self._stop_reason = "exited"
+        restart = "exited" in self._policy.restart_on and not self._paused
+        self._after_stop = "restart" if restart else "stop"
+        return [
+            Emit("child_exited", {**fields, "reason": "exited"}),
+            Emit("detector_fired", {"reason": "exited", "pid": ev.pid}),
+            KillTree(pid=ev.pid, reason="exited"),
+        ]
+
+    def _tree_stopped(self, ev: TreeStopped, now: float) -> list[Action]:
+        if self._state is not State.STOPPING or self._spawning:
+            return []
+        out: list[Action] = []
+        if ev.killed:
+            out.append(Emit("child_killed", {"reason": self._stop_reason, "signal": "SIGKILL"}))
+        if ev.leftovers:
+            out.append(
+                Emit("child_leftovers", {"count": ev.leftovers, "reason": self._stop_reason})
+            )
+        self._pid = None
+        return out + self._finish_stop(now)
+
+    def _finish_stop(self, now: float) -> list[Action]:
+        after, reason = self._after_stop, self._stop_reason
+        self._pid = None
+        self._firing = frozenset()
+        self._state = State.STOPPED
+        if after == "exit":
+            self._exiting = True
+            return [Exit()]
+        if after == "start":
+            self._restarts_total += 1
+            self._last_reason = reason
+            return self._spawn(now, reason)
+        if after == "restart":
+            return self._fail(reason, now)
+        return [Emit("child_stopped", {"reason": reason})]
+
+    def _fail(self, reason: str, now: float) -> list[Action]:
+        """A failure that the policy answers with a restart after backoff, or with `fatal`."""
+        p = self._policy
+        self._last_reason = reason
+        self._pid = None
+        if self._paused:
+            self._state = State.STOPPED
+            return [Emit("child_stopped", {"reason": reason, "paused": True})]
+        if self._healthy_since is not None and now - self._healthy_since >= p.reset_after_s:
+            self._failures = 0
+        self._healthy_since = None
+        while self._restart_times and self._restart_times[0] <= now - p.window_s:
+            self._restart_times.popleft()
+        if len(self._restart_times) >= p.max_restarts:
+            self._state = State.FATAL
+            return [
+                Emit(
+                    "fatal",
+                    {
+                        "reason": reason,
+                        "restarts": len(self._restart_times),
+                        "window_s": p.window_s,
+                    },
+                )
+            ]
+        delay = p.backoff_delay(self._failures, self._rng())
+        self._failures += 1
+        self._restart_times.append(now)
+        self._restarts_total += 1
+        self._state = State.BACKOFF
+        self._backoff_until = now + delay
+        return [
+            Emit(
+                "restart_scheduled",
+                {"reason": reason, "delay_s": round(delay, 3), "attempt": self._failures},
+            )
+        ]
+
+    def _stop(self, reason: str, after: AfterStop, incident: bool = False) -> list[Action]:
+        self._stop_reason = reason
+        self._after_stop = after
+        if self._state is State.STOPPING:
+            return []  # a stop is under way; only where it leads changes
+        self._state = State.STOPPING
+        if self._spawning:
+            return []  # _spawned() will kill it
+        emit = Emit("child_stopping", {"pid": self._pid, "reason": reason})
+        return [emit, KillTree(pid=self._pid, reason=reason, incident=incident)]
+
+    def _operator(self, cmd: str, now: float) -> list[Action]:
+        alive = self._pid is not None or self._spawning
+        if self._exiting:
+            return [Refuse("the daemon is shutting down")]
+        if cmd == "pause":
+            self._paused = True
+            return [Emit("job_paused", {})]
+        if cmd == "resume":
+            self._paused = False
+            out: list[Action] = [Emit("job_resumed", {})]
+            if self._state is State.STOPPED and self._want_running:
+                out += self._spawn(now, "resumed")
+            return out
+        if cmd == "stop":
+            self._backoff_until = None
+            self._want_running = False
+            if self._state is State.STOPPING:
+                if self._after_stop != "exit":
+                    self._after_stop = "stop"
+                return []
+            if not alive:
+                self._state = State.STOPPED
+                return [Emit("child_stopped", {"reason": "operator"})]
+            return self._stop("operator", "stop")
+        # start / restart: an operator always leaves fatal and resets the budget (SPEC §5).
+        if self._state is State.STOPPING and self._after_stop == "exit":
+            return [Refuse("the daemon is shutting down")]
+        if cmd == "start" and alive and self._state is not State.STOPPING:
+            return [Refuse(f"already {self.snapshot().state.value}")]
+        self._restart_times.clear()
+        self._failures = 0
+        if alive or self._state is State.STOPPING:
+            return self._stop("operator", "start")
+        self._last_reason = "operator" if cmd == "restart" else self._last_reason
+        return self._spawn(now, "operator")
+
+    def _shutdown(self) -> list[Action]:
+        self._backoff_until = None
+        if self._pid is None and not self._spawning and self._state is not State.STOPPING:
+            self._state = State.STOPPED
+            self._exiting = True
+            return [Exit()]
+        return self._stop("shutdown", "exit")
+
+    def _assessed(self, ev: HealthAssessed, now: float) -> list[Action]:
+        live = (State.STARTING, State.RUNNING, State.UNHEALTHY)
+        if ev.pid != self._pid or self._state not in live:
+            return []
+        out: list[Action] = []
+        for reason in sorted(ev.firing - self._firing):
+            out.append(Emit("detector_fired", {"reason": reason, "pid": ev.pid, **ev.evidence}))
+        for reason in sorted(self._firing - ev.firing):
+            out.append(Emit("detector_cleared", {"reason": reason, "pid": ev.pid}))
+        self._firing = ev.firing
+        act_on = sorted(ev.firing & self._policy.restart_on)
+        if act_on and not self._paused:
+            reason = act_on[0]
+            return out + self._stop(reason, "restart", incident=reason in INCIDENT_REASONS)
+        if ev.firing:
+            if self._state is not State.STARTING:
+                self._state = State.UNHEALTHY
+        elif ev.healthy and self._state is not State.RUNNING:
+            if self._healthy_since is None:
+                self._healthy_since = now
+                assert self._spawned_at is not None
+                out.append(
+                    Emit(
+                        "child_healthy",
+                        {"pid": ev.pid, "after_s": round(now - self._spawned_at, 3)},
+                    )
+                )
+            self._state = State.RUNNING
+        return out
+
+    def _tick(self, now: float) -> list[Action]:
+        until = self._backoff_until
+        if self._state is State.BACKOFF and until is not None and now >= until:
+            return self._spawn(now, self._last_reason or "backoff")
+        deadline = self.next_deadline()
+        if self._state is State.STARTING and deadline is not None and now >= deadline:
+            fired = Emit(
+                "detector_fired",
+                {
+                    "reason": "startup_timeout",
+                    "pid": self._pid,
+                    "timeout_s": self._policy.startup_timeout_s,
+                },
+            )
+            self._firing = self._firing | {"startup_timeout"}
+            if "startup_timeout" in self._policy.restart_on and not self._paused:
+                return [fired, *self._stop("startup_timeout", "restart", incident=True)]
+            self._state = State.UNHEALTHY
+            return [fired]
+        return []

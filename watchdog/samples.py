@@ -1,0 +1,47 @@
+"""PURE value types shared by the probes (producers) and the health core (consumer).
+
+No I/O here: probes build these, `health.py` reads them. A missing reading is `None` plus a
+reason, never a magic string.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """One GPU at one instant, as NVML reported it."""
+
+    index: int
+    uuid: str
+    name: str
+    used_mib: float | None  # None: the reading is missing, see `error`
+    total_mib: float | None
+    util_pct: int | None
+    memory_api: str  # "v2" (driver-reserved memory excluded) or "v1" (older drivers)
+    pids: tuple[int, ...] | None = None  # compute processes, where the driver gives them
+    error: str | None = None  # why a reading is missing (e.g. "NOT_SUPPORTED")
+    lost: bool = False  # NVML said GPU_IS_LOST
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One pass over the selected GPUs.
+
+    `available` False means the probe cannot see GPUs at all (no library, no driver);
+    `reason` says why. `hung` True means the probe call outlived its deadline.
+    """
+
+    available: bool
+    gpus: tuple[GpuReading, ...] = ()
+    reason: str | None = None
+    hung: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressReading:
+    """What one progress line of the job's log said."""
+
+    tokens_per_s: float | None
+    step: int | None
