@@ -1,0 +1,346 @@
+"""Progress parsing and log following (watchdog/probes/progress.py)."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from watchdog.probes.progress import (
+    MATCH_LAST_LINES,
+    MAX_LINE_BYTES,
+    MAX_MATCH_CHARS,
+    FollowResult,
+    LogFollower,
+    parse_line,
+    tail_lines,
+)
+from watchdog.samples import ProgressReading
+
+DEFAULT = re.compile(r"(?P<tokens_per_s>[0-9][0-9,.]*)\s*tok(?:ens)?/s")
+WITH_STEP = re.compile(r"step (?P<step>[0-9][0-9,]*).*?(?P<tokens_per_s>[0-9][0-9,.]*) tok/s")
+STEP_ONLY = re.compile(r"step (?P<step>\d+)")
+
+
+def tps(result: FollowResult) -> list[float | None]:
+    return [reading.tokens_per_s for reading, _ in result.readings]
+
+
+def append(path: Path, data: bytes) -> None:
+    with path.open("ab") as f:
+        f.write(data)
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Path:
+    path = tmp_path / "train.log"
+    path.write_bytes(b"")
+    return path
+
+
+@pytest.fixture
+def follow(log: Path) -> Iterator[LogFollower]:
+    with LogFollower(str(log), DEFAULT) as follower:
+        yield follower
+
+
+# parse_line
+
+
+def test_parse_line_default_pattern_reads_commas_and_decimals() -> None:
+    """The SPEC default pattern reads `9,012.5 tok/s` as 9012.5 with no step."""
+    assert parse_line("[rank0] 9,012.5 tok/s loss=2.1", DEFAULT) == ProgressReading(9012.5, None)
+
+
+def test_parse_line_default_pattern_accepts_tokens_per_s_spelling() -> None:
+    """`tokens/s` (and whitespace before it) matches like `tok/s`."""
+    assert parse_line("throughput 1,204 tokens/s", DEFAULT) == ProgressReading(1204.0, None)
+
+
+def test_parse_line_reads_step_and_throughput() -> None:
+    """A pattern with a `step` group yields both values; commas in the step are separators."""
+    line = "step 1,204 | loss 2.113 | 9,012 tok/s"
+    assert parse_line(line, WITH_STEP) == ProgressReading(9012.0, 1204)
+
+
+def test_parse_line_step_only() -> None:
+    """A pattern with only a `step` group yields a reading with tokens_per_s None."""
+    assert parse_line("epoch 1 step 77 done", STEP_ONLY) == ProgressReading(None, 77)
+
+
+def test_parse_line_no_match_is_none() -> None:
+    """A line the pattern does not match gives None."""
+    assert parse_line("loading checkpoint shards: 3/8", DEFAULT) is None
+
+
+@pytest.mark.parametrize("line", ["1.2.3 tok/s", "9" * 400 + " tok/s", ". tok/s"])
+def test_parse_line_unparseable_number_is_none(line: str) -> None:
+    """A match whose number is malformed or not finite gives None, never an exception."""
+    assert parse_line(line, re.compile(r"(?P<tokens_per_s>[0-9.]+) tok/s")) is None
+
+
+def test_parse_line_pattern_without_named_groups_is_none() -> None:
+    """A pattern that matches but captures neither group reports nothing."""
+    assert parse_line("9012 tok/s", re.compile(r"tok/s")) is None
+
+
+def test_parse_line_step_beyond_64_bits_is_none() -> None:
+    """A run of more than 18 digits is no step counter: None, never a giant int."""
+    assert parse_line("step " + "7" * 19, STEP_ONLY) is None
+    assert parse_line("step " + "7" * 18, STEP_ONLY) == ProgressReading(None, int("7" * 18))
+
+
+def test_parse_line_only_sees_the_last_max_match_chars() -> None:
+    """Text before the last MAX_MATCH_CHARS characters of a line is never matched."""
+    assert parse_line("100 tok/s" + "x" * MAX_MATCH_CHARS, DEFAULT) is None
+    assert parse_line("x" * (10 * MAX_MATCH_CHARS) + " 250 tok/s", DEFAULT) == ProgressReading(
+        250.0, None
+    )
+
+
+# LogFollower
+
+
+def test_follower_starts_at_end_and_reads_appended_lines(log: Path) -> None:
+    """Lines written before creation are ignored; appended ones come back numbered, oldest first."""
+    log.write_bytes(b"old run 100 tok/s\n")
+    with LogFollower(str(log), DEFAULT) as follower:
+        assert follower.poll().readings == ()
+        append(log, b"200 tok/s\nchatter\n300 tok/s\n")
+        result = follower.poll()
+    assert tps(result) == [200.0, 300.0]
+    assert [n for _, n in result.readings] == [1, 3]
+    assert result.lines == 3
+    assert result.latest == ProgressReading(300.0, None)
+    assert result.last_lines == ("200 tok/s", "chatter", "300 tok/s")
+
+
+def test_follower_start_beginning_reads_existing_content(log: Path) -> None:
+    """start="beginning" reads what the file already holds."""
+    log.write_bytes(b"100 tok/s\n")
+    with LogFollower(str(log), DEFAULT, start="beginning") as follower:
+        assert tps(follower.poll()) == [100.0]
+
+
+def test_follower_marker_starts_after_the_last_marker_line(log: Path) -> None:
+    """With a marker, lines after the last marker line are read, those before it are not."""
+    log.write_bytes(
+        b"=== train-watchdog: start 1 pid 7 at T1 ===\n100 tok/s\n"
+        b"=== train-watchdog: start 2 pid 9 at T2 ===\n200 tok/s\n"
+    )
+    marker = "=== train-watchdog: start 2 pid 9"
+    with LogFollower(str(log), DEFAULT, marker=marker) as follower:
+        assert tps(follower.poll()) == [200.0]
+
+
+def test_follower_missing_marker_falls_back_to_end(log: Path) -> None:
+    """A marker not found in the file means starting at its end."""
+    log.write_bytes(b"100 tok/s\n")
+    with LogFollower(str(log), DEFAULT, marker="=== nope ===") as follower:
+        assert follower.poll().readings == ()
+
+
+def test_follower_keeps_partial_line_until_newline(log: Path, follow: LogFollower) -> None:
+    """A line without its newline is held back and parsed whole once the newline arrives."""
+    append(log, b"speed 9,0")
+    assert follow.poll().lines == 0
+    assert follow.buffered_bytes == len(b"speed 9,0")
+    append(log, b"12 tok/s\n")
+    result = follow.poll()
+    assert tps(result) == [9012.0]
+    assert follow.buffered_bytes == 0
+
+
+def test_follower_carriage_returns_end_progress_bar_lines(log: Path, follow: LogFollower) -> None:
+    """tqdm-style `\\r` updates count as lines; a `\\r\\n` split across reads is one ending."""
+    append(log, b"10 tok/s\r20 tok/s\r")
+    assert tps(follow.poll()) == [10.0, 20.0]
+    append(log, b"\n30 tok/s\r\n")
+    result = follow.poll()
+    assert tps(result) == [30.0]
+    assert result.lines == 1
+
+
+def test_follower_rotation_reads_old_remainder_then_new_file(
+    log: Path, follow: LogFollower
+) -> None:
+    """After rename + create, the old file's unread lines come first, then the new file's."""
+    append(log, b"100 tok/s\n")
+    assert tps(follow.poll()) == [100.0]
+    append(log, b"200 tok/s\n")
+    log.rename(log.with_suffix(".log.1"))
+    log.write_bytes(b"300 tok/s\n")
+    result = follow.poll()
+    assert result.replaced
+    assert tps(result) == [200.0, 300.0]
+
+
+def test_follower_keeps_reading_rotated_file_the_job_still_writes(
+    log: Path, follow: LogFollower
+) -> None:
+    """A job whose stdout still points at the rotated file is still followed there."""
+    rotated = log.with_suffix(".log.1")
+    log.rename(rotated)
+    log.write_bytes(b"")
+    follow.poll()
+    append(rotated, b"400 tok/s\n")
+    assert tps(follow.poll()) == [400.0]
+
+
+def _fds_on(path: Path) -> list[str]:
+    fds = Path("/proc/self/fd")
+    found = []
+    for fd in fds.iterdir():
+        try:
+            if os.readlink(fd) == str(path):
+                found.append(fd.name)
+        except OSError:
+            continue  # closed between listing and reading
+    return found
+
+
+def test_follower_closes_rotated_file_once_writer_moved_on(log: Path, follow: LogFollower) -> None:
+    """When only the new file grows, the rotated file is closed (its disk space is freed)."""
+    rotated = log.with_suffix(".log.1")
+    append(log, b"100 tok/s\n")
+    follow.poll()
+    log.rename(rotated)
+    log.write_bytes(b"")
+    follow.poll()
+    assert _fds_on(rotated) != []
+    append(log, b"500 tok/s\n")
+    assert tps(follow.poll()) == [500.0]
+    assert _fds_on(rotated) == []
+
+
+def test_follower_copytruncate_restarts_from_zero(log: Path, follow: LogFollower) -> None:
+    """A file truncated below our offset is read again from its start."""
+    append(log, b"a long line that moves the offset well past the new content\n" * 4)
+    follow.poll()
+    os.truncate(log, 0)
+    append(log, b"42 tok/s\n")
+    result = follow.poll()
+    assert result.truncated
+    assert tps(result) == [42.0]
+
+
+def test_follower_huge_line_buffers_only_its_tail(log: Path, follow: LogFollower) -> None:
+    """A 50 MiB line without a newline keeps at most MAX_LINE_BYTES buffered and still parses."""
+    chunk = b"x" * (1 << 20)
+    for _ in range(50):
+        append(log, chunk)
+        assert follow.poll().lines == 0
+        assert follow.buffered_bytes <= MAX_LINE_BYTES
+    append(log, b" 9,012 tok/s\nstep done at 100 tok/s\n")
+    result = follow.poll()
+    assert tps(result) == [9012.0, 100.0]
+    assert result.last_lines[0].endswith("x 9,012 tok/s")
+    assert len(result.last_lines[0]) == MAX_MATCH_CHARS
+
+
+def test_follower_huge_line_in_one_write_is_skipped_not_buffered(
+    log: Path, follow: LogFollower
+) -> None:
+    """50 MiB written at once: the follower skips to the newest bytes and parses the next line."""
+    with log.open("ab") as f:
+        f.write(b"y" * (50 << 20))
+        f.write(b"\n123 tok/s\n")
+    result = follow.poll()
+    assert result.skipped_bytes > 0
+    assert tps(result) == [123.0]
+    assert follow.buffered_bytes == 0
+
+
+def test_follower_survives_binary_garbage(log: Path, follow: LogFollower) -> None:
+    """Random bytes (NULs, invalid UTF-8) mid-run neither raise nor hide the next progress line."""
+    garbage = random.Random(4).randbytes(256 << 10) + b"\x00\xff\xfe\xc3(\x80"
+    append(log, b"10 tok/s\n" + garbage + b"\n77 tok/s\n")
+    result = follow.poll()
+    assert result.error is None
+    assert result.latest == ProgressReading(77.0, None)
+    assert follow.poll().readings == ()
+
+
+def test_follower_skips_ahead_when_far_behind(log: Path) -> None:
+    """More than max_read_bytes pending: skip to the newest bytes, count them, drop the cut line."""
+    line = b"9,012 tok/s\n"  # 12 bytes: a window of 12k+9 bytes starts 3 bytes into a line
+    with LogFollower(str(log), DEFAULT, max_read_bytes=12 * 100 + 9) as follower:
+        append(log, line * 10_000)
+        result = follower.poll()
+    assert result.skipped_bytes == 12 * 10_000 - (12 * 100 + 9)
+    assert set(tps(result)) == {9012.0}  # never "012 tok/s" from the cut line
+    assert result.lines == 100
+
+
+def test_follower_file_appearing_late_is_read_from_start(tmp_path: Path) -> None:
+    """A log that does not exist yet gives nothing, then is read from its beginning."""
+    path = tmp_path / "later.log"
+    with LogFollower(str(path), DEFAULT) as follower:
+        assert follower.poll() == FollowResult()
+        path.write_bytes(b"5 tok/s\n")
+        assert tps(follower.poll()) == [5.0]
+
+
+def test_follower_reports_non_regular_file_as_error(tmp_path: Path) -> None:
+    """A path that is not a regular file is reported in `error`, never raised."""
+    with LogFollower(str(tmp_path), DEFAULT) as follower:
+        result = follower.poll()
+    assert result.error is not None
+    assert "not a regular file" in result.error
+
+
+def test_follower_caps_readings_but_counts_all_lines(log: Path, follow: LogFollower) -> None:
+    """1,000 progress lines in one poll: all counted, the newest MATCH_LAST_LINES returned."""
+    append(log, b"".join(b"%d tok/s\n" % i for i in range(1, 1001)))
+    result = follow.poll()
+    assert result.lines == 1000
+    assert len(result.readings) == MATCH_LAST_LINES
+    assert result.readings[-1] == (ProgressReading(1000.0, None), 1000)
+
+
+def test_follower_finds_progress_drowned_in_chatter(log: Path, follow: LogFollower) -> None:
+    """A progress line followed by 3,000 other lines in the same poll is still found."""
+    append(log, b"700 tok/s\n" + b"debug: allreduce bucket ready\n" * 3000)
+    assert tps(follow.poll()) == [700.0]
+
+
+# tail_lines
+
+
+def test_tail_lines_small_file(tmp_path: Path) -> None:
+    """The last n lines of a small file, without newlines."""
+    path = tmp_path / "small.log"
+    path.write_bytes(b"one\ntwo\r\nthree\nfour\n")
+    assert tail_lines(str(path), 3) == ["two", "three", "four"]
+    assert tail_lines(str(path), 100) == ["one", "two", "three", "four"]
+
+
+def test_tail_lines_without_trailing_newline(tmp_path: Path) -> None:
+    """An unfinished last line is returned as a line."""
+    path = tmp_path / "partial.log"
+    path.write_bytes(b"one\ntwo\nthr\xffee")
+    assert tail_lines(str(path), 2) == ["two", "thr\ufffdee"]
+
+
+def test_tail_lines_large_file_reads_only_the_end(tmp_path: Path) -> None:
+    """On a large file only whole lines from the last max_bytes come back, newest last."""
+    path = tmp_path / "large.log"
+    path.write_bytes(b"".join(b"line %07d\n" % i for i in range(500_000)))  # 6.5 MB
+    lines = tail_lines(str(path), 10**6, max_bytes=1 << 16)
+    assert lines[-1] == "line 0499999"
+    assert len(lines) == (1 << 16) // 13
+    assert all(re.fullmatch(r"line \d{7}", line) for line in lines)
+    assert tail_lines(str(path), 2) == ["line 0499998", "line 0499999"]
+
+
+def test_tail_lines_missing_or_empty_file(tmp_path: Path) -> None:
+    """A missing or empty file has no lines; n <= 0 asks for none."""
+    empty = tmp_path / "empty.log"
+    empty.write_bytes(b"")
+    assert tail_lines(str(tmp_path / "missing.log"), 5) == []
+    assert tail_lines(str(empty), 5) == []
+    assert tail_lines(str(empty), 0) == []
