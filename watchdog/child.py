@@ -1,0 +1,380 @@
+"""The job's process tree: spawn in a new session, event-driven exit detection, whole-tree stop.
+
+The daemon is a child subreaper (prctl(2) PR_SET_CHILD_SUBREAPER): a job descendant that
+double-forks and calls setsid() is re-parented to us instead of init, so it stays in reach of
+`stop_tree()` and we reap it when it dies. Exit detection uses a pidfd per owned child
+(pidfd_open(2)) watched by the event loop: no polling, and the kernel tells us at once.
+
+Orphans are reaped on SIGCHLD, but only zombies that are neither owned (the job, pre_start,
+hooks: their status belongs to whoever waits on them) nor in the daemon's own session (asyncio
+subprocesses such as py-spy are waited for by asyncio's own child watcher), so the job's exit
+status is never stolen.
+
+Every job process carries `TRAIN_WATCHDOG_INSTANCE=<token>` in its environment: a daemon that
+was SIGKILLed and started again finds the previous tree by that marker (plus the leader's pid
+and start time), never by process name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import psutil
+
+PR_SET_CHILD_SUBREAPER = 36
+INSTANCE_ENV = "TRAIN_WATCHDOG_INSTANCE"
+# Variables that belong to the daemon's own supervisor, not to the job (notes/systemd.md: the job
+# inheriting NOTIFY_SOCKET gets its notifications rejected; JOURNAL_STREAM would be a lie, the
+# job's output goes to its log file).
+_DROP_ENV = ("NOTIFY_SOCKET", "JOURNAL_STREAM", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
+
+
+@dataclass(frozen=True, slots=True)
+class ExitStatus:
+    pid: int
+    exit_code: int | None
+    signal: int | None
+
+    def describe(self) -> str:
+        if self.signal is not None:
+            return f"killed by {signal_name(self.signal)}"
+        return f"exited with code {self.exit_code}"
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return str(signum)
+
+
+def make_subreaper() -> bool:
+    """Become a child subreaper; False where the kernel refuses (then orphans go to init)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+
+
+def _decode(pid: int, status: int) -> ExitStatus:
+    if os.WIFSIGNALED(status):
+        return ExitStatus(pid, None, os.WTERMSIG(status))
+    return ExitStatus(pid, os.waitstatus_to_exitcode(status), None)
+
+
+class Reaper:
+    """Waits for owned children through pidfds and reaps foreign orphans on SIGCHLD."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._owned: dict[int, tuple[int, asyncio.Future[ExitStatus]]] = {}
+        self._sid = os.getsid(0)
+
+    def install(self) -> None:
+        self._loop.add_signal_handler(signal.SIGCHLD, self.reap_orphans)
+
+    def watch(self, pid: int) -> asyncio.Future[ExitStatus]:
+        """Own `pid` (a child we just forked): the future resolves with its exit status."""
+        fut: asyncio.Future[ExitStatus] = self._loop.create_future()
+        fd = os.pidfd_open(pid)
+        self._owned[pid] = (fd, fut)
+        self._loop.add_reader(fd, self._on_exit, pid)
+        return fut
+
+    def _on_exit(self, pid: int) -> None:
+        try:
+            wpid, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere: should not happen, never hang on it
+            wpid, status = pid, 255 << 8
+        if wpid == 0:
+            return
+        fd, fut = self._owned.pop(pid)
+        self._loop.remove_reader(fd)
+        os.close(fd)
+        if not fut.done():
+            fut.set_result(_decode(pid, status))
+
+    def reap_orphans(self) -> int:
+        """Reap zombies that were re-parented to us. Returns how many were reaped."""
+        n = 0
+        for pid in _child_pids():
+            if pid in self._owned or _session_of(pid) in (self._sid, None):
+                continue
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    n += 1
+        return n
+
+
+def _child_pids() -> list[int]:
+    pids: list[int] = []
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return pids
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                pids += [int(p) for p in f.read().split()]
+        except OSError:
+            continue
+    return pids
+
+
+def _session_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # Fields after the parenthesised command name: state ppid pgrp session ...
+    return int(stat.rsplit(")", 1)[1].split()[3])
+
+
+# ------------------------------------------------------------------------------- spawning
+
+
+def job_env(base: Mapping[str, str], extra: Mapping[str, str], token: str) -> dict[str, str]:
+    env = {k: v for k, v in base.items() if not k.startswith("WATCHDOG_") and k not in _DROP_ENV}
+    env.update(extra)
+    env[INSTANCE_ENV] = token
+    return env
+
+
+def open_log(path: str) -> int:
+    """Open the job's log for appending (never truncated: the job's output is the operator's)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+
+
+def spawn(
+    argv: Iterable[str], *, cwd: str | None, env: Mapping[str, str], log_fd: int
+) -> subprocess.Popen[bytes]:
+    """Start the job in a new session (s6/runit habit: group signals aimed at us never hit it)."""
+    return subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=log_fd,
+        stderr=log_fd,
+        start_new_session=True,
+    )
+
+
+async def run_command(
+    reaper: Reaper,
+    argv: list[str],
+    *,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    stdin_data: bytes | None = None,
+) -> tuple[int | None, str]:
+    """Run a short helper command (pre_start, hooks) with a timeout; never blocks the loop.
+
+    Returns (exit code or None when it timed out or could not start, combined output tail).
+    A command that overruns is killed with its whole process group.
+    """
+    r_fd, w_fd = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
+            stdout=w_fd,
+            stderr=w_fd,
+            # Its own process group (for killpg on timeout) but the daemon's session, so
+            # find_tree() never mistakes a hook for part of the job.
+            process_group=0,
+        )
+    except OSError as e:
+        os.close(r_fd)
+        os.close(w_fd)
+        return None, f"cannot run {argv[0]}: {e.strerror}"
+    os.close(w_fd)
+    done = reaper.watch(proc.pid)
+    if stdin_data is not None and proc.stdin is not None:
+        with contextlib.suppress(OSError):
+            proc.stdin.write(stdin_data)
+        proc.stdin.close()
+    output = bytearray()
+    reader = asyncio.get_running_loop().run_in_executor(None, _read_all, r_fd, output)
+    try:
+        status = await asyncio.wait_for(asyncio.shield(done), timeout_s)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await done
+        proc.returncode = -9
+        await reader
+        return None, _tail(output) + f"\n(timed out after {timeout_s:g} s, killed)"
+    proc.returncode = status.exit_code if status.exit_code is not None else -1
+    await reader
+    code = status.exit_code if status.signal is None else 128 + (status.signal or 0)
+    return code, _tail(output)
+
+
+def _read_all(fd: int, out: bytearray) -> None:
+    try:
+        while chunk := os.read(fd, 65536):
+            out += chunk
+            del out[: max(0, len(out) - 65536)]  # keep a bounded tail
+    finally:
+        os.close(fd)
+
+
+def _tail(buf: bytes | bytearray, limit: int = 4000) -> str:
+    return bytes(buf[-limit:]).decode("utf-8", errors="replace").strip()
+
+
+# ------------------------------------------------------------------------------ the tree
+
+
+def find_tree(leader: int | None, token: str) -> list[psutil.Process]:
+    """Every live process of the job: descendants of the leader and of the daemon (orphans
+    re-parented to us), and anything carrying our instance marker. Zombies are not counted."""
+    found: dict[int, psutil.Process] = {}
+    roots: list[int] = [leader] if leader is not None else []
+    for root in roots:
+        with contextlib.suppress(psutil.Error):
+            p = psutil.Process(root)
+            found[p.pid] = p
+            for c in p.children(recursive=True):
+                found[c.pid] = c
+    me = os.getpid()
+    my_sid = os.getsid(0)
+    for p in _marked(token):
+        found[p.pid] = p
+    for c in _descendants_outside_session(me, my_sid):
+        found[c.pid] = c
+    found.pop(me, None)
+    return [p for p in found.values() if _alive(p)]
+
+
+def _marked(token: str) -> list[psutil.Process]:
+    needle = f"{INSTANCE_ENV}={token}".encode()
+    out: list[psutil.Process] = []
+    for pid in psutil.pids():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    out.append(psutil.Process(pid))
+        except (OSError, psutil.Error):
+            continue
+    return out
+
+
+def _descendants_outside_session(me: int, my_sid: int) -> list[psutil.Process]:
+    out: list[psutil.Process] = []
+    with contextlib.suppress(psutil.Error):
+        for c in psutil.Process(me).children(recursive=True):
+            if _session_of(c.pid) not in (my_sid, None):
+                out.append(c)
+    return out
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def signal_tree(procs: Iterable[psutil.Process], signum: int) -> int:
+    n = 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.send_signal(signum)  # psutil checks the pid was not reused since we looked
+            n += 1
+    return n
+
+
+@dataclass(frozen=True, slots=True)
+class StopResult:
+    killed: bool  # SIGKILL was needed
+    leftovers: int  # processes that survived even SIGKILL (uninterruptible sleep)
+    signalled: int
+
+
+async def stop_tree(
+    leader: int | None,
+    token: str,
+    *,
+    stop_signal: int,
+    timeout_s: float,
+    leader_exit: asyncio.Future[ExitStatus] | None,
+    reaper: Reaper | None = None,
+    kill_grace_s: float = 5.0,
+) -> StopResult:
+    """stop_signal to every process of the tree, SIGKILL after `timeout_s`, then verify."""
+    tree = find_tree(leader, token)
+    signalled = signal_tree(tree, stop_signal)
+    if await _wait_gone(leader, token, leader_exit, timeout_s, reaper):
+        return StopResult(killed=False, leftovers=0, signalled=signalled)
+    signal_tree(find_tree(leader, token), signal.SIGKILL)
+    gone = await _wait_gone(leader, token, leader_exit, kill_grace_s, reaper)
+    left = 0 if gone else len(find_tree(leader, token))
+    return StopResult(killed=True, leftovers=left, signalled=signalled)
+
+
+async def _wait_gone(
+    leader: int | None,
+    token: str,
+    leader_exit: asyncio.Future[ExitStatus] | None,
+    timeout_s: float,
+    reaper: Reaper | None,
+) -> bool:
+    """Wait until the leader is reaped and nothing of the tree lives, up to `timeout_s`.
+
+    The leader's exit is event-driven (its future); stragglers are re-checked every 20 ms, which
+    only runs during a stop.
+    """
+    deadline = time.monotonic() + timeout_s
+    if leader_exit is not None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(leader_exit), timeout_s)
+    while True:
+        if reaper is not None:
+            reaper.reap_orphans()
+        leader_done = leader_exit is None or leader_exit.done()
+        if leader_done and not find_tree(None if leader_exit else leader, token):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.02)
+
+
+def kill_stale_tree(token: str, leader: int | None, leader_started_at: float | None) -> int:
+    """A previous daemon's tree that outlived it: SIGKILL it at once (it is orphaned and
+    unsupervised; graceful stop needs the dead daemon's context). Returns the count signalled.
+
+    The leader is trusted only when its start time matches what the state file recorded, so a
+    reused pid is never killed; the rest is found by our instance marker.
+    """
+    procs = _marked(token)
+    if leader is not None and leader_started_at is not None:
+        with contextlib.suppress(psutil.Error):
+            p = psutil.Process(leader)
+            if abs(p.create_time() - leader_started_at) < 0.05:
+                procs.append(p)
+                procs += p.children(recursive=True)
+    live = [p for p in procs if _alive(p)]
+    return signal_tree(live, signal.SIGKILL)
+
+
+def process_start_time(pid: int) -> float | None:
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
+
+
+ExitCallback = Callable[[ExitStatus], None]

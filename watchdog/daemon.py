@@ -1,0 +1,469 @@
+"""watchdogd: one asyncio loop that feeds the pure core and carries out its actions.
+
+Wiring only, no decisions: producers (child exit pidfds, the sample tick, the control server,
+signal handlers) call `dispatch()`; it asks `Supervisor.handle()` and executes the returned
+actions. Slow actions (start, stop, incident) run as tasks that dispatch their outcome.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import random
+import secrets
+import signal
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from watchdog import __version__, child, config, health, incident, policy, status
+from watchdog.control import ControlServer
+from watchdog.gpus import GpuWatch
+from watchdog.logs import EventLog, configure_structlog, write_atomic
+from watchdog.notify import Notifier
+from watchdog.probes.progress import LogFollower, tail_lines
+
+EX_CONFIG = 78
+HOOK_EVENTS = frozenset({"restart_scheduled", "fatal", "gpu_lost"})
+
+
+def policy_of(cfg: config.Config) -> policy.Policy:
+    r = cfg.restart
+    return policy.Policy(
+        backoff_initial_s=r.backoff_initial_s,
+        backoff_factor=r.backoff_factor,
+        backoff_max_s=r.backoff_max_s,
+        jitter=r.jitter,
+        reset_after_s=r.reset_after_s,
+        max_restarts=r.max_restarts,
+        window_s=r.window_s,
+        restart_on=r.on,
+        startup_timeout_s=cfg.startup.timeout_s,
+    )
+
+
+def health_of(cfg: config.Config) -> health.HealthConfig:
+    g, p = cfg.gpus, cfg.progress
+    return health.HealthConfig(
+        expect_gpus=g.devices != (),
+        idle_below_mib=g.idle_below_mib,
+        idle_samples=g.idle_samples,
+        require=g.require,
+        stall_after_s=p.stall_after_s,
+        min_tokens_per_s=p.min_tokens_per_s,
+        min_fraction=p.min_fraction,
+        low_for_s=p.low_for_s,
+    )
+
+
+class Daemon:
+    def __init__(self, cfg: config.Config) -> None:
+        self.cfg = cfg
+        self.loop = asyncio.get_running_loop()
+        self.started_at = time.monotonic()
+        os.makedirs(cfg.state_dir, mode=0o750, exist_ok=True)
+        self.events = EventLog(cfg.job.name, os.path.join(cfg.state_dir, "events.jsonl"))
+        self.core = policy.Supervisor(policy_of(cfg), random.random)
+        self.reaper = child.Reaper(self.loop)
+        self.gpus = GpuWatch(cfg.gpus, self.emit)
+        self.notifier = Notifier()
+        self.control = ControlServer(self)
+        self.token = _instance_token(cfg.state_dir)
+        self.monitor = health.HealthMonitor(health_of(cfg))
+        self.follower: LogFollower | None = None
+        self.exit_future: asyncio.Future[ExitStatusT] | None = None
+        self.incident_path: str | None = None
+        self._pending_incident: str | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._done: asyncio.Future[None] = self.loop.create_future()
+        self._changed = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.events.add_hook(self._on_event_hook)
+
+    # -------------------------------------------------------------------- running
+
+    async def run(self) -> int:
+        self._adopt_previous_tree()
+        child.make_subreaper()
+        self.reaper.install()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(sig, self.dispatch, policy.ShutdownRequested())
+        self.loop.add_signal_handler(signal.SIGHUP, self.reload)
+        await self.control.start()
+        await self.gpus.start()
+        self.emit("daemon_started", version=__version__, pid=os.getpid(), config=self.cfg.source)
+        self.notifier.ready(status.status_line(self.status()))
+        self.dispatch(policy.DaemonStarted())
+        ticker = self._spawn_task(self._tick_loop())
+        pinger = self._spawn_task(self._watchdog_loop())
+        await self._done
+        self.notifier.stopping()
+        ticker.cancel()
+        pinger.cancel()
+        await self.control.close()
+        self.gpus.close()
+        self._save_state(None)
+        self.emit("daemon_stopped")
+        return 0
+
+    def dispatch(self, event: policy.Event) -> list[policy.Action]:
+        """The only door into the core."""
+        actions = self.core.handle(event, time.monotonic())
+        for action in actions:
+            self._execute(action)
+        self._arm_timer()
+        self._changed.set()
+        self._changed = asyncio.Event()
+        return actions
+
+    def _execute(self, action: policy.Action) -> None:
+        match action:
+            case policy.Emit(event=name, fields=fields):
+                extra = {}
+                if name == "restart_scheduled" and self._pending_incident:
+                    extra["incident"] = self._pending_incident
+                    self._pending_incident = None
+                self.emit(name, **fields, **extra)
+            case policy.SpawnChild(attempt=attempt):
+                self._spawn_task(self._start(attempt))
+            case policy.KillTree():
+                self._spawn_task(self._stop(action))
+            case policy.Exit():
+                if not self._done.done():
+                    self._done.set_result(None)
+            case policy.Refuse():
+                pass  # the caller (control server) reads it from dispatch()'s return value
+
+    def _arm_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        deadline = self.core.next_deadline()
+        if deadline is not None:
+            delay = max(0.0, deadline - time.monotonic())
+            self._timer = self.loop.call_later(delay, self.dispatch, policy.Tick())
+
+    def _spawn_task(self, coro: Any) -> asyncio.Task[Any]:
+        task = self.loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # A watchdog bug must never kill a healthy job: report it, keep supervising.
+            exc = task.exception()
+            self.emit("internal_error", error=f"{type(exc).__name__}: {exc}")
+
+    async def wait_changed(self, timeout_s: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout_s)
+
+    # -------------------------------------------------------------------- the job
+
+    async def _start(self, attempt: int) -> None:
+        job = self.cfg.job
+        why = await self.gpus.wait_drained(self._is_ours)
+        if why is not None:
+            self.dispatch(policy.SpawnFailed("gpu_memory_held", why))
+            return
+        for argv in job.pre_start:
+            code, out = await child.run_command(
+                self.reaper,
+                list(argv),
+                timeout_s=job.pre_start_timeout_s,
+                cwd=job.cwd,
+                env=child.job_env(os.environ, job.env, self.token),
+            )
+            if code != 0:
+                self.dispatch(
+                    policy.SpawnFailed(
+                        "pre_start_failed", f"{' '.join(argv)}: exit {code}: {out[-2000:]}"
+                    )
+                )
+                return
+        try:
+            log_fd = child.open_log(job.log_file)
+        except OSError as e:
+            self.dispatch(policy.SpawnFailed("log_unwritable", f"{job.log_file}: {e.strerror}"))
+            return
+        try:
+            stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            os.write(log_fd, f"=== train-watchdog: start {attempt} at {stamp} ===\n".encode())
+            self._new_follower()
+            proc = child.spawn(
+                job.command,
+                cwd=job.cwd,
+                log_fd=log_fd,
+                env=child.job_env(os.environ, job.env, self.token),
+            )
+        except OSError as e:
+            self.dispatch(policy.SpawnFailed("spawn_failed", f"{job.command[0]}: {e.strerror}"))
+            return
+        finally:
+            os.close(log_fd)
+        proc.returncode = 0  # we reap it ourselves (pidfd); stop Popen from ever waiting on it
+        self.exit_future = fut = self.reaper.watch(proc.pid)
+        fut.add_done_callback(self._on_exit)
+        self.monitor = health.HealthMonitor(health_of(self.cfg))
+        self._save_state(proc.pid)
+        self.dispatch(policy.ChildSpawned(proc.pid))
+
+    def _on_exit(self, fut: asyncio.Future[child.ExitStatus]) -> None:
+        st = fut.result()
+        self.dispatch(policy.ChildExited(st.pid, st.exit_code, st.signal))
+
+    async def _stop(self, action: policy.KillTree) -> None:
+        if action.incident:
+            self._pending_incident = await self._write_incident(action.reason)
+        # Progress seen before the stop must not count for the next start.
+        result = await child.stop_tree(
+            action.pid,
+            self.token,
+            stop_signal=self.cfg.job.stop_signal,
+            timeout_s=self.cfg.job.stop_timeout_s,
+            leader_exit=self.exit_future,
+            reaper=self.reaper,
+        )
+        self._save_state(None)
+        self.dispatch(policy.TreeStopped(killed=result.killed, leftovers=result.leftovers))
+
+    async def _write_incident(self, reason: str) -> str | None:
+        snap = self.core.snapshot()
+        pids = [p.pid for p in child.find_tree(snap.pid, self.token)]
+        verdict = self.monitor.assess(time.monotonic())
+        try:
+            path = await incident.write_bundle(
+                self.cfg.state_dir,
+                reason,
+                now_utc=datetime.now(UTC),
+                verdict={
+                    "reason": reason,
+                    "evidence": verdict.evidence,
+                    "pid": snap.pid,
+                    "firing": sorted(snap.firing),
+                },
+                log_path=self._progress_path(),
+                gpu_samples=self.gpus.recent_as_dicts(),
+                pids=pids,
+                pyspy_timeout_s=self.cfg.incidents.pyspy_timeout_s,
+                keep=self.cfg.incidents.keep,
+            )
+        except OSError as e:
+            self.emit("incident_failed", reason=reason, error=str(e))
+            return None
+        self.incident_path = path
+        self.emit("incident_saved", reason=reason, path=path)
+        return path
+
+    def _is_ours(self, pid: int) -> bool:
+        return any(p.pid == pid for p in child.find_tree(None, self.token))
+
+    def _progress_path(self) -> str:
+        return self.cfg.progress.file or self.cfg.job.log_file
+
+    def _new_follower(self) -> None:
+        if self.follower is not None:
+            self.follower.close()
+        self.follower = LogFollower(self._progress_path(), self.cfg.progress.pattern, start="end")
+
+    # -------------------------------------------------------------------- sampling
+
+    async def _tick_loop(self) -> None:
+        while True:
+            try:
+                await self.sample_once()
+            except (OSError, ValueError, RuntimeError) as e:
+                # A watchdog bug must never kill a healthy job, nor stop the sampling: say so.
+                self.emit("internal_error", where="sample", error=f"{type(e).__name__}: {e}")
+            await asyncio.sleep(self.cfg.gpus.sample_interval_s)
+
+    async def sample_once(self) -> None:
+        sample = await self.gpus.sample()
+        now = time.monotonic()
+        snap = self.core.snapshot()
+        if self.follower is not None:
+            latest = self.follower.poll().latest
+            if latest is not None:
+                self.monitor.progress(latest, now)
+        if sample is not None:
+            self.monitor.gpu_sample(sample)
+        if snap.pid is not None:
+            v = self.monitor.assess(now)
+            self.dispatch(policy.HealthAssessed(snap.pid, v.healthy, v.firing, v.evidence))
+        self.notifier.status(status.status_line(self.status()))
+
+    async def _watchdog_loop(self) -> None:
+        interval = self.notifier.watchdog_interval_s
+        if interval is None:
+            return
+        while True:  # from the main loop, never a side thread: a hung loop must miss its pings
+            self.notifier.watchdog()
+            await asyncio.sleep(interval)
+
+    # -------------------------------------------------------------------- queries
+
+    def status(self) -> dict[str, Any]:
+        now = time.monotonic()
+        return status.build_status(
+            status.StatusInputs(
+                snap=self.core.snapshot(),
+                now=now,
+                job_name=self.cfg.job.name,
+                command=self.cfg.job.command,
+                gpu_sample=self.gpus.last,
+                gpus_expected=self.gpus.expected,
+                idle_below_mib=self.cfg.gpus.idle_below_mib,
+                progress=self.monitor.last_progress,
+                last_progress_at=self.monitor.last_progress_at,
+                host_warnings=self.gpus.host_warnings,
+                incident=self.incident_path,
+                daemon_pid=os.getpid(),
+                daemon_started_at=self.started_at,
+                version=__version__,
+                log_file=self.cfg.job.log_file,
+            )
+        )
+
+    def log_tail(self, n: int) -> list[str]:
+        return tail_lines(self.cfg.job.log_file, n)
+
+    # -------------------------------------------------------------------- events & config
+
+    def emit(self, event: str, **fields: Any) -> dict[str, Any]:
+        return self.events.emit(event, **fields)
+
+    def _on_event_hook(self, record: dict[str, Any]) -> None:
+        hook = self.cfg.hooks.on_event
+        if hook and record["event"] in HOOK_EVENTS:
+            self._spawn_task(self._run_hook(hook, record))
+
+    async def _run_hook(self, hook: str, record: dict[str, Any]) -> None:
+        code, out = await child.run_command(
+            self.reaper,
+            [hook],
+            timeout_s=self.cfg.hooks.timeout_s,
+            stdin_data=json.dumps(record, default=str).encode() + b"\n",
+        )
+        if code != 0:
+            self.emit(
+                "hook_failed",
+                hook=hook,
+                exit_code=code,
+                output=out[-500:],
+                for_event=record["event"],
+            )
+
+    def reload(self) -> str | None:
+        """Re-read the config (SIGHUP, `watchdogctl reload`). Returns the error, or None."""
+        self.notifier.reloading()
+        try:
+            new = config.load_config(self.cfg.source)
+        except config.ConfigError as e:
+            self.emit("config_invalid", error=str(e), kept=self.cfg.source)
+            self.notifier.reloaded()
+            return str(e)
+        self.cfg = new
+        self.events.set_job(new.job.name)
+        self.gpus.cfg = new.gpus
+        self.dispatch(policy.PolicyChanged(policy_of(new)))
+        self.emit("config_reloaded", config=new.source)
+        self.notifier.reloaded()
+        return None
+
+    # -------------------------------------------------------------------- state file
+
+    def _state_path(self) -> str:
+        return os.path.join(self.cfg.state_dir, "state.json")
+
+    def _save_state(self, pid: int | None) -> None:
+        data = {
+            "daemon_pid": os.getpid(),
+            "token": self.token,
+            "job_pid": pid,
+            "job_started_at": None if pid is None else child.process_start_time(pid),
+        }
+        try:
+            write_atomic(self._state_path(), json.dumps(data) + "\n")
+        except OSError as e:
+            self.emit("state_write_failed", error=str(e))
+
+    def _adopt_previous_tree(self) -> None:
+        """A previous daemon was killed while its job ran: end that tree before anything starts,
+        so two jobs never run at once (verified by pid + start time and our marker, never by
+        name)."""
+        try:
+            with open(self._state_path()) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            data = {}
+        n = child.kill_stale_tree(self.token, data.get("job_pid"), data.get("job_started_at"))
+        if n:
+            self.emit("stale_tree_killed", count=n, pid=data.get("job_pid"))
+            deadline = time.monotonic() + 10
+            while child.find_tree(None, self.token) and time.monotonic() < deadline:
+                time.sleep(0.02)  # startup only, before the loop serves anything
+
+
+ExitStatusT = child.ExitStatus
+
+
+def _instance_token(state_dir: str) -> str:
+    """A marker for this installation's job processes, kept across daemon restarts."""
+    path = os.path.join(state_dir, "instance")
+    try:
+        with open(path) as f:
+            token = f.read().strip()
+        if token:
+            return token
+    except OSError:
+        pass
+    token = secrets.token_hex(8)
+    write_atomic(path, token + "\n")
+    return token
+
+
+def _lock_state_dir(state_dir: str) -> int | None:
+    """One daemon per state directory: a second would start a second job."""
+    os.makedirs(state_dir, mode=0o750, exist_ok=True)
+    fd = os.open(os.path.join(state_dir, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="watchdogd", description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="/etc/train-watchdog/watchdog.yaml")
+    ap.add_argument("--check", action="store_true", help="validate the config and exit 0 or 78")
+    ap.add_argument("--version", action="version", version=__version__)
+    args = ap.parse_args(argv)
+    if args.check:
+        return config.check_main(args.config)
+    try:
+        cfg = config.load_config(args.config)
+    except config.ConfigError as e:
+        print(f"watchdogd: {e}", file=sys.stderr)
+        return EX_CONFIG
+    lock = _lock_state_dir(cfg.state_dir)
+    if lock is None:
+        print(f"watchdogd: another watchdogd holds {cfg.state_dir}/lock", file=sys.stderr)
+        return 1
+    configure_structlog()
+
+    async def amain() -> int:
+        return await Daemon(cfg).run()
+
+    code = asyncio.run(amain())
+    sys.stdout.flush()
+    # A thread stuck inside a wedged NVML call must not hold the exit (notes/nvml.md).
+    os._exit(code)

@@ -1,0 +1,176 @@
+"""GPU side of the shell: NVML samples, host warnings, drained GPUs before every start.
+
+Decisions about the job stay in health.py/policy.py; this module reports what the GPUs say and
+makes sure a new job never starts into memory somebody else still holds (SPEC §4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+
+from watchdog.config import GpusConfig
+from watchdog.health import is_in_use
+from watchdog.samples import GpuSample
+
+Emit = Callable[..., Any]
+
+
+class GpuWatch:
+    def __init__(self, cfg: GpusConfig, emit: Emit) -> None:
+        self.cfg = cfg
+        self._emit = emit
+        self.expected = cfg.devices != ()
+        self.last: GpuSample | None = None
+        self.recent: deque[tuple[float, GpuSample]] = deque(maxlen=_history_len(cfg))
+        self._lost: set[int] = set()
+        self._hung = False
+        self._probe: Any = None
+
+    async def start(self) -> None:
+        if not self.expected:
+            return
+        # Imported here so that a machine without pynvml still supervises (SPEC §4).
+        from watchdog.probes.nvml import NvmlProbe
+
+        self._probe = NvmlProbe(self.cfg.devices, call_timeout_s=self.cfg.probe_timeout_s)
+        self._record(await self._probe.start())
+
+    def close(self) -> None:
+        if self._probe is not None:
+            self._probe.close()
+
+    @property
+    def host_warnings(self) -> frozenset[str]:
+        out = set()
+        if self._lost:
+            out.add("gpu_lost")
+        if self._hung:
+            out.add("gpu_probe_hung")
+        return frozenset(out)
+
+    async def sample(self) -> GpuSample | None:
+        if self._probe is None:
+            return None
+        s: GpuSample = await self._probe.sample()
+        self._record(s)
+        return s
+
+    def _record(self, s: GpuSample) -> None:
+        self.last = s
+        self.recent.append((time.time(), s))
+        if s.hung and not self._hung:
+            self._emit(
+                "gpu_probe_hung",
+                reason="gpu_probe_hung",
+                detail=s.reason,
+                timeout_s=self.cfg.probe_timeout_s,
+            )
+        elif self._hung and not s.hung:
+            self._emit("gpu_probe_recovered")
+        self._hung = s.hung
+        if s.hung:
+            return
+        lost = {g.index for g in s.gpus if g.lost}
+        for idx in sorted(lost - self._lost):
+            uuid = next((g.uuid for g in s.gpus if g.index == idx), "")
+            self._emit("gpu_lost", reason="gpu_lost", gpu=idx, uuid=uuid)
+        self._lost = lost
+
+    def recent_as_dicts(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "ts": ts,
+                "available": s.available,
+                "hung": s.hung,
+                "reason": s.reason,
+                "gpus": [
+                    {
+                        "index": g.index,
+                        "used_mib": g.used_mib,
+                        "util_pct": g.util_pct,
+                        "lost": g.lost,
+                        "error": g.error,
+                    }
+                    for g in s.gpus
+                ],
+            }
+            for ts, s in self.recent
+        ]
+
+    def busy(self, s: GpuSample) -> list[int]:
+        """Indices of GPUs still holding memory (unknown readings do not block a start)."""
+        return [
+            g.index
+            for g in s.gpus
+            if g.used_mib is not None and is_in_use(g, self.cfg.idle_below_mib)
+        ]
+
+    async def wait_drained(self, is_ours: Callable[[int], bool]) -> str | None:
+        """Wait until the expected GPUs are free (SPEC §4). Our own leftovers are killed; foreign
+        holders are named in `gpu_memory_held`. Returns None when drained (or unverifiable), else
+        why the start must fail."""
+        if self._probe is None:
+            return None
+        deadline = time.monotonic() + self.cfg.reclaim_timeout_s
+        named: set[int] = set()
+        while True:
+            s = await self.sample()
+            if s is None or not s.available or s.hung:
+                return None  # cannot see GPUs: never refuse to start because of that
+            busy = self.busy(s)
+            if not busy:
+                return None
+            holders = _holders(s, busy)
+            ours = [pid for pid in holders if is_ours(pid)]
+            for pid in ours:
+                with contextlib.suppress(psutil.Error):
+                    psutil.Process(pid).kill()
+            foreign = {pid: cmd for pid, cmd in holders.items() if pid not in ours}
+            if set(foreign) - named or not named:
+                named |= set(foreign)
+                self._emit(
+                    "gpu_memory_held",
+                    gpus=",".join(
+                        f"{g.index}:{round(g.used_mib or 0)}" for g in s.gpus if g.index in busy
+                    ),
+                    holders="; ".join(f"{p} {c}" for p, c in foreign.items()) or "unknown",
+                    ours_killed=len(ours) or None,
+                )
+            if time.monotonic() >= deadline:
+                who = ", ".join(f"{p} {c}" for p, c in foreign.items()) or "unknown holders"
+                return (
+                    f"GPUs {busy} still hold memory after {self.cfg.reclaim_timeout_s:g} s ({who})"
+                )
+            await asyncio.sleep(min(self.cfg.sample_interval_s, 0.5))
+
+
+def _holders(s: GpuSample, busy: list[int]) -> dict[int, str]:
+    """pid -> command line of processes holding the busy GPUs: NVML's process list (a hint,
+    may be empty inside a container) plus whoever has /dev/nvidia* open (the `fuser` way)."""
+    pids: set[int] = set()
+    for g in s.gpus:
+        if g.index in busy and g.pids:
+            pids |= set(g.pids)
+    with contextlib.suppress(Exception):
+        from watchdog.probes.nvml import processes_using_nvidia_devices
+
+        pids |= set(processes_using_nvidia_devices())
+    out: dict[int, str] = {}
+    for pid in sorted(pids):
+        try:
+            out[pid] = " ".join(psutil.Process(pid).cmdline())[:120] or "?"
+        except psutil.Error:
+            continue
+    return out
+
+
+def _history_len(cfg: GpusConfig) -> int:
+    """Keep about the last five minutes of samples for incident bundles (SPEC §10)."""
+    return max(10, min(600, int(300 / max(cfg.sample_interval_s, 0.01))))

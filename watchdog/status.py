@@ -1,0 +1,135 @@
+"""PURE: the status object of SPEC §7 and the one-line STATUS= text of SPEC §11."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from watchdog.health import is_in_use
+from watchdog.policy import Snapshot, State
+from watchdog.samples import GpuSample, ProgressReading
+
+
+@dataclass(frozen=True, slots=True)
+class StatusInputs:
+    snap: Snapshot
+    now: float
+    job_name: str
+    command: Sequence[str]
+    gpu_sample: GpuSample | None
+    gpus_expected: bool
+    idle_below_mib: float
+    progress: ProgressReading | None
+    last_progress_at: float | None
+    host_warnings: frozenset[str]
+    incident: str | None
+    daemon_pid: int
+    daemon_started_at: float
+    version: str
+    log_file: str
+
+
+def build_status(i: StatusInputs) -> dict[str, Any]:
+    snap = i.snap
+    reasons = sorted(snap.firing | i.host_warnings)
+    next_in = None if snap.next_restart_at is None else max(0.0, snap.next_restart_at - i.now)
+    return {
+        "state": snap.state.value,
+        "healthy": snap.state is State.RUNNING,
+        "reasons": reasons,
+        "job": {
+            "name": i.job_name,
+            "pid": snap.pid,
+            "uptime_s": None
+            if snap.spawned_at is None or snap.pid is None
+            else round(i.now - snap.spawned_at, 1),
+            "command": list(i.command),
+            "log_file": i.log_file,
+            "last_exit": _last_exit(snap),
+        },
+        "gpus": _gpus(i),
+        "gpus_unverified": _gpus_unverified(i),
+        "progress": {
+            "tokens_per_s": i.progress.tokens_per_s if i.progress else None,
+            "step": i.progress.step if i.progress else None,
+            "last_progress_age_s": None
+            if i.last_progress_at is None
+            else round(i.now - i.last_progress_at, 1),
+        },
+        "restarts": {
+            "total": snap.restarts_total,
+            "in_window": snap.restarts_in_window,
+            "last_reason": snap.last_reason,
+            "next_restart_in_s": None if next_in is None else round(next_in, 1),
+            "consecutive_failures": snap.consecutive_failures,
+        },
+        "paused": snap.paused,
+        "incident": i.incident,
+        "daemon": {
+            "pid": i.daemon_pid,
+            "version": i.version,
+            "uptime_s": round(i.now - i.daemon_started_at, 1),
+        },
+    }
+
+
+def _last_exit(snap: Snapshot) -> dict[str, int | None] | None:
+    if snap.last_exit is None:
+        return None
+    return {"exit_code": snap.last_exit[0], "signal": snap.last_exit[1]}
+
+
+def _gpus(i: StatusInputs) -> list[dict[str, Any]]:
+    if i.gpu_sample is None or not i.gpu_sample.available:
+        return []
+    return [
+        {
+            "index": g.index,
+            "uuid": g.uuid,
+            "name": g.name,
+            "used_mib": None if g.used_mib is None else round(g.used_mib),
+            "total_mib": None if g.total_mib is None else round(g.total_mib),
+            "util_pct": g.util_pct,
+            "idle": None if g.used_mib is None else not is_in_use(g, i.idle_below_mib),
+            "memory_api": g.memory_api,
+            "lost": g.lost,
+            "error": g.error,
+        }
+        for g in i.gpu_sample.gpus
+    ]
+
+
+def _gpus_unverified(i: StatusInputs) -> str | None:
+    """Why the GPU part of health is unknown (SPEC §4: 'GPUs unverified: <reason>'), or None."""
+    if not i.gpus_expected:
+        return None
+    s = i.gpu_sample
+    if s is None:
+        return "no GPU sample yet"
+    if not s.available:
+        return s.reason or "GPU probe unavailable"
+    if s.hung:
+        return s.reason or "GPU probe hung"
+    return None
+
+
+def status_line(st: dict[str, Any]) -> str:
+    """`running pid 4182 · 8/8 GPUs · 9,012 tok/s · restarts 2` (SPEC §11)."""
+    parts = [st["state"]]
+    if st["job"]["pid"] is not None:
+        parts[0] += f" pid {st['job']['pid']}"
+    gpus = st["gpus"]
+    if st.get("gpus_unverified"):
+        parts.append("GPUs unverified")
+    elif gpus:
+        busy = sum(1 for g in gpus if g["idle"] is False)
+        parts.append(f"{busy}/{len(gpus)} GPUs")
+    tps = st["progress"]["tokens_per_s"]
+    if tps is not None:
+        parts.append(f"{tps:,.0f} tok/s")
+    parts.append(f"restarts {st['restarts']['total']}")
+    nxt = st["restarts"]["next_restart_in_s"]
+    if nxt is not None:
+        parts.append(f"next start in {nxt:.0f}s")
+    return " · ".join(parts)
