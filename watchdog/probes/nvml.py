@@ -1,0 +1,422 @@
+"""GPU probe over NVML: the only module that imports `pynvml`; NVML errors are translated here.
+
+What it reads, per selected GPU: index, UUID, name, used/total memory, utilization, and the
+compute process list where the driver gives it (a hint only: drivers before 535.113 report host
+PIDs inside a container, so nothing may depend on it). Memory comes from memory-info **v2**,
+whose `used` excludes driver-reserved memory (v1's `used` reads 0.1-1 GiB on an idle GPU); on a
+driver without v2 the probe falls back to v1 for that device and says so (`memory_api="v1"`).
+
+Errors become data, never exceptions: `GPU_IS_LOST` (and `RESET_REQUIRED`) -> a reading with
+`lost=True`; any other per-call error (`NOT_SUPPORTED`, `NO_PERMISSION`, ...) -> that value is
+None and `error` says why; no library, no driver, or a library/driver version mismatch -> the
+whole sample is *unavailable* with a reason, and the next `sample()` tries `nvmlInit` again
+(a driver loaded after the daemon started is picked up).
+
+Why one dedicated daemon thread, fed by a queue, runs every NVML call:
+- NVML calls can block for ever in the kernel when the driver is wedged; the asyncio loop must
+  never make such a call itself. `sample()` awaits the worker's answer under a deadline.
+- ctypes releases the GIL during the foreign call, so a thread stuck inside NVML does not stall
+  the interpreter, and a daemon thread does not keep the process from exiting.
+- A stuck call can never be cancelled. While it is stuck no new call is issued: every later
+  `sample()` answers `hung=True` at once, so at most one thread is ever stuck (a thread per call
+  would pile up). When the call returns, the next `sample()` reads again: the probe recovers.
+- A helper process would cost a fork or IPC round trip per sample and an abandoned process to
+  reap; NVML's own state (one session, cached handles) also wants a single owner.
+The first `nvmlInit` can take seconds on a real host, so it runs under its own, longer deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import pynvml
+
+from watchdog.samples import GpuReading, GpuSample
+
+_T = TypeVar("_T")
+_MIB = 1024 * 1024
+_CLOSE_WAIT_S = 0.5  # close() waits this long at most for nvmlShutdown, then gives up
+
+_ERROR_NAMES: dict[int, str] = {
+    value: name.removeprefix("NVML_ERROR_")
+    for name, value in vars(pynvml).items()
+    if name.startswith("NVML_ERROR_") and isinstance(value, int)
+}
+# Drivers without memory-info v2: the symbol is missing (pynvml raises FUNCTION_NOT_FOUND), or
+# the driver rejects the call or its struct version.
+_V2_MISSING = frozenset(
+    {
+        pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+        pynvml.NVML_ERROR_NOT_SUPPORTED,
+        pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+    }
+)
+# The device is gone until the host resets it: restarting the job cannot help.
+_LOST = frozenset({pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_RESET_REQUIRED})
+# The session itself is broken (driver unloaded or upgraded under us): nothing can be read.
+_SESSION_BROKEN = frozenset(
+    {
+        pynvml.NVML_ERROR_UNINITIALIZED,
+        pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
+        pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+    }
+)
+_NOT_FOUND = frozenset({pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT})
+
+_INIT_REASONS: dict[int, str] = {
+    pynvml.NVML_ERROR_LIBRARY_NOT_FOUND: (
+        "NVML library libnvidia-ml.so.1 not found (no NVIDIA driver on this host or container)"
+    ),
+    pynvml.NVML_ERROR_DRIVER_NOT_LOADED: "NVIDIA driver not loaded (nvmlInit: DRIVER_NOT_LOADED)",
+    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH: (
+        "NVML library and kernel driver versions differ (driver upgraded? restart watchdogd)"
+    ),
+    pynvml.NVML_ERROR_NO_PERMISSION: "no permission to open the NVIDIA devices (NO_PERMISSION)",
+}
+
+
+def _code(error: pynvml.NVMLError) -> int:
+    return int(error.value)
+
+
+def _error_name(error: pynvml.NVMLError) -> str:
+    return _ERROR_NAMES.get(_code(error), f"NVML error {_code(error)}")
+
+
+class _Unavailable(Exception):
+    """NVML as a whole cannot be read; the message is the reason shown to operators."""
+
+
+class _Lost(Exception):
+    """The device answered GPU_IS_LOST or RESET_REQUIRED."""
+
+
+@dataclass(slots=True)
+class _Device:
+    """One selected GPU as the session knows it (worker thread only)."""
+
+    key: int | str  # as selected: an index or a UUID
+    index: int
+    uuid: str
+    name: str = ""
+    handle: Any = None  # None: not resolved yet (not found, or lost at resolve time)
+    found: bool = True
+    identified: bool = False
+    memory_api: str = "v2"
+
+
+class _Session:
+    """The NVML session. Every method runs on the worker thread, one at a time."""
+
+    def __init__(self, devices: Literal["all"] | tuple[int | str, ...]) -> None:
+        self._selection = devices
+        self._devices: list[_Device] = []
+        self.initialized = False  # read by the event loop only to pick a deadline
+        # (call name, GPU, monotonic start) of the NVML call in progress, for hung reasons.
+        self.current: tuple[str, int | str | None, float] | None = None
+
+    def _call(self, gpu: int | str | None, fn: Callable[..., _T], *args: Any, **kw: Any) -> _T:
+        self.current = (fn.__name__, gpu, time.monotonic())
+        try:
+            return fn(*args, **kw)
+        finally:
+            self.current = None
+
+    def sample(self) -> GpuSample:
+        """One pass: (re)initialize if needed, then read every selected GPU."""
+        try:
+            if not self.initialized:
+                self._open()
+            return GpuSample(available=True, gpus=tuple(self._read(d) for d in self._devices))
+        except _Unavailable as exc:
+            self.close()
+            return GpuSample(available=False, reason=str(exc))
+
+    def close(self) -> None:
+        if not self.initialized:
+            return
+        self.initialized = False
+        # Best effort at the end of a session: a failing shutdown leaves nothing to undo.
+        with contextlib.suppress(pynvml.NVMLError):
+            self._call(None, pynvml.nvmlShutdown)
+
+    def _open(self) -> None:
+        try:
+            self._call(None, pynvml.nvmlInit)
+        except pynvml.NVMLError as exc:
+            raise _Unavailable(
+                _INIT_REASONS.get(_code(exc), f"nvmlInit failed: {_error_name(exc)}")
+            ) from exc
+        self.initialized = True
+        if self._selection == "all":
+            count = self._global(pynvml.nvmlDeviceGetCount)
+            self._devices = [_Device(key=i, index=i, uuid="") for i in range(count)]
+        else:
+            self._devices = [
+                _Device(
+                    key=k,
+                    index=k if isinstance(k, int) else -1,
+                    uuid=k if isinstance(k, str) else "",
+                )
+                for k in self._selection
+            ]
+
+    def _global(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """A call about no device in particular: any error means NVML is unusable."""
+        try:
+            return self._call(None, fn, *args)
+        except pynvml.NVMLError as exc:
+            raise _Unavailable(f"{fn.__name__}: {_error_name(exc)}") from exc
+
+    def _device_call(self, dev: _Device, fn: Callable[..., _T], *args: Any, **kw: Any) -> _T:
+        """A call about one device: lost and session-wide errors are raised as ours."""
+        try:
+            return self._call(dev.key, fn, *args, **kw)
+        except pynvml.NVMLError as exc:
+            if _code(exc) in _LOST:
+                raise _Lost(_error_name(exc)) from exc
+            if _code(exc) in _SESSION_BROKEN:
+                raise _Unavailable(f"{fn.__name__} on GPU {dev.key}: {_error_name(exc)}") from exc
+            raise
+
+    def _resolve(self, dev: _Device) -> None:
+        """Get the device's handle; NVML handles stay valid for the whole session."""
+        if isinstance(dev.key, int):
+            find: Callable[..., Any] = pynvml.nvmlDeviceGetHandleByIndex
+        else:
+            find = pynvml.nvmlDeviceGetHandleByUUID
+        try:
+            dev.handle = self._device_call(dev, find, dev.key)
+        except pynvml.NVMLError as exc:
+            if _code(exc) not in _NOT_FOUND:
+                raise
+            dev.found = False
+
+    def _identify(self, dev: _Device) -> None:
+        h = dev.handle
+        dev.index = self._device_call(dev, pynvml.nvmlDeviceGetIndex, h)
+        dev.uuid = self._device_call(dev, pynvml.nvmlDeviceGetUUID, h)
+        dev.name = self._device_call(dev, pynvml.nvmlDeviceGetName, h)
+        dev.identified = True
+
+    def _read(self, dev: _Device) -> GpuReading:
+        try:
+            if dev.handle is None:
+                self._resolve(dev)
+                if dev.handle is None:
+                    return self._missing(dev, error="not found")
+            if not dev.identified:
+                self._identify(dev)
+            return self._read_values(dev)
+        except _Lost as exc:
+            return self._missing(dev, error=str(exc), lost=True)
+        except pynvml.NVMLError as exc:  # resolving or identifying failed another way
+            return self._missing(dev, error=_error_name(exc))
+
+    def _missing(self, dev: _Device, *, error: str, lost: bool = False) -> GpuReading:
+        return GpuReading(
+            index=dev.index,
+            uuid=dev.uuid,
+            name=dev.name,
+            used_mib=None,
+            total_mib=None,
+            util_pct=None,
+            memory_api=dev.memory_api,
+            error=error,
+            lost=lost,
+        )
+
+    def _read_values(self, dev: _Device) -> GpuReading:
+        errors: list[str] = []
+        used_mib: float | None = None
+        total_mib: float | None = None
+        util_pct: int | None = None
+        try:
+            used_mib, total_mib = self._memory(dev)
+        except pynvml.NVMLError as exc:
+            errors.append(f"memory: {_error_name(exc)}")
+        try:
+            util_pct = int(
+                self._device_call(dev, pynvml.nvmlDeviceGetUtilizationRates, dev.handle).gpu
+            )
+        except pynvml.NVMLError as exc:
+            errors.append(f"utilization: {_error_name(exc)}")
+        return GpuReading(
+            index=dev.index,
+            uuid=dev.uuid,
+            name=dev.name,
+            used_mib=used_mib,
+            total_mib=total_mib,
+            util_pct=util_pct,
+            memory_api=dev.memory_api,
+            pids=self._pids(dev),
+            error="; ".join(errors) or None,
+        )
+
+    def _memory(self, dev: _Device) -> tuple[float, float]:
+        get = pynvml.nvmlDeviceGetMemoryInfo
+        if dev.memory_api == "v2":
+            try:
+                mem = self._device_call(dev, get, dev.handle, version=pynvml.nvmlMemory_v2)
+                return mem.used / _MIB, mem.total / _MIB
+            except pynvml.NVMLError as exc:
+                if _code(exc) not in _V2_MISSING:
+                    raise
+                dev.memory_api = "v1"  # for the rest of the session: the driver will not change
+        mem = self._device_call(dev, get, dev.handle)
+        return mem.used / _MIB, mem.total / _MIB
+
+    def _pids(self, dev: _Device) -> tuple[int, ...] | None:
+        """The compute processes, or None where the driver does not say (a hint only)."""
+        try:
+            procs = self._device_call(dev, pynvml.nvmlDeviceGetComputeRunningProcesses, dev.handle)
+        except (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError):
+            # Not an NVMLError subclass: pynvml raises it when the driver lacks the _v3 call.
+            return None
+        return tuple(sorted({int(p.pid) for p in procs}))
+
+
+class _Worker:
+    """One daemon thread running jobs from a queue, one at a time."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[
+            tuple[Callable[[], Any], concurrent.futures.Future[Any]] | None
+        ] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="nvml-probe", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], _T]) -> concurrent.futures.Future[_T]:
+        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+        self._jobs.put((fn, future))
+        return future
+
+    def stop(self) -> None:
+        """Ask the thread to end after its queued jobs; it may be stuck, so do not join."""
+        self._jobs.put(None)
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fn, future = job
+            if not future.set_running_or_notify_cancel():
+                continue  # the caller gave up before the job started
+            try:
+                future.set_result(fn())
+            except Exception as exc:  # a bug in a job: hand it to the awaiting caller
+                future.set_exception(exc)
+
+
+class NvmlProbe:
+    """Samples the selected GPUs through NVML, every call under a deadline off the event loop.
+
+    `devices` is "all" or a tuple of indices and/or UUIDs. A selected device that does not
+    exist reads as used_mib None with error "not found" (index -1 when selected by UUID).
+    `call_timeout_s` bounds one pass over the GPUs; a pass that (re)initializes NVML gets
+    `init_timeout_s` more.
+    """
+
+    def __init__(
+        self,
+        devices: Literal["all"] | tuple[int | str, ...],
+        *,
+        call_timeout_s: float = 5.0,
+        init_timeout_s: float = 30.0,
+    ) -> None:
+        self._session = _Session(devices)
+        self._call_timeout_s = call_timeout_s
+        self._init_timeout_s = init_timeout_s
+        self._worker: _Worker | None = None
+        self._inflight: concurrent.futures.Future[GpuSample] | None = None
+        self._lock: asyncio.Lock | None = None
+        self._closed = False
+
+    async def start(self) -> GpuSample:
+        """Initialize NVML under the init deadline; the first sample, or unavailable/hung."""
+        return await self.sample()
+
+    async def sample(self) -> GpuSample:
+        """One pass over the selected GPUs (initializing NVML first if it is not)."""
+        if self._closed:
+            raise RuntimeError("NvmlProbe is closed")
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:  # one pass at a time: a second caller waits, it does not pile on
+            return await self._sample_once()
+
+    async def _sample_once(self) -> GpuSample:
+        if self._inflight is not None and not self._inflight.done():
+            return self._hung(None)  # the last call is still stuck: issue nothing new
+        if self._worker is None:
+            self._worker = _Worker()
+        deadline_s = self._call_timeout_s
+        if not self._session.initialized:
+            deadline_s += self._init_timeout_s
+        self._inflight = self._worker.submit(self._session.sample)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(self._inflight), deadline_s)
+        except TimeoutError:
+            return self._hung(deadline_s)
+
+    def _hung(self, deadline_s: float | None) -> GpuSample:
+        current = self._session.current
+        if current is None:
+            what = "the NVML probe has not answered"
+        else:
+            name, gpu, started_at = current
+            where = "" if gpu is None else f" (GPU {gpu})"
+            what = f"{name}{where} has not returned for {time.monotonic() - started_at:.1f} s"
+        if deadline_s is not None:
+            what += f" (deadline {deadline_s:g} s)"
+        return GpuSample(available=self._session.initialized, hung=True, reason=what)
+
+    def close(self) -> None:
+        """Best-effort nvmlShutdown on the worker; never waits on a stuck call."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._worker is None:
+            return
+        shutdown = self._worker.submit(self._session.close)
+        if self._inflight is None or self._inflight.done():
+            with contextlib.suppress(concurrent.futures.TimeoutError):
+                shutdown.result(timeout=_CLOSE_WAIT_S)
+        self._worker.stop()
+
+
+def processes_using_nvidia_devices(prefix: str = "/dev/nvidia") -> dict[int, list[str]]:
+    """pid -> the device paths (starting with `prefix`) it holds open, as `fuser` finds them.
+
+    This finds orphans holding GPU memory even where NVML's process list is empty (drivers
+    before 535.113 in a container). Processes that vanish or deny access are skipped.
+    """
+    found: dict[int, list[str]] = {}
+    with os.scandir("/proc") as entries:
+        pids = [int(e.name) for e in entries if e.name.isdigit()]
+    for pid in pids:
+        try:
+            paths = _open_paths(pid, prefix)
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue  # the process exited, or is not ours to inspect
+        if paths:
+            found[pid] = sorted(paths)
+    return found
+
+
+def _open_paths(pid: int, prefix: str) -> set[str]:
+    paths: set[str] = set()
+    with os.scandir(f"/proc/{pid}/fd") as fds:
+        for fd in fds:
+            with contextlib.suppress(FileNotFoundError):  # closed while we looked
+                target = os.readlink(fd.path)
+                if target.startswith(prefix):
+                    paths.add(target)
+    return paths
