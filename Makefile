@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 FAKE_NVML := tests/fake_nvml/build/libnvidia-ml.so.1
 DEMO := $(CURDIR)/.demo
 
-.PHONY: all demo test test-fast lint fmt fake-nvml bench bench-quick clean
+.PHONY: all demo test lint fmt fake-nvml venv clean
 
 all: test
 
@@ -47,3 +47,4 @@ clean:
 	$(MAKE) -s -C tests/fake_nvml clean
 
 -include mk/install.mk
+-include mk/bench.mk

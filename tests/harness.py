@@ -77,11 +77,20 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 class Daemon:
-    def __init__(self, tmp: pathlib.Path, cfg: dict[str, Any], env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        tmp: pathlib.Path,
+        cfg: dict[str, Any],
+        env: dict[str, str] | None = None,
+        config_path: pathlib.Path | None = None,
+    ):
+        """Write `cfg` to tmp/watchdog.yaml, or use an existing `config_path` (whose socket and
+        state_dir are given in `cfg`, as absolute paths)."""
         self.tmp = tmp
         self.cfg = cfg
-        self.config_path = tmp / "watchdog.yaml"
-        self.config_path.write_text(yaml.safe_dump(cfg))
+        self.config_path = config_path or tmp / "watchdog.yaml"
+        if config_path is None:
+            self.config_path.write_text(yaml.safe_dump(cfg))
         self.socket = cfg["control"]["socket"]
         self.state_dir = pathlib.Path(cfg["state_dir"])
         self.env = {**os.environ, **(env or {})}
