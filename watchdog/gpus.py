@@ -158,10 +158,12 @@ def _holders(s: GpuSample, busy: list[int]) -> dict[int, str]:
     for g in s.gpus:
         if g.index in busy and g.pids:
             pids |= set(g.pids)
-    with contextlib.suppress(Exception):
-        from watchdog.probes.nvml import processes_using_nvidia_devices
+    from watchdog.probes.nvml import processes_using_nvidia_devices
 
+    try:
         pids |= set(processes_using_nvidia_devices())
+    except OSError:  # /proc unreadable: NVML's list is all we have
+        pass
     out: dict[int, str] = {}
     for pid in sorted(pids):
         try:
