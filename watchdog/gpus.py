@@ -160,10 +160,8 @@ def _holders(s: GpuSample, busy: list[int]) -> dict[int, str]:
             pids |= set(g.pids)
     from watchdog.probes.nvml import processes_using_nvidia_devices
 
-    try:
+    with contextlib.suppress(OSError):  # /proc unreadable: NVML's list is all we have
         pids |= set(processes_using_nvidia_devices())
-    except OSError:  # /proc unreadable: NVML's list is all we have
-        pass
     out: dict[int, str] = {}
     for pid in sorted(pids):
         try:

@@ -5,7 +5,10 @@ and asks `assess(now)`. The verdict feeds `policy.HealthAssessed`.
 
 The startup window ends the first time the child is healthy (GPUs in use and a progress line);
 `gpus_idle` and `stalled` only count after that. A job that never gets there is the core's
-`startup_timeout`.
+`startup_timeout`. `stalled` counts from the last progress line the daemon saw (the `now` of the
+`progress()` call), never from a timestamp the job printed: a job's clock is not evidence.
+`throughput_low` compares each reading with the median of the normal ones before it, once there
+are `min_median_readings` of them.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ class HealthConfig:
     min_fraction: float | None = 0.3
     low_for_s: float = 300.0
     median_window: int = 200  # how many normal readings the rolling median remembers
+    # A median of one or two readings is noise (warm-up steps, the first step after a compile):
+    # min_fraction judges nothing until this many normal readings were seen.
+    min_median_readings: int = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +63,11 @@ def gpu_part(sample: GpuSample | None, idle_below_mib: float) -> tuple[GpuPart, 
     if len(in_use) == len(known):
         return "in_use", None
     return ("idle", None) if not in_use else ("partial", None)
+
+
+def _num(value: float) -> str:
+    # Evidence values are text (they travel in events); no exponent notation for an operator.
+    return str(round(value, 3))
 
 
 def is_in_use(g: GpuReading, idle_below_mib: float) -> bool:
@@ -111,7 +122,10 @@ class HealthMonitor:
 
     @property
     def median_tokens_per_s(self) -> float | None:
-        return statistics.median(self._normal_tps) if self._normal_tps else None
+        """The rolling median of normal readings, once there are enough to mean anything."""
+        if len(self._normal_tps) < max(self._cfg.min_median_readings, 1):
+            return None
+        return statistics.median(self._normal_tps)
 
     def assess(self, now: float) -> Verdict:
         cfg = self._cfg
@@ -122,21 +136,18 @@ class HealthMonitor:
         healthy_now = gpus_ok and self._first_progress_at is not None
         if healthy_now:
             self._started = True
-        firing: set[str] = set()
+        # Evidence keys are distinct per detector: the core sends them all with each
+        # detector_fired event, so a shared key would let one detector's value mask another's.
         evidence: dict[str, str] = {}
-        if self._started and cfg.expect_gpus and self._idle_run >= cfg.idle_samples:
-            firing.add("gpus_idle")
-            evidence["gpus_used_mib"] = self._gpu_summary()
-            evidence["idle_samples"] = str(self._idle_run)
-        last = self._last_progress_at
-        if last is not None and now - last >= cfg.stall_after_s:
-            firing.add("stalled")
-            evidence["last_progress_age_s"] = f"{now - last:.1f}"
-        if self._low_since is not None and now - self._low_since >= cfg.low_for_s:
-            firing.add("throughput_low")
-            tps = self._last.tokens_per_s if self._last else None
-            evidence["tokens_per_s"] = f"{tps}"
-            evidence["median_tokens_per_s"] = f"{self.median_tokens_per_s}"
+        firing: set[str] = set()
+        for reason, found in (
+            ("gpus_idle", self._gpus_idle_evidence()),
+            ("stalled", self._stalled_evidence(now)),
+            ("throughput_low", self._throughput_low_evidence(now)),
+        ):
+            if found is not None:
+                firing.add(reason)
+                evidence.update(found)
         return Verdict(
             healthy=healthy_now and not firing,
             firing=frozenset(firing),
@@ -144,6 +155,43 @@ class HealthMonitor:
             gpu_part=part,
             gpu_reason=why,
         )
+
+    def _gpus_idle_evidence(self) -> dict[str, str] | None:
+        cfg = self._cfg
+        if not (self._started and cfg.expect_gpus and self._idle_run >= cfg.idle_samples):
+            return None
+        return {
+            "gpus_used_mib": self._gpu_summary(),
+            "idle_samples": str(self._idle_run),
+            "idle_below_mib": _num(cfg.idle_below_mib),
+        }
+
+    def _stalled_evidence(self, now: float) -> dict[str, str] | None:
+        last = self._last_progress_at
+        if last is None or now - last < self._cfg.stall_after_s:
+            return None
+        found = {
+            "last_progress_age_s": f"{now - last:.1f}",
+            "stall_after_s": _num(self._cfg.stall_after_s),
+        }
+        if self._last is not None and self._last.step is not None:
+            found["last_step"] = str(self._last.step)
+        return found
+
+    def _throughput_low_evidence(self, now: float) -> dict[str, str] | None:
+        since = self._low_since
+        if since is None or now - since < self._cfg.low_for_s:
+            return None
+        found = {"below_floor_for_s": f"{now - since:.1f}", "low_for_s": _num(self._cfg.low_for_s)}
+        tps = self._last.tokens_per_s if self._last is not None else None
+        for key, value in (
+            ("tokens_per_s", tps),
+            ("median_tokens_per_s", self.median_tokens_per_s),
+            ("floor_tokens_per_s", self._floor()),
+        ):
+            if value is not None:  # a missing value is left out, never written as "None"
+                found[key] = _num(value)
+        return found
 
     # ---------------------------------------------------------------------- helpers
 
@@ -156,14 +204,20 @@ class HealthMonitor:
             return part in ("idle", "partial")
         return part == "idle"
 
-    def _below_floor(self, tps: float) -> bool:
+    def _floor(self) -> float | None:
+        """tokens/s below which a reading is low: the higher of the absolute and relative floors."""
         cfg = self._cfg
-        if cfg.min_tokens_per_s is not None and tps < cfg.min_tokens_per_s:
-            return True
         median = self.median_tokens_per_s
-        return (
-            cfg.min_fraction is not None and median is not None and tps < cfg.min_fraction * median
-        )
+        floors = [
+            cfg.min_tokens_per_s,
+            None if cfg.min_fraction is None or median is None else cfg.min_fraction * median,
+        ]
+        known = [f for f in floors if f is not None]
+        return max(known) if known else None
+
+    def _below_floor(self, tps: float) -> bool:
+        floor = self._floor()
+        return floor is not None and tps < floor
 
     def _gpu_summary(self) -> str:
         if self._gpu is None:

@@ -2,7 +2,8 @@
 """A simulated training job for the GPU tests: holds memory on simulated GPUs through the NVML
 stand-in's state folder ($FAKE_NVML_DIR/procs/<pid>) and prints progress lines.
 
-  gpujob.py [--gpus 0,1,...] [--mib N] [--free-after S] [--drop-gpu I --drop-after S] [--exit-after S]
+  gpujob.py [--gpus 0,1,...] [--mib N] [--free-after S] [--drop-gpu I --drop-after S]
+            [--exit-after S] [--no-progress]
 """
 
 import argparse
