@@ -265,3 +265,22 @@ def test_base_config_is_valid(tmp_path: pathlib.Path) -> None:
         timeout=30,
     )
     assert r.returncode == 0, r.stderr
+
+
+def test_stop_during_a_long_pre_start_cancels_it_and_leaves_nothing(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """A stop while pre_start still runs cancels the start at once and kills the pre_start."""
+    flag = tmp_path / "pre.pid"
+    pre = write_script(tmp_path / "pre.py", f"""
+        import os, time
+        open({str(flag)!r}, "w").write(str(os.getpid()))
+        time.sleep(60)
+    """)
+    d = make_daemon([sleeper(tmp_path)], {"job": {"pre_start": [[pre]]}})
+    pre_pid = int(wait_until(lambda: flag.exists() and flag.read_text(), 10, "pre_start"))
+    rc, _, err = d.ctl("stop", timeout=15)
+    assert rc == 0, err
+    assert d.status()["state"] == "stopped"
+    wait_until(lambda: not _alive(pre_pid), 5, "the pre_start command to be gone")
+    assert not any(e["event"] == "child_spawned" for e in d.events())

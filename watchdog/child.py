@@ -209,6 +209,10 @@ async def run_command(
     reader = asyncio.get_running_loop().run_in_executor(None, _read_all, r_fd, output)
     try:
         status = await asyncio.wait_for(asyncio.shield(done), timeout_s)
+    except asyncio.CancelledError:
+        with contextlib.suppress(ProcessLookupError):  # never leave a helper behind
+            os.killpg(proc.pid, signal.SIGKILL)
+        raise
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)

@@ -21,7 +21,17 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from watchdog import __version__, child, config, health, incident, policy, status
+from watchdog import (
+    __version__,
+    child,
+    config,
+    goodput,
+    health,
+    incident,
+    metrics,
+    policy,
+    status,
+)
 from watchdog.control import ControlServer
 from watchdog.gpus import GpuWatch
 from watchdog.logs import EventLog, configure_structlog, write_atomic
@@ -29,6 +39,7 @@ from watchdog.notify import Notifier
 from watchdog.probes.progress import LogFollower, tail_lines
 
 EX_CONFIG = 78
+GOODPUT_SAVE_EVERY_S = 10.0  # issue 8: persist goodput at most this often, and at exit
 HOOK_EVENTS = frozenset({"restart_scheduled", "fatal", "gpu_lost"})
 
 
@@ -80,14 +91,22 @@ class Daemon:
         self.incident_path: str | None = None
         self._pending_incident: str | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._start_task: asyncio.Task[None] | None = None
         self._done: asyncio.Future[None] = self.loop.create_future()
         self._changed = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.events.add_hook(self._on_event_hook)
+        # issue 8: goodput accounting and the metrics endpoint
+        self.goodput = self._load_goodput()
+        self._goodput_saved_at = time.monotonic()
+        self.metrics_server: metrics.MetricsServer | None = None
 
     # -------------------------------------------------------------------- running
 
     async def run(self) -> int:
+        if (why := await self._start_metrics()) is not None:
+            print(f"watchdogd: {why}", file=sys.stderr)
+            return 1
         self._adopt_previous_tree()
         child.make_subreaper()
         self.reaper.install()
@@ -106,8 +125,12 @@ class Daemon:
         ticker.cancel()
         pinger.cancel()
         await self.control.close()
+        if self.metrics_server is not None:
+            await self.metrics_server.close()
         self.gpus.close()
         self._save_state(None)
+        self._account()
+        self._save_goodput()
         self.emit("daemon_stopped")
         return 0
 
@@ -116,7 +139,9 @@ class Daemon:
         actions = self.core.handle(event, time.monotonic())
         for action in actions:
             self._execute(action)
+        self._cancel_start_if_stopping()
         self._arm_timer()
+        self._account()
         self._changed.set()
         self._changed = asyncio.Event()
         return actions
@@ -130,7 +155,7 @@ class Daemon:
                     self._pending_incident = None
                 self.emit(name, **fields, **extra)
             case policy.SpawnChild(attempt=attempt):
-                self._spawn_task(self._start(attempt))
+                self._start_task = self._spawn_task(self._start(attempt))
             case policy.KillTree():
                 self._spawn_task(self._stop(action))
             case policy.Exit():
@@ -138,6 +163,17 @@ class Daemon:
                     self._done.set_result(None)
             case policy.Refuse():
                 pass  # the caller (control server) reads it from dispatch()'s return value
+
+    def _cancel_start_if_stopping(self) -> None:
+        """A stop that arrives while a start still waits for GPUs or pre_start need not wait for
+        it: cancel the start (before the spawn; the spawn itself never awaits)."""
+        task = self._start_task
+        if (
+            task is not None
+            and not task.done()
+            and self.core.snapshot().state is policy.State.STOPPING
+        ):
+            task.cancel()
 
     def _arm_timer(self) -> None:
         if self._timer is not None:
@@ -168,11 +204,21 @@ class Daemon:
     # -------------------------------------------------------------------- the job
 
     async def _start(self, attempt: int) -> None:
+        try:
+            failed = await self._prepare_start()
+        except asyncio.CancelledError:
+            failed = policy.SpawnFailed("cancelled", "stopped before the job was spawned")
+        if failed is not None:
+            self.dispatch(failed)
+        else:
+            self._spawn(attempt)
+
+    async def _prepare_start(self) -> policy.SpawnFailed | None:
+        """Drained GPUs, then pre_start (SPEC §4). Returns why the start fails, or None."""
         job = self.cfg.job
         why = await self.gpus.wait_drained(self._is_ours)
         if why is not None:
-            self.dispatch(policy.SpawnFailed("gpu_memory_held", why))
-            return
+            return policy.SpawnFailed("gpu_memory_held", why)
         for argv in job.pre_start:
             code, out = await child.run_command(
                 self.reaper,
@@ -182,12 +228,13 @@ class Daemon:
                 env=child.job_env(os.environ, job.env, self.token),
             )
             if code != 0:
-                self.dispatch(
-                    policy.SpawnFailed(
-                        "pre_start_failed", f"{' '.join(argv)}: exit {code}: {out[-2000:]}"
-                    )
-                )
-                return
+                detail = f"{' '.join(argv)}: exit {code}: {out[-2000:]}"
+                return policy.SpawnFailed("pre_start_failed", detail)
+        return None
+
+    def _spawn(self, attempt: int) -> None:
+        """Marker line, spawn, watch. Synchronous on purpose: a cancel can never split it."""
+        job = self.cfg.job
         try:
             log_fd = child.open_log(job.log_file)
         except OSError as e:
@@ -249,7 +296,8 @@ class Daemon:
                     "pid": snap.pid,
                     "firing": sorted(snap.firing),
                 },
-                log_path=self._progress_path(),
+                log_path=self.cfg.job.log_file,  # tracebacks land here even with progress.file
+                progress_path=self.cfg.progress.file,
                 gpu_samples=self.gpus.recent_as_dicts(),
                 pids=pids,
                 pyspy_timeout_s=self.cfg.incidents.pyspy_timeout_s,
@@ -297,6 +345,7 @@ class Daemon:
         if snap.pid is not None:
             v = self.monitor.assess(now)
             self.dispatch(policy.HealthAssessed(snap.pid, v.healthy, v.firing, v.evidence))
+        self._account()
         self.notifier.status(status.status_line(self.status()))
 
     async def _watchdog_loop(self) -> None:
@@ -328,6 +377,7 @@ class Daemon:
                 daemon_started_at=self.started_at,
                 version=__version__,
                 log_file=self.cfg.job.log_file,
+                goodput=self.goodput.totals(),
             )
         )
 
@@ -375,6 +425,52 @@ class Daemon:
         self.dispatch(policy.PolicyChanged(policy_of(new)))
         self.emit("config_reloaded", config=new.source)
         self.notifier.reloaded()
+        return None
+
+    # -------------------------------------------------------- goodput & metrics (issue 8)
+
+    def _account(self) -> None:
+        """Charge the time since the last call to the state the job was in (goodput.py)."""
+        now = time.monotonic()
+        snap = self.core.snapshot()
+        self.goodput.count_restarts(snap.restarts_total, snap.last_reason)
+        self.goodput.observe(snap.state.value, snap.firing, self.monitor.last_progress_at, now)
+        if now - self._goodput_saved_at >= GOODPUT_SAVE_EVERY_S:
+            self._save_goodput()
+
+    def _goodput_path(self) -> str:
+        return os.path.join(self.cfg.state_dir, "goodput.json")
+
+    def _save_goodput(self) -> None:
+        self._goodput_saved_at = time.monotonic()
+        try:
+            write_atomic(self._goodput_path(), json.dumps(self.goodput.to_json()) + "\n")
+        except OSError as e:
+            self.emit("state_write_failed", file="goodput.json", error=str(e))
+
+    def _load_goodput(self) -> goodput.Goodput:
+        """The totals of earlier daemons; time while no daemon ran is not counted."""
+        try:
+            with open(self._goodput_path()) as f:
+                return goodput.Goodput.from_json(json.load(f))
+        except FileNotFoundError:
+            return goodput.Goodput()
+        except (OSError, ValueError) as e:  # JSONDecodeError is a ValueError
+            self.emit("goodput_reset", error=str(e), file=self._goodput_path())
+            return goodput.Goodput()
+
+    async def _start_metrics(self) -> str | None:
+        """Serve metrics.listen (loopback unless configured otherwise); why not, or None."""
+        listen = self.cfg.metrics.listen
+        if listen is None:
+            return None
+        server = metrics.MetricsServer(listen, self.status)
+        try:
+            await server.start()
+        except OSError as e:
+            return f"metrics.listen {listen}: {e.strerror or e}"
+        self.metrics_server = server
+        self.emit("metrics_listening", addresses=server.addresses)
         return None
 
     # -------------------------------------------------------------------- state file
@@ -453,6 +549,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config.load_config(args.config)
     except config.ConfigError as e:
         print(f"watchdogd: {e}", file=sys.stderr)
+        return EX_CONFIG
+    if cfg.metrics.listen is not None and (why := metrics.missing_extra()) is not None:
+        print(f"watchdogd: metrics.listen: {why}", file=sys.stderr)
         return EX_CONFIG
     lock = _lock_state_dir(cfg.state_dir)
     if lock is None:
