@@ -26,6 +26,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import IO
 
 import psutil
 
@@ -141,10 +142,15 @@ def _session_of(pid: int) -> int | None:
 
 
 def job_env(base: Mapping[str, str], extra: Mapping[str, str], token: str) -> dict[str, str]:
-    env = {k: v for k, v in base.items() if not k.startswith("WATCHDOG_") and k not in _DROP_ENV}
+    env = helper_env(base)
     env.update(extra)
     env[INSTANCE_ENV] = token
     return env
+
+
+def helper_env(base: Mapping[str, str]) -> dict[str, str]:
+    """The daemon's environment minus what belongs to its own supervisor (for hooks)."""
+    return {k: v for k, v in base.items() if not k.startswith("WATCHDOG_") and k not in _DROP_ENV}
 
 
 def open_log(path: str) -> int:
@@ -201,12 +207,13 @@ async def run_command(
         return None, f"cannot run {argv[0]}: {e.strerror}"
     os.close(w_fd)
     done = reaper.watch(proc.pid)
+    loop = asyncio.get_running_loop()
     if stdin_data is not None and proc.stdin is not None:
-        with contextlib.suppress(OSError):
-            proc.stdin.write(stdin_data)
-        proc.stdin.close()
+        # In a thread: a command that never reads its stdin must not block the loop; the
+        # timeout's kill ends the write with EPIPE.
+        loop.run_in_executor(None, _feed, proc.stdin, stdin_data)
     output = bytearray()
-    reader = asyncio.get_running_loop().run_in_executor(None, _read_all, r_fd, output)
+    reader = loop.run_in_executor(None, _read_all, r_fd, output)
     try:
         status = await asyncio.wait_for(asyncio.shield(done), timeout_s)
     except asyncio.CancelledError:
@@ -224,6 +231,13 @@ async def run_command(
     await reader
     code = status.exit_code if status.signal is None else 128 + (status.signal or 0)
     return code, _tail(output)
+
+
+def _feed(pipe: IO[bytes], data: bytes) -> None:
+    with contextlib.suppress(OSError):
+        pipe.write(data)
+    with contextlib.suppress(OSError):
+        pipe.close()
 
 
 def _read_all(fd: int, out: bytearray) -> None:

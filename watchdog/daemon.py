@@ -290,12 +290,8 @@ class Daemon:
                 self.cfg.state_dir,
                 reason,
                 now_utc=datetime.now(UTC),
-                verdict={
-                    "reason": reason,
-                    "evidence": verdict.evidence,
-                    "pid": snap.pid,
-                    "firing": sorted(snap.firing),
-                },
+                # verdict.json holds {reason, time, evidence: <this>}
+                verdict={**verdict.evidence, "pid": snap.pid, "firing": sorted(snap.firing)},
                 log_path=self.cfg.job.log_file,  # tracebacks land here even with progress.file
                 progress_path=self.cfg.progress.file,
                 gpu_samples=self.gpus.recent_as_dicts(),
@@ -399,6 +395,7 @@ class Daemon:
             self.reaper,
             [hook],
             timeout_s=self.cfg.hooks.timeout_s,
+            env=child.helper_env(os.environ),
             stdin_data=json.dumps(record, default=str).encode() + b"\n",
         )
         if code != 0:

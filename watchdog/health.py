@@ -4,11 +4,11 @@ One `HealthMonitor` per child: the shell feeds it GPU samples and progress readi
 and asks `assess(now)`. The verdict feeds `policy.HealthAssessed`.
 
 The startup window ends the first time the child is healthy (GPUs in use and a progress line);
-`gpus_idle` and `stalled` only count after that. A job that never gets there is the core's
-`startup_timeout`. `stalled` counts from the last progress line the daemon saw (the `now` of the
-`progress()` call), never from a timestamp the job printed: a job's clock is not evidence.
-`throughput_low` compares each reading with the median of the normal ones before it, once there
-are `min_median_readings` of them.
+`gpus_idle` only counts after that, `stalled` after the first progress line (SPEC §4). A job that
+never gets there is the core's `startup_timeout`. `stalled` counts from the last progress line the
+daemon saw (the `now` of the `progress()` call), never from a timestamp the job printed: a job's
+clock is not evidence. `throughput_low` compares each reading with the median of the normal ones
+before it, once there are `min_median_readings` of them.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Written before a kill for `gpus_idle`, `stalled` or `startup_timeout`, into
 `<state_dir>/incidents/<UTC %Y%m%dT%H%M%SZ>-<reason>/`: verdict.json, log_tail.txt,
-gpu_samples.json, process_tree.txt, stacks.txt (py-spy), and errors.txt when a part failed.
+progress_tail.txt (when progress.file is set), gpu_samples.json, process_tree.txt, stacks.txt
+(py-spy), and errors.txt when a part failed.
 
 The kill must not wait on diagnostics: every part runs under a deadline (pyspy_timeout_s plus about
 a second in all), and trouble with one part is written down, never raised. Reading
@@ -91,29 +92,40 @@ def _to_json(value: object) -> str:
     return json.dumps(value, indent=2, default=str, ensure_ascii=False) + "\n"
 
 
+def _tail_text(path: str | None, errors: list[str], part: str) -> str:
+    """The last LOG_TAIL_LINES lines of `path` as text, or a note saying why there are none."""
+    if path is None:
+        return "(no log file configured)\n"
+    try:
+        lines = tail_lines(path, LOG_TAIL_LINES)
+    except OSError as exc:
+        errors.append(f"{part}: {exc}")
+        return f"({path}: unreadable: {exc})\n"
+    return "".join(f"{line}\n" for line in lines) if lines else f"({path}: empty)\n"
+
+
 def _write_static(
     folder: Path,
     reason: str,
     now_utc: datetime,
     verdict: Mapping[str, object],
-    log_path: str | None,
+    logs: tuple[str | None, str | None],
     gpu_samples: Sequence[Mapping[str, object]],
 ) -> list[str]:
-    """The parts known without looking at processes; returns what went wrong."""
+    """The parts known without looking at processes; returns what went wrong.
+
+    `logs` is (job log, progress file): a job that writes its own progress file has its
+    tracebacks in the job log and its training lines in the file, and both tell the story.
+    """
     errors: list[str] = []
     record = {"reason": reason, "time": now_utc.isoformat(), "evidence": dict(verdict)}
     _write(folder, "verdict.json", _to_json(record), errors)
     _write(folder, "gpu_samples.json", _to_json([dict(s) for s in gpu_samples]), errors)
-    if log_path is None:
-        tail = "(no log file configured)\n"
-    else:
-        try:
-            lines = tail_lines(log_path, LOG_TAIL_LINES)
-            tail = "".join(f"{line}\n" for line in lines) if lines else f"({log_path}: empty)\n"
-        except OSError as exc:
-            errors.append(f"log_tail.txt: {exc}")
-            tail = f"({log_path}: unreadable: {exc})\n"
-    _write(folder, "log_tail.txt", tail, errors)
+    log_path, progress_path = logs
+    _write(folder, "log_tail.txt", _tail_text(log_path, errors, "log_tail.txt"), errors)
+    if progress_path is not None and progress_path != log_path:
+        tail = _tail_text(progress_path, errors, "progress_tail.txt")
+        _write(folder, "progress_tail.txt", tail, errors)
     return errors
 
 
@@ -277,9 +289,12 @@ async def write_bundle(
     pids: Sequence[int],
     pyspy_timeout_s: float,
     keep: int,
+    progress_path: str | None = None,
 ) -> str:
     """Write an incident bundle, prune old ones, and return the bundle's path.
 
+    `log_path` is the job's log (log_tail.txt); `progress_path`, where the job writes its own
+    progress file (progress.file), is tailed into progress_tail.txt as well.
     Takes at most about pyspy_timeout_s + 1 s. Raises OSError only when the bundle folder itself
     cannot be created; any other failure is noted in errors.txt inside the bundle.
     """
@@ -289,7 +304,9 @@ async def write_bundle(
     errors: list[str] = []
     static = asyncio.create_task(
         _bounded(
-            lambda: _write_static(folder, reason, now_utc, verdict, log_path, gpu_samples),
+            lambda: _write_static(
+                folder, reason, now_utc, verdict, (log_path, progress_path), gpu_samples
+            ),
             hard_deadline - loop.time(),
             "verdict, log tail and GPU samples",
             errors,
