@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,7 @@ class StatusInputs:
     daemon_started_at: float
     version: str
     log_file: str
+    goodput: Mapping[str, Any] | None = None  # goodput.Goodput.totals() (issue 8)
 
 
 def build_status(i: StatusInputs) -> dict[str, Any]:
@@ -66,6 +67,7 @@ def build_status(i: StatusInputs) -> dict[str, Any]:
         },
         "paused": snap.paused,
         "incident": i.incident,
+        "goodput": None if i.goodput is None else dict(i.goodput),
         "daemon": {
             "pid": i.daemon_pid,
             "version": i.version,

@@ -1,0 +1,313 @@
+"""Prometheus exposition of the daemon's status (SPEC §6 `metrics.listen`, issue 8).
+
+Nothing is updated in the background: every scrape builds the metric families from one
+`Daemon.status()` call (cheap, no I/O), so the endpoint and `watchdogctl status --json` can
+never disagree. The HTTP endpoint is a small asyncio handler in the daemon's own loop rather
+than prometheus_client's threaded server: status() is only ever read from the loop, and a slow
+or hostile client is bounded by a deadline and a connection cap, so it never stalls the loop.
+
+`prometheus_client` is the optional extra `[metrics]`: it is imported only when the endpoint is
+on, so the daemon runs without it when `metrics.listen` is null.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+    from prometheus_client.registry import CollectorRegistry
+
+PREFIX = "train_watchdog"
+LOOPBACK = "127.0.0.1"
+STATES = (
+    "stopped",
+    "starting",
+    "running",
+    "unhealthy",
+    "stopping",
+    "backoff",
+    "fatal",
+    "paused",
+)
+# The detectors that can be "firing" (SPEC §4); `exited` is an instant, never a standing verdict.
+DETECTORS = (
+    "gpus_idle",
+    "stalled",
+    "throughput_low",
+    "startup_timeout",
+    "gpu_lost",
+    "gpu_probe_hung",
+)
+# Restart reasons reported from the start (at 0): PromQL's increase() misses the first
+# restart of a series that only appears with it.
+RESTART_REASONS = ("exited", "gpus_idle", "stalled", "startup_timeout", "operator")
+MIB = 1024 * 1024
+REQUEST_TIMEOUT_S = 5.0  # a client that has not sent its request by then is dropped
+MAX_HEAD_BYTES = 8192
+MAX_CONNECTIONS = 16
+
+StatusFn = Callable[[], Mapping[str, Any]]
+
+
+def missing_extra() -> str | None:
+    """Why the endpoint cannot be served (the `[metrics]` extra is not installed), or None."""
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError as e:
+        return f"needs prometheus-client, the extra 'train-watchdog[metrics]' ({e})"
+    return None
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """`host:port`, `[v6]:port`, or a bare `port` (loopback: never exposed by accident)."""
+    host, sep, port = listen.rpartition(":")
+    if not sep:
+        host, port = LOOPBACK, listen
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    number = int(port)
+    if not host or not 1 <= number <= 65535:
+        raise ValueError(f"expected host:port with port 1-65535, got {listen!r}")
+    return host, number
+
+
+# ------------------------------------------------------------------------------- families
+
+
+def families(st: Mapping[str, Any], wall_now: float) -> list[Metric]:
+    """Metric families for one status object (SPEC §7 plus `goodput`); `wall_now` is Unix time."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
+        return GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=list(labels))
+
+    up = gauge("up", "1 while the watchdog daemon answers scrapes.")
+    up.add_metric([], 1)
+    info = gauge(
+        "info", "The watchdog's version and the job it supervises.", ("version", "job_name")
+    )
+    info.add_metric([str(st["daemon"]["version"]), str(st["job"]["name"])], 1)
+    state = gauge("job_state", "1 for the job's current state, 0 for the other states.", ("state",))
+    for name in (*STATES, *([st["state"]] if st["state"] not in STATES else [])):
+        state.add_metric([name], 1 if name == st["state"] else 0)
+    firing = gauge(
+        "detector_firing", "1 while a health detector's verdict fires, by reason.", ("reason",)
+    )
+    reasons = set(st["reasons"])
+    for reason in sorted(reasons | set(DETECTORS)):
+        firing.add_metric([reason], 1 if reason in reasons else 0)
+    out: list[Metric] = [
+        up,
+        info,
+        state,
+        firing,
+        *_gpu_families(st),
+        *_progress_families(st, wall_now),
+    ]
+    if st.get("goodput") is not None:
+        out += _goodput_families(st["goodput"])
+    return out
+
+
+def _gpu_families(st: Mapping[str, Any]) -> Iterator[Metric]:
+    from prometheus_client.core import GaugeMetricFamily
+
+    labels = ["gpu", "uuid"]
+    used = GaugeMetricFamily(
+        f"{PREFIX}_gpu_memory_used_bytes", "GPU memory in use, as NVML reports it.", labels=labels
+    )
+    total = GaugeMetricFamily(
+        f"{PREFIX}_gpu_memory_total_bytes", "GPU memory in total.", labels=labels
+    )
+    for g in st["gpus"]:
+        key = [str(g["index"]), str(g["uuid"])]
+        if g["used_mib"] is not None:  # a missing reading is an absent sample, never a fake 0
+            used.add_metric(key, g["used_mib"] * MIB)
+        if g["total_mib"] is not None:
+            total.add_metric(key, g["total_mib"] * MIB)
+    yield used
+    yield total
+
+
+def _progress_families(st: Mapping[str, Any], wall_now: float) -> Iterator[Metric]:
+    from prometheus_client.core import GaugeMetricFamily
+
+    progress = st["progress"]
+    tps = GaugeMetricFamily(
+        f"{PREFIX}_tokens_per_second", "Throughput from the job's newest progress line."
+    )
+    if progress["tokens_per_s"] is not None:
+        tps.add_metric([], progress["tokens_per_s"])
+    yield tps
+    last = GaugeMetricFamily(
+        f"{PREFIX}_last_progress_timestamp_seconds",
+        "Unix time of the job's newest progress line.",
+    )
+    if progress["last_progress_age_s"] is not None:
+        last.add_metric([], round(wall_now - progress["last_progress_age_s"], 1))
+    yield last
+
+
+def _goodput_families(g: Mapping[str, Any]) -> Iterator[Metric]:
+    from prometheus_client.core import CounterMetricFamily
+
+    def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> CounterMetricFamily:
+        return CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=list(labels))
+
+    restarts = counter(
+        "restarts_total", "Job restarts, by the reason that caused them.", ("reason",)
+    )
+    for reason in sorted(set(RESTART_REASONS) | set(g["restarts"])):
+        restarts.add_metric([reason], g["restarts"].get(reason, 0))
+    yield restarts
+    for bucket, doc in (
+        ("productive", "Seconds the job ran healthy, confirmed by progress lines."),
+        ("starting", "Seconds the job spent in its startup window."),
+        ("stopped", "Seconds the job was stopped on purpose (not counted as lost)."),
+    ):
+        c = counter(f"{bucket}_seconds_total", doc)
+        c.add_metric([], g[f"{bucket}_s"])
+        yield c
+    lost = counter(
+        "lost_seconds_total",
+        "Seconds lost to restarts, failures and waiting, by cause.",
+        ("cause",),
+    )
+    for cause, seconds in g["lost_s"].items():
+        lost.add_metric([cause], seconds)
+    yield lost
+
+
+class StatusCollector:
+    """A prometheus_client collector that reads the daemon's status at scrape time."""
+
+    def __init__(self, status: StatusFn, clock: Callable[[], float] = time.time) -> None:
+        self._status = status
+        self._clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        yield from families(self._status(), self._clock())
+
+    def describe(self) -> list[Metric]:
+        return []  # registering must not call status(); names are checked by the tests
+
+
+def make_registry(status: StatusFn) -> CollectorRegistry:
+    from prometheus_client import ProcessCollector
+    from prometheus_client.registry import CollectorRegistry
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StatusCollector(status))
+    ProcessCollector(registry=registry)  # the daemon's own CPU, memory and open fds
+    return registry
+
+
+# ------------------------------------------------------------------------------- serving
+
+
+class MetricsServer:
+    """GET /metrics over HTTP/1.x on `listen`, served from the daemon's asyncio loop."""
+
+    def __init__(self, listen: str, status: StatusFn) -> None:
+        self.host, self.port = parse_listen(listen)
+        self._registry = make_registry(status)
+        self._server: asyncio.Server | None = None
+        self._open = 0
+
+    async def start(self) -> None:
+        """Bind and listen; raises OSError (address in use, no such address)."""
+        self._server = await asyncio.start_server(
+            self._handle, self.host, self.port, limit=MAX_HEAD_BYTES
+        )
+
+    @property
+    def addresses(self) -> list[str]:
+        """`host:port` of every bound socket (a name like localhost may bind several)."""
+        if self._server is None:
+            return []
+        out = []
+        for sock in self._server.sockets:
+            host, port = sock.getsockname()[:2]
+            out.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        return out
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._open += 1
+        try:
+            if self._open <= MAX_CONNECTIONS:
+                async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                    head = await _read_head(reader)
+                    writer.write(self._respond(head))
+                    await writer.drain()
+        except (TimeoutError, ConnectionError, ValueError, asyncio.IncompleteReadError):
+            pass  # a slow, broken or oversized request: drop it, the scraper will retry
+        finally:
+            self._open -= 1
+            writer.close()
+            with contextlib.suppress(ConnectionError, TimeoutError):
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
+
+    def _respond(self, head: list[str]) -> bytes:
+        parts = head[0].split() if head else []
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            return _response(400, "text/plain", b"bad request\n")
+        method, target = parts[0], parts[1].split("?", 1)[0]
+        if method not in ("GET", "HEAD"):
+            return _response(405, "text/plain", b"only GET\n", extra="Allow: GET, HEAD\r\n")
+        if target == "/":
+            page = b'<html><body><a href="/metrics">metrics</a></body></html>\n'
+            return _response(200, "text/html", page, head_only=method == "HEAD")
+        if target != "/metrics":
+            return _response(404, "text/plain", b"not found; try /metrics\n")
+        from prometheus_client.exposition import choose_encoder
+
+        encode, content_type = choose_encoder(_header(head, "accept"))
+        return _response(200, content_type, encode(self._registry), head_only=method == "HEAD")
+
+
+async def _read_head(reader: asyncio.StreamReader) -> list[str]:
+    lines: list[str] = []
+    size = 0
+    while True:
+        line = await reader.readline()  # ValueError past MAX_HEAD_BYTES (the stream limit)
+        size += len(line)
+        if not line or size > MAX_HEAD_BYTES:
+            raise ValueError("incomplete or oversized request head")
+        text = line.decode("latin-1").rstrip("\r\n")
+        if not text:
+            return lines
+        lines.append(text)
+
+
+def _header(head: list[str], name: str) -> str:
+    for line in head[1:]:
+        key, _, value = line.partition(":")
+        if key.strip().lower() == name:
+            return value.strip()
+    return ""
+
+
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
+
+
+def _response(
+    code: int, content_type: str, body: bytes, *, extra: str = "", head_only: bool = False
+) -> bytes:
+    head = (
+        f"HTTP/1.1 {code} {_REASONS[code]}\r\n"
+        f"Content-Type: {content_type}\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        f"{extra}Connection: close\r\n\r\n"
+    )
+    return head.encode("latin-1") + (b"" if head_only else body)
