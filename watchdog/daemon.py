@@ -115,7 +115,9 @@ class Daemon:
         self.loop.add_signal_handler(signal.SIGHUP, self.reload)
         await self.control.start()
         await self.gpus.start()
-        self.emit("daemon_started", version=__version__, pid=os.getpid(), config=self.cfg.source)
+        self.emit(
+            "daemon_started", version=__version__, daemon_pid=os.getpid(), config=self.cfg.source
+        )
         self.notifier.ready(status.status_line(self.status()))
         self.dispatch(policy.DaemonStarted())
         ticker = self._spawn_task(self._tick_loop())

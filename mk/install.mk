@@ -1,0 +1,59 @@
+# make install / make uninstall, run as root (see README, operator guide).
+#
+#   make install [PREFIX=/opt/train-watchdog] [SYSCONFDIR=/etc/train-watchdog]
+#                [UNITDIR=/etc/systemd/system] [WHEELS=dir]   WHEELS: install offline from wheels
+#   make uninstall                                              keeps the config and the state
+#
+# Included by the top-level Makefile; it also works alone: make -f mk/install.mk install
+
+PREFIX ?= /opt/train-watchdog
+SYSCONFDIR ?= /etc/train-watchdog
+UNITDIR ?= /etc/systemd/system
+WHEELS ?=
+PYTHON ?= python3
+
+# The source tree is the folder above this file, wherever make was started from.
+INSTALL_SRCDIR := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))..)
+INSTALL_UNIT := train-watchdog.service
+INSTALL_DOCDIR = $(PREFIX)/share/train-watchdog
+# The build backend (setuptools, wheel) must be among the wheels too: pip builds the project in
+# an isolated environment and finds nothing else offline.
+INSTALL_PIP_SOURCE = $(if $(WHEELS),--no-index --find-links $(abspath $(WHEELS)))
+
+.PHONY: install uninstall
+
+install:
+	$(PYTHON) -m venv $(PREFIX)
+	$(PREFIX)/bin/python -m pip install --disable-pip-version-check $(INSTALL_PIP_SOURCE) \
+		$(INSTALL_SRCDIR)
+	install -d -m 0755 $(UNITDIR) $(INSTALL_DOCDIR)
+	sed -e 's|/opt/train-watchdog/bin/watchdogd|$(PREFIX)/bin/watchdogd|' \
+		-e 's|/etc/train-watchdog/watchdog.yaml|$(SYSCONFDIR)/watchdog.yaml|' \
+		$(INSTALL_SRCDIR)/systemd/$(INSTALL_UNIT) > $(UNITDIR)/$(INSTALL_UNIT).tmp
+	chmod 0644 $(UNITDIR)/$(INSTALL_UNIT).tmp
+	mv -f $(UNITDIR)/$(INSTALL_UNIT).tmp $(UNITDIR)/$(INSTALL_UNIT)
+	install -m 0644 $(INSTALL_SRCDIR)/systemd/hardening.conf $(INSTALL_DOCDIR)/hardening.conf
+	@# The daemon refuses a config that anyone but root can write (SPEC §6), hence 0755/0644.
+	install -d -m 0755 $(SYSCONFDIR)
+	@# Never overwrite an operator's config: only a missing one is created from the example.
+	if [ ! -e $(SYSCONFDIR)/watchdog.yaml ]; then \
+		install -m 0644 $(INSTALL_SRCDIR)/etc/watchdog.yaml $(SYSCONFDIR)/watchdog.yaml; \
+	else \
+		echo "keeping existing $(SYSCONFDIR)/watchdog.yaml"; \
+	fi
+	if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+
+# Removes what install added; the config ($(SYSCONFDIR)) and the state (/var/lib/train-watchdog)
+# stay. A running service is stopped first: its program is about to disappear.
+uninstall:
+	@# rm -rf only what is recognisably our virtual environment (PREFIX= or PREFIX=/ would be fatal).
+	@if [ -e "$(PREFIX)" ] && ! { [ -f "$(PREFIX)/pyvenv.cfg" ] && [ -e "$(PREFIX)/bin/watchdogd" ]; }; \
+	then \
+		echo "$(PREFIX) is not a train-watchdog virtual environment; not removing it" >&2; exit 1; \
+	fi
+	if [ -d /run/systemd/system ] && [ -e "$(UNITDIR)/$(INSTALL_UNIT)" ]; then \
+		systemctl disable --now $(INSTALL_UNIT); \
+	fi
+	rm -f "$(UNITDIR)/$(INSTALL_UNIT)"
+	rm -rf "$(PREFIX)"
+	if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
