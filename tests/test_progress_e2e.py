@@ -314,11 +314,6 @@ def test_progress_file_is_followed_instead_of_the_job_log(
     assert re.search(r"step [0-9]+ 1,234\.0 tok/s\n\Z", progress_tail), progress_tail[-200:]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="watchdog/cli.py format_event cuts every event line at 100 columns, incident path "
-    "included; the fix is proposed to the lead (then drop this marker)",
-)
 def test_watchdogctl_events_prints_the_incident_path_in_full() -> None:
     """`watchdogctl events` shows an incident path whole, however long, so it can be copied."""
     from watchdog.cli import format_event

@@ -272,11 +272,14 @@ def test_stop_during_a_long_pre_start_cancels_it_and_leaves_nothing(
 ) -> None:
     """A stop while pre_start still runs cancels the start at once and kills the pre_start."""
     flag = tmp_path / "pre.pid"
-    pre = write_script(tmp_path / "pre.py", f"""
+    pre = write_script(
+        tmp_path / "pre.py",
+        f"""
         import os, time
         open({str(flag)!r}, "w").write(str(os.getpid()))
         time.sleep(60)
-    """)
+    """,
+    )
     d = make_daemon([sleeper(tmp_path)], {"job": {"pre_start": [[pre]]}})
     pre_pid = int(wait_until(lambda: flag.exists() and flag.read_text(), 10, "pre_start"))
     rc, _, err = d.ctl("stop", timeout=15)

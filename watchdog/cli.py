@@ -1,253 +1,302 @@
 """watchdogctl: ask watchdogd over its control socket (SPEC §7).
 
-Imports nothing heavy (no argparse, no asyncio, no structlog): over SSH at 3 a.m. it must start
-about as fast as a bare `python3 -c pass`.
+Over SSH at 3 a.m. it must start about as fast as a bare `python3 -c pass`, so it imports nothing
+heavy: no argparse, no json (protocol.py parses through `_json`), no socket (`_socket` is its C
+half; `socket.py` adds `selectors` and `enum`), no typing at run time. bench/bench_cli.py measures
+it. Standard library only: a copy of this file, protocol.py and __init__.py runs anywhere.
 """
 
 from __future__ import annotations
 
-import json
+import _socket
 import os
-import socket
 import sys
-from typing import Any
+
+from watchdog import protocol
+
+TYPE_CHECKING = False  # mypy treats this name as true; at run time `typing` is never imported
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 DEFAULT_SOCKET = "/run/train-watchdog/control.sock"
 EXIT_OK, EXIT_NOT_HEALTHY, EXIT_REFUSED, EXIT_NO_JOB, EXIT_UNREACHABLE = 0, 1, 2, 3, 4
-ALIVE_NOT_HEALTHY = {"starting", "unhealthy", "paused", "stopping"}
+EXIT_USAGE = 2  # as argparse does
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
+QUICK_TIMEOUT_S = 10.0  # status, events, logs, pause, resume, reload: the daemon answers at once
+WIDTH = 100
+HINT = "  is it running? see: systemctl status train-watchdog"
 
-USAGE = """\
-usage: watchdogctl [--socket PATH] [--json] COMMAND [options]
-
-commands:
-  status                      state, job, GPUs, progress, restarts, recent events
-  start | stop                start or stop the job (waits for the outcome)
-  restart [--wait] [--timeout S]
-                              verified restart; --wait returns once the job is healthy
-  events [-n N] [--follow]    event history, newest last
-  logs [-n N] [--follow]      tail of the job's log
-  pause | resume              maintenance mode: detectors report, nothing is restarted
-  reload                      re-read the config (an invalid file keeps the old one)
-
-exit codes: 0 ok/healthy · 1 alive but not healthy / failed · 2 refused · 3 no job alive ·
-4 daemon unreachable
-"""
+# Request arguments that are command-line options (the rest are for other clients).
+OPTION_OF = {"n": "-n", "follow": "--follow", "wait": "--wait", "timeout": "--timeout"}
+ARG_OF = {"-n": "n", "--follow": "follow", "-f": "follow", "--wait": "wait", "--timeout": "timeout"}
+VALUE_NAME = {"n": "N", "timeout": "S"}
+HIDDEN = frozenset({"wait_healthy"})  # for protocol clients; `restart --wait` covers it
 
 
 class Unreachable(Exception):
     pass
 
 
+class Usage(Exception):
+    pass
+
+
+class ReaderGone(Exception):
+    """Whoever read our output has gone (`watchdogctl events --follow | head -1`)."""
+
+
+# ------------------------------------------------------------------------- the connection
+
+
 class Client:
+    """One connection to the daemon; newline-delimited JSON both ways."""
+
     def __init__(self, path: str, timeout_s: float | None) -> None:
         self.path = path
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         self._sock.settimeout(timeout_s)
         try:
             self._sock.connect(path)
         except OSError as e:
+            self._sock.close()
             raise Unreachable(f"{path}: {e.strerror or e}") from None
-        self._file = self._sock.makefile("rb")
+        self._buf = bytearray()
         self._id = 0
+
+    def settimeout(self, timeout_s: float | None) -> None:
+        self._sock.settimeout(timeout_s)
 
     def send(self, cmd: str, args: dict[str, Any] | None = None) -> None:
         self._id += 1
-        line = {"v": 1, "id": self._id, "cmd": cmd, "args": args or {}}
-        self._sock.sendall(json.dumps(line).encode() + b"\n")
+        self._sock.sendall(protocol.encode_request(self._id, cmd, args))
 
     def receive(self) -> dict[str, Any]:
-        line = self._file.readline()
-        if not line:
-            raise Unreachable(f"{self.path}: the daemon closed the connection")
-        reply: dict[str, Any] = json.loads(line)
-        return reply
+        start = 0
+        while (end := self._buf.find(b"\n", start)) < 0:
+            start = len(self._buf)
+            chunk = self._sock.recv(1 << 16)
+            if not chunk:
+                raise Unreachable(f"{self.path}: the daemon closed the connection")
+            self._buf += chunk
+        line = bytes(self._buf[: end + 1])
+        del self._buf[: end + 1]
+        try:
+            return protocol.decode_reply(line)
+        except protocol.ProtocolError as e:
+            raise Unreachable(f"{self.path}: {e.message}") from None
 
     def call(self, cmd: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
         self.send(cmd, args)
         return self.receive()
 
 
-# ----------------------------------------------------------------------- parsing
+# --------------------------------------------------------------------------------- parsing
 
 
-def parse(argv: list[str]) -> tuple[dict[str, Any], str | None]:
+def usage() -> str:
+    lines = ["usage: watchdogctl [--socket PATH] [--json] COMMAND [options]", "", "commands:"]
+    for name, spec in protocol.COMMANDS.items():
+        if name in HIDDEN:
+            continue
+        opts = " ".join(
+            f"[{OPTION_OF[a]}{' ' + VALUE_NAME[a] if a in VALUE_NAME else ''}]"
+            for a in spec.args
+            if a in OPTION_OF
+        )
+        head = f"  {name} {opts}".rstrip()
+        lines.append(f"{head:<32}{spec.help}" if len(head) < 32 else f"{head}\n{'':32}{spec.help}")
+    lines += [
+        "",
+        "--socket PATH (or $TRAIN_WATCHDOG_SOCKET) names the daemon's socket, default",
+        f"{DEFAULT_SOCKET}; --json prints JSON (events: one object per line).",
+        "exit: 0 ok/healthy · 1 not healthy, failed · 2 refused, bad usage · 3 no job alive ·",
+        "4 daemon unreachable",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def parse(argv: list[str]) -> dict[str, Any]:
     """Tiny hand parser (argparse alone costs more than our whole start-up budget)."""
     opts: dict[str, Any] = {
-        "socket": os.environ.get("TRAIN_WATCHDOG_SOCKET", DEFAULT_SOCKET),
+        "socket": os.environ.get("TRAIN_WATCHDOG_SOCKET") or DEFAULT_SOCKET,
         "json": False,
         "cmd": None,
-        "n": None,
-        "follow": False,
-        "wait": False,
-        "timeout": 600.0,
+        "args": {},
+        "help": False,
     }
-    it = iter(argv)
-    for arg in it:
+    rest = list(argv)
+    while rest:
+        arg = rest.pop(0)
+        name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
         if arg in ("-h", "--help"):
-            return opts, "help"
-        if arg == "--json":
+            opts["help"] = True
+        elif arg == "--json":
             opts["json"] = True
-        elif arg in ("--follow", "-f"):
-            opts["follow"] = True
-        elif arg == "--wait":
-            opts["wait"] = True
-        elif arg in ("--socket", "-n", "--timeout") or arg.startswith(("--socket=", "--timeout=")):
-            key, _, value = arg.partition("=")
-            value = value or next(it, "")
-            try:
-                opts[key.lstrip("-")] = (
-                    value if key == "--socket" else int(value) if key == "-n" else float(value)
-                )
-            except ValueError:
-                return opts, f"{key} needs a number, got {value!r}"
-            if not value:
-                return opts, f"{key} needs a value"
-        elif arg.startswith("-"):
-            return opts, f"unknown option {arg}"
+        elif name in ("--socket", "-n", "--timeout"):
+            if not eq:
+                if not rest:
+                    raise Usage(f"{name} needs a value")
+                value = rest.pop(0)
+            _option_value(opts, name, value)
+        elif arg in ARG_OF:
+            opts["args"][ARG_OF[arg]] = True
+        elif arg.startswith("-") and len(arg) > 1:
+            raise Usage(f"unknown option {arg}")
         elif opts["cmd"] is None:
             opts["cmd"] = arg
         else:
-            return opts, f"unexpected argument {arg!r}"
-    if opts["cmd"] not in COMMANDS:
-        return opts, f"unknown command {opts['cmd']!r}" if opts["cmd"] else "a command is needed"
-    return opts, None
+            raise Usage(f"unexpected argument {arg!r}")
+    if opts["help"]:
+        return opts
+    _check_command(opts)
+    return opts
 
 
-# ----------------------------------------------------------------------- commands
+def _option_value(opts: dict[str, Any], name: str, value: str) -> None:
+    if name == "--socket":
+        if not value:
+            raise Usage("--socket needs a path")
+        opts["socket"] = value
+        return
+    try:
+        opts["args"][ARG_OF[name]] = int(value) if name == "-n" else float(value)
+    except ValueError:
+        raise Usage(f"{name} needs a number, got {value!r}") from None
+
+
+def _check_command(opts: dict[str, Any]) -> None:
+    cmd = opts["cmd"]
+    if cmd is None:
+        raise Usage("a command is needed")
+    if cmd not in protocol.COMMANDS or cmd in HIDDEN:
+        raise Usage(f"unknown command {cmd!r}")
+    for arg in opts["args"]:
+        if arg not in protocol.COMMANDS[cmd].args:
+            raise Usage(f"{cmd} takes no {OPTION_OF[arg]}")
+    try:
+        opts["args"] = protocol.check_args(cmd, opts["args"])
+    except protocol.ProtocolError as e:
+        raise Usage(e.message) from None
+
+
+# -------------------------------------------------------------------------------- commands
 
 
 def cmd_status(c: Client, o: dict[str, Any]) -> int:
-    reply = c.call("status")
+    reply = c.call("status", {} if o["json"] else {"events": 5})
+    if not reply["ok"]:
+        return failed(reply, o, EXIT_UNREACHABLE)
     st = reply["result"]
-    if o["json"]:
-        print(json.dumps(st))
-    else:
-        events = c.call("events", {"n": 5}).get("result", {}).get("events", [])
-        print(render_status(st, events))
+    events = st.pop("recent_events", [])
+    out(protocol.dumps(st) if o["json"] else render_status(st, events))
     return status_exit(st)
 
 
 def status_exit(st: dict[str, Any]) -> int:
+    """SPEC §7: 0 running and healthy · 1 a job alive but not verified healthy · 3 none alive."""
     if st["state"] == "running" and st["healthy"]:
         return EXIT_OK
-    alive = st["job"]["pid"] is not None
-    return (
-        EXIT_NOT_HEALTHY
-        if alive or st["state"] in ALIVE_NOT_HEALTHY - {"stopping"}
-        else EXIT_NO_JOB
-    )
+    alive = st["job"]["pid"] is not None or st["state"] in ("starting", "unhealthy", "paused")
+    return EXIT_NOT_HEALTHY if alive else EXIT_NO_JOB
 
 
-def cmd_simple(c: Client, o: dict[str, Any]) -> int:
-    reply = c.call(o["cmd"])
-    if o["json"]:
-        print(json.dumps(reply))
+def cmd_operate(c: Client, o: dict[str, Any]) -> int:
+    """start, stop, restart, pause, resume, reload: the daemon says what happened."""
+    if o["cmd"] in ("start", "stop", "restart"):
+        timeout = o["args"].get("timeout")
+        c.settimeout(None if timeout is None else timeout + 30)  # the daemon bounds its waits
+    reply = c.call(o["cmd"], o["args"])
     if not reply["ok"]:
-        err = reply["error"]
+        return failed(reply, o, EXIT_NOT_HEALTHY)
+    res = reply["result"]
+    if o["json"]:
+        out(protocol.dumps(reply))
+    if res.get("healthy") is False:
         if not o["json"]:
-            print(f"watchdogctl: {o['cmd']} failed: {err['message']}", file=sys.stderr)
-        if o["cmd"] == "reload":
-            return EXIT_NOT_HEALTHY if err["type"] == "config_invalid" else EXIT_REFUSED
-        return EXIT_REFUSED if err["type"] in ("refused", "permission_denied") else EXIT_NOT_HEALTHY
+            err(f"{res['summary']}")
+            print_log_tail(res)
+        return EXIT_NOT_HEALTHY
     if not o["json"]:
-        print(summary(o["cmd"], reply["result"]))
+        out(res["summary"])
     return EXIT_OK
 
 
-def summary(cmd: str, result: dict[str, Any]) -> str:
-    if cmd == "reload":
-        return f"reloaded {result['config']}"
-    pid = result["job"]["pid"]
-    what = {
-        "start": "started",
-        "stop": "stopped",
-        "restart": "restarted",
-        "pause": "paused",
-        "resume": "resumed",
-    }[cmd]
-    tail = f" (pid {pid})" if pid else ""
-    return f"{result['job']['name']}: {what}{tail}; state {result['state']}"
-
-
-def cmd_restart(c: Client, o: dict[str, Any]) -> int:
-    reply = c.call("restart")
-    if not reply["ok"]:
-        return cmd_failed(reply, o)
-    if not o["wait"]:
-        print(json.dumps(reply["result"]) if o["json"] else summary("restart", reply["result"]))
-        return EXIT_OK
-    c._sock.settimeout(o["timeout"] + 30)
-    r = c.call("wait_healthy", {"timeout": o["timeout"]})
-    if not r["ok"]:
-        return cmd_failed(r, o)
-    res = r["result"]
-    st = res["status"]
+def failed(reply: dict[str, Any], o: dict[str, Any], default: int) -> int:
+    error = reply["error"]
     if o["json"]:
-        print(json.dumps(res))
-    elif res["healthy"]:
-        print(
-            f"{st['job']['name']}: healthy, pid {st['job']['pid']}, "
-            f"{st['job']['uptime_s']:.1f} s after start"
-        )
+        out(protocol.dumps(reply))
     else:
-        print(f"{st['job']['name']}: NOT healthy: {res['reason']}", file=sys.stderr)
-        print("last log lines:", file=sys.stderr)
-        for line in res.get("log_tail", []):
-            print(f"  {line}", file=sys.stderr)
-    return EXIT_OK if res["healthy"] else EXIT_NOT_HEALTHY
+        err(f"watchdogctl: {o['cmd']}: {error['message']}")
+        print_log_tail(reply.get("result") or {})
+    if error["type"] in ("refused", "permission_denied"):
+        return EXIT_REFUSED
+    return default
 
 
-def cmd_failed(reply: dict[str, Any], o: dict[str, Any]) -> int:
-    err = reply["error"]
-    if o["json"]:
-        print(json.dumps(reply))
-    else:
-        print(f"watchdogctl: {o['cmd']} failed: {err['message']}", file=sys.stderr)
-    return EXIT_REFUSED if err["type"] in ("refused", "permission_denied") else EXIT_NOT_HEALTHY
+def print_log_tail(res: dict[str, Any]) -> None:
+    tail = res.get("log_tail")
+    if tail:
+        err(f"last {len(tail)} log lines ({res.get('log_file') or 'job log'}):")
+        for line in tail:
+            err(f"  {line}")
 
 
 def cmd_stream(c: Client, o: dict[str, Any]) -> int:
-    n = o["n"] if o["n"] is not None else (20 if o["cmd"] == "events" else 50)
-    c._sock.settimeout(None if o["follow"] else 10)
-    c.send(o["cmd"], {"n": n, "follow": o["follow"]})
+    """events / logs, with --follow until Ctrl-C."""
+    follow = o["args"].get("follow", False)
+    c.settimeout(None if follow else QUICK_TIMEOUT_S)
+    args = {"n": 20 if o["cmd"] == "events" else 50, **o["args"]}
+    c.send(o["cmd"], args)
     key = "events" if o["cmd"] == "events" else "lines"
-    try:
-        while True:
-            reply = c.receive()
-            if not reply["ok"]:
-                return cmd_failed(reply, o)
-            for item in reply["result"][key]:
-                print(
-                    json.dumps(item)
-                    if o["json"] or (key == "events" and o["json"])
-                    else (format_event(item) if key == "events" else item),
-                    flush=True,
-                )
-            if not o["follow"]:
-                return EXIT_OK
-    except KeyboardInterrupt:
-        return EXIT_OK
+    while True:
+        reply = c.receive()
+        if not reply["ok"]:
+            return failed(reply, o, EXIT_NOT_HEALTHY)
+        for item in reply["result"][key]:
+            if o["json"]:
+                out(protocol.dumps(item))
+            else:
+                out(format_event(item) if key == "events" else item)
+        if not follow:
+            return EXIT_OK
 
 
-COMMANDS = {
+COMMANDS: dict[str, Callable[[Client, dict[str, Any]], int]] = {
     "status": cmd_status,
-    "start": cmd_simple,
-    "stop": cmd_simple,
-    "restart": cmd_restart,
-    "pause": cmd_simple,
-    "resume": cmd_simple,
-    "reload": cmd_simple,
     "events": cmd_stream,
     "logs": cmd_stream,
 }
 
 
-# ----------------------------------------------------------------------- rendering
+# ------------------------------------------------------------------------------- rendering
 
 
-def format_event(e: dict[str, Any]) -> str:
-    rest = " ".join(f"{k}={v}" for k, v in e.items() if k not in ("ts", "event", "job"))
-    return f"{e.get('ts', '')[:23]:23} {e.get('event', '?'):<18} {rest}"[:100]
+def out(text: str) -> None:
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()  # a follower piped into grep or tee sees each line at once
+    except BrokenPipeError:
+        raise ReaderGone from None
+
+
+def err(text: str) -> None:
+    sys.stderr.write(text + "\n")
+
+
+def fit(line: str) -> str:
+    return line if len(line) <= WIDTH else line[: WIDTH - 1] + "…"
+
+
+def format_event(e: dict[str, Any], whole_paths: bool = True) -> str:
+    """One line per event, cut at 100 columns; absolute paths (an incident bundle, a config)
+    follow whole on lines of their own, so they can be copied (`whole_paths`)."""
+    shown = {k: v for k, v in e.items() if k not in ("ts", "event", "job")}
+    paths = {k: v for k, v in shown.items() if isinstance(v, str) and v.startswith("/")}
+    paths = paths if whole_paths else {}
+    rest = " ".join(f"{k}={v}" for k, v in shown.items() if k not in paths)
+    head = fit(f"{str(e.get('ts', ''))[:23]:23} {e.get('event', '?'):<18} {rest}".rstrip())
+    return "\n".join([head, *(f"{'':24}{k}={v}" for k, v in paths.items())])
 
 
 def _dur(s: float | None) -> str:
@@ -261,89 +310,155 @@ def _dur(s: float | None) -> str:
 def render_status(st: dict[str, Any], events: list[dict[str, Any]]) -> str:
     """One screen like `systemctl status`: state first; fits 100 columns; no TTY needed."""
     job, pr, rs, dm = st["job"], st["progress"], st["restarts"], st["daemon"]
-    mark = "●" if st["healthy"] else "○" if job["pid"] is None else "◐"
-    health = "healthy" if st["healthy"] else ", ".join(st["reasons"]) or "not verified healthy"
-    lines = [f"{mark} {job['name']}: {st['state']} ({health})"]
+    mark = "●" if st["healthy"] else "◐" if status_exit(st) == EXIT_NOT_HEALTHY else "○"
+    lines = [f"{mark} {job['name']}: {st['state']} ({_health(st)})"]
     cmd = " ".join(job["command"])
-    lines.append(
-        f"      Job: pid {job['pid']}, up {_dur(job['uptime_s'])}, {cmd}"[:100]
-        if job["pid"]
-        else f"      Job: not running; {cmd}"[:100]
-    )
-    if job.get("last_exit"):
-        ex = job["last_exit"]
-        how = f"signal {ex['signal']}" if ex["signal"] is not None else f"code {ex['exit_code']}"
-        lines.append(f"Last exit: {how}")
+    if job["pid"] is not None:
+        lines.append(f"      Job: pid {job['pid']} · up {_dur(job['uptime_s'])} · {cmd}")
+    else:
+        lines.append(f"      Job: not running · {cmd}")
     lines += _gpu_lines(st)
-    tps = pr["tokens_per_s"]
+    tps, step, age = pr["tokens_per_s"], pr["step"], pr["last_progress_age_s"]
     lines.append(
-        "Progress: "
+        " Progress: "
         + " · ".join(
             [
-                f"{tps:,.1f} tok/s" if tps is not None else "no tok/s yet",
-                f"step {pr['step']}" if pr["step"] is not None else "step -",
-                f"last line {pr['last_progress_age_s']:.1f} s ago"
-                if pr["last_progress_age_s"] is not None
-                else "no progress line yet",
+                "no tok/s yet" if tps is None else f"{tps:,.1f} tok/s",
+                "step -" if step is None else f"step {step:,}",
+                "no progress line yet" if age is None else f"last progress {age:.1f} s ago",
             ]
         )
     )
+    ex = job.get("last_exit")
+    last_exit = f" · last exit {_exit_text(ex)}" if ex else ""
     lines.append(
-        f"Restarts: {rs['total']} total, {rs['in_window']} in window, "
-        f"last reason: {rs['last_reason'] or '-'}"
+        f" Restarts: {rs['total']} ({rs['in_window']} in window) · "
+        f"last reason {rs['last_reason'] or '-'}{last_exit}"
     )
     if rs["next_restart_in_s"] is not None:
-        lines.append(f" Backoff: next start in {rs['next_restart_in_s']:.1f} s")
+        lines.append(f"  Backoff: next start in {rs['next_restart_in_s']:.1f} s")
     if st.get("incident"):
-        lines.append(f"Incident: {st['incident']}"[:100])
-    lines.append(f"  Daemon: pid {dm['pid']}, v{dm['version']}, up {_dur(dm['uptime_s'])}")
+        lines.append(f" Incident: {st['incident']}")
+    lines.append(f"   Daemon: pid {dm['pid']} · v{dm['version']} · up {_dur(dm['uptime_s'])}")
     if events:
-        lines.append("")
-        lines += [format_event(e) for e in events]
-    return "\n".join(lines)
+        lines += ["", "Recent events:"] + [format_event(e, whole_paths=False) for e in events]
+    # Everything is cut to 100 columns but the incident path: it is there to be copied.
+    return "\n".join(x if x.startswith(" Incident: ") else fit(x) for x in lines)
+
+
+def _health(st: dict[str, Any]) -> str:
+    state, reasons = st["state"], st["reasons"]
+    if st["healthy"]:
+        words = ["healthy"]
+    elif state == "paused":
+        words = ["maintenance: detectors report, nothing restarts automatically"]
+    elif state == "fatal":
+        words = ["restart budget spent; `watchdogctl start` tries again"]
+    elif state == "starting":
+        words = ["waiting for " + (" and ".join(_missing(st)) or "the first verdict")]
+    elif state == "unhealthy":
+        words = ["not healthy"]
+    else:
+        words = ["no job alive"]
+    if reasons:
+        words.append("firing: " + ", ".join(reasons))
+    if st.get("paused") and state != "paused":
+        words.append("paused")
+    return "; ".join(words)
+
+
+def _missing(st: dict[str, Any]) -> list[str]:
+    """What a starting job still lacks to be healthy (SPEC §4)."""
+    out = []
+    if any(g["idle"] for g in st["gpus"]):
+        out.append("its GPUs in use")
+    if st["progress"]["last_progress_age_s"] is None:
+        out.append("a progress line")
+    return out
+
+
+# The signals a job usually dies of; their numbers are the same on every Linux architecture.
+# (Importing `signal` for its names would cost more than the rest of watchdogctl: enum.)
+SIGNALS = {
+    1: "SIGHUP",
+    2: "SIGINT",
+    3: "SIGQUIT",
+    6: "SIGABRT",
+    9: "SIGKILL",
+    11: "SIGSEGV",
+    13: "SIGPIPE",
+    15: "SIGTERM",
+}
+
+
+def _exit_text(ex: dict[str, Any]) -> str:
+    sig = ex.get("signal")
+    return f"code {ex['exit_code']}" if sig is None else SIGNALS.get(sig, f"signal {sig}")
 
 
 def _gpu_lines(st: dict[str, Any]) -> list[str]:
     if st.get("gpus_unverified"):
-        return [f"    GPUs: unverified: {st['gpus_unverified']}"[:100]]
+        return [f"     GPUs: unverified: {st['gpus_unverified']}"]
     gpus = st["gpus"]
     if not gpus:
-        return ["    GPUs: none expected"]
+        return ["     GPUs: none expected"]
     busy = sum(1 for g in gpus if g["idle"] is False)
-    out = [f"    GPUs: {busy}/{len(gpus)} in use"]
-    for g in gpus:
-        used = "?" if g["used_mib"] is None else f"{g['used_mib']:,}"
-        total = "?" if g["total_mib"] is None else f"{g['total_mib']:,}"
-        util = "-" if g["util_pct"] is None else f"{g['util_pct']}%"
-        flag = "LOST" if g.get("lost") else "idle" if g["idle"] else ""
-        out.append(f"          {g['index']:>2} {used:>9} / {total:>9} MiB {util:>5} {flag}")
-    return out
+    cells = [_gpu_cell(g) for g in gpus]
+    per_row = 1 if len(cells) <= 8 else 2  # 8 GPUs, one a line; more, two a line: one screen
+    rows = [" │ ".join(cells[i : i + per_row]) for i in range(0, len(cells), per_row)]
+    return [f"     GPUs: {busy}/{len(gpus)} in use"] + [f"           {r}" for r in rows]
+
+
+def _gpu_cell(g: dict[str, Any]) -> str:
+    used = "?" if g["used_mib"] is None else f"{g['used_mib']:,}"
+    total = "?" if g["total_mib"] is None else f"{g['total_mib']:,}"
+    util = "" if g["util_pct"] is None else f"{g['util_pct']}%"
+    flag = "LOST" if g.get("lost") else "idle" if g["idle"] else ""
+    return f"{g['index']:>2} {used:>7} / {total:>7} MiB {util:>4} {flag:<4}"
+
+
+# ------------------------------------------------------------------------------------ main
 
 
 def main(argv: list[str] | None = None) -> int:
-    opts, err = parse(sys.argv[1:] if argv is None else argv)
-    if err == "help":
-        print(USAGE, end="")
-        return EXIT_OK
-    if err:
-        print(f"watchdogctl: {err}\n\n{USAGE}", end="", file=sys.stderr)
-        return EXIT_REFUSED
-    quick = opts["cmd"] in ("status", "events", "logs", "pause", "resume")
     try:
-        client = Client(opts["socket"], 10.0 if quick else None)
-        return int(COMMANDS[opts["cmd"]](client, opts))
-    except Unreachable as e:
-        print(
-            f"watchdogctl: cannot reach watchdogd at {e}\n"
-            "  is it running? see: systemctl status train-watchdog",
-            file=sys.stderr,
-        )
-        return EXIT_UNREACHABLE
-    except (TimeoutError, ConnectionError, ValueError) as e:
-        print(f"watchdogctl: lost the daemon: {e}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show "●" gets "?"
+            reconfigure = getattr(stream, "reconfigure", None)
+            if reconfigure is not None:
+                reconfigure(errors="replace")
+        return _main(sys.argv[1:] if argv is None else argv)
     except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except ReaderGone:
+        # Nobody reads any more: say nothing more (not even at exit, when Python flushes).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+
+
+def _main(argv: list[str]) -> int:
+    try:
+        o = parse(argv)
+    except Usage as e:
+        err(f"watchdogctl: {e} (see watchdogctl --help)")
+        return EXIT_USAGE
+    if o["help"]:
+        sys.stdout.write(usage())
+        return EXIT_OK
+    try:
+        client = Client(o["socket"], QUICK_TIMEOUT_S)
+        return COMMANDS.get(o["cmd"], cmd_operate)(client, o)
+    except KeyboardInterrupt:
+        # Ctrl-C ends a --follow cleanly; anything else was cut short (the daemon carries on).
+        return EXIT_OK if o["args"].get("follow") else EXIT_INTERRUPTED
+    except Unreachable as e:
+        err(f"watchdogctl: cannot reach watchdogd at {e}\n{HINT}")
+        return EXIT_UNREACHABLE
+    except TimeoutError:
+        err(f"watchdogctl: watchdogd at {o['socket']} did not answer in time\n{HINT}")
+        return EXIT_UNREACHABLE
+    except OSError as e:
+        err(f"watchdogctl: lost watchdogd at {o['socket']}: {e.strerror or e}\n{HINT}")
+        return EXIT_UNREACHABLE
 
 
 if __name__ == "__main__":

@@ -1,14 +1,19 @@
 """The control socket (SPEC §8): newline-delimited JSON over a Unix stream socket.
 
-Safety: the socket is 0660 in a 0750 folder (group `control.group`); every mutating command is
-checked against the peer's credentials (SO_PEERCRED: root or `control.operator_group`) and logged
-with the caller's uid. A request line is capped, an idle connection is closed, a slow reader is
-dropped: no client can stall the loop, the probes or the watchdog pings.
+Safety: the socket is 0660 (group `control.group`) in a 0750 folder; every mutating command is
+checked against the peer's credentials (SO_PEERCRED and SO_PEERGROUPS: root or
+`control.operator_group`) and logged with the caller's uid (`command_received`). A request line is
+capped, a silent connection is closed, a slow reader is dropped, junk gets an error: no client can
+stall the loop, the probes or the watchdog pings. Root always gets a connection slot.
+
+Commands that change the job wait for the outcome and say what happened (the events they caused),
+so `watchdogctl stop` can print "pid 4182 ignored SIGTERM: SIGKILLed after 60.0 s", not "sent".
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import grp
 import os
@@ -17,16 +22,34 @@ import socket
 import stat
 import struct
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from watchdog import policy, protocol
+from watchdog.health import is_in_use
+from watchdog.probes.progress import tail_lines
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from watchdog.daemon import Daemon
 
-IDLE_TIMEOUT_S = 30.0
-WRITE_TIMEOUT_S = 10.0
-MAX_CONNECTIONS = 256
+IDLE_TIMEOUT_S = 30.0  # a request line must arrive within this (also between requests)
+WRITE_TIMEOUT_S = 10.0  # a client that reads slower than this is dropped
+MAX_CONNECTIONS = 256  # for peers other than root
+ROOT_RESERVE = 32  # slots only root may use: an operator can always get in
+JUNK_DRAIN_S = 1.0  # after "too large", swallow the rest so the client can read its error
+FOLLOW_WAKE_S = 1.0  # a follower notices a client that went away within this
+FOLLOW_POLL_S = 0.25  # `logs --follow` looks at the file this often
+FOLLOW_MAX_BYTES = 1 << 20  # per poll; a job that writes faster has bytes skipped (and said so)
+EVENTS_IN_RESULT = 50
+LOG_TAIL_LINES = 20
+KILL_GRACE_S = 5.0  # child.stop_tree's wait after SIGKILL
+# Linux ≥ 4.13 (socket(7)); Python's socket module does not name it.
+SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)
+_AT_REST = (policy.State.STOPPED, policy.State.FATAL, policy.State.BACKOFF)
+OperatorCmd = Literal["start", "stop", "restart", "pause", "resume"]
+_T = TypeVar("_T")
 
 
 class CommandError(Exception):
@@ -37,246 +60,552 @@ class CommandError(Exception):
         self.result = result
 
 
-def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
-    """(pid, uid, gid) of the process at the other end (unix(7) SO_PEERCRED)."""
+class _ClientGone(Exception):
+    """The client hung up while its command waited: stop waiting (the command itself goes on)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    pid: int
+    uid: int
+    gid: int
+    groups: frozenset[int] | None  # supplementary groups at connect time; None: unknown
+
+
+def peer_credentials(sock: Any) -> Peer:
+    """Who is at the other end (unix(7) SO_PEERCRED, socket(7) SO_PEERGROUPS)."""
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     pid, uid, gid = struct.unpack("3i", raw)
-    return pid, uid, gid
+    groups: frozenset[int] | None = None
+    try:  # 1024 bytes is Python's limit: 256 groups; beyond that (ERANGE) /etc/group decides
+        raw = sock.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, 1024)
+        groups = frozenset(struct.unpack(f"{len(raw) // 4}I", raw[: len(raw) // 4 * 4]))
+    except OSError:
+        pass
+    return Peer(pid=pid, uid=uid, gid=gid, groups=groups)
 
 
-def may_operate(uid: int, gid: int, operator_group: str | None) -> bool:
-    if uid == 0 or uid == os.geteuid():
+def may_operate(peer: Peer, operator_group: str | None) -> bool:
+    """Root (or the daemon's own user) always; members of `operator_group` too (SPEC §8).
+
+    The peer's groups are those of its process when it connected (SO_PEERGROUPS), so a shell
+    that dropped a group has dropped it here too; /etc/group is the fallback on older kernels."""
+    if peer.uid in (0, os.geteuid()):
         return True
     if operator_group is None:
         return False
     try:
         want = grp.getgrnam(operator_group).gr_gid
-        if gid == want:
+        if peer.gid == want or (peer.groups is not None and want in peer.groups):
             return True
-        user = pwd.getpwuid(uid)
-        return want in os.getgrouplist(user.pw_name, user.pw_gid)
+        if peer.groups is not None:
+            return False
+        user = pwd.getpwuid(peer.uid)
     except KeyError:
         return False
+    return want in os.getgrouplist(user.pw_name, user.pw_gid)
+
+
+@dataclass(slots=True)
+class _Call:
+    """One request being served."""
+
+    req: protocol.Request
+    peer: Peer
+    reader: asyncio.StreamReader
+    t0: float = field(default_factory=time.monotonic)
+    queue: asyncio.Queue[dict[str, Any]] | None = None
+    seen: list[dict[str, Any]] = field(default_factory=list)
+
+    def events(self) -> list[dict[str, Any]]:
+        """The events emitted since the command began (mutating commands record them)."""
+        while self.queue is not None and not self.queue.empty():
+            self.seen.append(self.queue.get_nowait())
+        return self.seen
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
 
 
 class ControlServer:
     def __init__(self, daemon: Daemon) -> None:
         self.d = daemon
-        self._server: asyncio.AbstractServer | None = None
-        self._conns: set[asyncio.Task[Any]] = set()
         self.path = daemon.cfg.control.socket
+        self._bound = daemon.cfg.control  # the settings the socket was made with
+        self._server: asyncio.AbstractServer | None = None
+        self._conns: dict[asyncio.Task[Any], Peer] = {}
+        self._ident: tuple[int, int] | None = None
+        # File reads for `logs` run here, not in the loop's default executor: a log on a hung
+        # network filesystem may wedge these threads, never the ones pre_start and hooks use.
+        self._files = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="control-logs")
 
     async def start(self) -> None:
         cfg = self.d.cfg.control
-        folder = os.path.dirname(self.path) or "."
-        if not os.path.isdir(folder):
-            os.makedirs(folder, mode=0o750)
-        _remove_stale_socket(self.path)
-        self._server = await asyncio.start_unix_server(
-            self._serve, path=self.path, limit=protocol.MAX_LINE_BYTES
-        )
         gid = grp.getgrnam(cfg.group).gr_gid if cfg.group else -1
-        os.chown(self.path, -1, gid)
-        os.chmod(self.path, 0o660)
+        _prepare_folder(os.path.dirname(self.path) or ".", gid)
+        _remove_stale_socket(self.path)
+        sock = _bind(self.path, gid)
+        st = os.stat(self.path)
+        self._ident = (st.st_dev, st.st_ino)
+        self._server = await asyncio.start_unix_server(
+            self._serve, sock=sock, limit=protocol.MAX_LINE_BYTES, backlog=128
+        )
 
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
         for t in list(self._conns):
             t.cancel()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
+        self._files.shutdown(wait=False, cancel_futures=True)
+        with contextlib.suppress(OSError):
+            st = os.stat(self.path)
+            if (st.st_dev, st.st_ino) == self._ident:  # never remove a successor's socket
+                os.unlink(self.path)
+
+    # ------------------------------------------------------------------ connections
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        if len(self._conns) >= MAX_CONNECTIONS:
-            writer.close()
-            return
-        self._conns.add(task)
         try:
-            sock = writer.get_extra_info("socket")
-            _, uid, gid = peer_credentials(sock)
-            await self._session(reader, writer, uid, gid)
-        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
-            pass  # the client went away or dawdled: nothing to answer
+            peer = peer_credentials(writer.get_extra_info("socket"))
+            if not self._admit(peer):
+                await _send(writer, protocol.error_reply(None, "busy", "too many connections"))
+                return
+            self._conns[task] = peer
+            await self._session(reader, writer, peer)
+        except (ConnectionError, TimeoutError, asyncio.IncompleteReadError, _ClientGone):
+            pass  # the client went away or dawdled: nobody is left to answer
+        except Exception as e:  # a bug here must not end the daemon: report it, drop the client
+            self.d.emit("internal_error", where="control", error=f"{type(e).__name__}: {e}")
         finally:
-            self._conns.discard(task)
-            writer.close()
+            self._conns.pop(task, None)
+            if writer.transport.get_write_buffer_size():
+                writer.transport.abort()  # a client too slow to read its reply keeps nothing here
+            else:
+                writer.close()
+
+    def _admit(self, peer: Peer) -> bool:
+        others = sum(1 for p in self._conns.values() if p.uid != 0)
+        if peer.uid == 0:
+            return len(self._conns) < MAX_CONNECTIONS + ROOT_RESERVE
+        return others < MAX_CONNECTIONS and len(self._conns) < MAX_CONNECTIONS + ROOT_RESERVE
 
     async def _session(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, uid: int, gid: int
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Peer
     ) -> None:
         while True:
             try:
                 line = await asyncio.wait_for(reader.readuntil(b"\n"), IDLE_TIMEOUT_S)
             except asyncio.LimitOverrunError:
-                await _send(writer, protocol.error_reply(None, "too_large", "request too large"))
+                msg = f"request over {protocol.MAX_LINE_BYTES} bytes"
+                await _send(writer, protocol.error_reply(None, "too_large", msg))
+                await _discard(reader)
+                return
+            except TimeoutError:
+                msg = f"no complete request in {IDLE_TIMEOUT_S:g} s"
+                await _send(writer, protocol.error_reply(None, "idle_timeout", msg))
                 return
             except asyncio.IncompleteReadError:
-                return
+                return  # end of stream (a last line without its newline is not a request)
             try:
                 req = protocol.decode_request(line)
             except protocol.ProtocolError as e:
                 await _send(writer, protocol.error_reply(e.req_id, e.type, e.message))
                 continue
-            spec = protocol.COMMANDS[req.cmd]
-            if spec.mutating and not may_operate(uid, gid, self.d.cfg.control.operator_group):
-                await _send(
-                    writer,
-                    protocol.error_reply(
-                        req.id, "permission_denied", f"uid {uid} may not {req.cmd}"
-                    ),
-                )
-                continue
-            if spec.mutating:
-                self.d.emit("command_received", cmd=req.cmd, uid=uid, args=req.args or None)
-            if spec.streams:
-                await self._stream(req, writer)
+            if not await self._handle(_Call(req, peer, reader), writer):
                 return
+
+    async def _handle(self, call: _Call, writer: asyncio.StreamWriter) -> bool:
+        """Answer one request; False when the connection is done (after a stream)."""
+        req, peer = call.req, call.peer
+        spec = protocol.COMMANDS[req.cmd]
+        if spec.mutating:
+            allowed = may_operate(peer, self.d.cfg.control.operator_group)
+            self.d.emit(
+                "command_received",
+                cmd=req.cmd,
+                uid=peer.uid,
+                peer_pid=peer.pid,
+                allowed=allowed,
+                args=req.args or None,
+            )
+            if not allowed:
+                who = self.d.cfg.control.operator_group
+                msg = f"uid {peer.uid} may not {req.cmd}: only root" + (
+                    f" and members of group {who} (control.operator_group)" if who else ""
+                )
+                await _send(writer, protocol.error_reply(req.id, "permission_denied", msg))
+                return True
+            call.queue = self.d.events.subscribe()
+        try:
+            if spec.streams:
+                await self._stream(call, writer)
+                return False
             try:
-                reply = protocol.ok_reply(req.id, await self._run(req, uid))
+                reply = protocol.ok_reply(req.id, await self._run(call))
             except CommandError as e:
                 reply = protocol.error_reply(req.id, e.type, e.message, e.result)
+            except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+                # A bug or a surprise in one command: answer it, report it, serve on.
+                what = f"{type(e).__name__}: {e}"
+                self.d.emit("internal_error", where=f"control {req.cmd}", error=what)
+                reply = protocol.error_reply(req.id, "internal_error", what)
             await _send(writer, reply)
+            return True
+        finally:
+            if call.queue is not None:
+                self.d.events.unsubscribe(call.queue)
 
     # ------------------------------------------------------------------ commands
 
-    async def _run(self, req: protocol.Request, uid: int) -> Any:
-        d = self.d
-        match req.cmd:
+    async def _run(self, call: _Call) -> dict[str, Any]:
+        d, args = self.d, call.req.args
+        match call.req.cmd:
             case "status":
-                return d.status()
+                st = d.status()
+                if args.get("events"):
+                    st["recent_events"] = d.events.history(args["events"])
+                return st
             case "pause" | "resume":
-                self._operate(req.cmd, uid)
-                return d.status()
+                return self._pause_resume(call)
             case "reload":
-                err = d.reload()
-                if err is not None:
-                    raise CommandError("config_invalid", f"{err} (old config kept)")
-                return {"config": d.cfg.source}
+                return self._reload()
             case "stop":
-                self._operate("stop", uid)
-                await self._wait(
-                    lambda: d.core.snapshot().state in _AT_REST, d.cfg.job.stop_timeout_s + 10
-                )
-                return d.status()
-            case "start" | "restart":
-                before = d.core.snapshot().pid
-                self._operate(req.cmd, uid)
-                spawned = await self._wait(lambda: _started_or_failed(d, before), _start_budget(d))
-                if not spawned:
-                    raise CommandError("timeout", "the job did not start in time", d.status())
-                return d.status()
+                return await self._stop(call)
+            case "start":
+                return await self._start(call)
+            case "restart":
+                return await self._restart(call)
             case "wait_healthy":
-                return await self._wait_healthy(req.args)
-        raise CommandError("unknown_command", req.cmd)
+                return await self._wait_healthy_cmd(call)
+        raise CommandError("unknown_command", call.req.cmd)
 
-    def _operate(self, cmd: str, uid: int) -> None:
-        actions = self.d.dispatch(policy.OperatorCommand(cmd, uid))  # type: ignore[arg-type]
-        for a in actions:
+    def _result(self, call: _Call, summary: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "summary": f"{self.d.cfg.job.name}: {summary}",
+            **extra,
+            "status": self.d.status(),
+            "events": call.events()[-EVENTS_IN_RESULT:],
+        }
+
+    def _operate(self, call: _Call, cmd: OperatorCmd) -> None:
+        for a in self.d.dispatch(policy.OperatorCommand(cmd, call.peer.uid)):
             if isinstance(a, policy.Refuse):
-                raise CommandError("refused", a.message)
+                raise CommandError("refused", a.message, {"status": self.d.status()})
 
-    async def _wait(self, pred: Any, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
+    def _pause_resume(self, call: _Call) -> dict[str, Any]:
+        before = self.d.core.snapshot()
+        self._operate(call, cast(OperatorCmd, call.req.cmd))
+        after = self.d.core.snapshot()
+        if call.req.cmd == "pause":
+            how = "was already paused" if before.paused else "paused"
+            text = f"{how}: detectors keep reporting, nothing is restarted automatically"
+        else:
+            text = "resumed" if before.paused else "was not paused"
+            if after.state is policy.State.STARTING and before.state is not after.state:
+                text += "; starting the job (it stopped while paused)"
+        return self._result(call, f"{text}; state {after.state.value}")
+
+    def _reload(self) -> dict[str, Any]:
+        error = self.d.reload()
+        if error is not None:
+            raise CommandError("config_invalid", f"{error} (old config kept)")
+        note = ""
+        if self.d.cfg.control != self._bound:
+            note = "; control.* changes take effect when watchdogd restarts"
+        return {"summary": f"reloaded {self.d.cfg.source}{note}", "config": self.d.cfg.source}
+
+    async def _stop(self, call: _Call) -> dict[str, Any]:
+        pid = self.d.core.snapshot().pid
+        self._operate(call, "stop")
+        budget = _start_budget(self.d)  # a start under way finishes before its child is stopped
+        ok = await self._wait(call, _state_is(self.d, policy.State.STOPPED), call.t0 + budget)
+        text = protocol.describe_stop(pid, call.events(), self._stop_signal(), call.elapsed())
+        if not ok:
+            state = self.d.core.snapshot().state.value
+            result = self._result(call, text)
+            raise CommandError("timeout", f"still {state} after {call.elapsed():.1f} s", result)
+        return self._result(call, text if pid is not None else "stopped (no job was running)")
+
+    async def _start(self, call: _Call) -> dict[str, Any]:
+        pid = await self._begin(call, "start")
+        note = protocol.gpu_wait_note(call.events())
+        return self._result(call, f"started, pid {pid}{note}", pid=pid)
+
+    async def _wait_healthy_cmd(self, call: _Call) -> dict[str, Any]:
+        """`wait_healthy` for protocol clients: job `pid` (default: the current one)."""
+        pid = call.req.args.get("pid") or self.d.core.snapshot().pid
+        if pid is None:
+            raise CommandError("no_job", "no job is running", {"status": self.d.status()})
+        deadline = call.t0 + call.req.args.get("timeout", 600.0)
+        return await self._wait_healthy(call, int(pid), deadline)
+
+    async def _restart(self, call: _Call) -> dict[str, Any]:
+        old = self.d.core.snapshot().pid
+        timeout = call.req.args.get("timeout")
+        deadline = call.t0 + (timeout or _start_budget(self.d) + self.d.cfg.startup.timeout_s + 10)
+        pid = await self._begin(call, "restart", deadline)
+        stopped = protocol.describe_stop(old, call.events(), self._stop_signal(), None)
+        begun = f"{stopped}; new pid {pid}{protocol.gpu_wait_note(call.events())}"
+        if not call.req.args.get("wait"):
+            return self._result(call, f"restarted: {begun}", pid=pid)
+        return await self._wait_healthy(call, pid, deadline)
+
+    async def _begin(self, call: _Call, cmd: OperatorCmd, deadline: float | None = None) -> int:
+        """start/restart: until the new child is spawned (its pid), or CommandError saying why."""
+        self._operate(call, cmd)
+        d = self.d
+        deadline = min(deadline or float("inf"), call.t0 + _start_budget(d))
+
+        def settled() -> bool:
+            return (
+                protocol.spawn_outcome(call.events()) is not None
+                or d.core.snapshot().state in _AT_REST
+            )
+
+        ok = await self._wait(call, settled, deadline)
+        outcome = protocol.spawn_outcome(call.events())
+        if outcome is not None and outcome["event"] == "child_spawned":
+            return int(outcome["pid"])
+        snap = d.core.snapshot()
+        if outcome is not None:
+            why = f"start failed: {outcome.get('reason')}: {outcome.get('detail', '')}".rstrip(": ")
+        elif ok:
+            why = f"the start was cancelled (state {snap.state.value})"
+        else:
+            why = f"not started after {call.elapsed():.1f} s (state {snap.state.value})"
+        if snap.next_restart_at is not None:
+            why += f"; next try in {max(0.0, snap.next_restart_at - time.monotonic()):.1f} s"
+        kind = "timeout" if not ok else "start_failed"
+        raise CommandError(kind, f"{d.cfg.job.name}: {why}", self._result(call, why))
+
+    async def _wait_healthy(self, call: _Call, pid: int, deadline: float) -> dict[str, Any]:
+        """Until job `pid` is healthy (process alive, GPUs in use, a progress line), or why not."""
+        d, used = self.d, set[int]()  # GPUs seen in use while waiting
+
+        def settled() -> bool:
+            s = d.core.snapshot()
+            if d.gpus.last is not None:
+                floor = d.cfg.gpus.idle_below_mib
+                used.update(g.index for g in d.gpus.last.gpus if is_in_use(g, floor))
+            return s.pid != pid or s.healthy
+
+        await self._wait(call, settled, deadline)
+        s = d.core.snapshot()
+        if s.pid == pid and s.healthy and s.healthy_since is not None and s.spawned_at is not None:
+            after = s.healthy_since - s.spawned_at
+            text = (
+                f"healthy, pid {pid}, {after:.1f} s after its start ({call.elapsed():.1f} s in all)"
+            )
+            return self._result(call, text, healthy=True, pid=pid, healthy_after_s=round(after, 2))
+        st = d.status()
+        reason = protocol.why_not_healthy(pid, st, d.events.history(300), call.elapsed(), used)
+        return self._result(
+            call,
+            f"NOT healthy: {reason}",
+            healthy=False,
+            pid=pid,
+            reason=reason,
+            log_file=d.cfg.job.log_file,
+            log_tail=await self._log_tail(LOG_TAIL_LINES),
+        )
+
+    async def _wait(self, call: _Call, pred: Callable[[], bool], deadline: float) -> bool:
+        """Until `pred()` (checked after every change in the core), or False at the deadline."""
         while not pred():
+            if call.reader.at_eof():
+                raise _ClientGone
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
             await self.d.wait_changed(min(left, 1.0))
         return True
 
-    async def _wait_healthy(self, args: dict[str, Any]) -> dict[str, Any]:
-        """restart --wait: until the job started after `pid` is healthy, or why it is not."""
-        d = self.d
-        timeout = float(args.get("timeout", 600))
-        pid = d.core.snapshot().pid
-        exits_before = d.core.snapshot().restarts_total
-        ok = await self._wait(lambda: _settled(d, pid, exits_before), timeout)
-        snap = d.core.snapshot()
-        st = d.status()
-        if ok and snap.state is policy.State.RUNNING and snap.pid == pid:
-            return {"healthy": True, "status": st}
-        reason = _why_not_healthy(d, pid, timed_out=not ok)
-        return {"healthy": False, "reason": reason, "status": st, "log_tail": d.log_tail(20)}
+    async def _off_loop(self, func: Callable[..., _T], *args: Any) -> _T:
+        return await asyncio.get_running_loop().run_in_executor(self._files, func, *args)
 
-    async def _stream(self, req: protocol.Request, writer: asyncio.StreamWriter) -> None:
-        n = int(req.args.get("n", 20))
+    def _stop_signal(self) -> str:
+        return protocol.signal_name(self.d.cfg.job.stop_signal)
+
+    async def _log_tail(self, n: int) -> list[str]:
+        path = self.d.cfg.job.log_file
+        try:  # off the loop: the log may sit on a slow network filesystem
+            return await self._off_loop(tail_lines, path, n)
+        except OSError as e:
+            return [f"(cannot read {path}: {e.strerror or e})"]
+
+    # ------------------------------------------------------------------ streams
+
+    async def _stream(self, call: _Call, writer: asyncio.StreamWriter) -> None:
+        req = call.req
         follow = bool(req.args.get("follow", False))
         if req.cmd == "events":
-            q = self.d.events.subscribe() if follow else None
+            n = req.args.get("n", 20)
+            q = self.d.events.subscribe() if follow else None  # before history: nothing is lost
             try:
                 await _send(writer, protocol.ok_reply(req.id, {"events": self.d.events.history(n)}))
-                while q is not None:
-                    record = await q.get()
-                    await _send(writer, protocol.ok_reply(req.id, {"events": [record]}))
+                while q is not None and not call.reader.at_eof():
+                    try:
+                        batch = [await asyncio.wait_for(q.get(), FOLLOW_WAKE_S)]
+                    except TimeoutError:
+                        continue  # nothing new: look whether the client is still there
+                    while not q.empty():
+                        batch.append(q.get_nowait())
+                    await _send(writer, protocol.ok_reply(req.id, {"events": batch}))
             finally:
                 if q is not None:
                     self.d.events.unsubscribe(q)
             return
-        lines = self.d.log_tail(n)
-        await _send(writer, protocol.ok_reply(req.id, {"lines": lines}))
-        if follow:
-            await self._follow_log(req, writer)
-
-    async def _follow_log(self, req: protocol.Request, writer: asyncio.StreamWriter) -> None:
-        from watchdog.probes.progress import LogFollower
-
-        follower = LogFollower(self.d.cfg.job.log_file, self.d.cfg.progress.pattern, start="end")
+        path = self.d.cfg.job.log_file
+        tail = _LogFollow(path, open_now=False)
         try:
-            while True:
-                await asyncio.sleep(0.5)  # a follower's pace, not a synchronisation
-                new = follower.poll()
-                if new.last_lines:
-                    await _send(writer, protocol.ok_reply(req.id, {"lines": list(new.last_lines)}))
+            try:
+                lines = await self._off_loop(tail.start, req.args.get("n", 50))
+            except OSError as e:
+                msg = f"cannot read {path}: {e.strerror or e}"
+                await _send(writer, protocol.error_reply(req.id, "log_unreadable", msg))
+                return
+            await _send(writer, protocol.ok_reply(req.id, {"lines": lines}))
+            while follow and not call.reader.at_eof():
+                await asyncio.sleep(FOLLOW_POLL_S)  # a follower's pace, not a synchronisation
+                new = await self._off_loop(tail.poll)
+                if new:
+                    await _send(writer, protocol.ok_reply(req.id, {"lines": new}))
         finally:
-            follower.close()
+            tail.close()
 
 
-_AT_REST = (policy.State.STOPPED, policy.State.FATAL, policy.State.BACKOFF)
+# ---------------------------------------------------------------------- helpers
+
+
+def _state_is(d: Daemon, state: policy.State) -> Callable[[], bool]:
+    return lambda: d.core.snapshot().state is state
 
 
 def _start_budget(d: Daemon) -> float:
+    """How long a stop and start may take before the daemon's own deadlines are all spent."""
     c = d.cfg
-    return (
-        c.job.stop_timeout_s
-        + c.gpus.reclaim_timeout_s
-        + c.job.pre_start_timeout_s * max(1, len(c.job.pre_start))
-        + 15
-    )
+    stop = c.job.stop_timeout_s + KILL_GRACE_S + c.incidents.pyspy_timeout_s
+    start = c.gpus.reclaim_timeout_s + 2 * c.gpus.probe_timeout_s
+    return stop + start + c.job.pre_start_timeout_s * len(c.job.pre_start) + 15
 
 
-def _started_or_failed(d: Daemon, before: int | None) -> bool:
-    s = d.core.snapshot()
-    return (s.pid is not None and s.pid != before) or s.state in _AT_REST
+# ---------------------------------------------------------------------- files and sockets
 
 
-def _settled(d: Daemon, pid: int | None, restarts_before: int) -> bool:
-    s = d.core.snapshot()
-    if s.pid != pid or s.state in _AT_REST or s.restarts_total != restarts_before:
-        return True
-    return s.state in (policy.State.RUNNING, policy.State.UNHEALTHY)
+class _LogFollow:
+    """`logs [--follow]`: the last lines, then every line appended, across truncation
+    (copytruncate) and rotation (a new file at the path: the old one is drained first)."""
+
+    def __init__(self, path: str, open_now: bool = True) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._ident: tuple[int, int] | None = None
+        self._offset = 0
+        self._partial = b""
+        if open_now:
+            self._open(at_end=True)
+
+    def start(self, n: int) -> list[str]:
+        """Open the file at its end; its last `n` lines."""
+        self._open(at_end=True)
+        return self.tail(n)
+
+    def _open(self, at_end: bool) -> None:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        self.close()
+        st = os.fstat(fd)
+        self._fd, self._ident = fd, (st.st_dev, st.st_ino)
+        self._offset, self._partial = (st.st_size if at_end else 0), b""
+
+    def tail(self, n: int) -> list[str]:
+        """The last `n` complete lines before where following starts."""
+        if self._fd is None:
+            return []
+        start = max(0, self._offset - FOLLOW_MAX_BYTES)
+        lines = os.pread(self._fd, self._offset - start, start).split(b"\n")
+        self._partial = lines.pop()  # a line still being written: poll() completes it
+        if start > 0:
+            lines = lines[1:]  # cut at the window's start
+        return [_text(line) for line in lines[-n:]] if n > 0 else []
+
+    def poll(self) -> list[str]:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return self._read()
+        if (st.st_dev, st.st_ino) == self._ident:
+            return self._read()
+        lines = self._read()
+        self._open(at_end=False)
+        return lines + self._read()
+
+    def _read(self) -> list[str]:
+        if self._fd is None:
+            return []
+        size = os.fstat(self._fd).st_size
+        if size < self._offset:  # truncated in place
+            self._offset, self._partial = 0, b""
+        out = []
+        if size - self._offset > FOLLOW_MAX_BYTES:
+            skipped = size - self._offset - FOLLOW_MAX_BYTES
+            out.append(f"[watchdogctl: {skipped} bytes skipped: the job writes faster than this]")
+            self._offset, self._partial = self._offset + skipped, b""
+        data = os.pread(self._fd, size - self._offset, self._offset)
+        self._offset += len(data)
+        *complete, self._partial = (self._partial + data).split(b"\n")
+        if len(self._partial) > protocol.MAX_LINE_BYTES:
+            complete.append(self._partial)
+            self._partial = b""
+        return out + [_text(line) for line in complete]
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
-def _why_not_healthy(d: Daemon, pid: int | None, *, timed_out: bool) -> str:
-    s = d.core.snapshot()
-    if s.pid != pid and s.last_exit is not None:
-        code, sig = s.last_exit
-        died = f"signal {sig}" if sig is not None else f"code {code}"
-        return f"the job died during startup ({died})"
-    if s.pid != pid:
-        return f"the job was restarted ({s.last_reason})"
-    if s.firing:
-        return "unhealthy: " + ", ".join(sorted(s.firing))
-    st = d.status()
-    if d.gpus.expected and st["gpus"] and any(g["idle"] for g in st["gpus"]):
-        return "GPUs never used: " + ", ".join(
-            f"GPU {g['index']} {g['used_mib']} MiB" for g in st["gpus"] if g["idle"]
-        )
-    if st["progress"]["last_progress_age_s"] is None:
-        return "no progress line yet"
-    return "not healthy before the timeout" if timed_out else f"state {s.state.value}"
+def _text(line: bytes) -> str:
+    return line.removesuffix(b"\r").decode("utf-8", errors="replace")
+
+
+def _prepare_folder(folder: str, gid: int) -> None:
+    """The socket's folder: 0750 and group `control.group`, when it is ours to set — one we
+    create, or systemd's RuntimeDirectory= — never a shared one such as /tmp or /run."""
+    if not os.path.isdir(folder):
+        os.makedirs(folder, mode=0o750)
+    elif not _is_runtime_directory(folder):
+        return
+    os.chmod(folder, 0o750)
+    if gid != -1:
+        os.chown(folder, -1, gid)
+
+
+def _is_runtime_directory(folder: str) -> bool:
+    for path in filter(None, os.environ.get("RUNTIME_DIRECTORY", "").split(":")):
+        with contextlib.suppress(OSError):
+            if os.path.samefile(path, folder):
+                return True
+    return False
+
+
+def _bind(path: str, gid: int) -> socket.socket:
+    """Bind owner-only, then open it to the group: nobody else can connect in between (Linux
+    takes a new socket file's mode from the socket's inode, which fchmod sets)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        os.fchmod(sock.fileno(), 0o600)
+        sock.bind(path)
+        os.chown(path, -1, gid)
+        os.chmod(path, 0o660)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def _remove_stale_socket(path: str) -> None:
@@ -291,11 +620,8 @@ def _remove_stale_socket(path: str) -> None:
     try:
         probe.settimeout(1.0)
         probe.connect(path)
-    except (ConnectionRefusedError, FileNotFoundError):
-        os.unlink(path)
-        return
     except OSError:
-        os.unlink(path)
+        os.unlink(path)  # refused or unreachable: nobody listens there any more
         return
     finally:
         probe.close()
@@ -305,3 +631,12 @@ def _remove_stale_socket(path: str) -> None:
 async def _send(writer: asyncio.StreamWriter, data: bytes) -> None:
     writer.write(data)
     await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_S)
+
+
+async def _discard(reader: asyncio.StreamReader) -> None:
+    """Swallow what the client still sends (briefly), so closing does not reset the connection
+    before it has read our error."""
+    with contextlib.suppress(TimeoutError, ConnectionError):
+        async with asyncio.timeout(JUNK_DRAIN_S):
+            while await reader.read(1 << 16):
+                pass

@@ -3,43 +3,102 @@
 Request  {"v":1,"id":7,"cmd":"status","args":{}}
 Reply    {"v":1,"id":7,"ok":true,"result":{...}}
          {"v":1,"id":7,"ok":false,"error":{"type":"...","message":"..."}}
+
+`watchdogctl` imports this module, so it imports nothing heavy: not `json` (which drags in `re`
+and `enum`, ~10 ms, most of a bare interpreter's start-up), not `dataclasses`, not `typing` at
+run time. JSON goes through CPython's C accelerator `_json` directly, with the `json` module as
+the fallback where that is missing.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
-from typing import Any
+TYPE_CHECKING = False  # mypy treats this name as true; at run time `typing` is never imported
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 VERSION = 1
 MAX_LINE_BYTES = 64 * 1024  # a request is small; anything larger is junk or an attack
+MAX_EVENTS = 1000  # the daemon keeps this many (SPEC §9)
+MAX_LOG_LINES = 10_000
+MAX_TIMEOUT_S = 7 * 86400.0
+
+# Kinds of request arguments. Every command's arguments are checked here, once, for server and
+# CLI alike: the server never has to guess what a malformed value meant.
+COUNT, FLAG, SECONDS, PID = "count", "flag", "seconds", "pid"
 
 
-@dataclass(frozen=True, slots=True)
 class CommandSpec:
-    mutating: bool  # needs root or control.operator_group (SPEC §8)
-    streams: bool = False  # the reply is followed by more lines (events/logs --follow)
+    """One row of the command table."""
+
+    __slots__ = ("args", "help", "mutating", "streams")
+
+    def __init__(
+        self,
+        help: str,
+        *,
+        mutating: bool,
+        streams: bool = False,
+        args: dict[str, str] | None = None,
+    ) -> None:
+        self.help = help
+        self.mutating = mutating  # needs root or control.operator_group (SPEC §8)
+        self.streams = streams  # the reply may be followed by more lines (--follow)
+        self.args = args or {}  # name -> kind
 
 
 COMMANDS: dict[str, CommandSpec] = {
-    "status": CommandSpec(mutating=False),
-    "events": CommandSpec(mutating=False, streams=True),
-    "logs": CommandSpec(mutating=False, streams=True),
-    "wait_healthy": CommandSpec(mutating=False),
-    "start": CommandSpec(mutating=True),
-    "stop": CommandSpec(mutating=True),
-    "restart": CommandSpec(mutating=True),
-    "pause": CommandSpec(mutating=True),
-    "resume": CommandSpec(mutating=True),
-    "reload": CommandSpec(mutating=True),
+    "status": CommandSpec(
+        "state, job, GPUs, progress, restarts, recent events",
+        mutating=False,
+        args={"events": COUNT},
+    ),
+    "start": CommandSpec("start the job; reports the new pid or why not", mutating=True),
+    "stop": CommandSpec("stop the job's whole tree; reports how it ended", mutating=True),
+    "restart": CommandSpec(
+        "stop the tree, GPUs drained, start; --wait: until healthy",
+        mutating=True,
+        args={"wait": FLAG, "timeout": SECONDS},
+    ),
+    "events": CommandSpec(
+        "event history, newest last",
+        mutating=False,
+        streams=True,
+        args={"n": COUNT, "follow": FLAG},
+    ),
+    "logs": CommandSpec(
+        "tail of the job's log", mutating=False, streams=True, args={"n": COUNT, "follow": FLAG}
+    ),
+    "pause": CommandSpec("maintenance: detectors report, nothing restarts", mutating=True),
+    "resume": CommandSpec("leave maintenance mode", mutating=True),
+    "reload": CommandSpec("re-read the config (an invalid file keeps the old one)", mutating=True),
+    "wait_healthy": CommandSpec(
+        "wait until job `pid` is healthy, or say why not",
+        mutating=False,
+        args={"pid": PID, "timeout": SECONDS},
+    ),
 }
 
 
-@dataclass(frozen=True, slots=True)
 class Request:
-    id: int | str | None
-    cmd: str
-    args: dict[str, Any] = field(default_factory=dict)
+    __slots__ = ("args", "cmd", "id")
+
+    def __init__(self, id: int | str | None, cmd: str, args: dict[str, Any]) -> None:
+        self.id = id
+        self.cmd = cmd
+        self.args = args
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Request) and (self.id, self.cmd, self.args) == (
+            other.id,
+            other.cmd,
+            other.args,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Request(id={self.id!r}, cmd={self.cmd!r}, args={self.args!r})"
 
 
 class ProtocolError(Exception):
@@ -50,32 +109,67 @@ class ProtocolError(Exception):
         self.req_id = req_id
 
 
-def encode_request(req_id: int, cmd: str, args: dict[str, Any] | None = None) -> bytes:
+# ------------------------------------------------------------------------------ requests
+
+
+def encode_request(req_id: int | str, cmd: str, args: dict[str, Any] | None = None) -> bytes:
     return _line({"v": VERSION, "id": req_id, "cmd": cmd, "args": args or {}})
 
 
 def decode_request(line: bytes) -> Request:
-    """Parse one request line or raise ProtocolError (the server replies with it)."""
+    """Parse and check one request line, or raise ProtocolError (the server replies with it)."""
     if len(line) > MAX_LINE_BYTES:
         raise ProtocolError("too_large", f"request over {MAX_LINE_BYTES} bytes")
     try:
-        obj = json.loads(line)
-    except (ValueError, UnicodeDecodeError) as e:
+        obj = loads(line.decode("utf-8"))
+    except ValueError as e:  # UnicodeDecodeError is a ValueError too
         raise ProtocolError("bad_json", f"not JSON: {e}") from None
     if not isinstance(obj, dict):
         raise ProtocolError("bad_request", "a request is a JSON object")
     req_id = obj.get("id")
-    if not isinstance(req_id, int | str | None) or isinstance(req_id, bool):
+    if isinstance(req_id, bool) or not isinstance(req_id, int | str | None):
         raise ProtocolError("bad_request", "id must be a number or a string")
     if obj.get("v") != VERSION:
         raise ProtocolError("bad_version", f"protocol version {VERSION} expected", req_id)
     cmd = obj.get("cmd")
     if not isinstance(cmd, str) or cmd not in COMMANDS:
-        raise ProtocolError("unknown_command", f"unknown command {cmd!r}", req_id)
+        raise ProtocolError("unknown_command", f"unknown command {_short(cmd)}", req_id)
     args = obj.get("args", {})
     if not isinstance(args, dict):
         raise ProtocolError("bad_request", "args must be an object", req_id)
-    return Request(id=req_id, cmd=cmd, args=args)
+    return Request(req_id, cmd, check_args(cmd, args, req_id))
+
+
+def check_args(cmd: str, args: dict[str, Any], req_id: int | str | None = None) -> dict[str, Any]:
+    """The arguments of `cmd`, each checked against its kind; unknown names are errors."""
+    kinds = COMMANDS[cmd].args
+    out: dict[str, Any] = {}
+    for name, value in args.items():
+        kind = kinds.get(name)
+        if kind is None:
+            raise ProtocolError("bad_request", f"{cmd} takes no argument {_short(name)}", req_id)
+        if value is None:
+            continue  # "not given": every argument has a default
+        problem = _check_value(kind, value)
+        if problem:
+            raise ProtocolError("bad_request", f"{cmd}: {name} must be {problem}", req_id)
+        out[name] = min(value, MAX_LOG_LINES) if kind == COUNT else value
+    return out
+
+
+def _check_value(kind: str, value: object) -> str | None:
+    """Why `value` is not of `kind`, or None."""
+    if kind == FLAG:
+        return None if isinstance(value, bool) else "true or false"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "a number"
+    if kind == SECONDS:
+        return None if 0 < value <= MAX_TIMEOUT_S else f"seconds in (0, {MAX_TIMEOUT_S:g}]"
+    lowest = 1 if kind == PID else 0
+    return None if isinstance(value, int) and value >= lowest else f"a whole number ≥ {lowest}"
+
+
+# ------------------------------------------------------------------------------- replies
 
 
 def ok_reply(req_id: int | str | None, result: Any) -> bytes:
@@ -90,11 +184,193 @@ def error_reply(req_id: int | str | None, type_: str, message: str, result: Any 
 
 
 def decode_reply(line: bytes) -> dict[str, Any]:
-    obj = json.loads(line)
-    if not isinstance(obj, dict) or "ok" not in obj:
+    """One reply line from the daemon; ProtocolError when it is not one."""
+    try:
+        obj = loads(line.decode("utf-8"))
+    except ValueError as e:
+        raise ProtocolError("bad_reply", f"unreadable reply from the daemon: {e}") from None
+    ok = isinstance(obj, dict) and isinstance(obj.get("ok"), bool)
+    if not ok or (obj["ok"] and "result" not in obj) or (not obj["ok"] and "error" not in obj):
         raise ProtocolError("bad_reply", "malformed reply from the daemon")
-    return obj
+    reply: dict[str, Any] = obj
+    return reply
 
 
 def _line(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), default=str).encode() + b"\n"
+    return dumps(obj).encode() + b"\n"
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# ---------------------------------------------------------------------------------- JSON
+
+
+def dumps(obj: Any) -> str:
+    """Compact JSON, ASCII only; values JSON cannot hold are written as str()."""
+    return "".join(_codec()[0](obj))
+
+
+def loads(text: str) -> Any:
+    """Parse one JSON document (surrounding whitespace allowed); ValueError when it is not one."""
+    return _codec()[1](text)
+
+
+_CODEC: tuple[Callable[[Any], Any], Callable[[str], Any]] | None = None
+_WS = " \t\n\r"
+
+
+def _codec() -> tuple[Callable[[Any], Any], Callable[[str], Any]]:
+    global _CODEC
+    if _CODEC is None:
+        _CODEC = _c_codec() or _py_codec()
+    return _CODEC
+
+
+def _c_codec() -> tuple[Callable[[Any], Any], Callable[[str], Any]] | None:
+    """`_json`'s encoder and scanner, the engines inside `json.dumps`/`json.loads`."""
+    try:
+        import _json
+
+        encoder = _json.make_encoder(
+            None, str, _json.encode_basestring_ascii, None, ":", ",", False, False, True
+        )
+        scanner = _json.make_scanner(_ScanContext())  # type: ignore[arg-type]
+    except (ImportError, AttributeError, TypeError):
+        return None
+
+    def encode(obj: Any) -> Any:
+        return encoder(obj, 0)
+
+    def decode(text: str) -> Any:
+        start = _skip_ws(text, 0)
+        try:
+            obj, end = scanner(text, start)
+        except StopIteration as e:
+            raise ValueError(f"expecting a JSON value at char {e.value}") from None
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
+        except (ValueError, SystemError):
+            # Python 3.11's scanner reports a syntax error through json.decoder's exception class
+            # but does not import that module (SystemError when nobody else did): let `json` parse
+            # it again for the message. Only bad input pays for the import.
+            return _py_codec()[1](text)
+        if _skip_ws(text, end) != len(text):
+            raise ValueError(f"extra data at char {end}")
+        return obj
+
+    return encode, decode
+
+
+def _py_codec() -> tuple[Callable[[Any], Any], Callable[[str], Any]]:
+    import json
+
+    def encode(obj: Any) -> Any:
+        return (json.dumps(obj, separators=(",", ":"), default=str),)
+
+    def decode(text: str) -> Any:
+        try:
+            return json.loads(text)
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
+
+    return encode, decode
+
+
+def _skip_ws(text: str, i: int) -> int:
+    n = len(text)
+    while i < n and text[i] in _WS:
+        i += 1
+    return i
+
+
+_CONSTANTS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+
+
+class _ScanContext:
+    """The attributes `_json.make_scanner` reads (the same as json.JSONDecoder's defaults)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = staticmethod(_CONSTANTS.__getitem__)
+
+
+# ------------------------------------------------------------- what a reply reports (pure)
+# The daemon answers start/stop/restart with what happened, read off the events the command
+# caused; these turn those events into the one line an operator reads.
+
+
+def spawn_outcome(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first child_spawned or child_start_failed among `events`."""
+    return next((e for e in events if e["event"] in ("child_spawned", "child_start_failed")), None)
+
+
+def gpu_wait_note(events: list[dict[str, Any]]) -> str:
+    held = [e for e in events if e["event"] == "gpu_memory_held"]
+    return f" (after waiting for GPU memory held by {held[0].get('holders')})" if held else ""
+
+
+def signal_name(signum: int) -> str:
+    import signal  # a pure lookup; imported late because watchdogctl never needs it (enum)
+
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def exit_text(event: dict[str, Any]) -> str:
+    """'exit code 3' or 'killed by SIGKILL', from a child_exited event."""
+    sig = event.get("signal")
+    return f"exit code {event.get('exit_code')}" if sig is None else f"killed by {signal_name(sig)}"
+
+
+def describe_stop(
+    pid: int | None, events: list[dict[str, Any]], stop_signal: str, elapsed_s: float | None
+) -> str:
+    """How job `pid` ended, from the events of its stop: 'pid 7 killed by SIGTERM in 0.2 s'."""
+    if pid is None:
+        return "no job was running"
+    exited = next((e for e in events if e["event"] == "child_exited" and e.get("pid") == pid), None)
+    how = exit_text(exited) if exited else "gone"
+    killed = any(e["event"] == "child_killed" for e in events)
+    text = f"pid {pid} ignored {stop_signal}: SIGKILLed ({how})" if killed else f"pid {pid} {how}"
+    left = sum(int(e.get("count", 0)) for e in events if e["event"] == "child_leftovers")
+    if left:
+        text += f"; {left} processes survived SIGKILL"
+    return text if elapsed_s is None else f"{text} in {elapsed_s:.1f} s"
+
+
+def why_not_healthy(
+    pid: int, st: dict[str, Any], history: list[dict[str, Any]], waited_s: float, used: set[int]
+) -> str:
+    """Why job `pid` is not healthy: it died (code or signal), it was stopped (by a detector or
+    an operator), or, still alive at the deadline: its GPUs never used, no progress line
+    (SPEC §4's signals). `used`: GPUs seen in use while waiting; `st`: the status now."""
+    mine = [e for e in history if e.get("pid") == pid]
+    exited = next((e for e in reversed(mine) if e["event"] == "child_exited"), None)
+    stopping = next((e for e in reversed(mine) if e["event"] == "child_stopping"), None)
+    if st["job"]["pid"] != pid:
+        how = exit_text(exited) if exited else "gone"
+        why = stopping.get("reason") if stopping else None
+        if why is None:
+            return f"the job died during startup ({how})"
+        if why in ("operator", "shutdown"):
+            return f"it was stopped ({'by an operator' if why == 'operator' else 'for shutdown'})"
+        return f"the watchdog stopped it: {why} ({how})"
+    parts = list(st["reasons"])
+    idle = [g for g in st["gpus"] if g["idle"]]
+    if idle:
+        never = all(g["index"] not in used for g in idle)
+        cells = ", ".join(f"GPU {g['index']} {g['used_mib']} MiB" for g in idle)
+        parts.append(f"GPUs {'never used' if never else 'no longer in use'}: {cells}")
+    if st["progress"]["last_progress_age_s"] is None:
+        parts.append("no progress line")
+    if st.get("gpus_unverified"):
+        parts.append(f"GPUs unverified: {st['gpus_unverified']}")
+    return f"not healthy after {waited_s:.1f} s: " + ("; ".join(parts) or f"state {st['state']}")

@@ -1,0 +1,193 @@
+"""Benchmark: how fast `watchdogctl status` answers, next to a bare interpreter and supervisorctl.
+
+Starts a watchdogd (a healthy `sleep` job, no GPUs) and a supervisord (one program, `sleep
+1000`), both on Unix sockets in a temporary folder, then runs these commands interleaved, `--runs`
+times each, and prints a markdown table of wall-time medians with their ratio to `python3 -c pass`:
+
+  python3 -c pass          the interpreter watchdogctl runs on, doing nothing
+  watchdogctl --help       watchdogctl's start-up alone (imports, parsing, printing)
+  watchdogctl status       start-up + one request to the daemon + the screen
+  supervisorctl status     the same question asked of supervisord
+
+Two groups of rows: the virtual environment's interpreter (what `make` installs here; a
+development install adds an import hook to every start of that interpreter, pass included) and,
+where `--base-python` exists, a plain interpreter importing the package from the source tree,
+which is how an installed (non-editable) watchdogctl starts. Bytecode caches go to a temporary
+folder (PYTHONPYCACHEPREFIX) and a warm-up round is discarded, as an installed package has its
+.pyc files. Both servers are stopped by pid at the end.
+
+    .venv/bin/python bench/bench_cli.py [--runs 30] [--base-python /usr/bin/python3]
+
+Measured on the 2-core build machine (Debian 12, CPython 3.11, load ~0.7), 30 runs, medians:
+
+| command | median ms | × python3 -c pass |
+|---|---:|---:|
+| venv: python3 -c pass | 20.3 | 1.00 |
+| venv: watchdogctl --help | 22.0 | 1.08 |
+| venv: watchdogctl status | 23.6 | 1.16 |
+| venv: supervisorctl status | 88.9 | 4.37 |
+| base: python3 -c pass | 10.7 | 1.00 |
+| base: watchdogctl --help | 10.8 | 1.00 |
+| base: watchdogctl status | 12.0 | 1.12 |
+
+`python -X importtime` puts watchdogctl's own imports at ~1 ms (watchdog, watchdog.protocol,
+watchdog.cli, _socket, __future__: nothing else is imported). On top of that `status` pays for
+the request: ~0.35 ms to load `_json`'s shared library and ~0.3-1 ms for the daemon to wake,
+build the status and answer. The venv rows run another interpreter build that also loads the
+development install's import hook (setuptools' editable finder) at every start, `pass`
+included; an installed (non-editable) watchdogctl starts like the base rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+CLI_MAIN = "import sys; from watchdog.cli import main; sys.exit(main())"
+
+SUPERVISORD_CONF = """\
+[unix_http_server]
+file=%(here)s/supervisor.sock
+
+[supervisord]
+logfile=%(here)s/supervisord.log
+pidfile=%(here)s/supervisord.pid
+nodaemon=true
+
+[rpcinterface:supervisor]
+supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
+
+[supervisorctl]
+serverurl=unix://%(here)s/supervisor.sock
+
+[program:sleep]
+command=sleep 1000
+"""
+
+
+def wait_for(what: str, check: list[str], env: dict[str, str], timeout_s: float = 20) -> None:
+    """Run `check` until it exits 0 (polling with a deadline)."""
+    deadline = time.monotonic() + timeout_s
+    while subprocess.run(check, env=env, capture_output=True, timeout=30).returncode != 0:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench_cli: {what} did not come up in {timeout_s:g} s")
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def server(argv: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A server process in its own session, stopped by its pid (SIGTERM, then SIGKILL)."""
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=out, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def watchdogd_config(tmp: Path) -> Path:
+    path = tmp / "watchdog.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""\
+            job: {{name: bench, command: "echo 9,000 tok/s; exec sleep 1000",
+                  log_file: {tmp}/job.log, stop_timeout_s: 5}}
+            gpus: {{devices: [], sample_interval_s: 1}}
+            control: {{socket: {tmp}/ctl.sock}}
+            state_dir: {tmp}/state
+            """
+        )
+    )
+    return path
+
+
+def commands(tmp: Path, base: str | None) -> dict[str, list[str]]:
+    venv_py = str(BIN / "python3")
+    sock = str(tmp / "ctl.sock")
+    out = {
+        "venv: python3 -c pass": [venv_py, "-c", "pass"],
+        "venv: watchdogctl --help": [str(BIN / "watchdogctl"), "--help"],
+        "venv: watchdogctl status": [str(BIN / "watchdogctl"), "--socket", sock, "status"],
+        "venv: supervisorctl status": [
+            str(BIN / "supervisorctl"),
+            "-c",
+            str(tmp / "supervisord.conf"),
+            "status",
+        ],
+    }
+    if base:
+        out["base: python3 -c pass"] = [base, "-c", "pass"]
+        out["base: watchdogctl --help"] = [base, "-c", CLI_MAIN, "--help"]
+        out["base: watchdogctl status"] = [base, "-c", CLI_MAIN, "--socket", sock, "status"]
+    return out
+
+
+def measure(cmds: dict[str, list[str]], env: dict[str, str], runs: int) -> dict[str, list[float]]:
+    """Wall seconds per command; the commands take turns so drift hits all of them alike."""
+    times: dict[str, list[float]] = {name: [] for name in cmds}
+    for round_ in range(runs + 1):
+        for name, argv in cmds.items():
+            t0 = time.perf_counter()
+            subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if round_ > 0:  # round 0 warms the disk and bytecode caches
+                times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def table(times: dict[str, list[float]]) -> str:
+    rows = ["| command | median ms | × python3 -c pass |", "|---|---:|---:|"]
+    for name, values in times.items():
+        group = name.split(":")[0]
+        ref = statistics.median(times[f"{group}: python3 -c pass"])
+        med = statistics.median(values)
+        rows.append(f"| {name} | {med * 1000:.1f} | {med / ref:.2f} |")
+    return "\n".join(rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--base-python", default="/usr/bin/python3")
+    args = ap.parse_args()
+    if not (BIN / "supervisord").exists():
+        raise SystemExit("bench_cli: supervisord is not installed in this environment")
+    base = args.base_python if shutil.which(args.base_python) else None
+    tmp = Path(tempfile.mkdtemp(prefix="bench-cli-"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(PYTHONPYCACHEPREFIX=str(tmp / "pycache"), PYTHONPATH=str(ROOT))
+    try:
+        (tmp / "supervisord.conf").write_text(SUPERVISORD_CONF)
+        cmds = commands(tmp, base)
+        wd = [str(BIN / "watchdogd"), "--config", str(watchdogd_config(tmp))]
+        sd = [str(BIN / "supervisord"), "-c", str(tmp / "supervisord.conf")]
+        with server(wd, env, tmp / "watchdogd.out"), server(sd, env, tmp / "supervisord.out"):
+            wait_for("watchdogd", cmds["venv: watchdogctl status"], env)
+            wait_for("supervisord", cmds["venv: supervisorctl status"], env)
+            times = measure(cmds, env, args.runs)
+        print(f"{args.runs} runs each, interleaved; {sys.version.split()[0]} at {sys.executable}")
+        print(table(times))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
