@@ -287,3 +287,15 @@ def test_core_modules_import_no_io() -> None:
                 mods = [node.module]
             for m in mods:
                 assert m.split(".")[0] not in banned, f"{name} imports {m}"
+
+
+def test_pause_during_backoff_cancels_the_scheduled_restart() -> None:
+    """Pausing while a restart is scheduled keeps the job down until resume."""
+    d = Driver()
+    d.feed(P.DaemonStarted(), 0.0)
+    d.crash(0.0)
+    assert d.sup.snapshot().state is State.BACKOFF
+    d.feed(P.OperatorCommand("pause"), 0.1)
+    assert d.sup.next_deadline() is None
+    assert "SpawnChild" not in names(d.feed(P.Tick(), 100.0))
+    assert "SpawnChild" in names(d.feed(P.OperatorCommand("resume"), 101.0))

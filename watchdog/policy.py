@@ -420,7 +420,11 @@ class Supervisor:
             return [Refuse("the daemon is shutting down")]
         if cmd == "pause":
             self._paused = True
-            return [Emit("job_paused", {})]
+            paused: list[Action] = [Emit("job_paused", {})]
+            if self._state is State.BACKOFF:  # a scheduled restart is an automatic action too
+                self._state, self._backoff_until = State.STOPPED, None
+                paused.append(Emit("child_stopped", {"reason": "paused"}))
+            return paused
         if cmd == "resume":
             self._paused = False
             out: list[Action] = [Emit("job_resumed", {})]
