@@ -10,11 +10,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import fcntl
-import json
 import os
 import random
-import secrets
 import signal
 import sys
 import time
@@ -34,13 +31,14 @@ from watchdog import (
 )
 from watchdog.control import ControlServer
 from watchdog.gpus import GpuWatch
-from watchdog.logs import EventLog, configure_structlog, write_atomic
+from watchdog.hooks import Hooks
+from watchdog.logs import EventLog, configure_structlog
 from watchdog.notify import Notifier
 from watchdog.probes.progress import LogFollower, tail_lines
+from watchdog.statedir import StateDir
 
 EX_CONFIG = 78
 GOODPUT_SAVE_EVERY_S = 10.0  # issue 8: persist goodput at most this often, and at exit
-HOOK_EVENTS = frozenset({"restart_scheduled", "fatal", "gpu_lost"})
 
 
 def policy_of(cfg: config.Config) -> policy.Policy:
@@ -77,14 +75,14 @@ class Daemon:
         self.cfg = cfg
         self.loop = asyncio.get_running_loop()
         self.started_at = time.monotonic()
-        os.makedirs(cfg.state_dir, mode=0o750, exist_ok=True)
-        self.events = EventLog(cfg.job.name, os.path.join(cfg.state_dir, "events.jsonl"))
+        self.state = StateDir(cfg.state_dir)
+        self.events = EventLog(cfg.job.name, self.state.file("events.jsonl"))
         self.core = policy.Supervisor(policy_of(cfg), random.random)
         self.reaper = child.Reaper(self.loop)
         self.gpus = GpuWatch(cfg.gpus, self.emit)
         self.notifier = Notifier()
         self.control = ControlServer(self)
-        self.token = _instance_token(cfg.state_dir)
+        self.token = self.state.instance_token()
         self.monitor = health.HealthMonitor(health_of(cfg))
         self.follower: LogFollower | None = None
         self.exit_future: asyncio.Future[ExitStatusT] | None = None
@@ -95,7 +93,8 @@ class Daemon:
         self._done: asyncio.Future[None] = self.loop.create_future()
         self._changed = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.events.add_hook(self._on_event_hook)
+        self.hooks = Hooks(cfg.hooks, self.reaper, self.emit, self._spawn_task)
+        self.events.add_hook(self.hooks)
         # issue 8: goodput accounting and the metrics endpoint
         self.goodput = self._load_goodput()
         self._goodput_saved_at = time.monotonic()
@@ -387,28 +386,6 @@ class Daemon:
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
         return self.events.emit(event, **fields)
 
-    def _on_event_hook(self, record: dict[str, Any]) -> None:
-        hook = self.cfg.hooks.on_event
-        if hook and record["event"] in HOOK_EVENTS:
-            self._spawn_task(self._run_hook(hook, record))
-
-    async def _run_hook(self, hook: str, record: dict[str, Any]) -> None:
-        code, out = await child.run_command(
-            self.reaper,
-            [hook],
-            timeout_s=self.cfg.hooks.timeout_s,
-            env=child.helper_env(os.environ),
-            stdin_data=json.dumps(record, default=str).encode() + b"\n",
-        )
-        if code != 0:
-            self.emit(
-                "hook_failed",
-                hook=hook,
-                exit_code=code,
-                output=out[-500:],
-                for_event=record["event"],
-            )
-
     def reload(self) -> str | None:
         """Re-read the config (SIGHUP, `watchdogctl reload`). Returns the error, or None."""
         self.notifier.reloading()
@@ -421,6 +398,7 @@ class Daemon:
         self.cfg = new
         self.events.set_job(new.job.name)
         self.gpus.cfg = new.gpus
+        self.hooks.cfg = new.hooks
         self.dispatch(policy.PolicyChanged(policy_of(new)))
         self.emit("config_reloaded", config=new.source)
         self.notifier.reloaded()
@@ -437,25 +415,18 @@ class Daemon:
         if now - self._goodput_saved_at >= GOODPUT_SAVE_EVERY_S:
             self._save_goodput()
 
-    def _goodput_path(self) -> str:
-        return os.path.join(self.cfg.state_dir, "goodput.json")
-
     def _save_goodput(self) -> None:
         self._goodput_saved_at = time.monotonic()
         try:
-            write_atomic(self._goodput_path(), json.dumps(self.goodput.to_json()) + "\n")
+            self.state.save_goodput(self.goodput)
         except OSError as e:
             self.emit("state_write_failed", file="goodput.json", error=str(e))
 
     def _load_goodput(self) -> goodput.Goodput:
-        """The totals of earlier daemons; time while no daemon ran is not counted."""
         try:
-            with open(self._goodput_path()) as f:
-                return goodput.Goodput.from_json(json.load(f))
-        except FileNotFoundError:
-            return goodput.Goodput()
+            return self.state.load_goodput()
         except (OSError, ValueError) as e:  # JSONDecodeError is a ValueError
-            self.emit("goodput_reset", error=str(e), file=self._goodput_path())
+            self.emit("goodput_reset", error=str(e), file=self.state.file("goodput.json"))
             return goodput.Goodput()
 
     async def _start_metrics(self) -> str | None:
@@ -474,30 +445,18 @@ class Daemon:
 
     # -------------------------------------------------------------------- state file
 
-    def _state_path(self) -> str:
-        return os.path.join(self.cfg.state_dir, "state.json")
-
     def _save_state(self, pid: int | None) -> None:
-        data = {
-            "daemon_pid": os.getpid(),
-            "token": self.token,
-            "job_pid": pid,
-            "job_started_at": None if pid is None else child.process_start_time(pid),
-        }
+        started = None if pid is None else child.process_start_time(pid)
         try:
-            write_atomic(self._state_path(), json.dumps(data) + "\n")
+            self.state.save_job(self.token, pid, started)
         except OSError as e:
-            self.emit("state_write_failed", error=str(e))
+            self.emit("state_write_failed", file="state.json", error=str(e))
 
     def _adopt_previous_tree(self) -> None:
         """A previous daemon was killed while its job ran: end that tree before anything starts,
         so two jobs never run at once (verified by pid + start time and our marker, never by
         name)."""
-        try:
-            with open(self._state_path()) as f:
-                data = json.load(f)
-        except (OSError, ValueError):
-            data = {}
+        data = self.state.load_job()
         n = child.kill_stale_tree(self.token, data.get("job_pid"), data.get("job_started_at"))
         if n:
             self.emit("stale_tree_killed", count=n, pid=data.get("job_pid"))
@@ -507,33 +466,6 @@ class Daemon:
 
 
 ExitStatusT = child.ExitStatus
-
-
-def _instance_token(state_dir: str) -> str:
-    """A marker for this installation's job processes, kept across daemon restarts."""
-    path = os.path.join(state_dir, "instance")
-    try:
-        with open(path) as f:
-            token = f.read().strip()
-        if token:
-            return token
-    except OSError:
-        pass
-    token = secrets.token_hex(8)
-    write_atomic(path, token + "\n")
-    return token
-
-
-def _lock_state_dir(state_dir: str) -> int | None:
-    """One daemon per state directory: a second would start a second job."""
-    os.makedirs(state_dir, mode=0o750, exist_ok=True)
-    fd = os.open(os.path.join(state_dir, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -552,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.metrics.listen is not None and (why := metrics.missing_extra()) is not None:
         print(f"watchdogd: metrics.listen: {why}", file=sys.stderr)
         return EX_CONFIG
-    lock = _lock_state_dir(cfg.state_dir)
+    lock = StateDir(cfg.state_dir).lock()
     if lock is None:
         print(f"watchdogd: another watchdogd holds {cfg.state_dir}/lock", file=sys.stderr)
         return 1
