@@ -4,7 +4,8 @@ The YAML is composed into nodes (not loaded into dicts) so every error can name 
 and the key path. A small converter walks the nodes, driven by each dataclass's fields and type
 hints; fields that are not plain scalars carry their own parser in `field(metadata=...)`, as do
 numeric bounds and "this is a path". Checks that touch the filesystem (programs exist, cwd exists,
-groups exist, sshd-style StrictModes) run last and can be switched off with `check_paths=False`.
+groups exist, sshd-style StrictModes) live in `watchdog.strictmodes`; they run last and can be
+switched off with `check_paths=False`.
 """
 
 from __future__ import annotations
@@ -12,14 +13,11 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
-import grp
 import math
 import operator
 import os
 import re
-import shutil
 import signal
-import stat
 import sys
 import types
 from collections.abc import Callable, Mapping
@@ -28,6 +26,10 @@ from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+# check_owner_safety is re-exported: it lived here before watchdog.strictmodes existed.
+from watchdog.strictmodes import check_filesystem
+from watchdog.strictmodes import check_owner_safety as check_owner_safety
 
 EX_CONFIG = 78  # sysexits.h: configuration error (SPEC §6 `--check`)
 SHELL = "/bin/sh"
@@ -475,72 +477,6 @@ def _finish(cfg: Config, ctx: _Ctx) -> Config:
     return dataclasses.replace(cfg, job=job)
 
 
-def check_owner_safety(path: str) -> str | None:
-    """Why root should not trust `path` (sshd StrictModes), or None when it is safe.
-
-    The file and every folder above it must be owned by root and not writable by group or
-    others; a folder with the sticky bit (like /tmp) is fine, because others cannot rename or
-    replace the root-owned entry inside it. Both the path as written and its symlink-free form
-    are checked: a writable folder holding a symlink lets anyone swap the link.
-    """
-    absolute = os.path.abspath(path)
-    for target in dict.fromkeys((absolute, os.path.realpath(absolute))):
-        current, leaf = target, True
-        while True:
-            try:
-                st = os.stat(current)
-            except OSError as exc:
-                return f"cannot check {current}: {exc.strerror}"
-            what = "file" if leaf else "folder"
-            if st.st_uid != 0:
-                return f"{what} {current} is owned by uid {st.st_uid}, not root"
-            sticky_dir = not leaf and st.st_mode & stat.S_ISVTX
-            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky_dir:
-                mode = stat.S_IMODE(st.st_mode)
-                return f"{what} {current} is writable by group or others (mode {mode:04o})"
-            if current == "/":
-                break
-            current, leaf = os.path.dirname(current), False
-    return None
-
-
-def _check_program(key: str, program: str, env_path: str, ctx: _Ctx, strict: bool) -> None:
-    found = program if "/" in program else shutil.which(program, path=env_path)
-    if found is None:
-        raise ctx.fail(key, f"{program!r}: no such executable on PATH")
-    if not os.path.isfile(found):
-        raise ctx.fail(key, f"{found}: no such file (or not a regular file)")
-    if not os.access(found, os.X_OK):
-        raise ctx.fail(key, f"{found}: not executable (chmod +x)")
-    if strict and (problem := check_owner_safety(found)):
-        raise ctx.fail(key, f"refused while running as root: {problem}")
-
-
-def _check_filesystem(cfg: Config, ctx: _Ctx) -> None:
-    job = cfg.job
-    if job.cwd is not None and not os.path.isdir(job.cwd):
-        raise ctx.fail("job.cwd", f"{job.cwd}: not an existing directory")
-    # The child is exec'd with job.env on top of the daemon's environment, so its PATH wins.
-    env_path = job.env.get("PATH", os.environ.get("PATH", os.defpath))
-    # StrictModes (SPEC §6) guards what root runs on the config's say: hooks and pre_start.
-    strict = os.geteuid() == 0
-    if not job.shell:
-        _check_program("job.command", job.command[0], env_path, ctx, strict=False)
-    for i, argv in enumerate(job.pre_start):
-        _check_program(f"job.pre_start[{i}]", argv[0], env_path, ctx, strict)
-    if cfg.hooks.on_event is not None:
-        _check_program("hooks.on_event", cfg.hooks.on_event, env_path, ctx, strict)
-    for key, name in (
-        ("control.group", cfg.control.group),
-        ("control.operator_group", cfg.control.operator_group),
-    ):
-        if name is not None:
-            try:
-                grp.getgrnam(name)
-            except KeyError:
-                raise ctx.fail(key, f"no such group: {name!r}") from None
-
-
 def parse_config(text: str, source: str, *, check_paths: bool = True) -> Config:
     """Validate config text; `source` names its file (for errors and relative paths)."""
     source = os.path.abspath(source)
@@ -554,8 +490,8 @@ def parse_config(text: str, source: str, *, check_paths: bool = True) -> Config:
     except yaml.YAMLError as exc:
         raise ConfigError(source, None, "", f"invalid YAML: {exc}") from None
     cfg = _finish(_parse_section(Config, root, "", ctx, source=source), ctx)
-    if check_paths:
-        _check_filesystem(cfg, ctx)
+    if check_paths and (found := check_filesystem(cfg)) is not None:
+        raise ctx.fail(*found)
     return cfg
 
 

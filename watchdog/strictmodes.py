@@ -1,0 +1,91 @@
+"""The checks a parsed config makes against the real filesystem (SPEC §6).
+
+Programs must exist and be executable, `job.cwd` must be a folder, control groups must exist,
+and while running as root, what root runs on the config's say must pass sshd-style StrictModes
+(`check_owner_safety`). Nothing here knows the YAML: problems come back as plain text (with the
+key path they belong to), and `watchdog.config` turns them into ConfigErrors.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import shutil
+import stat
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from watchdog.config import Config
+
+
+def check_owner_safety(path: str) -> str | None:
+    """Why root should not trust `path` (sshd StrictModes), or None when it is safe.
+
+    The file and every folder above it must be owned by root and not writable by group or
+    others; a folder with the sticky bit (like /tmp) is fine, because others cannot rename or
+    replace the root-owned entry inside it. Both the path as written and its symlink-free form
+    are checked: a writable folder holding a symlink lets anyone swap the link.
+    """
+    absolute = os.path.abspath(path)
+    for target in dict.fromkeys((absolute, os.path.realpath(absolute))):
+        current, leaf = target, True
+        while True:
+            try:
+                st = os.stat(current)
+            except OSError as exc:
+                return f"cannot check {current}: {exc.strerror}"
+            what = "file" if leaf else "folder"
+            if st.st_uid != 0:
+                return f"{what} {current} is owned by uid {st.st_uid}, not root"
+            sticky_dir = not leaf and st.st_mode & stat.S_ISVTX
+            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky_dir:
+                mode = stat.S_IMODE(st.st_mode)
+                return f"{what} {current} is writable by group or others (mode {mode:04o})"
+            if current == "/":
+                break
+            current, leaf = os.path.dirname(current), False
+    return None
+
+
+def _check_program(program: str, env_path: str, strict: bool) -> str | None:
+    """Why `program` cannot be run (searched on `env_path` if it has no slash), or None."""
+    found = program if "/" in program else shutil.which(program, path=env_path)
+    if found is None:
+        return f"{program!r}: no such executable on PATH"
+    if not os.path.isfile(found):
+        return f"{found}: no such file (or not a regular file)"
+    if not os.access(found, os.X_OK):
+        return f"{found}: not executable (chmod +x)"
+    if strict and (problem := check_owner_safety(found)):
+        return f"refused while running as root: {problem}"
+    return None
+
+
+def check_filesystem(cfg: Config) -> tuple[str, str] | None:
+    """The first (key path, problem) the filesystem finds with `cfg`, or None when all is well."""
+    job = cfg.job
+    if job.cwd is not None and not os.path.isdir(job.cwd):
+        return "job.cwd", f"{job.cwd}: not an existing directory"
+    # The child is exec'd with job.env on top of the daemon's environment, so its PATH wins.
+    env_path = job.env.get("PATH", os.environ.get("PATH", os.defpath))
+    # StrictModes (SPEC §6) guards what root runs on the config's say: hooks and pre_start.
+    strict = os.geteuid() == 0
+    programs: list[tuple[str, str, bool]] = []  # (key, program, strict), in the file's order
+    if not job.shell:
+        programs.append(("job.command", job.command[0], False))
+    programs += [(f"job.pre_start[{i}]", argv[0], strict) for i, argv in enumerate(job.pre_start)]
+    if cfg.hooks.on_event is not None:
+        programs.append(("hooks.on_event", cfg.hooks.on_event, strict))
+    for key, program, strict_here in programs:
+        if problem := _check_program(program, env_path, strict_here):
+            return key, problem
+    for key, name in (
+        ("control.group", cfg.control.group),
+        ("control.operator_group", cfg.control.operator_group),
+    ):
+        if name is not None:
+            try:
+                grp.getgrnam(name)
+            except KeyError:
+                return key, f"no such group: {name!r}"
+    return None
