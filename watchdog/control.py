@@ -6,8 +6,8 @@ checked against the peer's credentials (SO_PEERCRED and SO_PEERGROUPS: root or
 capped, a silent connection is closed, a slow reader is dropped, junk gets an error: no client can
 stall the loop, the probes or the watchdog pings. Root always gets a connection slot.
 
-Commands that change the job wait for the outcome and say what happened (the events they caused),
-so `watchdogctl stop` can print "pid 4182 ignored SIGTERM: SIGKILLed after 60.0 s", not "sent".
+What the commands do (start, stop, restart, wait_healthy, reload, pause, resume, status) lives in
+operations.py; this module serves the socket and streams `events` and `logs`.
 """
 
 from __future__ import annotations
@@ -21,13 +21,11 @@ import pwd
 import socket
 import stat
 import struct
-import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from watchdog import policy, protocol
-from watchdog.health import is_in_use
-from watchdog.probes.progress import tail_lines
+from watchdog import protocol
+from watchdog.operations import Call, ClientGone, CommandError, Operations
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -42,26 +40,9 @@ JUNK_DRAIN_S = 1.0  # after "too large", swallow the rest so the client can read
 FOLLOW_WAKE_S = 1.0  # a follower notices a client that went away within this
 FOLLOW_POLL_S = 0.25  # `logs --follow` looks at the file this often
 FOLLOW_MAX_BYTES = 1 << 20  # per poll; a job that writes faster has bytes skipped (and said so)
-EVENTS_IN_RESULT = 50
-LOG_TAIL_LINES = 20
-KILL_GRACE_S = 5.0  # child.stop_tree's wait after SIGKILL
 # Linux ≥ 4.13 (socket(7)); Python's socket module does not name it.
 SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)
-_AT_REST = (policy.State.STOPPED, policy.State.FATAL, policy.State.BACKOFF)
-OperatorCmd = Literal["start", "stop", "restart", "pause", "resume"]
 _T = TypeVar("_T")
-
-
-class CommandError(Exception):
-    def __init__(self, type_: str, message: str, result: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.type = type_
-        self.message = message
-        self.result = result
-
-
-class _ClientGone(Exception):
-    """The client hung up while its command waited: stop waiting (the command itself goes on)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,38 +87,17 @@ def may_operate(peer: Peer, operator_group: str | None) -> bool:
     return want in os.getgrouplist(user.pw_name, user.pw_gid)
 
 
-@dataclass(slots=True)
-class _Call:
-    """One request being served."""
-
-    req: protocol.Request
-    peer: Peer
-    reader: asyncio.StreamReader
-    t0: float = field(default_factory=time.monotonic)
-    queue: asyncio.Queue[dict[str, Any]] | None = None
-    seen: list[dict[str, Any]] = field(default_factory=list)
-
-    def events(self) -> list[dict[str, Any]]:
-        """The events emitted since the command began (mutating commands record them)."""
-        while self.queue is not None and not self.queue.empty():
-            self.seen.append(self.queue.get_nowait())
-        return self.seen
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.t0
-
-
 class ControlServer:
     def __init__(self, daemon: Daemon) -> None:
         self.d = daemon
         self.path = daemon.cfg.control.socket
-        self._bound = daemon.cfg.control  # the settings the socket was made with
         self._server: asyncio.AbstractServer | None = None
         self._conns: dict[asyncio.Task[Any], Peer] = {}
         self._ident: tuple[int, int] | None = None
         # File reads for `logs` run here, not in the loop's default executor: a log on a hung
         # network filesystem may wedge these threads, never the ones pre_start and hooks use.
         self._files = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="control-logs")
+        self._ops = Operations(daemon, self._files)
 
     async def start(self) -> None:
         cfg = self.d.cfg.control
@@ -174,7 +134,7 @@ class ControlServer:
                 return
             self._conns[task] = peer
             await self._session(reader, writer, peer)
-        except (ConnectionError, TimeoutError, asyncio.IncompleteReadError, _ClientGone):
+        except (ConnectionError, TimeoutError, asyncio.IncompleteReadError, ClientGone):
             pass  # the client went away or dawdled: nobody is left to answer
         except Exception as e:  # a bug here must not end the daemon: report it, drop the client
             self.d.emit("internal_error", where="control", error=f"{type(e).__name__}: {e}")
@@ -213,10 +173,10 @@ class ControlServer:
             except protocol.ProtocolError as e:
                 await _send(writer, protocol.error_reply(e.req_id, e.type, e.message))
                 continue
-            if not await self._handle(_Call(req, peer, reader), writer):
+            if not await self._handle(Call(req, peer, reader), writer):
                 return
 
-    async def _handle(self, call: _Call, writer: asyncio.StreamWriter) -> bool:
+    async def _handle(self, call: Call, writer: asyncio.StreamWriter) -> bool:
         """Answer one request; False when the connection is done (after a stream)."""
         req, peer = call.req, call.peer
         spec = protocol.COMMANDS[req.cmd]
@@ -243,7 +203,7 @@ class ControlServer:
                 await self._stream(call, writer)
                 return False
             try:
-                reply = protocol.ok_reply(req.id, await self._run(call))
+                reply = protocol.ok_reply(req.id, await self._ops.run(call))
             except CommandError as e:
                 reply = protocol.error_reply(req.id, e.type, e.message, e.result)
             except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
@@ -257,187 +217,12 @@ class ControlServer:
             if call.queue is not None:
                 self.d.events.unsubscribe(call.queue)
 
-    # ------------------------------------------------------------------ commands
-
-    async def _run(self, call: _Call) -> dict[str, Any]:
-        d, args = self.d, call.req.args
-        match call.req.cmd:
-            case "status":
-                st = d.status()
-                if args.get("events"):
-                    st["recent_events"] = d.events.history(args["events"])
-                return st
-            case "pause" | "resume":
-                return self._pause_resume(call)
-            case "reload":
-                return self._reload()
-            case "stop":
-                return await self._stop(call)
-            case "start":
-                return await self._start(call)
-            case "restart":
-                return await self._restart(call)
-            case "wait_healthy":
-                return await self._wait_healthy_cmd(call)
-        raise CommandError("unknown_command", call.req.cmd)
-
-    def _result(self, call: _Call, summary: str, **extra: Any) -> dict[str, Any]:
-        return {
-            "summary": f"{self.d.cfg.job.name}: {summary}",
-            **extra,
-            "status": self.d.status(),
-            "events": call.events()[-EVENTS_IN_RESULT:],
-        }
-
-    def _operate(self, call: _Call, cmd: OperatorCmd) -> None:
-        for a in self.d.dispatch(policy.OperatorCommand(cmd, call.peer.uid)):
-            if isinstance(a, policy.Refuse):
-                raise CommandError("refused", a.message, {"status": self.d.status()})
-
-    def _pause_resume(self, call: _Call) -> dict[str, Any]:
-        before = self.d.core.snapshot()
-        self._operate(call, cast(OperatorCmd, call.req.cmd))
-        after = self.d.core.snapshot()
-        if call.req.cmd == "pause":
-            how = "was already paused" if before.paused else "paused"
-            text = f"{how}: detectors keep reporting, nothing is restarted automatically"
-        else:
-            text = "resumed" if before.paused else "was not paused"
-            if after.state is policy.State.STARTING and before.state is not after.state:
-                text += "; starting the job (it stopped while paused)"
-        return self._result(call, f"{text}; state {after.state.value}")
-
-    def _reload(self) -> dict[str, Any]:
-        error = self.d.reload()
-        if error is not None:
-            raise CommandError("config_invalid", f"{error} (old config kept)")
-        note = ""
-        if self.d.cfg.control != self._bound:
-            note = "; control.* changes take effect when watchdogd restarts"
-        return {"summary": f"reloaded {self.d.cfg.source}{note}", "config": self.d.cfg.source}
-
-    async def _stop(self, call: _Call) -> dict[str, Any]:
-        pid = self.d.core.snapshot().pid
-        self._operate(call, "stop")
-        budget = _start_budget(self.d)  # a start under way finishes before its child is stopped
-        ok = await self._wait(call, _state_is(self.d, policy.State.STOPPED), call.t0 + budget)
-        text = protocol.describe_stop(pid, call.events(), self._stop_signal(), call.elapsed())
-        if not ok:
-            state = self.d.core.snapshot().state.value
-            result = self._result(call, text)
-            raise CommandError("timeout", f"still {state} after {call.elapsed():.1f} s", result)
-        return self._result(call, text if pid is not None else "stopped (no job was running)")
-
-    async def _start(self, call: _Call) -> dict[str, Any]:
-        pid = await self._begin(call, "start")
-        note = protocol.gpu_wait_note(call.events())
-        return self._result(call, f"started, pid {pid}{note}", pid=pid)
-
-    async def _wait_healthy_cmd(self, call: _Call) -> dict[str, Any]:
-        """`wait_healthy` for protocol clients: job `pid` (default: the current one)."""
-        pid = call.req.args.get("pid") or self.d.core.snapshot().pid
-        if pid is None:
-            raise CommandError("no_job", "no job is running", {"status": self.d.status()})
-        deadline = call.t0 + call.req.args.get("timeout", 600.0)
-        return await self._wait_healthy(call, int(pid), deadline)
-
-    async def _restart(self, call: _Call) -> dict[str, Any]:
-        old = self.d.core.snapshot().pid
-        timeout = call.req.args.get("timeout")
-        deadline = call.t0 + (timeout or _start_budget(self.d) + self.d.cfg.startup.timeout_s + 10)
-        pid = await self._begin(call, "restart", deadline)
-        stopped = protocol.describe_stop(old, call.events(), self._stop_signal(), None)
-        begun = f"{stopped}; new pid {pid}{protocol.gpu_wait_note(call.events())}"
-        if not call.req.args.get("wait"):
-            return self._result(call, f"restarted: {begun}", pid=pid)
-        return await self._wait_healthy(call, pid, deadline)
-
-    async def _begin(self, call: _Call, cmd: OperatorCmd, deadline: float | None = None) -> int:
-        """start/restart: until the new child is spawned (its pid), or CommandError saying why."""
-        self._operate(call, cmd)
-        d = self.d
-        deadline = min(deadline or float("inf"), call.t0 + _start_budget(d))
-
-        def settled() -> bool:
-            return (
-                protocol.spawn_outcome(call.events()) is not None
-                or d.core.snapshot().state in _AT_REST
-            )
-
-        ok = await self._wait(call, settled, deadline)
-        outcome = protocol.spawn_outcome(call.events())
-        if outcome is not None and outcome["event"] == "child_spawned":
-            return int(outcome["pid"])
-        snap = d.core.snapshot()
-        if outcome is not None:
-            why = f"start failed: {outcome.get('reason')}: {outcome.get('detail', '')}".rstrip(": ")
-        elif ok:
-            why = f"the start was cancelled (state {snap.state.value})"
-        else:
-            why = f"not started after {call.elapsed():.1f} s (state {snap.state.value})"
-        if snap.next_restart_at is not None:
-            why += f"; next try in {max(0.0, snap.next_restart_at - time.monotonic()):.1f} s"
-        kind = "timeout" if not ok else "start_failed"
-        raise CommandError(kind, f"{d.cfg.job.name}: {why}", self._result(call, why))
-
-    async def _wait_healthy(self, call: _Call, pid: int, deadline: float) -> dict[str, Any]:
-        """Until job `pid` is healthy (process alive, GPUs in use, a progress line), or why not."""
-        d, used = self.d, set[int]()  # GPUs seen in use while waiting
-
-        def settled() -> bool:
-            s = d.core.snapshot()
-            if d.gpus.last is not None:
-                floor = d.cfg.gpus.idle_below_mib
-                used.update(g.index for g in d.gpus.last.gpus if is_in_use(g, floor))
-            return s.pid != pid or s.healthy
-
-        await self._wait(call, settled, deadline)
-        s = d.core.snapshot()
-        if s.pid == pid and s.healthy and s.healthy_since is not None and s.spawned_at is not None:
-            after = s.healthy_since - s.spawned_at
-            text = (
-                f"healthy, pid {pid}, {after:.1f} s after its start ({call.elapsed():.1f} s in all)"
-            )
-            return self._result(call, text, healthy=True, pid=pid, healthy_after_s=round(after, 2))
-        st = d.status()
-        reason = protocol.why_not_healthy(pid, st, d.events.history(300), call.elapsed(), used)
-        return self._result(
-            call,
-            f"NOT healthy: {reason}",
-            healthy=False,
-            pid=pid,
-            reason=reason,
-            log_file=d.cfg.job.log_file,
-            log_tail=await self._log_tail(LOG_TAIL_LINES),
-        )
-
-    async def _wait(self, call: _Call, pred: Callable[[], bool], deadline: float) -> bool:
-        """Until `pred()` (checked after every change in the core), or False at the deadline."""
-        while not pred():
-            if call.reader.at_eof():
-                raise _ClientGone
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            await self.d.wait_changed(min(left, 1.0))
-        return True
-
     async def _off_loop(self, func: Callable[..., _T], *args: Any) -> _T:
         return await asyncio.get_running_loop().run_in_executor(self._files, func, *args)
 
-    def _stop_signal(self) -> str:
-        return protocol.signal_name(self.d.cfg.job.stop_signal)
-
-    async def _log_tail(self, n: int) -> list[str]:
-        path = self.d.cfg.job.log_file
-        try:  # off the loop: the log may sit on a slow network filesystem
-            return await self._off_loop(tail_lines, path, n)
-        except OSError as e:
-            return [f"(cannot read {path}: {e.strerror or e})"]
-
     # ------------------------------------------------------------------ streams
 
-    async def _stream(self, call: _Call, writer: asyncio.StreamWriter) -> None:
+    async def _stream(self, call: Call, writer: asyncio.StreamWriter) -> None:
         req = call.req
         follow = bool(req.args.get("follow", False))
         if req.cmd == "events":
@@ -474,21 +259,6 @@ class ControlServer:
                     await _send(writer, protocol.ok_reply(req.id, {"lines": new}))
         finally:
             tail.close()
-
-
-# ---------------------------------------------------------------------- helpers
-
-
-def _state_is(d: Daemon, state: policy.State) -> Callable[[], bool]:
-    return lambda: d.core.snapshot().state is state
-
-
-def _start_budget(d: Daemon) -> float:
-    """How long a stop and start may take before the daemon's own deadlines are all spent."""
-    c = d.cfg
-    stop = c.job.stop_timeout_s + KILL_GRACE_S + c.incidents.pyspy_timeout_s
-    start = c.gpus.reclaim_timeout_s + 2 * c.gpus.probe_timeout_s
-    return stop + start + c.job.pre_start_timeout_s * len(c.job.pre_start) + 15
 
 
 # ---------------------------------------------------------------------- files and sockets
