@@ -229,7 +229,7 @@ def test_endpoint_binds_only_what_is_configured(
     d = make_daemon([sleeper(tmp_path)], with_metrics(port))
     assert d.proc is not None
     assert listening_ports(d.proc.pid) == [("127.0.0.1", port)]
-    listening = d.wait_event("metrics_listening")[0]
+    listening = d.wait_event("metrics_started")[0]
     assert listening["addresses"] == [f"127.0.0.1:{port}"]
 
 

@@ -299,3 +299,38 @@ def test_pause_during_backoff_cancels_the_scheduled_restart() -> None:
     assert d.sup.next_deadline() is None
     assert "SpawnChild" not in names(d.feed(P.Tick(), 100.0))
     assert "SpawnChild" in names(d.feed(P.OperatorCommand("resume"), 101.0))
+
+
+def test_startup_timeout_during_pause_is_acted_on_at_resume() -> None:
+    """A startup window that ends while paused is not forgotten: resume restarts the job."""
+    d = Driver()
+    d.feed(P.DaemonStarted(), 0.0)
+    pid = d.sup.snapshot().pid
+    assert pid is not None
+    d.feed(P.OperatorCommand("pause"), 1.0)
+    out = d.feed(P.Tick(), 50.0)
+    assert "KillTree" not in names(out)
+    out = d.feed(P.HealthAssessed(pid, False), 51.0)
+    assert "detector_cleared" not in names(out)
+    assert "startup_timeout" in d.sup.snapshot().firing
+    out = d.feed(P.OperatorCommand("resume"), 52.0)
+    assert emitted(out, "restart_scheduled").fields["reason"] == "startup_timeout"
+
+
+def test_resume_without_pause_does_not_start_a_stopped_job() -> None:
+    """`resume` is a no-op unless paused: a job left stopped stays stopped."""
+    d = Driver(P.Policy(restart_on=frozenset(), startup_timeout_s=99))
+    d.feed(P.DaemonStarted(), 0.0)
+    d.crash(1.0)
+    assert d.sup.snapshot().state is State.STOPPED
+    assert d.feed(P.OperatorCommand("resume"), 2.0) == []
+
+
+def test_snapshot_shows_no_pid_once_the_leader_is_reaped() -> None:
+    """While leftovers of a dead job are being stopped, status names no live pid."""
+    sup = P.Supervisor(FAST, lambda: 0.5)
+    sup.handle(P.DaemonStarted(), 0.0)
+    sup.handle(P.ChildSpawned(5), 0.0)
+    sup.handle(P.ChildExited(5, 1, None), 1.0)
+    snap = sup.snapshot()
+    assert snap.state is State.STOPPING and snap.pid is None

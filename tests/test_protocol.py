@@ -185,10 +185,10 @@ def test_describe_stop_names_the_signal_and_a_sigkill() -> None:
     """A graceful stop names the signal; a SIGKILL after the timeout says the job ignored it."""
     graceful = [ev("child_stopping", pid=7), ev("child_exited", pid=7, signal=15)]
     assert P.describe_stop(7, graceful, "SIGTERM", 0.25) == "pid 7 killed by SIGTERM in 0.2 s"
-    forced = [ev("child_exited", pid=7, signal=9), ev("child_killed", signal="SIGKILL")]
+    forced = [ev("child_exited", pid=7, signal=9), ev("child_killed", pid=7, signal=9)]
     text = P.describe_stop(7, forced, "SIGTERM", None)
     assert text == "pid 7 ignored SIGTERM: SIGKILLed (killed by SIGKILL)"
-    left = [*forced, ev("child_leftovers", count=2)]
+    left = [*forced, ev("leftovers_found", count=2)]
     assert "2 processes survived SIGKILL" in P.describe_stop(7, left, "SIGTERM", None)
     assert P.describe_stop(None, [], "SIGTERM", 1.0) == "no job was running"
     assert P.describe_stop(7, [ev("child_exited", pid=7, exit_code=0)], "SIGINT", None) == (

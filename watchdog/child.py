@@ -5,10 +5,9 @@ double-forks and calls setsid() is re-parented to us instead of init, so it stay
 `stop_tree()` and we reap it when it dies. Exit detection uses a pidfd per owned child
 (pidfd_open(2)) watched by the event loop: no polling, and the kernel tells us at once.
 
-Orphans are reaped on SIGCHLD, but only zombies that are neither owned (the job, pre_start,
-hooks: their status belongs to whoever waits on them) nor in the daemon's own session (asyncio
-subprocesses such as py-spy are waited for by asyncio's own child watcher), so the job's exit
-status is never stolen.
+Orphans are reaped on SIGCHLD, but only zombies that are not owned (the job, pre_start, hooks:
+their status belongs to whoever waits on them) and not in WAITED_ELSEWHERE (asyncio subprocesses
+such as py-spy, waited for by asyncio's own child watcher), so no exit status is ever stolen.
 
 Every job process carries `TRAIN_WATCHDOG_INSTANCE=<token>` in its environment: a daemon that
 was SIGKILLed and started again finds the previous tree by that marker (plus the leader's pid
@@ -31,6 +30,10 @@ from typing import IO
 import psutil
 
 PR_SET_CHILD_SUBREAPER = 36
+# Children whose status another waiter owns (asyncio subprocesses: py-spy in incident.py):
+# the orphan reaper leaves them alone.
+WAITED_ELSEWHERE: set[int] = set()
+READER_GRACE_S = 1.0  # output still flowing after the command exited comes from its background
 INSTANCE_ENV = "TRAIN_WATCHDOG_INSTANCE"
 # Variables that belong to the daemon's own supervisor, not to the job (notes/systemd.md: the job
 # inheriting NOTIFY_SOCKET gets its notifications rejected; JOURNAL_STREAM would be a lie, the
@@ -105,7 +108,7 @@ class Reaper:
         """Reap zombies that were re-parented to us. Returns how many were reaped."""
         n = 0
         for pid in _child_pids():
-            if pid in self._owned or _session_of(pid) in (self._sid, None):
+            if pid in self._owned or pid in WAITED_ELSEWHERE:
                 continue
             with contextlib.suppress(ChildProcessError):
                 if os.waitpid(pid, os.WNOHANG)[0] == pid:
@@ -212,25 +215,23 @@ async def run_command(
         # In a thread: a command that never reads its stdin must not block the loop; the
         # timeout's kill ends the write with EPIPE.
         loop.run_in_executor(None, _feed, proc.stdin, stdin_data)
-    output = bytearray()
-    reader = loop.run_in_executor(None, _read_all, r_fd, output)
+    output = _PipeTail(loop, r_fd)
     try:
         status = await asyncio.wait_for(asyncio.shield(done), timeout_s)
     except asyncio.CancelledError:
         with contextlib.suppress(ProcessLookupError):  # never leave a helper behind
             os.killpg(proc.pid, signal.SIGKILL)
+        output.close()
         raise
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         await done
         proc.returncode = -9
-        await reader
-        return None, _tail(output) + f"\n(timed out after {timeout_s:g} s, killed)"
+        return None, await output.finish() + f"\n(timed out after {timeout_s:g} s, killed)"
     proc.returncode = status.exit_code if status.exit_code is not None else -1
-    await reader
     code = status.exit_code if status.signal is None else 128 + (status.signal or 0)
-    return code, _tail(output)
+    return code, await output.finish()
 
 
 def _feed(pipe: IO[bytes], data: bytes) -> None:
@@ -240,13 +241,43 @@ def _feed(pipe: IO[bytes], data: bytes) -> None:
         pipe.close()
 
 
-def _read_all(fd: int, out: bytearray) -> None:
-    try:
-        while chunk := os.read(fd, 65536):
-            out += chunk
-            del out[: max(0, len(out) - 65536)]  # keep a bounded tail
-    finally:
-        os.close(fd)
+class _PipeTail:
+    """The bounded tail of a command's output, read by the loop (non-blocking, no thread).
+
+    Something the command left in the background may keep the pipe open for ever: `finish()`
+    waits READER_GRACE_S for end-of-file after the command exited, then stops reading."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        self._loop, self._fd = loop, fd
+        self.data = bytearray()
+        self._eof = loop.create_future()
+        os.set_blocking(fd, False)
+        loop.add_reader(fd, self._read)
+
+    def _read(self) -> None:
+        try:
+            chunk = os.read(self._fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.close()
+            return
+        self.data += chunk
+        del self.data[: max(0, len(self.data) - 65536)]
+
+    def close(self) -> None:
+        if not self._eof.done():
+            self._loop.remove_reader(self._fd)
+            os.close(self._fd)
+            self._eof.set_result(None)
+
+    async def finish(self) -> str:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._eof), READER_GRACE_S)
+        self.close()
+        return _tail(self.data)
 
 
 def _tail(buf: bytes | bytearray, limit: int = 4000) -> str:
@@ -333,14 +364,30 @@ async def stop_tree(
     kill_grace_s: float = 5.0,
 ) -> StopResult:
     """stop_signal to every process of the tree, SIGKILL after `timeout_s`, then verify."""
-    tree = find_tree(leader, token)
-    signalled = signal_tree(tree, stop_signal)
+
+    def live_leader() -> int | None:
+        # Once reaped, the leader's pid may belong to somebody else: never look it up again.
+        return None if leader_exit is not None and leader_exit.done() else leader
+
+    tree = await find_tree_async(live_leader(), token)
+    signalled = signal_tree(tree or [], stop_signal)
     if await _wait_gone(leader, token, leader_exit, timeout_s, reaper):
         return StopResult(killed=False, leftovers=0, signalled=signalled)
-    signal_tree(find_tree(leader, token), signal.SIGKILL)
+    signal_tree(await find_tree_async(live_leader(), token) or [], signal.SIGKILL)
     gone = await _wait_gone(leader, token, leader_exit, kill_grace_s, reaper)
-    left = 0 if gone else len(find_tree(leader, token))
+    left = 0 if gone else len(await find_tree_async(live_leader(), token) or [])
     return StopResult(killed=True, leftovers=left, signalled=signalled)
+
+
+async def find_tree_async(
+    leader: int | None, token: str, timeout_s: float = 5.0
+) -> list[psutil.Process] | None:
+    """find_tree() off the loop: reading /proc/<pid>/environ of a process wedged in a driver
+    can block. None when the scan did not finish in time (the tree is unknown)."""
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(find_tree, leader, token), timeout_s)
+    except TimeoutError:
+        return None
 
 
 async def _wait_gone(
@@ -363,7 +410,7 @@ async def _wait_gone(
         if reaper is not None:
             reaper.reap_orphans()
         leader_done = leader_exit is None or leader_exit.done()
-        if leader_done and not find_tree(None if leader_exit else leader, token):
+        if leader_done and await find_tree_async(None if leader_exit else leader, token) == []:
             return True
         if time.monotonic() >= deadline:
             return False

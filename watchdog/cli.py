@@ -208,7 +208,9 @@ def cmd_operate(c: Client, o: dict[str, Any]) -> int:
         c.settimeout(None if timeout is None else timeout + 30)  # the daemon bounds its waits
     reply = c.call(o["cmd"], o["args"])
     if not reply["ok"]:
-        return failed(reply, o, EXIT_NOT_HEALTHY)
+        # SPEC §7 gives start/stop only 0 done, 2 refused (with reason): a start that failed
+        # or a stop that timed out is "not done", with the reason printed.
+        return failed(reply, o, EXIT_REFUSED if o["cmd"] in ("start", "stop") else EXIT_NOT_HEALTHY)
     res = reply["result"]
     if o["json"]:
         out(protocol.dumps(reply))

@@ -137,7 +137,7 @@ class ControlServer:
         except (ConnectionError, TimeoutError, asyncio.IncompleteReadError, ClientGone):
             pass  # the client went away or dawdled: nobody is left to answer
         except Exception as e:  # a bug here must not end the daemon: report it, drop the client
-            self.d.emit("internal_error", where="control", error=f"{type(e).__name__}: {e}")
+            self.d.emit("internal_error_caught", where="control", error=f"{type(e).__name__}: {e}")
         finally:
             self._conns.pop(task, None)
             if writer.transport.get_write_buffer_size():
@@ -209,7 +209,7 @@ class ControlServer:
             except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
                 # A bug or a surprise in one command: answer it, report it, serve on.
                 what = f"{type(e).__name__}: {e}"
-                self.d.emit("internal_error", where=f"control {req.cmd}", error=what)
+                self.d.emit("internal_error_caught", where=f"control {req.cmd}", error=what)
                 reply = protocol.error_reply(req.id, "internal_error", what)
             await _send(writer, reply)
             return True

@@ -196,7 +196,7 @@ class Daemon:
         if not task.cancelled() and task.exception() is not None:
             # A watchdog bug must never kill a healthy job: report it, keep supervising.
             exc = task.exception()
-            self.emit("internal_error", error=f"{type(exc).__name__}: {exc}")
+            self.emit("internal_error_caught", error=f"{type(exc).__name__}: {exc}")
 
     async def wait_changed(self, timeout_s: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -207,17 +207,20 @@ class Daemon:
     async def _start(self, attempt: int) -> None:
         try:
             failed = await self._prepare_start()
+            if failed is None:
+                self._spawn(attempt)
         except asyncio.CancelledError:
             failed = policy.SpawnFailed("cancelled", "stopped before the job was spawned")
+        except Exception as e:
+            # Otherwise the core waits for ChildSpawned for ever: no timeout, no stop, no exit.
+            failed = policy.SpawnFailed("internal_error", f"{type(e).__name__}: {e}")
         if failed is not None:
             self.dispatch(failed)
-        else:
-            self._spawn(attempt)
 
     async def _prepare_start(self) -> policy.SpawnFailed | None:
         """Drained GPUs, then pre_start (SPEC §4). Returns why the start fails, or None."""
         job = self.cfg.job
-        why = await self.gpus.wait_drained(self._is_ours)
+        why = await self.gpus.wait_drained(self._our_pids)
         if why is not None:
             return policy.SpawnFailed("gpu_memory_held", why)
         for argv in job.pre_start:
@@ -251,13 +254,20 @@ class Daemon:
                 log_fd=log_fd,
                 env=child.job_env(os.environ, job.env, self.token),
             )
-        except OSError as e:
-            self.dispatch(policy.SpawnFailed("spawn_failed", f"{job.command[0]}: {e.strerror}"))
+        except (OSError, ValueError) as e:
+            why = e.strerror if isinstance(e, OSError) else str(e)
+            self.dispatch(policy.SpawnFailed("spawn_failed", f"{job.command[0]}: {why}"))
             return
         finally:
             os.close(log_fd)
         proc.returncode = 0  # we reap it ourselves (pidfd); stop Popen from ever waiting on it
-        self.exit_future = fut = self.reaper.watch(proc.pid)
+        try:
+            fut = self.reaper.watch(proc.pid)
+        except OSError as e:  # no pidfd (EMFILE): an unwatched job must not run
+            os.killpg(proc.pid, signal.SIGKILL)
+            self.dispatch(policy.SpawnFailed("spawn_failed", f"cannot watch the job: {e}"))
+            return
+        self.exit_future = fut
         fut.add_done_callback(self._on_exit)
         self.monitor = health.HealthMonitor(health_of(self.cfg))
         self._save_state(proc.pid)
@@ -284,7 +294,8 @@ class Daemon:
 
     async def _write_incident(self, reason: str) -> str | None:
         snap = self.core.snapshot()
-        pids = [p.pid for p in child.find_tree(snap.pid, self.token)]
+        leader = None if self.exit_future is not None and self.exit_future.done() else snap.pid
+        pids = [p.pid for p in await child.find_tree_async(leader, self.token) or []]
         verdict = self.monitor.assess(time.monotonic())
         try:
             path = await incident.write_bundle(
@@ -307,8 +318,9 @@ class Daemon:
         self.emit("incident_saved", reason=reason, path=path)
         return path
 
-    def _is_ours(self, pid: int) -> bool:
-        return any(p.pid == pid for p in child.find_tree(None, self.token))
+    async def _our_pids(self) -> set[int]:
+        """Processes of our own previous job trees (by the instance marker)."""
+        return {p.pid for p in await child.find_tree_async(None, self.token) or []}
 
     def _progress_path(self) -> str:
         return self.cfg.progress.file or self.cfg.job.log_file
@@ -324,9 +336,12 @@ class Daemon:
         while True:
             try:
                 await self.sample_once()
-            except (OSError, ValueError, RuntimeError) as e:
+            except Exception as e:
                 # A watchdog bug must never kill a healthy job, nor stop the sampling: say so.
-                self.emit("internal_error", where="sample", error=f"{type(e).__name__}: {e}")
+                with contextlib.suppress(OSError):
+                    self.emit(
+                        "internal_error_caught", where="sample", error=f"{type(e).__name__}: {e}"
+                    )
             await asyncio.sleep(self.cfg.gpus.sample_interval_s)
 
     async def sample_once(self) -> None:
@@ -395,12 +410,13 @@ class Daemon:
             self.emit("config_invalid", error=str(e), kept=self.cfg.source)
             self.notifier.reloaded()
             return str(e)
-        self.cfg = new
+        old, self.cfg = self.cfg, new
         self.events.set_job(new.job.name)
         self.gpus.cfg = new.gpus
         self.hooks.cfg = new.hooks
+        self.monitor.reconfigure(health_of(new))
         self.dispatch(policy.PolicyChanged(policy_of(new)))
-        self.emit("config_reloaded", config=new.source)
+        self.emit("config_reloaded", config=new.source, needs_restart=_needs_restart(old, new))
         self.notifier.reloaded()
         return None
 
@@ -440,7 +456,7 @@ class Daemon:
         except OSError as e:
             return f"metrics.listen {listen}: {e.strerror or e}"
         self.metrics_server = server
-        self.emit("metrics_listening", addresses=server.addresses)
+        self.emit("metrics_started", addresses=server.addresses)
         return None
 
     # -------------------------------------------------------------------- state file
@@ -466,6 +482,19 @@ class Daemon:
 
 
 ExitStatusT = child.ExitStatus
+
+
+def _needs_restart(old: config.Config, new: config.Config) -> str | None:
+    """Keys a reload cannot apply to a running daemon (named in config_reloaded). Job keys
+    (command, env, log_file, progress.file) apply at the job's next start."""
+    keys = {
+        "control": (old.control, new.control),
+        "state_dir": (old.state_dir, new.state_dir),
+        "gpus.devices": (old.gpus.devices, new.gpus.devices),
+        "metrics.listen": (old.metrics.listen, new.metrics.listen),
+    }
+    changed = [k for k, (a, b) in keys.items() if a != b]
+    return ", ".join(changed) + " (restart watchdogd to apply)" if changed else None
 
 
 def main(argv: list[str] | None = None) -> int:

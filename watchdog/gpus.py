@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psutil
@@ -112,7 +113,7 @@ class GpuWatch:
             if g.used_mib is not None and is_in_use(g, self.cfg.idle_below_mib)
         ]
 
-    async def wait_drained(self, is_ours: Callable[[int], bool]) -> str | None:
+    async def wait_drained(self, our_pids: Callable[[], Awaitable[set[int]]]) -> str | None:
         """Wait until the expected GPUs are free (SPEC §4). Our own leftovers are killed; foreign
         holders are named in `gpu_memory_held`. Returns None when drained (or unverifiable), else
         why the start must fail."""
@@ -128,7 +129,8 @@ class GpuWatch:
             if not busy:
                 return None
             holders = _holders(s, busy)
-            ours = [pid for pid in holders if is_ours(pid)]
+            mine = await our_pids() if holders else set()
+            ours = [pid for pid in holders if pid in mine]
             for pid in ours:
                 with contextlib.suppress(psutil.Error):
                     psutil.Process(pid).kill()
@@ -162,6 +164,7 @@ def _holders(s: GpuSample, busy: list[int]) -> dict[int, str]:
 
     with contextlib.suppress(OSError):  # /proc unreadable: NVML's list is all we have
         pids |= set(processes_using_nvidia_devices())
+    pids.discard(os.getpid())  # the daemon holds /dev/nvidiactl for NVML: not a holder
     out: dict[int, str] = {}
     for pid in sorted(pids):
         try:

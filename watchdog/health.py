@@ -70,8 +70,14 @@ def _num(value: float) -> str:
     return str(round(value, 3))
 
 
+# memory-info v1 counts driver-reserved memory: an idle GPU reads 0.1-1 GiB there (notes/nvml.md),
+# so on drivers without v2 the idle floor is raised to at least this.
+V1_IDLE_FLOOR_MIB = 1536.0
+
+
 def is_in_use(g: GpuReading, idle_below_mib: float) -> bool:
-    return g.used_mib is not None and g.used_mib >= idle_below_mib
+    floor = max(idle_below_mib, V1_IDLE_FLOOR_MIB) if g.memory_api == "v1" else idle_below_mib
+    return g.used_mib is not None and g.used_mib >= floor
 
 
 class HealthMonitor:
@@ -89,6 +95,10 @@ class HealthMonitor:
         self._started = False  # the startup window is over (healthy once)
 
     # ---------------------------------------------------------------------- inputs
+
+    def reconfigure(self, cfg: HealthConfig) -> None:
+        """A reload's thresholds apply to the running child at once (its history is kept)."""
+        self._cfg = cfg
 
     def gpu_sample(self, sample: GpuSample) -> None:
         self._gpu = sample

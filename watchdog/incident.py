@@ -27,6 +27,7 @@ from typing import TypeVar
 
 import psutil
 
+from watchdog.child import WAITED_ELSEWHERE
 from watchdog.probes.progress import tail_lines
 
 LOG_TAIL_LINES = 200
@@ -185,7 +186,7 @@ async def _dump_stacks(procs: Sequence[_ProcInfo], timeout_s: float) -> str:
     sections: dict[int, str] = {}
     for p in targets:
         try:
-            started[p.pid] = await asyncio.create_subprocess_exec(
+            started[p.pid] = proc = await asyncio.create_subprocess_exec(
                 exe,
                 "dump",
                 "--pid",
@@ -194,6 +195,7 @@ async def _dump_stacks(procs: Sequence[_ProcInfo], timeout_s: float) -> str:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
             )
+            WAITED_ELSEWHERE.add(proc.pid)  # asyncio waits for it: the daemon's reaper must not
         except OSError as exc:
             sections[p.pid] = f"could not run py-spy: {exc}\n"
     tasks = {pid: asyncio.create_task(proc.communicate()) for pid, proc in started.items()}
@@ -205,6 +207,7 @@ async def _dump_stacks(procs: Sequence[_ProcInfo], timeout_s: float) -> str:
         *(_finish_dump(started[p], t, timeout_s) for p, t in tasks.items())
     )
     sections.update(zip(tasks, finished, strict=True))
+    WAITED_ELSEWHERE.difference_update(proc.pid for proc in started.values())
     return "".join(f"=== pid {p.pid}: {p.cmdline} ===\n{sections[p.pid]}\n" for p in targets)
 
 

@@ -29,7 +29,7 @@ _PRIORITY = {
     "child_start_failed": 4,
     "child_exited": 4,
     "child_killed": 4,
-    "child_leftovers": 3,
+    "leftovers_found": 3,
     "detector_fired": 4,
     "restart_scheduled": 4,
     "gpu_memory_held": 4,
@@ -114,7 +114,9 @@ class EventLog:
         if self._journal is not None and self._journal.send(journal_fields(record)):
             return
         fields = {k: v for k, v in record.items() if k != "event"}
-        self._log.info(record["event"], **fields)
+        # stdout gone (hung-up tty, full disk): the history still has the event.
+        with contextlib.suppress(OSError):
+            self._log.info(record["event"], **fields)
 
     def _persist(self, record: dict[str, Any]) -> None:
         """Append one line; compact to the last HISTORY lines now and then (tmp + rename)."""

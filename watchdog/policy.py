@@ -225,6 +225,8 @@ class Supervisor:
         self._attempt = 0
         self._want_running = False
         self._exiting = False  # Exit was returned: nothing may start any more
+        self._leader_exited = False  # the child is reaped; its tree may still be stopping
+        self._startup_expired = False  # startup_timeout fired and the child was never healthy
         self._now = 0.0
 
     # ------------------------------------------------------------------------ queries
@@ -243,7 +245,7 @@ class Supervisor:
         shown = State.PAUSED if self._paused and self._state in alive_states else self._state
         return Snapshot(
             state=shown,
-            pid=self._pid,
+            pid=None if self._leader_exited else self._pid,
             spawned_at=self._spawned_at,
             healthy_since=self._healthy_since,
             healthy=self._state is State.RUNNING,
@@ -307,6 +309,8 @@ class Supervisor:
         self._pid = pid
         self._spawned_at = now
         self._healthy_since = None
+        self._leader_exited = False
+        self._startup_expired = False
         if self._state is State.STOPPING:  # a stop arrived while we were spawning: stop wins
             return [KillTree(pid=pid, reason=self._stop_reason)]
         return [Emit("child_spawned", {"pid": pid, "attempt": self._attempt})]
@@ -322,6 +326,7 @@ class Supervisor:
         if ev.pid != self._pid:
             return []
         self._last_exit = (ev.exit_code, ev.signal)
+        self._leader_exited = True
         fields = {"pid": ev.pid, "exit_code": ev.exit_code, "signal": ev.signal}
         if self._state is State.STOPPING:
             return [Emit("child_exited", {**fields, "reason": self._stop_reason})]
@@ -341,10 +346,11 @@ class Supervisor:
             return []
         out: list[Action] = []
         if ev.killed:
-            out.append(Emit("child_killed", {"reason": self._stop_reason, "signal": "SIGKILL"}))
+            fields = {"pid": self._pid, "reason": self._stop_reason, "signal": 9}  # SIGKILL
+            out.append(Emit("child_killed", fields))
         if ev.leftovers:
             out.append(
-                Emit("child_leftovers", {"count": ev.leftovers, "reason": self._stop_reason})
+                Emit("leftovers_found", {"count": ev.leftovers, "reason": self._stop_reason})
             )
         self._pid = None
         return out + self._finish_stop(now)
@@ -352,6 +358,7 @@ class Supervisor:
     def _finish_stop(self, now: float) -> list[Action]:
         after, reason = self._after_stop, self._stop_reason
         self._pid = None
+        self._leader_exited = False
         self._firing = frozenset()
         self._state = State.STOPPED
         if after == "exit":
@@ -426,10 +433,17 @@ class Supervisor:
                 paused.append(Emit("child_stopped", {"reason": "paused"}))
             return paused
         if cmd == "resume":
+            if not self._paused:
+                return []  # nothing to resume: a job stopped on purpose stays stopped
             self._paused = False
             out: list[Action] = [Emit("job_resumed", {})]
             if self._state is State.STOPPED and self._want_running:
-                out += self._spawn(now, "resumed")
+                return out + self._spawn(now, "resumed")
+            # Verdicts that fired during the pause are acted on now.
+            act_on = sorted(self._firing & self._policy.restart_on)
+            if act_on and self._state in (State.STARTING, State.RUNNING, State.UNHEALTHY):
+                reason = act_on[0]
+                out += self._stop(reason, "restart", incident=reason in INCIDENT_REASONS)
             return out
         if cmd == "stop":
             self._backoff_until = None
@@ -466,6 +480,10 @@ class Supervisor:
         live = (State.STARTING, State.RUNNING, State.UNHEALTHY)
         if ev.pid != self._pid or self._state not in live:
             return []
+        firing = ev.firing
+        if self._startup_expired and self._healthy_since is None and not ev.healthy:
+            firing = firing | {"startup_timeout"}  # still not healthy: the verdict stands
+        ev = HealthAssessed(ev.pid, ev.healthy, firing, ev.evidence)
         out: list[Action] = []
         for reason in sorted(ev.firing - self._firing):
             out.append(Emit("detector_fired", {"reason": reason, "pid": ev.pid, **ev.evidence}))
@@ -507,6 +525,7 @@ class Supervisor:
                 },
             )
             self._firing = self._firing | {"startup_timeout"}
+            self._startup_expired = True
             if "startup_timeout" in self._policy.restart_on and not self._paused:
                 return [fired, *self._stop("startup_timeout", "restart", incident=True)]
             self._state = State.UNHEALTHY

@@ -307,7 +307,16 @@ class _ScanContext:
 
 def spawn_outcome(events: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The first child_spawned or child_start_failed among `events`."""
-    return next((e for e in events if e["event"] in ("child_spawned", "child_start_failed")), None)
+    return next(
+        (
+            e
+            for e in events
+            if e["event"] == "child_spawned"
+            # a start cancelled by the restart itself is not the restart's outcome
+            or (e["event"] == "child_start_failed" and e.get("reason") != "cancelled")
+        ),
+        None,
+    )
 
 
 def gpu_wait_note(events: list[dict[str, Any]]) -> str:
@@ -340,7 +349,7 @@ def describe_stop(
     how = exit_text(exited) if exited else "gone"
     killed = any(e["event"] == "child_killed" for e in events)
     text = f"pid {pid} ignored {stop_signal}: SIGKILLed ({how})" if killed else f"pid {pid} {how}"
-    left = sum(int(e.get("count", 0)) for e in events if e["event"] == "child_leftovers")
+    left = sum(int(e.get("count", 0)) for e in events if e["event"] == "leftovers_found")
     if left:
         text += f"; {left} processes survived SIGKILL"
     return text if elapsed_s is None else f"{text} in {elapsed_s:.1f} s"

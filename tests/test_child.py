@@ -1,0 +1,85 @@
+"""child.py against real processes: helper commands and orphan reaping; the v1 idle floor."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import psutil
+
+from watchdog import child
+from watchdog.health import V1_IDLE_FLOOR_MIB, is_in_use
+from watchdog.samples import GpuReading
+
+T = TypeVar("T")
+
+
+def run(coro_fn: Callable[[child.Reaper], Awaitable[T]]) -> T:
+    """Run `coro_fn(reaper)` in a fresh loop with the daemon's SIGCHLD reaper installed."""
+
+    async def main() -> T:
+        reaper = child.Reaper(asyncio.get_running_loop())
+        reaper.install()
+        try:
+            return await coro_fn(reaper)
+        finally:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGCHLD)
+
+    return asyncio.run(main())
+
+
+def test_run_command_returns_when_the_command_exits_despite_a_background_child(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A helper that leaves something in the background holding its output pipe does not hold
+    up the caller beyond a short grace."""
+
+    async def go(reaper: child.Reaper) -> tuple[float, int | None, str]:
+        t0 = time.monotonic()
+        code, out = await child.run_command(
+            reaper,
+            ["/bin/sh", "-c", "echo hello; sleep 5 & echo $! > bg.pid"],
+            timeout_s=10,
+            cwd=str(tmp_path),
+        )
+        return time.monotonic() - t0, code, out
+
+    took, code, out = run(go)
+    bg = int((tmp_path / "bg.pid").read_text())
+    psutil.Process(bg).kill()
+    assert code == 0 and "hello" in out
+    assert took < 4, took
+
+
+def test_orphans_of_helper_commands_are_reaped(tmp_path: pathlib.Path) -> None:
+    """A background process a helper leaves behind is reaped when it dies (no zombie)."""
+
+    async def go(reaper: child.Reaper) -> int:
+        await child.run_command(
+            reaper,
+            ["/bin/sh", "-c", "sleep 0.2 > /dev/null 2>&1 & echo $! > orphan.pid"],
+            timeout_s=10,
+            cwd=str(tmp_path),
+        )
+        pid = int((tmp_path / "orphan.pid").read_text())
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # lets the loop run the SIGCHLD handler
+            if not psutil.pid_exists(pid):
+                return pid
+        raise AssertionError(f"orphan {pid} still there: {psutil.Process(pid).status()}")
+
+    run(go)
+
+
+def test_v1_readings_use_a_higher_idle_floor() -> None:
+    """memory-info v1 counts driver-reserved memory, so a v1 reading needs more to be in use."""
+    v1 = GpuReading(0, "GPU-x", "n", used_mib=900, total_mib=1, util_pct=0, memory_api="v1")
+    v2 = GpuReading(0, "GPU-x", "n", used_mib=900, total_mib=1, util_pct=0, memory_api="v2")
+    assert not is_in_use(v1, 512) and is_in_use(v2, 512)
+    busy = GpuReading(0, "GPU-x", "n", V1_IDLE_FLOOR_MIB, 1, 0, "v1")
+    assert is_in_use(busy, 512)
