@@ -60,10 +60,16 @@ def signal_name(signum: int) -> str:
         return str(signum)
 
 
+_subreaper = False  # set once make_subreaper() succeeded: every job descendant stays ours
+
+
 def make_subreaper() -> bool:
-    """Become a child subreaper; False where the kernel refuses (then orphans go to init)."""
+    """Become a child subreaper; False where the kernel refuses (then orphans go to init and
+    find_tree() falls back to scanning every process for our instance marker)."""
+    global _subreaper
     libc = ctypes.CDLL(None, use_errno=True)
-    return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    _subreaper = int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    return _subreaper
 
 
 def _decode(pid: int, status: int) -> ExitStatus:
@@ -288,24 +294,40 @@ def _tail(buf: bytes | bytearray, limit: int = 4000) -> str:
 
 
 def find_tree(leader: int | None, token: str) -> list[psutil.Process]:
-    """Every live process of the job: descendants of the leader and of the daemon (orphans
-    re-parented to us), and anything carrying our instance marker. Zombies are not counted."""
-    found: dict[int, psutil.Process] = {}
-    roots: list[int] = [leader] if leader is not None else []
-    for root in roots:
-        with contextlib.suppress(psutil.Error):
-            p = psutil.Process(root)
-            found[p.pid] = p
-            for c in p.children(recursive=True):
-                found[c.pid] = c
-    me = os.getpid()
+    """Every live process of the job: the leader and its descendants, the daemon's descendants
+    outside its own session (orphans re-parented to us, the subreaper), and — only where the
+    kernel refused the subreaper — anything carrying our instance marker. Zombies are not
+    counted. Cheap: it follows /proc/<pid>/task/*/children instead of scanning all of /proc."""
+    pids: set[int] = set()
+    if leader is not None:
+        pids |= {leader, *_descendants(leader)}
     my_sid = os.getsid(0)
-    for p in _marked(token):
-        found[p.pid] = p
-    for c in _descendants_outside_session(me, my_sid):
-        found[c.pid] = c
-    found.pop(me, None)
+    pids |= {p for p in _descendants(os.getpid()) if _session_of(p) not in (my_sid, None)}
+    found = {p.pid: p for p in _marked(token)} if not _subreaper else {}
+    for pid in pids - set(found) - {os.getpid()}:
+        with contextlib.suppress(psutil.Error):
+            found[pid] = psutil.Process(pid)
     return [p for p in found.values() if _alive(p)]
+
+
+def _descendants(root: int) -> list[int]:
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:
+                continue
+            out += kids
+            todo += kids
+    return out
 
 
 def _marked(token: str) -> list[psutil.Process]:
@@ -318,15 +340,6 @@ def _marked(token: str) -> list[psutil.Process]:
                     out.append(psutil.Process(pid))
         except (OSError, psutil.Error):
             continue
-    return out
-
-
-def _descendants_outside_session(me: int, my_sid: int) -> list[psutil.Process]:
-    out: list[psutil.Process] = []
-    with contextlib.suppress(psutil.Error):
-        for c in psutil.Process(me).children(recursive=True):
-            if _session_of(c.pid) not in (my_sid, None):
-                out.append(c)
     return out
 
 
