@@ -209,11 +209,19 @@ def test_hardening_dropin_verifies_without_any_output(container: Container) -> N
 
 
 def test_start_returns_after_ready(container: Container) -> None:
-    """`systemctl start` returns once the daemon sent READY=1, when its control socket listens."""
-    container.run(["systemctl", "start", UNIT], timeout_s=90)
+    """The README's steps (check the config, `systemctl enable --now`, link watchdogctl, ask
+    it): start returns once the daemon sent READY=1, when its control socket listens."""
+    check = container.run(["/opt/train-watchdog/bin/watchdogd", "--check", "--config", CONFIG])
+    assert "config OK" in check.stdout
+    container.run(["systemctl", "enable", "--now", UNIT], timeout_s=90)
     # No waiting here: Type=notify makes start block until READY=1.
     assert show(container, "ActiveState") == "active"
+    assert show(container, "UnitFileState") == "enabled"
     container.run(["test", "-S", SOCKET])
+    container.run(["ln", "-sf", "/opt/train-watchdog/bin/watchdogctl", "/usr/local/bin/"])
+    shown = container.run(["watchdogctl", "status"], check=False)
+    assert shown.returncode in (0, 1), shown.stderr
+    assert "tw-test" in shown.stdout, shown.stdout
     assert status(container)["daemon"]["pid"] == int(show(container, "MainPID"))
 
 
