@@ -1,4 +1,4 @@
-"""child.py against real processes: helper commands and orphan reaping; the v1 idle floor."""
+"""child.py against real processes (helper commands, orphan reaping) and small health rules."""
 
 from __future__ import annotations
 
@@ -83,3 +83,16 @@ def test_v1_readings_use_a_higher_idle_floor() -> None:
     assert not is_in_use(v1, 512) and is_in_use(v2, 512)
     busy = GpuReading(0, "GPU-x", "n", V1_IDLE_FLOOR_MIB, 1, 0, "v1")
     assert is_in_use(busy, 512)
+
+
+def test_next_due_names_when_stalled_and_throughput_low_would_fire() -> None:
+    """The shell wakes exactly when a time-based verdict comes due, not a whole interval late."""
+    from watchdog.health import HealthConfig, HealthMonitor
+    from watchdog.samples import ProgressReading
+
+    m = HealthMonitor(HealthConfig(stall_after_s=10, low_for_s=3, min_tokens_per_s=100))
+    assert m.next_due(0.0) is None
+    m.progress(ProgressReading(tokens_per_s=50, step=1), 1.0)
+    assert m.next_due(1.0) == 4.0  # below the floor since 1.0, for low_for_s
+    assert m.next_due(4.5) == 11.0  # then the stall deadline
+    assert m.next_due(11.0) is None

@@ -333,19 +333,29 @@ class Daemon:
     # -------------------------------------------------------------------- sampling
 
     async def _tick_loop(self) -> None:
+        """GPU samples at a fixed rate; in between, an extra look at the log exactly when a
+        time-based verdict (stalled, throughput_low) comes due, so it fires on time instead of
+        up to one interval late."""
+        next_gpu = time.monotonic()
         while True:
+            gpu_due = time.monotonic() >= next_gpu
             try:
-                await self.sample_once()
+                await self.sample_once(gpu=gpu_due)
             except Exception as e:
                 # A watchdog bug must never kill a healthy job, nor stop the sampling: say so.
                 with contextlib.suppress(OSError):
                     self.emit(
                         "internal_error_caught", where="sample", error=f"{type(e).__name__}: {e}"
                     )
-            await asyncio.sleep(self.cfg.gpus.sample_interval_s)
+            now = time.monotonic()
+            if gpu_due:
+                next_gpu = max(next_gpu + self.cfg.gpus.sample_interval_s, now)
+            due = self.monitor.next_due(now)
+            wake = next_gpu if due is None else min(next_gpu, due)
+            await asyncio.sleep(max(0.0, wake - now))
 
-    async def sample_once(self) -> None:
-        sample = await self.gpus.sample()
+    async def sample_once(self, gpu: bool = True) -> None:
+        sample = await self.gpus.sample() if gpu else None
         now = time.monotonic()
         snap = self.core.snapshot()
         if self.follower is not None:
@@ -358,7 +368,8 @@ class Daemon:
             v = self.monitor.assess(now)
             self.dispatch(policy.HealthAssessed(snap.pid, v.healthy, v.firing, v.evidence))
         self._account()
-        self.notifier.status(status.status_line(self.status()))
+        if self.notifier.enabled:  # building the status costs more than the rest of a tick
+            self.notifier.status(status.status_line(self.status()))
 
     async def _watchdog_loop(self) -> None:
         interval = self.notifier.watchdog_interval_s

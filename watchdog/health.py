@@ -130,6 +130,18 @@ class HealthMonitor:
     def last_progress_at(self) -> float | None:
         return self._last_progress_at
 
+    def next_due(self, now: float) -> float | None:
+        """The next instant a time-based verdict (stalled, throughput_low) would fire if
+        nothing changes, when that is still ahead of `now`."""
+        cfg = self._cfg
+        dues = []
+        if self._last_progress_at is not None:
+            dues.append(self._last_progress_at + cfg.stall_after_s)
+        if self._low_since is not None:
+            dues.append(self._low_since + cfg.low_for_s)
+        ahead = [d for d in dues if d > now]
+        return min(ahead) if ahead else None
+
     @property
     def median_tokens_per_s(self) -> float | None:
         """The rolling median of normal readings, once there are enough to mean anything."""
