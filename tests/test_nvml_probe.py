@@ -170,11 +170,13 @@ def test_memory_of_a_process_is_freed_when_it_dies(
     probe = spawn_probe(tmp_path)
     sample = probe.sample("start")
     assert used(sample) == [0, 0, 1000, 0, 0, 24, 0, 0]
+    assert sample["gpus"][2]["pids"] is None  # a plain tick skips the process lists
+    sample = probe.sample("sample_pids")
     assert sample["gpus"][2]["pids"] == [job.pid]
     assert sample["gpus"][0]["pids"] == []
     os.kill(job.pid, signal.SIGKILL)
     wait_for(lambda: proc_state(job.pid) == "Z")  # a zombie holds no GPU memory
-    sample = probe.sample()
+    sample = probe.sample("sample_pids")
     assert used(sample) == [0.0] * 8
     assert sample["gpus"][2]["pids"] == []
     job.wait()
@@ -321,7 +323,9 @@ def test_old_driver_falls_back_to_v1_memory(
     job = subprocess.Popen(["sleep", "60"])
     helper_procs.append(job)
     hold(tmp_path, job.pid, {0: 1000})
-    old = spawn_probe(tmp_path, old=True).sample("start")
+    old_probe = spawn_probe(tmp_path, old=True)
+    old_probe.sample("start")
+    old = old_probe.sample("sample_pids")
     assert [g["memory_api"] for g in old["gpus"]] == ["v1", "v1"]
     assert used(old) == [1400.0, 400.0]
     assert [g["pids"] for g in old["gpus"]] == [None, None]

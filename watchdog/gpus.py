@@ -56,10 +56,10 @@ class GpuWatch:
             out.add("gpu_probe_hung")
         return frozenset(out)
 
-    async def sample(self) -> GpuSample | None:
+    async def sample(self, with_pids: bool = False) -> GpuSample | None:
         if self._probe is None:
             return None
-        s: GpuSample = await self._probe.sample()
+        s: GpuSample = await self._probe.sample(with_pids)
         self._record(s)
         return s
 
@@ -122,7 +122,7 @@ class GpuWatch:
         deadline = time.monotonic() + self.cfg.reclaim_timeout_s
         named: set[int] = set()
         while True:
-            s = await self.sample()
+            s = await self.sample(with_pids=True)
             if s is None or not s.available or s.hung:
                 return None  # cannot see GPUs: never refuse to start because of that
             busy = self.busy(s)

@@ -62,8 +62,11 @@ async def main(args: argparse.Namespace) -> None:
         ticker.reset()
         started = time.monotonic()
         answer: dict[str, Any] = {"cmd": line}
-        if line in ("start", "sample"):
-            sample = await (probe.start() if line == "start" else probe.sample())
+        if line in ("start", "sample", "sample_pids"):
+            if line == "start":
+                sample = await probe.start()
+            else:  # sample_pids: the drain check's pass, with the compute-process lists
+                sample = await probe.sample(with_pids=line == "sample_pids")
             answer["sample"] = dataclasses.asdict(sample)
         elif line == "close":
             probe.close()

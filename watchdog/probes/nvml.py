@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import os
 import queue
 import threading
@@ -131,12 +132,14 @@ class _Session:
         finally:
             self.current = None
 
-    def sample(self) -> GpuSample:
-        """One pass: (re)initialize if needed, then read every selected GPU."""
+    def sample(self, with_pids: bool = False) -> GpuSample:
+        """One pass: (re)initialize if needed, then read every selected GPU. The process list
+        is only read when asked (the drain check before a start): it is the costliest call."""
         try:
             if not self.initialized:
                 self._open()
-            return GpuSample(available=True, gpus=tuple(self._read(d) for d in self._devices))
+            gpus = tuple(self._read(d, with_pids) for d in self._devices)
+            return GpuSample(available=True, gpus=gpus)
         except _Unavailable as exc:
             self.close()
             return GpuSample(available=False, reason=str(exc))
@@ -208,7 +211,7 @@ class _Session:
         dev.name = self._device_call(dev, pynvml.nvmlDeviceGetName, h)
         dev.identified = True
 
-    def _read(self, dev: _Device) -> GpuReading:
+    def _read(self, dev: _Device, with_pids: bool = False) -> GpuReading:
         try:
             if dev.handle is None:
                 self._resolve(dev)
@@ -216,7 +219,7 @@ class _Session:
                     return self._missing(dev, error="not found")
             if not dev.identified:
                 self._identify(dev)
-            return self._read_values(dev)
+            return self._read_values(dev, with_pids)
         except _Lost as exc:
             return self._missing(dev, error=str(exc), lost=True)
         except pynvml.NVMLError as exc:  # resolving or identifying failed another way
@@ -235,7 +238,7 @@ class _Session:
             lost=lost,
         )
 
-    def _read_values(self, dev: _Device) -> GpuReading:
+    def _read_values(self, dev: _Device, with_pids: bool) -> GpuReading:
         errors: list[str] = []
         used_mib: float | None = None
         total_mib: float | None = None
@@ -258,7 +261,7 @@ class _Session:
             total_mib=total_mib,
             util_pct=util_pct,
             memory_api=dev.memory_api,
-            pids=self._pids(dev),
+            pids=self._pids(dev) if with_pids else None,
             error="; ".join(errors) or None,
         )
 
@@ -343,16 +346,17 @@ class NvmlProbe:
         """Initialize NVML under the init deadline; the first sample, or unavailable/hung."""
         return await self.sample()
 
-    async def sample(self) -> GpuSample:
-        """One pass over the selected GPUs (initializing NVML first if it is not)."""
+    async def sample(self, with_pids: bool = False) -> GpuSample:
+        """One pass over the selected GPUs (initializing NVML first if it is not); with the
+        compute-process lists when `with_pids`."""
         if self._closed:
             raise RuntimeError("NvmlProbe is closed")
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:  # one pass at a time: a second caller waits, it does not pile on
-            return await self._sample_once()
+            return await self._sample_once(with_pids)
 
-    async def _sample_once(self) -> GpuSample:
+    async def _sample_once(self, with_pids: bool) -> GpuSample:
         if self._inflight is not None and not self._inflight.done():
             return self._hung(None)  # the last call is still stuck: issue nothing new
         if self._worker is None:
@@ -360,7 +364,7 @@ class NvmlProbe:
         deadline_s = self._call_timeout_s
         if not self._session.initialized:
             deadline_s += self._init_timeout_s
-        self._inflight = self._worker.submit(self._session.sample)
+        self._inflight = self._worker.submit(functools.partial(self._session.sample, with_pids))
         try:
             return await asyncio.wait_for(asyncio.wrap_future(self._inflight), deadline_s)
         except TimeoutError:
