@@ -36,7 +36,7 @@ test: $(STAMP) $(FAKE_NVML)
 lint: $(STAMP)
 	$(BIN)/ruff check watchdog tests bench
 	$(BIN)/ruff format --check watchdog tests bench
-	$(BIN)/mypy --strict watchdog
+	$(BIN)/mypy --strict watchdog bench
 
 fmt: $(STAMP)
 	$(BIN)/ruff format watchdog tests bench

@@ -1,7 +1,7 @@
 # Benchmarks side by side with supervisord (bench/README.md says what each number means).
 #
 #   make bench          the full run, several minutes; writes bench/results.md
-#   make bench-quick    fewer samples, under a minute; writes bench/results-quick.md
+#   make bench-quick    fewer samples, under a minute; writes bench/out/results-quick.md
 #   make bench BENCH_ARGS='--only respawn --profile --keep'    one bench, with py-spy attached
 #
 # Included by the top-level Makefile, which defines BIN, STAMP and FAKE_NVML. Run the full one on

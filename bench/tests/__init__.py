@@ -1,0 +1,1 @@
+"""Tests of the benchmark machinery (run: python -m pytest bench/tests -q)."""
