@@ -182,7 +182,10 @@ def test_detection_verdicts_never_come_before_their_threshold(tmp_path: Path) ->
         procs.close()
     for cls in detection.CLASSES:
         assert len(result.latency_ms[cls]) == 1, cls
-        assert result.overshoot_ms(cls)[0] >= 0, (cls, result.latency_ms[cls])
+        # stalled counts from the log's mtime, which the kernel keeps at its coarse clock (up
+        # to a jiffy, ~4 ms, before the write): a few ms early over a threshold of minutes is
+        # the measurement's grain, not an early verdict.
+        assert result.overshoot_ms(cls)[0] >= -10, (cls, result.latency_ms[cls])
     assert procs.seen and not [pid for pid in procs.seen if _alive(pid)]
 
 
