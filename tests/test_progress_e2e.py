@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import time
 from typing import Any
 
 import pytest
@@ -376,3 +377,34 @@ def test_stalled_counts_from_the_last_progress_seen_and_says_so() -> None:
     assert v.firing == frozenset({"stalled"})
     assert v.evidence == {"last_progress_age_s": "10.0", "stall_after_s": "10.0", "last_step": "41"}
     assert "None" not in v.evidence.values()
+
+
+def test_rotated_progress_file_still_written_by_the_job_is_not_a_stall(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """Rotate-and-create while the job keeps writing to its old file descriptor: progress is
+    still seen (and timed by the file it came from), so no false `stalled`."""
+    progress = tmp_path / "progress.log"
+    job = write_script(
+        tmp_path / "writer.py",
+        f"""
+        import time
+        f = open({str(progress)!r}, "a", buffering=1)
+        step = 0
+        while True:
+            step += 1
+            f.write(f"step {{step}} 1,000.0 tok/s\\n")
+            time.sleep(0.05)
+    """,
+    )
+    d = make_daemon(
+        [job], {"progress": {"file": str(progress), "stall_after_s": 1, "pattern": STEP_PATTERN}}
+    )
+    d.wait_state("running", timeout=10)
+    progress.rename(tmp_path / "progress.log.1")
+    progress.write_text("")  # the new, empty file at the path; the job never reopens it
+    first = distinct_steps_seen(d, 1)
+    time.sleep(2.0)  # the behaviour under test: twice stall_after_s passes without a verdict
+    assert distinct_steps_seen(d, 1, after=first) > first
+    assert not events_named(d, "detector_fired", reason="stalled")
+    assert d.status()["state"] == "running"

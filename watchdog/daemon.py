@@ -359,9 +359,9 @@ class Daemon:
         now = time.monotonic()
         snap = self.core.snapshot()
         if self.follower is not None:
-            latest = self.follower.poll().latest
-            if latest is not None:
-                self.monitor.progress(latest, self._written_at(now))
+            found = self.follower.poll()
+            if found.latest is not None:
+                self.monitor.progress(found.latest, self._written_at(now, found.latest_mtime))
         if sample is not None:
             self.monitor.gpu_sample(sample)
         if snap.pid is not None:
@@ -371,14 +371,13 @@ class Daemon:
         if self.notifier.enabled:  # building the status costs more than the rest of a tick
             self.notifier.status(status.status_line(self.status()))
 
-    def _written_at(self, now: float) -> float:
-        """When the progress line just read was written, on the monotonic clock: the log's
-        mtime (a later chatter line only makes it later, never early), not when we happened to
-        poll. So `stalled` counts from the job's last word and fires on time."""
-        try:
-            age = time.time() - os.stat(self._progress_path()).st_mtime
-        except OSError:
+    def _written_at(self, now: float, mtime: float | None) -> float:
+        """When the progress line just read was written, on the monotonic clock: the mtime of
+        the file it came from (a later chatter line only makes it later, never early), not when
+        we happened to poll. So `stalled` counts from the job's last word and fires on time."""
+        if mtime is None:
             return now
+        age = time.time() - mtime
         floor = self.monitor.last_progress_at or 0.0
         return min(now, max(now - max(age, 0.0), floor))
 

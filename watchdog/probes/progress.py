@@ -88,6 +88,9 @@ class FollowResult:
     truncated: bool = False  # the file shrank below our offset (copytruncate): read from 0
     replaced: bool = False  # the path now names another file (rotate-and-create)
     error: str | None = None  # why the file could not be read (permission, not a regular file)
+    # st_mtime (wall clock) of the file the newest reading came from, as of this poll: no
+    # earlier than that line's write, since later lines only move it forward.
+    latest_mtime: float | None = None
 
     @property
     def latest(self) -> ProgressReading | None:
@@ -119,6 +122,7 @@ class _Found:
         self.truncated = False
         self.replaced = False
         self.error: str | None = None
+        self.latest_mtime: float | None = None
 
     def result(self) -> FollowResult:
         return FollowResult(
@@ -130,6 +134,7 @@ class _Found:
             truncated=self.truncated,
             replaced=self.replaced,
             error=self.error,
+            latest_mtime=self.latest_mtime,
         )
 
 
@@ -290,7 +295,8 @@ class LogFollower:
 
     def _read(self, src: _Source, found: _Found) -> int:
         """Read `src`'s new bytes (skipping ahead when too far behind); returns the bytes read."""
-        size = os.fstat(src.fd).st_size
+        st = os.fstat(src.fd)
+        size = st.st_size
         if size < src.offset:
             src.offset, src.partial, src.drop_fragment, src.after_cr = 0, b"", False, False
             found.truncated = True
@@ -304,7 +310,12 @@ class LogFollower:
         data = _pread_all(src.fd, size - src.offset, src.offset)
         src.offset += len(data)
         found.read_bytes += len(data)
+        before = len(found.readings)
         self._consume(src, data, found)
+        if len(found.readings) > before:
+            # When the file holding the newest reading was last written (a rotated file the
+            # job still writes to, not whatever now has the path).
+            found.latest_mtime = st.st_mtime
         return len(data)
 
     def _consume(self, src: _Source, data: bytes, found: _Found) -> None:
