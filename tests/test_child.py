@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import pathlib
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -55,25 +58,44 @@ def test_run_command_returns_when_the_command_exits_despite_a_background_child(
     assert took < 4, took
 
 
+ORPHAN_SCRIPT = """
+import asyncio, json, os, sys, time
+import psutil
+from watchdog import child
+
+async def main(tmp):
+    subreaper = child.make_subreaper()
+    reaper = child.Reaper(asyncio.get_running_loop())
+    reaper.install()
+    await child.run_command(
+        reaper, ["/bin/sh", "-c", "sleep 0.3 >/dev/null 2>&1 & echo $! > orphan.pid"],
+        timeout_s=10, cwd=tmp,
+    )
+    pid = int(open(os.path.join(tmp, "orphan.pid")).read())
+    ppid = psutil.Process(pid).ppid()
+    deadline = time.monotonic() + 5
+    while psutil.pid_exists(pid) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)  # the loop runs the SIGCHLD handler meanwhile
+    print(json.dumps({"subreaper": subreaper, "me": os.getpid(), "ppid": ppid,
+                      "gone": not psutil.pid_exists(pid)}))
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
 def test_orphans_of_helper_commands_are_reaped(tmp_path: pathlib.Path) -> None:
-    """A background process a helper leaves behind is reaped when it dies (no zombie)."""
-
-    async def go(reaper: child.Reaper) -> int:
-        await child.run_command(
-            reaper,
-            ["/bin/sh", "-c", "sleep 0.2 > /dev/null 2>&1 & echo $! > orphan.pid"],
-            timeout_s=10,
-            cwd=str(tmp_path),
-        )
-        pid = int((tmp_path / "orphan.pid").read_text())
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            await asyncio.sleep(0.05)  # lets the loop run the SIGCHLD handler
-            if not psutil.pid_exists(pid):
-                return pid
-        raise AssertionError(f"orphan {pid} still there: {psutil.Process(pid).status()}")
-
-    run(go)
+    """In a subreaper (as the daemon is), a background process a helper leaves behind is
+    re-parented to us and reaped when it dies: no zombie accumulates."""
+    r = subprocess.run(
+        [sys.executable, "-c", ORPHAN_SCRIPT, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert r.returncode == 0, r.stderr
+    seen = json.loads(r.stdout)
+    assert seen["subreaper"] and seen["ppid"] == seen["me"], seen
+    assert seen["gone"], f"the orphan stayed a zombie: {seen}"
 
 
 def test_v1_readings_use_a_higher_idle_floor() -> None:

@@ -136,7 +136,7 @@ def test_pyspy_timeout_returns_promptly_with_a_note(
         pytest.skip("py-spy is not installed (the diagnostics extra)")
     started = time.monotonic()
     path = Path(bundle(tmp_path, pids=[stuck_child.pid], pyspy_timeout_s=0.001))
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 4  # far below an unbounded dump, generous for CI
     assert "py-spy overran" in (path / "stacks.txt").read_text()
     assert stuck_child.poll() is None  # the job was not harmed by the killed py-spy
 

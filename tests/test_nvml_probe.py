@@ -264,7 +264,7 @@ def test_hung_call_returns_hung_on_time_and_recovers(tmp_path: Path, spawn_probe
     assert CALL_TIMEOUT_S * 0.9 <= answer["elapsed_s"] < CALL_TIMEOUT_S + 0.5
     assert answer["max_tick_gap_s"] < 0.25
     again = probe.ask("sample")  # still stuck: answered at once, no new call or thread
-    assert again["sample"]["hung"] and again["elapsed_s"] < 0.1
+    assert again["sample"]["hung"] and again["elapsed_s"] < 0.5  # no new call, no wait
     assert again["threads"] == answer["threads"] == ["MainThread", "nvml-probe"]
     set_faults(tmp_path, [])
     recovered = sample_until_not_hung(probe)
@@ -278,7 +278,7 @@ def test_stuck_call_blocks_neither_close_nor_exit(tmp_path: Path, spawn_probe: S
     assert probe.sample("start")["available"]
     set_faults(tmp_path, ["delay_ms=8000"])
     assert probe.sample()["hung"]
-    assert probe.ask("close")["elapsed_s"] < 0.1
+    assert probe.ask("close")["elapsed_s"] < 0.5  # never waits on the stuck call
     probe.ask("exit")
     assert probe.proc.wait(timeout=2.0) == 0
 

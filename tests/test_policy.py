@@ -334,3 +334,25 @@ def test_snapshot_shows_no_pid_once_the_leader_is_reaped() -> None:
     sup.handle(P.ChildExited(5, 1, None), 1.0)
     snap = sup.snapshot()
     assert snap.state is State.STOPPING and snap.pid is None
+
+
+def test_resume_while_a_paused_jobs_exit_is_cleaned_up_restarts_it() -> None:
+    """A job that died while paused and is resumed before its tree is stopped comes back."""
+    sup = P.Supervisor(FAST, lambda: 0.5)
+    sup.handle(P.DaemonStarted(), 0.0)
+    sup.handle(P.ChildSpawned(5), 0.0)
+    sup.handle(P.OperatorCommand("pause"), 1.0)
+    sup.handle(P.ChildExited(5, 1, None), 2.0)
+    sup.handle(P.OperatorCommand("resume"), 2.1)
+    out = sup.handle(P.TreeStopped(killed=False), 2.2)
+    assert "restart_scheduled" in names(out)
+    assert sup.snapshot().state is State.BACKOFF
+
+
+def test_a_late_spawn_failure_for_a_live_child_is_ignored() -> None:
+    """A failure reported after ChildSpawned never frees the slot for a second job."""
+    sup = P.Supervisor(FAST, lambda: 0.5)
+    sup.handle(P.DaemonStarted(), 0.0)
+    sup.handle(P.ChildSpawned(5), 0.0)
+    assert sup.handle(P.SpawnFailed("internal_error", "after the spawn"), 0.1) == []
+    assert sup.snapshot().pid == 5

@@ -232,7 +232,8 @@ async def run_command(
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        await done
+        # Bounded: a command in uninterruptible sleep (a hung NFS mount) survives SIGKILL.
+        await asyncio.wait({done}, timeout=5.0)
         proc.returncode = -9
         return None, await output.finish() + f"\n(timed out after {timeout_s:g} s, killed)"
     proc.returncode = status.exit_code if status.exit_code is not None else -1
@@ -419,12 +420,19 @@ async def _wait_gone(
     if leader_exit is not None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(leader_exit), timeout_s)
+    empty_scans = 0
     while True:
         if reaper is not None:
             reaper.reap_orphans()
         leader_done = leader_exit is None or leader_exit.done()
         if leader_done and await find_tree_async(None if leader_exit else leader, token) == []:
-            return True
+            # /proc/<pid>/task/*/children may skip a child while its siblings exit
+            # (proc(5)): only two empty scans in a row count as gone.
+            empty_scans += 1
+            if empty_scans >= 2:
+                return True
+        else:
+            empty_scans = 0
         if time.monotonic() >= deadline:
             return False
         await asyncio.sleep(0.02)

@@ -90,6 +90,7 @@ class Daemon:
         self._pending_incident: str | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._start_task: asyncio.Task[None] | None = None
+        self._polled_at = 0.0  # the last look at the progress log (monotonic)
         self._done: asyncio.Future[None] = self.loop.create_future()
         self._changed = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -263,13 +264,14 @@ class Daemon:
         proc.returncode = 0  # we reap it ourselves (pidfd); stop Popen from ever waiting on it
         try:
             fut = self.reaper.watch(proc.pid)
-        except OSError as e:  # no pidfd (EMFILE): an unwatched job must not run
+        except Exception as e:  # no pidfd (EMFILE): an unwatched job must not run
             os.killpg(proc.pid, signal.SIGKILL)
             self.dispatch(policy.SpawnFailed("spawn_failed", f"cannot watch the job: {e}"))
             return
         self.exit_future = fut
         fut.add_done_callback(self._on_exit)
         self.monitor = health.HealthMonitor(health_of(self.cfg))
+        self._polled_at = time.monotonic()
         self._save_state(proc.pid)
         self.dispatch(policy.ChildSpawned(proc.pid))
 
@@ -278,19 +280,22 @@ class Daemon:
         self.dispatch(policy.ChildExited(st.pid, st.exit_code, st.signal))
 
     async def _stop(self, action: policy.KillTree) -> None:
-        if action.incident:
-            self._pending_incident = await self._write_incident(action.reason)
-        # Progress seen before the stop must not count for the next start.
-        result = await child.stop_tree(
-            action.pid,
-            self.token,
-            stop_signal=self.cfg.job.stop_signal,
-            timeout_s=self.cfg.job.stop_timeout_s,
-            leader_exit=self.exit_future,
-            reaper=self.reaper,
-        )
-        self._save_state(None)
-        self.dispatch(policy.TreeStopped(killed=result.killed, leftovers=result.leftovers))
+        result = child.StopResult(killed=True, leftovers=-1, signalled=0)  # if we fail below
+        try:
+            if action.incident:
+                self._pending_incident = await self._write_incident(action.reason)
+            result = await child.stop_tree(
+                action.pid,
+                self.token,
+                stop_signal=self.cfg.job.stop_signal,
+                timeout_s=self.cfg.job.stop_timeout_s,
+                leader_exit=self.exit_future,
+                reaper=self.reaper,
+            )
+            self._save_state(None)
+        finally:
+            # Whatever happened, the core must hear the stop ended, or it waits for ever.
+            self.dispatch(policy.TreeStopped(killed=result.killed, leftovers=result.leftovers))
 
     async def _write_incident(self, reason: str) -> str | None:
         snap = self.core.snapshot()
@@ -362,6 +367,7 @@ class Daemon:
             found = self.follower.poll()
             if found.latest is not None:
                 self.monitor.progress(found.latest, self._written_at(now, found.latest_mtime))
+            self._polled_at = now
         if sample is not None:
             self.monitor.gpu_sample(sample)
         if snap.pid is not None:
@@ -378,7 +384,9 @@ class Daemon:
         if mtime is None:
             return now
         age = time.time() - mtime
-        floor = self.monitor.last_progress_at or 0.0
+        # A line read now was not there at the previous poll: never earlier than that, whatever
+        # the file's clock says (NFS server time, a file moved into place with an old mtime).
+        floor = max(self.monitor.last_progress_at or 0.0, self._polled_at)
         return min(now, max(now - max(age, 0.0), floor))
 
     async def _watchdog_loop(self) -> None:

@@ -316,6 +316,8 @@ class Supervisor:
         return [Emit("child_spawned", {"pid": pid, "attempt": self._attempt})]
 
     def _spawn_failed(self, reason: str, detail: str, now: float) -> list[Action]:
+        if not self._spawning:
+            return []  # a late failure report for a child that exists: it stays watched
         self._spawning = False
         emit = Emit("child_start_failed", {"reason": reason, "detail": detail})
         if self._state is State.STOPPING:
@@ -437,6 +439,13 @@ class Supervisor:
                 return []  # nothing to resume: a job stopped on purpose stays stopped
             self._paused = False
             out: list[Action] = [Emit("job_resumed", {})]
+            if (
+                self._state is State.STOPPING
+                and self._after_stop == "stop"
+                and self._stop_reason == "exited"
+                and "exited" in self._policy.restart_on
+            ):
+                self._after_stop = "restart"  # it died while paused; its cleanup is under way
             if self._state is State.STOPPED and self._want_running:
                 return out + self._spawn(now, "resumed")
             # Verdicts that fired during the pause are acted on now.
