@@ -23,7 +23,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import IO
 
@@ -46,18 +46,6 @@ class ExitStatus:
     pid: int
     exit_code: int | None
     signal: int | None
-
-    def describe(self) -> str:
-        if self.signal is not None:
-            return f"killed by {signal_name(self.signal)}"
-        return f"exited with code {self.exit_code}"
-
-
-def signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return str(signum)
 
 
 _subreaper = False  # set once make_subreaper() succeeded: every job descendant stays ours
@@ -461,6 +449,3 @@ def process_start_time(pid: int) -> float | None:
         return float(psutil.Process(pid).create_time())
     except psutil.Error:
         return None
-
-
-ExitCallback = Callable[[ExitStatus], None]

@@ -85,7 +85,7 @@ class Daemon:
         self.token = self.state.instance_token()
         self.monitor = health.HealthMonitor(health_of(cfg))
         self.follower: LogFollower | None = None
-        self.exit_future: asyncio.Future[ExitStatusT] | None = None
+        self.exit_future: asyncio.Future[child.ExitStatus] | None = None
         self.incident_path: str | None = None
         self._pending_incident: str | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -508,9 +508,6 @@ class Daemon:
             deadline = time.monotonic() + 10
             while child.find_tree(None, self.token) and time.monotonic() < deadline:
                 time.sleep(0.02)  # startup only, before the loop serves anything
-
-
-ExitStatusT = child.ExitStatus
 
 
 def _needs_restart(old: config.Config, new: config.Config) -> str | None:
