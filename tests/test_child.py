@@ -15,8 +15,8 @@ from typing import TypeVar
 import psutil
 
 from watchdog import child
-from watchdog.health import V1_IDLE_FLOOR_MIB, is_in_use
-from watchdog.samples import GpuReading
+from watchdog.core.health import V1_IDLE_FLOOR_MIB, is_in_use
+from watchdog.core.samples import GpuReading
 
 T = TypeVar("T")
 
@@ -109,8 +109,8 @@ def test_v1_readings_use_a_higher_idle_floor() -> None:
 
 def test_next_due_names_when_stalled_and_throughput_low_would_fire() -> None:
     """The shell wakes exactly when a time-based verdict comes due, not a whole interval late."""
-    from watchdog.health import HealthConfig, HealthMonitor
-    from watchdog.samples import ProgressReading
+    from watchdog.core.health import HealthConfig, HealthMonitor
+    from watchdog.core.samples import ProgressReading
 
     m = HealthMonitor(HealthConfig(stall_after_s=10, low_for_s=3, min_tokens_per_s=100))
     assert m.next_due(0.0) is None

@@ -17,8 +17,9 @@ import pytest
 from conftest import DaemonFactory
 from harness import BIN, Daemon, write_script
 
-from watchdog import cli, policy, status
-from watchdog.samples import GpuReading, GpuSample, ProgressReading
+from watchdog import cli
+from watchdog.core import policy, status
+from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
 
 # ------------------------------------------------------------------------------ parsing
 

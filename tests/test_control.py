@@ -27,7 +27,8 @@ import yaml
 from conftest import DaemonFactory
 from harness import ROOT, Daemon, write_script
 
-from watchdog import control, protocol
+from watchdog import control
+from watchdog.core import protocol
 from watchdog.logs import EventLog
 
 GPU_CFG: dict[str, Any] = {
@@ -264,15 +265,15 @@ def python_for_nobody() -> str:
 
 @pytest.fixture
 def shared() -> Iterator[pathlib.Path]:
-    """A folder every user may enter, holding a copy of watchdogctl's three (stdlib-only) files."""
+    """A folder every user may enter, holding a copy of watchdogctl's (stdlib-only) files."""
     top = pathlib.Path(tempfile.mkdtemp(prefix="twd-ctl-"))
     try:
         top.chmod(0o755)
         pkg = top / "lib" / "watchdog"
-        pkg.mkdir(parents=True)
-        for name in ("__init__.py", "protocol.py", "cli.py"):
+        (pkg / "core").mkdir(parents=True)
+        for name in ("__init__.py", "cli.py", "core/__init__.py", "core/protocol.py"):
             shutil.copy(ROOT / "watchdog" / name, pkg / name)
-        for p in (top / "lib", pkg, *pkg.iterdir()):
+        for p in (top / "lib", pkg, *pkg.rglob("*")):
             p.chmod(0o755 if p.is_dir() else 0o644)
         yield top
     finally:

@@ -6,8 +6,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from watchdog import policy as P
-from watchdog.policy import State
+from watchdog.core import policy as P
+from watchdog.core.policy import State
 
 POLICY = P.Policy(
     backoff_initial_s=1.0,

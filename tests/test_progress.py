@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from watchdog.core.samples import ProgressReading
 from watchdog.probes.progress import (
     MATCH_LAST_LINES,
     MAX_LINE_BYTES,
@@ -19,7 +20,6 @@ from watchdog.probes.progress import (
     parse_line,
     tail_lines,
 )
-from watchdog.samples import ProgressReading
 
 DEFAULT = re.compile(r"(?P<tokens_per_s>[0-9][0-9,.]*)\s*tok(?:ens)?/s")
 WITH_STEP = re.compile(r"step (?P<step>[0-9][0-9,]*).*?(?P<tokens_per_s>[0-9][0-9,.]*) tok/s")

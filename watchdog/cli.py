@@ -12,7 +12,7 @@ import _socket
 import os
 import sys
 
-from watchdog import protocol
+from watchdog.core import protocol
 
 TYPE_CHECKING = False  # mypy treats this name as true; at run time `typing` is never imported
 if TYPE_CHECKING:

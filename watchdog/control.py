@@ -24,7 +24,7 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from watchdog import protocol
+from watchdog.core import protocol
 from watchdog.operations import Call, ClientGone, CommandError, Operations
 
 if TYPE_CHECKING:

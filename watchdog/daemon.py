@@ -18,18 +18,9 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from watchdog import (
-    __version__,
-    child,
-    config,
-    goodput,
-    health,
-    incident,
-    metrics,
-    policy,
-    status,
-)
+from watchdog import __version__, child, config, incident, metrics
 from watchdog.control import ControlServer
+from watchdog.core import goodput, health, policy, status
 from watchdog.gpus import GpuWatch
 from watchdog.hooks import Hooks
 from watchdog.logs import EventLog, configure_structlog

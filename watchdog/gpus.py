@@ -17,8 +17,8 @@ from typing import Any
 import psutil
 
 from watchdog.config import GpusConfig
-from watchdog.health import is_in_use
-from watchdog.samples import GpuSample
+from watchdog.core.health import is_in_use
+from watchdog.core.samples import GpuSample
 
 Emit = Callable[..., Any]
 

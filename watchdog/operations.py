@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from watchdog import policy, protocol
-from watchdog.health import is_in_use
+from watchdog.core import policy, protocol
+from watchdog.core.health import is_in_use
 from watchdog.probes.progress import tail_lines
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ import os
 import secrets
 from typing import Any
 
-from watchdog import goodput
+from watchdog.core import goodput
 from watchdog.logs import write_atomic
 
 

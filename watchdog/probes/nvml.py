@@ -41,7 +41,7 @@ from typing import Any, Literal, TypeVar
 
 import pynvml
 
-from watchdog.samples import GpuReading, GpuSample
+from watchdog.core.samples import GpuReading, GpuSample
 
 _T = TypeVar("_T")
 _MIB = 1024 * 1024

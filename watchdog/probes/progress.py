@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
 
-from watchdog.samples import ProgressReading
+from watchdog.core.samples import ProgressReading
 
 # A user's regex is only ever fed the last 4096 characters of a line: a pattern like `(.*)*x` on a
 # line of several MiB backtracks catastrophically and would eat the daemon's CPU for minutes

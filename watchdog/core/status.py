@@ -6,9 +6,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from watchdog.health import is_in_use
-from watchdog.policy import Snapshot, State
-from watchdog.samples import GpuSample, ProgressReading
+from watchdog.core.health import is_in_use
+from watchdog.core.policy import Snapshot, State
+from watchdog.core.samples import GpuSample, ProgressReading
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
 
-from watchdog.samples import GpuReading, GpuSample, ProgressReading
+from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
 
 GpuPart = Literal["in_use", "idle", "partial", "unknown", "none_expected"]
 
