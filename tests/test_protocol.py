@@ -241,3 +241,9 @@ def test_why_not_healthy_at_the_deadline_names_idle_gpus_and_missing_progress() 
     assert why == "not healthy after 2.0 s: GPUs never used: GPU 0 0 MiB; no progress line"
     why = P.why_not_healthy(9, status_of(9, gpus, 0.5), [], 2.0, {0, 1})
     assert why == "not healthy after 2.0 s: GPUs no longer in use: GPU 0 0 MiB"
+
+
+def test_an_unknown_exit_status_is_said_in_words() -> None:
+    """A child_exited with neither code nor signal reads 'exit status unknown', never 'None'."""
+    assert P.exit_text({"exit_code": None, "signal": None}) == "exit status unknown"
+    assert P.exit_text({"exit_code": 3, "signal": None}) == "exit code 3"

@@ -23,7 +23,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import IO
 
@@ -85,18 +85,31 @@ class Reaper:
         self._loop.add_reader(fd, self._on_exit, pid)
         return fut
 
+    def signal(self, pid: int, signum: int) -> bool:
+        """Signal an owned, not yet reaped child through its pidfd (pidfd_send_signal(2)): immune
+        to pid reuse. False when `pid` is not ours to signal any more."""
+        owned = self._owned.get(pid)
+        if owned is None:
+            return False
+        try:
+            signal.pidfd_send_signal(owned[0], signum)
+        except ProcessLookupError:  # exited, not reaped yet: nothing left to signal
+            return False
+        return True
+
     def _on_exit(self, pid: int) -> None:
         try:
             wpid, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:  # reaped elsewhere: should not happen, never hang on it
-            wpid, status = pid, 255 << 8
+            result = _decode(pid, status)
+        except ChildProcessError:  # reaped elsewhere: it is gone, its status is unknown
+            wpid, result = pid, ExitStatus(pid, None, None)
         if wpid == 0:
             return
         fd, fut = self._owned.pop(pid)
         self._loop.remove_reader(fd)
         os.close(fd)
         if not fut.done():
-            fut.set_result(_decode(pid, status))
+            fut.set_result(result)
 
     def reap_orphans(self) -> int:
         """Reap zombies that were re-parented to us. Returns how many were reaped."""
@@ -351,8 +364,13 @@ def signal_tree(procs: Iterable[psutil.Process], signum: int) -> int:
 @dataclass(frozen=True, slots=True)
 class StopResult:
     killed: bool  # SIGKILL was needed
-    leftovers: int  # processes that survived even SIGKILL (uninterruptible sleep)
+    # Processes that survived even SIGKILL (uninterruptible sleep); None when the tree could not
+    # be scanned in time: unknown, which the core must never read as "none left".
+    leftovers: int | None
     signalled: int
+
+
+Scan = Callable[[int | None, str], Awaitable["list[psutil.Process] | None"]]
 
 
 async def stop_tree(
@@ -364,21 +382,37 @@ async def stop_tree(
     leader_exit: asyncio.Future[ExitStatus] | None,
     reaper: Reaper | None = None,
     kill_grace_s: float = 5.0,
+    scan: Scan | None = None,
 ) -> StopResult:
-    """stop_signal to every process of the tree, SIGKILL after `timeout_s`, then verify."""
+    """stop_signal to every process of the tree, SIGKILL after `timeout_s`, then verify.
+
+    The leader is signalled through its pidfd first, whatever the scan finds: the pidfd cannot
+    hit a reused pid, and a scan that times out (None) must not leave the leader running beside
+    the next job. A scan that never answers makes the result unknown (`leftovers=None`).
+    """
+    scan = scan or find_tree_async
 
     def live_leader() -> int | None:
         # Once reaped, the leader's pid may belong to somebody else: never look it up again.
         return None if leader_exit is not None and leader_exit.done() else leader
 
-    tree = await find_tree_async(live_leader(), token)
-    signalled = signal_tree(tree or [], stop_signal)
-    if await _wait_gone(leader, token, leader_exit, timeout_s, reaper):
+    def signal_leader(signum: int) -> int:
+        pid = live_leader()
+        return 1 if pid is not None and reaper is not None and reaper.signal(pid, signum) else 0
+
+    signalled = signal_leader(stop_signal)
+    tree = await scan(live_leader(), token)
+    signalled += signal_tree(tree or [], stop_signal)
+    if await _wait_gone(leader, token, leader_exit, timeout_s, reaper, scan):
         return StopResult(killed=False, leftovers=0, signalled=signalled)
-    signal_tree(await find_tree_async(live_leader(), token) or [], signal.SIGKILL)
-    gone = await _wait_gone(leader, token, leader_exit, kill_grace_s, reaper)
-    left = 0 if gone else len(await find_tree_async(live_leader(), token) or [])
-    return StopResult(killed=True, leftovers=left, signalled=signalled)
+    signal_leader(signal.SIGKILL)
+    signal_tree(await scan(live_leader(), token) or [], signal.SIGKILL)
+    if await _wait_gone(leader, token, leader_exit, kill_grace_s, reaper, scan):
+        return StopResult(killed=True, leftovers=0, signalled=signalled)
+    left = await scan(live_leader(), token)
+    return StopResult(
+        killed=True, leftovers=None if left is None else len(left), signalled=signalled
+    )
 
 
 async def find_tree_async(
@@ -398,6 +432,7 @@ async def _wait_gone(
     leader_exit: asyncio.Future[ExitStatus] | None,
     timeout_s: float,
     reaper: Reaper | None,
+    scan: Scan,
 ) -> bool:
     """Wait until the leader is reaped and nothing of the tree lives, up to `timeout_s`.
 
@@ -413,7 +448,7 @@ async def _wait_gone(
         if reaper is not None:
             reaper.reap_orphans()
         leader_done = leader_exit is None or leader_exit.done()
-        if leader_done and await find_tree_async(None if leader_exit else leader, token) == []:
+        if leader_done and await scan(None if leader_exit else leader, token) == []:
             # /proc/<pid>/task/*/children may skip a child while its siblings exit
             # (proc(5)): only two empty scans in a row count as gone.
             empty_scans += 1

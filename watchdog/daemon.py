@@ -271,10 +271,14 @@ class Daemon:
         self.dispatch(policy.ChildExited(st.pid, st.exit_code, st.signal))
 
     async def _stop(self, action: policy.KillTree) -> None:
-        result = child.StopResult(killed=True, leftovers=-1, signalled=0)  # if we fail below
-        try:
-            if action.incident:
+        result: child.StopResult | None = None
+        error = "the stop was cancelled"
+        if action.incident:
+            try:
                 self._pending_incident = await self._write_incident(action.reason)
+            except Exception as e:  # evidence is a bonus; the stop must still happen
+                self.emit("incident_failed", reason=action.reason, error=f"{type(e).__name__}: {e}")
+        try:
             result = await child.stop_tree(
                 action.pid,
                 self.token,
@@ -284,9 +288,27 @@ class Daemon:
                 reaper=self.reaper,
             )
             self._save_state(None)
+        except Exception as e:
+            # A watchdog bug inside the stop: fail closed. Kill what we can prove is the job,
+            # then park; reporting "stopped" here would start a second job beside the first.
+            error = f"{type(e).__name__}: {e}"
+            self._kill_job_session(action.pid)
         finally:
             # Whatever happened, the core must hear the stop ended, or it waits for ever.
-            self.dispatch(policy.TreeStopped(killed=result.killed, leftovers=result.leftovers))
+            if result is None:
+                self.dispatch(policy.TreeStopped(killed=True, leftovers=None, error=error))
+            else:
+                self.dispatch(policy.TreeStopped(result.killed, result.leftovers))
+
+    def _kill_job_session(self, pid: int | None) -> None:
+        """SIGKILL the job's leader (pidfd) and its process group: the group id is the leader's
+        pid (a new session), safe to signal while the leader is not reaped."""
+        leader_reaped = self.exit_future is None or self.exit_future.done()
+        if pid is None or leader_reaped:
+            return
+        self.reaper.signal(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
 
     async def _write_incident(self, reason: str) -> str | None:
         snap = self.core.snapshot()

@@ -101,10 +101,15 @@ class ChildExited:
 
 @dataclass(frozen=True, slots=True)
 class TreeStopped:
-    """The stop sequence finished: the job's whole tree is verified gone (or `leftovers` remain)."""
+    """The stop sequence finished: the job's whole tree is verified gone (or `leftovers` remain).
+
+    `leftovers=None` means the tree could not be verified (a scan that timed out), and `error`
+    that the stop itself failed inside the watchdog: either way nothing may start beside a job
+    that may still run, so the core parks (fail closed)."""
 
     killed: bool  # SIGKILL was needed
-    leftovers: int = 0
+    leftovers: int | None = 0
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,12 +355,35 @@ class Supervisor:
         if ev.killed:
             fields = {"pid": self._pid, "reason": self._stop_reason, "signal": 9}  # SIGKILL
             out.append(Emit("child_killed", fields))
+        if ev.leftovers is None or ev.error is not None:
+            return out + self._park_unverified(ev)
         if ev.leftovers:
             out.append(
                 Emit("leftovers_found", {"count": ev.leftovers, "reason": self._stop_reason})
             )
         self._pid = None
         return out + self._finish_stop(now)
+
+    def _park_unverified(self, ev: TreeStopped) -> list[Action]:
+        """The stop could not be verified: never start a second job beside one that may still
+        run. Park in `fatal` (an operator's start leaves it), or exit if the daemon is exiting."""
+        fields = {
+            "pid": self._pid,
+            "reason": "stop_unverified",
+            "stop_reason": self._stop_reason,
+            "error": ev.error or "the job's process tree could not be scanned in time",
+        }
+        self._pid = None
+        self._leader_exited = False
+        self._firing = frozenset()
+        self._backoff_until = None
+        if self._after_stop == "exit":
+            self._state = State.STOPPED
+            self._exiting = True
+            return [Emit("stop_unverified", fields), Exit()]
+        self._state = State.FATAL
+        self._last_reason = "stop_unverified"
+        return [Emit("fatal", fields)]
 
     def _finish_stop(self, now: float) -> list[Action]:
         after, reason = self._after_stop, self._stop_reason

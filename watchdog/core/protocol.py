@@ -334,9 +334,12 @@ def signal_name(signum: int) -> str:
 
 
 def exit_text(event: dict[str, Any]) -> str:
-    """'exit code 3' or 'killed by SIGKILL', from a child_exited event."""
-    sig = event.get("signal")
-    return f"exit code {event.get('exit_code')}" if sig is None else f"killed by {signal_name(sig)}"
+    """'exit code 3', 'killed by SIGKILL' or 'exit status unknown' (it was reaped elsewhere, or
+    is not our child), from a child_exited event."""
+    sig, code = event.get("signal"), event.get("exit_code")
+    if sig is None and code is None:
+        return "exit status unknown"
+    return f"exit code {code}" if sig is None else f"killed by {signal_name(sig)}"
 
 
 def describe_stop(

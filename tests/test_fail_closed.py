@@ -1,0 +1,214 @@
+"""Fail closed (issue 15): a watchdog fault never kills a healthy job nor starts a second one.
+
+Each test here reproduced its fault against real processes before the fix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from harness import Daemon, base_config, wait_until, write_script
+
+from watchdog import child
+from watchdog.core import policy as P
+from watchdog.core.policy import State
+
+
+def _sleeper(tmp: pathlib.Path) -> subprocess.Popen[bytes]:
+    """A job leader in its own session, as the daemon starts it."""
+    return child.spawn(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        cwd=str(tmp),
+        env=dict(os.environ),
+        log_fd=subprocess.DEVNULL,  # type: ignore[arg-type]
+    )
+
+
+async def _unknown_scan(leader: int | None, token: str, timeout_s: float = 5.0) -> None:
+    """A process-tree scan that did not finish in time (find_tree_async's None)."""
+    await asyncio.sleep(0)
+    return None
+
+
+def test_a_stop_whose_tree_scan_times_out_still_ends_the_leader_and_says_unknown(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The leader is signalled through its pidfd whatever the scan says, and a scan that never
+    answers makes the result 'unknown', never 'killed, 0 left'."""
+    proc = _sleeper(tmp_path)
+    proc.returncode = 0  # reaped through the pidfd below, never by Popen
+
+    async def go() -> child.StopResult:
+        reaper = child.Reaper(asyncio.get_running_loop())
+        exit_fut = reaper.watch(proc.pid)
+        return await child.stop_tree(
+            proc.pid,
+            "no-such-token",
+            stop_signal=signal.SIGTERM,
+            timeout_s=2.0,
+            leader_exit=exit_fut,
+            reaper=reaper,
+            kill_grace_s=0.5,
+            scan=_unknown_scan,
+        )
+
+    try:
+        result = asyncio.run(go())
+        assert not psutil.pid_exists(proc.pid) or (
+            psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE
+        ), "the leader outlived a stop whose scan timed out"
+        assert result.leftovers is None, result
+    finally:
+        with __import__("contextlib").suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_a_leader_that_is_already_reaped_is_never_signalled_by_pid(
+    tmp_path: pathlib.Path,
+) -> None:
+    """After the leader is reaped its pid may be reused: the stop signals nothing by that number."""
+    proc = _sleeper(tmp_path)
+    proc.returncode = 0
+
+    async def go() -> child.StopResult:
+        reaper = child.Reaper(asyncio.get_running_loop())
+        exit_fut = reaper.watch(proc.pid)
+        os.killpg(proc.pid, signal.SIGKILL)
+        await asyncio.wait_for(exit_fut, 10)
+        return await child.stop_tree(
+            proc.pid,
+            "no-such-token",
+            stop_signal=signal.SIGTERM,
+            timeout_s=2.0,
+            leader_exit=exit_fut,
+            reaper=reaper,
+        )
+
+    t0 = time.monotonic()
+    result = asyncio.run(go())
+    assert result == child.StopResult(killed=False, leftovers=0, signalled=0)
+    assert time.monotonic() - t0 < 10
+
+
+def test_an_exit_status_reaped_elsewhere_is_unknown_not_an_invented_255(
+    tmp_path: pathlib.Path,
+) -> None:
+    """When waitpid finds the child already reaped, its exit status is unknown (None, None)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
+
+    async def go() -> child.ExitStatus:
+        reaper = child.Reaper(asyncio.get_running_loop())
+        fut = reaper.watch(proc.pid)
+        proc.wait(timeout=30)  # somebody else reaps it first
+        return await asyncio.wait_for(fut, 10)
+
+    st = asyncio.run(go())
+    assert (st.exit_code, st.signal) == (None, None), st
+
+
+# ------------------------------------------------------------- the core's answer (pure)
+
+FAST = P.Policy(backoff_initial_s=1.0, jitter=0.0, max_restarts=5, window_s=1000.0)
+
+
+def _crashed_and_stopping() -> P.Supervisor:
+    sup = P.Supervisor(FAST, lambda: 0.5)
+    sup.handle(P.DaemonStarted(), 0.0)
+    sup.handle(P.ChildSpawned(41), 0.0)
+    sup.handle(P.ChildExited(41, 1, None), 1.0)  # -> KillTree of the leftovers
+    return sup
+
+
+@pytest.mark.parametrize(
+    "stopped",
+    [
+        P.TreeStopped(killed=True, leftovers=None),
+        P.TreeStopped(killed=True, leftovers=None, error="RuntimeError: boom"),
+    ],
+)
+def test_a_stop_that_cannot_be_verified_parks_instead_of_starting_a_second_job(
+    stopped: P.TreeStopped,
+) -> None:
+    """An unknown tree (scan timed out) or an internal error in the stop parks the job in
+    `fatal` naming why; nothing is spawned beside a job that may still run."""
+    sup = _crashed_and_stopping()
+    out = sup.handle(stopped, 1.5)
+    assert not any(isinstance(a, P.SpawnChild) for a in out), out
+    assert sup.snapshot().state is State.FATAL
+    fatal = next(a for a in out if isinstance(a, P.Emit) and a.event == "fatal")
+    assert fatal.fields["reason"] == "stop_unverified"
+    assert sup.next_deadline() is None
+    assert not any(isinstance(a, P.SpawnChild) for a in sup.handle(P.Tick(), 1000.0))
+
+
+def test_an_unverified_stop_at_shutdown_still_lets_the_daemon_exit() -> None:
+    """SIGTERM to the daemon while the stop cannot be verified: it says so and exits."""
+    sup = P.Supervisor(FAST, lambda: 0.5)
+    sup.handle(P.DaemonStarted(), 0.0)
+    sup.handle(P.ChildSpawned(41), 0.0)
+    sup.handle(P.ShutdownRequested(), 1.0)
+    out = sup.handle(P.TreeStopped(killed=True, leftovers=None), 2.0)
+    assert any(isinstance(a, P.Exit) for a in out)
+    assert any(isinstance(a, P.Emit) and a.event == "stop_unverified" for a in out), out
+
+
+def test_an_operator_start_leaves_the_parked_state() -> None:
+    """`watchdogctl start` after an unverified stop starts the job again (the operator decides)."""
+    sup = _crashed_and_stopping()
+    sup.handle(P.TreeStopped(killed=True, leftovers=None), 1.5)
+    out = sup.handle(P.OperatorCommand("start"), 2.0)
+    assert any(isinstance(a, P.SpawnChild) for a in out)
+
+
+# ------------------------------------------------------------- the daemon (end to end)
+
+FAULTY_STOP = """
+import watchdog.child
+
+async def _broken_stop_tree(*args, **kwargs):
+    raise RuntimeError("injected fault in stop_tree")
+
+watchdog.child.stop_tree = _broken_stop_tree
+"""
+
+
+def test_an_internal_error_in_the_stop_kills_the_job_session_and_parks(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A bug inside the stop (injected: stop_tree raises) must neither leave the old job
+    running nor start a second one: the job's session is SIGKILLed and the daemon parks."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(FAULTY_STOP)
+    job = write_script(
+        tmp_path / "job.py",
+        """
+        import time
+        while True:
+            print("step 1 | 100 tok/s", flush=True)
+            time.sleep(0.2)
+        """,
+    )
+    d = Daemon(tmp_path, base_config(tmp_path, [job]), env={"PYTHONPATH": str(inject)})
+    d.start()
+    try:
+        first = d.wait_state("running")["job"]["pid"]
+        rc, _out, err = d.ctl("restart", "--timeout", "20")
+        assert rc != 4, err
+        st = d.wait_state("fatal")
+        assert st["restarts"]["last_reason"] == "stop_unverified", st
+        wait_until(lambda: not d.job_processes(), 10, "the old job's session to be killed")
+        assert not psutil.pid_exists(first) or psutil.Process(first).status() == "zombie"
+        fatal = d.wait_event("fatal")[-1]
+        assert "injected fault" in fatal["error"], fatal
+        assert len(d.wait_event("child_spawned")) == 1  # no second job was ever started
+    finally:
+        d.stop()
