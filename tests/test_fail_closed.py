@@ -212,3 +212,33 @@ def test_an_internal_error_in_the_stop_kills_the_job_session_and_parks(
         assert len(d.wait_event("child_spawned")) == 1  # no second job was ever started
     finally:
         d.stop()
+
+
+def test_a_bare_pre_start_name_runs_the_program_that_was_checked(tmp_path: pathlib.Path) -> None:
+    """StrictModes through PATH: a bare pre_start name is resolved once at load, checked, and
+    that absolute path is what runs, so a program planted later earlier on PATH never runs."""
+    if os.geteuid() != 0:
+        pytest.skip("StrictModes applies only when running as root (uid 0)")
+    evil, safe = tmp_path / "evil", tmp_path / "safe"
+    evil.mkdir()
+    safe.mkdir()
+    evil.chmod(0o777)  # anyone may plant a program here after the config was checked
+    marks = tmp_path / "marks"
+    tool = "#!/bin/sh\necho {} >> " + str(marks) + "\n"
+    (safe / "prep-tool").write_text(tool.format("safe"))
+    (safe / "prep-tool").chmod(0o755)
+    job = write_script(tmp_path / "job.py", "import time\ntime.sleep(60)\n")
+    cfg = base_config(tmp_path, [job])
+    cfg["job"]["pre_start"] = [["prep-tool"]]
+    cfg["job"]["env"] = {"PATH": f"{evil}:{safe}:/usr/bin:/bin"}
+    d = Daemon(tmp_path, cfg)
+    d.start()
+    try:
+        wait_until(lambda: marks.exists() and "safe" in marks.read_text(), 15, "pre_start")
+        (evil / "prep-tool").write_text(tool.format("evil"))
+        (evil / "prep-tool").chmod(0o755)
+        assert d.ctl("restart", "--timeout", "20")[0] != 4
+        wait_until(lambda: marks.read_text().count("\n") >= 2, 15, "the second pre_start")
+        assert marks.read_text().split() == ["safe", "safe"], marks.read_text()
+    finally:
+        d.stop()

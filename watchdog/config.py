@@ -28,7 +28,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 # check_owner_safety is re-exported: it lived here before watchdog.strictmodes existed.
-from watchdog.strictmodes import check_filesystem
+from watchdog.strictmodes import check_filesystem, resolve_programs
 from watchdog.strictmodes import check_owner_safety as check_owner_safety
 
 EX_CONFIG = 78  # sysexits.h: configuration error (SPEC §6 `--check`)
@@ -490,8 +490,10 @@ def parse_config(text: str, source: str, *, check_paths: bool = True) -> Config:
     except yaml.YAMLError as exc:
         raise ConfigError(source, None, "", f"invalid YAML: {exc}") from None
     cfg = _finish(_parse_section(Config, root, "", ctx, source=source), ctx)
-    if check_paths and (found := check_filesystem(cfg)) is not None:
-        raise ctx.fail(*found)
+    if check_paths:
+        cfg = resolve_programs(cfg)
+        if (found := check_filesystem(cfg)) is not None:
+            raise ctx.fail(*found)
     return cfg
 
 

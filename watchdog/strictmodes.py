@@ -8,6 +8,7 @@ key path they belong to), and `watchdog.config` turns them into ConfigErrors.
 
 from __future__ import annotations
 
+import dataclasses
 import grp
 import os
 import shutil
@@ -61,13 +62,29 @@ def _check_program(program: str, env_path: str, strict: bool) -> str | None:
     return None
 
 
+def _program_path(cfg: Config) -> str:
+    # The child is exec'd with job.env on top of the daemon's environment, so its PATH wins.
+    return cfg.job.env.get("PATH", os.environ.get("PATH", os.defpath))
+
+
+def resolve_programs(cfg: Config) -> Config:
+    """Bare `pre_start` names resolved once, on the PATH the command will get: the absolute path
+    found here is the one checked and the one executed, so a program planted later in an
+    earlier PATH folder never runs as root. Names not found stay (check_filesystem says so)."""
+    env_path = _program_path(cfg)
+    pre_start = tuple(
+        (shutil.which(argv[0], path=env_path) or argv[0], *argv[1:]) if "/" not in argv[0] else argv
+        for argv in cfg.job.pre_start
+    )
+    return dataclasses.replace(cfg, job=dataclasses.replace(cfg.job, pre_start=pre_start))
+
+
 def check_filesystem(cfg: Config) -> tuple[str, str] | None:
     """The first (key path, problem) the filesystem finds with `cfg`, or None when all is well."""
     job = cfg.job
     if job.cwd is not None and not os.path.isdir(job.cwd):
         return "job.cwd", f"{job.cwd}: not an existing directory"
-    # The child is exec'd with job.env on top of the daemon's environment, so its PATH wins.
-    env_path = job.env.get("PATH", os.environ.get("PATH", os.defpath))
+    env_path = _program_path(cfg)
     # StrictModes (SPEC §6) guards what root runs on the config's say: hooks and pre_start.
     strict = os.geteuid() == 0
     programs: list[tuple[str, str, bool]] = []  # (key, program, strict), in the file's order
