@@ -93,7 +93,10 @@ class Daemon:
             self.config_path.write_text(yaml.safe_dump(cfg))
         self.socket = cfg["control"]["socket"]
         self.state_dir = pathlib.Path(cfg["state_dir"])
-        self.env = {**os.environ, **(env or {})}
+        # asyncio debug mode: a callback that holds the loop for more than 0.1 s is reported on
+        # stderr ("Executing <...> took 0.3 seconds"), and stop() fails the test on it (issue 15:
+        # a blocked loop under WatchdogSec gets the daemon, and with it the job, killed).
+        self.env = {**os.environ, "PYTHONASYNCIODEBUG": "1", **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.out_path = tmp / f"daemon-{int(time.monotonic() * 1000)}.out"
 
@@ -137,7 +140,17 @@ class Daemon:
         self.kill_job_processes()
         if hasattr(self, "_out"):
             self._out.close()
+        if self.env.get("PYTHONASYNCIODEBUG") == "1" and (blocked := self.loop_blocked()):
+            raise AssertionError(f"the daemon's event loop was blocked: {blocked}")
         return rc
+
+    def loop_blocked(self) -> list[str]:
+        """asyncio debug mode's reports of callbacks that held the loop over 0.1 s."""
+        return [
+            line.strip()
+            for line in self.output().splitlines()
+            if line.startswith("Executing <") and " took " in line
+        ]
 
     def kill(self) -> None:
         """SIGKILL the daemon alone (the job survives, as after an OOM kill of the daemon)."""

@@ -6,6 +6,7 @@ Each test here reproduced its fault against real processes before the fix.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pathlib
 import signal
@@ -67,7 +68,7 @@ def test_a_stop_whose_tree_scan_times_out_still_ends_the_leader_and_says_unknown
         ), "the leader outlived a stop whose scan timed out"
         assert result.leftovers is None, result
     finally:
-        with __import__("contextlib").suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
 
 
@@ -241,4 +242,69 @@ def test_a_bare_pre_start_name_runs_the_program_that_was_checked(tmp_path: pathl
         wait_until(lambda: marks.read_text().count("\n") >= 2, 15, "the second pre_start")
         assert marks.read_text().split() == ["safe", "safe"], marks.read_text()
     finally:
+        d.stop()
+
+
+HANGING_LOG_READ = """
+import time
+import watchdog.probes.progress
+
+def _hung_poll(self):
+    time.sleep(3600)  # what a read on a hung NFS mount does
+
+watchdog.probes.progress.LogFollower.poll = _hung_poll
+"""
+
+
+def test_a_progress_read_that_hangs_never_stalls_the_loop_nor_fires_stalled(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A read of the progress log that never returns (injected: poll blocks, as on a hung
+    mount) runs off the loop: status answers at once, and `stalled` never fires on it."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(HANGING_LOG_READ)
+    job = write_script(tmp_path / "job.py", "import time\ntime.sleep(60)\n")
+    cfg = base_config(tmp_path, [job])
+    cfg["progress"] = {"stall_after_s": 1}
+    d = Daemon(tmp_path, cfg, env={"PYTHONPATH": str(inject)})
+    d.start()
+    try:
+        hung = d.wait_event("progress_read_hung", timeout=30)[0]
+        assert hung["path"] == cfg["job"]["log_file"]
+        assert d.status()["job"]["pid"] is not None
+        for _ in range(5):
+            t0 = time.monotonic()
+            assert d.ctl("status", "--json", timeout=10)[0] != 4
+            assert time.monotonic() - t0 < 2.0
+        assert not [e for e in d.events() if e["event"] == "detector_fired"]
+    finally:
+        d.stop()
+
+
+BLOCKING_STATUS = """
+import time
+import watchdog.daemon
+
+_status = watchdog.daemon.Daemon.status
+
+def _slow_status(self):
+    time.sleep(0.3)  # a blocking call on the loop: what debug mode must catch
+    return _status(self)
+
+watchdog.daemon.Daemon.status = _slow_status
+"""
+
+
+def test_the_harness_fails_a_test_whose_daemon_blocks_its_loop(tmp_path: pathlib.Path) -> None:
+    """The end-to-end tests run the daemon in asyncio debug mode: a callback that holds the loop
+    for more than 0.1 s (injected here) fails the test at teardown."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(BLOCKING_STATUS)
+    job = write_script(tmp_path / "job.py", "import time\ntime.sleep(60)\n")
+    d = Daemon(tmp_path, base_config(tmp_path, [job]), env={"PYTHONPATH": str(inject)})
+    d.start()
+    d.ctl("status")
+    with pytest.raises(AssertionError, match="event loop was blocked"):
         d.stop()

@@ -29,6 +29,8 @@ from typing import IO
 
 import psutil
 
+from watchdog import offloop
+
 PR_SET_CHILD_SUBREAPER = 36
 # Children whose status another waiter owns (asyncio subprocesses: py-spy in incident.py):
 # the orphan reaper leaves them alone.
@@ -415,14 +417,18 @@ async def stop_tree(
     )
 
 
+_SCANNER = offloop.BoundedWorker("proc-scan")
+
+
 async def find_tree_async(
     leader: int | None, token: str, timeout_s: float = 5.0
 ) -> list[psutil.Process] | None:
-    """find_tree() off the loop: reading /proc/<pid>/environ of a process wedged in a driver
-    can block. None when the scan did not finish in time (the tree is unknown)."""
+    """find_tree() off the loop: reading /proc of a process wedged in a driver can block. None
+    when the scan did not finish in time, or an earlier one is still stuck (the tree is
+    unknown, never empty)."""
     try:
-        return await asyncio.wait_for(asyncio.to_thread(find_tree, leader, token), timeout_s)
-    except TimeoutError:
+        return await _SCANNER.call(lambda: find_tree(leader, token), timeout_s, what="scan")
+    except offloop.Hung:
         return None
 
 

@@ -18,17 +18,20 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from watchdog import __version__, child, config, incident, metrics
+from watchdog import __version__, child, config, incident, metrics, offloop
 from watchdog.control import ControlServer
 from watchdog.core import goodput, health, policy, status
 from watchdog.gpus import GpuWatch
 from watchdog.hooks import Hooks
 from watchdog.logs import EventLog, configure_structlog
 from watchdog.notify import Notifier
-from watchdog.probes.progress import LogFollower, tail_lines
+from watchdog.probes.progress import FollowResult, LogFollower, tail_lines
 from watchdog.statedir import StateDir
 
 EX_CONFIG = 78
+LOG_OPEN_TIMEOUT_S = 10.0  # opening the job's log and writing the start marker
+PROGRESS_READ_TIMEOUT_S = 5.0  # one poll of the progress log
+STARTUP_SCAN_TIMEOUT_S = 30.0  # the startup search for a previous daemon's job tree
 GOODPUT_SAVE_EVERY_S = 10.0  # issue 8: persist goodput at most this often, and at exit
 
 
@@ -76,6 +79,10 @@ class Daemon:
         self.token = self.state.instance_token()
         self.monitor = health.HealthMonitor(health_of(cfg))
         self.follower: LogFollower | None = None
+        # Blocking file and /proc reads run off the loop, each bounded (offloop.py says why).
+        self.log_io = offloop.BoundedWorker("log-open")
+        self.progress_io = offloop.BoundedWorker("progress-read")
+        self._progress_hung = False
         self.exit_future: asyncio.Future[child.ExitStatus] | None = None
         self.incident_path: str | None = None
         self._pending_incident: str | None = None
@@ -98,7 +105,7 @@ class Daemon:
         if (why := await self._start_metrics()) is not None:
             print(f"watchdogd: {why}", file=sys.stderr)
             return 1
-        self._adopt_previous_tree()
+        await self._adopt_previous_tree()
         child.make_subreaper()
         self.reaper.install()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -200,7 +207,11 @@ class Daemon:
         try:
             failed = await self._prepare_start()
             if failed is None:
-                self._spawn(attempt)
+                opened = await self._open_log(attempt)
+                if isinstance(opened, policy.SpawnFailed):
+                    failed = opened
+                else:
+                    self._spawn(*opened)
         except asyncio.CancelledError:
             failed = policy.SpawnFailed("cancelled", "stopped before the job was spawned")
         except Exception as e:
@@ -228,18 +239,55 @@ class Daemon:
                 return policy.SpawnFailed("pre_start_failed", detail)
         return None
 
-    def _spawn(self, attempt: int) -> None:
-        """Marker line, spawn, watch. Synchronous on purpose: a cancel can never split it."""
+    async def _open_log(self, attempt: int) -> tuple[int, LogFollower | None] | policy.SpawnFailed:
+        """Open the job's log and write the start marker, then open the progress follower:
+        each off the loop and bounded (a log on a hung mount, or a FIFO, must not stall it).
+        A follower that cannot be opened yet does not hold up the start (sample_once retries)."""
+        job = self.cfg.job
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        marker = f"=== train-watchdog: start {attempt} at {stamp} ===\n".encode()
+
+        def work() -> int:
+            fd = child.open_log(job.log_file)
+            try:
+                os.write(fd, marker)
+            except BaseException:
+                os.close(fd)
+                raise
+            return fd
+
+        try:
+            fd = await self.log_io.call(
+                work, LOG_OPEN_TIMEOUT_S, what=f"opening {job.log_file}", discard=os.close
+            )
+        except offloop.Hung as e:
+            return policy.SpawnFailed("log_unwritable", f"{job.log_file}: {e}")
+        except OSError as e:
+            return policy.SpawnFailed("log_unwritable", f"{job.log_file}: {e.strerror}")
+        try:
+            return fd, await self._open_follower()
+        except BaseException:
+            os.close(fd)
+            raise
+
+    async def _open_follower(self) -> LogFollower | None:
+        path, pattern = self._progress_path(), self.cfg.progress.pattern
+        try:
+            return await self.progress_io.call(
+                lambda: LogFollower(path, pattern, start="end"),
+                PROGRESS_READ_TIMEOUT_S,
+                what=f"opening {path}",
+                discard=LogFollower.close,
+            )
+        except offloop.Hung as e:
+            self._progress_read_hung(path, e)
+            return None
+
+    def _spawn(self, log_fd: int, follower: LogFollower | None) -> None:
+        """Spawn and watch. Synchronous on purpose: a cancel can never split it."""
         job = self.cfg.job
         try:
-            log_fd = child.open_log(job.log_file)
-        except OSError as e:
-            self.dispatch(policy.SpawnFailed("log_unwritable", f"{job.log_file}: {e.strerror}"))
-            return
-        try:
-            stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            os.write(log_fd, f"=== train-watchdog: start {attempt} at {stamp} ===\n".encode())
-            self._new_follower()
+            self._set_follower(follower)
             proc = child.spawn(
                 job.command,
                 cwd=job.cwd,
@@ -343,10 +391,10 @@ class Daemon:
     def _progress_path(self) -> str:
         return self.cfg.progress.file or self.cfg.job.log_file
 
-    def _new_follower(self) -> None:
-        if self.follower is not None:
-            self.follower.close()
-        self.follower = LogFollower(self._progress_path(), self.cfg.progress.pattern, start="end")
+    def _set_follower(self, follower: LogFollower | None) -> None:
+        old, self.follower = self.follower, follower
+        if old is not None:  # not under a poll that is still stuck reading it
+            self.progress_io.when_idle(old.close)
 
     # -------------------------------------------------------------------- sampling
 
@@ -374,13 +422,21 @@ class Daemon:
 
     async def sample_once(self, gpu: bool = True) -> None:
         sample = await self.gpus.sample() if gpu else None
+        monitor, pid = self.monitor, self.core.snapshot().pid
+        if self.follower is None and pid is not None:  # its first open did not answer
+            follower = await self._open_follower()
+            if monitor is self.monitor and self.follower is None:
+                self.follower = follower
+        follower = self.follower
+        found = await self._poll_progress(follower) if follower is not None else None
         now = time.monotonic()
         snap = self.core.snapshot()
-        if self.follower is not None:
-            found = self.follower.poll()
-            if found.latest is not None:
-                self.monitor.progress(found.latest, self._written_at(now, found.latest_mtime))
-            self._polled_at = now
+        if follower is self.follower and monitor is self.monitor:
+            monitor.progress_unreadable(found is None)
+            if found is not None:
+                if found.latest is not None:
+                    monitor.progress(found.latest, self._written_at(now, found.latest_mtime))
+                self._polled_at = now
         if sample is not None:
             self.monitor.gpu_sample(sample)
         if snap.pid is not None:
@@ -389,6 +445,25 @@ class Daemon:
         self._account()
         if self.notifier.enabled:  # building the status costs more than the rest of a tick
             self.notifier.status(status.status_line(self.status()))
+
+    async def _poll_progress(self, follower: LogFollower) -> FollowResult | None:
+        """One poll of the progress log off the loop; None while the read does not answer."""
+        try:
+            found = await self.progress_io.call(
+                follower.poll, PROGRESS_READ_TIMEOUT_S, what=f"reading {follower.path}"
+            )
+        except offloop.Hung as e:
+            self._progress_read_hung(follower.path, e)
+            return None
+        if self._progress_hung:
+            self.emit("progress_read_recovered", path=follower.path)
+        self._progress_hung = False
+        return found
+
+    def _progress_read_hung(self, path: str, e: offloop.Hung) -> None:
+        if not self._progress_hung:
+            self.emit("progress_read_hung", path=path, detail=str(e))
+        self._progress_hung = True
 
     def _written_at(self, now: float, mtime: float | None) -> float:
         """When the progress line just read was written, on the monotonic clock: the mtime of
@@ -510,17 +585,31 @@ class Daemon:
         except OSError as e:
             self.emit("state_write_failed", file="state.json", error=str(e))
 
-    def _adopt_previous_tree(self) -> None:
+    async def _adopt_previous_tree(self) -> None:
         """A previous daemon was killed while its job ran: end that tree before anything starts,
         so two jobs never run at once (verified by pid + start time and our marker, never by
-        name)."""
+        name). The scan reads /proc/*/environ, which can block: off the loop, and while it does
+        not answer nothing starts (fail closed: an unknown tree is not an empty one)."""
         data = self.state.load_job()
-        n = child.kill_stale_tree(self.token, data.get("job_pid"), data.get("job_started_at"))
+        pid, started = data.get("job_pid"), data.get("job_started_at")
+        while True:
+            try:
+                n = await self.log_io.call(
+                    lambda: child.kill_stale_tree(self.token, pid, started),
+                    STARTUP_SCAN_TIMEOUT_S,
+                    what="the startup scan for a previous job tree",
+                )
+                break
+            except offloop.Hung as e:
+                self.emit("startup_scan_hung", detail=str(e))
+                await asyncio.sleep(1.0)
         if n:
-            self.emit("stale_tree_killed", count=n, pid=data.get("job_pid"))
+            self.emit("stale_tree_killed", count=n, pid=pid)
             deadline = time.monotonic() + 10
-            while child.find_tree(None, self.token) and time.monotonic() < deadline:
-                time.sleep(0.02)  # startup only, before the loop serves anything
+            while await child.find_tree_async(None, self.token) != [] and (
+                time.monotonic() < deadline
+            ):
+                await asyncio.sleep(0.02)
 
 
 def _needs_restart(old: config.Config, new: config.Config) -> str | None:
@@ -559,6 +648,9 @@ def main(argv: list[str] | None = None) -> int:
     configure_structlog()
 
     async def amain() -> int:
+        loop = asyncio.get_running_loop()
+        if loop.get_debug():  # PYTHONASYNCIODEBUG=1 (the end-to-end tests): report any callback
+            loop.slow_callback_duration = 0.1  # that holds the loop longer than this
         return await Daemon(cfg).run()
 
     code = asyncio.run(amain())

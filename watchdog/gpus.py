@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import time
 from collections import deque
@@ -16,6 +17,7 @@ from typing import Any
 
 import psutil
 
+from watchdog import offloop
 from watchdog.config import GpusConfig
 from watchdog.core.health import is_in_use
 from watchdog.core.samples import GpuSample
@@ -128,7 +130,10 @@ class GpuWatch:
             busy = self.busy(s)
             if not busy:
                 return None
-            holders = _holders(s, busy)
+            try:  # /proc/*/fd of a process stuck in the driver can block: never on the loop
+                holders = await _SCAN.call(functools.partial(_holders, s, busy), 10.0)
+            except offloop.Hung:
+                holders = {}  # unknown: the GPUs still count as busy, the start still waits
             mine = await our_pids() if holders else set()
             ours = [pid for pid in holders if pid in mine]
             for pid in ours:
@@ -151,6 +156,9 @@ class GpuWatch:
                     f"GPUs {busy} still hold memory after {self.cfg.reclaim_timeout_s:g} s ({who})"
                 )
             await asyncio.sleep(min(self.cfg.sample_interval_s, 0.5))
+
+
+_SCAN = offloop.BoundedWorker("gpu-holders")
 
 
 def _holders(s: GpuSample, busy: list[int]) -> dict[int, str]:

@@ -93,6 +93,7 @@ class HealthMonitor:
         self._normal_tps: deque[float] = deque(maxlen=cfg.median_window)
         self._low_since: float | None = None
         self._started = False  # the startup window is over (healthy once)
+        self._unreadable = False  # our own read of the progress log is stuck
 
     # ---------------------------------------------------------------------- inputs
 
@@ -104,6 +105,12 @@ class HealthMonitor:
         self._gpu = sample
         part, _ = gpu_part(sample, self._cfg.idle_below_mib)
         self._idle_run = self._idle_run + 1 if self._is_idle(part) else 0
+
+    def progress_unreadable(self, unreadable: bool) -> None:
+        """Our own read of the progress log is stuck (a hung mount): `stalled` cannot be judged
+        and must never fire on the watchdog's own fault. It is judged again once a read answers
+        (a job that really wrote nothing meanwhile is stalled then)."""
+        self._unreadable = unreadable
 
     def progress(self, reading: ProgressReading, now: float) -> None:
         if self._first_progress_at is None:
@@ -190,7 +197,7 @@ class HealthMonitor:
 
     def _stalled_evidence(self, now: float) -> dict[str, str] | None:
         last = self._last_progress_at
-        if last is None or now - last < self._cfg.stall_after_s:
+        if last is None or self._unreadable or now - last < self._cfg.stall_after_s:
             return None
         found = {
             "last_progress_age_s": f"{now - last:.1f}",

@@ -32,8 +32,6 @@ import concurrent.futures
 import contextlib
 import functools
 import os
-import queue
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +40,7 @@ from typing import Any, Literal, TypeVar
 import pynvml
 
 from watchdog.core.samples import GpuReading, GpuSample
+from watchdog.offloop import Worker
 
 _T = TypeVar("_T")
 _MIB = 1024 * 1024
@@ -288,36 +287,6 @@ class _Session:
         return tuple(sorted({int(p.pid) for p in procs}))
 
 
-class _Worker:
-    """One daemon thread running jobs from a queue, one at a time."""
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[
-            tuple[Callable[[], Any], concurrent.futures.Future[Any]] | None
-        ] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="nvml-probe", daemon=True)
-        self._thread.start()
-
-    def submit(self, fn: Callable[[], _T]) -> concurrent.futures.Future[_T]:
-        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
-        self._jobs.put((fn, future))
-        return future
-
-    def stop(self) -> None:
-        """Ask the thread to end after its queued jobs; it may be stuck, so do not join."""
-        self._jobs.put(None)
-
-    def _run(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            fn, future = job
-            if not future.set_running_or_notify_cancel():
-                continue  # the caller gave up before the job started
-            try:
-                future.set_result(fn())
-            except Exception as exc:  # a bug in a job: hand it to the awaiting caller
-                future.set_exception(exc)
-
-
 class NvmlProbe:
     """Samples the selected GPUs through NVML, every call under a deadline off the event loop.
 
@@ -337,7 +306,7 @@ class NvmlProbe:
         self._session = _Session(devices)
         self._call_timeout_s = call_timeout_s
         self._init_timeout_s = init_timeout_s
-        self._worker: _Worker | None = None
+        self._worker: Worker | None = None
         self._inflight: concurrent.futures.Future[GpuSample] | None = None
         self._lock: asyncio.Lock | None = None
         self._closed = False
@@ -360,7 +329,7 @@ class NvmlProbe:
         if self._inflight is not None and not self._inflight.done():
             return self._hung(None)  # the last call is still stuck: issue nothing new
         if self._worker is None:
-            self._worker = _Worker()
+            self._worker = Worker("nvml-probe")
         deadline_s = self._call_timeout_s
         if not self._session.initialized:
             deadline_s += self._init_timeout_s

@@ -1,0 +1,129 @@
+"""Blocking reads off the event loop, each under a deadline (issue 15, item 2).
+
+The loop must never block: under systemd a loop stalled for `WatchdogSec` gets the daemon
+SIGABRTed, and with it the job (KillMode=control-group). Reading a file on a hung NFS mount, or
+`/proc/<pid>/environ` of a process stuck in the driver, can block for ever, and such a read
+cannot be cancelled. So every such read runs on a `Worker`: one daemon thread per purpose, fed
+by a queue, as the NVML probe does it (probes/nvml.py says why a thread and not a process).
+
+While a call is stuck no new call is issued: `BoundedWorker.call()` raises `Hung` at once, so at
+most one thread per worker is ever stuck, and the caller decides what "unknown" means for it
+(never "empty": a scan that did not answer did not find nothing). A result that arrives after
+its caller gave up is handed to `discard` (an opened file descriptor must not leak).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
+
+
+class Worker:
+    """One daemon thread running jobs from a queue, one at a time."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[
+            tuple[Callable[[], Any], concurrent.futures.Future[Any]] | None
+        ] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], _T]) -> concurrent.futures.Future[_T]:
+        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+        self._jobs.put((fn, future))
+        return future
+
+    def stop(self) -> None:
+        """Ask the thread to end after its queued jobs; it may be stuck, so do not join."""
+        self._jobs.put(None)
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fn, future = job
+            if not future.set_running_or_notify_cancel():
+                continue  # the caller gave up before the job started
+            try:
+                future.set_result(fn())
+            except Exception as exc:  # a bug in a job: hand it to the awaiting caller
+                future.set_exception(exc)
+
+
+class Hung(Exception):
+    """A blocking call did not return within its deadline (or an earlier one is still stuck)."""
+
+    def __init__(self, what: str, stuck_s: float) -> None:
+        super().__init__(f"{what} has not returned for {stuck_s:.1f} s")
+        self.what = what
+        self.stuck_s = stuck_s
+
+
+class BoundedWorker:
+    """`await call(fn, timeout_s)`: fn's result, or `Hung`. One call at a time per worker."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._worker: Worker | None = None
+        self._inflight: concurrent.futures.Future[Any] | None = None
+        self._inflight_what = ""
+        self._inflight_at = 0.0
+        self._lock: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def stuck(self) -> bool:
+        return self._inflight is not None and not self._inflight.done()
+
+    async def call(
+        self,
+        fn: Callable[[], _T],
+        timeout_s: float,
+        *,
+        what: str = "",
+        discard: Callable[[_T], None] | None = None,
+    ) -> _T:
+        loop = asyncio.get_running_loop()
+        if self._lock is None or self._loop is not loop:  # a lock belongs to one loop
+            self._lock, self._loop = asyncio.Lock(), loop
+        async with self._lock:  # a second caller waits its turn; it does not pile on
+            if self.stuck:
+                raise Hung(self._inflight_what, time.monotonic() - self._inflight_at)
+            if self._worker is None:
+                self._worker = Worker(self.name)
+            fut = self._worker.submit(fn)
+            self._inflight, self._inflight_what = fut, what or self.name
+            self._inflight_at = time.monotonic()
+            try:
+                return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), timeout_s)
+            except TimeoutError:
+                if discard is not None:
+                    fut.add_done_callback(lambda f: _discard_late(f, discard))
+                raise Hung(self._inflight_what, time.monotonic() - self._inflight_at) from None
+            except asyncio.CancelledError:
+                if discard is not None:
+                    fut.add_done_callback(lambda f: _discard_late(f, discard))
+                raise
+
+    def when_idle(self, fn: Callable[[], None]) -> None:
+        """Run `fn` now if no call is in flight, else right after the stuck one returns (an fd
+        a stuck read still uses must not be closed under it: its number could be reused)."""
+        inflight = self._inflight
+        if inflight is None or inflight.done():
+            fn()
+        else:
+            inflight.add_done_callback(lambda _f: fn())
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
+
+
+def _discard_late(fut: concurrent.futures.Future[_T], discard: Callable[[_T], None]) -> None:
+    if not fut.cancelled() and fut.exception() is None:
+        discard(fut.result())
