@@ -524,3 +524,74 @@ def test_log_follow_keeps_every_line_across_truncation_and_rotation(tmp_path: pa
         assert "bytes skipped" in got[0] and got[-1] == "g"
     finally:
         follow.close()
+
+
+FLOOD = """
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+f = s.makefile("rwb")
+for i in range(int(sys.argv[2])):
+    f.write(json.dumps({"v": 1, "id": i, "cmd": "stop", "args": {}}).encode() + b"\\n")
+    f.flush()
+    assert b"permission_denied" in f.readline()
+"""
+
+
+@needs_root
+def test_denied_commands_cannot_flush_the_event_history(
+    make_daemon: DaemonFactory,
+    tmp_path: pathlib.Path,
+    shared: pathlib.Path,
+    groups: dict[str, int],
+) -> None:
+    """A reader sending 1,500 denied commands leaves the history readable: denied attempts are
+    logged up to a burst per uid, then counted, and the daemon's own events survive."""
+    py = python_for_nobody()
+    sock = shared / "run" / "control.sock"
+    readers = grp.getgrgid(groups["readers"]).gr_name
+    d = make_daemon([sleeper(tmp_path)], {"control": {"socket": str(sock), "group": readers}})
+    ids = ["--reuid=nobody", "--regid=nogroup", f"--groups={groups['readers']}"]
+    r = subprocess.run(
+        ["setpriv", *ids, py, "-c", FLOOD, str(sock), "1500"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert r.returncode == 0, r.stderr
+    history = d.events(n=1000)
+    assert any(e["event"] == "daemon_started" for e in history), "the history was flushed"
+    denied = [e for e in history if e["event"] == "command_received" and not e["allowed"]]
+    assert 0 < len(denied) <= 20, len(denied)
+
+
+def test_a_follower_that_falls_behind_is_told_how_many_events_it_lost(
+    tmp_path: pathlib.Path,
+) -> None:
+    """`events --follow` never drops events silently: past its queue, the stream says how many
+    were lost (an `events_dropped` record)."""
+
+    async def scenario() -> list[dict[str, Any]]:
+        stub = StubDaemon(tmp_path / "c.sock")
+        server = control.ControlServer(stub)  # type: ignore[arg-type]
+        await server.start()
+        try:
+            r, w = await asyncio.open_unix_connection(server.path, limit=1 << 24)
+            w.write(protocol.encode_request(1, "events", {"n": 0, "follow": True}))
+            json.loads(await asyncio.wait_for(r.readline(), 5))  # the (empty) history
+            for i in range(1200):  # without yielding: the follower cannot keep up
+                stub.emit("burst", i=i)
+            seen: list[dict[str, Any]] = []
+            while not any(e["event"] == "events_dropped" for e in seen):
+                reply = json.loads(await asyncio.wait_for(r.readline(), 5))
+                seen += reply["result"]["events"]
+            w.close()
+            return seen
+        finally:
+            await server.close()
+
+    seen = asyncio.run(scenario())
+    dropped = next(e for e in seen if e["event"] == "events_dropped")
+    assert dropped["count"] == 200
+    assert sum(1 for e in seen if e["event"] == "burst") == 1000

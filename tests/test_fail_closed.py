@@ -308,3 +308,55 @@ def test_the_harness_fails_a_test_whose_daemon_blocks_its_loop(tmp_path: pathlib
     d.ctl("status")
     with pytest.raises(AssertionError, match="event loop was blocked"):
         d.stop()
+
+
+def test_an_incident_is_named_by_its_own_fatal_and_never_by_a_later_restart(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The bundle of a stop that ends in `fatal` is named by that `fatal`; a later, unrelated
+    `restart_scheduled` (a plain exit) carries no incident path."""
+    flag = tmp_path / "exit-now"
+    job = write_script(
+        tmp_path / "job.py",
+        f"""
+        import os, sys, time
+        if os.path.exists({str(flag)!r}):
+            sys.exit(3)
+        time.sleep(60)  # never prints progress: startup_timeout
+        """,
+    )
+    cfg = base_config(tmp_path, [job])
+    cfg["startup"] = {"timeout_s": 1}
+    cfg["restart"].update({"max_restarts": 1, "backoff_initial_s": 0.1})
+    d = Daemon(tmp_path, cfg)
+    d.start()
+    try:
+        d.wait_state("fatal", timeout=30)
+        fatal = d.wait_event("fatal")[-1]
+        saved = d.wait_event("incident_saved", count=2)
+        assert fatal.get("incident") == saved[-1]["path"], fatal
+        flag.write_text("")
+        assert d.ctl("start")[0] != 4
+        later = d.wait_event("restart_scheduled", reason="exited")[-1]
+        assert "incident" not in later, later
+    finally:
+        d.stop()
+
+
+def test_the_core_names_an_incident_only_in_the_failure_its_stop_leads_to() -> None:
+    """IncidentSaved during a stop goes on that stop's restart_scheduled, and no later one."""
+    sup = P.Supervisor(FAST, lambda: 0.5)
+    sup.handle(P.DaemonStarted(), 0.0)
+    sup.handle(P.ChildSpawned(41), 0.0)
+    sup.handle(P.HealthAssessed(41, False, frozenset({"stalled"})), 1.0)  # -> KillTree
+    sup.handle(P.IncidentSaved("/state/incidents/x-stalled"), 1.1)
+    sup.handle(P.ChildExited(41, None, 15), 1.2)
+    out = sup.handle(P.TreeStopped(killed=False), 1.3)
+    first = next(a for a in out if isinstance(a, P.Emit) and a.event == "restart_scheduled")
+    assert first.fields["incident"] == "/state/incidents/x-stalled"
+    sup.handle(P.Tick(), 10.0)
+    sup.handle(P.ChildSpawned(42), 10.0)
+    sup.handle(P.ChildExited(42, 1, None), 11.0)
+    out = sup.handle(P.TreeStopped(killed=False), 11.1)
+    later = next(a for a in out if isinstance(a, P.Emit) and a.event == "restart_scheduled")
+    assert "incident" not in later.fields

@@ -21,10 +21,13 @@ import pwd
 import socket
 import stat
 import struct
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from watchdog.core import protocol
+from watchdog.core.ratelimit import RateLimit
+from watchdog.logs import utc_now
 from watchdog.operations import Call, ClientGone, CommandError, Operations
 
 if TYPE_CHECKING:
@@ -98,6 +101,9 @@ class ControlServer:
         # network filesystem may wedge these threads, never the ones pre_start and hooks use.
         self._files = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="control-logs")
         self._ops = Operations(daemon, self._files)
+        # Denied commands are logged with the caller's uid, but a reader must not be able to
+        # flush the event history with them: a burst per uid, then a count (issue 15).
+        self._denied_log = RateLimit(burst=10, window_s=60.0)
 
     async def start(self) -> None:
         cfg = self.d.cfg.control
@@ -182,14 +188,17 @@ class ControlServer:
         spec = protocol.COMMANDS[req.cmd]
         if spec.mutating:
             allowed = may_operate(peer, self.d.cfg.control.operator_group)
-            self.d.emit(
-                "command_received",
-                cmd=req.cmd,
-                uid=peer.uid,
-                peer_pid=peer.pid,
-                allowed=allowed,
-                args=req.args or None,
-            )
+            suppressed = 0 if allowed else self._denied_log.admit(peer.uid, time.monotonic())
+            if suppressed is not None:
+                self.d.emit(
+                    "command_received",
+                    cmd=req.cmd,
+                    uid=peer.uid,
+                    peer_pid=peer.pid,
+                    allowed=allowed,
+                    args=req.args or None,
+                    denied_suppressed=suppressed or None,
+                )
             if not allowed:
                 who = self.d.cfg.control.operator_group
                 msg = f"uid {peer.uid} may not {req.cmd}: only root" + (
@@ -237,6 +246,8 @@ class ControlServer:
                         continue  # nothing new: look whether the client is still there
                     while not q.empty():
                         batch.append(q.get_nowait())
+                    if dropped := self.d.events.take_dropped(q):  # never lose events silently
+                        batch.append(_dropped_record(dropped))
                     await _send(writer, protocol.ok_reply(req.id, {"events": batch}))
             finally:
                 if q is not None:
@@ -259,6 +270,16 @@ class ControlServer:
                     await _send(writer, protocol.ok_reply(req.id, {"lines": new}))
         finally:
             tail.close()
+
+
+def _dropped_record(n: int) -> dict[str, Any]:
+    """Said in the stream where a follower that fell behind lost events."""
+    return {
+        "ts": utc_now(),
+        "event": "events_dropped",
+        "count": n,
+        "detail": "this follower fell behind; `watchdogctl events -n 1000` has the history",
+    }
 
 
 # ---------------------------------------------------------------------- files and sockets

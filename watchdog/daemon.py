@@ -85,7 +85,6 @@ class Daemon:
         self._progress_hung = False
         self.exit_future: asyncio.Future[child.ExitStatus] | None = None
         self.incident_path: str | None = None
-        self._pending_incident: str | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._start_task: asyncio.Task[None] | None = None
         self._polled_at = 0.0  # the last look at the progress log (monotonic)
@@ -149,11 +148,7 @@ class Daemon:
     def _execute(self, action: policy.Action) -> None:
         match action:
             case policy.Emit(event=name, fields=fields):
-                extra = {}
-                if name == "restart_scheduled" and self._pending_incident:
-                    extra["incident"] = self._pending_incident
-                    self._pending_incident = None
-                self.emit(name, **fields, **extra)
+                self.emit(name, **fields)
             case policy.SpawnChild(attempt=attempt):
                 self._start_task = self._spawn_task(self._start(attempt))
             case policy.KillTree():
@@ -323,7 +318,8 @@ class Daemon:
         error = "the stop was cancelled"
         if action.incident:
             try:
-                self._pending_incident = await self._write_incident(action.reason)
+                if (path := await self._write_incident(action.reason)) is not None:
+                    self.dispatch(policy.IncidentSaved(path))
             except Exception as e:  # evidence is a bonus; the stop must still happen
                 self.emit("incident_failed", reason=action.reason, error=f"{type(e).__name__}: {e}")
         try:

@@ -71,7 +71,7 @@ class EventLog:
         self._job = job
         self._path = history_path
         self._history: deque[dict[str, Any]] = deque(maxlen=HISTORY)
-        self._subscribers: set[asyncio.Queue[dict[str, Any]]] = set()
+        self._subscribers: dict[asyncio.Queue[dict[str, Any]], int] = {}  # queue -> dropped
         self._hooks: list[Callable[[dict[str, Any]], None]] = []
         self._log = structlog.get_logger()
         self._journal = journal.JournalSender() if journal.journal_stream_active() else None
@@ -91,11 +91,18 @@ class EventLog:
 
     def subscribe(self) -> asyncio.Queue[dict[str, Any]]:
         q: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=1000)
-        self._subscribers.add(q)
+        self._subscribers[q] = 0
         return q
 
     def unsubscribe(self, q: asyncio.Queue[dict[str, Any]]) -> None:
-        self._subscribers.discard(q)
+        self._subscribers.pop(q, None)
+
+    def take_dropped(self, q: asyncio.Queue[dict[str, Any]]) -> int:
+        """How many events `q` lost since the last call because its reader fell behind."""
+        n = self._subscribers.get(q, 0)
+        if n:
+            self._subscribers[q] = 0
+        return n
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
         record: dict[str, Any] = {"ts": utc_now(), "event": event, "job": self._job}
@@ -104,8 +111,10 @@ class EventLog:
         self._history.append(record)
         self._persist(record)
         for q in list(self._subscribers):
-            with contextlib.suppress(asyncio.QueueFull):  # a stuck follower loses events, not us
+            try:
                 q.put_nowait(record)
+            except asyncio.QueueFull:  # a stuck follower loses events, not us; it is told so
+                self._subscribers[q] += 1
         for hook in self._hooks:
             hook(record)
         return record

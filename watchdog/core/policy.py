@@ -123,6 +123,14 @@ class HealthAssessed:
 
 
 @dataclass(frozen=True, slots=True)
+class IncidentSaved:
+    """The bundle written before the current stop (SPEC §10): the restart_scheduled or fatal
+    that this stop leads to names it, and nothing later does."""
+
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyChanged:
     policy: Policy
 
@@ -141,6 +149,7 @@ Event = (
     | ChildExited
     | TreeStopped
     | HealthAssessed
+    | IncidentSaved
     | PolicyChanged
     | Tick
 )
@@ -221,6 +230,7 @@ class Supervisor:
         self._paused = False
         self._after_stop: AfterStop = "stop"
         self._stop_reason = ""
+        self._stop_incident: str | None = None  # the bundle of the stop under way
         self._restart_times: deque[float] = deque()
         self._restarts_total = 0
         self._failures = 0
@@ -289,6 +299,10 @@ class Supervisor:
                 return self._tree_stopped(event, now)
             case HealthAssessed():
                 return self._assessed(event, now)
+            case IncidentSaved(path=path):
+                if self._state is State.STOPPING:
+                    self._stop_incident = path
+                return []
             case PolicyChanged(policy=policy):
                 self._policy = policy
                 return []
@@ -339,6 +353,7 @@ class Supervisor:
             return [Emit("child_exited", {**fields, "reason": self._stop_reason})]
         # An unexpected death: clear leftovers of the tree first, then decide (in _tree_stopped).
         self._state = State.STOPPING
+        self._stop_incident = None
         self._stop_reason = "exited"
         restart = "exited" in self._policy.restart_on and not self._paused
         self._after_stop = "restart" if restart else "stop"
@@ -372,6 +387,7 @@ class Supervisor:
             "reason": "stop_unverified",
             "stop_reason": self._stop_reason,
             "error": ev.error or "the job's process tree could not be scanned in time",
+            **self._take_incident(),
         }
         self._pid = None
         self._leader_exited = False
@@ -387,6 +403,8 @@ class Supervisor:
 
     def _finish_stop(self, now: float) -> list[Action]:
         after, reason = self._after_stop, self._stop_reason
+        if after != "restart":
+            self._stop_incident = None  # only the failure this stop leads to may name it
         self._pid = None
         self._leader_exited = False
         self._firing = frozenset()
@@ -415,6 +433,7 @@ class Supervisor:
         self._healthy_since = None
         while self._restart_times and self._restart_times[0] <= now - p.window_s:
             self._restart_times.popleft()
+        incident = self._take_incident()
         if len(self._restart_times) >= p.max_restarts:
             self._state = State.FATAL
             return [
@@ -424,6 +443,7 @@ class Supervisor:
                         "reason": reason,
                         "restarts": len(self._restart_times),
                         "window_s": p.window_s,
+                        **incident,
                     },
                 )
             ]
@@ -436,9 +456,18 @@ class Supervisor:
         return [
             Emit(
                 "restart_scheduled",
-                {"reason": reason, "delay_s": round(delay, 3), "attempt": self._failures},
+                {
+                    "reason": reason,
+                    "delay_s": round(delay, 3),
+                    "attempt": self._failures,
+                    **incident,
+                },
             )
         ]
+
+    def _take_incident(self) -> dict[str, str]:
+        path, self._stop_incident = self._stop_incident, None
+        return {} if path is None else {"incident": path}
 
     def _stop(self, reason: str, after: AfterStop, incident: bool = False) -> list[Action]:
         self._stop_reason = reason
@@ -446,6 +475,7 @@ class Supervisor:
         if self._state is State.STOPPING:
             return []  # a stop is under way; only where it leads changes
         self._state = State.STOPPING
+        self._stop_incident = None
         if self._spawning:
             return []  # _spawned() will kill it
         emit = Emit("child_stopping", {"pid": self._pid, "reason": reason})
