@@ -13,6 +13,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
 from harness import Daemon, base_config, merge
 
+pytest_plugins = ["ci_no_skip"]  # under CI as root a skip fails (tests/ci_no_skip.py)
+
 DaemonFactory = Callable[..., Daemon]
 
 

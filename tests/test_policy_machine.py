@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from hypothesis import settings
+import pytest
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from watchdog.core import policy as P
 from watchdog.core.policy import State
@@ -25,10 +31,14 @@ class SupervisorMachine(RuleBasedStateMachine):
     """The shell's side is simulated faithfully: children exist between ChildSpawned and
     ChildExited; a kill request is answered later (or never, if the rule is not drawn)."""
 
+    supervisor_class: type[P.Supervisor] = P.Supervisor  # tests below swap in broken cores
+
     def __init__(self) -> None:
         super().__init__()
         self.u = 0.5
-        self.sup = P.Supervisor(POLICY, lambda: self.u)
+        self.sup = self.supervisor_class(POLICY, lambda: self.u)
+        self.operator_stopped = False  # an operator stop (or shutdown) not yet undone by a start
+        self.restarts_at: list[float] = []  # automatic restarts since the last operator start
         self.now = 0.0
         self.live: set[int] = set()  # children the shell has and has not reaped
         self.pending_spawn = False
@@ -43,6 +53,7 @@ class SupervisorMachine(RuleBasedStateMachine):
             if isinstance(a, P.SpawnChild):
                 assert not self.pending_spawn, "two spawns in flight"
                 assert not self.live, "spawn while a child lives"
+                assert not self.operator_stopped, "a job came back after an operator stop"
                 self.pending_spawn = True
             elif isinstance(a, P.KillTree):
                 self.pending_kill = True
@@ -50,8 +61,12 @@ class SupervisorMachine(RuleBasedStateMachine):
                 if a.event == "restart_scheduled":
                     delay = float(str(a.fields["delay_s"]))
                     assert POLICY.backoff_initial_s - 1e-3 <= delay <= POLICY.backoff_max_s + 1e-3
+                    self.restarts_at.append(self.now)
                 if a.event == "fatal":
                     assert self.last_event in ("crash", "spawn_failed", "health", "tick", "tree")
+                    # fatal only through the budget: max_restarts within the window, spent
+                    recent = [t for t in self.restarts_at if t > self.now - POLICY.window_s]
+                    assert len(recent) >= POLICY.max_restarts, f"fatal after {recent}"
             elif isinstance(a, P.Exit):
                 self.exited = True
 
@@ -110,11 +125,18 @@ class SupervisorMachine(RuleBasedStateMachine):
     @rule(cmd=st.sampled_from(["start", "stop", "restart", "pause", "resume"]))
     def operator(self, cmd: str) -> None:
         self.last_event = "operator"
+        if cmd == "stop":
+            self.operator_stopped = True
+        elif cmd in ("start", "restart") and not self.exited:
+            self.operator_stopped = False  # an operator start leaves stop and fatal alike
+            self.restarts_at.clear()
         self.apply(P.OperatorCommand(cmd))  # type: ignore[arg-type]
 
     @rule()
     def shutdown(self) -> None:
         self.last_event = "operator"
+        self.operator_stopped = True
+        self.exited = True  # set before: nothing may start once a shutdown was asked for
         self.apply(P.ShutdownRequested())
 
     @invariant()
@@ -140,6 +162,45 @@ class SupervisorMachine(RuleBasedStateMachine):
 
 TestSupervisorMachine = SupervisorMachine.TestCase
 TestSupervisorMachine.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
+
+
+# ------------------------------------------------- the invariants can fail: broken cores
+
+
+class StopLosesToBackoff(P.Supervisor):
+    """A core with a planted bug: an operator stop during backoff is ignored."""
+
+    def _operator(self, cmd: str, now: float) -> list[P.Action]:
+        if cmd == "stop" and self._state is State.BACKOFF:
+            return []
+        return super()._operator(cmd, now)
+
+
+class FatalTooSoon(P.Supervisor):
+    """A core with a planted bug: one failure spends the whole restart budget."""
+
+    def _fail(self, reason: str, now: float) -> list[P.Action]:
+        self._restart_times.extend([now] * POLICY.max_restarts)
+        return super()._fail(reason, now)
+
+
+@pytest.mark.parametrize("broken", [StopLosesToBackoff, FatalTooSoon])
+def test_the_invariants_catch_a_broken_core(broken: type[P.Supervisor]) -> None:
+    """Each invariant above fails on a core broken on purpose (so the green run means something)."""
+
+    class Machine(SupervisorMachine):
+        supervisor_class = broken
+
+    fast = settings(
+        max_examples=500,
+        stateful_step_count=40,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],  # no shrinking: finding it is the point
+        suppress_health_check=list(HealthCheck),
+    )
+    with pytest.raises(AssertionError):
+        run_state_machine_as_test(Machine, settings=fast)
 
 
 def test_stopped_job_stays_stopped_under_ticks() -> None:
