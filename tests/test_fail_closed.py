@@ -360,3 +360,14 @@ def test_the_core_names_an_incident_only_in_the_failure_its_stop_leads_to() -> N
     out = sup.handle(P.TreeStopped(killed=False), 11.1)
     later = next(a for a in out if isinstance(a, P.Emit) and a.event == "restart_scheduled")
     assert "incident" not in later.fields
+
+
+def test_a_stop_while_the_start_still_waits_cancels_the_start() -> None:
+    """Cancelling a start is the core's decision: a stop before ChildSpawned asks CancelStart
+    (once), and a spawn that won the race anyway is killed."""
+    sup = P.Supervisor(FAST, lambda: 0.5)
+    sup.handle(P.DaemonStarted(), 0.0)
+    assert sup.handle(P.OperatorCommand("stop"), 0.5) == [P.CancelStart()]
+    assert sup.handle(P.ShutdownRequested(), 0.6) == []  # a stop is under way already
+    late = sup.handle(P.ChildSpawned(41), 0.7)
+    assert any(isinstance(a, P.KillTree) and a.pid == 41 for a in late)

@@ -23,3 +23,24 @@ def test_stalled_is_judged_again_once_the_log_reads_again() -> None:
     m.progress_unreadable(True)
     m.progress_unreadable(False)
     assert "stalled" in m.assess(60.0).firing
+
+
+def test_a_progress_line_counts_from_when_its_file_was_written() -> None:
+    """stalled counts from the file's mtime (the job's last word), not from our poll."""
+    m = HealthMonitor(NO_GPUS)
+    m.progress_line(ProgressReading(tokens_per_s=100.0, step=1), 10.0, age_s=0.4, polled_at=9.0)
+    assert m.last_progress_at == 9.6
+
+
+def test_a_progress_line_is_never_older_than_the_previous_poll() -> None:
+    """A file with an old mtime (moved into place, a skewed NFS clock) cannot make a new line
+    count as written before the poll that did not see it yet."""
+    m = HealthMonitor(NO_GPUS)
+    m.progress_line(
+        ProgressReading(tokens_per_s=100.0, step=None), 10.0, age_s=3600.0, polled_at=9.8
+    )
+    assert m.last_progress_at == 9.8
+    m.progress_line(
+        ProgressReading(tokens_per_s=100.0, step=None), 10.5, age_s=-5.0, polled_at=10.0
+    )
+    assert m.last_progress_at == 10.5  # a file from the future is read as written now

@@ -192,7 +192,8 @@ def test_the_invariants_catch_a_broken_core(broken: type[P.Supervisor]) -> None:
         supervisor_class = broken
 
     fast = settings(
-        max_examples=500,
+        max_examples=1000,
+        derandomize=True,  # the same examples every run: the finding is repeatable
         stateful_step_count=40,
         deadline=None,
         database=None,

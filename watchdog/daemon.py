@@ -138,7 +138,6 @@ class Daemon:
         actions = self.core.handle(event, time.monotonic())
         for action in actions:
             self._execute(action)
-        self._cancel_start_if_stopping()
         self._arm_timer()
         self._account()
         self._changed.set()
@@ -153,22 +152,15 @@ class Daemon:
                 self._start_task = self._spawn_task(self._start(attempt))
             case policy.KillTree():
                 self._spawn_task(self._stop(action))
+            case policy.CancelStart():
+                # Before the spawn only: the spawn itself never awaits, so a cancel cannot split it.
+                if self._start_task is not None and not self._start_task.done():
+                    self._start_task.cancel()
             case policy.Exit():
                 if not self._done.done():
                     self._done.set_result(None)
             case policy.Refuse():
                 pass  # the caller (control server) reads it from dispatch()'s return value
-
-    def _cancel_start_if_stopping(self) -> None:
-        """A stop that arrives while a start still waits for GPUs or pre_start need not wait for
-        it: cancel the start (before the spawn; the spawn itself never awaits)."""
-        task = self._start_task
-        if (
-            task is not None
-            and not task.done()
-            and self.core.snapshot().state is policy.State.STOPPING
-        ):
-            task.cancel()
 
     def _arm_timer(self) -> None:
         if self._timer is not None:
@@ -431,7 +423,9 @@ class Daemon:
             monitor.progress_unreadable(found is None)
             if found is not None:
                 if found.latest is not None:
-                    monitor.progress(found.latest, self._written_at(now, found.latest_mtime))
+                    mtime = found.latest_mtime
+                    age_s = None if mtime is None else time.time() - mtime
+                    monitor.progress_line(found.latest, now, age_s, self._polled_at)
                 self._polled_at = now
         if sample is not None:
             self.monitor.gpu_sample(sample)
@@ -460,18 +454,6 @@ class Daemon:
         if not self._progress_hung:
             self.emit("progress_read_hung", path=path, detail=str(e))
         self._progress_hung = True
-
-    def _written_at(self, now: float, mtime: float | None) -> float:
-        """When the progress line just read was written, on the monotonic clock: the mtime of
-        the file it came from (a later chatter line only makes it later, never early), not when
-        we happened to poll. So `stalled` counts from the job's last word and fires on time."""
-        if mtime is None:
-            return now
-        age = time.time() - mtime
-        # A line read now was not there at the previous poll: never earlier than that, whatever
-        # the file's clock says (NFS server time, a file moved into place with an old mtime).
-        floor = max(self.monitor.last_progress_at or 0.0, self._polled_at)
-        return min(now, max(now - max(age, 0.0), floor))
 
     async def _watchdog_loop(self) -> None:
         interval = self.notifier.watchdog_interval_s

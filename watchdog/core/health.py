@@ -112,6 +112,20 @@ class HealthMonitor:
         (a job that really wrote nothing meanwhile is stalled then)."""
         self._unreadable = unreadable
 
+    def progress_line(
+        self, reading: ProgressReading, now: float, age_s: float | None, polled_at: float
+    ) -> None:
+        """A progress line just read, timed by when it was written: `age_s` is how old the file
+        it came from says it is (its mtime; a later chatter line only makes it later, never
+        early), so `stalled` counts from the job's last word, not from our poll. A line read now
+        was not there at the previous poll (`polled_at`): never earlier than that, whatever the
+        file's clock says (NFS server time, a file moved into place with an old mtime)."""
+        written_at = now
+        if age_s is not None:
+            floor = max(self._last_progress_at or 0.0, polled_at)
+            written_at = min(now, max(now - max(age_s, 0.0), floor))
+        self.progress(reading, written_at)
+
     def progress(self, reading: ProgressReading, now: float) -> None:
         if self._first_progress_at is None:
             self._first_progress_at = now

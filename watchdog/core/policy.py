@@ -174,6 +174,12 @@ class KillTree:
 
 
 @dataclass(frozen=True, slots=True)
+class CancelStart:
+    """A stop arrived while the start still waits (drained GPUs, pre_start): cancel it before
+    the spawn. The start answers SpawnFailed("cancelled"), or ChildSpawned if it was too late."""
+
+
+@dataclass(frozen=True, slots=True)
 class Emit:
     """A structured event for the log, the journal, the history and hooks (SPEC §9)."""
 
@@ -193,7 +199,7 @@ class Exit:
     """The daemon may exit now (the job is stopped)."""
 
 
-Action = SpawnChild | KillTree | Emit | Refuse | Exit
+Action = SpawnChild | KillTree | CancelStart | Emit | Refuse | Exit
 
 AfterStop = Literal["stop", "restart", "start", "exit"]
 
@@ -477,7 +483,7 @@ class Supervisor:
         self._state = State.STOPPING
         self._stop_incident = None
         if self._spawning:
-            return []  # _spawned() will kill it
+            return [CancelStart()]  # or, if the spawn wins the race, _spawned() kills it
         emit = Emit("child_stopping", {"pid": self._pid, "reason": reason})
         return [emit, KillTree(pid=self._pid, reason=reason, incident=incident)]
 
