@@ -12,8 +12,9 @@ from typing import Any
 
 from watchdog import child
 from watchdog.config import HooksConfig
+from watchdog.core import names
 
-HOOK_EVENTS = frozenset({"restart_scheduled", "fatal", "gpu_lost"})
+HOOK_EVENTS = names.HOOK_EVENTS  # restart_scheduled, fatal, gpu_lost, ... (core/names.py)
 
 
 class Hooks:

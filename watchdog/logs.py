@@ -18,23 +18,9 @@ from typing import Any
 import structlog
 
 from watchdog import journal
+from watchdog.core import names
 
 HISTORY = 1000
-# journald PRIORITY (syslog levels): what an operator filters with `journalctl -p warning`.
-_PRIORITY = {
-    "fatal": 2,
-    "gpu_lost": 3,
-    "gpu_probe_hung": 3,
-    "config_invalid": 3,
-    "child_start_failed": 4,
-    "child_exited": 4,
-    "child_killed": 4,
-    "leftovers_found": 3,
-    "detector_fired": 4,
-    "restart_scheduled": 4,
-    "gpu_memory_held": 4,
-    "hook_failed": 4,
-}
 # Event fields that get a dedicated journal field name (SPEC §9); all others are added too.
 _JOURNAL_NAMES = {
     "event": "WATCHDOG_EVENT",
@@ -147,7 +133,7 @@ class EventLog:
 def journal_fields(record: dict[str, Any]) -> dict[str, object]:
     fields: dict[str, object] = {
         "MESSAGE": " ".join(f"{k}={v}" for k, v in record.items() if k != "ts"),
-        "PRIORITY": _PRIORITY.get(record["event"], 6),
+        "PRIORITY": names.priority(record["event"]),
         "SYSLOG_IDENTIFIER": "watchdogd",
     }
     for key, value in record.items():

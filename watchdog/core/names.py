@@ -1,0 +1,98 @@
+"""PURE registry of every event name and reason code the daemon emits (SPEC §4, §9, §12).
+
+One place instead of bare strings spread over the modules: each event's journald priority (what
+`journalctl -p warning` shows) and whether `hooks.on_event` receives it are read from here, and
+tests/test_names.py fails when a module emits, or compares against, a name that is not here.
+Scripts outside the project match on these names: add freely, rename nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# syslog levels (journald PRIORITY)
+CRIT, ERR, WARNING, NOTICE, INFO = 2, 3, 4, 5, 6
+
+
+@dataclass(frozen=True, slots=True)
+class EventName:
+    doc: str
+    priority: int = INFO
+    hook: bool = False  # hooks.on_event gets it as JSON on stdin (SPEC §6)
+
+
+EVENTS: dict[str, EventName] = {
+    # the daemon
+    "daemon_started": EventName("the daemon is up: version, pid, config"),
+    "daemon_stopped": EventName("the daemon exits (the job was stopped first)"),
+    "config_reloaded": EventName("SIGHUP or `watchdogctl reload` applied a new config"),
+    "config_invalid": EventName("a reload found an invalid config; the old one is kept", ERR),
+    "command_received": EventName("a mutating control command, with the caller's uid"),
+    "metrics_started": EventName("the Prometheus endpoint listens"),
+    "internal_error_caught": EventName("a watchdog bug, caught; supervision goes on", ERR),
+    "state_write_failed": EventName("a state file could not be written", WARNING),
+    "goodput_reset": EventName("goodput.json was unreadable and starts from zero", WARNING),
+    "stale_tree_killed": EventName("a previous daemon's orphaned job tree was ended", WARNING),
+    "startup_scan_hung": EventName("the start-up /proc scan did not answer; nothing starts", ERR),
+    # the job
+    "child_spawned": EventName("the job was started: pid, attempt"),
+    "child_start_failed": EventName("a start produced no job (pre_start, exec, GPUs)", WARNING),
+    "child_healthy": EventName("the job became healthy: GPUs in use and progress seen"),
+    "child_stopping": EventName("the job's tree is being stopped, and why"),
+    "child_exited": EventName("the job's leader exited: code or signal, or unknown", WARNING),
+    "child_killed": EventName("SIGKILL was needed to end the tree", WARNING),
+    "child_stopped": EventName("the job is stopped and stays stopped"),
+    "leftovers_found": EventName("processes survived even SIGKILL", ERR),
+    "stop_unverified": EventName("the tree could not be verified gone at shutdown", ERR),
+    "job_paused": EventName("maintenance mode: detectors report, nothing acts"),
+    "job_resumed": EventName("maintenance mode ended"),
+    # verdicts and what follows
+    "detector_fired": EventName("a detector (reason) fired, with its evidence", WARNING),
+    "detector_cleared": EventName("a detector stopped firing"),
+    "restart_scheduled": EventName("an automatic restart after a backoff", WARNING, hook=True),
+    "fatal": EventName("the job is parked: budget spent, or a stop unverified", CRIT, hook=True),
+    "incident_saved": EventName("an incident bundle was written (its path)"),
+    "incident_failed": EventName("an incident bundle could not be written", WARNING),
+    "hook_failed": EventName("hooks.on_event failed or timed out", WARNING),
+    # GPUs and the progress log
+    "gpu_memory_held": EventName("a start waits for GPU memory others hold", WARNING),
+    "gpu_lost": EventName("NVML reports a GPU lost", ERR, hook=True),
+    "gpu_probe_hung": EventName("an NVML call outlived its deadline", ERR),
+    "gpu_probe_recovered": EventName("NVML answers again"),
+    "progress_read_hung": EventName("a read of the progress log did not answer", ERR),
+    "progress_read_recovered": EventName("the progress log reads again"),
+    # only in `events --follow` streams, never in the history
+    "events_dropped": EventName("a follower fell behind and lost this many events", WARNING),
+}
+
+REASONS: dict[str, str] = {
+    # detectors (SPEC §4)
+    "exited": "the job's process exited or was killed",
+    "gpus_idle": "the expected GPUs hold (almost) no memory",
+    "stalled": "no progress line for progress.stall_after_s",
+    "throughput_low": "tokens/s under the floor for progress.low_for_s",
+    "startup_timeout": "not healthy within startup.timeout_s",
+    "gpu_lost": "NVML reports GPU_IS_LOST",
+    "gpu_probe_hung": "an NVML call outlived its deadline",
+    # why a job stopped or was parked
+    "operator": "an operator's stop/start/restart",
+    "shutdown": "the daemon was asked to exit",
+    "paused": "maintenance mode",
+    "stop_unverified": "the job's tree could not be verified gone: parked, never doubled",
+    # why a start failed
+    "gpu_memory_held": "the GPUs did not drain in gpus.reclaim_timeout_s",
+    "pre_start_failed": "a pre_start command failed",
+    "log_unwritable": "the job's log could not be opened",
+    "spawn_failed": "the job's command could not be executed",
+    "internal_error": "a watchdog bug during the start",
+    "cancelled": "a stop arrived before the job was spawned",
+}
+
+
+def priority(event: str) -> int:
+    """The journald priority of `event` (INFO for a name not registered)."""
+    found = EVENTS.get(event)
+    return INFO if found is None else found.priority
+
+
+HOOK_EVENTS = frozenset(name for name, e in EVENTS.items() if e.hook)
