@@ -33,6 +33,30 @@ def _sleeper(tmp: pathlib.Path) -> subprocess.Popen[bytes]:
     )
 
 
+def _stop(
+    proc: subprocess.Popen[bytes], reap_first: bool = False, **kw: object
+) -> child.StopResult:
+    """child.stop_tree() on `proc` in a fresh loop, its exit watched through a pidfd."""
+
+    async def go() -> child.StopResult:
+        reaper = child.Reaper(asyncio.get_running_loop())
+        exit_fut = reaper.watch(proc.pid)
+        if reap_first:
+            os.killpg(proc.pid, signal.SIGKILL)
+            await asyncio.wait_for(exit_fut, 10)
+        return await child.stop_tree(
+            proc.pid,
+            "no-such-token",
+            stop_signal=signal.SIGTERM,
+            timeout_s=2.0,
+            leader_exit=exit_fut,
+            reaper=reaper,
+            **kw,  # type: ignore[arg-type]
+        )
+
+    return asyncio.run(go())
+
+
 async def _unknown_scan(leader: int | None, token: str, timeout_s: float = 5.0) -> None:
     """A process-tree scan that did not finish in time (find_tree_async's None)."""
     await asyncio.sleep(0)
@@ -46,23 +70,8 @@ def test_a_stop_whose_tree_scan_times_out_still_ends_the_leader_and_says_unknown
     answers makes the result 'unknown', never 'killed, 0 left'."""
     proc = _sleeper(tmp_path)
     proc.returncode = 0  # reaped through the pidfd below, never by Popen
-
-    async def go() -> child.StopResult:
-        reaper = child.Reaper(asyncio.get_running_loop())
-        exit_fut = reaper.watch(proc.pid)
-        return await child.stop_tree(
-            proc.pid,
-            "no-such-token",
-            stop_signal=signal.SIGTERM,
-            timeout_s=2.0,
-            leader_exit=exit_fut,
-            reaper=reaper,
-            kill_grace_s=0.5,
-            scan=_unknown_scan,
-        )
-
     try:
-        result = asyncio.run(go())
+        result = _stop(proc, kill_grace_s=0.5, scan=_unknown_scan)
         assert not psutil.pid_exists(proc.pid) or (
             psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE
         ), "the leader outlived a stop whose scan timed out"
@@ -78,23 +87,8 @@ def test_a_leader_that_is_already_reaped_is_never_signalled_by_pid(
     """After the leader is reaped its pid may be reused: the stop signals nothing by that number."""
     proc = _sleeper(tmp_path)
     proc.returncode = 0
-
-    async def go() -> child.StopResult:
-        reaper = child.Reaper(asyncio.get_running_loop())
-        exit_fut = reaper.watch(proc.pid)
-        os.killpg(proc.pid, signal.SIGKILL)
-        await asyncio.wait_for(exit_fut, 10)
-        return await child.stop_tree(
-            proc.pid,
-            "no-such-token",
-            stop_signal=signal.SIGTERM,
-            timeout_s=2.0,
-            leader_exit=exit_fut,
-            reaper=reaper,
-        )
-
     t0 = time.monotonic()
-    result = asyncio.run(go())
+    result = _stop(proc, reap_first=True)
     assert result == child.StopResult(killed=False, leftovers=0, signalled=0)
     assert time.monotonic() - t0 < 10
 
