@@ -163,10 +163,11 @@ def test_stop_during_backoff_cancels_the_restart() -> None:
 
 
 def test_stop_wins_over_a_spawn_in_progress() -> None:
-    """A stop that arrives while the shell is still spawning kills the child once it exists."""
+    """A stop that arrives while the shell is still spawning cancels the start, and kills the
+    child if the spawn won the race."""
     sup = P.Supervisor(FAST, lambda: 0.5)
     assert names(sup.handle(P.DaemonStarted(), 0.0)) == ["SpawnChild"]
-    assert sup.handle(P.OperatorCommand("stop"), 0.1) == []
+    assert sup.handle(P.OperatorCommand("stop"), 0.1) == [P.CancelStart()]
     out = sup.handle(P.ChildSpawned(7), 0.2)
     assert [type(a) for a in out] == [P.KillTree]
     sup.handle(P.ChildExited(7, None, 15), 0.3)
