@@ -25,6 +25,7 @@ from watchdog.gpus import GpuWatch
 from watchdog.hooks import Hooks
 from watchdog.logs import EventLog, configure_structlog
 from watchdog.notify import Notifier
+from watchdog.persist import StateWriter, restore_durable
 from watchdog.probes.progress import FollowResult, LogFollower, tail_lines
 from watchdog.statedir import StateDir
 
@@ -77,6 +78,7 @@ class Daemon:
         self.notifier = Notifier()
         self.control = ControlServer(self)
         self.token = self.state.instance_token()
+        self.writer = StateWriter(self.state, self.token, self.emit)
         self.monitor = health.HealthMonitor(health_of(cfg))
         self.follower: LogFollower | None = None
         # Blocking file and /proc reads run off the loop, each bounded (offloop.py says why).
@@ -104,7 +106,9 @@ class Daemon:
         if (why := await self._start_metrics()) is not None:
             print(f"watchdogd: {why}", file=sys.stderr)
             return 1
+        previous = self.state.load_job()
         await self._adopt_previous_tree()
+        self._restore_budget(previous)
         child.make_subreaper()
         self.reaper.install()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -128,6 +132,7 @@ class Daemon:
             await self.metrics_server.close()
         self.gpus.close()
         self._save_state(None)
+        self.writer.flush()
         self._account()
         self._save_goodput()
         self.emit("daemon_stopped")
@@ -138,6 +143,7 @@ class Daemon:
         actions = self.core.handle(event, time.monotonic())
         for action in actions:
             self._execute(action)
+        self.writer.supervisor(self.core.durable())  # after the spawn: off its critical path
         self._arm_timer()
         self._account()
         self._changed.set()
@@ -558,10 +564,18 @@ class Daemon:
 
     def _save_state(self, pid: int | None) -> None:
         started = None if pid is None else child.process_start_time(pid)
+        self.writer.job(pid, started)
+
+    def _restore_budget(self, previous: dict[str, Any]) -> None:
+        """The previous daemon's restart budget (issue 15 item 5): fatal stays fatal, a backoff
+        is waited out. A record that cannot be trusted is reported and the budget starts afresh."""
         try:
-            self.state.save_job(self.token, pid, started)
-        except OSError as e:
-            self.emit("state_write_failed", file="state.json", error=str(e))
+            durable = restore_durable(previous)
+        except ValueError as e:
+            self.emit("state_reset", file=self.state.file("state.json"), error=str(e))
+            return
+        if durable is not None:
+            self.core.restore(durable, time.monotonic())
 
     async def _adopt_previous_tree(self) -> None:
         """A previous daemon was killed while its job ran: end that tree before anything starts,

@@ -1,8 +1,9 @@
 """The state directory (SPEC §2): one daemon per folder, and what survives a daemon restart.
 
 `lock` keeps a second daemon (and so a second job) away; `instance` is the marker every job
-process carries; `state.json` names the current job's pid and start time; `goodput.json` the
-accounting; `events.jsonl` the event history (written by logs.EventLog).
+process carries; `state.json` names the current job's pid and start time and holds the restart
+budget (written by persist.StateWriter); `goodput.json` the accounting; `events.jsonl` the event
+history (written by logs.EventLog).
 """
 
 from __future__ import annotations
@@ -46,15 +47,6 @@ class StateDir:
         token = secrets.token_hex(8)
         write_atomic(self.file("instance"), token + "\n")
         return token
-
-    def save_job(self, token: str, pid: int | None, started_at: float | None) -> None:
-        data = {
-            "daemon_pid": os.getpid(),
-            "token": token,
-            "job_pid": pid,
-            "job_started_at": started_at,
-        }
-        write_atomic(self.file("state.json"), json.dumps(data) + "\n")
 
     def load_job(self) -> dict[str, Any]:
         """What the previous daemon recorded of its job; {} when nothing (or garbage) is there."""

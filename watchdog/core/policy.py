@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
+from watchdog.core.durable import Durable
+
 
 class State(StrEnum):
     STOPPED = "stopped"
@@ -284,13 +286,41 @@ class Supervisor:
     def policy(self) -> Policy:
         return self._policy
 
+    def durable(self) -> Durable:
+        """What must outlive this process (the restart budget): see durable.py."""
+        backoff = self._state is State.BACKOFF
+        return Durable(
+            restart_times=tuple(self._restart_times),
+            failures=self._failures,
+            restarts_total=self._restarts_total,
+            last_reason=self._last_reason,
+            fatal=self._state is State.FATAL,
+            backoff_until=self._backoff_until if backoff else None,
+            last_exit=self._last_exit,
+        )
+
+    def restore(self, d: Durable, now: float) -> None:
+        """Take over a previous daemon's budget, before DaemonStarted. Instants from the future
+        (a wall clock that stepped back while no daemon ran) are pulled in to `now`, a backoff to
+        at most backoff_max_s, so a clock step never parks the job for longer than the policy."""
+        self._now = now
+        self._restart_times = deque(min(t, now) for t in d.restart_times)
+        self._failures = d.failures
+        self._restarts_total = d.restarts_total
+        self._last_reason = d.last_reason
+        self._last_exit = d.last_exit
+        if d.backoff_until is not None:
+            self._backoff_until = min(d.backoff_until, now + self._policy.backoff_max_s)
+        if d.fatal:
+            self._state = State.FATAL
+
     # ------------------------------------------------------------------------ events
 
     def handle(self, event: Event, now: float) -> list[Action]:
         self._now = now
         match event:
             case DaemonStarted():
-                return self._spawn(now, reason="daemon_started")
+                return self._started(now)
             case OperatorCommand(cmd=cmd):
                 return self._operator(cmd, now)
             case ShutdownRequested():
@@ -316,6 +346,20 @@ class Supervisor:
                 return self._tick(now)
 
     # ------------------------------------------------------------------ transitions
+
+    def _started(self, now: float) -> list[Action]:
+        """Start the job, unless a restored budget says it is fatal or still backing off."""
+        restored = {"restarts": len(self._restart_times), "reason": self._last_reason}
+        if self._state is State.FATAL:
+            self._want_running = True
+            return [Emit("state_restored", {"state": "fatal", **restored})]
+        until = self._backoff_until
+        if until is not None and until > now:
+            self._want_running = True
+            self._state = State.BACKOFF
+            fields = {"state": "backoff", "delay_s": round(until - now, 3), **restored}
+            return [Emit("state_restored", fields)]
+        return self._spawn(now, reason="daemon_started")
 
     def _spawn(self, now: float, reason: str) -> list[Action]:
         if self._pid is not None or self._spawning or self._exiting:

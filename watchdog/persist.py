@@ -1,0 +1,112 @@
+"""Writes state.json (the job's pid and start time, and the Supervisor's durable part) off the
+event loop, coalesced: whatever changed while a write was under way goes out in the next one.
+
+Why off the loop: every write is temp file + fsync + rename + directory fsync (logs.write_atomic),
+milliseconds on a slow disk, and the loop is also what notices the job's death and starts the
+next one (issue 11 measures that latency). The spawn never waits for a write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from watchdog.core.durable import Durable
+from watchdog.logs import write_atomic
+from watchdog.statedir import StateDir
+
+
+class StateWriter:
+    def __init__(self, state: StateDir, token: str, emit: Callable[..., Any]) -> None:
+        self._state = state
+        self._emit = emit
+        self._record: dict[str, Any] = {
+            "daemon_pid": os.getpid(),
+            "token": token,
+            "job_pid": None,
+            "job_started_at": None,
+            "supervisor": None,
+        }
+        self._written: dict[str, Any] | None = None
+        self._durable: Durable | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def job(self, pid: int | None, started_at: float | None) -> None:
+        self._update(job_pid=pid, job_started_at=started_at)
+
+    def supervisor(self, d: Durable) -> None:
+        """Called after every dispatch; cheap when nothing durable changed (the usual case)."""
+        if d == self._durable:
+            return
+        self._durable = d
+        self._update(supervisor=d.to_dict(time.monotonic(), time.time()))
+
+    def _update(self, **fields: Any) -> None:
+        self._record.update(fields)
+        if self._same_as_written():
+            return
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+
+    def _same_as_written(self) -> bool:
+        w = self._written
+        if w is None:
+            return False
+        sup, wsup = self._record["supervisor"], w["supervisor"]
+        # Re-converting the same monotonic instants gives wall times that differ by clock noise
+        # (ms): compare what matters, not the rounding.
+        return {**self._record, "supervisor": None} == {**w, "supervisor": None} and (
+            _meaning(sup) == _meaning(wsup)
+        )
+
+    async def _drain(self) -> None:
+        while not self._same_as_written():
+            record = dict(self._record)
+            try:
+                await asyncio.to_thread(self._write, record)
+            except OSError as e:
+                self._emit("state_write_failed", file="state.json", error=str(e))
+                return  # the next change tries again
+            self._written = record
+
+    def _write(self, record: dict[str, Any]) -> None:
+        write_atomic(self._state.file("state.json"), json.dumps(record) + "\n")
+
+    def flush(self) -> None:
+        """Write now, synchronously (at exit, with the loop about to end)."""
+        if self._same_as_written():
+            return
+        try:
+            self._write(dict(self._record))
+            self._written = dict(self._record)
+        except OSError as e:
+            self._emit("state_write_failed", file="state.json", error=str(e))
+
+
+def _meaning(sup: dict[str, Any] | None) -> Any:
+    if sup is None:
+        return None
+
+    def coarse(t: float | None) -> float | None:
+        return None if t is None else round(t, 1)
+
+    return {
+        **sup,
+        "restart_times": [coarse(t) for t in sup["restart_times"]],
+        "backoff_until": coarse(sup["backoff_until"]),
+    }
+
+
+def restore_durable(data: dict[str, Any]) -> Durable | None:
+    """The Supervisor part of a previous daemon's state.json on this process's clocks; None when
+    there is none. Raises ValueError for a record that cannot be trusted."""
+    sup = data.get("supervisor")
+    if sup is None:
+        return None
+    if not isinstance(sup, dict):
+        raise ValueError("supervisor is not an object")
+    return Durable.from_dict(sup, time.monotonic(), time.time())
