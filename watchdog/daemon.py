@@ -27,6 +27,7 @@ from watchdog.logs import EventLog, configure_structlog
 from watchdog.notify import Notifier
 from watchdog.persist import StateWriter, restore_durable
 from watchdog.probes.progress import FollowResult, LogFollower, tail_lines
+from watchdog.proctitle import ProcTitle
 from watchdog.statedir import StateDir
 
 EX_CONFIG = 78
@@ -79,6 +80,7 @@ class Daemon:
         self.control = ControlServer(self)
         self.token = self.state.instance_token()
         self.writer = StateWriter(self.state, self.token, self.emit)
+        self.title = ProcTitle()
         self.monitor = health.HealthMonitor(health_of(cfg))
         self.follower: LogFollower | None = None
         # Blocking file and /proc reads run off the loop, each bounded (offloop.py says why).
@@ -144,6 +146,8 @@ class Daemon:
         for action in actions:
             self._execute(action)
         self.writer.supervisor(self.core.durable())  # after the spawn: off its critical path
+        snap = self.core.snapshot()
+        self.title.show(self.cfg.job.name, snap.state.value, snap.pid)
         self._arm_timer()
         self._account()
         self._changed.set()
@@ -623,6 +627,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="validate the config and exit 0 or 78")
     ap.add_argument("--version", action="version", version=__version__)
     args = ap.parse_args(argv)
+    # First thing: a `pkill -f python3` from now on misses the daemon (SPEC §12).
+    ProcTitle().set("watchdogd: starting")
     if args.check:
         return config.check_main(args.config)
     try:

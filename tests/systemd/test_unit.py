@@ -384,6 +384,43 @@ def test_hardening_dropin_runs_the_job(container: Container) -> None:
         container.run(["systemctl", "daemon-reload"])
 
 
+# The incident's restart line (seed 000), verbatim: the operator's habit.
+SEED_RESTART_LINE = (
+    "pkill -9 -f python3; sleep 8; rm -rf /tmp/torchinductor_root; "
+    "nohup /root/run.sh >/workspace/train_dispatch_topk.log 2>&1 & disown; sleep 5; "
+    "ps aux | grep train_dflash_pipeline | grep -v grep | wc -l"
+)
+
+
+def test_seed_pkill_python3_line_misses_the_daemon(container: Container) -> None:
+    """`bash -c 'pkill -9 -f python3; sleep 8; …'` kills the job but not the daemon (its process
+    title has no `python`): same MainPID, no unit restart, and the daemon restarts the job."""
+    old = ensure_running(container)
+    main_pid, unit_restarts = show(container, "MainPID"), show(container, "NRestarts")
+    title = container.run(["cat", f"/proc/{main_pid}/cmdline"]).stdout
+    # `make install`'s entry point runs as `…/bin/python …/bin/watchdogd`: the title must hide
+    # any `python`, so `pkill -f python` misses the daemon as well as `pkill -f python3`.
+    assert "python" not in title.lower(), title
+    assert title.rstrip("\0").startswith("watchdogd: tw-test (state running"), title
+    done = container.run(["bash", "-c", SEED_RESTART_LINE], timeout_s=60, check=False)
+    # The line's own shell has `python3` in its command line, so pkill kills it first: the
+    # reason the incident's command printed nothing.
+    assert done.returncode in (-9, 137), (done.returncode, done.stdout, done.stderr)
+    assert done.stdout == ""
+    new = {"pid": old}
+
+    def respawned() -> bool:
+        new["pid"] = (status_if_reachable(container) or {"job": {"pid": old}})["job"]["pid"] or old
+        return new["pid"] != old
+
+    wait_until(respawned, 30, "the daemon to start a new job")
+    assert (show(container, "MainPID"), show(container, "NRestarts")) == (main_pid, unit_restarts)
+    exited = journal(container, "WATCHDOG_EVENT=child_exited", f"CHILD_PID={old}")
+    assert exited and exited[-1]["WATCHDOG_SIGNAL"] == "9", exited
+    assert job_pids(container) == [new["pid"]]
+    running_job(container)
+
+
 def test_uninstall_keeps_config_and_state(container: Container) -> None:
     """`make uninstall` removes the environment and the unit, never the config or the state."""
     src = f"{PAYLOAD}/src"

@@ -1,0 +1,84 @@
+"""The daemon's process title (SPEC §12): `pkill -f python3` must miss the watchdog.
+
+`pgrep` matches exactly as `pkill` does (same program, same /proc/<pid>/cmdline read) without
+signalling anything, so the tests ask it rather than kill by name on a shared machine.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+
+from conftest import DaemonFactory
+from harness import wait_until, write_script
+
+from watchdog import proctitle
+
+
+def sleeper(tmp: pathlib.Path) -> str:
+    return write_script(
+        tmp / "sleeper.py",
+        """
+        import time
+        print("up 9,000.0 tok/s", flush=True)
+        while True:
+            time.sleep(1)
+        """,
+    )
+
+
+def _cmdline(pid: int) -> bytes:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read()
+
+
+def _pgrep(*args: str) -> set[int]:
+    r = subprocess.run(["pgrep", *args], capture_output=True, text=True, timeout=30)
+    assert r.returncode in (0, 1), r.stderr
+    return {int(p) for p in r.stdout.split()}
+
+
+def test_title_text() -> None:
+    """The title names the job, the state and the job's pid, and never says python."""
+    assert (
+        proctitle.title("dflash", "running", 4182) == "watchdogd: dflash (state running, pid 4182)"
+    )
+    assert proctitle.title("dflash", "backoff", None) == "watchdogd: dflash (state backoff)"
+    masked = proctitle.title("python3-train", "running", 7)
+    assert "python" not in masked.lower() and masked.startswith("watchdogd: ")
+
+
+def test_pkill_f_python3_misses_the_daemon_and_hits_the_job(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """/proc/<daemon>/cmdline is the title, with no `python` anywhere in it, so `pkill -f python3`
+    (asked through pgrep) selects the job but not the daemon; `pkill python3` misses it too."""
+    d = make_daemon([sleeper(tmp_path)])
+    assert d.proc is not None
+    daemon = d.proc.pid
+    job = d.wait_state("running")["job"]["pid"]
+    want = f"watchdogd: testjob (state running, pid {job})".encode()
+    wait_until(lambda: _cmdline(daemon).rstrip(b"\0") == want, 10, "the running title")
+    assert b"python" not in _cmdline(daemon).lower()
+    with open(f"/proc/{daemon}/comm") as f:
+        assert "python" not in f.read().lower()
+    matched = _pgrep("-f", "python3")
+    assert daemon not in matched and job in matched
+    assert daemon not in _pgrep("python3")
+
+
+def test_title_follows_the_state(make_daemon: DaemonFactory, tmp_path: pathlib.Path) -> None:
+    """After the job is killed the title shows the restarted job's pid."""
+    d = make_daemon([sleeper(tmp_path)])
+    assert d.proc is not None
+    old = d.wait_state("running")["job"]["pid"]
+    os.kill(old, signal.SIGKILL)
+
+    def new_running_title() -> bytes | None:
+        title = _cmdline(d.proc.pid).rstrip(b"\0") if d.proc else b""
+        return title if b"state running" in title and f"pid {old})".encode() not in title else None
+
+    title = wait_until(new_running_title, 20, "a title with the new job's pid")
+    assert title == f"watchdogd: testjob (state running, pid {d.status()['job']['pid']})".encode()
