@@ -365,3 +365,38 @@ def test_a_stop_while_the_start_still_waits_cancels_the_start() -> None:
     assert sup.handle(P.ShutdownRequested(), 0.6) == []  # a stop is under way already
     late = sup.handle(P.ChildSpawned(41), 0.7)
     assert any(isinstance(a, P.KillTree) and a.pid == 41 for a in late)
+
+
+HANGING_HISTORY_DISK = """
+import builtins, time
+
+_open = builtins.open
+
+def _open_hanging_on_history(file, *args, **kwargs):
+    if str(file).endswith("events.jsonl") and args and "a" in args[0]:
+        time.sleep(3600)  # the state disk stopped answering
+    return _open(file, *args, **kwargs)
+
+builtins.open = _open_hanging_on_history
+"""
+
+
+def test_a_hung_state_disk_never_blocks_the_loop_through_the_event_history(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Appending to the event history file happens off the loop: with that write hung
+    (injected), the job still starts, status answers, and the events are in memory."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(HANGING_HISTORY_DISK)
+    job = write_script(tmp_path / "job.py", "import time\ntime.sleep(60)\n")
+    d = Daemon(tmp_path, base_config(tmp_path, [job]), env={"PYTHONPATH": str(inject)})
+    d.start()
+    try:
+        d.wait_event("child_spawned")
+        for _ in range(3):
+            t0 = time.monotonic()
+            assert d.ctl("status", "--json", timeout=10)[0] != 4
+            assert time.monotonic() - t0 < 2.0
+    finally:
+        d.stop()

@@ -645,13 +645,19 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     configure_structlog()
 
+    made: list[Daemon] = []
+
     async def amain() -> int:
         loop = asyncio.get_running_loop()
         if loop.get_debug():  # PYTHONASYNCIODEBUG=1 (the end-to-end tests): report any callback
             loop.slow_callback_duration = 0.1  # that holds the loop longer than this
-        return await Daemon(cfg).run()
+        daemon = Daemon(cfg)
+        made.append(daemon)
+        return await daemon.run()
 
     code = asyncio.run(amain())
+    for daemon in made:  # off the loop, bounded: the history file gets every event first
+        daemon.events.flush()
     sys.stdout.flush()
     # A thread stuck inside a wedged NVML call must not hold the exit (notes/nvml.md).
     os._exit(code)

@@ -6,10 +6,12 @@ history (last 1,000, persisted in the state directory) and live subscribers (`ev
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
 import sys
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -17,7 +19,7 @@ from typing import Any
 
 import structlog
 
-from watchdog import journal
+from watchdog import journal, offloop
 from watchdog.core import names
 
 HISTORY = 1000
@@ -61,7 +63,7 @@ class EventLog:
         self._hooks: list[Callable[[dict[str, Any]], None]] = []
         self._log = structlog.get_logger()
         self._journal = journal.JournalSender() if journal.journal_stream_active() else None
-        self._appended = 0
+        self._writer = _HistoryWriter(history_path, self._log) if history_path else None
         if history_path:
             self._history.extend(_load_history(history_path))
 
@@ -114,20 +116,70 @@ class EventLog:
             self._log.info(record["event"], **fields)
 
     def _persist(self, record: dict[str, Any]) -> None:
-        """Append one line; compact to the last HISTORY lines now and then (tmp + rename)."""
-        if not self._path:
-            return
+        if self._writer is not None:
+            self._writer.append(record, self._history)
+
+    def flush(self, timeout_s: float = 2.0) -> bool:
+        """Wait (bounded) until the history file has every event emitted so far (at exit)."""
+        return self._writer is None or self._writer.flush(timeout_s)
+
+
+class _HistoryWriter:
+    """Appends to the history file on its own thread (offloop.Worker), in order: a slow or hung
+    state disk never blocks the event loop (issue 15). Every HISTORY lines the file is compacted
+    to the last HISTORY events (write_atomic: temp, fsync, rename). While the disk does not
+    answer, at most MAX_PENDING events wait; past that they are dropped from the file (never from
+    the history in memory) and the next line that gets through says how many."""
+
+    MAX_PENDING = 10_000
+
+    def __init__(self, path: str, log: Any) -> None:
+        self._path = path
+        self._log = log
+        self._worker = offloop.Worker("history-writer")
+        self._lock = threading.Lock()
+        self._pending = 0
+        self._dropped = 0
+        self._since_compact = 0  # counted on the loop
+
+    def append(self, record: dict[str, Any], history: deque[dict[str, Any]]) -> None:
+        with self._lock:
+            if self._pending >= self.MAX_PENDING:
+                self._dropped += 1
+                return
+            self._pending += 1
+            dropped, self._dropped = self._dropped, 0
+        line = json.dumps(record, default=str) + "\n"
+        if dropped:
+            note = {"ts": record["ts"], "event": "history_write_failed", "dropped": dropped}
+            line = json.dumps(note) + "\n" + line
+        self._since_compact += 1
+        snapshot = None
+        if self._since_compact >= HISTORY:  # the history in memory already holds `record`
+            self._since_compact, snapshot = 0, list(history)
+        self._worker.submit(lambda: self._write(line, snapshot))
+
+    def _write(self, line: str, snapshot: list[dict[str, Any]] | None) -> None:
         try:
             with open(self._path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record, default=str) + "\n")
-            self._appended += 1
-            if self._appended >= HISTORY:
-                self._appended = 0
-                write_atomic(
-                    self._path, "".join(json.dumps(r, default=str) + "\n" for r in self._history)
-                )
+                f.write(line)
+            if snapshot is not None:
+                text = "".join(json.dumps(r, default=str) + "\n" for r in snapshot)
+                write_atomic(self._path, text)
         except OSError as e:
-            self._log.warning("history_write_failed", error=str(e))
+            with contextlib.suppress(OSError):  # stdout may be gone too
+                self._log.warning("history_write_failed", error=str(e))
+        finally:
+            with self._lock:
+                self._pending -= 1
+
+    def flush(self, timeout_s: float) -> bool:
+        done = self._worker.submit(lambda: None)
+        try:
+            done.result(timeout=timeout_s)
+        except concurrent.futures.TimeoutError:
+            return False
+        return True
 
 
 def journal_fields(record: dict[str, Any]) -> dict[str, object]:
