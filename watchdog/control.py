@@ -33,7 +33,7 @@ from watchdog.operations import Call, ClientGone, CommandError, Operations
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from watchdog.daemon import Daemon
+    from watchdog.served import Served
 
 IDLE_TIMEOUT_S = 30.0  # a request line must arrive within this (also between requests)
 WRITE_TIMEOUT_S = 10.0  # a client that reads slower than this is dropped
@@ -91,7 +91,7 @@ def may_operate(peer: Peer, operator_group: str | None) -> bool:
 
 
 class ControlServer:
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(self, daemon: Served) -> None:
         self.d = daemon
         self.path = daemon.cfg.control.socket
         self._server: asyncio.AbstractServer | None = None

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from watchdog.control import Peer
-    from watchdog.daemon import Daemon
+    from watchdog.served import Served
 
 EVENTS_IN_RESULT = 50
 LOG_TAIL_LINES = 20
@@ -65,7 +65,7 @@ class Call:
 class Operations:
     """The commands that answer with one reply (every command but the streams)."""
 
-    def __init__(self, daemon: Daemon, files: concurrent.futures.Executor) -> None:
+    def __init__(self, daemon: Served, files: concurrent.futures.Executor) -> None:
         self.d = daemon
         self._bound = daemon.cfg.control  # the settings the socket was made with
         self._files = files  # for reading the job's log (see ControlServer)
@@ -245,11 +245,11 @@ class Operations:
             return [f"(cannot read {path}: {e.strerror or e})"]
 
 
-def _state_is(d: Daemon, state: policy.State) -> Callable[[], bool]:
+def _state_is(d: Served, state: policy.State) -> Callable[[], bool]:
     return lambda: d.core.snapshot().state is state
 
 
-def _start_budget(d: Daemon) -> float:
+def _start_budget(d: Served) -> float:
     """How long a stop and start may take before the daemon's own deadlines are all spent."""
     c = d.cfg
     stop = c.job.stop_timeout_s + KILL_GRACE_S + c.incidents.pyspy_timeout_s
