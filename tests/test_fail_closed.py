@@ -10,15 +10,16 @@ import contextlib
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
 import time
 
 import psutil
 import pytest
-from harness import Daemon, base_config, wait_until, write_script
+from harness import BIN, Daemon, base_config, wait_until, write_script
 
-from watchdog import child
+from watchdog import child, cli
 from watchdog.core import policy as P
 from watchdog.core.policy import State
 
@@ -398,5 +399,56 @@ def test_a_hung_state_disk_never_blocks_the_loop_through_the_event_history(
             t0 = time.monotonic()
             assert d.ctl("status", "--json", timeout=10)[0] != 4
             assert time.monotonic() - t0 < 2.0
+    finally:
+        d.stop()
+
+
+def test_start_stop_restart_without_timeout_exit_4_on_a_wedged_daemon(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A daemon that accepts the connection and then never answers (wedged: a stopped process,
+    a stuck loop) makes start/stop/restart without --timeout exit 4, not hang for ever."""
+    path = str(tmp_path / "wedged.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(16)  # the kernel accepts connections; nobody ever reads or answers
+    try:
+        for cmd in ("stop",):
+            t0 = time.monotonic()
+            r = subprocess.run(
+                [str(BIN / "watchdogctl"), "--socket", path, cmd],
+                capture_output=True,
+                text=True,
+                timeout=90,
+            )
+            assert r.returncode == 4, (cmd, r.stdout, r.stderr)
+            assert "did not answer" in r.stderr or "stopped answering" in r.stderr, r.stderr
+            assert time.monotonic() - t0 < 60
+    finally:
+        server.close()
+
+
+def test_a_stop_longer_than_the_liveness_interval_still_reports_done(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A daemon busy with a long stop keeps answering status on a second connection, so the
+    watchdogctl waiting for it does not give up: exit 0 once the job is gone."""
+    job = write_script(
+        tmp_path / "job.py",
+        """
+        import signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only SIGKILL ends it
+        time.sleep(120)
+        """,
+    )
+    cfg = base_config(tmp_path, [job])
+    cfg["job"]["stop_timeout_s"] = cli.LIVENESS_EVERY_S + 2
+    d = Daemon(tmp_path, cfg)
+    d.start()
+    try:
+        d.wait_event("child_spawned")
+        rc, out, err = d.ctl("stop")
+        assert rc == 0, (out, err)
+        assert "SIGKILL" in out, out
     finally:
         d.stop()

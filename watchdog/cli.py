@@ -11,6 +11,7 @@ from __future__ import annotations
 import _socket
 import os
 import sys
+import time  # already loaded by the interpreter: free
 
 from watchdog.core import protocol
 
@@ -24,6 +25,10 @@ EXIT_OK, EXIT_NOT_HEALTHY, EXIT_REFUSED, EXIT_NO_JOB, EXIT_UNREACHABLE = 0, 1, 2
 EXIT_USAGE = 2  # as argparse does
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 QUICK_TIMEOUT_S = 10.0  # status, events, logs, pause, resume, reload: the daemon answers at once
+# start/stop/restart may take as long as the daemon's own bounded waits (stop_timeout_s, drained
+# GPUs, startup): meanwhile a status on a second connection must answer this often, or the daemon
+# is wedged (stopped, its loop stuck) and waiting on is pointless (exit 4).
+LIVENESS_EVERY_S = 5.0
 WIDTH = 100
 HINT = "  is it running? see: systemctl status train-watchdog"
 
@@ -67,6 +72,9 @@ class Client:
     def settimeout(self, timeout_s: float | None) -> None:
         self._sock.settimeout(timeout_s)
 
+    def close(self) -> None:
+        self._sock.close()
+
     def send(self, cmd: str, args: dict[str, Any] | None = None) -> None:
         self._id += 1
         self._sock.sendall(protocol.encode_request(self._id, cmd, args))
@@ -89,6 +97,34 @@ class Client:
     def call(self, cmd: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
         self.send(cmd, args)
         return self.receive()
+
+    def receive_long(self, timeout_s: float | None) -> dict[str, Any]:
+        """The reply to a long operation, within `timeout_s` (None: as long as the daemon
+        keeps answering a status on a second connection every LIVENESS_EVERY_S)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError
+            self.settimeout(LIVENESS_EVERY_S if left is None else min(LIVENESS_EVERY_S, left))
+            try:
+                return self.receive()  # a timeout keeps what was read of the line
+            except TimeoutError:
+                if not _answers(self.path):
+                    raise Unreachable(
+                        f"{self.path}: the daemon stopped answering while it worked on the request"
+                    ) from None
+
+
+def _answers(path: str) -> bool:
+    try:
+        probe = Client(path, QUICK_TIMEOUT_S)
+        try:
+            return bool(probe.call("status")["ok"])
+        finally:
+            probe.close()
+    except (Unreachable, OSError):
+        return False
 
 
 # --------------------------------------------------------------------------------- parsing
@@ -205,8 +241,10 @@ def cmd_operate(c: Client, o: dict[str, Any]) -> int:
     """start, stop, restart, pause, resume, reload: the daemon says what happened."""
     if o["cmd"] in ("start", "stop", "restart"):
         timeout = o["args"].get("timeout")
-        c.settimeout(None if timeout is None else timeout + 30)  # the daemon bounds its waits
-    reply = c.call(o["cmd"], o["args"])
+        c.send(o["cmd"], o["args"])  # the daemon bounds its waits; we watch that it still lives
+        reply = c.receive_long(None if timeout is None else timeout + 30)
+    else:
+        reply = c.call(o["cmd"], o["args"])
     if not reply["ok"]:
         # SPEC §7 gives start/stop only 0 done, 2 refused (with reason): a start that failed
         # or a stop that timed out is "not done", with the reason printed.
