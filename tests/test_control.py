@@ -123,7 +123,7 @@ def test_restart_wait_reports_a_job_that_never_touches_its_gpus(
     assert rc == 1
     assert 3 <= time.monotonic() - t0 < 10
     assert "not healthy after 3." in err
-    assert "GPUs never used: GPU 0 0 MiB, GPU 1 0 MiB" in err
+    assert "0/2 GPUs hold memory\n  GPU 0 0 MiB · GPU 1 0 MiB\n" in err
     assert "step 1,000.0 tok/s" in err, "the last log lines"
     rc, out, _ = gpu_daemon.ctl("status")
     assert rc == 1 and "waiting for its GPUs in use" in out.splitlines()[0]

@@ -284,7 +284,7 @@ import watchdog.daemon
 _status = watchdog.daemon.Daemon.status
 
 def _slow_status(self):
-    time.sleep(0.3)  # a blocking call on the loop: what debug mode must catch
+    time.sleep(1.2)  # a blocking call on the loop: what debug mode must catch
     return _status(self)
 
 watchdog.daemon.Daemon.status = _slow_status
@@ -293,7 +293,7 @@ watchdog.daemon.Daemon.status = _slow_status
 
 def test_the_harness_fails_a_test_whose_daemon_blocks_its_loop(tmp_path: pathlib.Path) -> None:
     """The end-to-end tests run the daemon in asyncio debug mode: a callback that holds the loop
-    for more than 0.1 s (injected here) fails the test at teardown."""
+    (injected here: a blocking 1.2 s sleep in status) fails the test at teardown."""
     inject = tmp_path / "inject"
     inject.mkdir()
     (inject / "sitecustomize.py").write_text(BLOCKING_STATUS)

@@ -228,7 +228,14 @@ def test_why_not_healthy_reports_the_detector_that_stopped_it() -> None:
         ev("child_exited", pid=9, signal=15, reason="startup_timeout"),
     ]
     why = P.why_not_healthy(9, status_of(None, [], None), hist, 1.0, set())
-    assert why == "the watchdog stopped it: startup_timeout (killed by SIGTERM)"
+    assert why == "startup_timeout: stopped by the watchdog, killed by SIGTERM"
+    gpus = [{"index": i, "used_mib": 0, "idle": True} for i in range(8)]
+    report = P.not_healthy_report(9, status_of(None, gpus, None), hist, 1.0, set())
+    assert report["verdict"] == "startup_timeout"
+    assert report["reason"] == (
+        "startup_timeout: 0/8 GPUs hold memory; stopped by the watchdog, killed by SIGTERM"
+    )
+    assert (report["gpus_in_use"], report["gpus_expected"]) == (0, 8)
 
 
 def test_why_not_healthy_at_the_deadline_names_idle_gpus_and_missing_progress() -> None:
@@ -237,10 +244,12 @@ def test_why_not_healthy_at_the_deadline_names_idle_gpus_and_missing_progress() 
         {"index": 0, "used_mib": 0, "idle": True},
         {"index": 1, "used_mib": 70000, "idle": False},
     ]
-    why = P.why_not_healthy(9, status_of(9, gpus, None), [], 2.0, {1})
-    assert why == "not healthy after 2.0 s: GPUs never used: GPU 0 0 MiB; no progress line"
+    report = P.not_healthy_report(9, status_of(9, gpus, None), [], 2.0, {1})
+    assert report["reason"] == ("not healthy after 2.0 s: 1/2 GPUs hold memory; no progress line")
+    assert report["verdict"] == "gpus_not_in_use"
+    assert P.gpu_figures_text(report["gpu_figures"]) == "GPU 0 0 MiB · GPU 1 70,000 MiB (in use)"
     why = P.why_not_healthy(9, status_of(9, gpus, 0.5), [], 2.0, {0, 1})
-    assert why == "not healthy after 2.0 s: GPUs no longer in use: GPU 0 0 MiB"
+    assert why == "not healthy after 2.0 s: state starting"  # both seen in use while waiting
 
 
 def test_an_unknown_exit_status_is_said_in_words() -> None:

@@ -254,7 +254,12 @@ def cmd_operate(c: Client, o: dict[str, Any]) -> int:
         out(protocol.dumps(reply))
     if res.get("healthy") is False:
         if not o["json"]:
-            err(f"{res['summary']}")
+            # The reason first (issue 11), then its figures, then the log; in 100 columns.
+            for line in wrap(res["summary"], "", sep="; ", more="  "):
+                err(line)
+            if res.get("gpu_figures"):
+                for line in wrap(protocol.gpu_figures_text(res["gpu_figures"]), "  "):
+                    err(line)
             print_log_tail(res)
         return EXIT_NOT_HEALTHY
     if not o["json"]:
@@ -322,6 +327,22 @@ def out(text: str) -> None:
 
 def err(text: str) -> None:
     sys.stderr.write(text + "\n")
+
+
+def wrap(
+    text: str, indent: str, width: int = 100, sep: str = " · ", more: str | None = None
+) -> list[str]:
+    """`text` (cells joined by `sep`) in lines of at most `width` columns (a single cell longer
+    than that stays whole); lines after the first are indented by `more` (default: `indent`)."""
+    lines: list[str] = []
+    line, lead = "", indent
+    for cell in text.split(sep):
+        if line and len(lead) + len(line) + len(sep) + len(cell) > width:
+            lines.append(lead + line + sep.rstrip())
+            line, lead = cell, indent if more is None else more
+        else:
+            line = f"{line}{sep}{cell}" if line else cell
+    return [*lines, lead + line]
 
 
 def fit(line: str) -> str:

@@ -18,7 +18,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from watchdog import __version__, child, config, incident, metrics, offloop
+from watchdog import __version__, child, config, incident, loopcheck, metrics, offloop
 from watchdog.control import ControlServer
 from watchdog.core import goodput, health, policy, status
 from watchdog.gpus import GpuWatch
@@ -650,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
     async def amain() -> int:
         loop = asyncio.get_running_loop()
         if loop.get_debug():  # PYTHONASYNCIODEBUG=1 (the end-to-end tests): report any callback
-            loop.slow_callback_duration = 0.1  # that holds the loop longer than this
+            loopcheck.install(loop)  # that holds the loop (loopcheck.py says how it counts)
         daemon = Daemon(cfg)
         made.append(daemon)
         return await daemon.run()

@@ -211,13 +211,13 @@ class Operations:
             )
             return self._result(call, text, healthy=True, pid=pid, healthy_after_s=round(after, 2))
         st = d.status()
-        reason = protocol.why_not_healthy(pid, st, d.events.history(300), call.elapsed(), used)
+        report = protocol.not_healthy_report(pid, st, d.events.history(300), call.elapsed(), used)
         return self._result(
             call,
-            f"NOT healthy: {reason}",
+            f"NOT healthy: {report['reason']}",
             healthy=False,
             pid=pid,
-            reason=reason,
+            **report,
             log_file=d.cfg.job.log_file,
             log_tail=await self._log_tail(LOG_TAIL_LINES),
         )

@@ -361,28 +361,69 @@ def describe_stop(
 def why_not_healthy(
     pid: int, st: dict[str, Any], history: list[dict[str, Any]], waited_s: float, used: set[int]
 ) -> str:
-    """Why job `pid` is not healthy: it died (code or signal), it was stopped (by a detector or
-    an operator), or, still alive at the deadline: its GPUs never used, no progress line
-    (SPEC §4's signals). `used`: GPUs seen in use while waiting; `st`: the status now."""
+    """The reason line of not_healthy_report()."""
+    return str(not_healthy_report(pid, st, history, waited_s, used)["reason"])
+
+
+def not_healthy_report(
+    pid: int, st: dict[str, Any], history: list[dict[str, Any]], waited_s: float, used: set[int]
+) -> dict[str, Any]:
+    """Why job `pid` is not healthy, verdict first: it died (code or signal), it was stopped (by
+    a detector, named, or an operator), or, still alive at the deadline, what was missing of
+    SPEC §4's signals. With the GPU figures behind it: how many of the expected GPUs held memory
+    while we waited (`used`: seen in use) and each GPU's MiB now. `st`: the status now."""
     mine = [e for e in history if e.get("pid") == pid]
     exited = next((e for e in reversed(mine) if e["event"] == "child_exited"), None)
     stopping = next((e for e in reversed(mine) if e["event"] == "child_stopping"), None)
-    if st["job"]["pid"] != pid:
+    gpus = st.get("gpus") or []
+    in_use = {g["index"] for g in gpus if g.get("idle") is False} | used
+    held = sum(1 for g in gpus if g["index"] in in_use)
+    missing = []
+    if gpus and held < len(gpus):
+        missing.append(f"{held}/{len(gpus)} GPUs hold memory")
+    alive = st["job"]["pid"] == pid
+    progress_seen = (alive and st["progress"]["last_progress_age_s"] is not None) or any(
+        e["event"] == "child_healthy" for e in mine
+    )
+    if not progress_seen and alive:
+        missing.append("no progress line")
+    if st.get("gpus_unverified"):
+        missing.append(f"GPUs unverified: {st['gpus_unverified']}")
+    if not alive:
         how = exit_text(exited) if exited else "gone"
         why = stopping.get("reason") if stopping else None
         if why is None:
-            return f"the job died during startup ({how})"
-        if why in ("operator", "shutdown"):
-            return f"it was stopped ({'by an operator' if why == 'operator' else 'for shutdown'})"
-        return f"the watchdog stopped it: {why} ({how})"
-    parts = list(st["reasons"])
-    idle = [g for g in st["gpus"] if g["idle"]]
-    if idle:
-        never = all(g["index"] not in used for g in idle)
-        cells = ", ".join(f"GPU {g['index']} {g['used_mib']} MiB" for g in idle)
-        parts.append(f"GPUs {'never used' if never else 'no longer in use'}: {cells}")
-    if st["progress"]["last_progress_age_s"] is None:
-        parts.append("no progress line")
-    if st.get("gpus_unverified"):
-        parts.append(f"GPUs unverified: {st['gpus_unverified']}")
-    return f"not healthy after {waited_s:.1f} s: " + ("; ".join(parts) or f"state {st['state']}")
+            verdict, text = "exited", f"the job died during startup ({how})"
+        elif why in ("operator", "shutdown"):
+            by = "by an operator" if why == "operator" else "for shutdown"
+            verdict, text = why, f"it was stopped ({by})"
+        else:
+            verdict = why
+            text = f"{why}: " + "; ".join([*missing, f"stopped by the watchdog, {how}"])
+    else:
+        firing = list(st["reasons"])
+        verdict = firing[0] if firing else ("gpus_not_in_use" if held < len(gpus) else "")
+        verdict = verdict or ("no_progress_line" if not progress_seen else "not_healthy")
+        parts = firing + missing
+        text = f"not healthy after {waited_s:.1f} s: " + (
+            "; ".join(parts) or f"state {st['state']}"
+        )
+    return {
+        "verdict": verdict,
+        "reason": text,
+        "gpus_expected": len(gpus),
+        "gpus_in_use": held,
+        "gpu_figures": [
+            {"index": g["index"], "used_mib": g.get("used_mib"), "in_use": g["index"] in in_use}
+            for g in gpus
+        ],
+    }
+
+
+def gpu_figures_text(figures: list[dict[str, Any]]) -> str:
+    """'GPU 0 0 MiB · GPU 1 71,204 MiB (in use) · …' for a human reader."""
+    cells = []
+    for g in figures:
+        mib = "?" if g.get("used_mib") is None else f"{round(g['used_mib']):,}"
+        cells.append(f"GPU {g['index']} {mib} MiB" + (" (in use)" if g.get("in_use") else ""))
+    return " · ".join(cells)

@@ -1,0 +1,58 @@
+"""`watchdogctl restart --wait` that fails says why first: the verdict in words, the figures
+behind it, then the last log lines (SPEC §7; issue 11)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import fakegpu
+import pytest
+from conftest import DaemonFactory
+from harness import write_script
+
+CHATTY_NO_GPU = """
+import time
+step = 0
+while True:
+    step += 1
+    print(f"step {step} | 1000 tok/s", flush=True)
+    time.sleep(0.2)
+"""
+
+
+@pytest.fixture
+def gpu_env(tmp_path: pathlib.Path) -> dict[str, str]:
+    d = tmp_path / "gpus"
+    fakegpu.write_gpus(d, n=8)
+    return fakegpu.fake_env(d, base={})
+
+
+def test_a_failed_restart_wait_names_the_verdict_first_with_per_gpu_figures(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path, gpu_env: dict[str, str]
+) -> None:
+    """A job that prints progress but never touches its GPUs: exit 1, and the first line says
+    the GPUs are not in use with the count and each GPU's MiB; the log tail comes after."""
+    job = write_script(tmp_path / "job.py", CHATTY_NO_GPU)
+    overrides = {
+        "gpus": {"devices": "all", "sample_interval_s": 0.2, "idle_samples": 3},
+        "startup": {"timeout_s": 4},
+    }
+    d = make_daemon([job], overrides, env=gpu_env)
+    rc, out, err = d.ctl("restart", "--wait", "--timeout", "8")
+    assert rc == 1, (out, err)
+    lines = err.splitlines()
+    first = lines[0]
+    assert first.startswith("testjob: NOT healthy: startup_timeout:"), err
+    assert "0/8 GPUs hold memory" in first, err
+    figures = next(i for i, line in enumerate(lines) if line.startswith("  GPU 0 0 MiB · GPU 1"))
+    log = next(i for i, line in enumerate(lines) if line.startswith("last "))
+    assert figures < log, err  # the reason, then its figures, then the log lines
+    assert all(len(line) <= 100 for line in lines[:log]), err
+    rc, out, _ = d.ctl("restart", "--wait", "--timeout", "8", "--json")
+    assert rc == 1
+    result = json.loads(out)["result"]
+    assert result["healthy"] is False
+    assert result["gpus_in_use"] == 0 and result["gpus_expected"] == 8, result
+    assert result["verdict"] == "startup_timeout", result
+    assert [g["used_mib"] for g in result["gpu_figures"]] == [0] * 8, result

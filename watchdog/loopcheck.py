@@ -1,0 +1,47 @@
+"""Debug-mode check that nothing holds the event loop (issue 15): for the end-to-end tests.
+
+With PYTHONASYNCIODEBUG=1 the daemon reports every callback that held its loop, on stderr, as
+`loop blocked: <callback> took W s (C s CPU)`, and the test harness fails the test on it.
+
+asyncio's own report (slow_callback_duration) measures wall time alone. On a loaded 2-core
+machine (a test's torch ranks, a parallel build) a callback that was merely waiting for a CPU
+reads 0.2-0.5 s there: a false alarm. So a callback counts as blocking when it used 0.1 s of
+CPU (real work on the loop), or held the loop 1 s of wall time whatever it did (a blocking
+read, a sleep: what a hung mount or a stuck driver call looks like).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from typing import Any
+
+CPU_LIMIT_S = 0.1
+WALL_LIMIT_S = 1.0
+
+
+def install(loop: asyncio.AbstractEventLoop) -> None:
+    """Replace asyncio's wall-clock report by this one (debug mode only)."""
+    loop.slow_callback_duration = float("inf")  # ours reports instead
+    original = asyncio.events.Handle._run
+
+    def timed_run(handle: asyncio.Handle) -> None:
+        wall0, cpu0 = time.monotonic(), time.thread_time()
+        try:
+            original(handle)
+        finally:
+            wall, cpu = time.monotonic() - wall0, time.thread_time() - cpu0
+            if cpu >= CPU_LIMIT_S or wall >= WALL_LIMIT_S:
+                print(
+                    f"loop blocked: {_name(handle)} took {wall:.3f} s ({cpu:.3f} s CPU)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    asyncio.events.Handle._run = timed_run  # type: ignore[method-assign,assignment]
+
+
+def _name(handle: Any) -> str:
+    text = repr(handle)
+    return text if len(text) <= 300 else text[:300] + "…"
