@@ -152,9 +152,9 @@ def test_bad_config_exits_78_naming_key_and_line_and_starts_nothing(tmp_path: pa
 def test_daemon_sigkilled_and_restarted_never_runs_two_jobs(
     make_daemon: DaemonFactory, tmp_path: pathlib.Path
 ) -> None:
-    """After SIGKILL of the daemon, a new daemon ends the old tree before its own job, and
-    replaces the stale socket."""
-    d = make_daemon([sleeper(tmp_path)])
+    """After SIGKILL of the daemon, a new daemon told not to adopt (job.on_daemon_restart:
+    restart) ends the old tree before its own job, and replaces the stale socket."""
+    d = make_daemon([sleeper(tmp_path)], {"job": {"on_daemon_restart": "restart"}})
     first = d.wait_state("running", timeout=10)["job"]["pid"]
     d.kill()
     assert _alive(first), "the job should outlive a SIGKILLed daemon"

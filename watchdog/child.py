@@ -51,6 +51,14 @@ class ExitStatus:
 
 
 _subreaper = False  # set once make_subreaper() succeeded: every job descendant stays ours
+# Set when this daemon adopted a job tree (adopt.py): its processes orphaned while no daemon
+# ran went to init, out of the subreaper's reach, so the marker scan is needed again.
+_adopted = False
+
+
+def mark_adopted() -> None:
+    global _adopted
+    _adopted = True
 
 
 def make_subreaper() -> bool:
@@ -307,7 +315,7 @@ def find_tree(leader: int | None, token: str) -> list[psutil.Process]:
         pids |= {leader, *_descendants(leader)}
     my_sid = os.getsid(0)
     pids |= {p for p in _descendants(os.getpid()) if _session_of(p) not in (my_sid, None)}
-    found = {p.pid: p for p in _marked(token)} if not _subreaper else {}
+    found = {p.pid: p for p in _marked(token)} if not _subreaper or _adopted else {}
     for pid in pids - set(found) - {os.getpid()}:
         with contextlib.suppress(psutil.Error):
             found[pid] = psutil.Process(pid)

@@ -296,6 +296,8 @@ class JobConfig:
     pre_start_timeout_s: float = field(default=120.0, metadata=_m(gt=0))
     stop_signal: int = field(default=int(signal.SIGTERM), metadata=_m(parse=_parse_signal))
     stop_timeout_s: float = field(default=60.0, metadata=_m(gt=0))
+    # A restarted daemon that finds its previous job alive and provably its own (SPEC §12).
+    on_daemon_restart: Literal["adopt", "restart"] = "adopt"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -18,7 +18,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from watchdog import __version__, child, config, incident, loopcheck, metrics, offloop
+from watchdog import __version__, adopt, child, config, incident, loopcheck, metrics, offloop
 from watchdog.control import ControlServer
 from watchdog.core import goodput, health, policy, status
 from watchdog.gpus import GpuWatch
@@ -109,7 +109,9 @@ class Daemon:
             print(f"watchdogd: {why}", file=sys.stderr)
             return 1
         previous = self.state.load_job()
-        await self._adopt_previous_tree()
+        leader = await self._provable_leader(previous)
+        if leader is None:
+            await self._adopt_previous_tree()
         self._restore_budget(previous)
         child.make_subreaper()
         self.reaper.install()
@@ -122,7 +124,10 @@ class Daemon:
             "daemon_started", version=__version__, daemon_pid=os.getpid(), config=self.cfg.source
         )
         self.notifier.ready(status.status_line(self.status()))
-        self.dispatch(policy.DaemonStarted())
+        if leader is None or not self._attach(leader):
+            if leader is not None:  # it died between the proof and the pidfd: end what is left
+                await self._adopt_previous_tree()
+            self.dispatch(policy.DaemonStarted())
         ticker = self._spawn_task(self._tick_loop())
         pinger = self._spawn_task(self._watchdog_loop())
         await self._done
@@ -580,6 +585,39 @@ class Daemon:
             return
         if durable is not None:
             self.core.restore(durable, time.monotonic())
+
+    async def _provable_leader(self, previous: dict[str, Any]) -> int | None:
+        """The previous job's leader when job.on_daemon_restart is adopt and it is provably ours
+        (adopt.py); None means: end the old tree as before."""
+        if self.cfg.job.on_daemon_restart != "adopt" or not previous.get("job_pid"):
+            return None
+        pid, started = previous.get("job_pid"), previous.get("job_started_at")
+        try:
+            return await self.log_io.call(
+                lambda: adopt.provable_leader(self.token, pid, started),
+                STARTUP_SCAN_TIMEOUT_S,
+                what="the proof that the previous job is ours",
+            )
+        except offloop.Hung as e:
+            self.emit("startup_scan_hung", detail=str(e))
+            return None
+
+    def _attach(self, pid: int) -> bool:
+        """Watch the adopted job as if we had spawned it: its pidfd (exit status from waitpid
+        when it is our child, `exit status unknown` when it is not), fresh detectors, the log
+        followed from its end (sample_once opens it). False when it is already gone."""
+        try:
+            fut = self.reaper.watch(pid)
+        except OSError:
+            return False
+        child.mark_adopted()
+        self.exit_future = fut
+        fut.add_done_callback(self._on_exit)
+        self.monitor = health.HealthMonitor(health_of(self.cfg))
+        self._polled_at = time.monotonic()
+        self._save_state(pid)
+        self.dispatch(policy.JobAdopted(pid))
+        return True
 
     async def _adopt_previous_tree(self) -> None:
         """A previous daemon was killed while its job ran: end that tree before anything starts,

@@ -39,6 +39,7 @@ EVENTS: dict[str, EventName] = {
     "startup_scan_hung": EventName("the start-up /proc scan did not answer; nothing starts", ERR),
     # the job
     "child_spawned": EventName("the job was started: pid, attempt"),
+    "job_adopted": EventName("a restarted daemon re-attached to its previous job: pid", NOTICE),
     "child_start_failed": EventName("a start produced no job (pre_start, exec, GPUs)", WARNING),
     "child_healthy": EventName("the job became healthy: GPUs in use and progress seen"),
     "child_stopping": EventName("the job's tree is being stopped, and why"),

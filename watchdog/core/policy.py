@@ -69,6 +69,14 @@ class DaemonStarted:
 
 
 @dataclass(frozen=True, slots=True)
+class JobAdopted:
+    """The daemon is up and re-attached to its previous job, still running (SPEC §12): watch it
+    instead of starting one."""
+
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
 class OperatorCommand:
     """An operator's start/stop/restart/pause/resume (from the control socket)."""
 
@@ -144,6 +152,7 @@ class Tick:
 
 Event = (
     DaemonStarted
+    | JobAdopted
     | OperatorCommand
     | ShutdownRequested
     | ChildSpawned
@@ -321,6 +330,8 @@ class Supervisor:
         match event:
             case DaemonStarted():
                 return self._started(now)
+            case JobAdopted(pid=pid):
+                return self._adopted(pid, now)
             case OperatorCommand(cmd=cmd):
                 return self._operator(cmd, now)
             case ShutdownRequested():
@@ -360,6 +371,18 @@ class Supervisor:
             fields = {"state": "backoff", "delay_s": round(until - now, 3), **restored}
             return [Emit("state_restored", fields)]
         return self._spawn(now, reason="daemon_started")
+
+    def _adopted(self, pid: int, now: float) -> list[Action]:
+        if self._pid is not None or self._spawning or self._exiting:
+            return []  # never two jobs
+        # STARTING until its first healthy verdict; the startup window counts from the adoption.
+        self._want_running = True
+        self._state = State.STARTING
+        self._backoff_until = None
+        self._after_stop = "stop"
+        self._firing = frozenset()
+        self._spawned(pid, now)
+        return [Emit("job_adopted", {"pid": pid})]
 
     def _spawn(self, now: float, reason: str) -> list[Action]:
         if self._pid is not None or self._spawning or self._exiting:
