@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -140,6 +141,47 @@ class HealthMonitor:
         else:
             self._low_since = None
             self._normal_tps.append(tps)
+
+    def carry(self) -> dict[str, object]:
+        """The detector windows, for an in-place re-exec (same monotonic clock): a stall keeps
+        its age, the throughput median its readings. The last GPU sample is not carried: the
+        next one comes within one interval."""
+        last = self._last
+        return {
+            "idle_run": self._idle_run,
+            "first_progress_at": self._first_progress_at,
+            "last_progress_at": self._last_progress_at,
+            "last": None if last is None else [last.tokens_per_s, last.step],
+            "normal_tps": list(self._normal_tps),
+            "low_since": self._low_since,
+            "started": self._started,
+        }
+
+    def resume(self, c: Mapping[str, object]) -> None:
+        """Take over carry() of the previous code; ValueError, KeyError or TypeError if unfit."""
+
+        def opt(v: object) -> float | None:
+            if v is None:
+                return None
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise ValueError(f"not a number: {v!r}")
+            return float(v)
+
+        last, tps = c["last"], c["normal_tps"]
+        if not isinstance(tps, list) or (last is not None and not isinstance(last, list)):
+            raise ValueError("malformed detector windows")
+        idle_run = c["idle_run"]
+        if type(idle_run) is not int:
+            raise ValueError(f"idle_run {idle_run!r}")
+        self._idle_run = idle_run
+        self._first_progress_at = opt(c["first_progress_at"])
+        self._last_progress_at = opt(c["last_progress_at"])
+        if last is not None:
+            step = last[1]
+            self._last = ProgressReading(opt(last[0]), step if type(step) is int else None)
+        self._normal_tps.extend(x for x in (opt(t) for t in tps) if x is not None)
+        self._low_since = opt(c["low_since"])
+        self._started = c["started"] is True
 
     # ---------------------------------------------------------------------- queries
 

@@ -308,6 +308,57 @@ class Supervisor:
             last_exit=self._last_exit,
         )
 
+    def carry(self) -> dict[str, object] | None:
+        """Everything, for an in-place re-exec (same process, same monotonic clock, the job
+        still our child); None while a start or a stop is under way (not a moment to hand over:
+        their outcome would arrive at the old code)."""
+        if self._spawning or self._exiting or self._state is State.STOPPING:
+            return None
+        return {
+            "state": self._state.value,
+            "pid": self._pid,
+            "spawned_at": self._spawned_at,
+            "healthy_since": self._healthy_since,
+            "firing": sorted(self._firing),
+            "paused": self._paused,
+            "restart_times": list(self._restart_times),
+            "restarts_total": self._restarts_total,
+            "failures": self._failures,
+            "last_reason": self._last_reason,
+            "backoff_until": self._backoff_until,
+            "last_exit": None if self._last_exit is None else list(self._last_exit),
+            "attempt": self._attempt,
+            "want_running": self._want_running,
+            "startup_expired": self._startup_expired,
+        }
+
+    def resume(self, c: Mapping[str, object], now: float) -> None:
+        """Take over a carry() of the previous code. Raises ValueError (or KeyError/TypeError)
+        for one that does not fit: the caller refuses the hand-over."""
+        state = State(str(c["state"]))
+        if state is State.STOPPING:
+            raise ValueError("a stop cannot be handed over")
+        pid = c["pid"]
+        if pid is not None and type(pid) is not int:
+            raise ValueError(f"pid {pid!r}")
+        last_exit = c["last_exit"]
+        self._now = now
+        self._state = state
+        self._pid = pid
+        self._spawned_at = _opt_float(c["spawned_at"])
+        self._healthy_since = _opt_float(c["healthy_since"])
+        self._firing = frozenset(str(r) for r in _seq(c["firing"]))
+        self._paused = c["paused"] is True
+        self._restart_times = deque(float(_num(t)) for t in _seq(c["restart_times"]))
+        self._restarts_total = int(_num(c["restarts_total"]))
+        self._failures = int(_num(c["failures"]))
+        self._last_reason = None if c["last_reason"] is None else str(c["last_reason"])
+        self._backoff_until = _opt_float(c["backoff_until"])
+        self._last_exit = None if last_exit is None else _exit_pair(last_exit)
+        self._attempt = int(_num(c["attempt"]))
+        self._want_running = c["want_running"] is True
+        self._startup_expired = c["startup_expired"] is True
+
     def restore(self, d: Durable, now: float) -> None:
         """Take over a previous daemon's budget, before DaemonStarted. Instants from the future
         (a wall clock that stepped back while no daemon ran) are pulled in to `now`, a backoff to
@@ -671,3 +722,27 @@ class Supervisor:
             self._state = State.UNHEALTHY
             return [fired]
         return []
+
+
+def _num(v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError(f"not a number: {v!r}")
+    return float(v)
+
+
+def _opt_float(v: object) -> float | None:
+    return None if v is None else _num(v)
+
+
+def _seq(v: object) -> list[object]:
+    if not isinstance(v, list):
+        raise ValueError(f"not a list: {v!r}")
+    return v
+
+
+def _exit_pair(v: object) -> tuple[int | None, int | None]:
+    pair = _seq(v)
+    if len(pair) != 2 or not all(x is None or type(x) is int for x in pair):
+        raise ValueError(f"last_exit {v!r}")
+    code, sig = pair
+    return (code if isinstance(code, int) else None, sig if isinstance(sig, int) else None)
