@@ -2,6 +2,8 @@
 #
 #   make install [PREFIX=/opt/train-watchdog] [SYSCONFDIR=/etc/train-watchdog]
 #                [UNITDIR=/etc/systemd/system] [WHEELS=dir]   WHEELS: install offline from wheels
+#   make upgrade   [PREFIX=...] [WHEELS=dir]   install the new code into PREFIX, then run it in
+#                  place with `watchdogctl reexec` (same daemon pid, the job untouched)
 #   make uninstall                                              keeps the config and the state
 #
 # Included by the top-level Makefile; it also works alone: make -f mk/install.mk install
@@ -20,7 +22,7 @@ INSTALL_DOCDIR = $(PREFIX)/share/train-watchdog
 # an isolated environment and finds nothing else offline.
 INSTALL_PIP_SOURCE = $(if $(WHEELS),--no-index --find-links $(abspath $(WHEELS)))
 
-.PHONY: install uninstall
+.PHONY: install uninstall upgrade
 
 install:
 	$(PYTHON) -m venv $(PREFIX)
@@ -42,6 +44,18 @@ install:
 		echo "keeping existing $(SYSCONFDIR)/watchdog.yaml"; \
 	fi
 	if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+
+# Install the new code over the existing virtual environment, then hand the running daemon
+# over to it in place (SPEC §12). A daemon that is not running just picks up the new code at its
+# next start; a new code that fails its check is refused and the old one keeps running.
+UPGRADE_SOCKET ?= /run/train-watchdog/control.sock
+
+upgrade:
+	@test -x $(PREFIX)/bin/watchdogd || { echo "no install in $(PREFIX): run make install" >&2; exit 1; }
+	$(PREFIX)/bin/python -m pip install --disable-pip-version-check $(INSTALL_PIP_SOURCE) \
+		$(INSTALL_SRCDIR)
+	if [ -S $(UPGRADE_SOCKET) ]; then $(PREFIX)/bin/watchdogctl --socket $(UPGRADE_SOCKET) reexec; \
+	else echo "watchdogd is not running: the new code runs at its next start"; fi
 
 # Removes what install added; the config ($(SYSCONFDIR)) and the state (/var/lib/train-watchdog)
 # stay. A running service is stopped first: its program is about to disappear.

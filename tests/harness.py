@@ -99,6 +99,7 @@ class Daemon:
         self.env = {**os.environ, "PYTHONASYNCIODEBUG": "1", **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.out_path = tmp / f"daemon-{int(time.monotonic() * 1000)}.out"
+        self.bin = BIN  # where watchdogd and watchdogctl come from (another venv: test_reexec)
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -106,7 +107,7 @@ class Daemon:
         out = open(self.out_path, "ab")  # noqa: SIM115 - closed in stop()
         self._out = out
         self.proc = subprocess.Popen(
-            [str(BIN / "watchdogd"), "--config", str(self.config_path)],
+            [str(self.bin / "watchdogd"), "--config", str(self.config_path)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=self.env,
@@ -186,7 +187,7 @@ class Daemon:
 
     def ctl(self, *args: str, timeout: float = 60) -> tuple[int, str, str]:
         r = subprocess.run(
-            [str(BIN / "watchdogctl"), "--socket", self.socket, *args],
+            [str(self.bin / "watchdogctl"), "--socket", self.socket, *args],
             capture_output=True,
             text=True,
             timeout=timeout,

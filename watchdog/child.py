@@ -87,13 +87,19 @@ class Reaper:
     def install(self) -> None:
         self._loop.add_signal_handler(signal.SIGCHLD, self.reap_orphans)
 
-    def watch(self, pid: int) -> asyncio.Future[ExitStatus]:
-        """Own `pid` (a child we just forked): the future resolves with its exit status."""
+    def watch(self, pid: int, pidfd: int | None = None) -> asyncio.Future[ExitStatus]:
+        """Own `pid` (a child we just forked, or one handed over with its open `pidfd`): the
+        future resolves with its exit status."""
         fut: asyncio.Future[ExitStatus] = self._loop.create_future()
-        fd = os.pidfd_open(pid)
+        fd = os.pidfd_open(pid) if pidfd is None else pidfd
         self._owned[pid] = (fd, fut)
         self._loop.add_reader(fd, self._on_exit, pid)
         return fut
+
+    def pidfd_of(self, pid: int) -> int | None:
+        """The pidfd of an owned, not yet reaped child (kept open across a re-exec)."""
+        owned = self._owned.get(pid)
+        return None if owned is None else owned[0]
 
     def signal(self, pid: int, signum: int) -> bool:
         """Signal an owned, not yet reaped child through its pidfd (pidfd_send_signal(2)): immune

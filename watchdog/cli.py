@@ -29,6 +29,7 @@ QUICK_TIMEOUT_S = 10.0  # status, events, logs, pause, resume, reload: the daemo
 # GPUs, startup): meanwhile a status on a second connection must answer this often, or the daemon
 # is wedged (stopped, its loop stuck) and waiting on is pointless (exit 4).
 LIVENESS_EVERY_S = 5.0
+REEXEC_TIMEOUT_S = 120.0  # the new code's check (bounded at 60 s by the daemon), then its start
 WIDTH = 100
 HINT = "  is it running? see: systemctl status train-watchdog"
 
@@ -244,6 +245,8 @@ def cmd_operate(c: Client, o: dict[str, Any]) -> int:
         c.send(o["cmd"], o["args"])  # the daemon bounds its waits; we watch that it still lives
         reply = c.receive_long(None if timeout is None else timeout + 30)
     else:
+        if o["cmd"] == "reexec":
+            c.settimeout(REEXEC_TIMEOUT_S)
         reply = c.call(o["cmd"], o["args"])
     if not reply["ok"]:
         # SPEC §7 gives start/stop only 0 done, 2 refused (with reason): a start that failed

@@ -97,6 +97,7 @@ class ControlServer:
         self._server: asyncio.AbstractServer | None = None
         self._conns: dict[asyncio.Task[Any], Peer] = {}
         self._ident: tuple[int, int] | None = None
+        self._listen_fd: int | None = None  # carried across a reexec
         # File reads for `logs` run here, not in the loop's default executor: a log on a hung
         # network filesystem may wedge these threads, never the ones pre_start and hooks use.
         self._files = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="control-logs")
@@ -105,17 +106,43 @@ class ControlServer:
         # flush the event history with them: a burst per uid, then a count (issue 15).
         self._denied_log = RateLimit(burst=10, window_s=60.0)
 
-    async def start(self) -> None:
+    async def start(self, listening_fd: int | None = None) -> None:
+        """Bind the socket, or serve on the listener carried across a re-exec (`listening_fd`:
+        clients that connected meanwhile wait in its backlog)."""
         cfg = self.d.cfg.control
-        gid = grp.getgrnam(cfg.group).gr_gid if cfg.group else -1
-        _prepare_folder(os.path.dirname(self.path) or ".", gid)
-        _remove_stale_socket(self.path)
-        sock = _bind(self.path, gid)
+        if listening_fd is not None:
+            sock = socket.socket(fileno=listening_fd)
+            os.set_inheritable(listening_fd, False)
+        else:
+            gid = grp.getgrnam(cfg.group).gr_gid if cfg.group else -1
+            _prepare_folder(os.path.dirname(self.path) or ".", gid)
+            _remove_stale_socket(self.path)
+            sock = _bind(self.path, gid)
+        self._listen_fd = sock.fileno()
         st = os.stat(self.path)
         self._ident = (st.st_dev, st.st_ino)
         self._server = await asyncio.start_unix_server(
             self._serve, sock=sock, limit=protocol.MAX_LINE_BYTES, backlog=128
         )
+
+    async def pause_for_handover(self, timeout_s: float) -> int:
+        """Stop accepting (the listener stays open through a duplicate: new clients wait in its
+        backlog for the next code) and give the requests under way up to `timeout_s` to be
+        answered, so no client connected to the old code is cut off by the exec. Returns the
+        duplicate; the caller's own connection (the reexec's) stays open."""
+        assert self._server is not None and self._listen_fd is not None
+        fd = os.dup(self._listen_fd)
+        self._server.close()
+        me = asyncio.current_task()
+        deadline = time.monotonic() + timeout_s
+        await asyncio.sleep(0.005)  # connections accepted just now get their task started
+        while any(t is not me for t in self._conns) and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        return fd
+
+    async def resume_serving(self, fd: int) -> None:
+        """The exec did not happen: serve on the duplicate again."""
+        await self.start(listening_fd=fd)
 
     async def close(self) -> None:
         if self._server is not None:
@@ -179,7 +206,8 @@ class ControlServer:
             except protocol.ProtocolError as e:
                 await _send(writer, protocol.error_reply(e.req_id, e.type, e.message))
                 continue
-            if not await self._handle(Call(req, peer, reader), writer):
+            conn = writer.get_extra_info("socket")
+            if not await self._handle(Call(req, peer, reader, conn=conn), writer):
                 return
 
     async def _handle(self, call: Call, writer: asyncio.StreamWriter) -> bool:

@@ -18,7 +18,17 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from watchdog import __version__, adopt, child, config, incident, loopcheck, metrics, offloop
+from watchdog import (
+    __version__,
+    adopt,
+    child,
+    config,
+    incident,
+    loopcheck,
+    metrics,
+    offloop,
+    reexec,
+)
 from watchdog.control import ControlServer
 from watchdog.core import goodput, health, policy, status
 from watchdog.gpus import GpuWatch
@@ -67,8 +77,15 @@ def health_of(cfg: config.Config) -> health.HealthConfig:
 
 
 class Daemon:
-    def __init__(self, cfg: config.Config) -> None:
+    def __init__(
+        self,
+        cfg: config.Config,
+        handover: dict[str, Any] | None = None,
+        lock_fd: int | None = None,
+    ) -> None:
         self.cfg = cfg
+        self.handover = handover  # the state a `reexec` of the previous code carried over
+        self.lock_fd = lock_fd
         self.loop = asyncio.get_running_loop()
         self.started_at = time.monotonic()
         self.state = StateDir(cfg.state_dir)
@@ -108,23 +125,33 @@ class Daemon:
         if (why := await self._start_metrics()) is not None:
             print(f"watchdogd: {why}", file=sys.stderr)
             return 1
-        previous = self.state.load_job()
-        leader = await self._provable_leader(previous)
-        if leader is None:
-            await self._adopt_previous_tree()
-        self._restore_budget(previous)
+        leader = None
+        if self.handover is None:
+            previous = self.state.load_job()
+            leader = await self._provable_leader(previous)
+            if leader is None:
+                await self._adopt_previous_tree()
+            self._restore_budget(previous)
         child.make_subreaper()
         self.reaper.install()
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.dispatch, policy.ShutdownRequested())
         self.loop.add_signal_handler(signal.SIGHUP, self.reload)
-        await self.control.start()
+        await self.control.start(None if self.handover is None else self.handover["fds"]["control"])
         await self.gpus.start()
-        self.emit(
-            "daemon_started", version=__version__, daemon_pid=os.getpid(), config=self.cfg.source
-        )
+        taken_over = False
+        if self.handover is not None:
+            taken_over, leader = await self._take_over(self.handover)
+            self.handover = None
+        else:
+            self.emit(
+                "daemon_started",
+                version=__version__,
+                daemon_pid=os.getpid(),
+                config=self.cfg.source,
+            )
         self.notifier.ready(status.status_line(self.status()))
-        if leader is None or not self._attach(leader):
+        if not taken_over and (leader is None or not self._attach(leader)):
             if leader is not None:  # it died between the proof and the pidfd: end what is left
                 await self._adopt_previous_tree()
             self.dispatch(policy.DaemonStarted())
@@ -586,6 +613,59 @@ class Daemon:
         if durable is not None:
             self.core.restore(durable, time.monotonic())
 
+    def watch_job(self, pid: int, pidfd: int | None) -> None:
+        fut = self.reaper.watch(pid, pidfd)
+        self.exit_future = fut
+        fut.add_done_callback(self._on_exit)
+
+    # -------------------------------------------------------------------- reexec (SPEC §12)
+
+    async def reexec(self, req_id: int | str | None, conn: Any) -> None:
+        await reexec.perform(self, req_id, conn)
+
+    def prepare_reexec(self) -> None:
+        """Just before the exec: everything on disk, systemd told we are reloading."""
+        self._save_state(self.core.snapshot().pid)
+        self.writer.flush()
+        self._account()
+        self._save_goodput()
+        self.events.flush()  # the history file has every event (the new code reads it back)
+        self.notifier.reloading()
+        sys.stdout.flush()
+
+    async def _take_over(self, h: dict[str, Any]) -> tuple[bool, int | None]:
+        """The new code's side of `reexec`: (True, None) when the state was taken over, else
+        (False, the job's leader to adopt instead, if it can be proven ours: the fallback)."""
+        try:
+            reexec.resume(self, h)
+        except (ValueError, KeyError, TypeError, OSError) as e:
+            why = f"{type(e).__name__}: {e}"
+            reexec.close_carried(h)
+            self.core = policy.Supervisor(policy_of(self.cfg), random.random)
+            self.exit_future, self.follower = None, None
+            self.monitor = health.HealthMonitor(health_of(self.cfg))
+            self.emit("reexec_resume_failed", error=why, old_version=h.get("old_version"))
+            previous = self.state.load_job()
+            leader = await self._provable_leader(previous)
+            if leader is None:
+                await self._adopt_previous_tree()
+            self._restore_budget(previous)
+            self.emit("daemon_started", version=__version__, daemon_pid=os.getpid())
+            msg = f"the new code could not take the state over ({why}); it adopted the job"
+            reexec.reply(h, False, {"status": self.status()}, msg)
+            return False, leader
+        old = h.get("old_version")
+        self.emit(
+            "daemon_reexecuted", old_version=old, new_version=__version__, daemon_pid=os.getpid()
+        )
+        self.dispatch(policy.Tick())  # arms the backoff or startup deadline it carried
+        summary = (
+            f"{self.cfg.job.name}: watchdogd {old} -> {__version__} in place (pid {os.getpid()})"
+        )
+        result = {"summary": summary, "old_version": old, "new_version": __version__}
+        reexec.reply(h, True, {**result, "status": self.status()})
+        return True, None
+
     async def _provable_leader(self, previous: dict[str, Any]) -> int | None:
         """The previous job's leader when job.on_daemon_restart is adopt and it is provably ours
         (adopt.py); None means: end the old tree as before."""
@@ -607,12 +687,10 @@ class Daemon:
         when it is our child, `exit status unknown` when it is not), fresh detectors, the log
         followed from its end (sample_once opens it). False when it is already gone."""
         try:
-            fut = self.reaper.watch(pid)
+            self.watch_job(pid, None)
         except OSError:
             return False
         child.mark_adopted()
-        self.exit_future = fut
-        fut.add_done_callback(self._on_exit)
         self.monitor = health.HealthMonitor(health_of(self.cfg))
         self._polled_at = time.monotonic()
         self._save_state(pid)
@@ -664,11 +742,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default="/etc/train-watchdog/watchdog.yaml")
     ap.add_argument("--check", action="store_true", help="validate the config and exit 0 or 78")
     ap.add_argument("--version", action="version", version=__version__)
+    ap.add_argument("--check-reexec", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     # First thing: a `pkill -f python3` from now on misses the daemon (SPEC §12).
     ProcTitle().set("watchdogd: starting")
     if args.check:
         return config.check_main(args.config)
+    if args.check_reexec:
+        return reexec.check_main(args.config)
+    try:
+        handover = reexec.take()
+    except (ValueError, OSError) as e:
+        print(f"watchdogd: the state handed over by reexec is unusable: {e}", file=sys.stderr)
+        return 1
     try:
         cfg = config.load_config(args.config)
     except config.ConfigError as e:
@@ -677,7 +763,7 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.metrics.listen is not None and (why := metrics.missing_extra()) is not None:
         print(f"watchdogd: metrics.listen: {why}", file=sys.stderr)
         return EX_CONFIG
-    lock = StateDir(cfg.state_dir).lock()
+    lock = handover["fds"]["lock"] if handover is not None else StateDir(cfg.state_dir).lock()
     if lock is None:
         print(f"watchdogd: another watchdogd holds {cfg.state_dir}/lock", file=sys.stderr)
         return 1
@@ -689,7 +775,7 @@ def main(argv: list[str] | None = None) -> int:
         loop = asyncio.get_running_loop()
         if loop.get_debug():  # PYTHONASYNCIODEBUG=1 (the end-to-end tests): report any callback
             loopcheck.install(loop)  # that holds the loop (loopcheck.py says how it counts)
-        daemon = Daemon(cfg)
+        daemon = Daemon(cfg, handover, lock)
         made.append(daemon)
         return await daemon.run()
 

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from watchdog import reexec
 from watchdog.core import policy, protocol
 from watchdog.core.health import is_in_use
 from watchdog.probes.progress import tail_lines
@@ -51,6 +52,7 @@ class Call:
     t0: float = field(default_factory=time.monotonic)
     queue: asyncio.Queue[dict[str, Any]] | None = None
     seen: list[dict[str, Any]] = field(default_factory=list)
+    conn: Any = None  # the client's socket (reexec answers on it from the new code)
 
     def events(self) -> list[dict[str, Any]]:
         """The events emitted since the command began (mutating commands record them)."""
@@ -90,6 +92,11 @@ class Operations:
                 return await self._restart(call)
             case "wait_healthy":
                 return await self._wait_healthy_cmd(call)
+            case "reexec":
+                try:
+                    await d.reexec(call.req.id, call.conn)
+                except reexec.Refused as e:
+                    raise CommandError(e.type, e.message, {"status": d.status()}) from None
         raise CommandError("unknown_command", call.req.cmd)
 
     def _result(self, call: Call, summary: str, **extra: Any) -> dict[str, Any]:

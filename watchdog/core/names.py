@@ -25,6 +25,10 @@ EVENTS: dict[str, EventName] = {
     # the daemon
     "daemon_started": EventName("the daemon is up: version, pid, config"),
     "daemon_stopped": EventName("the daemon exits (the job was stopped first)"),
+    "daemon_reexecuted": EventName(
+        "`reexec` ran new code in place: old_version, new_version", NOTICE
+    ),
+    "reexec_resume_failed": EventName("new code could not take the state over; adopted", ERR),
     "config_reloaded": EventName("SIGHUP or `watchdogctl reload` applied a new config"),
     "config_invalid": EventName("a reload found an invalid config; the old one is kept", ERR),
     "command_received": EventName("a mutating control command, with the caller's uid"),

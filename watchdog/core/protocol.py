@@ -72,6 +72,9 @@ COMMANDS: dict[str, CommandSpec] = {
     "pause": CommandSpec("maintenance: detectors report, nothing restarts", mutating=True),
     "resume": CommandSpec("leave maintenance mode", mutating=True),
     "reload": CommandSpec("re-read the config (an invalid file keeps the old one)", mutating=True),
+    "reexec": CommandSpec(
+        "run the installed watchdogd in place: same pid, job untouched", mutating=True
+    ),
     "wait_healthy": CommandSpec(
         "wait until job `pid` is healthy, or say why not",
         mutating=False,

@@ -14,7 +14,7 @@ import re
 import stat
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal
 
 from watchdog.core.samples import ProgressReading
 
@@ -246,6 +246,43 @@ class LogFollower:
         except OSError as exc:
             found.error = str(exc) if exc.filename is None else f"{exc.filename}: {exc.strerror}"
         return found.result()
+
+    def carry(self) -> dict[str, object] | None:
+        """The current file's descriptor and position, for an in-place re-exec: the new code
+        reads on from the very byte the old one stopped at (no progress line skipped or read
+        twice). The caller keeps the fd open across exec. None when no file is open yet (a
+        rotated file still being drained is left to close with the old code)."""
+        cur = self._cur
+        if cur is None:
+            return None
+        return {
+            "fd": cur.fd,
+            "ident": list(cur.ident),
+            "offset": cur.offset,
+            "partial": cur.partial.decode("latin-1"),
+            "drop_fragment": cur.drop_fragment,
+            "after_cr": cur.after_cr,
+            "line_no": self._line_no,
+        }
+
+    @classmethod
+    def resumed(cls, path: str, pattern: re.Pattern[str], c: dict[str, Any]) -> LogFollower:
+        """A follower over the descriptor carried across exec (see carry())."""
+        follower = cls(path, pattern, start="end")
+        if follower._cur is not None:
+            os.close(follower._cur.fd)
+        dev, ino = c["ident"]
+        follower._cur = _Source(
+            fd=int(c["fd"]),
+            ident=(int(dev), int(ino)),
+            offset=int(c["offset"]),
+            partial=str(c["partial"]).encode("latin-1"),
+            drop_fragment=c["drop_fragment"] is True,
+            after_cr=c["after_cr"] is True,
+        )
+        follower._line_no = int(c["line_no"])
+        os.set_inheritable(follower._cur.fd, False)
+        return follower
 
     def close(self) -> None:
         """Close the files held open; the follower must not be polled afterwards."""
