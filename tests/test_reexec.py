@@ -8,9 +8,11 @@ the development environment (a .pth line), so nothing is downloaded.
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -160,5 +162,37 @@ def test_new_code_that_fails_its_check_leaves_the_old_one_running(
         st = d.status()
         assert (st["daemon"]["version"], st["daemon"]["pid"]) == (OLD, d.proc.pid)
         assert st["job"]["pid"] == job and st["state"] == "running"
+    finally:
+        d.stop()
+
+
+def test_new_code_that_cannot_take_the_state_over_adopts_the_job(
+    tmp_path: pathlib.Path, venv: pathlib.Path, wheels: tuple[pathlib.Path, pathlib.Path]
+) -> None:
+    """New code that passes its check but fails to take the state over after the exec falls
+    back to adopting the job (still its child: its exit status is known) and says so."""
+    d = _start(tmp_path, venv)
+    try:
+        assert d.proc is not None
+        job = d.wait_state("running")["job"]["pid"]
+        _install(venv, wheels[1])
+        (site,) = (venv / "lib").glob("python3*/site-packages")
+        with open(site / "watchdog" / "reexec.py", "a") as f:
+            f.write("\n\ndef resume(d, state):\n    raise ValueError('cannot take this over')\n")
+        rc, out, err = d.ctl("reexec")
+        assert rc != 0 and "adopted the job" in err, (rc, out, err)
+        st = d.wait_state("running", timeout=20)
+        assert (st["daemon"]["version"], st["daemon"]["pid"]) == (NEW, d.proc.pid)
+        assert st["job"]["pid"] == job
+        failed = d.wait_event("reexec_resume_failed")[-1]
+        assert "cannot take this over" in failed["error"]
+        assert d.wait_event("job_adopted", pid=job)
+        os.kill(job, signal.SIGKILL)
+        assert d.wait_event("child_exited", pid=job)[-1].get("signal") == signal.SIGKILL
+        wait_until(
+            lambda: (s := d.status())["state"] == "running" and s["job"]["pid"] != job,
+            20,
+            "the daemon to restart the job",
+        )
     finally:
         d.stop()

@@ -646,7 +646,7 @@ class Daemon:
             self.monitor = health.HealthMonitor(health_of(self.cfg))
             self.emit("reexec_resume_failed", error=why, old_version=h.get("old_version"))
             previous = self.state.load_job()
-            leader = await self._provable_leader(previous)
+            leader = await self._provable_leader(previous, always=True)
             if leader is None:
                 await self._adopt_previous_tree()
             self._restore_budget(previous)
@@ -666,10 +666,12 @@ class Daemon:
         reexec.reply(h, True, {**result, "status": self.status()})
         return True, None
 
-    async def _provable_leader(self, previous: dict[str, Any]) -> int | None:
-        """The previous job's leader when job.on_daemon_restart is adopt and it is provably ours
+    async def _provable_leader(self, previous: dict[str, Any], always: bool = False) -> int | None:
+        """The previous job's leader when job.on_daemon_restart is adopt (or `always`: a failed
+        reexec never ends the job it was meant not to touch) and it is provably ours
         (adopt.py); None means: end the old tree as before."""
-        if self.cfg.job.on_daemon_restart != "adopt" or not previous.get("job_pid"):
+        adopting = always or self.cfg.job.on_daemon_restart == "adopt"
+        if not adopting or not previous.get("job_pid"):
             return None
         pid, started = previous.get("job_pid"), previous.get("job_started_at")
         try:
