@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import random
 import signal
@@ -35,7 +36,7 @@ from watchdog.gpus import GpuWatch
 from watchdog.hooks import Hooks
 from watchdog.logs import EventLog, configure_structlog
 from watchdog.notify import Notifier
-from watchdog.persist import StateWriter, restore_durable
+from watchdog.persist import FileWriter, StateWriter, restore_durable
 from watchdog.probes.progress import FollowResult, LogFollower, tail_lines
 from watchdog.proctitle import ProcTitle
 from watchdog.statedir import StateDir
@@ -97,6 +98,7 @@ class Daemon:
         self.control = ControlServer(self)
         self.token = self.state.instance_token()
         self.writer = StateWriter(self.state, self.token, self.emit)
+        self.goodput_file = FileWriter(self.state.file("goodput.json"), self.emit)
         self.title = ProcTitle()
         self.monitor = health.HealthMonitor(health_of(cfg))
         self.follower: LogFollower | None = None
@@ -166,9 +168,9 @@ class Daemon:
             await self.metrics_server.close()
         self.gpus.close()
         self._save_state(None)
-        self.writer.flush()
         self._account()
         self._save_goodput()
+        await self.flush_files()
         self.emit("daemon_stopped")
         return 0
 
@@ -569,11 +571,16 @@ class Daemon:
             self._save_goodput()
 
     def _save_goodput(self) -> None:
+        """Off the loop (persist.FileWriter): an fsync can take long on a busy disk."""
         self._goodput_saved_at = time.monotonic()
-        try:
-            self.state.save_goodput(self.goodput)
-        except OSError as e:
-            self.emit("state_write_failed", file="goodput.json", error=str(e))
+        self.goodput_file.submit(json.dumps(self.goodput.to_json()) + "\n")
+
+    async def flush_files(self) -> None:
+        """state.json and goodput.json on disk now (at exit, before a reexec), off the loop."""
+        files = (self.writer.file, self.goodput_file)
+        for error in await asyncio.to_thread(lambda: [f.flush() for f in files]):
+            if error is not None:
+                self.emit("state_write_failed", error=error)
 
     def _load_goodput(self) -> goodput.Goodput:
         try:
@@ -623,15 +630,14 @@ class Daemon:
     async def reexec(self, req_id: int | str | None, conn: Any) -> None:
         await reexec.perform(self, req_id, conn)
 
-    def prepare_reexec(self) -> None:
-        """Just before the exec: everything on disk, systemd told we are reloading."""
+    async def prepare_reexec(self) -> None:
+        """Just before the exec: state, goodput and the event history on disk (the new code
+        reads them back; the fallback adopts the job from state.json)."""
         self._save_state(self.core.snapshot().pid)
-        self.writer.flush()
         self._account()
         self._save_goodput()
-        self.events.flush()  # the history file has every event (the new code reads it back)
-        self.notifier.reloading()
-        sys.stdout.flush()
+        await self.flush_files()
+        await asyncio.to_thread(self.events.flush)
 
     async def _take_over(self, h: dict[str, Any]) -> tuple[bool, int | None]:
         """The new code's side of `reexec`: (True, None) when the state was taken over, else
@@ -766,9 +772,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"watchdogd: metrics.listen: {why}", file=sys.stderr)
         return EX_CONFIG
     lock = handover["fds"]["lock"] if handover is not None else StateDir(cfg.state_dir).lock()
+    if handover is not None and lock is not None:
+        os.set_inheritable(lock, False)
     if lock is None:
         print(f"watchdogd: another watchdogd holds {cfg.state_dir}/lock", file=sys.stderr)
         return 1
+    # The instance marker is written (fsynced) on the very first start: before the loop runs.
+    StateDir(cfg.state_dir).instance_token()
     configure_structlog()
 
     made: list[Daemon] = []

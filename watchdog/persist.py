@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,10 +21,53 @@ from watchdog.logs import write_atomic
 from watchdog.statedir import StateDir
 
 
-class StateWriter:
-    def __init__(self, state: StateDir, token: str, emit: Callable[..., Any]) -> None:
-        self._state = state
+class FileWriter:
+    """One file replaced atomically and durably by a worker thread, coalesced: submit() only
+    records the newest text; a write under way is followed by one more if the text changed."""
+
+    def __init__(self, path: str, emit: Callable[..., Any]) -> None:
+        self.path = path
         self._emit = emit
+        self._latest: str | None = None
+        self._written: str | None = None
+        self._lock = threading.Lock()  # one writer at a time: they share the temp file's name
+        self._task: asyncio.Task[None] | None = None
+
+    def submit(self, text: str) -> None:
+        self._latest = text
+        if text != self._written and (self._task is None or self._task.done()):
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        while self._latest is not None and self._latest != self._written:
+            try:
+                await asyncio.to_thread(self.flush_or_raise)
+            except OSError as e:
+                self._emit("state_write_failed", file=os.path.basename(self.path), error=str(e))
+                return  # the next change tries again
+
+    def flush_or_raise(self) -> None:
+        """Write the newest text now if it is not on disk yet; any thread. Raises OSError."""
+        with self._lock:
+            text = self._latest
+            if text is not None and text != self._written:
+                write_atomic(self.path, text)
+                self._written = text
+
+    def flush(self) -> str | None:
+        """flush_or_raise() that returns the error instead (for a thread that cannot emit)."""
+        try:
+            self.flush_or_raise()
+        except OSError as e:
+            return f"{os.path.basename(self.path)}: {e}"
+        return None
+
+
+class StateWriter:
+    """state.json: the job's pid and start time, and the Supervisor's durable part."""
+
+    def __init__(self, state: StateDir, token: str, emit: Callable[..., Any]) -> None:
+        self.file = FileWriter(state.file("state.json"), emit)
         self._record: dict[str, Any] = {
             "daemon_pid": os.getpid(),
             "token": token,
@@ -31,9 +75,8 @@ class StateWriter:
             "job_started_at": None,
             "supervisor": None,
         }
-        self._written: dict[str, Any] | None = None
+        self._submitted: dict[str, Any] | None = None
         self._durable: Durable | None = None
-        self._task: asyncio.Task[None] | None = None
 
     def job(self, pid: int | None, started_at: float | None) -> None:
         self._update(job_pid=pid, job_started_at=started_at)
@@ -47,13 +90,13 @@ class StateWriter:
 
     def _update(self, **fields: Any) -> None:
         self._record.update(fields)
-        if self._same_as_written():
+        if self._same_as_submitted():
             return
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._drain())
+        self._submitted = dict(self._record)
+        self.file.submit(json.dumps(self._record) + "\n")
 
-    def _same_as_written(self) -> bool:
-        w = self._written
+    def _same_as_submitted(self) -> bool:
+        w = self._submitted
         if w is None:
             return False
         sup, wsup = self._record["supervisor"], w["supervisor"]
@@ -62,29 +105,6 @@ class StateWriter:
         return {**self._record, "supervisor": None} == {**w, "supervisor": None} and (
             _meaning(sup) == _meaning(wsup)
         )
-
-    async def _drain(self) -> None:
-        while not self._same_as_written():
-            record = dict(self._record)
-            try:
-                await asyncio.to_thread(self._write, record)
-            except OSError as e:
-                self._emit("state_write_failed", file="state.json", error=str(e))
-                return  # the next change tries again
-            self._written = record
-
-    def _write(self, record: dict[str, Any]) -> None:
-        write_atomic(self._state.file("state.json"), json.dumps(record) + "\n")
-
-    def flush(self) -> None:
-        """Write now, synchronously (at exit, with the loop about to end)."""
-        if self._same_as_written():
-            return
-        try:
-            self._write(dict(self._record))
-            self._written = dict(self._record)
-        except OSError as e:
-            self._emit("state_write_failed", file="state.json", error=str(e))
 
 
 def _meaning(sup: dict[str, Any] | None) -> Any:

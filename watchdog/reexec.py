@@ -104,6 +104,7 @@ async def perform(d: Daemon, req_id: int | str | None, conn: socket.socket | Non
     build_state(d, req_id, conn)  # still a moment to hand over? (Refused if not)
     listener = await d.control.pause_for_handover(DRAIN_S)
     try:
+        await d.prepare_reexec()
         # Synchronous from here to the exec: nothing can change the state in between.
         state = build_state(d, req_id, conn)
         state["fds"]["control"] = listener
@@ -132,7 +133,8 @@ async def _check_new_code(d: Daemon, entry: list[str], state: dict[str, Any]) ->
 
 
 def _exec(d: Daemon, entry: list[str], state: dict[str, Any]) -> None:
-    d.prepare_reexec()  # state.json, goodput, stdout flushed; systemd told RELOADING=1
+    d.notifier.reloading()
+    sys.stdout.flush()
     fds = [fd for fd in (*state["fds"].values(), _follower_fd(state)) if isinstance(fd, int)]
     memfd = _sealed(json.dumps(state).encode())
     env = {**os.environ, STATE_ENV: str(memfd)}
@@ -230,6 +232,8 @@ def resume(d: Daemon, state: dict[str, Any]) -> None:
     d.monitor.resume(state["health"])
     pid = state["supervisor"]["pid"]
     if isinstance(pid, int):
+        if isinstance(fds["pidfd"], int):
+            os.set_inheritable(fds["pidfd"], False)  # back to close-on-exec for our helpers
         d.watch_job(pid, fds["pidfd"])
     if isinstance(state["follower"], dict):
         path, pattern = d._progress_path(), d.cfg.progress.pattern

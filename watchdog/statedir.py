@@ -65,6 +65,3 @@ class StateDir:
                 return goodput.Goodput.from_json(json.load(f))
         except FileNotFoundError:
             return goodput.Goodput()
-
-    def save_goodput(self, g: goodput.Goodput) -> None:
-        write_atomic(self.file("goodput.json"), json.dumps(g.to_json()) + "\n")

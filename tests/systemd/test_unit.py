@@ -421,6 +421,24 @@ def test_seed_pkill_python3_line_misses_the_daemon(container: Container) -> None
     running_job(container)
 
 
+def test_reexec_under_systemd_keeps_the_unit_and_the_job(container: Container) -> None:
+    """`watchdogctl reexec` under systemd: same MainPID, no unit restart, same job, the unit
+    active (RELOADING=1 then READY=1 from the new code) and its watchdog pings going on."""
+    job = ensure_running(container)
+    main_pid, unit_restarts = show(container, "MainPID"), show(container, "NRestarts")
+    done = container.run([*CTL, "reexec"], timeout_s=120)
+    assert f"(pid {main_pid})" in done.stdout, done.stdout
+    assert (show(container, "MainPID"), show(container, "NRestarts")) == (main_pid, unit_restarts)
+    assert journal(container, "WATCHDOG_EVENT=daemon_reexecuted")
+    assert running_job(container) == job
+    # Longer than WatchdogSec: a new code that stopped pinging would be aborted by now.
+    started = time.monotonic()
+    wait_until(lambda: time.monotonic() - started > 2 * WATCHDOG_SEC, 10, "two watchdog periods")
+    assert show(container, "ActiveState") == "active"
+    assert (show(container, "MainPID"), show(container, "NRestarts")) == (main_pid, unit_restarts)
+    assert running_job(container) == job
+
+
 def test_uninstall_keeps_config_and_state(container: Container) -> None:
     """`make uninstall` removes the environment and the unit, never the config or the state."""
     src = f"{PAYLOAD}/src"
