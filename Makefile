@@ -14,7 +14,7 @@ all: test
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,diagnostics,metrics]'
+	$(BIN)/pip install -q -e '.[dev,diagnostics,metrics,cluster]'
 	touch $@
 
 venv: $(STAMP)

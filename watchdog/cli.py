@@ -401,6 +401,8 @@ def render_status(st: dict[str, Any], events: list[dict[str, Any]]) -> str:
     )
     if rs["next_restart_in_s"] is not None:
         lines.append(f"  Backoff: next start in {rs['next_restart_in_s']:.1f} s")
+    if st.get("cluster"):
+        lines.append(f"  Cluster: {cluster_line(st['cluster'])}")
     if st.get("incident"):
         lines.append(f" Incident: {st['incident']}")
     lines.append(f"   Daemon: pid {dm['pid']} · v{dm['version']} · up {_dur(dm['uptime_s'])}")
@@ -408,6 +410,21 @@ def render_status(st: dict[str, Any], events: list[dict[str, Any]]) -> str:
         lines += ["", "Recent events:"] + [format_event(e, whole_paths=False) for e in events]
     # Everything is cut to 100 columns but the incident path: it is there to be copied.
     return "\n".join(x if x.startswith(" Incident: ") else fit(x) for x in lines)
+
+
+def cluster_line(c: dict[str, Any]) -> str:
+    """`epoch 7 · 4/4 nodes · last restart by node 2: gpus_idle` (SPEC §12)."""
+    parts = [f"epoch {c['epoch']}", f"{c['nodes_present']}/{c['nodes']} nodes"]
+    if c["missing"]:
+        parts.append("missing node " + ", ".join(str(r) for r in c["missing"]))
+    last = c.get("last_restart")
+    if last:
+        parts.append(f"last restart by node {last['node_rank']}: {last['reason']}")
+    if c.get("fatal"):
+        parts.append("restart budget spent; `watchdogctl restart` tries again")
+    if c["etcd"] != "ok":
+        parts.append("cluster unverified: etcd unreachable")
+    return " · ".join(parts)
 
 
 def _health(st: dict[str, Any]) -> str:
@@ -422,6 +439,9 @@ def _health(st: dict[str, Any]) -> str:
         words = ["waiting for " + (" and ".join(_missing(st)) or "the first verdict")]
     elif state == "unhealthy":
         words = ["not healthy"]
+    elif state == "waiting_nodes":
+        waiting = st["cluster"]["waiting_for"]
+        words = ["waiting for node " + ", ".join(str(r) for r in waiting) + " at the barrier"]
     else:
         words = ["no job alive"]
     if reasons:

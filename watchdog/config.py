@@ -276,6 +276,20 @@ def _parse_listen(node: Node, key: str, ctx: _Ctx) -> str | None:
     return text
 
 
+_ETCD_URL = re.compile(r"https?://[^\s/]+(:[0-9]{1,5})?/?")
+
+
+def _parse_etcd_urls(node: Node, key: str, ctx: _Ctx) -> tuple[str, ...]:
+    items = _str_items(node, key, ctx, "a list of etcd client URLs")
+    if not items:
+        raise ctx.fail(key, "needs at least one etcd client URL", node)
+    for i, (url, item) in enumerate(items):
+        if not _ETCD_URL.fullmatch(url):
+            problem = f"expected an etcd client URL like http://10.0.0.1:2379, got {url!r}"
+            raise ctx.fail(f"{key}[{i}]", problem, item)
+    return tuple(url for url, _ in items)
+
+
 def _m(**meta: Any) -> dict[str, Any]:
     """Field metadata for the converter: `parse=` a node parser, `gt=`/`ge=`/`le=` bounds,
     `path=True` (resolved against the config's folder), `internal=True` (not a YAML key),
@@ -366,6 +380,17 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ClusterConfig:
+    """Several nodes, one job (issue 14, docs/multi-node.md)."""
+
+    etcd: tuple[str, ...] = field(metadata=_m(parse=_parse_etcd_urls))
+    job_id: str = field(metadata=_m(parse=_nonempty_str))
+    node_rank: int = field(metadata=_m(ge=0))
+    nodes: int = field(metadata=_m(ge=1))
+    lease_ttl_s: int = field(default=10, metadata=_m(ge=2))  # etcd grants whole seconds
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Config:
     job: JobConfig
     gpus: GpusConfig = field(default_factory=GpusConfig)
@@ -376,6 +401,7 @@ class Config:
     hooks: HooksConfig = field(default_factory=HooksConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    cluster: ClusterConfig | None = None
     state_dir: str = field(default="/var/lib/train-watchdog", metadata=_m(path=True))
     source: str = field(metadata=_m(internal=True))  # the config file's absolute path
 
@@ -466,6 +492,11 @@ def _finish(cfg: Config, ctx: _Ctx) -> Config:
     if restart.backoff_max_s < restart.backoff_initial_s:
         problem = f"must be at least restart.backoff_initial_s ({restart.backoff_initial_s:g})"
         raise ctx.fail("restart.backoff_max_s", f"{problem}, got {restart.backoff_max_s:g}")
+    if cfg.cluster is not None and cfg.cluster.node_rank >= cfg.cluster.nodes:
+        problem = f"must be below cluster.nodes ({cfg.cluster.nodes}), got {cfg.cluster.node_rank}"
+        raise ctx.fail("cluster.node_rank", problem)
+    if cfg.cluster is not None and "/" in cfg.cluster.job_id:
+        raise ctx.fail("cluster.job_id", "must not contain '/' (it names an etcd key prefix)")
     size = len(os.fsencode(cfg.control.socket))
     if size >= _SUN_PATH_MAX:
         problem = f"a Unix socket path must be under {_SUN_PATH_MAX} bytes, this one has {size}"

@@ -23,6 +23,7 @@ from watchdog import (
     __version__,
     adopt,
     child,
+    cluster,
     config,
     incident,
     loopcheck,
@@ -63,6 +64,12 @@ def policy_of(cfg: config.Config) -> policy.Policy:
     )
 
 
+def local_policy_of(cfg: config.Config) -> policy.Policy:
+    """With `cluster:` the backoff and budget are the cluster's (issue 14)."""
+    p = policy_of(cfg)
+    return p if cfg.cluster is None else cluster.local_policy(p)
+
+
 def health_of(cfg: config.Config) -> health.HealthConfig:
     g, p = cfg.gpus, cfg.progress
     return health.HealthConfig(
@@ -91,7 +98,7 @@ class Daemon:
         self.started_at = time.monotonic()
         self.state = StateDir(cfg.state_dir)
         self.events = EventLog(cfg.job.name, self.state.file("events.jsonl"))
-        self.core = policy.Supervisor(policy_of(cfg), random.random)
+        self.core = policy.Supervisor(local_policy_of(cfg), random.random)
         self.reaper = child.Reaper(self.loop)
         self.gpus = GpuWatch(cfg.gpus, self.emit)
         self.notifier = Notifier()
@@ -110,6 +117,7 @@ class Daemon:
         self.incident_path: str | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._start_task: asyncio.Task[None] | None = None
+        self._epoch: int | None = None  # the cluster epoch the next spawn belongs to
         self._polled_at = 0.0  # the last look at the progress log (monotonic)
         self._done: asyncio.Future[None] = self.loop.create_future()
         self._changed = asyncio.Event()
@@ -120,6 +128,10 @@ class Daemon:
         self.goodput = self._load_goodput()
         self._goodput_saved_at = time.monotonic()
         self.metrics_server: metrics.MetricsServer | None = None
+        self.cluster: cluster.ClusterLink | None = None  # issue 14: several nodes, one epoch
+        if cfg.cluster is not None:
+            restart = lambda reason: self.dispatch(policy.RestartRequested(reason))  # noqa: E731
+            self.cluster = cluster.ClusterLink(cfg.cluster, policy_of(cfg), self.emit, restart)
 
     # -------------------------------------------------------------------- running
 
@@ -141,6 +153,8 @@ class Daemon:
         self.loop.add_signal_handler(signal.SIGHUP, self.reload)
         await self.control.start(None if self.handover is None else self.handover["fds"]["control"])
         await self.gpus.start()
+        if self.cluster is not None:
+            await self.cluster.start()
         taken_over = False
         if self.handover is not None:
             taken_over, leader = await self._take_over(self.handover)
@@ -164,6 +178,8 @@ class Daemon:
         ticker.cancel()
         pinger.cancel()
         await self.control.close()
+        if self.cluster is not None:
+            await self.cluster.close()
         if self.metrics_server is not None:
             await self.metrics_server.close()
         self.gpus.close()
@@ -177,6 +193,8 @@ class Daemon:
     def dispatch(self, event: policy.Event) -> list[policy.Action]:
         """The only door into the core."""
         actions = self.core.handle(event, time.monotonic())
+        if self.cluster is not None:
+            self._tell_cluster(event, actions)
         for action in actions:
             self._execute(action)
         self.writer.supervisor(self.core.durable())  # after the spawn: off its critical path
@@ -205,6 +223,17 @@ class Daemon:
                     self._done.set_result(None)
             case policy.Refuse():
                 pass  # the caller (control server) reads it from dispatch()'s return value
+
+    def _tell_cluster(self, event: policy.Event, actions: list[policy.Action]) -> None:
+        """A stop for a verdict the policy restarts on makes the whole cluster restart."""
+        assert self.cluster is not None
+        if isinstance(event, policy.OperatorCommand) and event.cmd == "restart":
+            self.cluster.operator_restart()
+        paused = self.core.snapshot().paused
+        for a in actions:
+            if isinstance(a, policy.KillTree):
+                restart = a.reason in self.core.policy.restart_on and not paused
+                self.cluster.job_stopping(a.reason, restart)
 
     def _arm_timer(self) -> None:
         if self._timer is not None:
@@ -268,6 +297,10 @@ class Daemon:
             if code != 0:
                 detail = f"{' '.join(argv)}: exit {code}: {out[-2000:]}"
                 return policy.SpawnFailed("pre_start_failed", detail)
+        if self.cluster is not None:
+            # The barrier of docs/multi-node.md: if the epoch moves on while the log opens, the
+            # job is stopped as soon as that is seen, and nobody starts the new one before.
+            self._epoch = await self.cluster.wait_gate()
         return None
 
     async def _open_log(self, attempt: int) -> tuple[int, LogFollower | None] | policy.SpawnFailed:
@@ -319,11 +352,14 @@ class Daemon:
         job = self.cfg.job
         try:
             self._set_follower(follower)
+            extra = dict(job.env)
+            if self._epoch is not None:
+                extra[cluster.EPOCH_ENV] = str(self._epoch)
             proc = child.spawn(
                 job.command,
                 cwd=job.cwd,
                 log_fd=log_fd,
-                env=child.job_env(os.environ, job.env, self.token),
+                env=child.job_env(os.environ, extra, self.token),
             )
         except (OSError, ValueError) as e:
             why = e.strerror if isinstance(e, OSError) else str(e)
@@ -343,6 +379,8 @@ class Daemon:
         self.monitor = health.HealthMonitor(health_of(self.cfg))
         self._polled_at = time.monotonic()
         self._save_state(proc.pid)
+        if self.cluster is not None and self._epoch is not None:
+            self.cluster.spawned(self._epoch)
         self.dispatch(policy.ChildSpawned(proc.pid))
 
     def _on_exit(self, fut: asyncio.Future[child.ExitStatus]) -> None:
@@ -510,6 +548,14 @@ class Daemon:
     # -------------------------------------------------------------------- queries
 
     def status(self) -> dict[str, Any]:
+        st = self._status()
+        if self.cluster is not None:
+            self.cluster.decorate(st)
+        else:
+            st["cluster"] = None
+        return st
+
+    def _status(self) -> dict[str, Any]:
         now = time.monotonic()
         return status.build_status(
             status.StatusInputs(
@@ -554,7 +600,7 @@ class Daemon:
         self.gpus.cfg = new.gpus
         self.hooks.cfg = new.hooks
         self.monitor.reconfigure(health_of(new))
-        self.dispatch(policy.PolicyChanged(policy_of(new)))
+        self.dispatch(policy.PolicyChanged(local_policy_of(new)))
         self.emit("config_reloaded", config=new.source, needs_restart=_needs_restart(old, new))
         self.notifier.reloaded()
         return None
@@ -740,6 +786,7 @@ def _needs_restart(old: config.Config, new: config.Config) -> str | None:
         "state_dir": (old.state_dir, new.state_dir),
         "gpus.devices": (old.gpus.devices, new.gpus.devices),
         "metrics.listen": (old.metrics.listen, new.metrics.listen),
+        "cluster": (old.cluster, new.cluster),
     }
     changed = [k for k, (a, b) in keys.items() if a != b]
     return ", ".join(changed) + " (restart watchdogd to apply)" if changed else None
@@ -770,6 +817,9 @@ def main(argv: list[str] | None = None) -> int:
         return EX_CONFIG
     if cfg.metrics.listen is not None and (why := metrics.missing_extra()) is not None:
         print(f"watchdogd: metrics.listen: {why}", file=sys.stderr)
+        return EX_CONFIG
+    if cfg.cluster is not None and (why := cluster.missing_extra()) is not None:
+        print(f"watchdogd: cluster: {why}", file=sys.stderr)
         return EX_CONFIG
     lock = handover["fds"]["lock"] if handover is not None else StateDir(cfg.state_dir).lock()
     if handover is not None and lock is not None:

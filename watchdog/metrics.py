@@ -111,7 +111,20 @@ def families(st: Mapping[str, Any], wall_now: float) -> list[Metric]:
     ]
     if st.get("goodput") is not None:
         out += _goodput_families(st["goodput"])
+    if st.get("cluster") is not None:
+        out += _cluster_families(st["cluster"], gauge)
     return out
+
+
+def _cluster_families(c: Mapping[str, Any], gauge: Callable[..., Any]) -> list[Metric]:
+    """Issue 14: the cluster's epoch and how many of its nodes hold a lease."""
+    epoch = gauge("cluster_epoch", "The cluster's current restart epoch, as this node saw it.")
+    epoch.add_metric([], c["epoch"])
+    present = gauge("cluster_nodes_present", "Nodes of the cluster holding a lease in etcd.")
+    present.add_metric([], c["nodes_present"])
+    reachable = gauge("cluster_etcd_reachable", "1 while this node can read the cluster's etcd.")
+    reachable.add_metric([], 1 if c["etcd"] == "ok" else 0)
+    return [epoch, present, reachable]
 
 
 def _gpu_families(st: Mapping[str, Any]) -> Iterator[Metric]:

@@ -150,6 +150,14 @@ class Tick:
     """A deadline the core asked for has passed."""
 
 
+@dataclass(frozen=True, slots=True)
+class RestartRequested:
+    """Another node moved the cluster's epoch (issue 14): stop this job's tree and start again;
+    the start waits at the cluster's barrier, so no backoff and no budget of our own."""
+
+    reason: str
+
+
 Event = (
     DaemonStarted
     | JobAdopted
@@ -163,6 +171,7 @@ Event = (
     | IncidentSaved
     | PolicyChanged
     | Tick
+    | RestartRequested
 )
 
 # --------------------------------------------------------------------------------- actions
@@ -406,6 +415,10 @@ class Supervisor:
                 return []
             case Tick():
                 return self._tick(now)
+            case RestartRequested(reason=reason):
+                if self._pid is None or self._exiting or self._state is State.STOPPING:
+                    return []  # nothing runs, or a stop is under way: the next start waits
+                return self._stop(reason, "start")
 
     # ------------------------------------------------------------------ transitions
 

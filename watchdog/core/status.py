@@ -134,4 +134,8 @@ def status_line(st: dict[str, Any]) -> str:
     nxt = st["restarts"]["next_restart_in_s"]
     if nxt is not None:
         parts.append(f"next start in {nxt:.0f}s")
+    if (cl := st.get("cluster")) is not None:
+        parts.append(f"epoch {cl['epoch']} {cl['nodes_present']}/{cl['nodes']} nodes")
+        if cl["etcd"] != "ok":
+            parts.append("cluster unverified")
     return " · ".join(parts)
