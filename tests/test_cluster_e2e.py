@@ -1,0 +1,202 @@
+"""Several nodes end to end (issue 14): a real 3-member etcd cluster on loopback ports and three
+real watchdogd daemons, each with its own state folder and its own simulated GPUs, running one
+rank each of a simulated job that journals the epoch it runs."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import fakegpu
+import pytest
+from etcdcluster import ETCD, SKIP_REASON, EtcdCluster
+from harness import ROOT, Daemon, base_config, merge, wait_until
+
+JOB = str(ROOT / "tests" / "jobs" / "clusterjob.py")
+TTL = 3
+NODES = 3
+
+pytestmark = pytest.mark.skipif(ETCD is None, reason=SKIP_REASON)
+
+
+class Cluster:
+    """The etcd members, the three daemons and the shared journal of job starts and ends."""
+
+    def __init__(self, tmp: pathlib.Path) -> None:
+        self.tmp = tmp
+        self.journal = tmp / "journal"
+        self.etcd = EtcdCluster(tmp / "etcd", members=3)
+        (tmp / "etcd").mkdir()
+        self.daemons: list[Daemon] = []
+        self.retired: list[Daemon] = []
+
+    def daemon(self, rank: int) -> Daemon:
+        node = self.tmp / f"node{rank}"
+        gpus = node / "gpus"
+        if not gpus.exists():
+            fakegpu.write_gpus(gpus, n=2)
+        cfg = merge(
+            base_config(node, [JOB, str(rank)]),
+            {
+                "gpus": {"devices": "all", "sample_interval_s": 0.1, "idle_samples": 5},
+                "job": {"stop_timeout_s": 3},
+                "restart": {"backoff_initial_s": 0.1, "backoff_max_s": 0.5},
+                "cluster": {
+                    "etcd": self.etcd.client,
+                    "job_id": "e2e",
+                    "node_rank": rank,
+                    "nodes": NODES,
+                    "lease_ttl_s": TTL,
+                },
+            },
+        )
+        env = fakegpu.fake_env(gpus, base={**os.environ, "CLUSTER_JOURNAL": str(self.journal)})
+        return Daemon(node, cfg, env)
+
+    def start(self) -> Cluster:
+        self.etcd.start()
+        self.daemons = [self.daemon(r).start() for r in range(NODES)]
+        return self
+
+    def stop(self) -> None:
+        for d in self.daemons + self.retired:
+            d.stop()
+        self.etcd.stop()
+
+    def cluster(self, rank: int) -> dict[str, Any]:
+        result: dict[str, Any] = self.daemons[rank].status()["cluster"]
+        return result
+
+    def all_running(self, epoch: int, ranks: range = range(NODES)) -> bool:
+        for r in ranks:
+            st = self.daemons[r].status()
+            if st["state"] != "running" or st["cluster"]["job_epoch"] != epoch:
+                return False
+        return True
+
+    def lines(self) -> list[tuple[str, int, int, int, float]]:
+        if not self.journal.exists():
+            return []
+        out = []
+        for line in self.journal.read_text().splitlines():
+            what, node, epoch, pid, t = line.split()
+            out.append((what, int(node), int(epoch), int(pid), float(t)))
+        return out
+
+
+@pytest.fixture
+def cluster(tmp_path: pathlib.Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        yield c.start()
+    finally:
+        c.stop()
+
+
+def assert_never_mixed(c: Cluster, killed: dict[int, float]) -> None:
+    """Every job of epoch E ended before any job of a later epoch started (`killed`: pid -> the
+    time a test SIGKILLed that job, which then wrote no end line)."""
+    lines = c.lines()
+    ends = {pid: t for what, _, _, pid, t in lines if what == "end"} | killed
+    starts = [(epoch, pid, t) for what, _, epoch, pid, t in lines if what == "start"]
+    assert len({epoch for epoch, _, _ in starts}) >= 2, lines
+    for epoch, _pid, t in starts:
+        for e2, pid2, _t2 in starts:
+            if e2 < epoch:
+                assert pid2 in ends, f"epoch {e2} job {pid2} never ended: {lines}"
+                assert ends[pid2] <= t, f"epoch {epoch} started before epoch {e2} ended: {lines}"
+
+
+def test_job_killed_on_one_node_restarts_all_three_into_the_next_epoch(cluster: Cluster) -> None:
+    """Killing node 1's job puts all three nodes on epoch E+1 within 10 s, never mixed."""
+    c = cluster
+    wait_until(lambda: c.all_running(1), 60, "all three running epoch 1")
+    assert sorted(n for w, n, e, _, _ in c.lines() if w == "start" and e == 1) == [0, 1, 2]
+    pid = c.daemons[1].status()["job"]["pid"]
+    killed_at = time.time()
+    os.kill(pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    wait_until(lambda: c.all_running(2), 10, "all three running epoch 2")
+    assert time.monotonic() - t0 <= 10
+    assert_never_mixed(c, {pid: killed_at})
+    st = c.cluster(0)
+    assert st["epoch"] == 2 and st["nodes_present"] == 3 and st["missing"] == []
+    assert st["last_restart"] == {"node_rank": 1, "reason": "exited"}
+    assert st["etcd"] == "ok"
+    proposed = c.daemons[1].wait_event("epoch_proposed", epoch=2)
+    assert proposed[0]["reason"] == "exited"
+    for d in c.daemons:
+        d.wait_event("epoch_started", epoch=2)
+    rc, out, _ = c.daemons[2].ctl("status")
+    assert rc == 0, out
+    assert "Cluster: epoch 2 · 3/3 nodes · last restart by node 1: exited" in out
+
+
+def test_lost_node_makes_the_others_wait_and_its_return_restarts_all(cluster: Cluster) -> None:
+    """SIGKILL node 2's daemon: the others see it within lease_ttl_s + 2 s and wait in
+    waiting_nodes naming it, without restart-looping; its new daemon joins the next epoch."""
+    c = cluster
+    wait_until(lambda: c.all_running(1), 60, "all three running epoch 1")
+    c.daemons[2].kill()
+    t0 = time.monotonic()
+
+    def waiting() -> bool:
+        return all(
+            (st := c.daemons[r].status())["state"] == "waiting_nodes"
+            and st["cluster"]["missing"] == [2]
+            for r in (0, 1)
+        )
+
+    wait_until(waiting, TTL + 2, "nodes 0 and 1 waiting for node 2")
+    assert time.monotonic() - t0 <= TTL + 2
+    st = c.daemons[0].status()
+    assert st["cluster"]["nodes_present"] == 2 and st["job"]["pid"] is None
+    assert st["cluster"]["waiting_for"] == [2]
+    assert c.daemons[0].wait_event("node_lost", node_rank=2)
+    rc, out, _ = c.daemons[0].ctl("status")
+    assert rc == 3 and "waiting_nodes" in out and "missing node 2" in out, out
+    epoch = st["cluster"]["epoch"]
+    time.sleep(TTL)  # the behaviour under test is that nothing restarts during this window
+    assert c.cluster(0)["epoch"] == epoch and c.cluster(1)["epoch"] == epoch
+    assert len([e for e in c.daemons[0].events() if e["event"] == "child_spawned"]) == 1
+    c.retired.append(c.daemons[2])
+    c.daemons[2] = c.daemon(2).start()  # kills the stale job tree, then joins
+    wait_until(lambda: c.all_running(epoch), 30, f"all three running epoch {epoch}")
+
+
+def test_one_etcd_member_stopped_changes_nothing(cluster: Cluster) -> None:
+    """With one of three etcd members gone the jobs keep running and a restart still works."""
+    c = cluster
+    wait_until(lambda: c.all_running(1), 60, "all three running epoch 1")
+    pids = [d.status()["job"]["pid"] for d in c.daemons]
+    c.etcd.stop_member(0)
+    time.sleep(2 * TTL)  # the behaviour under test is that nothing happens during this window
+    assert [d.status()["job"]["pid"] for d in c.daemons] == pids
+    assert all(c.cluster(r)["etcd"] == "ok" and c.cluster(r)["epoch"] == 1 for r in range(3))
+    assert not any(e["event"] == "node_lost" for d in c.daemons for e in d.events())
+    os.kill(pids[0], signal.SIGKILL)
+    wait_until(lambda: c.all_running(2), 15, "all three running epoch 2 on two etcd members")
+
+
+def test_all_etcd_members_stopped_jobs_keep_running_unverified(cluster: Cluster) -> None:
+    """etcd entirely gone: every job keeps running, status says etcd unreachable and the
+    state line says cluster unverified."""
+    c = cluster
+    wait_until(lambda: c.all_running(1), 60, "all three running epoch 1")
+    pids = [d.status()["job"]["pid"] for d in c.daemons]
+    c.etcd.stop()
+    wait_until(
+        lambda: all(c.cluster(r)["etcd"] == "unreachable" for r in range(3)), 15, "unreachable"
+    )
+    time.sleep(2 * TTL)  # the behaviour under test is that nothing happens during this window
+    for r, d in enumerate(c.daemons):
+        st = d.status()
+        assert st["state"] == "running" and st["job"]["pid"] == pids[r]
+        assert st["cluster"]["epoch"] == 1 and st["cluster"]["etcd"] == "unreachable"
+    rc, out, _ = c.daemons[0].ctl("status")
+    assert rc == 0 and "cluster unverified" in out, out
+    c.daemons[0].wait_event("etcd_unreachable")
