@@ -3,12 +3,16 @@ local supervisor leaves backoff and budget to the cluster."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from harness import BIN
+from test_policy import Driver, names
 
-from tests.test_policy import Driver, names
 from watchdog.config import Config, ConfigError, parse_config
 from watchdog.core import policy as P
 from watchdog.daemon import local_policy_of, policy_of
@@ -102,3 +106,25 @@ def test_restart_requested_without_a_job_does_nothing() -> None:
     d.feed(P.OperatorCommand("stop"), 1.0)
     assert d.feed(P.RestartRequested("cluster_restart"), 2.0) == []
     assert d.sup.snapshot().state is P.State.STOPPED
+
+
+def test_cluster_without_the_extra_exits_78_naming_it(tmp_path: Path) -> None:
+    """`cluster:` with httpx not importable: watchdogd exits 78 and names the `cluster` extra."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "httpx.py").write_text("raise ImportError('No module named httpx')\n")
+    cfg = tmp_path / "w.yaml"
+    cfg.write_text(
+        GOOD.replace('"/bin/true"', f'"{sys.executable}"')
+        + f"control: {{socket: {tmp_path}/s.sock}}\nstate_dir: {tmp_path}/state\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(shim)}
+    r = subprocess.run(
+        [str(BIN / "watchdogd"), "--config", str(cfg)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 78, r.stderr
+    assert "cluster" in r.stderr and "train-watchdog[cluster]" in r.stderr

@@ -93,9 +93,6 @@ class Etcd:
             body["lease"] = str(lease)
         await self._post("/v3/kv/put", body)
 
-    async def delete(self, key: str) -> None:
-        await self._post("/v3/kv/deleterange", {"key": _b64(key)})
-
     async def compare_and_swap(self, key: str, value: bytes, mod_revision: int) -> bool:
         """Put `value` only if the key's mod_revision is still `mod_revision` (0: it must not
         exist yet). True when the put happened."""
