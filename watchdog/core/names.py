@@ -69,6 +69,13 @@ EVENTS: dict[str, EventName] = {
     "gpu_probe_recovered": EventName("NVML answers again"),
     "progress_read_hung": EventName("a read of the progress log did not answer", ERR),
     "progress_read_recovered": EventName("the progress log reads again"),
+    # several nodes (issue 14, docs/multi-node.md)
+    "epoch_proposed": EventName("this node asked the cluster for a new epoch, and why", NOTICE),
+    "epoch_started": EventName("this node's job of a new epoch was spawned", NOTICE),
+    "node_lost": EventName("a node's etcd lease ran out: its ranks are gone", WARNING),
+    "node_joined": EventName("a node registered with the cluster"),
+    "etcd_unreachable": EventName("no etcd endpoint answers: the cluster is unverified", WARNING),
+    "etcd_reachable": EventName("etcd answers again"),
     # only in `events --follow` streams, never in the history
     "events_dropped": EventName("a follower fell behind and lost this many events", WARNING),
 }
@@ -94,6 +101,11 @@ REASONS: dict[str, str] = {
     "spawn_failed": "the job's command could not be executed",
     "internal_error": "a watchdog bug during the start",
     "cancelled": "a stop arrived before the job was spawned",
+    # several nodes (issue 14): why an epoch was proposed, or a job stopped for one
+    "cluster_started": "the first epoch of a cluster",
+    "cluster_restart": "another node moved the cluster to a new epoch",
+    "node_lost": "a node of the running job lost its etcd lease",
+    "node_rejoined": "a node came back while the others ran an epoch it cannot join",
 }
 
 
