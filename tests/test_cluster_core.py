@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from watchdog.core import cluster as C
 from watchdog.core.policy import Emit, Policy
 
@@ -280,3 +283,80 @@ def test_records_round_trip_through_json() -> None:
     assert C.EpochRecord.from_json(rec.to_json()) == rec
     m = C.Member(3, 7, None, "h", 42)
     assert C.Member.from_json(m.to_json()) == m
+
+
+def test_partitioned_node_keeps_its_job_then_adopts_the_new_epoch() -> None:
+    """A node cut off from etcd keeps its job; the others restart without it only once it is
+    back: it stops its old-epoch job, joins the current epoch and proposes none of its own."""
+    store, nodes = started_cluster()
+    cut = nodes[2]
+    cut.run(cut.co.observe(C.View(reachable=False), 5.0, 1005.0))
+    del store.members[2]  # its lease ran out on etcd's side
+    settle(nodes[:2], 5.0)
+    for n in nodes[:2]:
+        n.run(n.co.job_stopping(C.RESTART_REASON, False, 5.0, 1005.0))
+        n.run(n.co.gate_reached(5.0, 1005.0))
+    settle(nodes[:2], 5.0)
+    assert cut.stops == [] and cut.co.snapshot()["etcd"] == "unreachable"
+    assert store.record is not None and store.record.epoch == 2
+    revision = store.revision
+    store.members[2] = C.Member(2, ready_epoch=1, running_epoch=1)  # re-registered, new lease
+    settle(nodes, 9.0)
+    assert cut.stops == [2]
+    cut.run(cut.co.job_stopping(C.RESTART_REASON, False, 9.0, 1009.0))
+    cut.run(cut.co.gate_reached(9.0, 1009.0))
+    settle(nodes, 20.0)
+    assert store.revision == revision  # adopted epoch 2, proposed nothing
+    for n in nodes:
+        n.run(n.co.tick(21.0, 1021.0))  # after the epoch's backoff
+    assert [n.opened for n in nodes] == [[1, 2], [1, 2], [1, 2]]
+
+
+class Sim:
+    """Three nodes with jobs that stop when told and fail at random, for the invariant test."""
+
+    def __init__(self) -> None:
+        self.store = Store()
+        self.nodes = [Node(self.store, r) for r in range(3)]
+        self.running: list[int | None] = [None] * 3
+        self.stopping = [False] * 3
+        self.to_gate = [True] * 3
+        self.now = 0.0
+
+    def step(self, op: int, r: int) -> None:
+        n, co = self.nodes[r], self.nodes[r].co
+        self.now += 0.5
+        now, wall = self.now, 1000.0 + self.now
+        before = (len(n.stops), len(n.opened))
+        if op == 0:
+            n.observe(now)
+        elif op == 1 and self.running[r] is not None and not self.stopping[r]:
+            self.running[r] = None  # the job died
+            n.run(co.job_stopping("exited", True, now, wall))
+            self.to_gate[r] = True
+        elif op == 2 and self.stopping[r]:
+            self.running[r], self.stopping[r] = None, False  # its tree is gone
+            n.run(co.job_stopping(C.RESTART_REASON, False, now, wall))
+            self.to_gate[r] = True
+        elif op == 3 and self.to_gate[r]:
+            self.to_gate[r] = False
+            n.run(co.gate_reached(now, wall))
+        elif op == 4:
+            n.run(co.tick(now, wall))
+        if len(n.stops) > before[0] and self.running[r] is not None:
+            self.stopping[r] = True
+        if len(n.opened) > before[1]:
+            self.running[r] = n.opened[-1]
+            n.run(co.spawned(n.opened[-1]))
+
+
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2)), max_size=300))
+@settings(max_examples=300, deadline=None)
+def test_never_two_epochs_running_at_once(steps: list[tuple[int, int]]) -> None:
+    """Whatever the order of reads, failures, stops and ticks, the jobs alive at any moment all
+    belong to one epoch (a job being stopped still counts as alive)."""
+    sim = Sim()
+    for op, r in steps:
+        sim.step(op, r)
+        alive = {e for e in sim.running if e is not None}
+        assert len(alive) <= 1, (alive, sim.running)
