@@ -350,7 +350,7 @@ class Sim:
             n.run(co.spawned(n.opened[-1]))
 
 
-@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2)), max_size=300))
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2)), min_size=100, max_size=400))
 @settings(max_examples=300, deadline=None)
 def test_never_two_epochs_running_at_once(steps: list[tuple[int, int]]) -> None:
     """Whatever the order of reads, failures, stops and ticks, the jobs alive at any moment all
