@@ -78,6 +78,21 @@ class Cluster:
                 return False
         return True
 
+    def wait_running(self, epoch: int, timeout: float, ranks: range = range(NODES)) -> None:
+        """Wait for every node in `ranks` to run epoch `epoch`; on timeout say what each shows."""
+        try:
+            wait_until(lambda: self.all_running(epoch, ranks), timeout, f"epoch {epoch} running")
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self.describe()}") from None
+
+    def describe(self) -> str:
+        out = []
+        for r, d in enumerate(self.daemons):
+            st = d.status() if not d.proc_exited() else {}
+            out.append(f"node {r}: {st.get('state')} {st.get('cluster')}")
+            out.append("\n".join(d.output().splitlines()[-15:]))
+        return "\n".join(out) + "\n" + self.etcd.logs()
+
     def lines(self) -> list[tuple[str, int, int, int, float]]:
         if not self.journal.exists():
             return []
@@ -114,13 +129,13 @@ def assert_never_mixed(c: Cluster, killed: dict[int, float]) -> None:
 def test_job_killed_on_one_node_restarts_all_three_into_the_next_epoch(cluster: Cluster) -> None:
     """Killing node 1's job puts all three nodes on epoch E+1 within 10 s, never mixed."""
     c = cluster
-    wait_until(lambda: c.all_running(1), 60, "all three running epoch 1")
+    c.wait_running(1, 60)
     assert sorted(n for w, n, e, _, _ in c.lines() if w == "start" and e == 1) == [0, 1, 2]
     pid = c.daemons[1].status()["job"]["pid"]
     killed_at = time.time()
     os.kill(pid, signal.SIGKILL)
     t0 = time.monotonic()
-    wait_until(lambda: c.all_running(2), 10, "all three running epoch 2")
+    c.wait_running(2, 10)
     assert time.monotonic() - t0 <= 10
     assert_never_mixed(c, {pid: killed_at})
     st = c.cluster(0)
@@ -140,7 +155,7 @@ def test_lost_node_makes_the_others_wait_and_its_return_restarts_all(cluster: Cl
     """SIGKILL node 2's daemon: the others see it within lease_ttl_s + 2 s and wait in
     waiting_nodes naming it, without restart-looping; its new daemon joins the next epoch."""
     c = cluster
-    wait_until(lambda: c.all_running(1), 60, "all three running epoch 1")
+    c.wait_running(1, 60)
     c.daemons[2].kill()
     t0 = time.monotonic()
 
@@ -165,13 +180,13 @@ def test_lost_node_makes_the_others_wait_and_its_return_restarts_all(cluster: Cl
     assert len([e for e in c.daemons[0].events() if e["event"] == "child_spawned"]) == 1
     c.retired.append(c.daemons[2])
     c.daemons[2] = c.daemon(2).start()  # kills the stale job tree, then joins
-    wait_until(lambda: c.all_running(epoch), 30, f"all three running epoch {epoch}")
+    c.wait_running(epoch, 30)
 
 
 def test_one_etcd_member_stopped_changes_nothing(cluster: Cluster) -> None:
     """With one of three etcd members gone the jobs keep running and a restart still works."""
     c = cluster
-    wait_until(lambda: c.all_running(1), 60, "all three running epoch 1")
+    c.wait_running(1, 60)
     pids = [d.status()["job"]["pid"] for d in c.daemons]
     c.etcd.stop_member(0)
     time.sleep(2 * TTL)  # the behaviour under test is that nothing happens during this window
@@ -179,14 +194,14 @@ def test_one_etcd_member_stopped_changes_nothing(cluster: Cluster) -> None:
     assert all(c.cluster(r)["etcd"] == "ok" and c.cluster(r)["epoch"] == 1 for r in range(3))
     assert not any(e["event"] == "node_lost" for d in c.daemons for e in d.events())
     os.kill(pids[0], signal.SIGKILL)
-    wait_until(lambda: c.all_running(2), 15, "all three running epoch 2 on two etcd members")
+    c.wait_running(2, 15)
 
 
 def test_all_etcd_members_stopped_jobs_keep_running_unverified(cluster: Cluster) -> None:
     """etcd entirely gone: every job keeps running, status says etcd unreachable and the
     state line says cluster unverified."""
     c = cluster
-    wait_until(lambda: c.all_running(1), 60, "all three running epoch 1")
+    c.wait_running(1, 60)
     pids = [d.status()["job"]["pid"] for d in c.daemons]
     c.etcd.stop()
     wait_until(

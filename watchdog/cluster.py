@@ -33,7 +33,7 @@ KEY_ROOT = "/train-watchdog"
 def missing_extra() -> str | None:
     """Why `cluster:` cannot work here (the optional extra is not installed), or None."""
     try:
-        import httpx  # noqa: F401
+        import watchdog.etcd  # noqa: F401 - httpx and its lazy parts, before the loop runs
     except ImportError:
         return "needs httpx: install train-watchdog[cluster]"
     return None
@@ -55,14 +55,12 @@ class ClusterLink:
         emit: Callable[..., Any],
         restart_local: Callable[[str], object],
     ) -> None:
-        from watchdog.etcd import Etcd  # httpx only when a cluster is configured
-
         self.cfg = cfg
         self.prefix = f"{KEY_ROOT}/{cfg.job_id}/"
         self.co = core.Coordinator(
             cfg.node_rank, cfg.nodes, policy, random.random, socket.gethostname(), os.getpid()
         )
-        self.etcd: Etcd = Etcd(cfg.etcd, timeout_s=max(0.3, min(2.0, cfg.lease_ttl_s / 4)))
+        self.etcd: Etcd | None = None  # made in start(): off the loop
         self._emit = emit
         self._restart_local = restart_local
         self._lease = 0
@@ -76,11 +74,17 @@ class ClusterLink:
     # -------------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
+        from watchdog.etcd import Etcd  # httpx only when a cluster is configured
+
+        # A request outlives no more than a third of the lease, so a keep-alive still lands.
+        timeout_s = max(1.0, min(5.0, self.cfg.lease_ttl_s / 3))
+        # httpx builds its TLS context when the client is made (tens of ms): not on the loop.
+        self.etcd = await asyncio.to_thread(Etcd, self.cfg.etcd, timeout_s)
         loop = asyncio.get_running_loop()
+        # Each loop is its own task, so no one step of the daemon's loop carries all of them; the
+        # lease loop's first pass asks for the first read. Until it lands the gate stays shut.
         for coro in (self._lease_loop(), self._watch_loop(), self._read_loop(), self._write_loop()):
             self._tasks.append(loop.create_task(coro))
-        # The first read, so the first start already knows the epoch (or that etcd is down).
-        await self._read_once()
 
     async def close(self) -> None:
         for t in self._tasks:
@@ -90,6 +94,8 @@ class ClusterLink:
                 await t
         if self._timer is not None:
             self._timer.cancel()
+        if self.etcd is None:
+            return
         if self._lease:
             # The others see us gone at once, not after the TTL.
             from watchdog.etcd import EtcdUnavailable
@@ -97,6 +103,11 @@ class ClusterLink:
             with contextlib.suppress(EtcdUnavailable):
                 await self.etcd.revoke(self._lease)
         await self.etcd.aclose()
+
+    @property
+    def _etcd(self) -> Etcd:
+        assert self.etcd is not None, "ClusterLink.start() makes the client"
+        return self.etcd
 
     # -------------------------------------------------------------------- the daemon's hooks
 
@@ -171,7 +182,7 @@ class ClusterLink:
 
         value = json.dumps(p.record.to_json()).encode()
         try:
-            await self.etcd.compare_and_swap(self.prefix + "epoch", value, p.revision)
+            await self._etcd.compare_and_swap(self.prefix + "epoch", value, p.revision)
         except EtcdUnavailable:
             self.co.proposal_failed()
         self._read_wanted.set()
@@ -185,9 +196,9 @@ class ClusterLink:
         while True:
             try:
                 if not self._lease:
-                    self._lease = await self.etcd.grant(self.cfg.lease_ttl_s)
+                    self._lease = await self._etcd.grant(self.cfg.lease_ttl_s)
                     self._write_wanted.set()  # (re-)register under the new lease
-                elif await self.etcd.keepalive(self._lease) <= 0:
+                elif await self._etcd.keepalive(self._lease) <= 0:
                     self._lease = 0  # expired on etcd's side (a long partition): grant anew
                     continue
             except EtcdUnavailable:
@@ -200,7 +211,7 @@ class ClusterLink:
 
         while True:
             with contextlib.suppress(EtcdUnavailable):
-                async for _ in self.etcd.watch_prefix(self.prefix):
+                async for _ in self._etcd.watch_prefix(self.prefix):
                     self._read_wanted.set()
             self._read_wanted.set()
             await asyncio.sleep(min(1.0, self.cfg.lease_ttl_s / 3))  # no spin while etcd is down
@@ -215,7 +226,7 @@ class ClusterLink:
         from watchdog.etcd import EtcdUnavailable
 
         try:
-            kvs = await self.etcd.get_prefix(self.prefix)
+            kvs = await self._etcd.get_prefix(self.prefix)
         except EtcdUnavailable:
             view = core.View(reachable=False)
         else:
@@ -250,7 +261,7 @@ class ClusterLink:
             value = json.dumps(member.to_json()).encode()
             key = f"{self.prefix}members/{self.cfg.node_rank}"
             try:
-                await self.etcd.put(key, value, lease=self._lease)
+                await self._etcd.put(key, value, lease=self._lease)
             except EtcdUnavailable:
                 await asyncio.sleep(min(1.0, self.cfg.lease_ttl_s / 3))
                 self._write_wanted.set()  # try again: the latest value wins

@@ -601,6 +601,8 @@ class Daemon:
         self.hooks.cfg = new.hooks
         self.monitor.reconfigure(health_of(new))
         self.dispatch(policy.PolicyChanged(local_policy_of(new)))
+        if self.cluster is not None:
+            self.cluster.co.policy = policy_of(new)  # the next proposal uses the new restart.*
         self.emit("config_reloaded", config=new.source, needs_restart=_needs_restart(old, new))
         self.notifier.reloaded()
         return None

@@ -9,12 +9,19 @@ answered, so one stopped member costs one timeout at most; when none answers the
 from __future__ import annotations
 
 import base64
+import contextlib
+import importlib
 import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+# httpcore imports anyio's asyncio backend on the first request, on the event loop (tens of ms
+# of imports inside one callback). This module is imported before the loop runs: do it now.
+with contextlib.suppress(ImportError):
+    importlib.import_module("anyio._backends._asyncio")
 
 
 class EtcdUnavailable(Exception):
