@@ -9,6 +9,7 @@ import pathlib
 import signal
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import fakegpu
@@ -134,9 +135,11 @@ def test_job_killed_on_one_node_restarts_all_three_into_the_next_epoch(cluster: 
     pid = c.daemons[1].status()["job"]["pid"]
     killed_at = time.time()
     os.kill(pid, signal.SIGKILL)
-    t0 = time.monotonic()
-    c.wait_running(2, 10)
-    assert time.monotonic() - t0 <= 10
+    c.wait_running(2, 60)  # healthy takes a progress line and GPU samples on top
+    # Timed by the jobs themselves (their start lines), not by how fast the CLI polls here.
+    starts = {n: t for w, n, e, _, t in c.lines() if w == "start" and e == 2}
+    assert sorted(starts) == [0, 1, 2]
+    assert max(starts.values()) - killed_at <= 10, (starts, killed_at)
     assert_never_mixed(c, {pid: killed_at})
     st = c.cluster(0)
     assert st["epoch"] == 2 and st["nodes_present"] == 3 and st["missing"] == []
@@ -156,8 +159,8 @@ def test_lost_node_makes_the_others_wait_and_its_return_restarts_all(cluster: Cl
     waiting_nodes naming it, without restart-looping; its new daemon joins the next epoch."""
     c = cluster
     c.wait_running(1, 60)
+    killed_at = time.time()
     c.daemons[2].kill()
-    t0 = time.monotonic()
 
     def waiting() -> bool:
         return all(
@@ -166,12 +169,14 @@ def test_lost_node_makes_the_others_wait_and_its_return_restarts_all(cluster: Cl
             for r in (0, 1)
         )
 
-    wait_until(waiting, TTL + 2, "nodes 0 and 1 waiting for node 2")
-    assert time.monotonic() - t0 <= TTL + 2
+    wait_until(waiting, 30, "nodes 0 and 1 waiting for node 2")
+    for r in (0, 1):  # timed by the daemons' own event stamps, not by this poll
+        lost = c.daemons[r].wait_event("node_lost", node_rank=2)[0]
+        noticed_s = datetime.fromisoformat(lost["ts"]).timestamp() - killed_at
+        assert noticed_s <= TTL + 2, (r, noticed_s)
     st = c.daemons[0].status()
     assert st["cluster"]["nodes_present"] == 2 and st["job"]["pid"] is None
     assert st["cluster"]["waiting_for"] == [2]
-    assert c.daemons[0].wait_event("node_lost", node_rank=2)
     rc, out, _ = c.daemons[0].ctl("status")
     assert rc == 3 and "waiting_nodes" in out and "missing node 2" in out, out
     epoch = st["cluster"]["epoch"]
