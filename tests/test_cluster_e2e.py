@@ -60,13 +60,24 @@ class Cluster:
 
     def start(self) -> Cluster:
         self.etcd.start()
-        self.daemons = [self.daemon(r).start() for r in range(NODES)]
+        for r in range(NODES):
+            d = self.daemon(r)
+            self.daemons.append(d)  # listed before it starts, so stop() ends it whatever happens
+            d.start()
         return self
 
     def stop(self) -> None:
+        """Stop every daemon and etcd member even when one stop fails (harness.stop raises on
+        a blocked event loop), then report the first failure."""
+        errors: list[BaseException] = []
         for d in self.daemons + self.retired:
-            d.stop()
+            try:
+                d.stop()
+            except BaseException as e:
+                errors.append(e)
         self.etcd.stop()
+        if errors:
+            raise errors[0]
 
     def cluster(self, rank: int) -> dict[str, Any]:
         result: dict[str, Any] = self.daemons[rank].status()["cluster"]
@@ -184,7 +195,8 @@ def test_lost_node_makes_the_others_wait_and_its_return_restarts_all(cluster: Cl
     assert c.cluster(0)["epoch"] == epoch and c.cluster(1)["epoch"] == epoch
     assert len([e for e in c.daemons[0].events() if e["event"] == "child_spawned"]) == 1
     c.retired.append(c.daemons[2])
-    c.daemons[2] = c.daemon(2).start()  # kills the stale job tree, then joins
+    c.daemons[2] = c.daemon(2)
+    c.daemons[2].start()  # kills the stale job tree, then joins
     c.wait_running(epoch, 30)
 
 
