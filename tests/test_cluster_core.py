@@ -312,6 +312,34 @@ def test_partitioned_node_keeps_its_job_then_adopts_the_new_epoch() -> None:
     assert [n.opened for n in nodes] == [[1, 2], [1, 2], [1, 2]]
 
 
+def test_adopted_job_of_the_current_epoch_keeps_running() -> None:
+    """A daemon restarted quickly adopts its job; still the current epoch: nothing restarts."""
+    store, nodes = started_cluster()
+    fresh = Node(store, 1)
+    fresh.run(fresh.co.adopted(1, 9.0, 1009.0))
+    settle([nodes[0], fresh, nodes[2]], 9.0)
+    assert store.record is not None and store.record.epoch == 1
+    assert fresh.stops == [] and nodes[0].stops == []
+    assert store.members[1].running_epoch == 1
+
+
+def test_adopted_job_of_an_older_epoch_is_stopped_and_rejoins() -> None:
+    """An adopted job of an epoch the others left (or of no known epoch) is stopped, and the
+    node joins the current epoch instead of proposing one."""
+    store, nodes = started_cluster()
+    del store.members[2]
+    settle(nodes[:2], 5.0)  # node 2 lost: epoch 2 proposed, the others wait
+    revision = store.revision
+    fresh = Node(store, 2)
+    fresh.run(fresh.co.adopted(1, 9.0, 1009.0))
+    fresh.observe(9.0)
+    assert fresh.stops == [2] and store.revision == revision
+    unknown = Node(store, 2)
+    unknown.run(unknown.co.adopted(None, 9.0, 1009.0))
+    unknown.observe(9.0)
+    assert unknown.stops == [2] and store.revision == revision
+
+
 class Sim:
     """Three nodes with jobs that stop when told and fail at random, for the invariant test."""
 

@@ -167,7 +167,8 @@ def test_job_killed_on_one_node_restarts_all_three_into_the_next_epoch(cluster: 
 
 def test_lost_node_makes_the_others_wait_and_its_return_restarts_all(cluster: Cluster) -> None:
     """SIGKILL node 2's daemon: the others see it within lease_ttl_s + 2 s and wait in
-    waiting_nodes naming it, without restart-looping; its new daemon joins the next epoch."""
+    waiting_nodes naming it, without restart-looping; its new daemon adopts the orphaned job of
+    the old epoch, stops it, and all three start the current epoch."""
     c = cluster
     c.wait_running(1, 60)
     killed_at = time.time()
@@ -196,8 +197,11 @@ def test_lost_node_makes_the_others_wait_and_its_return_restarts_all(cluster: Cl
     assert len([e for e in c.daemons[0].events() if e["event"] == "child_spawned"]) == 1
     c.retired.append(c.daemons[2])
     c.daemons[2] = c.daemon(2)
-    c.daemons[2].start()  # kills the stale job tree, then joins
+    c.daemons[2].start()  # adopts its old job (epoch 1), stops it, joins the current epoch
     c.wait_running(epoch, 30)
+    assert c.daemons[2].wait_event("job_adopted")
+    stops = [e for e in c.daemons[2].events() if e["event"] == "child_stopping"]
+    assert [e["reason"] for e in stops] == ["cluster_restart"], stops
 
 
 def test_one_etcd_member_stopped_changes_nothing(cluster: Cluster) -> None:

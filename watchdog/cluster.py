@@ -39,6 +39,21 @@ def missing_extra() -> str | None:
     return None
 
 
+def job_epoch(pid: int) -> int | None:
+    """The TRAIN_WATCHDOG_EPOCH a running job was given, or None (gone, unreadable, none)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+    except OSError:
+        return None
+    prefix = EPOCH_ENV.encode() + b"="
+    for item in env:
+        if item.startswith(prefix):
+            with contextlib.suppress(ValueError):
+                return int(item[len(prefix) :])
+    return None
+
+
 def local_policy(p: Policy) -> Policy:
     """The local supervisor's policy in cluster mode: the backoff and the budget are the
     cluster's (held in the epoch record), so locally a restart goes straight to the gate."""
@@ -133,6 +148,15 @@ class ClusterLink:
                 self._gate = None
             if self.co.epoch == epoch:
                 return epoch
+
+    def adopted(self, pid: int) -> None:
+        """A job we did not spawn: read which epoch it runs (its environment), off the loop."""
+
+        async def read_then_feed() -> None:
+            epoch = await asyncio.to_thread(job_epoch, pid)
+            self._feed(self.co.adopted(epoch, time.monotonic(), time.time()))
+
+        self._tasks.append(asyncio.get_running_loop().create_task(read_then_feed()))
 
     def spawned(self, epoch: int) -> None:
         self._feed(self.co.spawned(epoch))

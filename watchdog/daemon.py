@@ -171,6 +171,8 @@ class Daemon:
             if leader is not None:  # it died between the proof and the pidfd: end what is left
                 await self._adopt_previous_tree()
             self.dispatch(policy.DaemonStarted())
+        if self.cluster is not None and (pid := self.core.snapshot().pid) is not None:
+            self.cluster.adopted(pid)  # a job we did not spawn: which epoch does it run?
         ticker = self._spawn_task(self._tick_loop())
         pinger = self._spawn_task(self._watchdog_loop())
         await self._done

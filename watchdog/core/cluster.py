@@ -290,6 +290,14 @@ class Coordinator:
         self._me = replace(self._me, ready_epoch=None)
         return [self._announce()]
 
+    def adopted(self, epoch: int | None, now: float, wall_now: float) -> list[Action]:
+        """A job this daemon did not spawn (adopted after a daemon crash, or carried over by
+        reexec) runs `epoch` (None: unknown, taken as older than any): kept if still current."""
+        self._job_epoch = 0 if epoch is None else epoch
+        self._last_run = max(self._last_run, self._job_epoch)
+        self._me = replace(self._me, ready_epoch=epoch)
+        return [self._announce(), *self._decide(now, wall_now)]
+
     def proposal_failed(self) -> None:
         """The compare-and-swap never reached etcd: ask again at the next read."""
         self._proposed_at = None
