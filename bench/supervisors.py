@@ -58,6 +58,7 @@ def watchdogd_config(workdir: Path, command: Sequence[str], *, gpus: bool) -> di
             "backoff_max_s": 0,
             "jitter": 0,
             "max_restarts": 100_000,
+            "max_no_progress": 100_000,  # the respawn bench kills the job on purpose
             "window_s": 3600,
         },
         "control": {"socket": str(workdir / "ctl.sock")},

@@ -63,6 +63,7 @@ def base_config(tmp: pathlib.Path, command: list[str] | str) -> dict[str, Any]:
             "jitter": 0,
             "max_restarts": 50,
             "window_s": 60,
+            "max_no_progress": 50,  # most test jobs never print a step; test_torchrun sets it
         },
         "control": {"socket": str(tmp / "ctl.sock")},
         "state_dir": str(tmp / "state"),

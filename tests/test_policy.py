@@ -19,6 +19,7 @@ FAST = P.Policy(
     max_restarts=5,
     window_s=1000.0,
     startup_timeout_s=50.0,
+    max_no_progress=1000,  # these tests are about the restart budget; see test_noprogress.py
 )
 
 
@@ -141,7 +142,14 @@ def test_jitter_stays_within_bounds() -> None:
 def test_restart_budget_window_forgets_old_restarts() -> None:
     """Restarts older than window_s do not count toward fatal."""
     d = Driver(
-        P.Policy(backoff_initial_s=1, jitter=0, max_restarts=2, window_s=10, startup_timeout_s=99)
+        P.Policy(
+            backoff_initial_s=1,
+            jitter=0,
+            max_restarts=2,
+            window_s=10,
+            startup_timeout_s=99,
+            max_no_progress=1000,
+        )
     )
     d.feed(P.DaemonStarted(), 0.0)
     now = 0.0

@@ -34,6 +34,10 @@ class SupervisorMachine(RuleBasedStateMachine):
         self.sup = self.supervisor_class(POLICY, lambda: self.u)
         self.operator_stopped = False  # an operator stop (or shutdown) not yet undone by a start
         self.restarts_at: list[float] = []  # automatic restarts since the last operator start
+        # SPEC §12: restarts in a row after runs that never got healthy (no step is ever fed
+        # here, so health is what counts as progress), and whether the current run got healthy
+        self.no_progress_streak = 0
+        self.run_healthy = False
         self.now = 0.0
         self.live: set[int] = set()  # children the shell has and has not reaped
         self.pending_spawn = False
@@ -43,8 +47,9 @@ class SupervisorMachine(RuleBasedStateMachine):
         self.last_event = ""
         self.apply(P.DaemonStarted())
 
-    def apply(self, ev: P.Event) -> None:
-        for a in self.sup.handle(ev, self.now):
+    def apply(self, ev: P.Event) -> list[P.Action]:
+        actions = self.sup.handle(ev, self.now)
+        for a in actions:
             if isinstance(a, P.SpawnChild):
                 assert not self.pending_spawn, "two spawns in flight"
                 assert not self.live, "spawn while a child lives"
@@ -53,17 +58,29 @@ class SupervisorMachine(RuleBasedStateMachine):
             elif isinstance(a, P.KillTree):
                 self.pending_kill = True
             elif isinstance(a, P.Emit):
+                if a.event == "child_spawned":
+                    self.run_healthy = False
+                if a.event == "child_healthy":
+                    self.run_healthy = True
                 if a.event == "restart_scheduled":
                     delay = float(str(a.fields["delay_s"]))
                     assert POLICY.backoff_initial_s - 1e-3 <= delay <= POLICY.backoff_max_s + 1e-3
                     self.restarts_at.append(self.now)
-                if a.event == "fatal":
+                    self.no_progress_streak = 0 if self.run_healthy else self.no_progress_streak + 1
+                    assert a.fields["no_progress"] == self.no_progress_streak
+                    self.run_healthy = False  # a spawn that fails is a run without progress
+                if a.event == "fatal" and a.fields["reason"] == "no_progress":
+                    # the other way into fatal: max_no_progress restarts in a row got nowhere
+                    assert self.no_progress_streak == POLICY.max_no_progress, a.fields
+                    assert not self.run_healthy
+                elif a.event == "fatal":
                     assert self.last_event in ("crash", "spawn_failed", "health", "tick", "tree")
                     # fatal only through the budget: max_restarts within the window, spent
                     recent = [t for t in self.restarts_at if t > self.now - POLICY.window_s]
                     assert len(recent) >= POLICY.max_restarts, f"fatal after {recent}"
             elif isinstance(a, P.Exit):
                 self.exited = True
+        return actions
 
     @rule(dt=st.floats(min_value=0.0, max_value=40.0), u=st.floats(0.0, 0.999))
     def time_passes(self, dt: float, u: float) -> None:
@@ -125,7 +142,9 @@ class SupervisorMachine(RuleBasedStateMachine):
         elif cmd in ("start", "restart") and not self.exited:
             self.operator_stopped = False  # an operator start leaves stop and fatal alike
             self.restarts_at.clear()
-        self.apply(P.OperatorCommand(cmd))  # type: ignore[arg-type]
+        out = self.apply(P.OperatorCommand(cmd))  # type: ignore[arg-type]
+        if cmd in ("start", "restart") and not any(isinstance(a, P.Refuse) for a in out):
+            self.no_progress_streak = 0  # a start that is carried out grants the count anew
 
     @rule()
     def shutdown(self) -> None:

@@ -328,6 +328,14 @@ class GpusConfig:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointConfig:
+    """progress.checkpoint (SPEC §12): where the job's checkpoints are and how to read them."""
+
+    path: str = field(metadata=_m(path=True))  # a checkpoint folder or Megatron's tracker file
+    kind: Literal["megatron", "hf", "dcp", "mtime"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ProgressConfig:
     file: str | None = field(default=None, metadata=_m(path=True))
     pattern: re.Pattern[str] = field(default=_DEFAULT_PATTERN, metadata=_m(parse=_parse_pattern))
@@ -335,6 +343,7 @@ class ProgressConfig:
     min_tokens_per_s: float | None = field(default=None, metadata=_m(gt=0))
     min_fraction: float | None = field(default=0.3, metadata=_m(gt=0, le=1))
     low_for_s: float = field(default=300.0, metadata=_m(gt=0))
+    checkpoint: CheckpointConfig | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -353,6 +362,7 @@ class RestartConfig:
     reset_after_s: float = field(default=1800.0, metadata=_m(gt=0))
     max_restarts: int = field(default=10, metadata=_m(ge=1))
     window_s: float = field(default=3600.0, metadata=_m(gt=0))
+    max_no_progress: int = field(default=3, metadata=_m(ge=1))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

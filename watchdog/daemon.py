@@ -38,6 +38,7 @@ from watchdog.hooks import Hooks
 from watchdog.logs import EventLog, configure_structlog
 from watchdog.notify import Notifier
 from watchdog.persist import FileWriter, StateWriter, restore_durable
+from watchdog.probes.checkpoint import CheckpointWatch
 from watchdog.probes.progress import FollowResult, LogFollower, tail_lines
 from watchdog.proctitle import ProcTitle
 from watchdog.statedir import StateDir
@@ -47,6 +48,7 @@ LOG_OPEN_TIMEOUT_S = 10.0  # opening the job's log and writing the start marker
 PROGRESS_READ_TIMEOUT_S = 5.0  # one poll of the progress log
 STARTUP_SCAN_TIMEOUT_S = 30.0  # the startup search for a previous daemon's job tree
 GOODPUT_SAVE_EVERY_S = 10.0  # issue 8: persist goodput at most this often, and at exit
+CHECKPOINT_EVERY_S = 2.0  # status's view of progress.checkpoint; decisions read it afresh
 
 
 def policy_of(cfg: config.Config) -> policy.Policy:
@@ -61,6 +63,8 @@ def policy_of(cfg: config.Config) -> policy.Policy:
         window_s=r.window_s,
         restart_on=r.on,
         startup_timeout_s=cfg.startup.timeout_s,
+        max_no_progress=r.max_no_progress,
+        progress_marker="step" if cfg.progress.checkpoint is None else "checkpoint",
     )
 
 
@@ -132,6 +136,8 @@ class Daemon:
         if cfg.cluster is not None:
             restart = lambda reason: self.dispatch(policy.RestartRequested(reason))  # noqa: E731
             self.cluster = cluster.ClusterLink(cfg.cluster, policy_of(cfg), self.emit, restart)
+        self.checkpoints = _checkpoint_watch(cfg)
+        self._checkpoint_read_at = 0.0
 
     # -------------------------------------------------------------------- running
 
@@ -211,6 +217,8 @@ class Daemon:
     def _execute(self, action: policy.Action) -> None:
         match action:
             case policy.Emit(event=name, fields=fields):
+                if name == "restart_scheduled":
+                    self.goodput.count_lost_work(fields.get("lost_work_s"))
                 self.emit(name, **fields)
             case policy.SpawnChild(attempt=attempt):
                 self._start_task = self._spawn_task(self._start(attempt))
@@ -285,6 +293,7 @@ class Daemon:
     async def _prepare_start(self) -> policy.SpawnFailed | None:
         """Drained GPUs, then pre_start (SPEC §4). Returns why the start fails, or None."""
         job = self.cfg.job
+        await self.read_checkpoint()  # the baseline: what is there is not this run's progress
         why = await self.gpus.wait_drained(self._our_pids)
         if why is not None:
             return policy.SpawnFailed("gpu_memory_held", why)
@@ -408,6 +417,7 @@ class Daemon:
                 reaper=self.reaper,
             )
             self._save_state(None)
+            await self.read_checkpoint()  # all the run wrote, before the core judges the run
         except Exception as e:
             # A watchdog bug inside the stop: fail closed. Kill what we can prove is the job,
             # then park; reporting "stopped" here would start a second job beside the first.
@@ -510,9 +520,14 @@ class Daemon:
                     mtime = found.latest_mtime
                     age_s = None if mtime is None else time.time() - mtime
                     monitor.progress_line(found.latest, now, age_s, self._polled_at)
+                    if (at := monitor.last_progress_at) is not None:
+                        self.dispatch(policy.ProgressMarked("step", found.latest.step, at))
                 self._polled_at = now
         if sample is not None:
             self.monitor.gpu_sample(sample)
+        if self.checkpoints is not None and now - self._checkpoint_read_at >= CHECKPOINT_EVERY_S:
+            self._checkpoint_read_at = now
+            self._spawn_task(self.read_checkpoint())
         if snap.pid is not None:
             v = self.monitor.assess(now)
             self.dispatch(policy.HealthAssessed(snap.pid, v.healthy, v.firing, v.evidence))
@@ -538,6 +553,20 @@ class Daemon:
         if not self._progress_hung:
             self.emit("progress_read_hung", path=path, detail=str(e))
         self._progress_hung = True
+
+    async def read_checkpoint(self) -> None:
+        """Read progress.checkpoint (in a thread, bounded) and tell the core what is there."""
+        if (watch := self.checkpoints) is None:
+            return
+        try:
+            found = await watch.read()
+        except Exception as e:  # a reader bug must never fail a stop or a start
+            self.emit("internal_error_caught", where="checkpoint", error=f"{type(e).__name__}: {e}")
+            return
+        if found.mark is not None and found.written_at is not None:
+            # Its own mtime on the monotonic clock, however old: lost work counts from it.
+            at = time.monotonic() - max(0.0, time.time() - found.written_at)
+            self.dispatch(policy.ProgressMarked("checkpoint", found.mark, at))
 
     async def _watchdog_loop(self) -> None:
         interval = self.notifier.watchdog_interval_s
@@ -577,6 +606,8 @@ class Daemon:
                 version=__version__,
                 log_file=self.cfg.job.log_file,
                 goodput=self.goodput.totals(),
+                checkpoint=None if self.checkpoints is None else self.checkpoints.as_dict(),
+                checkpoint_at=self.core.snapshot().best_mark_at,
             )
         )
 
@@ -602,6 +633,8 @@ class Daemon:
         self.gpus.cfg = new.gpus
         self.hooks.cfg = new.hooks
         self.monitor.reconfigure(health_of(new))
+        if new.progress.checkpoint != old.progress.checkpoint:
+            self.checkpoints = _checkpoint_watch(new)
         self.dispatch(policy.PolicyChanged(local_policy_of(new)))
         if self.cluster is not None:
             self.cluster.co.policy = policy_of(new)  # the next proposal uses the new restart.*
@@ -780,6 +813,11 @@ class Daemon:
                 time.monotonic() < deadline
             ):
                 await asyncio.sleep(0.02)
+
+
+def _checkpoint_watch(cfg: config.Config) -> CheckpointWatch | None:
+    c = cfg.progress.checkpoint
+    return None if c is None else CheckpointWatch(c.path, c.kind)
 
 
 def _needs_restart(old: config.Config, new: config.Config) -> str | None:

@@ -87,6 +87,9 @@ class Goodput:
         self._unconfirmed: list[tuple[float, float, str]] = []
         self._prev: _Observation | None = None
         self._restarts_seen = 0  # the core's restarts_total at the last count_restarts()
+        # SPEC §12: training since the last checkpoint that each restart threw away. It is not
+        # a time bucket (that time was productive when it ran); it says what the restarts cost.
+        self._lost_work_s = 0.0
 
     # ------------------------------------------------------------------------- inputs
 
@@ -114,6 +117,11 @@ class Goodput:
             reason = last_reason or "unknown"
             self._restarts[reason] = self._restarts.get(reason, 0) + delta
 
+    def count_lost_work(self, seconds: object) -> None:
+        """Add a restart's `lost_work_s` (None without progress.checkpoint)."""
+        if isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds > 0:
+            self._lost_work_s += float(seconds)
+
     # ------------------------------------------------------------------------- queries
 
     def totals(self) -> dict[str, Any]:
@@ -129,6 +137,7 @@ class Goodput:
             "lost_s": {k: round(v, 1) for k, v in sorted(self._lost_s.items())},
             "unconfirmed_s": round(sum(end - start for start, end, _ in self._unconfirmed), 1),
             "restarts": dict(sorted(self._restarts.items())),
+            "lost_work_s": round(self._lost_work_s, 1),
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -140,6 +149,7 @@ class Goodput:
             "stopped_s": self._stopped_s,
             "lost_s": dict(self._lost_s),
             "restarts": dict(self._restarts),
+            "lost_work_s": self._lost_work_s,
         }
 
     @classmethod
@@ -151,6 +161,8 @@ class Goodput:
         g._productive_s = _seconds(data, "productive_s")
         g._starting_s = _seconds(data, "starting_s")
         g._stopped_s = _seconds(data, "stopped_s")
+        if "lost_work_s" in data:  # absent in records written before it existed
+            g._lost_work_s = _seconds(data, "lost_work_s")
         lost = _mapping(data, "lost_s")
         g._lost_s.update({str(k): _seconds(lost, k) for k in lost})
         restarts = _mapping(data, "restarts")

@@ -94,6 +94,7 @@ REASONS: dict[str, str] = {
     "shutdown": "the daemon was asked to exit",
     "paused": "maintenance mode",
     "stop_unverified": "the job's tree could not be verified gone: parked, never doubled",
+    "no_progress": "restart.max_no_progress restarts in a row got no further: parked (SPEC §12)",
     # why a start failed
     "gpu_memory_held": "the GPUs did not drain in gpus.reclaim_timeout_s",
     "pre_start_failed": "a pre_start command failed",

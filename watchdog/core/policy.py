@@ -19,6 +19,7 @@ from enum import StrEnum
 from typing import Literal
 
 from watchdog.core.durable import Durable
+from watchdog.core.noprogress import Marker, NoProgressTally
 
 
 class State(StrEnum):
@@ -49,6 +50,8 @@ class Policy:
     window_s: float = 3600.0
     restart_on: frozenset[str] = frozenset({"exited", "gpus_idle", "stalled", "startup_timeout"})
     startup_timeout_s: float = 1200.0
+    max_no_progress: int = 3  # SPEC §12: automatic restarts in a row without progress
+    progress_marker: Marker = "step"  # "checkpoint" with progress.checkpoint
 
     def backoff_delay(self, failures: int, u: float) -> float:
         """Delay before restart number `failures` (0-based); `u` in [0, 1) drives the jitter."""
@@ -141,6 +144,16 @@ class IncidentSaved:
 
 
 @dataclass(frozen=True, slots=True)
+class ProgressMarked:
+    """A progress line (kind "step", value = its step or None) or a checkpoint read (kind
+    "checkpoint", value = its iteration or mtime), written at `at` (monotonic)."""
+
+    kind: Marker
+    value: float | None
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyChanged:
     policy: Policy
 
@@ -169,6 +182,7 @@ Event = (
     | TreeStopped
     | HealthAssessed
     | IncidentSaved
+    | ProgressMarked
     | PolicyChanged
     | Tick
     | RestartRequested
@@ -239,6 +253,9 @@ class Snapshot:
     next_restart_at: float | None
     consecutive_failures: int
     last_exit: tuple[int | None, int | None] | None  # (exit_code, signal)
+    no_progress_restarts: int = 0  # automatic restarts in a row without progress (SPEC §12)
+    best_mark: float | None = None  # the highest step or checkpoint seen
+    best_mark_at: float | None = None  # when it was written
 
 
 class Supervisor:
@@ -268,6 +285,7 @@ class Supervisor:
         self._exiting = False  # Exit was returned: nothing may start any more
         self._leader_exited = False  # the child is reaped; its tree may still be stopping
         self._startup_expired = False  # startup_timeout fired and the child was never healthy
+        self._tally = NoProgressTally()
         self._now = 0.0
 
     # ------------------------------------------------------------------------ queries
@@ -298,6 +316,9 @@ class Supervisor:
             next_restart_at=self._backoff_until if self._state is State.BACKOFF else None,
             consecutive_failures=self._failures,
             last_exit=self._last_exit,
+            no_progress_restarts=self._tally.in_a_row,
+            best_mark=self._tally.best,
+            best_mark_at=self._tally.best_at,
         )
 
     @property
@@ -410,6 +431,9 @@ class Supervisor:
                 if self._state is State.STOPPING:
                     self._stop_incident = path
                 return []
+            case ProgressMarked():
+                self._marked(event)
+                return []
             case PolicyChanged(policy=policy):
                 self._policy = policy
                 return []
@@ -467,6 +491,7 @@ class Supervisor:
         self._healthy_since = None
         self._leader_exited = False
         self._startup_expired = False
+        self._tally.run_started(now)
         if self._state is State.STOPPING:  # a stop arrived while we were spawning: stop wins
             return [KillTree(pid=pid, reason=self._stop_reason)]
         return [Emit("child_spawned", {"pid": pid, "attempt": self._attempt})]
@@ -478,6 +503,7 @@ class Supervisor:
         emit = Emit("child_start_failed", {"reason": reason, "detail": detail})
         if self._state is State.STOPPING:
             return [emit, *self._finish_stop(now)]
+        self._tally.run_started(now)  # an empty run: it counts against max_no_progress too
         return [emit, *self._fail(reason, now)]
 
     def _exited(self, ev: ChildExited) -> list[Action]:
@@ -567,10 +593,16 @@ class Supervisor:
             return [Emit("child_stopped", {"reason": reason, "paused": True})]
         if self._healthy_since is not None and now - self._healthy_since >= p.reset_after_s:
             self._failures = 0
-        self._healthy_since = None
+        was_healthy, self._healthy_since = self._healthy_since is not None, None
         while self._restart_times and self._restart_times[0] <= now - p.window_s:
             self._restart_times.popleft()
         incident = self._take_incident()
+        marker = p.progress_marker
+        if not self._tally.restart_allowed(marker, was_healthy, p.max_no_progress):
+            self._state, self._last_reason = State.FATAL, "no_progress"
+            fields: dict[str, object] = {"reason": "no_progress", "last_reason": reason}
+            fields |= {"restarts": self._tally.in_a_row, "marker": marker, **incident}
+            return [Emit("fatal", fields | {"best": self._tally.best})]
         if len(self._restart_times) >= p.max_restarts:
             self._state = State.FATAL
             return [
@@ -598,6 +630,8 @@ class Supervisor:
                     "delay_s": round(delay, 3),
                     "attempt": self._failures,
                     **incident,
+                    "lost_work_s": _round(self._tally.lost_work_s(marker)),
+                    "no_progress": self._tally.in_a_row,
                 },
             )
         ]
@@ -667,6 +701,7 @@ class Supervisor:
             return [Refuse(f"already {self.snapshot().state.value}")]
         self._restart_times.clear()
         self._failures = 0
+        self._tally.reset()
         if alive or self._state is State.STOPPING:
             return self._stop("operator", "start")
         self._last_reason = "operator" if cmd == "restart" else self._last_reason
@@ -714,6 +749,16 @@ class Supervisor:
             self._state = State.RUNNING
         return out
 
+    def _marked(self, ev: ProgressMarked) -> None:
+        """Feed the no-progress tally; only the configured marker moves the high-water mark."""
+        marker = self._policy.progress_marker
+        if ev.kind == "step":
+            self._tally.progress_line(ev.at)
+        if ev.value is None or ev.kind != marker:
+            return
+        if self._tally.mark(ev.value, ev.at) and ev.kind == "checkpoint":
+            self._tally.checkpoint_written(ev.at)
+
     def _tick(self, now: float) -> list[Action]:
         until = self._backoff_until
         if self._state is State.BACKOFF and until is not None and now >= until:
@@ -759,3 +804,7 @@ def _exit_pair(v: object) -> tuple[int | None, int | None]:
         raise ValueError(f"last_exit {v!r}")
     code, sig = pair
     return (code if isinstance(code, int) else None, sig if isinstance(sig, int) else None)
+
+
+def _round(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 1)

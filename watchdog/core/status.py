@@ -29,6 +29,8 @@ class StatusInputs:
     version: str
     log_file: str
     goodput: Mapping[str, Any] | None = None  # goodput.Goodput.totals() (issue 8)
+    checkpoint: Mapping[str, Any] | None = None  # progress.checkpoint's last reading (SPEC §12)
+    checkpoint_at: float | None = None  # when the newest checkpoint was written (monotonic)
 
 
 def build_status(i: StatusInputs) -> dict[str, Any]:
@@ -57,6 +59,7 @@ def build_status(i: StatusInputs) -> dict[str, Any]:
             "last_progress_age_s": None
             if i.last_progress_at is None
             else round(i.now - i.last_progress_at, 1),
+            "checkpoint": _checkpoint(i),
         },
         "restarts": {
             "total": snap.restarts_total,
@@ -64,6 +67,7 @@ def build_status(i: StatusInputs) -> dict[str, Any]:
             "last_reason": snap.last_reason,
             "next_restart_in_s": None if next_in is None else round(next_in, 1),
             "consecutive_failures": snap.consecutive_failures,
+            "no_progress": snap.no_progress_restarts,
         },
         "paused": snap.paused,
         "incident": i.incident,
@@ -74,6 +78,15 @@ def build_status(i: StatusInputs) -> dict[str, Any]:
             "uptime_s": round(i.now - i.daemon_started_at, 1),
         },
     }
+
+
+def _checkpoint(i: StatusInputs) -> dict[str, Any] | None:
+    """The newest complete checkpoint and its age; null without progress.checkpoint."""
+    if i.checkpoint is None:
+        return None
+    found = i.checkpoint.get("mark") is not None and i.checkpoint_at is not None
+    age = round(i.now - i.checkpoint_at, 1) if found and i.checkpoint_at is not None else None
+    return {**i.checkpoint, "age_s": age}
 
 
 def _last_exit(snap: Snapshot) -> dict[str, int | None] | None:

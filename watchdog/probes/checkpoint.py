@@ -1,0 +1,193 @@
+"""Read where the job's newest complete checkpoint is (progress.checkpoint, SPEC §12).
+
+The `pick_*` and `parse_*` functions are PURE; `read_checkpoint()` is the boundary (it only
+lists folders and reads one small file, never writes) and `CheckpointWatch` runs it off the
+event loop under a deadline: a checkpoint folder on a hung network filesystem must not stall the
+daemon. Kinds:
+
+- `megatron`: `latest_checkpointed_iteration.txt` (Megatron-LM and NeMo write it after every rank
+  finished saving): its iteration. `path` is the save folder or the tracker file itself.
+- `hf`: Hugging Face Trainer's `checkpoint-<step>/` folders. The newest may be half written (the
+  job died while saving); the Trainer writes `trainer_state.json` after the model, optimizer and
+  scheduler, so a folder counts only once that file is there.
+- `dcp`: torch.distributed.checkpoint writes `.metadata` last, on the coordinator, after every
+  rank's shards: a folder with `.metadata` is complete. `path` is one such folder (overwritten
+  in place: its mark is the mtime of `.metadata`) or a folder of them (`step_100/`...: the
+  highest number in their names; their mtime when a name has none).
+- `mtime`: the newest modification time of `path` and its direct entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+TRACKER = "latest_checkpointed_iteration.txt"
+HF_DONE = "trainer_state.json"
+DCP_DONE = ".metadata"
+MAX_ENTRIES = 10_000  # entries looked at per folder: a bound on one read's cost
+READ_TIMEOUT_S = 5.0
+
+_HF_NAME = re.compile(r"checkpoint-([0-9]{1,18})\Z")
+_NUMBER = re.compile(r"([0-9]{1,18})(?!.*[0-9])")  # the last run of digits in a name
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The newest complete checkpoint: `mark` orders them (an iteration, or an mtime for kind
+    mtime and unnumbered DCP folders); `written_at` is its mtime (wall clock, seconds)."""
+
+    mark: float | None
+    label: str | None = None
+    written_at: float | None = None
+    error: str | None = None
+
+
+# ------------------------------------------------------------------------------- pure parts
+
+
+def parse_megatron_tracker(text: str) -> int | None:
+    """The iteration in a tracker file; None for `release` (a converted model, not a run)."""
+    word = text.strip()
+    return int(word) if re.fullmatch(r"[0-9]{1,18}", word) else None
+
+
+def pick_hf(entries: Iterable[tuple[str, bool]]) -> tuple[int, str] | None:
+    """(step, name) of the highest `checkpoint-N` folder that is complete, of (name, complete)."""
+    best: tuple[int, str] | None = None
+    for name, complete in entries:
+        m = _HF_NAME.match(name)
+        if m and complete and (best is None or int(m[1]) > best[0]):
+            best = (int(m[1]), name)
+    return best
+
+
+def pick_dcp(entries: Iterable[tuple[str, float]]) -> tuple[float, str] | None:
+    """(mark, name) of the newest of complete DCP folders given as (name, mtime of .metadata):
+    the highest number in the names when every name has one, else the newest mtime."""
+    items = list(entries)
+    if not items:
+        return None
+    numbers = [(_NUMBER.search(name), name) for name, _ in items]
+    if all(m is not None for m, _ in numbers):
+        return max((float(m[1]), name) for m, name in numbers if m is not None)
+    mtime, name = max((mtime, name) for name, mtime in items)
+    return mtime, name
+
+
+# ------------------------------------------------------------------------------ the reading
+
+
+def read_checkpoint(path: str, kind: str) -> Checkpoint:
+    """Blocking: the newest complete checkpoint under `path`, or why there is none."""
+    try:
+        if kind == "megatron":
+            return _read_megatron(path)
+        if kind == "hf":
+            return _read_hf(path)
+        if kind == "dcp":
+            return _read_dcp(path)
+        return _read_mtime(path)
+    except FileNotFoundError:
+        return Checkpoint(None, error=f"{path}: no checkpoint yet")
+    except (OSError, UnicodeDecodeError) as exc:
+        return Checkpoint(None, error=f"{path}: {exc}")
+
+
+def _read_megatron(path: str) -> Checkpoint:
+    tracker = path if os.path.basename(path) == TRACKER else os.path.join(path, TRACKER)
+    with open(tracker, encoding="utf-8") as f:
+        text = f.read(64)
+    iteration = parse_megatron_tracker(text)
+    if iteration is None:
+        return Checkpoint(None, error=f"{tracker}: no iteration in {text.strip()[:20]!r}")
+    return Checkpoint(iteration, f"iteration {iteration}", os.stat(tracker).st_mtime)
+
+
+def _subdirs(path: str) -> list[os.DirEntry[str]]:
+    out = []
+    with os.scandir(path) as it:
+        for n, entry in enumerate(it):
+            if n >= MAX_ENTRIES:
+                break
+            if entry.is_dir(follow_symlinks=False):
+                out.append(entry)
+    return out
+
+
+def _read_hf(path: str) -> Checkpoint:
+    dirs = [e for e in _subdirs(path) if _HF_NAME.match(e.name)]
+    done = {e.name: os.path.join(e.path, HF_DONE) for e in dirs}
+    best = pick_hf((name, os.path.exists(p)) for name, p in done.items())
+    if best is None:
+        return Checkpoint(None, error=f"{path}: no complete checkpoint-N folder yet")
+    step, name = best
+    return Checkpoint(step, name, os.stat(done[name]).st_mtime)
+
+
+def _read_dcp(path: str) -> Checkpoint:
+    own = os.path.join(path, DCP_DONE)
+    if os.path.exists(own):
+        mtime = os.stat(own).st_mtime
+        return Checkpoint(mtime, os.path.basename(path), mtime)
+    found: dict[str, float] = {}
+    for e in _subdirs(path):
+        try:
+            found[e.name] = os.stat(os.path.join(e.path, DCP_DONE)).st_mtime
+        except FileNotFoundError:
+            continue  # still being written, or not a checkpoint
+    best = pick_dcp(found.items())
+    if best is None:
+        return Checkpoint(None, error=f"{path}: no folder with {DCP_DONE} yet")
+    mark, name = best
+    return Checkpoint(mark, name, found[name])
+
+
+def _read_mtime(path: str) -> Checkpoint:
+    newest = os.stat(path).st_mtime
+    if os.path.isdir(path):
+        with os.scandir(path) as it:
+            for n, entry in enumerate(it):
+                if n >= MAX_ENTRIES:
+                    break
+                try:
+                    newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+                except FileNotFoundError:
+                    continue
+    return Checkpoint(newest, os.path.basename(path), newest)
+
+
+class CheckpointWatch:
+    """Reads the checkpoint in a thread, one read at a time, each under READ_TIMEOUT_S."""
+
+    def __init__(self, path: str, kind: str) -> None:
+        self.path, self.kind = path, kind
+        self.last: Checkpoint | None = None
+        self._inflight: asyncio.Future[Checkpoint] | None = None
+
+    async def read(self) -> Checkpoint:
+        """The newest checkpoint now; a read still hung from before is waited on, not doubled."""
+        if self._inflight is None or self._inflight.done():
+            self._inflight = asyncio.ensure_future(
+                asyncio.to_thread(read_checkpoint, self.path, self.kind)
+            )
+        try:
+            found = await asyncio.wait_for(asyncio.shield(self._inflight), READ_TIMEOUT_S)
+        except TimeoutError:
+            found = Checkpoint(None, error=f"{self.path}: read took over {READ_TIMEOUT_S:g} s")
+        if found.mark is not None or self.last is None or self.last.mark is None:
+            self.last = found
+        return found
+
+    def as_dict(self) -> dict[str, object]:
+        c = self.last
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "mark": None if c is None else c.mark,
+            "label": None if c is None else c.label,
+            "error": None if c is None else c.error,
+        }
