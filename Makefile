@@ -11,10 +11,16 @@ DEMO := $(CURDIR)/.demo
 
 all: test
 
+# TORCH_PIP_ARGS: extra pip options for the torch extra (e.g. an index of CPU-only builds).
+TORCH_PIP_ARGS ?=
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev,diagnostics,metrics,cluster]'
+	@# The torchrun tests need torch; where it cannot be installed they skip and say why.
+	$(BIN)/pip install -q $(TORCH_PIP_ARGS) -e '.[torch]' || \
+		echo "torch could not be installed: tests/test_torchrun.py will be skipped" >&2
 	touch $@
 
 venv: $(STAMP)

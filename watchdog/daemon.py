@@ -25,6 +25,7 @@ from watchdog import (
     child,
     cluster,
     config,
+    evidence,
     incident,
     loopcheck,
     metrics,
@@ -138,6 +139,7 @@ class Daemon:
             self.cluster = cluster.ClusterLink(cfg.cluster, policy_of(cfg), self.emit, restart)
         self.checkpoints = _checkpoint_watch(cfg)
         self._checkpoint_read_at = 0.0
+        self._flight: tuple[str | None, float] = (None, 0.0)  # dump prefix, spawn (wall clock)
 
     # -------------------------------------------------------------------- running
 
@@ -323,6 +325,12 @@ class Daemon:
         marker = f"=== train-watchdog: start {attempt} at {stamp} ===\n".encode()
 
         def work() -> int:
+            # PyTorch writes no flight-recorder dump into a folder that does not exist
+            evidence.prepare_flight_dir(
+                evidence.with_torch_evidence(
+                    child.job_env(os.environ, job.env, self.token), self.cfg.state_dir
+                )
+            )
             fd = child.open_log(job.log_file)
             try:
                 os.write(fd, marker)
@@ -366,12 +374,11 @@ class Daemon:
             extra = dict(job.env)
             if self._epoch is not None:
                 extra[cluster.EPOCH_ENV] = str(self._epoch)
-            proc = child.spawn(
-                job.command,
-                cwd=job.cwd,
-                log_fd=log_fd,
-                env=child.job_env(os.environ, extra, self.token),
+            env = evidence.with_torch_evidence(
+                child.job_env(os.environ, extra, self.token), self.cfg.state_dir
             )
+            self._flight = (env.get(evidence.FLIGHT_FILE_VAR), time.time())
+            proc = child.spawn(job.command, cwd=job.cwd, log_fd=log_fd, env=env)
         except (OSError, ValueError) as e:
             why = e.strerror if isinstance(e, OSError) else str(e)
             self.dispatch(policy.SpawnFailed("spawn_failed", f"{job.command[0]}: {why}"))
@@ -463,7 +470,13 @@ class Daemon:
             self.emit("incident_failed", reason=reason, error=str(e))
             return None
         self.incident_path = path
-        self.emit("incident_saved", reason=reason, path=path)
+        prefix, since = self._flight
+        flight = asyncio.to_thread(evidence.collect_flight_records, prefix, since, path)
+        try:  # PyTorch's own dumps of this run, where it left any (bounded: the kill waits)
+            copied = await asyncio.wait_for(flight, 2.0)
+        except TimeoutError:
+            copied = []
+        self.emit("incident_saved", reason=reason, path=path, flight_records=len(copied))
         return path
 
     async def _our_pids(self) -> set[int]:

@@ -3,7 +3,8 @@
 Written before a kill for `gpus_idle`, `stalled` or `startup_timeout`, into
 `<state_dir>/incidents/<UTC %Y%m%dT%H%M%SZ>-<reason>/`: verdict.json, log_tail.txt,
 progress_tail.txt (when progress.file is set), gpu_samples.json, process_tree.txt, stacks.txt
-(py-spy), and errors.txt when a part failed.
+(py-spy; its version on the first line; torchrun workers named by rank), and errors.txt when a
+part failed.
 
 The kill must not wait on diagnostics: every part runs under a deadline (pyspy_timeout_s plus about
 a second in all), and trouble with one part is written down, never raised. Reading
@@ -50,6 +51,7 @@ class _ProcInfo:
     cmdline: str = ""
     is_python: bool = False
     error: str | None = None
+    rank: str | None = None  # torchrun's RANK (and LOCAL_RANK) of a worker, from its environ
 
 
 def find_pyspy() -> str | None:
@@ -136,8 +138,15 @@ def _is_python(name: str, exe: str, argv: Sequence[str]) -> bool:
     return any("python" in c.lower() for c in candidates)
 
 
+def _rank_of(environ: Mapping[str, str] | None) -> str | None:
+    """`rank 1 (local 1)` for a torchrun worker (it has RANK and LOCAL_RANK), else None."""
+    if not environ or "RANK" not in environ or "LOCAL_RANK" not in environ:
+        return None
+    return f"rank {environ['RANK']} (local {environ['LOCAL_RANK']})"
+
+
 def _describe(pid: int) -> _ProcInfo:
-    attrs = ["ppid", "status", "name", "exe", "cmdline", "memory_info"]
+    attrs = ["ppid", "status", "name", "exe", "cmdline", "memory_info", "environ"]
     try:
         info = psutil.Process(pid).as_dict(attrs=attrs, ad_value=None)
     except psutil.NoSuchProcess:
@@ -153,6 +162,7 @@ def _describe(pid: int) -> _ProcInfo:
         rss_bytes=memory.rss if memory is not None else None,
         cmdline=" ".join(argv) or f"[{info['name'] or '?'}]",
         is_python=_is_python(info["name"] or "", info["exe"] or "", argv),
+        rank=_rank_of(info["environ"]),
     )
 
 
@@ -208,7 +218,33 @@ async def _dump_stacks(procs: Sequence[_ProcInfo], timeout_s: float) -> str:
     )
     sections.update(zip(tasks, finished, strict=True))
     WAITED_ELSEWHERE.difference_update(proc.pid for proc in started.values())
-    return "".join(f"=== pid {p.pid}: {p.cmdline} ===\n{sections[p.pid]}\n" for p in targets)
+    version = await _pyspy_version(exe, max(0.0, deadline - asyncio.get_running_loop().time()))
+    head = f"# {version} ({exe})\n"
+    return head + "".join(
+        f"=== pid {p.pid}: {p.rank + ': ' if p.rank else ''}{p.cmdline} ===\n{sections[p.pid]}\n"
+        for p in targets
+    )
+
+
+async def _pyspy_version(exe: str, timeout_s: float) -> str:
+    """`py-spy 0.4.3`: which tool took the stacks (its output format changes between releases)."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            exe, "--version", stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE
+        )
+    except OSError as exc:
+        return f"py-spy (version unknown: {exc})"
+    WAITED_ELSEWHERE.add(proc.pid)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), max(timeout_s, _MIN_STEP_S))
+        return out.decode("utf-8", errors="replace").strip() or "py-spy (version unknown)"
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        return "py-spy (version unknown: --version overran)"
+    finally:
+        WAITED_ELSEWHERE.discard(proc.pid)
 
 
 async def _finish_dump(

@@ -1,0 +1,54 @@
+"""PyTorch's own evidence (watchdog/evidence.py): flight-recorder variables set only where the
+user set none, and the dumps of the run copied into its incident bundle."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from watchdog import evidence, incident
+
+
+def test_defaults_fill_only_what_the_user_left_unset(tmp_path: Path) -> None:
+    """A user's value wins, "0" included; the others are filled in, the dump under state_dir."""
+    env = evidence.with_torch_evidence({"TORCH_NCCL_DUMP_ON_TIMEOUT": "0", "PATH": "/bin"}, "/s")
+    assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "0"
+    assert env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
+    assert env[evidence.FLIGHT_FILE_VAR] == "/s/flight_recorder/nccl_trace_rank_"
+    assert env["PATH"] == "/bin"
+    mine = evidence.with_torch_evidence({evidence.FLIGHT_FILE_VAR: "/elsewhere/fr_"}, "/s")
+    assert mine[evidence.FLIGHT_FILE_VAR] == "/elsewhere/fr_"
+
+
+def test_flight_records_of_the_run_are_copied_never_moved(tmp_path: Path) -> None:
+    """Dumps written since the spawn are copied into the bundle; older ones and other files
+    stay out, and every source file stays where it was."""
+    dumps = tmp_path / "fr"
+    dumps.mkdir()
+    for name, mtime in (("nccl_trace_rank_0", 2000), ("nccl_trace_rank_1", 2000)):
+        (dumps / name).write_bytes(b"trace")
+        os.utime(dumps / name, (mtime, mtime))
+    (dumps / "nccl_trace_rank_7").write_bytes(b"old")
+    os.utime(dumps / "nccl_trace_rank_7", (500, 500))
+    (dumps / "unrelated").write_bytes(b"x")
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    prefix = str(dumps / "nccl_trace_rank_")
+    copied = evidence.collect_flight_records(prefix, 1000.0, str(bundle))
+    assert copied == ["nccl_trace_rank_0", "nccl_trace_rank_1"]
+    assert (bundle / "flight_recorder" / "nccl_trace_rank_1").read_bytes() == b"trace"
+    assert sorted(os.listdir(dumps)) == [
+        "nccl_trace_rank_0",
+        "nccl_trace_rank_1",
+        "nccl_trace_rank_7",
+        "unrelated",
+    ]
+    assert evidence.collect_flight_records(None, 0.0, str(bundle)) == []
+    assert evidence.collect_flight_records(str(tmp_path / "no" / "x_"), 0.0, str(bundle)) == []
+
+
+def test_torchrun_workers_are_named_by_rank() -> None:
+    """A process with RANK and LOCAL_RANK (a torchrun worker) is labelled; others are not."""
+    assert incident._rank_of({"RANK": "3", "LOCAL_RANK": "1"}) == "rank 3 (local 1)"
+    assert incident._rank_of({"RANK": "3"}) is None
+    assert incident._rank_of(None) is None

@@ -1,0 +1,183 @@
+"""Real multi-rank jobs (SPEC §12): real torch, real torchrun (`python -m torch.distributed.run`)
+with 2 ranks on gloo, under the real watchdogd. The job (tests/jobs/torch_ddp_job.py) is told
+what to break by a file in its work folder, never by a code change.
+
+Each scenario is bounded: the job steps every 0.1 s, the daemon's deadlines are seconds, and
+pytest's timeout ends a scenario that hangs all the same.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pathlib
+import sys
+
+import psutil
+import pytest
+from harness import ROOT, Daemon, base_config, merge, wait_until
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None,
+    reason="torch is not installed (make test installs the CPU build: the `torch` extra)",
+)
+
+JOB = ROOT / "tests" / "jobs" / "torch_ddp_job.py"
+PATTERN = r"step (?P<step>\d+) \|.*?(?P<tokens_per_s>[0-9][0-9.]*) tok/s"
+
+
+def torchrun_config(tmp: pathlib.Path, work: pathlib.Path, **over: object) -> dict[str, object]:
+    """torchrun as the user runs it under the watchdog: --max-restarts 0 (the watchdog restarts
+    the whole tree), a standalone rendezvous on a free loopback port, 2 ranks."""
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        "0",
+        "--monitor-interval",
+        "0.2",
+        str(JOB),
+        str(work),
+    ]
+    cfg = merge(
+        base_config(tmp, command),
+        {
+            "job": {"stop_timeout_s": 10, "env": {"CKPT_EVERY": "5", "OMP_NUM_THREADS": "1"}},
+            "progress": {"pattern": PATTERN, "stall_after_s": 60},
+            "startup": {"timeout_s": 90},
+            "restart": {"backoff_initial_s": 0.2, "backoff_max_s": 1},
+            "incidents": {"pyspy_timeout_s": 15},
+        },
+    )
+    return merge(cfg, dict(over))
+
+
+def runs(work: pathlib.Path) -> dict[int, set[int]]:
+    """Pids of each run, by its torchrun agent: {agent pid: {rank pids}}."""
+    found: dict[int, set[int]] = {}
+    for name in os.listdir(work / "pids") if (work / "pids").exists() else []:
+        agent, _rank, pid = (int(x) for x in name.split("-"))
+        found.setdefault(agent, set()).add(pid)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def rank_env(d: Daemon) -> dict[str, str]:
+    """The environment of one live torchrun worker of the daemon's job."""
+    for p in d.job_processes():
+        try:
+            env = p.environ()
+        except psutil.Error:
+            continue
+        if "LOCAL_RANK" in env:
+            return env
+    return {}
+
+
+@pytest.fixture
+def work(tmp_path: pathlib.Path) -> pathlib.Path:
+    folder = tmp_path / "work"
+    folder.mkdir()
+    return folder
+
+
+def test_killed_rank_restarts_the_whole_tree(tmp_path: pathlib.Path, work: pathlib.Path) -> None:
+    """A rank SIGKILLed at step 3 takes the job down as one: the agent and every rank of that
+    run are gone before the next start, which resumes training past step 3."""
+    (work / "fault").write_text("kill_rank=1\nat_step=3\nonce=1\n")
+    d = Daemon(tmp_path, torchrun_config(tmp_path, work)).start()
+    try:
+        d.wait_event("restart_scheduled", timeout=90, reason="exited")
+        d.wait_event("child_spawned", timeout=30, count=2)
+        wait_until(lambda: (d.status()["progress"]["step"] or 0) > 5, 90, "training past step 5")
+        first, *_ = (e["pid"] for e in d.wait_event("child_spawned", count=2))
+        by_agent = runs(work)
+        assert first in by_agent and len(by_agent[first]) == 2, by_agent
+        assert not [p for p in (first, *by_agent[first]) if alive(p)]
+        assert not (work / "overlap.txt").exists(), (work / "overlap.txt").read_text()
+        assert len([e for e in d.events() if e["event"] == "restart_scheduled"]) == 1
+    finally:
+        d.stop()
+    assert not d.job_processes()
+
+
+def test_rank_hung_in_all_reduce_is_stalled_with_a_stack_per_rank(
+    tmp_path: pathlib.Path, work: pathlib.Path
+) -> None:
+    """Rank 1 blocks inside an all_reduce at step 3 and rank 0 waits in its own: `stalled`
+    fires, the incident bundle holds one py-spy stack per rank naming all_reduce, and the job
+    is restarted. PyTorch's flight-recorder variables are set where the user set none."""
+    (work / "fault").write_text("hang_rank=1\nat_step=3\nonce=1\n")
+    cfg = torchrun_config(
+        tmp_path,
+        work,
+        job={"env": {"CKPT_EVERY": "5", "TORCH_NCCL_DUMP_ON_TIMEOUT": "0"}},
+        progress={"stall_after_s": 3},
+    )
+    d = Daemon(tmp_path, cfg).start()
+    try:
+        wait_until(lambda: rank_env(d), 90, "a torchrun worker")
+        env = rank_env(d)
+        assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "0"  # the user's choice stands
+        assert env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
+        assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"].startswith(str(d.state_dir))
+        fired = d.wait_event("detector_fired", timeout=90, reason="stalled")[0]
+        sched = d.wait_event("restart_scheduled", timeout=60, reason="stalled")[0]
+        bundle = pathlib.Path(sched["incident"])
+        stacks = (bundle / "stacks.txt").read_text()
+        assert stacks.startswith("# py-spy "), stacks[:200]
+        sections = stacks.split("\n=== pid ")
+        for rank in (0, 1):
+            mine = [s for s in sections if f": rank {rank} (local {rank}): " in s.split("\n")[0]]
+            assert len(mine) == 1, stacks
+            assert "all_reduce (torch/distributed/distributed_c10d.py" in mine[0], mine[0]
+        assert "hang_in_all_reduce" in stacks
+        assert fired["pid"] in runs(work)
+        d.wait_event("child_spawned", timeout=30, count=2)
+        wait_until(lambda: (d.status()["progress"]["step"] or 0) > 5, 90, "training past step 5")
+    finally:
+        d.stop()
+    assert not d.job_processes()
+
+
+def test_crash_before_first_checkpoint_goes_fatal_no_progress(
+    tmp_path: pathlib.Path, work: pathlib.Path
+) -> None:
+    """Rank 0 raises at step 5, just before the first checkpoint, on every run: after exactly
+    max_no_progress (2) restarts the job is parked in fatal with reason no_progress."""
+    (work / "fault").write_text("crash_before_ckpt=1\n")
+    cfg = torchrun_config(
+        tmp_path,
+        work,
+        progress={
+            "pattern": PATTERN,
+            "checkpoint": {"path": str(work / "ckpt"), "kind": "megatron"},
+        },
+        restart={"max_no_progress": 2},
+    )
+    d = Daemon(tmp_path, cfg).start()
+    try:
+        fatal = d.wait_event("fatal", timeout=150)[0]
+        assert fatal["reason"] == "no_progress"
+        scheduled = [e for e in d.events() if e["event"] == "restart_scheduled"]
+        assert [e["no_progress"] for e in scheduled] == [1, 2]
+        assert all(e["lost_work_s"] > 0 for e in scheduled)  # 4 steps each, never saved
+        st = d.status()
+        assert (st["state"], st["restarts"]["last_reason"]) == ("fatal", "no_progress")
+        assert st["progress"]["checkpoint"]["mark"] is None
+        assert len(runs(work)) == 3
+        assert not (work / "ckpt" / "latest_checkpointed_iteration.txt").exists()
+        assert "injected crash at step 5" in (tmp_path / "job.log").read_text()
+    finally:
+        d.stop()
+    assert not d.job_processes()
