@@ -2,6 +2,7 @@
 #
 #   make install [PREFIX=/opt/train-watchdog] [SYSCONFDIR=/etc/train-watchdog]
 #                [UNITDIR=/etc/systemd/system] [WHEELS=dir]   WHEELS: install offline from wheels
+#                [EXTRAS=diagnostics]                        EXTRAS= installs the bare daemon
 #   make upgrade   [PREFIX=...] [WHEELS=dir]   install the new code into PREFIX, then run it in
 #                  place with `watchdogctl reexec` (same daemon pid, the job untouched)
 #   make uninstall                                              keeps the config and the state
@@ -13,7 +14,11 @@ SYSCONFDIR ?= /etc/train-watchdog
 UNITDIR ?= /etc/systemd/system
 WHEELS ?=
 PYTHON ?= python3
+# py-spy (the diagnostics extra) by default: without it every incident bundle of an installed
+# daemon says "py-spy not found" and holds no stack. Offline, WHEELS must hold its wheel too.
+EXTRAS ?= diagnostics
 
+comma := ,
 # The source tree is the folder above this file, wherever make was started from.
 INSTALL_SRCDIR := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))..)
 INSTALL_UNIT := train-watchdog.service
@@ -21,13 +26,15 @@ INSTALL_DOCDIR = $(PREFIX)/share/train-watchdog
 # The build backend (setuptools, wheel) must be among the wheels too: pip builds the project in
 # an isolated environment and finds nothing else offline.
 INSTALL_PIP_SOURCE = $(if $(WHEELS),--no-index --find-links $(abspath $(WHEELS)))
+INSTALL_TARGET = '$(INSTALL_SRCDIR)$(if $(EXTRAS),[$(EXTRAS)])'
 
 .PHONY: install uninstall upgrade
 
 install:
 	$(PYTHON) -m venv $(PREFIX)
 	$(PREFIX)/bin/python -m pip install --disable-pip-version-check $(INSTALL_PIP_SOURCE) \
-		$(INSTALL_SRCDIR)
+		$(INSTALL_TARGET)
+	$(if $(filter diagnostics,$(subst $(comma), ,$(EXTRAS))),$(PREFIX)/bin/py-spy --version)
 	install -d -m 0755 $(UNITDIR) $(INSTALL_DOCDIR)
 	sed -e 's|/opt/train-watchdog/bin/watchdogd|$(PREFIX)/bin/watchdogd|' \
 		-e 's|/etc/train-watchdog/watchdog.yaml|$(SYSCONFDIR)/watchdog.yaml|' \
@@ -53,7 +60,7 @@ UPGRADE_SOCKET ?= /run/train-watchdog/control.sock
 upgrade:
 	@test -x $(PREFIX)/bin/watchdogd || { echo "no install in $(PREFIX): run make install" >&2; exit 1; }
 	$(PREFIX)/bin/python -m pip install --disable-pip-version-check $(INSTALL_PIP_SOURCE) \
-		$(INSTALL_SRCDIR)
+		$(INSTALL_TARGET)
 	if [ -S $(UPGRADE_SOCKET) ]; then $(PREFIX)/bin/watchdogctl --socket $(UPGRADE_SOCKET) reexec; \
 	else echo "watchdogd is not running: the new code runs at its next start"; fi
 

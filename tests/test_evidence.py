@@ -16,8 +16,27 @@ def test_defaults_fill_only_what_the_user_left_unset(tmp_path: Path) -> None:
     assert env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
     assert env[evidence.FLIGHT_FILE_VAR] == "/s/flight_recorder/nccl_trace_rank_"
     assert env["PATH"] == "/bin"
+    assert env[evidence.PIPE_FILE_VAR] == "/s/flight_recorder/nccl_dump_rank_"
     mine = evidence.with_torch_evidence({evidence.FLIGHT_FILE_VAR: "/elsewhere/fr_"}, "/s")
     assert mine[evidence.FLIGHT_FILE_VAR] == "/elsewhere/fr_"
+    newer = evidence.with_torch_evidence({"TORCH_FR_BUFFER_SIZE": "0"}, "/s")
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in newer  # the new name, set by the user, rules
+
+
+def test_dump_pipes_with_a_reader_are_written_and_others_skipped(tmp_path: Path) -> None:
+    """Each rank's `<stem><rank>.pipe` that a rank reads (as PyTorch opens it: non-blocking)
+    gets a byte; a pipe whose rank is gone is skipped at once, never blocking the daemon."""
+    stem = str(tmp_path / "nccl_dump_rank_")
+    os.mkfifo(stem + "0.pipe")
+    os.mkfifo(stem + "1.pipe")  # nobody reads this one
+    reader = os.open(stem + "0.pipe", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        assert evidence.trigger_dumps(stem) == 1
+        assert os.read(reader, 16) == b"1\n"
+    finally:
+        os.close(reader)
+    assert evidence.trigger_dumps(None) == 0
+    assert evidence.trigger_dumps(str(tmp_path / "none" / "x_")) == 0
 
 
 def test_flight_records_of_the_run_are_copied_never_moved(tmp_path: Path) -> None:

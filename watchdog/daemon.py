@@ -49,6 +49,7 @@ LOG_OPEN_TIMEOUT_S = 10.0  # opening the job's log and writing the start marker
 PROGRESS_READ_TIMEOUT_S = 5.0  # one poll of the progress log
 STARTUP_SCAN_TIMEOUT_S = 30.0  # the startup search for a previous daemon's job tree
 GOODPUT_SAVE_EVERY_S = 10.0  # issue 8: persist goodput at most this often, and at exit
+FLIGHT_DUMP_WAIT_S = 2.0  # for the ranks to notice their dump pipe and write the dump
 CHECKPOINT_EVERY_S = 2.0  # status's view of progress.checkpoint; decisions read it afresh
 
 
@@ -139,7 +140,8 @@ class Daemon:
             self.cluster = cluster.ClusterLink(cfg.cluster, policy_of(cfg), self.emit, restart)
         self.checkpoints = _checkpoint_watch(cfg)
         self._checkpoint_read_at = 0.0
-        self._flight: tuple[str | None, float] = (None, 0.0)  # dump prefix, spawn (wall clock)
+        # PyTorch's flight-recorder dump and pipe prefixes, and the spawn time (wall clock)
+        self._flight: tuple[str | None, str | None, float] = (None, None, 0.0)
 
     # -------------------------------------------------------------------- running
 
@@ -377,7 +379,11 @@ class Daemon:
             env = evidence.with_torch_evidence(
                 child.job_env(os.environ, extra, self.token), self.cfg.state_dir
             )
-            self._flight = (env.get(evidence.FLIGHT_FILE_VAR), time.time())
+            self._flight = (
+                env.get(evidence.FLIGHT_FILE_VAR),
+                env.get(evidence.PIPE_FILE_VAR),
+                time.time(),
+            )
             proc = child.spawn(job.command, cwd=job.cwd, log_fd=log_fd, env=env)
         except (OSError, ValueError) as e:
             why = e.strerror if isinstance(e, OSError) else str(e)
@@ -470,14 +476,21 @@ class Daemon:
             self.emit("incident_failed", reason=reason, error=str(e))
             return None
         self.incident_path = path
-        prefix, since = self._flight
-        flight = asyncio.to_thread(evidence.collect_flight_records, prefix, since, path)
-        try:  # PyTorch's own dumps of this run, where it left any (bounded: the kill waits)
-            copied = await asyncio.wait_for(flight, 2.0)
-        except TimeoutError:
-            copied = []
+        copied = await self._flight_records(path)
         self.emit("incident_saved", reason=reason, path=path, flight_records=len(copied))
         return path
+
+    async def _flight_records(self, bundle: str) -> list[str]:
+        """PyTorch's own record of the hang (NCCL only): ask every rank to dump it, give them a
+        moment, copy what this run left into the bundle. Bounded: the kill waits on it."""
+        prefix, pipes, since = self._flight
+        try:
+            if await asyncio.wait_for(asyncio.to_thread(evidence.trigger_dumps, pipes), 1.0):
+                await asyncio.sleep(FLIGHT_DUMP_WAIT_S)  # the ranks poll their pipe: no reply
+            flight = asyncio.to_thread(evidence.collect_flight_records, prefix, since, bundle)
+            return await asyncio.wait_for(flight, 2.0)
+        except TimeoutError:
+            return []
 
     async def _our_pids(self) -> set[int]:
         """Processes of our own previous job trees (by the instance marker)."""

@@ -60,7 +60,9 @@ def build_wheels(src: Path, dest: Path, timeout_s: float = 300) -> Path:
     argv = [sys.executable, "-m", "pip", "wheel", "--disable-pip-version-check", "-q"]
     if offline := os.environ.get("TRAIN_WATCHDOG_WHEELS"):
         argv += ["--no-index", "--find-links", offline]
-    argv += ["--wheel-dir", str(dest), str(src), "pip", "setuptools", "wheel", *backend]
+    # [diagnostics]: make install installs py-spy by default, so the offline wheels need it.
+    argv += ["--wheel-dir", str(dest), f"{src}[diagnostics]", "pip", "setuptools", "wheel"]
+    argv += backend
     done = run_bounded(argv, timeout_s)
     if done.returncode != 0:
         raise AssertionError(f"pip wheel failed ({done.returncode}):\n{done.stderr[-3000:]}")

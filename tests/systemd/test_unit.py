@@ -184,6 +184,9 @@ def test_install_keeps_config_and_points_unit_at_prefix(container: Container) ->
     assert "path=/opt/train-watchdog/bin/watchdogd" in exec_start
     assert f"--config {CONFIG}" in exec_start
     container.run(["test", "-x", "/opt/train-watchdog/bin/watchdogctl"])
+    # py-spy comes by default (the diagnostics extra): an installed daemon's bundles hold stacks
+    pyspy = container.run(["/opt/train-watchdog/bin/py-spy", "--version"])
+    assert pyspy.stdout.startswith("py-spy "), pyspy.stdout
 
 
 def test_unit_verifies_without_any_output(container: Container) -> None:

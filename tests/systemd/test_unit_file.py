@@ -129,7 +129,8 @@ def test_uninstall_refuses_a_prefix_that_is_not_our_venv(tmp_path: Path) -> None
 
 
 def test_install_dry_run_uses_the_given_directories(tmp_path: Path) -> None:
-    """`make -n install` with PREFIX, SYSCONFDIR and WHEELS installs offline into those paths."""
+    """`make -n install` with PREFIX, SYSCONFDIR and WHEELS installs offline into those paths,
+    with py-spy (the diagnostics extra) by default."""
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     wheels = tmp_path / "wheels"
@@ -142,6 +143,8 @@ def test_install_dry_run_uses_the_given_directories(tmp_path: Path) -> None:
     assert "-m venv /p/tw" in plan
     assert f"/p/tw/bin/python -m pip install --disable-pip-version-check --no-index " \
            f"--find-links {wheels}" in plan  # fmt: skip
+    assert f"'{REPO}[diagnostics]'" in plan  # py-spy by default: bundles of it hold stacks
+    assert "/p/tw/bin/py-spy --version" in plan
     assert "s|/opt/train-watchdog/bin/watchdogd|/p/tw/bin/watchdogd|" in plan
     assert "s|/etc/train-watchdog/watchdog.yaml|/e/tw/watchdog.yaml|" in plan
     assert "if [ ! -e /e/tw/watchdog.yaml ]" in plan
