@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from watchdog import evidence, incident
+from watchdog import evidence
+from watchdog.probes.ranks import rank_label
 
 
 def test_defaults_fill_only_what_the_user_left_unset(tmp_path: Path) -> None:
@@ -68,6 +69,6 @@ def test_flight_records_of_the_run_are_copied_never_moved(tmp_path: Path) -> Non
 
 def test_torchrun_workers_are_named_by_rank() -> None:
     """A process with RANK and LOCAL_RANK (a torchrun worker) is labelled; others are not."""
-    assert incident._rank_of({"RANK": "3", "LOCAL_RANK": "1"}) == "rank 3 (local 1)"
-    assert incident._rank_of({"RANK": "3"}) is None
-    assert incident._rank_of(None) is None
+    assert rank_label({"RANK": "3", "LOCAL_RANK": "1"}) == "rank 3 (local 1)"
+    assert rank_label({"RANK": "3"}) is None
+    assert rank_label(None) is None

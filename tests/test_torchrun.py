@@ -26,7 +26,9 @@ JOB = ROOT / "tests" / "jobs" / "torch_ddp_job.py"
 PATTERN = r"step (?P<step>\d+) \|.*?(?P<tokens_per_s>[0-9][0-9.]*) tok/s"
 
 
-def torchrun_config(tmp: pathlib.Path, work: pathlib.Path, **over: object) -> dict[str, object]:
+def torchrun_config(
+    tmp: pathlib.Path, work: pathlib.Path, max_restarts: int = 0, **over: object
+) -> dict[str, object]:
     """torchrun as the user runs it under the watchdog: --max-restarts 0 (the watchdog restarts
     the whole tree), a standalone rendezvous on a free loopback port, 2 ranks."""
     command = [
@@ -37,7 +39,7 @@ def torchrun_config(tmp: pathlib.Path, work: pathlib.Path, **over: object) -> di
         "--nproc-per-node",
         "2",
         "--max-restarts",
-        "0",
+        str(max_restarts),
         "--monitor-interval",
         "0.2",
         str(JOB),
@@ -91,13 +93,21 @@ def work(tmp_path: pathlib.Path) -> pathlib.Path:
     return folder
 
 
-def test_killed_rank_restarts_the_whole_tree(tmp_path: pathlib.Path, work: pathlib.Path) -> None:
-    """A rank SIGKILLed at step 3 takes the job down as one: the agent and every rank of that
-    run are gone before the next start, which resumes training past step 3."""
+@pytest.mark.parametrize("max_restarts", [0, 3])
+def test_killed_rank_restarts_the_whole_tree(
+    tmp_path: pathlib.Path, work: pathlib.Path, max_restarts: int
+) -> None:
+    """A rank SIGKILLed at step 3 takes the job down as one, whatever torchrun's own
+    --max-restarts: the agent and every rank of that run are gone before the next start, which
+    resumes training past step 3. With --max-restarts 3 the agent would restart the ranks
+    itself; the watchdog's rank watch sees the rank die and restarts the whole tree instead."""
     (work / "fault").write_text("kill_rank=1\nat_step=3\nonce=1\n")
-    d = Daemon(tmp_path, torchrun_config(tmp_path, work)).start()
+    d = Daemon(tmp_path, torchrun_config(tmp_path, work, max_restarts)).start()
     try:
         d.wait_event("restart_scheduled", timeout=90, reason="exited")
+        if max_restarts:
+            fired = d.wait_event("detector_fired", reason="exited")[0]
+            assert fired["rank"] == "rank 1 (local 1)", fired
         d.wait_event("child_spawned", timeout=30, count=2)
         wait_until(lambda: (d.status()["progress"]["step"] or 0) > 5, 90, "training past step 5")
         first, *_ = (e["pid"] for e in d.wait_event("child_spawned", count=2))

@@ -34,6 +34,7 @@ from watchdog import (
 )
 from watchdog.control import ControlServer
 from watchdog.core import goodput, health, policy, status
+from watchdog.core.ranks import RankTracker
 from watchdog.gpus import GpuWatch
 from watchdog.hooks import Hooks
 from watchdog.logs import EventLog, configure_structlog
@@ -41,6 +42,7 @@ from watchdog.notify import Notifier
 from watchdog.persist import FileWriter, StateWriter, restore_durable
 from watchdog.probes.checkpoint import CheckpointWatch
 from watchdog.probes.progress import FollowResult, LogFollower, tail_lines
+from watchdog.probes.ranks import RankLister
 from watchdog.proctitle import ProcTitle
 from watchdog.statedir import StateDir
 
@@ -142,6 +144,8 @@ class Daemon:
         self._checkpoint_read_at = 0.0
         # PyTorch's flight-recorder dump and pipe prefixes, and the spawn time (wall clock)
         self._flight: tuple[str | None, str | None, float] = (None, None, 0.0)
+        self.ranks = RankLister()
+        self.rank_tracker = RankTracker()  # a new one per run: a late listing finds it replaced
 
     # -------------------------------------------------------------------- running
 
@@ -401,6 +405,7 @@ class Daemon:
         self.exit_future = fut
         fut.add_done_callback(self._on_exit)
         self.monitor = health.HealthMonitor(health_of(self.cfg))
+        self.rank_tracker = RankTracker()
         self._polled_at = time.monotonic()
         self._save_state(proc.pid)
         if self.cluster is not None and self._epoch is not None:
@@ -554,6 +559,8 @@ class Daemon:
         if self.checkpoints is not None and now - self._checkpoint_read_at >= CHECKPOINT_EVERY_S:
             self._checkpoint_read_at = now
             self._spawn_task(self.read_checkpoint())
+        if snap.pid is not None and gpu:
+            self._spawn_task(self._watch_ranks(snap.pid))
         if snap.pid is not None:
             v = self.monitor.assess(now)
             self.dispatch(policy.HealthAssessed(snap.pid, v.healthy, v.firing, v.evidence))
@@ -579,6 +586,15 @@ class Daemon:
         if not self._progress_hung:
             self.emit("progress_read_hung", path=path, detail=str(e))
         self._progress_hung = True
+
+    async def _watch_ranks(self, pid: int) -> None:
+        """Tell the core when a worker of the tree (a torchrun rank) died (SPEC §12)."""
+        tracker = self.rank_tracker
+        found = await self.ranks.list(pid, self.token)
+        if found is None or tracker is not self.rank_tracker:
+            return  # unknown, or a listing of a run that has ended since
+        for rank_pid, rank in tracker.observe(found):
+            self.dispatch(policy.RankExited(pid, rank_pid, rank))
 
     async def read_checkpoint(self) -> None:
         """Read progress.checkpoint (in a thread, bounded) and tell the core what is there."""

@@ -30,6 +30,7 @@ import psutil
 
 from watchdog.child import WAITED_ELSEWHERE
 from watchdog.probes.progress import tail_lines
+from watchdog.probes.ranks import rank_label
 
 LOG_TAIL_LINES = 200
 # Bundle folders: only names like these are ever pruned; anything else in incidents/ is left alone.
@@ -138,13 +139,6 @@ def _is_python(name: str, exe: str, argv: Sequence[str]) -> bool:
     return any("python" in c.lower() for c in candidates)
 
 
-def _rank_of(environ: Mapping[str, str] | None) -> str | None:
-    """`rank 1 (local 1)` for a torchrun worker (it has RANK and LOCAL_RANK), else None."""
-    if not environ or "RANK" not in environ or "LOCAL_RANK" not in environ:
-        return None
-    return f"rank {environ['RANK']} (local {environ['LOCAL_RANK']})"
-
-
 def _describe(pid: int) -> _ProcInfo:
     attrs = ["ppid", "status", "name", "exe", "cmdline", "memory_info", "environ"]
     try:
@@ -162,7 +156,7 @@ def _describe(pid: int) -> _ProcInfo:
         rss_bytes=memory.rss if memory is not None else None,
         cmdline=" ".join(argv) or f"[{info['name'] or '?'}]",
         is_python=_is_python(info["name"] or "", info["exe"] or "", argv),
-        rank=_rank_of(info["environ"]),
+        rank=rank_label(info["environ"]),
     )
 
 

@@ -154,6 +154,15 @@ class ProgressMarked:
 
 
 @dataclass(frozen=True, slots=True)
+class RankExited:
+    """A worker of the job's tree (a torchrun rank) died while the job's leader lives."""
+
+    pid: int  # the job's leader (the agent)
+    rank_pid: int
+    rank: str
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyChanged:
     policy: Policy
 
@@ -183,6 +192,7 @@ Event = (
     | HealthAssessed
     | IncidentSaved
     | ProgressMarked
+    | RankExited
     | PolicyChanged
     | Tick
     | RestartRequested
@@ -434,6 +444,8 @@ class Supervisor:
             case ProgressMarked():
                 self._marked(event)
                 return []
+            case RankExited():
+                return self._rank_exited(event)
             case PolicyChanged(policy=policy):
                 self._policy = policy
                 return []
@@ -748,6 +760,23 @@ class Supervisor:
                 )
             self._state = State.RUNNING
         return out
+
+    def _rank_exited(self, ev: RankExited) -> list[Action]:
+        """A dead rank is a verdict on the whole job (SPEC §12): `exited`, as if the leader
+        died, whatever the launcher would do about it itself."""
+        if ev.pid != self._pid or self._state not in (
+            State.STARTING,
+            State.RUNNING,
+            State.UNHEALTHY,
+        ):
+            return []
+        fired = Emit(
+            "detector_fired",
+            {"reason": "exited", "pid": ev.pid, "rank_pid": ev.rank_pid, "rank": ev.rank},
+        )
+        if "exited" not in self._policy.restart_on or self._paused:
+            return [fired]
+        return [fired, *self._stop("exited", "restart")]
 
     def _marked(self, ev: ProgressMarked) -> None:
         """Feed the no-progress tally; only the configured marker moves the high-water mark."""
