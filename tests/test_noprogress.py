@@ -162,3 +162,31 @@ def test_tally_marks_only_new_highs() -> None:
     t = NoProgressTally()
     assert t.mark(3, 1.0) and not t.mark(3, 2.0) and not t.mark(2, 3.0) and t.mark(4, 4.0)
     assert (t.best, t.best_at) == (4, 4.0)
+
+
+def test_the_count_and_the_best_mark_outlive_the_daemon() -> None:
+    """A daemon restarted in the middle of a no-progress loop keeps counting from where the old
+    one stopped (state.json), and the best step seen still sets the bar."""
+    from watchdog.core.durable import Durable
+
+    d = Driver(policy(limit=2))
+    d.feed(P.DaemonStarted(), 0.0)
+    d.feed(P.ProgressMarked("step", 7, at=1.0), 1.0)
+    d.crash(2.0)  # got to 7: progress
+    now = next_run(d, 2.0)
+    d.crash(now + 1)  # got nowhere: 1 in a row
+    saved = Durable.from_dict(d.sup.durable().to_dict(now + 1, 1000.0), 0.0, 1000.0)
+    assert (saved.no_progress, saved.best_mark) == (1, 7.0)
+    d2 = Driver(policy(limit=2))
+    d2.sup.restore(saved, 0.0)
+    d2.feed(P.DaemonStarted(), 0.0)
+    if d2.sup.snapshot().pid is None:  # the old daemon's backoff is waited out first
+        next_run(d2, 0.0)
+    d2.feed(P.ProgressMarked("step", 7, at=1.0), 1.0)  # only as far as before
+    assert emitted(d2.crash(2.0), "restart_scheduled").fields["no_progress"] == 2
+    next_run(d2, 2.0)
+    assert emitted(d2.crash(10.0), "fatal").fields["reason"] == "no_progress"
+    old = {
+        k: v for k, v in saved.to_dict(0.0, 0.0).items() if k not in ("no_progress", "best_mark")
+    }
+    assert Durable.from_dict(old, 0.0, 0.0).no_progress == 0  # a record from before: starts at 0

@@ -26,6 +26,8 @@ class Durable:
     fatal: bool = False
     backoff_until: float | None = None
     last_exit: tuple[int | None, int | None] | None = None  # (exit_code, signal)
+    no_progress: int = 0  # restarts in a row without progress (restart.max_no_progress)
+    best_mark: float | None = None  # the highest step or checkpoint seen so far
 
     def to_dict(self, mono_now: float, wall_now: float) -> dict[str, Any]:
         """JSON-ready, with instants converted to wall-clock seconds."""
@@ -42,6 +44,8 @@ class Durable:
             "fatal": self.fatal,
             "backoff_until": None if self.backoff_until is None else wall(self.backoff_until),
             "last_exit": None if self.last_exit is None else list(self.last_exit),
+            "no_progress": self.no_progress,
+            "best_mark": self.best_mark,
         }
 
     @staticmethod
@@ -67,6 +71,9 @@ class Durable:
             and all(x is None or type(x) is int for x in last_exit)
         ):
             raise ValueError(f"last_exit {last_exit!r}")
+        best = data.get("best_mark")  # absent in records written before it existed
+        if best is not None and (isinstance(best, bool) or not isinstance(best, int | float)):
+            raise ValueError(f"best_mark {best!r}")
         reason = data.get("last_reason")
         if reason is not None and not isinstance(reason, str):
             raise ValueError(f"last_reason {reason!r}")
@@ -78,6 +85,8 @@ class Durable:
             fatal=data.get("fatal") is True,
             backoff_until=None if until is None else mono(until),
             last_exit=None if last_exit is None else (last_exit[0], last_exit[1]),
+            no_progress=_count(data, "no_progress"),
+            best_mark=None if best is None else float(best),
         )
 
 

@@ -346,6 +346,8 @@ class Supervisor:
             fatal=self._state is State.FATAL,
             backoff_until=self._backoff_until if backoff else None,
             last_exit=self._last_exit,
+            no_progress=self._tally.in_a_row,
+            best_mark=self._tally.best,
         )
 
     def carry(self) -> dict[str, object] | None:
@@ -409,6 +411,7 @@ class Supervisor:
         self._restarts_total = d.restarts_total
         self._last_reason = d.last_reason
         self._last_exit = d.last_exit
+        self._tally.in_a_row, self._tally.best = d.no_progress, d.best_mark
         if d.backoff_until is not None:
             self._backoff_until = min(d.backoff_until, now + self._policy.backoff_max_s)
         if d.fatal:
