@@ -60,7 +60,10 @@ def test_crash_loop_after_a_checkpoint_goes_fatal_no_progress(tmp_path: pathlib.
         assert seen["age_s"] is not None and seen["age_s"] >= 0
         assert st["goodput"]["lost_work_s"] > 0
         assert (ckpt / "runs").read_text() == "4"
-        assert d.ctl("status")[0] == 3
+        rc, human, _ = d.ctl("status")
+        assert rc == 3
+        assert "restarts got no further (max_no_progress)" in human
+        assert "Ckpt: iteration 3 · " in human and "(megatron)" in human, human
     finally:
         d.stop()
     assert not d.job_processes()

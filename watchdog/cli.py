@@ -393,6 +393,8 @@ def render_status(st: dict[str, Any], events: list[dict[str, Any]]) -> str:
             ]
         )
     )
+    if ck := pr.get("checkpoint"):
+        lines.append(f"     Ckpt: {_checkpoint_text(ck)}")
     ex = job.get("last_exit")
     last_exit = f" · last exit {_exit_text(ex)}" if ex else ""
     lines.append(
@@ -427,12 +429,23 @@ def cluster_line(c: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def _checkpoint_text(ck: dict[str, Any]) -> str:
+    """`iteration 200 · 3m05s ago (megatron)`, or why there is none yet (progress.checkpoint)."""
+    if ck.get("mark") is None:
+        return f"none yet ({ck['kind']}: {ck.get('error') or ck['path']})"
+    age = ck.get("age_s")
+    when = "" if age is None else f" · {_dur(age)} ago"
+    return f"{ck.get('label') or ck['mark']}{when} ({ck['kind']})"
+
+
 def _health(st: dict[str, Any]) -> str:
     state, reasons = st["state"], st["reasons"]
     if st["healthy"]:
         words = ["healthy"]
     elif state == "paused":
         words = ["maintenance: detectors report, nothing restarts automatically"]
+    elif state == "fatal" and st["restarts"]["last_reason"] == "no_progress":
+        words = ["restarts got no further (max_no_progress); `watchdogctl start` tries again"]
     elif state == "fatal":
         words = ["restart budget spent; `watchdogctl start` tries again"]
     elif state == "starting":
