@@ -190,3 +190,22 @@ def test_the_count_and_the_best_mark_outlive_the_daemon() -> None:
         k: v for k, v in saved.to_dict(0.0, 0.0).items() if k not in ("no_progress", "best_mark")
     }
     assert Durable.from_dict(old, 0.0, 0.0).no_progress == 0  # a record from before: starts at 0
+
+
+def test_a_reexec_carries_the_tally_whole() -> None:
+    """carry()/resume() hand the count, the marks and the run's times to the new code; a carry
+    from code without a tally resumes a fresh one."""
+    d = Driver(policy(marker="checkpoint", limit=2))
+    d.feed(P.DaemonStarted(), 0.0)
+    d.feed(P.ProgressMarked("checkpoint", 4, at=2.0), 2.0)
+    d.feed(P.ProgressMarked("step", 9, at=3.0), 3.0)
+    carried = d.sup.carry()
+    assert carried is not None
+    d2 = Driver(policy(marker="checkpoint", limit=2))
+    d2.sup.resume(carried, 3.5)
+    assert d2.sup.snapshot().best_mark == 4
+    assert emitted(d2.crash(4.0), "restart_scheduled").fields["lost_work_s"] == 1.0
+    older = {k: v for k, v in carried.items() if k != "no_progress"}
+    d3 = Driver(policy())
+    d3.sup.resume(older, 3.5)
+    assert d3.sup.snapshot().best_mark is None

@@ -33,6 +33,39 @@ class NoProgressTally:
         self.run_progress_at: float | None = None
         self.run_checkpoint_at: float | None = None
 
+    _FIELDS = (
+        "best",
+        "best_at",
+        "_run_start_best",
+        "in_a_row",
+        "run_spawned_at",
+        "run_progress_at",
+        "run_checkpoint_at",
+    )
+
+    def carry(self) -> dict[str, float | int | None]:
+        """All of it, for an in-place re-exec (same process, same monotonic clock)."""
+        return {name.lstrip("_"): getattr(self, name) for name in self._FIELDS}
+
+    @classmethod
+    def resume(cls, c: object) -> NoProgressTally:
+        """The inverse of carry(); a fresh tally for a carry without one (older code). Raises
+        ValueError for one that does not fit."""
+        t = cls()
+        if c is None:
+            return t
+        if not isinstance(c, dict):
+            raise ValueError(f"no_progress {c!r}")
+        for name in cls._FIELDS:
+            value = c.get(name.lstrip("_"))
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float)
+            ):
+                raise ValueError(f"no_progress.{name.lstrip('_')} {value!r}")
+            setattr(t, name, value)
+        t.in_a_row = int(t.in_a_row or 0)
+        return t
+
     def mark(self, value: float, at: float) -> bool:
         """A mark (step or checkpoint) was seen, written at `at`; True if it is a new high."""
         if self.best is not None and value <= self.best:

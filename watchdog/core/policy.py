@@ -372,6 +372,7 @@ class Supervisor:
             "attempt": self._attempt,
             "want_running": self._want_running,
             "startup_expired": self._startup_expired,
+            "no_progress": self._tally.carry(),
         }
 
     def resume(self, c: Mapping[str, object], now: float) -> None:
@@ -400,6 +401,7 @@ class Supervisor:
         self._attempt = int(_num(c["attempt"]))
         self._want_running = c["want_running"] is True
         self._startup_expired = c["startup_expired"] is True
+        self._tally = NoProgressTally.resume(c.get("no_progress"))
 
     def restore(self, d: Durable, now: float) -> None:
         """Take over a previous daemon's budget, before DaemonStarted. Instants from the future
