@@ -3,7 +3,7 @@ with 2 ranks on gloo, under the real watchdogd. The job (tests/jobs/torch_ddp_jo
 what to break by a file in its work folder, never by a code change.
 
 Each scenario is bounded: the job steps every 0.1 s, the daemon's deadlines are seconds, and
-pytest's timeout ends a scenario that hangs all the same.
+pytest's timeout (180 s) ends a scenario that hangs all the same.
 """
 
 from __future__ import annotations
@@ -17,10 +17,15 @@ import psutil
 import pytest
 from harness import ROOT, Daemon, base_config, merge, wait_until
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("torch") is None,
-    reason="torch is not installed (make test installs the CPU build: the `torch` extra)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("torch") is None,
+        reason="torch is not installed (make test installs the CPU build: the `torch` extra)",
+    ),
+    # 20-40 s each on two busy cores (most of it torch's import in every rank); a hard bound
+    # with room for a loaded CI machine, after which pytest-timeout ends the scenario.
+    pytest.mark.timeout(180),
+]
 
 JOB = ROOT / "tests" / "jobs" / "torch_ddp_job.py"
 PATTERN = r"step (?P<step>\d+) \|.*?(?P<tokens_per_s>[0-9][0-9.]*) tok/s"
