@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from watchdog.core.health import HealthConfig, HealthMonitor
-from watchdog.core.samples import ProgressReading
+from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
 
 NO_GPUS = HealthConfig(expect_gpus=False, stall_after_s=10.0)
 
@@ -44,3 +44,87 @@ def test_a_progress_line_is_never_older_than_the_previous_poll() -> None:
         ProgressReading(tokens_per_s=100.0, step=None), 10.5, age_s=-5.0, polled_at=10.0
     )
     assert m.last_progress_at == 10.5  # a file from the future is read as written now
+
+
+# --------------------------------------------------------------- expected GPUs that cannot be read
+
+GPUS_ALL = HealthConfig(idle_below_mib=512.0, idle_samples=2, stall_after_s=600.0)
+
+
+def _reading(index: int, used_mib: float | None, **kw: object) -> GpuReading:
+    return GpuReading(
+        index=index,
+        uuid=f"GPU-{index}",
+        name="H200",
+        used_mib=used_mib,
+        total_mib=None if used_mib is None else 143771.0,
+        util_pct=None if used_mib is None else 90,
+        memory_api="v2",
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _healthy_job(cfg: HealthConfig, *gpus: GpuReading) -> HealthMonitor:
+    m = HealthMonitor(cfg)
+    m.gpu_sample(GpuSample(available=True, gpus=(_reading(0, 70000.0), _reading(1, 70000.0))))
+    m.progress(ProgressReading(tokens_per_s=100.0, step=1), 0.0)
+    assert m.assess(0.0).healthy
+    for _ in range(3):
+        m.gpu_sample(GpuSample(available=True, gpus=gpus))
+    m.progress(ProgressReading(tokens_per_s=100.0, step=2), 1.0)
+    return m
+
+
+def test_a_lost_gpu_under_require_all_makes_the_job_not_healthy() -> None:
+    """GPU_IS_LOST on an expected GPU is not 'in use': under require all, gpu_lost fires."""
+    lost = _reading(1, None, error="GPU_IS_LOST", lost=True)
+    v = _healthy_job(GPUS_ALL, _reading(0, 70000.0), lost).assess(1.0)
+    assert not v.healthy
+    assert v.firing == frozenset({"gpu_lost"})  # a host problem: never gpus_idle (a restart)
+    assert v.gpu_part == "missing" and v.evidence["gpus_lost"] == "1:GPU_IS_LOST"
+
+
+def test_a_configured_gpu_nvml_cannot_find_makes_the_job_not_healthy() -> None:
+    """A configured UUID that NVML cannot find is expected and unreadable: not healthy."""
+    gone = _reading(-1, None, error="not found", visible=False)
+    v = _healthy_job(GPUS_ALL, _reading(0, 70000.0), gone).assess(1.0)
+    assert not v.healthy and "gpu_lost" in v.firing and "gpus_idle" not in v.firing
+
+
+def test_a_lost_gpu_under_require_any_leaves_a_job_using_the_others_healthy() -> None:
+    """require any: one GPU in use is enough, so a lost one beside it does not count."""
+    cfg = HealthConfig(require="any", idle_samples=2, stall_after_s=600.0)
+    lost = _reading(1, None, error="GPU_IS_LOST", lost=True)
+    v = _healthy_job(cfg, _reading(0, 70000.0), lost).assess(1.0)
+    assert v.healthy and not v.firing
+
+
+def test_every_expected_gpu_lost_is_not_healthy_even_under_require_any() -> None:
+    """With no expected GPU readable the GPU part cannot pass, whatever `require` says."""
+    cfg = HealthConfig(require="any", idle_samples=2, stall_after_s=600.0)
+    lost = [_reading(i, None, error="GPU_IS_LOST", lost=True) for i in (0, 1)]
+    v = _healthy_job(cfg, *lost).assess(1.0)
+    assert not v.healthy and v.firing == frozenset({"gpu_lost"})
+
+
+def test_a_gpu_value_the_driver_does_not_support_stays_unknown_not_lost() -> None:
+    """A visible GPU whose memory reading is NOT_SUPPORTED is unknown (neither passes nor fails)."""
+    unsupported = _reading(1, None, error="memory: NOT_SUPPORTED")
+    v = _healthy_job(GPUS_ALL, unsupported).assess(1.0)
+    assert v.healthy and v.gpu_part == "unknown"
+
+
+def test_the_gpu_lost_verdict_marks_a_running_job_unhealthy_and_never_restarts_it() -> None:
+    """The verdict above, fed to the supervisor: unhealthy (status healthy false), no stop."""
+    from watchdog.core import policy as P
+
+    sup = P.Supervisor(P.Policy(), lambda: 0.5)
+    sup.handle(P.DaemonStarted(), 0.0)
+    sup.handle(P.ChildSpawned(pid=7), 0.0)
+    sup.handle(P.HealthAssessed(7, True), 1.0)
+    lost = _reading(1, None, error="GPU_IS_LOST", lost=True)
+    v = _healthy_job(GPUS_ALL, _reading(0, 70000.0), lost).assess(2.0)
+    out = sup.handle(P.HealthAssessed(7, v.healthy, v.firing, v.evidence), 2.0)
+    assert not any(isinstance(a, P.KillTree) for a in out)
+    snap = sup.snapshot()
+    assert snap.state is P.State.UNHEALTHY and not snap.healthy

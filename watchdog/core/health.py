@@ -21,7 +21,7 @@ from typing import Literal
 
 from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
 
-GpuPart = Literal["in_use", "idle", "partial", "unknown", "none_expected"]
+GpuPart = Literal["in_use", "idle", "partial", "missing", "unknown", "none_expected"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +49,24 @@ class Verdict:
     gpu_reason: str | None = None  # why the GPU part is unknown
 
 
-def gpu_part(sample: GpuSample | None, idle_below_mib: float) -> tuple[GpuPart, str | None]:
-    """Classify one GPU sample: every known GPU in use, all idle, a mix, or unknown (and why)."""
+def gpu_part(
+    sample: GpuSample | None, idle_below_mib: float, require: str = "all"
+) -> tuple[GpuPart, str | None]:
+    """Classify one GPU sample: every known GPU in use, all idle, a mix, missing (an expected GPU
+    NVML cannot reach), or unknown (and why).
+
+    An expected GPU that cannot be read is not "in use" (issue 15): with `require: all` one such
+    GPU makes the part `missing`; with `any` only all of them do. `missing` never counts as idle:
+    the job did not let go of the GPU, the host did, and a restart cannot fix that (SPEC §4)."""
     if sample is None:
         return "unknown", "no GPU sample yet"
     if not sample.available:
         return "unknown", sample.reason or "GPU probe unavailable"
     if sample.hung:
         return "unknown", sample.reason or "GPU probe hung"
+    unreadable = [g for g in sample.gpus if g.unreadable]
+    if unreadable and (require == "all" or len(unreadable) == len(sample.gpus)):
+        return "missing", "GPU " + ", ".join(_unreadable(g) for g in unreadable)
     known = [g for g in sample.gpus if g.used_mib is not None]
     if not known:
         return "unknown", "no GPU memory reading"
@@ -64,6 +74,10 @@ def gpu_part(sample: GpuSample | None, idle_below_mib: float) -> tuple[GpuPart, 
     if len(in_use) == len(known):
         return "in_use", None
     return ("idle", None) if not in_use else ("partial", None)
+
+
+def _unreadable(g: GpuReading) -> str:
+    return f"{g.index if g.index >= 0 else g.uuid}:{g.error or 'lost'}"
 
 
 def _num(value: float) -> str:
@@ -104,7 +118,7 @@ class HealthMonitor:
 
     def gpu_sample(self, sample: GpuSample) -> None:
         self._gpu = sample
-        part, _ = gpu_part(sample, self._cfg.idle_below_mib)
+        part, _ = gpu_part(sample, self._cfg.idle_below_mib, self._cfg.require)
         self._idle_run = self._idle_run + 1 if self._is_idle(part) else 0
 
     def progress_unreadable(self, unreadable: bool) -> None:
@@ -226,6 +240,7 @@ class HealthMonitor:
         evidence: dict[str, str] = {}
         firing: set[str] = set()
         for reason, found in (
+            ("gpu_lost", self._gpu_lost_evidence(part)),
             ("gpus_idle", self._gpus_idle_evidence()),
             ("stalled", self._stalled_evidence(now)),
             ("throughput_low", self._throughput_low_evidence(now)),
@@ -240,6 +255,13 @@ class HealthMonitor:
             gpu_part=part,
             gpu_reason=why,
         )
+
+    def _gpu_lost_evidence(self, part: GpuPart) -> dict[str, str] | None:
+        """An expected GPU NVML cannot reach: a warning (restart.on never holds gpu_lost), but
+        the job is not healthy while it lasts."""
+        if part != "missing" or self._gpu is None:
+            return None
+        return {"gpus_lost": ",".join(_unreadable(g) for g in self._gpu.gpus if g.unreadable)}
 
     def _gpus_idle_evidence(self) -> dict[str, str] | None:
         cfg = self._cfg
@@ -281,7 +303,7 @@ class HealthMonitor:
     # ---------------------------------------------------------------------- helpers
 
     def _gpu_part(self) -> tuple[GpuPart, str | None]:
-        return gpu_part(self._gpu, self._cfg.idle_below_mib)
+        return gpu_part(self._gpu, self._cfg.idle_below_mib, self._cfg.require)
 
     def _is_idle(self, part: GpuPart) -> bool:
         # require all: one idle GPU is enough; require any: every GPU must be idle (SPEC §4).

@@ -23,6 +23,14 @@ class GpuReading:
     pids: tuple[int, ...] | None = None  # compute processes, where the driver gives them
     error: str | None = None  # why a reading is missing (e.g. "NOT_SUPPORTED")
     lost: bool = False  # NVML said GPU_IS_LOST
+    # False: the device itself could not be opened (not found, lost, no permission). An expected
+    # GPU that is not visible is never "in use": it counts against `gpus.require` (issue 15).
+    visible: bool = True
+
+    @property
+    def unreadable(self) -> bool:
+        """The GPU is expected but NVML cannot reach it (lost, not found, hidden)."""
+        return self.lost or not self.visible
 
 
 @dataclass(frozen=True, slots=True)

@@ -235,6 +235,7 @@ class _Session:
             memory_api=dev.memory_api,
             error=error,
             lost=lost,
+            visible=False,  # the device itself did not answer: not "in use" (issue 15)
         )
 
     def _read_values(self, dev: _Device, with_pids: bool) -> GpuReading:
