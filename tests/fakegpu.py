@@ -45,16 +45,19 @@ def write_gpus(
     util: int | Sequence[int] = 0,
     reserved_mib: int = 0,
     name: str = "NVIDIA H200",
+    faults: Mapping[int, str] | None = None,
 ) -> list[str]:
     """Simulate `n` GPUs (indices 0..n-1); `base_mib`/`util` may be one value or one per GPU.
 
     Returns the UUIDs in index order. `reserved_mib` is driver-reserved memory: counted in
-    memory-info v1's `used`, reported apart by v2.
+    memory-info v1's `used`, reported apart by v2. `faults` adds fault counters to a GPU's
+    line, e.g. {3: "remap_pending=1"} or {2: "recovery=2 dbe=1"} (README: gpus).
     """
     uuids = [gpu_uuid(i) for i in range(n)]
     lines = [
         f"index={i} uuid={uuids[i]} name={name} total_mib={total_mib} "
         f"base_mib={_per_gpu(base_mib, i)} reserved_mib={reserved_mib} util={_per_gpu(util, i)}"
+        + (f" {faults[i]}" if faults and i in faults else "")
         for i in range(n)
     ]
     _atomic_write(Path(state_dir) / "gpus", "".join(line + "\n" for line in lines))
@@ -75,6 +78,15 @@ def release(state_dir: str | os.PathLike[str], pid: int) -> None:
 def set_faults(state_dir: str | os.PathLike[str], lines: Iterable[str]) -> None:
     """Replace the injected faults, e.g. ["func=* gpu=3 code=GPU_IS_LOST"]; [] clears them."""
     _atomic_write(Path(state_dir) / "faults", "".join(line + "\n" for line in lines))
+
+
+def inject_event(
+    state_dir: str | os.PathLike[str], gpu: int, xid: int, event_type: int = 0x8
+) -> None:
+    """Deliver one NVML event (default: an Xid critical error) to event sets that exist now."""
+    path = Path(state_dir) / "events"
+    with open(path, "a") as f:  # one short write: a concurrent reader sees the whole line
+        f.write(f"gpu={gpu} type={event_type} data={xid}\n")
 
 
 @functools.cache
@@ -123,12 +135,18 @@ def _main(argv: Sequence[str] | None = None) -> None:
     faults = sub.add_parser("faults", help="replace DIR/faults with the given lines")
     faults.add_argument("dir")
     faults.add_argument("lines", nargs="*")
+    xid = sub.add_parser("xid", help="inject an Xid event on a GPU of a running watcher")
+    xid.add_argument("dir")
+    xid.add_argument("gpu", type=int)
+    xid.add_argument("xid", type=int)
     args = parser.parse_args(argv)
     if args.cmd == "gpus":
         write_gpus(args.dir, args.n, args.total_mib)
         env = fake_env(args.dir, old=args.old)
         for key in ("LD_LIBRARY_PATH", "FAKE_NVML_DIR"):
             print(f"export {key}={shlex.quote(env[key])}")
+    elif args.cmd == "xid":
+        inject_event(args.dir, args.gpu, args.xid)
     else:
         set_faults(args.dir, args.lines)
 

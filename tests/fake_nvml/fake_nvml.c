@@ -9,6 +9,13 @@
  * Build flavours: the default exports what current pynvml calls; -DFAKE_NVML_OLD leaves out
  * nvmlDeviceGetMemoryInfo_v2 and nvmlDeviceGetComputeRunningProcesses_v3, like a driver older
  * than those calls (R510), so pynvml raises FunctionNotFound / NVMLLibraryMismatchError.
+ * It also leaves out the event API, nvmlDeviceGetFieldValues (the recovery action) and
+ * nvmlDeviceGetRemappedRows, so a watcher sees FUNCTION_NOT_FOUND for each.
+ *
+ * Xid events: the `events` file is appended to (`gpu=3 type=8 data=79`, one line per event).
+ * An event set remembers how many lines existed when it was created: events from before are
+ * lost, as with the real driver; nvmlEventSetWait_v2 delivers the next line for a registered
+ * device and type, polling the file every SLICE_MS until its timeout.
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -60,6 +67,7 @@ struct gpu {
     unsigned index, util, mem_util, nprocs;
     char uuid[STR_LEN], name[STR_LEN];
     u64 total_mib, base_mib, reserved_mib, procs_mib;
+    u64 recovery, remap_pending, remap_failed, dbe; /* fault counters (README: gpus) */
     unsigned pids[MAX_PROCS];
     u64 pid_mib[MAX_PROCS];
 };
@@ -146,6 +154,10 @@ static int load_gpus(struct state *st) {
         g->reserved_mib = field_u64(line, "reserved_mib", &v) == 0 ? v : 0;
         g->util = field_u64(line, "util", &v) == 0 && v <= 100 ? (unsigned)v : 0;
         g->mem_util = field_u64(line, "mem_util", &v) == 0 && v <= 100 ? (unsigned)v : 0;
+        g->recovery = field_u64(line, "recovery", &v) == 0 ? v : 0;
+        g->remap_pending = field_u64(line, "remap_pending", &v) == 0 ? v : 0;
+        g->remap_failed = field_u64(line, "remap_failed", &v) == 0 ? v : 0;
+        g->dbe = field_u64(line, "dbe", &v) == 0 ? v : 0;
         st->n++;
     }
     fclose(f);
@@ -469,5 +481,177 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
     *count = g->nprocs;
     free(st);
     return code;
+}
+#endif
+
+/* ---- fault counters and Xid events (absent from the old build, as on an old driver) -------- */
+
+#ifndef FAKE_NVML_OLD
+typedef struct {
+    unsigned int fieldId, scopeId;
+    long long timestamp, latencyUsec;
+    int valueType, nvmlReturn;
+    union { double d; unsigned int ui; unsigned long ul; u64 ull; } value;
+} nvmlFieldValue_t;
+#define FI_DEV_GET_GPU_RECOVERY_ACTION 230
+#define NOT_SUPPORTED 3
+#define TIMEOUT 10
+
+/* Only the recovery action is simulated; any other field answers NOT_SUPPORTED in its slot. */
+EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count,
+                                             nvmlFieldValue_t *values) {
+    struct state *st;
+    struct gpu *g;
+    if (values == NULL || count < 0) return INVALID_ARGUMENT;
+    int code = enter("nvmlDeviceGetFieldValues", device, 0, &st, &g);
+    if (code != OK) return code;
+    for (int i = 0; i < count; i++) {
+        nvmlFieldValue_t *v = &values[i];
+        v->timestamp = (long long)now_ms() * 1000;
+        v->latencyUsec = 0;
+        if (v->fieldId == FI_DEV_GET_GPU_RECOVERY_ACTION) {
+            v->valueType = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
+            v->nvmlReturn = OK;
+            v->value.ull = 0;
+            v->value.ui = (unsigned)g->recovery;
+        } else {
+            v->nvmlReturn = NOT_SUPPORTED;
+        }
+    }
+    free(st);
+    return OK;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corr,
+                                              unsigned int *unc, unsigned int *pending,
+                                              unsigned int *failure) {
+    struct state *st;
+    struct gpu *g;
+    if (corr == NULL || unc == NULL || pending == NULL || failure == NULL)
+        return INVALID_ARGUMENT;
+    int code = enter("nvmlDeviceGetRemappedRows", device, 0, &st, &g);
+    if (code != OK) return code;
+    *corr = 0;
+    *unc = (unsigned)(g->remap_pending + g->remap_failed);
+    *pending = g->remap_pending ? 1 : 0;
+    *failure = g->remap_failed ? 1 : 0;
+    free(st);
+    return OK;
+}
+
+/* errorType 1 = uncorrected (double bit), counterType 0 = volatile: the `dbe` count. */
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int errorType,
+                                                int counterType, u64 *count) {
+    struct state *st;
+    struct gpu *g;
+    if (count == NULL) return INVALID_ARGUMENT;
+    int code = enter("nvmlDeviceGetTotalEccErrors", device, 0, &st, &g);
+    if (code != OK) return code;
+    *count = errorType == 1 && counterType == 0 ? g->dbe : 0;
+    free(st);
+    return OK;
+}
+
+typedef struct {
+    nvmlDevice_t device;
+    u64 eventType, eventData;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
+
+struct event_set {
+    u64 mask[MAX_GPUS]; /* registered event types per device */
+    u64 seen;           /* lines of the events file already delivered or skipped */
+};
+typedef struct event_set *nvmlEventSet_t;
+
+static u64 count_event_lines(void) {
+    char path[PATH_LEN], line[LINE_LEN];
+    u64 n = 0;
+    if (state_path(path, sizeof path, "events") != 0) return 0;
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return 0;
+    while (read_line(f, line, sizeof line)) n++;
+    fclose(f);
+    return n;
+}
+
+EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+    if (__atomic_load_n(&init_count, __ATOMIC_SEQ_CST) <= 0) return UNINITIALIZED;
+    if (set == NULL) return INVALID_ARGUMENT;
+    int code = faults("nvmlEventSetCreate", -1);
+    if (code != OK) return code;
+    *set = calloc(1, sizeof **set);
+    if (*set == NULL) return UNKNOWN;
+    (*set)->seen = count_event_lines(); /* events before registration are lost */
+    return OK;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, u64 *types) {
+    struct state *st;
+    struct gpu *g;
+    if (types == NULL) return INVALID_ARGUMENT;
+    int code = enter("nvmlDeviceGetSupportedEventTypes", device, 0, &st, &g);
+    if (code != OK) return code;
+    *types = 0xFFFFull;
+    free(st);
+    return OK;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, u64 types, nvmlEventSet_t set) {
+    struct state *st;
+    struct gpu *g;
+    if (set == NULL) return INVALID_ARGUMENT;
+    int code = enter("nvmlDeviceRegisterEvents", device, 0, &st, &g);
+    if (code != OK) return code;
+    set->mask[device - handles] |= types;
+    free(st);
+    return OK;
+}
+
+/* The next undelivered line for a registered device and type, or 0. */
+static int next_event(nvmlEventSet_t set, nvmlEventData_t *data) {
+    char path[PATH_LEN], line[LINE_LEN];
+    if (state_path(path, sizeof path, "events") != 0) return 0;
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return 0;
+    u64 n = 0;
+    int found = 0;
+    while (!found && read_line(f, line, sizeof line)) {
+        if (n++ < set->seen) continue;
+        set->seen = n;
+        u64 gpu, type = 8, xid = 0;
+        if (!starts_key(line) || field_u64(line, "gpu", &gpu) != 0 || gpu >= MAX_GPUS) continue;
+        field_u64(line, "type", &type);
+        field_u64(line, "data", &xid);
+        if ((set->mask[gpu] & type) == 0) continue;
+        data->device = &handles[gpu];
+        data->eventType = type;
+        data->eventData = xid;
+        data->gpuInstanceId = data->computeInstanceId = 0xFFFFFFFFu;
+        found = 1;
+    }
+    fclose(f);
+    return found;
+}
+
+EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
+                                        unsigned int timeout_ms) {
+    if (__atomic_load_n(&init_count, __ATOMIC_SEQ_CST) <= 0) return UNINITIALIZED;
+    if (set == NULL || data == NULL) return INVALID_ARGUMENT;
+    int code = faults("nvmlEventSetWait_v2", -1);
+    if (code != OK) return code;
+    u64 start = now_ms();
+    for (;;) {
+        if (next_event(set, data)) return OK;
+        if (now_ms() - start >= timeout_ms) return TIMEOUT;
+        struct timespec slice = {0, SLICE_MS * 1000000L};
+        nanosleep(&slice, NULL);
+    }
+}
+
+EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+    if (set == NULL) return INVALID_ARGUMENT;
+    free(set);
+    return OK;
 }
 #endif
