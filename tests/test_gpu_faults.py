@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pathlib
 import sys
+import time
 from typing import Any
 
 import fakegpu
 import pytest
 from conftest import DaemonFactory
-from harness import ROOT
+from harness import ROOT, wait_until
 
 GPUJOB = str(ROOT / "tests" / "jobs" / "gpujob.py")
 
@@ -58,3 +59,87 @@ def test_a_lost_gpu_makes_status_not_healthy_and_never_restarts(
     d.wait_state("running", timeout=10)  # the GPU answers again: healthy again
     names = {e["event"] for e in d.events()}
     assert not names & {"restart_scheduled", "child_stopping"}
+
+
+def test_xid_79_on_gpu_3_parks_the_job_in_host_fault_within_2_s(
+    make_daemon: DaemonFactory, gpus: pathlib.Path
+) -> None:
+    """Injected Xid 79 on GPU 3 of a healthy job: stopped within 2 s of the event, state
+    host_fault, 0 restarts, `status` exits 3 and names GPU 3 and the action."""
+    d = make_daemon(job(), cfg(), env=fakegpu.fake_env(gpus))
+    d.wait_state("running", timeout=15)
+    wait_until(lambda: d.status()["gpu_events"] == "watching", 10, "the event watcher")
+    fakegpu.inject_event(gpus, gpu=3, xid=79)
+    t0 = time.monotonic()
+    fault = d.wait_event("gpu_fault", timeout=10)[0]
+    assert (fault["gpu"], fault["xid"], fault["action"]) == (3, 79, "reboot_host")
+    st = d.wait_state("host_fault", timeout=10)
+    assert time.monotonic() - t0 < 2.0 + 0.5  # +0.5: our own status polling
+    assert st["job"]["pid"] is None and st["restarts"]["total"] == 0
+    assert st["host_fault"]["xid"] == 79 and st["gpus"][3]["faults"][-1]["xid"] == 79
+    rc, text, _ = d.ctl("status")
+    assert rc == 3
+    line = "HOST FAULT: GPU 3 (GPU-00000003…) Xid 79 (fallen off the bus): reboot the host"
+    assert line in text.splitlines()
+    names = [e["event"] for e in d.events()]
+    assert "restart_scheduled" not in names and "child_stopped" in names
+
+
+def test_xid_13_is_one_ordinary_restart(make_daemon: DaemonFactory, gpus: pathlib.Path) -> None:
+    """Xid 13 (restart_app): one restart with reason gpu_fault, then running again."""
+    d = make_daemon(job(), cfg(), env=fakegpu.fake_env(gpus))
+    pid = d.wait_state("running", timeout=15)["job"]["pid"]
+    wait_until(lambda: d.status()["gpu_events"] == "watching", 10, "the event watcher")
+    fakegpu.inject_event(gpus, gpu=0, xid=13)
+    sched = d.wait_event("restart_scheduled", timeout=10)[0]
+    assert sched["reason"] == "gpu_fault"
+    st = d.wait_state("running", timeout=15)
+    assert st["job"]["pid"] != pid and st["restarts"]["total"] == 1
+    assert [e for e in d.events() if e["event"] == "restart_scheduled"] == [sched]
+
+
+def test_a_pending_row_remap_blocks_the_next_start_with_its_reason(
+    make_daemon: DaemonFactory, gpus: pathlib.Path
+) -> None:
+    """A row remap pending on GPU 5: the health gate refuses the start, host_fault names it."""
+    fakegpu.write_gpus(gpus, n=8, faults={5: "remap_pending=1"})
+    d = make_daemon(job(), cfg(), env=fakegpu.fake_env(gpus))
+    st = d.wait_state("host_fault", timeout=15)
+    assert st["host_fault"]["kind"] == "row_remap_pending" and st["host_fault"]["gpu"] == 5
+    assert st["job"]["pid"] is None
+    assert not any(e["event"] == "child_spawned" for e in d.events())
+    rc, text, _ = d.ctl("status")
+    line = "HOST FAULT: GPU 5 (GPU-00000005…) row remap pending: reset the GPU (nvidia-smi -r)"
+    assert rc == 3 and line in text.splitlines()
+    fakegpu.write_gpus(gpus, n=8)  # the GPU was reset: an operator start runs the job again
+    assert d.ctl("start")[0] == 0
+    d.wait_state("running", timeout=15)
+
+
+def test_a_hung_event_wait_never_delays_status_or_a_restart(
+    make_daemon: DaemonFactory, gpus: pathlib.Path
+) -> None:
+    """nvmlEventSetWait_v2 stuck in the driver: status answers in < 2 s, a crash still restarts."""
+    fakegpu.set_faults(gpus, ["func=nvmlEventSetWait_v2 delay_ms=600000"])
+    d = make_daemon(job("--exit-after", "3"), cfg(), env=fakegpu.fake_env(gpus))
+    d.wait_state("running", timeout=15)
+    for _ in range(5):
+        t0 = time.monotonic()
+        rc, _, err = d.ctl("status", "--json")
+        assert time.monotonic() - t0 < 2.0 and rc in (0, 1), err
+    assert d.wait_event("restart_scheduled", timeout=15)[0]["reason"] == "exited"
+    d.wait_event("child_spawned", timeout=15, count=2)
+    wait_until(lambda: (d.status()["gpu_events"] or "").startswith("hung"), 15, "hung shown")
+    fakegpu.set_faults(gpus, [])
+
+
+def test_an_old_driver_without_the_event_api_is_not_checked_and_supervises(
+    make_daemon: DaemonFactory, gpus: pathlib.Path
+) -> None:
+    """No event API, no remapped rows, no field values: 'not checked' in status, job runs."""
+    d = make_daemon(job(), cfg(), env=fakegpu.fake_env(gpus, old=True))
+    st = d.wait_state("running", timeout=15)
+    wait_until(
+        lambda: (d.status()["gpu_events"] or "").startswith("not checked"), 10, "not checked"
+    )
+    assert any("FUNCTION_NOT_FOUND" in n for n in st["gpus"][0]["not_checked"])

@@ -45,12 +45,18 @@ class SupervisorMachine(RuleBasedStateMachine):
         self.next_pid = 1
         self.exited = False
         self.last_event = ""
+        self.parked = False  # a parking GPU fault not yet undone by an operator
         self.apply(P.DaemonStarted())
 
     def apply(self, ev: P.Event) -> list[P.Action]:
+        if isinstance(ev, P.OperatorCommand) and ev.cmd in ("start", "restart", "stop"):
+            self.parked = False  # an operator's start leaves host_fault (SPEC §12)
+        if isinstance(ev, P.GpuFaultSeen) and ev.park and not self.operator_stopped:
+            self.parked = True  # a GPU needs a reset or a reboot: the job must not come back
         actions = self.sup.handle(ev, self.now)
         for a in actions:
             if isinstance(a, P.SpawnChild):
+                assert not self.parked, "host_fault restarted by itself"
                 assert not self.pending_spawn, "two spawns in flight"
                 assert not self.live, "spawn while a child lives"
                 assert not self.operator_stopped, "a job came back after an operator stop"
@@ -63,6 +69,7 @@ class SupervisorMachine(RuleBasedStateMachine):
                 if a.event == "child_healthy":
                     self.run_healthy = True
                 if a.event == "restart_scheduled":
+                    assert not self.parked, "a parked job was scheduled for a restart"
                     delay = float(str(a.fields["delay_s"]))
                     assert POLICY.backoff_initial_s - 1e-3 <= delay <= POLICY.backoff_max_s + 1e-3
                     self.restarts_at.append(self.now)
@@ -146,6 +153,16 @@ class SupervisorMachine(RuleBasedStateMachine):
         if cmd in ("start", "restart") and not any(isinstance(a, P.Refuse) for a in out):
             self.no_progress_streak = 0  # a start that is carried out grants the count anew
 
+    @rule(action=st.sampled_from(["restart_app", "reset_gpu", "reboot_host"]), gate=st.booleans())
+    def gpu_fault(self, action: str, gate: bool) -> None:
+        """An Xid or counter (SPEC §12); `gate`: the health gate of the start under way."""
+        park = action != "restart_app"
+        gate = gate and park and self.pending_spawn
+        if gate:
+            self.pending_spawn = False  # the shell's start ends without a spawn
+        self.last_event = "gpu_fault"
+        self.apply(P.GpuFaultSeen(action, {"gpu": 0, "action": action}, park=park, gate=gate))
+
     @rule()
     def shutdown(self) -> None:
         self.last_event = "operator"
@@ -161,7 +178,7 @@ class SupervisorMachine(RuleBasedStateMachine):
     @invariant()
     def state_matches_child(self) -> None:
         s = self.sup.snapshot()
-        if s.state in (State.STOPPED, State.BACKOFF, State.FATAL):
+        if s.state in (State.STOPPED, State.BACKOFF, State.FATAL, State.HOST_FAULT):
             assert not self.live and not self.pending_spawn
         if s.state is State.BACKOFF:
             assert s.next_restart_at is not None
@@ -233,3 +250,29 @@ def test_the_budget_invariant_catches_a_core_that_goes_fatal_too_soon() -> None:
     with pytest.raises(AssertionError, match="fatal after"):
         _drive_into_backoff(m)
     _drive_into_backoff(SupervisorMachine())  # the real core: a restart is scheduled
+
+
+class HostFaultRestarts(P.Supervisor):
+    """A core with a planted bug: a parking GPU fault restarts the job like any detector."""
+
+    def _gpu_fault(self, ev: P.GpuFaultSeen, now: float) -> list[P.Action]:
+        return super()._gpu_fault(P.GpuFaultSeen("restart_app", ev.fields), now)
+
+
+def test_the_host_fault_invariant_catches_a_core_that_restarts_a_parked_job() -> None:
+    """Xid 79 must park: a core that restarts instead is caught (budget spent, job back)."""
+
+    class Machine(SupervisorMachine):
+        supervisor_class = HostFaultRestarts
+
+    m = Machine()
+    m.shell_finishes_spawn(ok=True)
+    m.gpu_fault("reboot_host", gate=False)
+    with pytest.raises(AssertionError, match="parked job was scheduled"):
+        m.shell_finishes_kill()
+    ok = SupervisorMachine()  # the real core: parked, and no tick brings the job back
+    ok.shell_finishes_spawn(ok=True)
+    ok.gpu_fault("reboot_host", gate=False)
+    ok.shell_finishes_kill()
+    ok.time_passes(dt=40.0, u=0.5)
+    assert ok.sup.snapshot().state is State.HOST_FAULT and not ok.pending_spawn

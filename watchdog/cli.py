@@ -376,6 +376,8 @@ def render_status(st: dict[str, Any], events: list[dict[str, Any]]) -> str:
     job, pr, rs, dm = st["job"], st["progress"], st["restarts"], st["daemon"]
     mark = "●" if st["healthy"] else "◐" if status_exit(st) == EXIT_NOT_HEALTHY else "○"
     lines = [f"{mark} {job['name']}: {st['state']} ({_health(st)})"]
+    if st.get("host_fault_line"):
+        lines.append(st["host_fault_line"])  # SPEC §12: which GPU needs what, in one line
     cmd = " ".join(job["command"])
     if job["pid"] is not None:
         lines.append(f"      Job: pid {job['pid']} · up {_dur(job['uptime_s'])} · {cmd}")
@@ -448,6 +450,8 @@ def _health(st: dict[str, Any]) -> str:
         words = ["restarts got no further (max_no_progress); `watchdogctl start` tries again"]
     elif state == "fatal":
         words = ["restart budget spent; `watchdogctl start` tries again"]
+    elif state == "host_fault":
+        words = ["parked on a GPU hardware fault; `watchdogctl start` after the repair"]
     elif state == "starting":
         words = ["waiting for " + (" and ".join(_missing(st)) or "the first verdict")]
     elif state == "unhealthy":

@@ -315,6 +315,15 @@ class JobConfig:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class GpuFaultsConfig:
+    """What a GPU hardware fault does to the job (SPEC §12): `park` stops it and waits for an
+    operator (state host_fault); `warn` only reports."""
+
+    on_reset_gpu: Literal["park", "warn"] = "park"
+    on_reboot_host: Literal["park", "warn"] = "park"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class GpusConfig:
     devices: Literal["all"] | tuple[int | str, ...] = field(
         default="all", metadata=_m(parse=_parse_devices)
@@ -325,6 +334,7 @@ class GpusConfig:
     require: Literal["all", "any"] = "all"
     reclaim_timeout_s: float = field(default=60.0, metadata=_m(gt=0))
     probe_timeout_s: float = field(default=5.0, metadata=_m(gt=0))
+    faults: GpuFaultsConfig = field(default_factory=GpuFaultsConfig)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

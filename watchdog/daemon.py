@@ -35,6 +35,7 @@ from watchdog import (
 from watchdog.control import ControlServer
 from watchdog.core import goodput, health, policy, status
 from watchdog.core.ranks import RankTracker
+from watchdog.gpufaults import FaultWatch
 from watchdog.gpus import GpuWatch
 from watchdog.hooks import Hooks
 from watchdog.logs import EventLog, configure_structlog
@@ -92,6 +93,10 @@ def health_of(cfg: config.Config) -> health.HealthConfig:
     )
 
 
+class _GateRefused(Exception):
+    """The health gate found a fault that parks: the start ends without a spawn."""
+
+
 class Daemon:
     def __init__(
         self,
@@ -109,6 +114,7 @@ class Daemon:
         self.core = policy.Supervisor(local_policy_of(cfg), random.random)
         self.reaper = child.Reaper(self.loop)
         self.gpus = GpuWatch(cfg.gpus, self.emit)
+        self.faults = FaultWatch(cfg.gpus, self._gpu_fault)
         self.notifier = Notifier()
         self.control = ControlServer(self)
         self.token = self.state.instance_token()
@@ -169,6 +175,7 @@ class Daemon:
         await self.gpus.start()
         if self.cluster is not None:
             await self.cluster.start()
+        self.faults.start(self.loop, self.gpus.probe)
         taken_over = False
         if self.handover is not None:
             taken_over, leader = await self._take_over(self.handover)
@@ -199,6 +206,7 @@ class Daemon:
         if self.metrics_server is not None:
             await self.metrics_server.close()
         self.gpus.close()
+        self.faults.close()
         self._save_state(None)
         self._account()
         self._save_goodput()
@@ -292,19 +300,32 @@ class Daemon:
                     self._spawn(*opened)
         except asyncio.CancelledError:
             failed = policy.SpawnFailed("cancelled", "stopped before the job was spawned")
+        except _GateRefused:
+            failed = None  # the core already parked in host_fault (GpuFaultSeen with gate)
         except Exception as e:
             # Otherwise the core waits for ChildSpawned for ever: no timeout, no stop, no exit.
             failed = policy.SpawnFailed("internal_error", f"{type(e).__name__}: {e}")
         if failed is not None:
             self.dispatch(failed)
 
+    def _gpu_fault(self, fields: dict[str, object], gate: bool) -> None:
+        action = str(fields.get("action"))
+        park = self.faults.parks(action)
+        self.dispatch(policy.GpuFaultSeen(action, fields, park=park, gate=gate and park))
+
     async def _prepare_start(self) -> policy.SpawnFailed | None:
-        """Drained GPUs, then pre_start (SPEC §4). Returns why the start fails, or None."""
+        """Drained GPUs, the health gate, then pre_start (SPEC §4, §12). Returns why the start
+        fails, or None. A gate fault that parks is handed to the core, which ends the start."""
         job = self.cfg.job
         await self.read_checkpoint()  # the baseline: what is there is not this run's progress
         why = await self.gpus.wait_drained(self._our_pids)
         if why is not None:
             return policy.SpawnFailed("gpu_memory_held", why)
+        found = await self.faults.gate(self.gpus.probe) or []
+        for fault in found:
+            self.faults.seen(fault, gate=True)
+        if any(self.faults.parks(str(f["action"])) for f in found):
+            raise _GateRefused
         for argv in job.pre_start:
             code, out = await child.run_command(
                 self.reaper,
@@ -650,6 +671,9 @@ class Daemon:
                 goodput=self.goodput.totals(),
                 checkpoint=None if self.checkpoints is None else self.checkpoints.as_dict(),
                 checkpoint_at=self.core.snapshot().best_mark_at,
+                gpu_faults=self.faults.by_gpu,
+                gpu_unchecked=self.faults.unchecked,
+                gpu_events=self.faults.events_state,
             )
         )
 

@@ -45,6 +45,11 @@ class GpuWatch:
         self._probe = NvmlProbe(self.cfg.devices, call_timeout_s=self.cfg.probe_timeout_s)
         self._record(await self._probe.start())
 
+    @property
+    def probe(self) -> Any:
+        """The NVML probe (None without expected GPUs): the health gate reads counters with it."""
+        return self._probe
+
     def close(self) -> None:
         if self._probe is not None:
             self._probe.close()

@@ -30,6 +30,7 @@ _JOURNAL_NAMES = {
     "pid": "CHILD_PID",
     "job": "JOB",
     "gpu": "GPU",
+    "xid": "WATCHDOG_XID",  # SPEC §12: journalctl WATCHDOG_XID=79
 }
 
 

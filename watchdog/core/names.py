@@ -65,6 +65,7 @@ EVENTS: dict[str, EventName] = {
     # GPUs and the progress log
     "gpu_memory_held": EventName("a start waits for GPU memory others hold", WARNING),
     "gpu_lost": EventName("NVML reports a GPU lost", ERR, hook=True),
+    "gpu_fault": EventName("a GPU hardware fault: Xid, counter or health gate", CRIT, hook=True),
     "gpu_probe_hung": EventName("an NVML call outlived its deadline", ERR),
     "gpu_probe_recovered": EventName("NVML answers again"),
     "progress_read_hung": EventName("a read of the progress log did not answer", ERR),
@@ -89,6 +90,7 @@ REASONS: dict[str, str] = {
     "startup_timeout": "not healthy within startup.timeout_s",
     "gpu_lost": "NVML reports GPU_IS_LOST",
     "gpu_probe_hung": "an NVML call outlived its deadline",
+    "gpu_fault": "an NVML event or counter says the GPU itself is broken (SPEC §12)",
     # why a job stopped or was parked
     "operator": "an operator's stop/start/restart",
     "shutdown": "the daemon was asked to exit",

@@ -31,6 +31,7 @@ class State(StrEnum):
     BACKOFF = "backoff"
     FATAL = "fatal"
     PAUSED = "paused"
+    HOST_FAULT = "host_fault"  # SPEC §12: a GPU needs a reset or a reboot; parked until an operator
 
 
 # Reasons whose restart is preceded by an incident bundle (SPEC §10).
@@ -163,6 +164,18 @@ class RankExited:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuFaultSeen:
+    """The GPU itself is broken (an Xid, a counter, the health gate; SPEC §12). `fields` is the
+    gpu_fault event (gpu, uuid, xid or kind, action, message). `park`: the action needs a GPU
+    reset or a reboot and gpus.faults says park; else restart_app restarts, anything else warns."""
+
+    action: str
+    fields: Mapping[str, object]
+    park: bool = False
+    gate: bool = False  # the health gate refused the start under way: nothing was spawned
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyChanged:
     policy: Policy
 
@@ -193,6 +206,7 @@ Event = (
     | IncidentSaved
     | ProgressMarked
     | RankExited
+    | GpuFaultSeen
     | PolicyChanged
     | Tick
     | RestartRequested
@@ -245,7 +259,7 @@ class Exit:
 
 Action = SpawnChild | KillTree | CancelStart | Emit | Refuse | Exit
 
-AfterStop = Literal["stop", "restart", "start", "exit"]
+AfterStop = Literal["stop", "restart", "start", "exit", "host_fault"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +280,7 @@ class Snapshot:
     no_progress_restarts: int = 0  # automatic restarts in a row without progress (SPEC §12)
     best_mark: float | None = None  # the highest step or checkpoint seen
     best_mark_at: float | None = None  # when it was written
+    host_fault: Mapping[str, object] | None = None  # the gpu_fault event that parked the job
 
 
 class Supervisor:
@@ -296,6 +311,7 @@ class Supervisor:
         self._leader_exited = False  # the child is reaped; its tree may still be stopping
         self._startup_expired = False  # startup_timeout fired and the child was never healthy
         self._tally = NoProgressTally()
+        self._host_fault: Mapping[str, object] | None = None
         self._now = 0.0
 
     # ------------------------------------------------------------------------ queries
@@ -329,6 +345,7 @@ class Supervisor:
             no_progress_restarts=self._tally.in_a_row,
             best_mark=self._tally.best,
             best_mark_at=self._tally.best_at,
+            host_fault=self._host_fault,
         )
 
     @property
@@ -373,6 +390,7 @@ class Supervisor:
             "want_running": self._want_running,
             "startup_expired": self._startup_expired,
             "no_progress": self._tally.carry(),
+            "host_fault": None if self._host_fault is None else dict(self._host_fault),
         }
 
     def resume(self, c: Mapping[str, object], now: float) -> None:
@@ -402,6 +420,8 @@ class Supervisor:
         self._want_running = c["want_running"] is True
         self._startup_expired = c["startup_expired"] is True
         self._tally = NoProgressTally.resume(c.get("no_progress"))
+        fault = c.get("host_fault")  # absent in a carry from code before SPEC §12
+        self._host_fault = dict(fault) if isinstance(fault, Mapping) else None
 
     def restore(self, d: Durable, now: float) -> None:
         """Take over a previous daemon's budget, before DaemonStarted. Instants from the future
@@ -442,6 +462,8 @@ class Supervisor:
                 return self._tree_stopped(event, now)
             case HealthAssessed():
                 return self._assessed(event, now)
+            case GpuFaultSeen():
+                return self._gpu_fault(event, now)
             case IncidentSaved(path=path):
                 if self._state is State.STOPPING:
                     self._stop_incident = path
@@ -598,6 +620,8 @@ class Supervisor:
             return self._spawn(now, reason)
         if after == "restart":
             return self._fail(reason, now)
+        if after == "host_fault":
+            self._state = State.HOST_FAULT  # no restart, the budget untouched (SPEC §12)
         return [Emit("child_stopped", {"reason": reason})]
 
     def _fail(self, reason: str, now: float) -> list[Action]:
@@ -709,6 +733,7 @@ class Supervisor:
                 return []
             if not alive:
                 self._state = State.STOPPED
+                self._host_fault = None
                 return [Emit("child_stopped", {"reason": "operator"})]
             return self._stop("operator", "stop")
         # start / restart: an operator always leaves fatal and resets the budget (SPEC §5).
@@ -719,6 +744,7 @@ class Supervisor:
         self._restart_times.clear()
         self._failures = 0
         self._tally.reset()
+        self._host_fault = None  # an operator's start leaves host_fault (SPEC §12)
         if alive or self._state is State.STOPPING:
             return self._stop("operator", "start")
         self._last_reason = "operator" if cmd == "restart" else self._last_reason
@@ -792,6 +818,33 @@ class Supervisor:
             return
         if self._tally.mark(ev.value, ev.at) and ev.kind == "checkpoint":
             self._tally.checkpoint_written(ev.at)
+
+    def _gpu_fault(self, ev: GpuFaultSeen, now: float) -> list[Action]:
+        """SPEC §12: restart_app restarts as any detector would; a parking fault stops the job
+        and holds it in host_fault (never restarted by itself, the budget untouched)."""
+        out: list[Action] = [Emit("gpu_fault", {"reason": "gpu_fault", **ev.fields})]
+        live = self._state in (State.STARTING, State.RUNNING, State.UNHEALTHY)
+        if ev.park and not self._exiting:
+            self._host_fault = dict(ev.fields)
+            self._backoff_until = None
+            if ev.gate and self._spawning:  # the start under way ends without a spawn
+                self._spawning = False
+                if self._state is State.STOPPING:  # a stop came first: stop and exit win
+                    if self._after_stop in ("restart", "start"):
+                        self._after_stop = "host_fault"
+                    return out + self._finish_stop(now)
+                self._state = State.HOST_FAULT
+                return out
+            if live or self._state is State.STOPPING:
+                if self._state is State.STOPPING and self._after_stop == "exit":
+                    return out
+                return out + self._stop("gpu_fault", "host_fault")
+            if self._state in (State.BACKOFF, State.STOPPED, State.FATAL) and self._want_running:
+                self._state = State.HOST_FAULT
+            return out
+        if ev.action == "restart_app" and live and self._pid is not None and not self._paused:
+            return out + self._stop("gpu_fault", "restart")
+        return out
 
     def _tick(self, now: float) -> list[Action]:
         until = self._backoff_until

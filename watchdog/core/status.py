@@ -9,6 +9,7 @@ from typing import Any
 from watchdog.core.health import is_in_use
 from watchdog.core.policy import Snapshot, State
 from watchdog.core.samples import GpuSample, ProgressReading
+from watchdog.core.xid import host_fault_line
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,11 @@ class StatusInputs:
     goodput: Mapping[str, Any] | None = None  # goodput.Goodput.totals() (issue 8)
     checkpoint: Mapping[str, Any] | None = None  # progress.checkpoint's last reading (SPEC §12)
     checkpoint_at: float | None = None  # when the newest checkpoint was written (monotonic)
+    # SPEC §12: gpu_fault events per GPU index (newest last), what the driver could not check,
+    # and the event watcher's state ("watching", "not checked: ...", "hung: ...").
+    gpu_faults: Mapping[int, Sequence[Mapping[str, object]]] | None = None
+    gpu_unchecked: Mapping[int, Sequence[str]] | None = None
+    gpu_events: str | None = None
 
 
 def build_status(i: StatusInputs) -> dict[str, Any]:
@@ -53,6 +59,11 @@ def build_status(i: StatusInputs) -> dict[str, Any]:
         },
         "gpus": _gpus(i),
         "gpus_unverified": _gpus_unverified(i),
+        "host_fault": None if snap.host_fault is None else dict(snap.host_fault),
+        "host_fault_line": host_fault_line(
+            None if snap.host_fault is None else dict(snap.host_fault)
+        ),
+        "gpu_events": i.gpu_events,
         "progress": {
             "tokens_per_s": i.progress.tokens_per_s if i.progress else None,
             "step": i.progress.step if i.progress else None,
@@ -110,6 +121,8 @@ def _gpus(i: StatusInputs) -> list[dict[str, Any]]:
             "memory_api": g.memory_api,
             "lost": g.lost,
             "error": g.error,
+            "faults": [dict(f) for f in (i.gpu_faults or {}).get(g.index, ())],
+            "not_checked": list((i.gpu_unchecked or {}).get(g.index, ())),
         }
         for g in i.gpu_sample.gpus
     ]

@@ -30,8 +30,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import ctypes
 import functools
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +42,7 @@ from typing import Any, Literal, TypeVar
 import pynvml
 
 from watchdog.core.samples import GpuReading, GpuSample
+from watchdog.core.xid import Counters, event_fault
 from watchdog.offloop import Worker
 
 _T = TypeVar("_T")
@@ -70,6 +73,7 @@ _SESSION_BROKEN = frozenset(
         pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
     }
 )
+_FI_RECOVERY_ACTION = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvmlDeviceGetGpuRecoveryAction)
 _NOT_FOUND = frozenset({pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT})
 
 _INIT_REASONS: dict[int, str] = {
@@ -278,6 +282,54 @@ class _Session:
         mem = self._device_call(dev, get, dev.handle)
         return mem.used / _MIB, mem.total / _MIB
 
+    def counters(self) -> list[Counters]:
+        """The fault counters of every selected GPU (the health gate, SPEC §12). A driver
+        without a call says so in `unchecked`; nothing here raises."""
+        try:
+            if not self.initialized:
+                self._open()
+            return [self._counters(d) for d in self._devices]
+        except _Unavailable:
+            self.close()
+            return []
+
+    def _counters(self, dev: _Device) -> Counters:
+        reading = self._read(dev)
+        if reading.unreadable:
+            return Counters(dev.index, dev.uuid, visible=False, lost=reading.lost)
+        unchecked: list[str] = []
+
+        def get(what: str, fn: Callable[..., _T], *args: Any) -> _T | None:
+            try:
+                return self._device_call(dev, fn, dev.handle, *args)
+            except (pynvml.NVMLError, _Lost) as exc:
+                name = str(exc) if isinstance(exc, _Lost) else _error_name(exc)
+                unchecked.append(f"{what}: {name}")
+                return None
+
+        recovery: int | None = None
+        values = get("recovery action", pynvml.nvmlDeviceGetFieldValues, [_FI_RECOVERY_ACTION])
+        if values is not None:
+            if values[0].nvmlReturn == pynvml.NVML_SUCCESS:
+                recovery = int(values[0].value.uiVal)
+            else:
+                unchecked.append(f"recovery action: {_ERROR_NAMES.get(values[0].nvmlReturn)}")
+        rows = get("remapped rows", pynvml.nvmlDeviceGetRemappedRows)
+        dbe = get(
+            "double-bit ECC",
+            pynvml.nvmlDeviceGetTotalEccErrors,
+            pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+            pynvml.NVML_VOLATILE_ECC,
+        )
+        return Counters(
+            dev.index,
+            dev.uuid,
+            recovery=recovery,
+            remap=None if rows is None else (int(rows[2]), int(rows[3])),
+            dbe=None if dbe is None else int(dbe),
+            unchecked=tuple(unchecked),
+        )
+
     def _pids(self, dev: _Device) -> tuple[int, ...] | None:
         """The compute processes, or None where the driver does not say (a hint only)."""
         try:
@@ -340,6 +392,29 @@ class NvmlProbe:
         except TimeoutError:
             return self._hung(deadline_s)
 
+    def run_in_worker(self, fn: Callable[[], object]) -> None:
+        """Run `fn` on the probe's thread, after whatever it is doing; never waits for it."""
+        if self._worker is None:
+            self._worker = Worker("nvml-probe")
+        self._worker.submit(fn)
+
+    async def counters(self) -> list[Counters] | None:
+        """The fault counters of the selected GPUs under the same deadline as a sample; None
+        when the probe is stuck or the call outlived it (the gate then says "not checked")."""
+        if self._closed or self._worker is None:
+            return None
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._inflight is not None and not self._inflight.done():
+                return None
+            fut = self._worker.submit(self._session.counters)
+            self._inflight = fut  # type: ignore[assignment]
+            try:
+                return await asyncio.wait_for(asyncio.wrap_future(fut), self._call_timeout_s)
+            except TimeoutError:
+                return None
+
     def _hung(self, deadline_s: float | None) -> GpuSample:
         current = self._session.current
         if current is None:
@@ -364,6 +439,118 @@ class NvmlProbe:
             with contextlib.suppress(concurrent.futures.TimeoutError):
                 shutdown.result(timeout=_CLOSE_WAIT_S)
         self._worker.stop()
+
+
+# Xid critical errors, double-bit ECC, GPU unavailable, recovery action changed (nvml.h).
+_WATCHED_EVENTS = 0x8 | 0x2 | 0x4000 | 0x8000
+_MISSING_API = frozenset({pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, pynvml.NVML_ERROR_NOT_SUPPORTED})
+
+
+class EventWatcher:
+    """NVML events (Xid, DBE, GPU unavailable, recovery action) on a thread of its own.
+
+    `nvmlEventSetWait_v2` blocks for up to `wait_ms` in the driver, and a wedged driver can
+    keep it there for ever, so nothing on the event loop ever waits for this thread: each event
+    is handed over with `call_soon_threadsafe`, and `state()` reads a timestamp to say "hung".
+    A driver without the event API (FUNCTION_NOT_FOUND, NOT_SUPPORTED) leaves the watcher
+    "not checked: <why>", never a crash. Idle cost: one wake-up per `wait_ms`.
+    """
+
+    def __init__(
+        self,
+        devices: Literal["all"] | tuple[int | str, ...],
+        on_event: Callable[[dict[str, object]], None],
+        loop: asyncio.AbstractEventLoop,
+        *,
+        wait_ms: int = 1000,
+        hung_after_s: float = 5.0,
+    ) -> None:
+        self._devices = devices
+        self._on_event = on_event
+        self._loop = loop
+        self._wait_ms = wait_ms
+        self._hung_after_s = hung_after_s
+        self._state = "starting"
+        self._in_call: tuple[str, float] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="nvml-events", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()  # a stuck wait cannot be interrupted: the daemon thread is abandoned
+
+    def state(self) -> str:
+        """ "watching", "starting", "not checked: <why>", or "hung: <call> ... s"."""
+        call = self._in_call
+        if call is not None:
+            name, since = call
+            age = time.monotonic() - since
+            limit = self._hung_after_s + (
+                self._wait_ms / 1000 if name.startswith("nvmlEvent") else 0
+            )
+            if age > limit:
+                return f"hung: {name} has not returned for {age:.0f} s"
+        return self._state
+
+    def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
+        self._in_call = (fn.__name__, time.monotonic())
+        try:
+            return fn(*args)
+        finally:
+            self._in_call = None
+
+    def _run(self) -> None:
+        session = _Session(self._devices)
+        try:
+            by_handle = self._register(session)
+        except pynvml.NVMLError as exc:
+            self._state = f"not checked: {_error_name(exc)}"
+            return
+        except _Unavailable as exc:
+            self._state = f"not checked: {exc}"
+            return
+        self._state = "watching" if by_handle else "not checked: no GPU could be registered"
+        while by_handle and not self._stop.is_set():
+            try:
+                data = self._call(pynvml.nvmlEventSetWait_v2, self._event_set, self._wait_ms)
+            except pynvml.NVMLError as exc:
+                if _code(exc) == pynvml.NVML_ERROR_TIMEOUT:
+                    continue  # the normal "no event" answer
+                self._state = f"not checked: nvmlEventSetWait_v2: {_error_name(exc)}"
+                if _code(exc) in _MISSING_API or self._stop.wait(1.0):
+                    return
+                self._state = "watching"
+                continue
+            key = ctypes.cast(data.device, ctypes.c_void_p).value
+            gpu, uuid = by_handle.get(key, (-1, ""))
+            fields = event_fault(gpu, uuid, int(data.eventType), int(data.eventData))
+            self._loop.call_soon_threadsafe(self._on_event, fields)
+
+    def _register(self, session: _Session) -> dict[int | None, tuple[int, str]]:
+        """Create the event set and register every selected GPU that supports the events."""
+        self._call(session._open)
+        self._event_set = self._call(pynvml.nvmlEventSetCreate)
+        by_handle: dict[int | None, tuple[int, str]] = {}
+        for dev in session._devices:
+            if session._read(dev).unreadable:
+                continue  # the health gate names it; nothing to register
+            try:
+                types = self._call(pynvml.nvmlDeviceGetSupportedEventTypes, dev.handle)
+                self._call(
+                    pynvml.nvmlDeviceRegisterEvents,
+                    dev.handle,
+                    _WATCHED_EVENTS & types,
+                    self._event_set,
+                )
+            except pynvml.NVMLError as exc:
+                if _code(exc) in _MISSING_API:
+                    raise
+                continue
+            key = ctypes.cast(dev.handle, ctypes.c_void_p).value
+            by_handle[key] = (dev.index, dev.uuid)
+        return by_handle
 
 
 def processes_using_nvidia_devices(prefix: str = "/dev/nvidia") -> dict[int, list[str]]:

@@ -1,0 +1,69 @@
+"""GPU hardware faults in the shell (SPEC §12): the NVML event watcher, the health gate before
+every start, and the faults seen per GPU for status. Decisions are the core's (core/xid.py
+classifies, core/policy.py reacts); this module only carries facts to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from watchdog.config import GpusConfig
+from watchdog.core import xid
+
+KEEP_PER_GPU = 20  # gpus[].faults in status: the newest this many per GPU
+
+
+class FaultWatch:
+    def __init__(self, cfg: GpusConfig, on_fault: Callable[[dict[str, object], bool], None]):
+        self.cfg = cfg
+        self._on_fault = on_fault
+        self._watcher: Any = None
+        self.by_gpu: dict[int, deque[dict[str, object]]] = {}
+        self.unchecked: dict[int, tuple[str, ...]] = {}  # what the driver could not say, per GPU
+
+    def start(self, loop: asyncio.AbstractEventLoop, probe: Any) -> None:
+        """Watch NVML events, where GPUs are expected (imported here: pynvml is optional)."""
+        if self.cfg.devices == () or probe is None:
+            return
+        from watchdog.probes.nvml import EventWatcher
+
+        self._watcher = EventWatcher(self.cfg.devices, self.seen, loop)
+        # Thread.start() waits until the new thread runs: on a loaded host that alone held the
+        # loop for over 0.1 s, so the probe's own worker thread starts it.
+        probe.run_in_worker(self._watcher.start)
+
+    def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.close()
+
+    @property
+    def events_state(self) -> str | None:
+        """ "watching", "not checked: ...", "hung: ..."; None where no GPU is expected."""
+        return None if self._watcher is None else str(self._watcher.state())
+
+    def parks(self, action: str) -> bool:
+        f = self.cfg.faults
+        return (action == "reset_gpu" and f.on_reset_gpu == "park") or (
+            action == "reboot_host" and f.on_reboot_host == "park"
+        )
+
+    def seen(self, fields: dict[str, object], gate: bool = False) -> None:
+        """A fault from an event or the gate: remembered for status, handed to the core."""
+        gpu = fields.get("gpu")
+        if isinstance(gpu, int):
+            self.by_gpu.setdefault(gpu, deque(maxlen=KEEP_PER_GPU)).append(dict(fields))
+        self._on_fault(fields, gate)
+
+    async def gate(self, probe: Any) -> list[dict[str, object]] | None:
+        """The counters of every expected GPU before a start: the faults found (empty: pass),
+        or None when they could not be read in time (not checked: the start goes on)."""
+        if probe is None:
+            return None
+        counters: list[xid.Counters] | None = await probe.counters()
+        if counters is None:
+            return None
+        self.unchecked = {c.gpu: c.unchecked for c in counters if c.unchecked}
+        return xid.gate(counters)
