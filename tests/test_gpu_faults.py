@@ -12,6 +12,7 @@ import fakegpu
 import pytest
 from conftest import DaemonFactory
 from harness import ROOT, wait_until
+from test_metrics import free_port, scrape
 
 GPUJOB = str(ROOT / "tests" / "jobs" / "gpujob.py")
 
@@ -66,7 +67,8 @@ def test_xid_79_on_gpu_3_parks_the_job_in_host_fault_within_2_s(
 ) -> None:
     """Injected Xid 79 on GPU 3 of a healthy job: stopped within 2 s of the event, state
     host_fault, 0 restarts, `status` exits 3 and names GPU 3 and the action."""
-    d = make_daemon(job(), cfg(), env=fakegpu.fake_env(gpus))
+    port = free_port()
+    d = make_daemon(job(), cfg(metrics={"listen": f"127.0.0.1:{port}"}), env=fakegpu.fake_env(gpus))
     d.wait_state("running", timeout=15)
     wait_until(lambda: d.status()["gpu_events"] == "watching", 10, "the event watcher")
     fakegpu.inject_event(gpus, gpu=3, xid=79)
@@ -83,6 +85,9 @@ def test_xid_79_on_gpu_3_parks_the_job_in_host_fault_within_2_s(
     assert line in text.splitlines()
     names = [e["event"] for e in d.events()]
     assert "restart_scheduled" not in names and "child_stopped" in names
+    text = scrape(port)
+    assert 'train_watchdog_gpu_faults_total{action="reboot_host",gpu="3",xid="79"} 1.0' in text
+    assert 'train_watchdog_job_state{state="host_fault"} 1.0' in text
 
 
 def test_xid_13_is_one_ordinary_restart(make_daemon: DaemonFactory, gpus: pathlib.Path) -> None:

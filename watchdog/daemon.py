@@ -651,7 +651,7 @@ class Daemon:
 
     def _status(self) -> dict[str, Any]:
         now = time.monotonic()
-        return status.build_status(
+        st = status.build_status(
             status.StatusInputs(
                 snap=self.core.snapshot(),
                 now=now,
@@ -676,6 +676,8 @@ class Daemon:
                 gpu_events=self.faults.events_state,
             )
         )
+        st["gpu_faults_total"] = self.faults.counts()  # the metrics endpoint's counter
+        return st
 
     def log_tail(self, n: int) -> list[str]:
         return tail_lines(self.cfg.job.log_file, n)

@@ -23,6 +23,7 @@ class FaultWatch:
         self._watcher: Any = None
         self.by_gpu: dict[int, deque[dict[str, object]]] = {}
         self.unchecked: dict[int, tuple[str, ...]] = {}  # what the driver could not say, per GPU
+        self._counts: dict[tuple[str, str, str], int] = {}  # (gpu, xid or kind, action) -> n
 
     def start(self, loop: asyncio.AbstractEventLoop, probe: Any) -> None:
         """Watch NVML events, where GPUs are expected (imported here: pynvml is optional)."""
@@ -44,6 +45,12 @@ class FaultWatch:
         """ "watching", "not checked: ...", "hung: ..."; None where no GPU is expected."""
         return None if self._watcher is None else str(self._watcher.state())
 
+    def counts(self) -> list[dict[str, object]]:
+        """train_watchdog_gpu_faults_total{gpu,xid,action} (status `gpu_faults_total`)."""
+        return [
+            {"gpu": g, "xid": x, "action": a, "count": n} for (g, x, a), n in self._counts.items()
+        ]
+
     def parks(self, action: str) -> bool:
         f = self.cfg.faults
         return (action == "reset_gpu" and f.on_reset_gpu == "park") or (
@@ -55,6 +62,8 @@ class FaultWatch:
         gpu = fields.get("gpu")
         if isinstance(gpu, int):
             self.by_gpu.setdefault(gpu, deque(maxlen=KEEP_PER_GPU)).append(dict(fields))
+        key = (str(gpu), str(fields.get("xid", fields.get("kind"))), str(fields.get("action")))
+        self._counts[key] = self._counts.get(key, 0) + 1
         self._on_fault(fields, gate)
 
     async def gate(self, probe: Any) -> list[dict[str, object]] | None:

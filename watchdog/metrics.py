@@ -33,6 +33,7 @@ STATES = (
     "backoff",
     "fatal",
     "paused",
+    "host_fault",
 )
 # The detectors that can be "firing" (SPEC §4); `exited` is an instant, never a standing verdict.
 DETECTORS = (
@@ -145,6 +146,16 @@ def _gpu_families(st: Mapping[str, Any]) -> Iterator[Metric]:
             total.add_metric(key, g["total_mib"] * MIB)
     yield used
     yield total
+    from prometheus_client.core import CounterMetricFamily
+
+    faults = CounterMetricFamily(
+        f"{PREFIX}_gpu_faults",
+        "GPU hardware faults since the daemon started, by GPU, Xid (or kind) and action.",
+        labels=["gpu", "xid", "action"],
+    )
+    for f in st.get("gpu_faults_total") or ():
+        faults.add_metric([str(f["gpu"]), str(f["xid"]), str(f["action"])], f["count"])
+    yield faults
 
 
 def _progress_families(st: Mapping[str, Any], wall_now: float) -> Iterator[Metric]:
