@@ -1,6 +1,9 @@
 """Drive watchdogd over a real GPU and report what it detected and how fast (check_real_gpu.sh).
 
-Scenario: start the daemon on gpu_job.py and wait until it is healthy; (a) SIGKILL the job and
+Scenario: start the daemon on gpu_job.py and wait until it is healthy; check the GPU fault
+bindings (issue 12: register for Xid events, read the recovery action, remapped rows and volatile
+double-bit ECC directly, and the daemon's event watcher and health gate; no fault is injected on a
+real GPU); (a) SIGKILL the job and
 wait for `exited` and a healthy restart; (b) make the job free its CUDA memory but stay alive and
 wait for `gpus_idle` and a healthy restart. Prints one table; exit 0 when every row passed.
 
@@ -256,6 +259,84 @@ def phase_free(d: Daemon, args: argparse.Namespace, idle_below_mib: int) -> list
     ]
 
 
+def fault_api_rows(index: int) -> list[Row]:
+    """Each NVML call the fault watcher uses, straight through pynvml on GPU `index`: it answers
+    (a value) or says the driver lacks it (NOT_SUPPORTED / FUNCTION_NOT_FOUND, which the daemon
+    shows as "not checked"). Any other error is a failed binding."""
+    import pynvml
+
+    lacking = {pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND}
+    rows: list[Row] = []
+
+    def check(what: str, expected: str, call: Any) -> None:
+        t0 = time.monotonic()
+        try:
+            seen, ok = str(call()), True
+        except pynvml.NVMLError as exc:
+            seen, ok = f"{exc} (not checked)", exc.value in lacking
+        rows.append(Row(what, expected, seen, time.monotonic() - t0, ok))
+
+    pynvml.nvmlInit()
+    try:
+        h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        event_set = pynvml.nvmlEventSetCreate()
+
+        def register_and_wait() -> str:
+            types = pynvml.nvmlDeviceGetSupportedEventTypes(h) & (0x8 | 0x2 | 0x4000 | 0x8000)
+            pynvml.nvmlDeviceRegisterEvents(h, types, event_set)
+            try:
+                data = pynvml.nvmlEventSetWait_v2(event_set, 200)
+                return f"event {data.eventType:#x} data {data.eventData} (a real one!)"
+            except pynvml.NVMLError as exc:
+                if exc.value != pynvml.NVML_ERROR_TIMEOUT:
+                    raise
+                return f"types {types:#x}, wait: TIMEOUT"
+
+        def recovery() -> str:
+            v = pynvml.nvmlDeviceGetFieldValues(h, [230])[0]  # GET_GPU_RECOVERY_ACTION
+            if v.nvmlReturn != pynvml.NVML_SUCCESS:
+                raise pynvml.NVMLError(v.nvmlReturn)
+            return f"action {v.value.uiVal}"
+
+        def remapped() -> str:
+            corr, unc, pending, failed = pynvml.nvmlDeviceGetRemappedRows(h)
+            return f"corr {corr} unc {unc} pending {pending} failed {failed}"
+
+        def dbe() -> str:
+            return str(
+                pynvml.nvmlDeviceGetTotalEccErrors(
+                    h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC
+                )
+            )
+
+        check("NVML Xid events", "TIMEOUT (none)", register_and_wait)
+        check("NVML recovery action", "action 0", recovery)
+        check("NVML remapped rows", "pending 0 failed 0", remapped)
+        check("NVML volatile DBE", "0", dbe)
+        pynvml.nvmlEventSetFree(event_set)
+    finally:
+        pynvml.nvmlShutdown()
+    return rows
+
+
+def phase_faults(d: Daemon, args: argparse.Namespace) -> list[Row]:
+    """The daemon's view: its event watcher runs (or says why not), the gate let the job in."""
+    s = wait_healthy(d, args.phase_timeout_s)
+    gpu = next((g for g in s["gpus"] if g["index"] == args.gpu), {})
+    watcher = str(s.get("gpu_events"))
+    return [
+        *fault_api_rows(args.gpu),
+        Row("daemon event watcher", "watching", watcher, None, watcher == "watching"),
+        Row(
+            "daemon health gate",
+            "no host fault",
+            f"host_fault {s.get('host_fault')}; not checked {gpu.get('not_checked') or '-'}",
+            None,
+            s.get("host_fault") is None,
+        ),
+    ]
+
+
 def print_table(rows: list[Row], header: str) -> None:
     print(header)
     print(f"{'check':<30} {'expected':<18} {'seen':<30} {'seconds':>8}  result")
@@ -277,6 +358,7 @@ def run(args: argparse.Namespace) -> int:
     rows: list[Row] = []
     try:
         rows += phase_start(d, args, started)
+        rows += phase_faults(d, args)
         rows += phase_kill(d, args)
         rows += phase_free(d, args, idle_below)
     except TimeoutError as exc:
