@@ -699,6 +699,7 @@ class Daemon:
         old, self.cfg = self.cfg, new
         self.events.set_job(new.job.name)
         self.gpus.cfg = new.gpus
+        self.faults.cfg = new.gpus  # gpus.faults applies to the next fault
         self.hooks.cfg = new.hooks
         self.monitor.reconfigure(health_of(new))
         if new.progress.checkpoint != old.progress.checkpoint:
