@@ -33,6 +33,9 @@
 #define PATH_LEN 1024
 #define MIB 1048576ULL
 #define SLICE_MS 20 /* a delay re-reads the faults file this often, so clearing it unwedges */
+/* nvmlEventSetWait_v2 polls the events file this often (a real driver sleeps on a wait queue:
+ * the stand-in's polling is an artifact, kept rare so an idle watcher costs little here too). */
+#define EVENT_SLICE_MS 100
 
 typedef unsigned long long u64;
 typedef int nvmlReturn_t;
@@ -640,11 +643,15 @@ EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *dat
     if (set == NULL || data == NULL) return INVALID_ARGUMENT;
     int code = faults("nvmlEventSetWait_v2", -1);
     if (code != OK) return code;
+    const char *poll = getenv("FAKE_NVML_EVENT_POLL_MS"); /* the bench's knob; see README */
+    u64 slice_ms = poll != NULL && atoi(poll) > 0 ? (u64)atoi(poll) : EVENT_SLICE_MS;
     u64 start = now_ms();
     for (;;) {
         if (next_event(set, data)) return OK;
-        if (now_ms() - start >= timeout_ms) return TIMEOUT;
-        struct timespec slice = {0, SLICE_MS * 1000000L};
+        u64 waited = now_ms() - start;
+        if (waited >= timeout_ms) return TIMEOUT;
+        u64 left = timeout_ms - waited, step = left < slice_ms ? left : slice_ms;
+        struct timespec slice = {(time_t)(step / 1000), (long)(step % 1000) * 1000000L};
         nanosleep(&slice, NULL);
     }
 }
