@@ -90,3 +90,17 @@ def test_gpus_faults_warn_turns_parking_into_a_report() -> None:
 
     fw = FaultWatch(GpusConfig(faults=GpuFaultsConfig(on_reboot_host="warn")), lambda f, g: None)
     assert not fw.parks("reboot_host") and fw.parks("reset_gpu") and not fw.parks("restart_app")
+
+
+def test_host_fault_survives_a_reexec_hand_over() -> None:
+    """carry()/resume() keep host_fault and its event: the new code stays parked."""
+    d = Driver()
+    running(d)
+    d.feed(P.GpuFaultSeen("reboot_host", XID79, park=True), 2.0)
+    carried = d.sup.carry()
+    assert carried is not None
+    d2 = Driver()
+    d2.sup.resume(carried, 3.0)
+    snap = d2.sup.snapshot()
+    assert snap.state is State.HOST_FAULT and snap.host_fault == XID79
+    assert d2.feed(P.Tick(), 1000.0) == []
