@@ -84,3 +84,19 @@ def test_events_other_than_xid_map_to_their_kind() -> None:
     assert xid.event_fault(0, "u", 0x2, 0)["kind"] == "dbe"
     assert xid.event_fault(0, "u", 0x4000, 0)["action"] == "reboot_host"
     assert xid.event_fault(0, "u", 0x8000, 1)["action"] == "reset_gpu"
+
+
+def test_every_nvml_recovery_action_has_an_answer() -> None:
+    """NVML's recovery actions (nvml.h 0-7) map to ours; an unknown one warns."""
+    got = [xid.recovery_action(v)[1] for v in range(9)]
+    assert got == [
+        "ignore",
+        "reset_gpu",
+        "reboot_host",
+        "reset_gpu",
+        "reset_gpu",
+        "warn",
+        "reset_gpu",
+        "reboot_host",
+        "warn",
+    ]

@@ -159,7 +159,9 @@ RECOVERY_ACTIONS: dict[int, tuple[str, Action]] = {
     2: ("node reboot required", "reboot_host"),
     3: ("drain P2P", "reset_gpu"),
     4: ("drain and reset", "reset_gpu"),
-}
+    6: ("bus reset required", "reset_gpu"),
+    7: ("system reboot required", "reboot_host"),
+}  # 5 (recover the IMEX domain) is not ours to judge: warn
 
 
 def recovery_action(value: int) -> tuple[str, Action]:
