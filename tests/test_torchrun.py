@@ -112,7 +112,9 @@ def test_killed_rank_restarts_the_whole_tree(
         d.wait_event("restart_scheduled", timeout=90, reason="exited")
         if max_restarts:
             fired = d.wait_event("detector_fired", reason="exited")[0]
-            assert fired["rank"] == "rank 1 (local 1)", fired
+            # Rank 1 kills itself; rank 0 may die of the broken collective before the rank
+            # watch looks again (seen under load): either is the dead rank that fired.
+            assert fired["rank"] in ("rank 1 (local 1)", "rank 0 (local 0)"), fired
         d.wait_event("child_spawned", timeout=30, count=2)
         wait_until(lambda: (d.status()["progress"]["step"] or 0) > 5, 90, "training past step 5")
         first, *_ = (e["pid"] for e in d.wait_event("child_spawned", count=2))
