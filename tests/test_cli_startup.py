@@ -1,0 +1,71 @@
+"""watchdogctl as installed starts fast (issue 11): the program that a plain non-editable install
+puts in bin/ (`make install`: the venv's own pip, a wheel of this tree) imports nothing heavy
+beyond what a bare interpreter of that venv already loads."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from harness import ROOT
+
+HEAVY = {"re", "json", "socket", "enum", "typing", "asyncio", "argparse", "dataclasses"}
+CLI_MODULES = {
+    "watchdog",
+    "watchdog.cli",
+    "watchdog.core",
+    "watchdog.core.protocol",
+    "_socket",
+    "__future__",
+}
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """A fresh venv (with the pip its Python bundles, as `make install` uses) holding a wheel of
+    this tree, installed non-editable; returns its bin/ folder."""
+    tmp = tmp_path_factory.mktemp("installed")
+    wheels, venv = tmp / "wheels", tmp / "venv"
+    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)]
+    built = subprocess.run(build, capture_output=True, text=True, timeout=600)
+    if built.returncode != 0:
+        pytest.skip(f"cannot build a wheel here (setuptools>=68 unreachable?): {built.stderr}")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=600)
+    wheel = next(wheels.glob("train_watchdog-*.whl"))
+    pip = [
+        str(venv / "bin" / "python"),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--disable-pip-version-check",
+    ]
+    subprocess.run([*pip, "--no-deps", "--no-index", str(wheel)], check=True, timeout=600)
+    return venv / "bin"
+
+
+def imported_by(python: pathlib.Path, argv: list[str]) -> set[str]:
+    """The modules `python argv` imports, read off `-X importtime`."""
+    run = subprocess.run(
+        [str(python), "-X", "importtime", *argv], capture_output=True, text=True, timeout=60
+    )
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in run.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+
+
+def test_the_installed_watchdogctl_program_imports_nothing_heavy(installed: pathlib.Path) -> None:
+    """bin/watchdogctl of a non-editable install (not only the watchdog.cli module) adds only
+    watchdogctl's own modules to a bare start: a console-script wrapper that imports `re`
+    (older pips write one) costs about as much again as the interpreter."""
+    python = installed / "python"
+    bare = imported_by(python, ["-c", "pass"])
+    ctl = imported_by(python, [str(installed / "watchdogctl"), "--help"])
+    assert "watchdog.cli" in ctl, "the run imported watchdog.cli"
+    extra = ctl - bare
+    assert not HEAVY & extra, sorted(extra)
+    assert extra <= CLI_MODULES, sorted(extra)
