@@ -30,8 +30,18 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 JOBS = BENCH / "jobs"
 # The interpreter running the bench is the project's virtual environment: its bin/ holds
-# watchdogd, watchdogctl, supervisord and supervisorctl.
+# supervisord and supervisorctl (and an editable watchdogd, watchdogctl).
 BIN = Path(sys.executable).parent
+# The watchdogd and watchdogctl under test: as users run them, a wheel of this tree installed
+# (non-editable) into a fresh venv, which `make bench` builds and names here; an editable dev
+# install starts slower (setuptools' import hook runs at every start, `python -c pass` included).
+INSTALLED_VENV = os.environ.get("BENCH_INSTALLED_VENV") or None
+WATCHDOG_BIN = Path(INSTALLED_VENV) / "bin" if INSTALLED_VENV else BIN
+LAYOUT = (
+    "installed: a wheel of this tree, `pip install`ed (non-editable) into a fresh venv"
+    if INSTALLED_VENV
+    else "editable: the development venv's `pip install -e .`"
+)
 # Jobs run without site-packages or user paths (-I -S): a tiny job should start as fast as
 # Python can, and the same way under every supervisor.
 JOB_PYTHON = [sys.executable, "-I", "-S"]

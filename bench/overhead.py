@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.common import JOB_PYTHON, JOBS, FakeGpus, Procs, clean_env
+from bench.common import JOB_PYTHON, JOBS, WATCHDOG_BIN, FakeGpus, Procs, clean_env
 from bench.profile import PySpy
 from bench.supervisors import Supervisord, Watchdogd
 
@@ -212,8 +211,9 @@ def run(
         wd10, sv10 = daemons[("watchdogd", RATES[0])], daemons[("supervisord", RATES[0])]
         result.cli_ms, result.cli_exit_codes = cli_times(
             {
-                VENV_PYTHON: [sys.executable, "-c", "pass"],
-                NO_SITE_PYTHON: [sys.executable, "-I", "-S", "-c", "pass"],
+                # The interpreter of the venv that watchdogctl is installed in.
+                VENV_PYTHON: [str(WATCHDOG_BIN / "python"), "-c", "pass"],
+                NO_SITE_PYTHON: [str(WATCHDOG_BIN / "python"), "-I", "-S", "-c", "pass"],
                 "watchdogctl status": wd10.ctl_argv("status"),
                 "supervisorctl status": sv10.ctl_argv("status"),
             },

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import FrameType
 
 from bench import detection, gpu_sample, overhead, report, respawn
-from bench.common import BENCH, BIN, ROOT, procs_cleanup
+from bench.common import BENCH, BIN, LAYOUT, ROOT, procs_cleanup
 from bench.profile import top
 
 SECTIONS = ("respawn", "detection", "overhead", "gpu", "companions")
@@ -99,7 +99,8 @@ def _respawn(run: Run) -> str:
     intro = (
         f"{run.mode.respawn.rounds} rounds, supervisors taking turns; each job instance lives "
         f"{lf}-{lf + jf} ms. watchdogd: backoff 0, 8 simulated GPUs (drain check before each "
-        "start), sample interval 1 s. supervisord: `autorestart=true`, `startsecs=0`.\n\n"
+        f"start), sample interval {respawn.SAMPLE_INTERVAL_S:g} s. supervisord: "
+        "`autorestart=true`, `startsecs=0`.\n\n"
     )
     return intro + text + _profile(run, "respawn.txt", "watchdogd during the respawn rounds")
 
@@ -258,6 +259,7 @@ def machine_table(load_before: tuple[float, float, float]) -> str:
             "train-watchdog",
             f"{__version__}, commit {_cmd(['git', 'rev-parse', '--short', 'HEAD'])}",
         ),
+        ("watchdogd, watchdogctl", LAYOUT),
         ("supervisord", _cmd([str(BIN / "supervisord"), "--version"])),
         ("load average at start / end", f"{load_before[0]:.2f} / {os.getloadavg()[0]:.2f}"),
     ]

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from bench.common import BIN, Line, LineTap, Procs, clean_env, daemon_argv
+from bench.common import BIN, WATCHDOG_BIN, Line, LineTap, Procs, clean_env, daemon_argv
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +101,7 @@ class Watchdogd:
         self._parsed = 0
 
     def start(self, timeout_s: float = 30.0) -> Watchdogd:
-        argv = daemon_argv([str(BIN / "watchdogd"), "--config", str(self.config_path)])
+        argv = daemon_argv([str(WATCHDOG_BIN / "watchdogd"), "--config", str(self.config_path)])
         self._proc = self._procs.popen(argv, env=self._env, stdout=subprocess.PIPE)
         self._tap = LineTap(self._procs, self._proc, "watchdogd")
         self.wait_event("daemon_started", timeout_s)
@@ -147,7 +147,7 @@ class Watchdogd:
         return self._tap.wait(found, timeout_s, f"{count}× {name} {match}")
 
     def ctl_argv(self, *args: str) -> list[str]:
-        return [str(BIN / "watchdogctl"), "--socket", self.socket, *args]
+        return [str(WATCHDOG_BIN / "watchdogctl"), "--socket", self.socket, *args]
 
     def stop(self) -> None:
         if self._proc is not None:
