@@ -56,7 +56,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-CLI_MAIN = "import sys; from watchdog.cli import main; sys.exit(main())"
+# `make bench` names the venv it installed a wheel of this tree into (non-editable, the layout
+# users run); the "venv" rows then run that venv's python3 and watchdogctl.
+INSTALLED = os.environ.get("BENCH_INSTALLED_VENV") or None
+CTL_BIN = Path(INSTALLED) / "bin" if INSTALLED else BIN
+CLI_MAIN = (
+    f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
+    "from watchdog.cli import main; sys.exit(main())"
+)
 
 SUPERVISORD_CONF = """\
 [unix_http_server]
@@ -120,12 +127,12 @@ def watchdogd_config(tmp: Path) -> Path:
 
 
 def commands(tmp: Path, base: str | None) -> dict[str, list[str]]:
-    venv_py = str(BIN / "python3")
+    venv_py = str(CTL_BIN / "python3")
     sock = str(tmp / "ctl.sock")
     out = {
         "venv: python3 -c pass": [venv_py, "-c", "pass"],
-        "venv: watchdogctl --help": [str(BIN / "watchdogctl"), "--help"],
-        "venv: watchdogctl status": [str(BIN / "watchdogctl"), "--socket", sock, "status"],
+        "venv: watchdogctl --help": [str(CTL_BIN / "watchdogctl"), "--help"],
+        "venv: watchdogctl status": [str(CTL_BIN / "watchdogctl"), "--socket", sock, "status"],
         "venv: supervisorctl status": [
             str(BIN / "supervisorctl"),
             "-c",
@@ -172,17 +179,19 @@ def main() -> int:
     base = args.base_python if shutil.which(args.base_python) else None
     tmp = Path(tempfile.mkdtemp(prefix="bench-cli-"))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env.update(PYTHONPYCACHEPREFIX=str(tmp / "pycache"), PYTHONPATH=str(ROOT))
+    # No PYTHONPATH: it would put the source tree before the installed package.
+    env.update(PYTHONPYCACHEPREFIX=str(tmp / "pycache"))
     try:
         (tmp / "supervisord.conf").write_text(SUPERVISORD_CONF)
         cmds = commands(tmp, base)
-        wd = [str(BIN / "watchdogd"), "--config", str(watchdogd_config(tmp))]
+        wd = [str(CTL_BIN / "watchdogd"), "--config", str(watchdogd_config(tmp))]
         sd = [str(BIN / "supervisord"), "-c", str(tmp / "supervisord.conf")]
         with server(wd, env, tmp / "watchdogd.out"), server(sd, env, tmp / "supervisord.out"):
             wait_for("watchdogd", cmds["venv: watchdogctl status"], env)
             wait_for("supervisord", cmds["venv: supervisorctl status"], env)
             times = measure(cmds, env, args.runs)
-        print(f"{args.runs} runs each, interleaved; {sys.version.split()[0]} at {sys.executable}")
+        layout = f"installed (wheel, fresh venv) at {INSTALLED}" if INSTALLED else "editable"
+        print(f"{args.runs} runs each, interleaved; {sys.version.split()[0]}; venv rows: {layout}")
         print(table(times))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
