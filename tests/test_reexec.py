@@ -34,7 +34,8 @@ def _export(dest: pathlib.Path) -> pathlib.Path:
         timeout=60,
     ).stdout.split(b"\0")
     for rel in (f.decode() for f in files if f):
-        if (ROOT / rel).is_file() and rel.startswith(("watchdog/", "pyproject.toml", "README")):
+        wanted = rel.startswith(("watchdog/", "scripts/", "pyproject.toml", "README"))
+        if wanted and (ROOT / rel).is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / rel, dest / rel)
     return dest
