@@ -34,6 +34,15 @@ def _sleeper(tmp: pathlib.Path) -> subprocess.Popen[bytes]:
     )
 
 
+def _injected(tmp: pathlib.Path, fault: str) -> dict[str, str]:
+    """The environment of a daemon whose Python first runs `fault` (a sitecustomize): a fault
+    injected into the real daemon process, since a hung mount cannot be made on demand."""
+    inject = tmp / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(fault)
+    return {"PYTHONPATH": str(inject)}
+
+
 def _stop(
     proc: subprocess.Popen[bytes], reap_first: bool = False, **kw: object
 ) -> child.StopResult:
@@ -181,9 +190,7 @@ def test_an_internal_error_in_the_stop_kills_the_job_session_and_parks(
 ) -> None:
     """A bug inside the stop (injected: stop_tree raises) must neither leave the old job
     running nor start a second one: the job's session is SIGKILLed and the daemon parks."""
-    inject = tmp_path / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(FAULTY_STOP)
+    env = _injected(tmp_path, FAULTY_STOP)
     job = write_script(
         tmp_path / "job.py",
         """
@@ -193,7 +200,7 @@ def test_an_internal_error_in_the_stop_kills_the_job_session_and_parks(
             time.sleep(0.2)
         """,
     )
-    d = Daemon(tmp_path, base_config(tmp_path, [job]), env={"PYTHONPATH": str(inject)})
+    d = Daemon(tmp_path, base_config(tmp_path, [job]), env=env)
     d.start()
     try:
         first = d.wait_state("running")["job"]["pid"]
@@ -256,13 +263,11 @@ def test_a_progress_read_that_hangs_never_stalls_the_loop_nor_fires_stalled(
 ) -> None:
     """A read of the progress log that never returns (injected: poll blocks, as on a hung
     mount) runs off the loop: status answers at once, and `stalled` never fires on it."""
-    inject = tmp_path / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(HANGING_LOG_READ)
+    env = _injected(tmp_path, HANGING_LOG_READ)
     job = write_script(tmp_path / "job.py", "import time\ntime.sleep(60)\n")
     cfg = base_config(tmp_path, [job])
     cfg["progress"] = {"stall_after_s": 1}
-    d = Daemon(tmp_path, cfg, env={"PYTHONPATH": str(inject)})
+    d = Daemon(tmp_path, cfg, env=env)
     d.start()
     try:
         hung = d.wait_event("progress_read_hung", timeout=30)[0]
@@ -294,11 +299,9 @@ watchdog.daemon.Daemon.status = _slow_status
 def test_the_harness_fails_a_test_whose_daemon_blocks_its_loop(tmp_path: pathlib.Path) -> None:
     """The end-to-end tests run the daemon in asyncio debug mode: a callback that holds the loop
     (injected here: a blocking 1.2 s sleep in status) fails the test at teardown."""
-    inject = tmp_path / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(BLOCKING_STATUS)
+    env = _injected(tmp_path, BLOCKING_STATUS)
     job = write_script(tmp_path / "job.py", "import time\ntime.sleep(60)\n")
-    d = Daemon(tmp_path, base_config(tmp_path, [job]), env={"PYTHONPATH": str(inject)})
+    d = Daemon(tmp_path, base_config(tmp_path, [job]), env=env)
     d.start()
     d.ctl("status")
     with pytest.raises(AssertionError, match="event loop was blocked"):
@@ -387,11 +390,9 @@ def test_a_hung_state_disk_never_blocks_the_loop_through_the_event_history(
 ) -> None:
     """Appending to the event history file happens off the loop: with that write hung
     (injected), the job still starts, status answers, and the events are in memory."""
-    inject = tmp_path / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(HANGING_HISTORY_DISK)
+    env = _injected(tmp_path, HANGING_HISTORY_DISK)
     job = write_script(tmp_path / "job.py", "import time\ntime.sleep(60)\n")
-    d = Daemon(tmp_path, base_config(tmp_path, [job]), env={"PYTHONPATH": str(inject)})
+    d = Daemon(tmp_path, base_config(tmp_path, [job]), env=env)
     d.start()
     try:
         d.wait_event("child_spawned")
