@@ -3,6 +3,7 @@ libnvidia-ml (lost GPUs, Xid events, recovery action, row remapping; SPEC ยง4, ย
 
 from __future__ import annotations
 
+import copy
 import pathlib
 import sys
 import time
@@ -12,24 +13,14 @@ from typing import Any
 import fakegpu
 import pytest
 from conftest import DaemonFactory
-from harness import ROOT, wait_until
+from harness import wait_until
+from test_gpus_e2e import GPU_CFG, GPUJOB
 from test_metrics import free_port, scrape
-
-GPUJOB = str(ROOT / "tests" / "jobs" / "gpujob.py")
 
 
 def cfg(**over: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "gpus": {
-            "devices": "all",
-            "sample_interval_s": 0.1,
-            "idle_samples": 3,
-            "reclaim_timeout_s": 20,
-            "probe_timeout_s": 0.5,
-        },
-        "startup": {"timeout_s": 30},
-        "restart": {"backoff_initial_s": 0.2},
-    }
+    """The end-to-end GPU config of test_gpus_e2e, with `over` merged into its sections."""
+    out: dict[str, Any] = copy.deepcopy(GPU_CFG)
     for section, values in over.items():
         out.setdefault(section, {}).update(values)
     return out
