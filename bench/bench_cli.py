@@ -7,6 +7,8 @@ times each, and prints a markdown table of wall-time medians with their ratio to
   python3 -c pass          the interpreter watchdogctl runs on, doing nothing
   watchdogctl --help       watchdogctl's start-up alone (imports, parsing, printing)
   watchdogctl status       start-up + one request to the daemon + the screen
+  floor client             one status request from 8 lines that import nothing of ours: what
+                           any Python client of this daemon pays (bench/common.py FLOOR_CLIENT)
   supervisorctl status     the same question asked of supervisord
 
 Two groups of rows: the virtual environment's interpreter (what `make` installs here; a
@@ -16,7 +18,7 @@ which is how an installed (non-editable) watchdogctl starts. Bytecode caches go 
 folder (PYTHONPYCACHEPREFIX) and a warm-up round is discarded, as an installed package has its
 .pyc files. Both servers are stopped by pid at the end.
 
-    .venv/bin/python bench/bench_cli.py [--runs 30] [--base-python /usr/bin/python3]
+    .venv/bin/python -m bench.bench_cli [--runs 30] [--base-python /usr/bin/python3]
 
 Measured on the 2-core build machine (Debian 12, CPython 3.11, load ~0.7), 30 runs, medians:
 
@@ -53,6 +55,8 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from bench.common import FLOOR_CLIENT, timed_run
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -133,6 +137,7 @@ def commands(tmp: Path, base: str | None) -> dict[str, list[str]]:
         "venv: python3 -c pass": [venv_py, "-c", "pass"],
         "venv: watchdogctl --help": [str(CTL_BIN / "watchdogctl"), "--help"],
         "venv: watchdogctl status": [str(CTL_BIN / "watchdogctl"), "--socket", sock, "status"],
+        "venv: floor client": [venv_py, "-c", FLOOR_CLIENT, sock],
         "venv: supervisorctl status": [
             str(BIN / "supervisorctl"),
             "-c",
@@ -144,6 +149,7 @@ def commands(tmp: Path, base: str | None) -> dict[str, list[str]]:
         out["base: python3 -c pass"] = [base, "-c", "pass"]
         out["base: watchdogctl --help"] = [base, "-c", CLI_MAIN, "--help"]
         out["base: watchdogctl status"] = [base, "-c", CLI_MAIN, "--socket", sock, "status"]
+        out["base: floor client"] = [base, "-c", FLOOR_CLIENT, sock]
     return out
 
 
@@ -152,10 +158,9 @@ def measure(cmds: dict[str, list[str]], env: dict[str, str], runs: int) -> dict[
     times: dict[str, list[float]] = {name: [] for name in cmds}
     for round_ in range(runs + 1):
         for name, argv in cmds.items():
-            t0 = time.perf_counter()
-            subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            t = timed_run(argv, env)
             if round_ > 0:  # round 0 warms the disk and bytecode caches
-                times[name].append(time.perf_counter() - t0)
+                times[name].append(t.ms / 1000)
     return times
 
 

@@ -42,6 +42,19 @@ LAYOUT = (
     if INSTALLED_VENV
     else "editable: the development venv's `pip install -e .`"
 )
+# The floor under `watchdogctl status`: what any Python client pays for one request, with
+# nothing of ours imported. It loads `_socket`, connects, sends the request watchdogctl sends,
+# reads the reply line and prints it unparsed. What watchdogctl costs beyond this is its own.
+FLOOR_CLIENT = """\
+import _socket, sys
+s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+s.sendall(b'{"v":1,"id":1,"cmd":"status","args":{"events":5}}\\n')
+reply = b""
+while not reply.endswith(b"\\n"):
+    reply += s.recv(65536) or b"\\n"
+sys.stdout.write(reply.decode())
+"""
 # Jobs run without site-packages or user paths (-I -S): a tiny job should start as fast as
 # Python can, and the same way under every supervisor.
 JOB_PYTHON = [sys.executable, "-I", "-S"]
@@ -75,6 +88,36 @@ def fmt(value: float, digits: int = 1) -> str:
 
 
 # ------------------------------------------------------------------------------ processes
+
+
+@dataclass(frozen=True, slots=True)
+class Timed:
+    ms: float  # wall time from the spawn to the exit
+    returncode: int
+    stdout: bytes
+
+
+def timed_run(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 60.0,
+    capture: bool = False,
+) -> Timed:
+    """Run a command and time it to its exit. The wait blocks in waitpid(): `subprocess.run`
+    with a timeout polls instead, with sleeps that double up to 50 ms, and a command that takes
+    10 ms then reads as 16 (bench 5 once measured that poll). The timeout is a timer that kills
+    the command."""
+    out = subprocess.PIPE if capture else subprocess.DEVNULL
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(list(argv), env=env, stdout=out, stderr=subprocess.DEVNULL)
+    killer = threading.Timer(timeout_s, proc.kill)
+    killer.start()
+    try:
+        stdout, _ = proc.communicate()  # no timeout: EOF, then a blocking wait
+        ms = (time.perf_counter() - t0) * 1000
+    finally:
+        killer.cancel()
+    return Timed(ms, proc.returncode, stdout or b"")
 
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import ROOT, FakeGpus, clean_env, median, percentile
+from bench.common import ROOT, FakeGpus, clean_env, median, percentile, timed_run
 
 SMI_QUERY = "index,uuid,memory.used,memory.total,utilization.gpu"
 
@@ -127,12 +127,11 @@ def _smi(n: int) -> tuple[list[float], str]:
     argv = [smi, f"--query-gpu={SMI_QUERY}", "--format=csv,noheader,nounits"]
     out = []
     for _ in range(n):
-        t0 = time.perf_counter()
-        r = subprocess.run(argv, capture_output=True, timeout=60, check=False)
-        out.append((time.perf_counter() - t0) * 1000)
-        if r.returncode != 0:
-            return [], f"skipped: nvidia-smi failed ({r.returncode})"
-    return out, f"{len(r.stdout.splitlines())} GPUs"
+        t = timed_run(argv, capture=True)
+        out.append(t.ms)
+        if t.returncode != 0:
+            return [], f"skipped: nvidia-smi failed ({t.returncode})"
+    return out, f"{len(t.stdout.splitlines())} GPUs"
 
 
 def run(workdir: Path, ticks: int, smi_calls: int) -> GpuSampleResult:

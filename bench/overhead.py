@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +25,16 @@ from pathlib import Path
 
 import psutil
 
-from bench.common import JOB_PYTHON, JOBS, WATCHDOG_BIN, FakeGpus, Procs, clean_env
+from bench.common import (
+    FLOOR_CLIENT,
+    JOB_PYTHON,
+    JOBS,
+    WATCHDOG_BIN,
+    FakeGpus,
+    Procs,
+    clean_env,
+    timed_run,
+)
 from bench.profile import PySpy
 from bench.supervisors import Supervisord, Watchdogd
 
@@ -35,6 +43,7 @@ WARMUP_S = 3.0
 VENV_PYTHON = "python -c pass"
 NO_SITE_PYTHON = "python -I -S -c pass (the interpreter alone, no site)"
 ROUND_TRIP = "status request alone (socket round trip, no start-up)"
+FLOOR = "one status request from an 8-line client, nothing of ours imported (the floor)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,18 +136,10 @@ def cli_times(
     names = list(commands)
     for i in range(reps + 1):
         for name in names[i % len(names) :] + names[: i % len(names)]:
-            t0 = time.perf_counter()
-            r = subprocess.run(
-                list(commands[name]),
-                env=dict(env),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                timeout=60,
-                check=False,
-            )
+            t = timed_run(commands[name], env)
             if i > 0:
-                times[name].append((time.perf_counter() - t0) * 1000)
-                codes[name].add(r.returncode)
+                times[name].append(t.ms)
+                codes[name].add(t.returncode)
     return times, codes
 
 
@@ -209,18 +210,19 @@ def run(
             if rate != RATES[0]:
                 d.stop()  # the 10,000 lines/s jobs would take the CPU the CLIs are timed on
         wd10, sv10 = daemons[("watchdogd", RATES[0])], daemons[("supervisord", RATES[0])]
+        assert isinstance(wd10, Watchdogd)
         result.cli_ms, result.cli_exit_codes = cli_times(
             {
                 # The interpreter of the venv that watchdogctl is installed in.
                 VENV_PYTHON: [str(WATCHDOG_BIN / "python"), "-c", "pass"],
                 NO_SITE_PYTHON: [str(WATCHDOG_BIN / "python"), "-I", "-S", "-c", "pass"],
                 "watchdogctl status": wd10.ctl_argv("status"),
+                FLOOR: [str(WATCHDOG_BIN / "python"), "-c", FLOOR_CLIENT, str(wd10.socket)],
                 "supervisorctl status": sv10.ctl_argv("status"),
             },
             cli_reps,
             cli_env(workdir / "pycache"),
         )
-        assert isinstance(wd10, Watchdogd)
         result.cli_ms[ROUND_TRIP] = [status_round_trip_ms(wd10.socket) for _ in range(cli_reps)]
         return result
     finally:

@@ -166,7 +166,7 @@ def _companions(run: Run) -> str:
             out.append(f"### {script}\n\nnot present in this checkout.\n")
             continue
         r = subprocess.run(
-            [sys.executable, str(path), *args],
+            [sys.executable, "-m", f"bench.{path.stem}", *args],
             cwd=ROOT,
             capture_output=True,
             text=True,

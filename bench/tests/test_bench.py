@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import math
 import os
+import sys
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 from bench import detection, overhead, profile, report, respawn, run
-from bench.common import Line, Procs, Stamp, StampFile, deaths_and_next_starts, percentile
+from bench.common import (
+    Line,
+    Procs,
+    Stamp,
+    StampFile,
+    deaths_and_next_starts,
+    percentile,
+    timed_run,
+)
 from bench.supervisors import Supervisord, supervisord_conf
 from bench.systemd_ref import host_unavailable
 
@@ -64,6 +74,25 @@ def test_each_death_pairs_with_the_next_start() -> None:
     pairs = deaths_and_next_starts(stamps)
     assert [(d.pid, s.pid) for d, s in pairs] == [(1, 2), (2, 3)]
     assert [s.at_ns - d.at_ns for d, s in pairs] == [15, 11]
+
+
+def test_timed_run_sees_the_end_of_the_command_not_a_later_poll(tmp_path: Path) -> None:
+    """A command's wall time ends when it exits. `subprocess.run(..., timeout=)` polls with
+    doubling sleeps (0.5, 1, 2, 4, 8, 16 ms, then every 50 ms), so every CLI timed with it read
+    as ~16 ms, `python -c pass` and `watchdogctl status` alike (bench 5 said 0.99x)."""
+    stamp = tmp_path / "ended"
+    child = (
+        "import sys, time; time.sleep(0.07)\n"
+        "with open(sys.argv[1], 'w') as f: f.write(str(time.monotonic()))"
+    )
+    late_ms = []
+    for _ in range(3):
+        before = time.monotonic()
+        t = timed_run([sys.executable, "-I", "-S", "-c", child, str(stamp)])
+        assert t.returncode == 0
+        late_ms.append((before + t.ms / 1000 - float(stamp.read_text())) * 1000)
+    # Polling notices a child that ends at ~80 ms at 113.5 ms; a blocking wait within ~1 ms.
+    assert min(late_ms) < 15, f"the end was seen {min(late_ms):.1f} ms late at best: {late_ms}"
 
 
 def test_stamp_file_waits_for_complete_lines(tmp_path: Path) -> None:
