@@ -34,7 +34,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from watchdog import __version__
+from watchdog import __version__, sampling
 from watchdog.core import policy, protocol
 from watchdog.probes.progress import LogFollower
 
@@ -83,7 +83,7 @@ def build_state(d: Daemon, req_id: int | str | None, conn: socket.socket | None)
         "daemon_started_at": d.started_at,
         "request_id": req_id,
         "incident_path": d.incident_path,
-        "polled_at": d._polled_at,
+        "polled_at": d.polled_at,
         "supervisor": carried,
         "health": d.monitor.carry(),
         "follower": follower,
@@ -207,16 +207,17 @@ def check_main(config_path: str) -> int:
     """`watchdogd --check-reexec`: the new code, run by the old one on the state it is about to
     hand over. Imports everything the daemon runs, loads the config, takes the state over in
     throw-away objects. Prints {"version": ...} and exits 0, or says why not and exits 1."""
-    from watchdog import config, daemon
+    import watchdog.daemon  # noqa: F401 (the check: everything the daemon runs imports)
+    from watchdog import assemble, config
     from watchdog.core import health
 
     try:
         cfg = config.load_config(config_path)
         state = json.loads(sys.stdin.buffer.read())
         validate_format(state)
-        core = policy.Supervisor(daemon.policy_of(cfg), lambda: 0.5)
+        core = policy.Supervisor(assemble.policy_of(cfg), lambda: 0.5)
         core.resume(state["supervisor"], time.monotonic())
-        health.HealthMonitor(daemon.health_of(cfg)).resume(state["health"])
+        health.HealthMonitor(assemble.health_of(cfg)).resume(state["health"])
     except (config.ConfigError, ValueError, KeyError, TypeError) as e:
         print(f"watchdogd --check-reexec: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
@@ -236,11 +237,11 @@ def resume(d: Daemon, state: dict[str, Any]) -> None:
             os.set_inheritable(fds["pidfd"], False)  # back to close-on-exec for our helpers
         d.watch_job(pid, fds["pidfd"])
     if isinstance(state["follower"], dict):
-        path, pattern = d._progress_path(), d.cfg.progress.pattern
+        path, pattern = sampling.progress_path(d), d.cfg.progress.pattern
         d.follower = LogFollower.resumed(path, pattern, state["follower"])
     d.incident_path = state["incident_path"]
     d.started_at = float(state["daemon_started_at"])
-    d._polled_at = float(state["polled_at"])
+    d.polled_at = float(state["polled_at"])
 
 
 def reply(state: dict[str, Any], ok: bool, result: dict[str, Any], message: str = "") -> None:
