@@ -1,5 +1,7 @@
-"""What the config means to the core and the detectors: their parameter objects, built from a
-loaded `config.Config` (at start-up, at a reload, and by `watchdogd --check-reexec`)."""
+"""What the config means to the core and the detectors, built from a loaded `config.Config`:
+the restart policy, the health parameters, the checkpoint probe, and which changed keys only
+take effect at the next start. Used at start-up and adoption, at a reload, and by
+`watchdogd --check-reexec`."""
 
 from __future__ import annotations
 

@@ -327,9 +327,8 @@ class Daemon:
             self.checkpoints = assemble.checkpoint_watch(new)
         self.dispatch(policy.PolicyChanged(assemble.local_policy_of(new)))
         if self.cluster is not None:
-            self.cluster.co.policy = assemble.policy_of(
-                new
-            )  # the next proposal uses the new restart.*
+            # the next proposal uses the new restart.*
+            self.cluster.co.policy = assemble.policy_of(new)
         self.emit(
             "config_reloaded", config=new.source, needs_restart=assemble.needs_restart(old, new)
         )

@@ -1,7 +1,8 @@
 """Starting the job (SPEC §4, §12), in order: the checkpoint baseline, GPUs drained of our own
 earlier trees, the health gate, `pre_start`, the cluster barrier, the log opened with its start
-marker, the progress follower, then the spawn. Every way a start can fail reaches the core as
-SpawnFailed; the spawn itself never awaits, so a cancel can never split it.
+marker, the progress follower, then the spawn. Every way a start can fail reaches the core:
+as SpawnFailed, or, when the health gate finds a GPU fault, as the fault that parks it in
+host_fault. The spawn itself never awaits, so a cancel can never split it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stopping the job (SPEC §4, §5): the incident bundle first when the verdict asks for one
+"""Stopping the job (SPEC §4, §10): the incident bundle first when the verdict asks for one
 (evidence is a bonus, never a reason not to stop), then the whole tree, and the core always
 hears how the stop ended. A watchdog bug inside the stop fails closed: the job's session is
 killed and the core parks, never "stopped" with the job still running beside a new one.
