@@ -1,8 +1,8 @@
-"""The sampling side of watchdogd (SPEC §3, §4): each tick looks at the progress log and the
-checkpoint, takes a GPU sample when one is due (the job's ranks are read with it), then hands
-the health verdict to the core. Reads that can
-block (the log on a hung mount, NVML) run off the loop and bounded: while one does not answer
-the tick goes on, and our own blind spot is never a stall of the job.
+"""The sampling side of watchdogd (SPEC §3, §4): each tick looks at the progress log, takes a
+GPU sample when one is due (the job's ranks are read with it), reads the checkpoint at most every
+CHECKPOINT_EVERY_S, then hands the health verdict to the core. Reads that can block (the log on
+a hung mount, NVML) run off the loop and bounded: while one does not answer the tick goes on,
+and our own blind spot is never a stall of the job.
 """
 
 from __future__ import annotations
