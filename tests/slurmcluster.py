@@ -60,6 +60,12 @@ def parse_record(text: str) -> dict[str, str]:
     }
 
 
+def brief(record: dict[str, str]) -> str:
+    """The fields of a job record the tests look at, for assertion messages."""
+    keys = ("JobId", "JobState", "Reason", "ExitCode", "Restarts", "StdOut")
+    return " ".join(f"{k}={record[k]}" for k in keys if k in record)
+
+
 class SlurmCluster:
     def __init__(self, tmp: pathlib.Path) -> None:
         """Logs and job output go to `tmp` (kept by pytest); state, spool and the munge socket
@@ -262,7 +268,7 @@ class SlurmCluster:
         try:
             result: dict[str, str] = wait_until(check, timeout, what, interval=0.2)
         except AssertionError as e:
-            raise AssertionError(f"{e}; job {job_id} is {seen}") from None
+            raise AssertionError(f"{e}; job {job_id} is {brief(seen)}") from None
         return result
 
     def cancel(self, job_id: int) -> None:
