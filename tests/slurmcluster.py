@@ -233,6 +233,7 @@ class SlurmCluster:
                 _path("sbatch"),
                 "--parsable",
                 "--ntasks=1",
+                f"--chdir={self.tmp}",
                 f"--output={self.tmp / 'slurm-%j.out'}",
                 *options,
                 str(script),
