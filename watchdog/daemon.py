@@ -342,7 +342,9 @@ class Daemon:
         now = time.monotonic()
         snap = self.core.snapshot()
         self.goodput.count_restarts(snap.restarts_total, snap.last_reason)
-        self.goodput.observe(snap.state.value, snap.firing, self.monitor.last_progress_at, now)
+        self.goodput.observe(
+            snap.state.value, snap.firing, self.monitor.last_progress_at, now, snap.completed_at
+        )
         if now - self._goodput_saved_at >= GOODPUT_SAVE_EVERY_S:
             self._save_goodput()
 

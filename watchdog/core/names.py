@@ -54,6 +54,11 @@ EVENTS: dict[str, EventName] = {
     "stop_unverified": EventName("the tree could not be verified gone at shutdown", ERR),
     "job_paused": EventName("maintenance mode: detectors report, nothing acts"),
     "job_resumed": EventName("maintenance mode ended"),
+    "job_completed": EventName(
+        "the job exited with a success code: pid, exit_code, runtime_s, step (SPEC §13)",
+        NOTICE,
+        hook=True,
+    ),
     # verdicts and what follows
     "detector_fired": EventName("a detector (reason) fired, with its evidence", WARNING),
     "detector_cleared": EventName("a detector stopped firing"),
@@ -97,6 +102,7 @@ REASONS: dict[str, str] = {
     "paused": "maintenance mode",
     "stop_unverified": "the job's tree could not be verified gone: parked, never doubled",
     "no_progress": "restart.max_no_progress restarts in a row got no further: parked (SPEC §12)",
+    "completed": "the job exited with a code in job.success_exit_codes: done (SPEC §13)",
     # why a start failed
     "gpu_memory_held": "the GPUs did not drain in gpus.reclaim_timeout_s",
     "pre_start_failed": "a pre_start command failed",
