@@ -298,8 +298,27 @@ def test_restart_wait_on_a_job_that_completes_says_so(
 ) -> None:
     """`restart --wait` on a short job that completes before it is healthy exits 1 and says it
     completed, with its exit code."""
-    d = make_daemon([finisher(tmp_path)], STEP_PATTERN)
+    quiet = write_script(tmp_path / "quiet.py", "import sys\nsys.exit(0)\n")  # never healthy
+    d = make_daemon([quiet], STEP_PATTERN)
     d.wait_state("completed", timeout=20)
     rc, _out, err = d.ctl("restart", "--wait", "--timeout", "30")
     assert rc == 1
     assert "completed (exit code 0) before it was verified healthy" in err
+
+
+def test_a_daemon_stopped_cleanly_in_fatal_stays_fatal(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """SIGTERM to a daemon in fatal (systemctl restart) leaves fatal in the state file: the
+    next daemon restores it and spawns nothing (before, only a SIGKILLed daemon kept it)."""
+    d = make_daemon([finisher(tmp_path, 1)], {"restart": {"max_restarts": 1}})
+    d.wait_state("fatal", timeout=20)
+    assert d.stop() == 0
+    d2 = Daemon(tmp_path, d.cfg).start()
+    try:
+        assert d2.wait_event("state_restored")[-1]["state"] == "fatal"
+        assert d2.status()["state"] == "fatal"
+        started = max(i for i, e in enumerate(d2.events()) if e["event"] == "daemon_started")
+        assert not [e for e in d2.events()[started:] if e["event"] == "child_spawned"]
+    finally:
+        d2.stop()

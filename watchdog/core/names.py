@@ -25,6 +25,11 @@ EVENTS: dict[str, EventName] = {
     # the daemon
     "daemon_started": EventName("the daemon is up: version, pid, config"),
     "daemon_stopped": EventName("the daemon exits (the job was stopped first)"),
+    "daemon_exiting": EventName(
+        "--exit-with-job: the job ended for good (state), the daemon exits with exit_code", NOTICE
+    ),
+    "signal_forwarded": EventName("job.forward_signals: a signal passed on to the job's leader"),
+    "signal_not_forwarded": EventName("a signal to forward found no job to take it", WARNING),
     "daemon_reexecuted": EventName(
         "`reexec` ran new code in place: old_version, new_version", NOTICE
     ),

@@ -836,7 +836,9 @@ class Supervisor:
     def _shutdown(self) -> list[Action]:
         self._backoff_until = None
         if self._pid is None and not self._spawning and self._state is not State.STOPPING:
-            if self._state is not State.COMPLETED:  # SPEC §13: saved as done, for the next daemon
+            # An end state is what the next daemon must find in the state file (SPEC §5, §13):
+            # a clean exit (systemctl restart) in fatal or completed does not forget it.
+            if self._state not in (State.COMPLETED, State.FATAL, State.HOST_FAULT):
                 self._state = State.STOPPED
             self._exiting = True
             return [Exit()]
