@@ -52,6 +52,13 @@ def free_port() -> int:
         return port
 
 
+def outside_slurm(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` without what an outer Slurm (tests run inside an allocation) would pass on: sbatch
+    and the other commands read SLURM_*, SBATCH_*, ... as defaults for their options."""
+    prefixes = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "SQUEUE_", "SCANCEL_", "SCONTROL_")
+    return {k: v for k, v in env.items() if not k.startswith(prefixes)}
+
+
 def parse_record(text: str) -> dict[str, str]:
     """`scontrol show job -o` → {key: value}; values may hold spaces ("launch failed ...")."""
     return {
@@ -80,7 +87,7 @@ class SlurmCluster:
         self.munge_socket = self.dir / "munge" / "munge.socket"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.node = ""
-        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        self.env = {**outside_slurm(os.environ), "SLURM_CONF": str(self.conf)}
 
     # ---------------------------------------------------------------- bring-up
 
@@ -240,7 +247,7 @@ class SlurmCluster:
             ],
             capture_output=True,
             text=True,
-            env={**self.env, **(env or {}), "SLURM_CONF": str(self.conf)},
+            env={**outside_slurm({**self.env, **(env or {})}), "SLURM_CONF": str(self.conf)},
             timeout=30,
         )
         if r.returncode != 0:
