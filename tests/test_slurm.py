@@ -34,9 +34,11 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
     try:
         cluster.start()
-    except Exception as e:
+    except BaseException as e:
         logs = cluster.logs()
-        cluster.stop()
+        cluster.stop()  # whatever came up, even on Ctrl-C or a timeout
+        if not isinstance(e, Exception):
+            raise
         pytest.skip(f"the one-node Slurm cluster did not come up: {e}\n{logs}")
     TIMES["cluster start"] = cluster.start_s
     try:
