@@ -52,6 +52,7 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
 
 @pytest.fixture
 def timed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Record how long the test took (its teardown of Slurm jobs not included)."""
     started = time.monotonic()
     yield
     TIMES[request.node.name.removeprefix("test_")[:40]] = time.monotonic() - started
