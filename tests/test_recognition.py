@@ -3,15 +3,18 @@ the recognisers, CSV and JSON-lines progress files, and the cost of pathological
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import time
+from typing import Literal
 
 import pytest
 
 from watchdog.config import DEFAULT_PATTERN, ConfigError, parse_config
 from watchdog.core.samples import ProgressReading
 from watchdog.probes.progress import LogFollower
+from watchdog.probes.progress_glob import GlobFollower
 from watchdog.probes.recognition import LineReader, format_of, reader_for
 
 MINIMAL = 'job:\n  command: ["/bin/true"]\n'
@@ -202,3 +205,44 @@ def test_one_fifty_mib_line_of_digits_costs_under_a_second(log: pathlib.Path) ->
         found = f.poll()
         spent = time.process_time() - started
     assert found.readings == () and spent < 1.0
+
+
+# ---------------------------------------------------------------------------- globs
+
+
+def _glob_follower(pattern: str, reader: LineReader) -> GlobFollower:
+    def make(path: str, start: Literal["end", "beginning"]) -> LogFollower:
+        return LogFollower(path, re.compile(DEFAULT_PATTERN), start=start, reader=reader)
+
+    return GlobFollower(pattern, make, look_every_s=0)
+
+
+def test_glob_follows_the_newest_match_and_switches_to_a_new_run(tmp_path: pathlib.Path) -> None:
+    """An earlier run's metrics.csv is read from its end; a newer version folder's file is
+    read from its beginning (header, then rows) and replaces it."""
+    old = tmp_path / "lightning_logs" / "version_0" / "metrics.csv"
+    old.parent.mkdir(parents=True)
+    old.write_text("epoch,step,train_loss\n0,99,1.0\n")
+    os.utime(old, (time.time() - 100, time.time() - 100))
+    pattern = str(tmp_path / "lightning_logs" / "version_*" / "metrics.csv")
+    with _glob_follower(pattern, LineReader("csv")) as f:
+        assert f.path == str(old) and f.poll().readings == ()
+        new = tmp_path / "lightning_logs" / "version_1" / "metrics.csv"
+        new.parent.mkdir()
+        new.write_text("epoch,step,train_loss\n0,49,2.0\n")
+        found = f.poll()
+        assert f.path == str(new) and found.replaced
+        assert found.latest == ProgressReading(None, 49) and found.source == "csv"
+        _append(new, b"0,59,1.9\n")
+        assert f.poll().latest == ProgressReading(None, 59)
+
+
+def test_glob_without_a_match_yet_waits_for_one(tmp_path: pathlib.Path) -> None:
+    """No match at first reads nothing and says nothing is wrong; the first match is read whole."""
+    pattern = str(tmp_path / "out" / "*.jsonl")
+    with _glob_follower(pattern, LineReader("jsonl")) as f:
+        found = f.poll()
+        assert found.readings == () and found.error is None and f.path == pattern
+        (tmp_path / "out").mkdir()
+        (tmp_path / "out" / "m.jsonl").write_text('{"step": 3}\n')
+        assert f.poll().latest == ProgressReading(None, 3)
