@@ -136,3 +136,49 @@ def test_csv_glob_follows_each_runs_new_version_folder(
     )
     assert st["progress"]["source"] == "csv" and st["healthy"]
     assert len([e for e in d.events() if e["event"] == "child_spawned"]) == 2
+
+
+# 10 steps, then a checkpoint save of 7 s with no line printed (a shard growing in a new
+# checkpoint-10/ folder), 10 more steps, then silence.
+SAVE_JOB = """
+import os, sys, time
+
+for step in range(1, 11):
+    print(f"step {step} 1,000.0 tok/s", flush=True)
+    time.sleep(0.02)
+os.makedirs("ckpt/checkpoint-10")
+with open("ckpt/checkpoint-10/model.safetensors", "wb") as f:
+    for _ in range(35):
+        f.write(b"x" * 4096)
+        f.flush()
+        time.sleep(0.2)
+open("ckpt/checkpoint-10/trainer_state.json", "w").close()
+for step in range(11, 21):
+    print(f"step {step} 1,000.0 tok/s", flush=True)
+    time.sleep(0.02)
+while True:
+    time.sleep(1)
+"""
+
+
+def test_checkpoint_save_longer_than_stall_after_s_is_not_stalled(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """A 7 s checkpoint save that prints nothing (stall_after_s 4; the save folder is read
+    every 2 s) is activity: the only stall is the silence after step 20."""
+    (tmp_path / "ckpt").mkdir()
+    job = write_script(tmp_path / "save_job.py", SAVE_JOB)
+    d = make_daemon(
+        [job],
+        {
+            "progress": {
+                "stall_after_s": 4,
+                "pattern": r"step (?P<step>\d+) (?P<tokens_per_s>[0-9,.]+) tok/s",
+                "checkpoint": {"path": str(tmp_path / "ckpt"), "kind": "hf"},
+            },
+            "restart": {"backoff_initial_s": 30, "backoff_max_s": 30},
+        },
+    )
+    fired = d.wait_event("detector_fired", timeout=60, reason="stalled")[0]
+    assert fired["last_step"] == "20", fired
+    assert "last_activity_age_s" in fired

@@ -13,6 +13,7 @@ import pytest
 
 from watchdog.config import DEFAULT_PATTERN, ConfigError, parse_config
 from watchdog.core.samples import ProgressReading
+from watchdog.probes.checkpoint import Checkpoint, CheckpointWatch, newest_write
 from watchdog.probes.progress import LogFollower
 from watchdog.probes.progress_glob import GlobFollower
 from watchdog.probes.recognition import LineReader, format_of, reader_for
@@ -246,3 +247,31 @@ def test_glob_without_a_match_yet_waits_for_one(tmp_path: pathlib.Path) -> None:
         (tmp_path / "out").mkdir()
         (tmp_path / "out" / "m.jsonl").write_text('{"step": 3}\n')
         assert f.poll().latest == ProgressReading(None, 3)
+
+
+# ---------------------------------------------------------------------------- checkpoint writes
+
+
+def test_newest_write_sees_a_shard_growing_two_levels_down(tmp_path: pathlib.Path) -> None:
+    """A shard file being written inside the newest checkpoint folder moves newest_write."""
+    shard = tmp_path / "iter_0000020" / "mp_rank_00" / "model_optim_rng.pt"
+    shard.parent.mkdir(parents=True)
+    shard.write_bytes(b"x")
+    past = time.time() - 50
+    for p in (shard, shard.parent, shard.parent.parent, tmp_path):
+        os.utime(p, (past, past))
+    before = newest_write(str(tmp_path), "megatron")
+    assert before == pytest.approx(past)
+    with shard.open("ab") as f:
+        f.write(b"more")  # only the file's own mtime moves: no folder changes
+    after = newest_write(str(tmp_path / "latest_checkpointed_iteration.txt"), "megatron")
+    assert after is not None and after > past + 40
+
+
+def test_checkpoint_watch_counts_writes_after_its_first_read() -> None:
+    """The first read only sets where to count from; a newer write after it is activity."""
+    watch = CheckpointWatch("/nonexistent", "hf")
+    assert not watch.wrote_since(Checkpoint(None, activity_at=100.0))
+    assert not watch.wrote_since(Checkpoint(None, activity_at=100.0))
+    assert watch.wrote_since(Checkpoint(None, activity_at=101.0))
+    assert not watch.wrote_since(Checkpoint(None, activity_at=None))

@@ -197,6 +197,8 @@ async def read_checkpoint(d: Daemon) -> None:
     except Exception as e:  # a reader bug must never fail a stop or a start
         d.emit("internal_error_caught", where="checkpoint", error=f"{type(e).__name__}: {e}")
         return
+    if watch.wrote_since(found) and watch is d.checkpoints:
+        d.monitor.activity(time.monotonic())  # SPEC §13: a save under way is not a stall
     if found.mark is not None and found.written_at is not None:
         # Its own mtime on the monotonic clock, however old: lost work counts from it.
         at = time.monotonic() - max(0.0, time.time() - found.written_at)
