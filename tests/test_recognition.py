@@ -70,6 +70,12 @@ def test_unknown_format_is_a_config_error_naming_key_and_line(tmp_path: pathlib.
     assert "tqdm" in info.value.problem
 
 
+def test_pattern_reads_coloured_lines_with_the_colours_stripped() -> None:
+    """A user's pattern sees the line without ANSI codes (SPEC §13: stripped everywhere)."""
+    reader = LineReader("pattern", re.compile(r"step (?P<step>\d+) (?P<tokens_per_s>\d+) tok/s"))
+    assert reader.candidate("\x1b[31mstep 7\x1b[0m 900 tok/s") == ProgressReading(900.0, 7)
+
+
 def test_auto_reads_csv_and_jsonl_files_by_extension() -> None:
     """auto picks the CSV reader for `.csv`, JSON lines for `.jsonl`, recognisers otherwise."""
     assert format_of("auto", "/x/lightning_logs/version_3/metrics.csv") == "csv"
