@@ -384,11 +384,13 @@ def is_activity_label(label: str) -> bool:
 class ProgressTracker:
     """One run's judge of recognised lines: is this a step forward, other activity, or nothing?
 
-    The run's highest step is the mark: a step above it is progress; a step at or below it that
-    moved since the last line of its kind is activity (an eval bar, a bar restarted); one that
-    did not move is nothing new. Among tqdm bars the training bar is the one with an `Epoch N`
-    description (Lightning), else the one with the largest total seen (the Trainer's max_steps
-    bar beside its eval bars); bars with an activity description (`ACTIVITY_LABELS`) never are.
+    The run's highest step is the mark: a step above it is progress; the highest step again is
+    activity (a redraw), or progress when it carries a tokens/s figure (a throughput report); a
+    step below it that moved since the last line of its kind is activity (an eval bar, a bar
+    restarted); one that did not move is nothing new. Among tqdm bars the training bar is the
+    one with an `Epoch N` description (Lightning), else the one with the largest total seen (the
+    Trainer's max_steps bar beside its eval bars); bars with an activity description
+    (`ACTIVITY_LABELS`) never are.
     A training bar that starts over without an epoch (a script's `for epoch: tqdm(loader)`)
     counts on from where it was, so its step stays monotone.
     """
@@ -435,6 +437,15 @@ class ProgressTracker:
             self.highest = step
             self._last[key] = step
             return Seen("progress", source, ProgressReading(tps, step))
+        if step == self.highest:
+            self._last[key] = step
+            if tps is not None:
+                # A throughput report at the current step (a job printing tok/s more often
+                # than it finishes steps): progress for throughput, no new mark.
+                return Seen("progress", source, ProgressReading(tps, step))
+            # The current step drawn again (Lightning redraws each update with its postfix):
+            # the job is alive, but it is no step forward.
+            return Seen("activity", source)
         return self._moved(key, step, source)
 
     def _moved(self, key: object, value: int, source: str) -> Seen | None:
