@@ -160,8 +160,8 @@ def _tqdm_label(before: str) -> str:
     pct = _PCT.search(before[-600:])
     head = before[: len(before) - len(before[-600:]) + pct.start()] if pct else before
     head = head.rstrip()
-    # The description is the text after the last `] ` or `: ` of a logging prefix and before
-    # the bar; `[rank0]: Epoch 3:` → `Epoch 3`.
+    # Less the colon tqdm puts after it: `[rank0]: Epoch 3:` → `[rank0]: Epoch 3` (a logging
+    # prefix stays; is_activity_label and _EPOCH look at the last clause only).
     head = _LABEL_NOISE.sub("", head)
     return head[-120:].strip()
 
