@@ -11,14 +11,8 @@ import time
 
 import pytest
 
-from watchdog.core.recognise import (
-    FORMATS,
-    ProgressTracker,
-    Recognised,
-    Seen,
-    recognise,
-    strip_ansi,
-)
+from watchdog.core.progress_tracker import ProgressTracker, Seen
+from watchdog.core.recognise import FORMATS, Recognised, recognise, strip_ansi
 from watchdog.core.samples import ProgressReading
 
 # ---------------------------------------------------------------------------- one per format
