@@ -47,7 +47,7 @@ from watchdog.hooks import Hooks
 from watchdog.logs import EventLog, configure_structlog
 from watchdog.notify import Notifier
 from watchdog.persist import FileWriter, StateWriter
-from watchdog.probes.progress import LogFollower, tail_lines
+from watchdog.probes.progress import Follower, tail_lines
 from watchdog.probes.ranks import RankLister
 from watchdog.proctitle import ProcTitle
 from watchdog.statedir import StateDir
@@ -84,7 +84,7 @@ class Daemon:
         self.goodput_file = FileWriter(self.state.file("goodput.json"), self.emit)
         self.title = ProcTitle()
         self.monitor = health.HealthMonitor(assemble.health_of(cfg))
-        self.follower: LogFollower | None = None
+        self.follower: Follower | None = None
         # Blocking file and /proc reads run off the loop, each bounded (offloop.py says why).
         self.log_io = offloop.BoundedWorker("log-open")
         self.progress_io = offloop.BoundedWorker("progress-read")
@@ -320,6 +320,8 @@ class Daemon:
                 gpu_faults=self.faults.by_gpu,
                 gpu_unchecked=self.faults.unchecked,
                 gpu_events=self.faults.events_state,
+                progress_source=self.monitor.progress_source,
+                last_activity_at=self.monitor.last_activity_at,
             )
         )
         st["gpu_faults_total"] = self.faults.counts()  # the metrics endpoint's counter
