@@ -20,10 +20,46 @@ from watchdog.core.samples import ProgressReading
 
 def test_tokens_per_s_reads_the_old_default_format() -> None:
     """`9,012.5 tok/s` and `1,204 tokens/s` are throughput figures, as the old default read."""
-    assert recognise("[rank0] step 7 9,012.5 tok/s loss=2.1") == Recognised(
+    assert recognise("[rank0] 9,012.5 tok/s loss=2.1") == Recognised(
         "tokens_per_s", tokens_per_s=9012.5
     )
     assert recognise("throughput 1,204 tokens/s") == Recognised("tokens_per_s", tokens_per_s=1204.0)
+
+
+@pytest.mark.parametrize(
+    ("line", "step", "tps"),
+    [
+        ("step 5 | loss 2.31 | 9,012 tok/s", 5, 9012.0),
+        ("step: 1200 | loss 2.1 | lr 3e-4 | 8,950 tokens/s", 1200, 8950.0),
+        ("step=1200 loss=2.1 throughput=8,950.5 tok/s", 1200, 8950.5),
+        ("[step 1200] loss 2.1, 8950 tok/s", 1200, 8950.0),
+        ("iter 1200 | loss 2.1 | 8950 tok/s", 1200, 8950.0),
+        ("Iteration: 77 loss=2.1 1,000 tokens/s", 77, 1000.0),
+        ("[rank0] step 7 9,012.5 tok/s loss=2.1", 7, 9012.5),
+        ("2026-12-03 10:00:00 INFO Step 12/1000 loss 2.0 | 900 tok/s", 12, 900.0),
+    ],
+)
+def test_tokens_per_s_line_that_names_the_step_gives_both(line: str, step: int, tps: float) -> None:
+    """A hand-written `step N … 9,012 tok/s` line gives its step as well as its throughput."""
+    assert recognise(line) == Recognised("tokens_per_s", step=step, tokens_per_s=tps)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "time/step 0.31 s | 9,012 tok/s",  # a duration per step, not a step
+        "9,012 tok/s at step 5",  # the step word after the figure is not read
+        "steps 5 | 9,012 tok/s",  # `steps` is not the word `step`
+        "global_stepper 5 | 9,012 tok/s",
+        "step 1.5 | 9,012 tok/s",
+        "step " + "9" * 19 + " | 9,012 tok/s",  # more than 18 digits is no step
+    ],
+)
+def test_tokens_per_s_line_without_a_step_word_before_it_has_no_step(line: str) -> None:
+    """Only the word `step`/`iter`/`iteration` with an integer before the figure is a step."""
+    found = recognise(line)
+    assert found is not None and found.source == "tokens_per_s"
+    assert found.step is None and found.tokens_per_s == 9012.0
 
 
 def test_tqdm_hf_trainer_bar_reads_step_and_total() -> None:
@@ -114,13 +150,37 @@ def test_deepspeed_engine_step_line() -> None:
     assert recognise(line) == Recognised("deepspeed", step=10)
 
 
-def test_deepspeed_throughput_timer_line() -> None:
-    """DeepSpeed's throughput timer: `epoch=0/micro_step=40/global_step=10, …`."""
+def test_deepspeed_throughput_timer_line_is_activity() -> None:
+    """DeepSpeed's throughput timer logs through its logger (no `[Rank N]`) a `global_step=`
+    that counts from the process's start, not the checkpoint's: activity, not the step."""
     line = (
-        "[Rank 0] epoch=0/micro_step=40/global_step=10, RunningAvgSamplesPerSec=55.3, "
-        "CurrSamplesPerSec=56.0, MemAllocated=1.2GB, MaxMemAllocated=3.4GB"
+        "[2026-12-03 10:00:00,000] [INFO] [timer.py:264:stop] "
+        "epoch=0/micro_step=40/global_step=10, RunningAvgSamplesPerSec=55.31, "
+        "CurrSamplesPerSec=56.02, MemAllocated=1.2GB, MaxMemAllocated=3.4GB"
     )
-    assert recognise(line) == Recognised("deepspeed", step=10)
+    assert recognise(line) == Recognised("deepspeed", step=10, activity=True)
+
+
+def test_deepspeed_resumed_run_throughput_timer_does_not_lower_the_step() -> None:
+    """A run resumed at step 1000 prints engine `step=1010` and timer `global_step=10`: the
+    step is 1010 and the timer's line keeps the run active."""
+    t = ProgressTracker()
+    seen = _feed(
+        t,
+        "[Rank 0] step=1010, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]",
+        "[INFO] [timer.py:264:stop] epoch=0/micro_step=10/global_step=10, "
+        "RunningAvgSamplesPerSec=55.3, CurrSamplesPerSec=56.0, MemAllocated=1.2GB, "
+        "MaxMemAllocated=3.4GB",
+        "[Rank 0] step=1020, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]",
+    )
+    assert [s.kind if s else None for s in seen] == ["progress", "activity", "progress"]
+    assert t.highest == 1020
+
+
+def test_deepspeed_pipeline_engine_line() -> None:
+    """DeepSpeed's PipelineEngine prints `steps: N loss: … iter time (s): … samples/sec: …`."""
+    line = "steps: 40 loss: 2.3456 iter time (s): 0.512 samples/sec: 62.500"
+    assert recognise(line) == Recognised("deepspeed", step=40)
 
 
 def test_nemo_progress_line() -> None:
@@ -130,6 +190,60 @@ def test_nemo_progress_line() -> None:
         "global_step: 49 | reduced_train_loss: 3.215 | train_step_timing in s: 0.51"
     )
     assert recognise(line) == Recognised("nemo", step=49, total=99)
+
+
+@pytest.mark.parametrize(
+    ("line", "n", "total"),
+    [
+        ("Validation: iteration 5/10", 5, 10),
+        ("Sanity checking Validation: iteration 1/2", 1, 2),
+        ("Testing: iteration 3/10", 3, 10),
+    ],
+)
+def test_nemo_validation_and_test_lines_are_activity(line: str, n: int, total: int) -> None:
+    """NeMo's ProgressPrinter validation/sanity/test counters are activity, never a step."""
+    assert recognise(line) == Recognised("nemo", step=n, total=total, activity=True)
+
+
+def test_nemo_validation_lines_never_move_the_runs_step() -> None:
+    """After training step 49, NeMo's validation counter is activity and the step stays 49."""
+    t = ProgressTracker()
+    seen = _feed(
+        t,
+        "Training epoch 0, iteration 49/99 | lr: 1.5e-05 | global_step: 49 | loss: 3.2",
+        "Validation: iteration 50/100",
+        "Validation: iteration 100/100",
+        "Training epoch 0, iteration 50/99 | lr: 1.5e-05 | global_step: 50 | loss: 3.1",
+    )
+    assert [s.kind if s else None for s in seen] == ["progress", "activity", "activity", "progress"]
+    assert t.highest == 50
+
+
+_MEGATRON_TRAIN = (
+    " [2026-12-03 10:00:00] iteration      {:>3}/     500 | consumed samples:  {:>5} |"
+    " elapsed time per iteration (ms): 812.3 | lm loss: 4.123456E+00 | loss scale: 1.0 |"
+)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        " validation loss at iteration 100 | lm loss value: 3.200000E+00 |"
+        " lm loss PPL: 2.453253E+01 | ",
+        " validation-0 loss at iteration 300 | lm loss value: 3.2E+00 | lm loss PPL: 24.5 | ",
+        " validation loss at iteration 500 on validation set | lm loss value: 3.200000E+00 | ",
+        " validation loss at iteration 500 on test set | lm loss value: 3.200000E+00 | ",
+        "Evaluating iter 3/10",
+    ],
+)
+def test_megatron_evaluation_lines_are_never_a_step(line: str) -> None:
+    """Megatron-LM's evaluation lines (`validation loss at iteration N |`, `Evaluating iter
+    N/M`) are activity, neither a lower nor a higher step than the training's."""
+    found = recognise(line)
+    assert found is not None and found.source == "megatron" and found.activity
+    t = ProgressTracker()
+    seen = _feed(t, _MEGATRON_TRAIN.format(200, 1600), line)
+    assert seen[1] is not None and seen[1].kind == "activity" and t.highest == 200
 
 
 def test_hf_trainer_loss_dict_is_progress_without_step() -> None:
@@ -201,6 +315,13 @@ def test_strip_ansi_removes_colour_cursor_and_title_codes() -> None:
         " 9/9 [00:00<" * 350,
         "\x1b[" + "9" * 4094,
         "Epoch " * 700,
+        "step " + "9" * 4080 + " tok/s",
+        "step 9 " * 580 + "1 tok/s",
+        "step=" * 800 + "1 tok/s",
+        "Validation: iteration 9/" * 170,
+        "validation loss at iteration " * 140,
+        "Evaluating iter 9/" * 220,
+        "steps: 1 loss: " * 270,
     ],
 )
 def test_every_recogniser_is_linear_on_pathological_lines(line: str) -> None:

@@ -183,6 +183,10 @@ def test_follower_reads_jsonl_step_and_tokens(log: pathlib.Path) -> None:
         b"step: 1  loss: " * 270,
         b"{'loss" * 680,
         b"\x1b[" + b"9" * 4094,
+        b"step " + b"9" * 4080 + b" tok/s",
+        b"step 9 " * 580 + b"1 tok/s",
+        b"Validation: iteration 9/" * 170,
+        b"validation loss at iteration " * 140,
     ],
 )
 def test_fifty_mib_of_pathological_lines_costs_under_a_second(

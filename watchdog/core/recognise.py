@@ -13,7 +13,8 @@ line's length: the old default pattern, `[0-9][0-9,.]*\\s*tok/s` under `re.searc
 run of digits from each of its digits (quadratic: 0.18 s for one 4,096-digit line).
 
 Formats, as their sources print them (our own example lines are in tests/test_recognise.py):
-- tokens/s: any `9,012.5 tok/s` or `tokens/s` figure (the old default pattern).
+- tokens/s: any `9,012.5 tok/s` or `tokens/s` figure (the old default pattern), with the step of
+  a `step N` / `step: N` / `step=N` / `iter N` / `iteration N` word before it.
 - tqdm: `{desc}: {pct}%|{bar}| {n}/{total} [{elapsed}<{remaining}, {rate}{unit}/s{postfix}]`
   (or `s/{unit}` below one per second; `{n}{unit} [{elapsed}, {rate}]` without a total): the
   Hugging Face Trainer (no desc), accelerate scripts, Lightning's TQDMProgressBar
@@ -21,9 +22,14 @@ Formats, as their sources print them (our own example lines are in tests/test_re
 - Megatron-LM training_log: ` [date] iteration        8/     100 | consumed samples: … |`.
 - torchtitan: `step:  2  loss:  6.1098  grad_norm: …  memory: …  tps: 177,138  tflops: …`
   (tps = tokens per second per device; the older name was wps).
-- DeepSpeed: `[Rank 0] step=10, skipped=0, lr=[…], mom=[…]` and its throughput timer
-  `epoch=0/micro_step=40/global_step=10, RunningAvgSamplesPerSec=…`.
-- NeMo: `Training epoch 0, iteration 49/99 | lr: … | global_step: 49 | reduced_train_loss: … |`.
+- Megatron-LM evaluation: ` validation loss at iteration 100 | lm loss value: … |` and
+  `Evaluating iter 3/10` (activity).
+- DeepSpeed: `[Rank 0] step=10, skipped=0, lr=[…], mom=[…]`, the PipelineEngine's
+  `steps: 10 loss: 2.3456 iter time (s): …` and the throughput timer's
+  `epoch=0/micro_step=40/global_step=10, RunningAvgSamplesPerSec=…` (activity: its count starts
+  at the process's start, not at the checkpoint).
+- NeMo: `Training epoch 0, iteration 49/99 | lr: … | global_step: 49 | reduced_train_loss: … |`;
+  `Validation: iteration 5/10`, `Sanity checking Validation: …`, `Testing: …` (activity).
 - Hugging Face Trainer log dicts: `{'loss': 2.3456, 'grad_norm': …, 'epoch': 0.12}` (progress,
   no step); `{'eval_loss': …}` is an evaluation's result (activity).
 """
@@ -117,8 +123,32 @@ def _first(pattern: re.Pattern[str], line: str) -> re.Match[str] | None:
     return None
 
 
+# The most common hand-written training log names its step before the figure: `step 5 | loss
+# 2.31 | 9,012 tok/s`, `step: 1200 …`, `step=1200 …`, `[step 1200] …`, `iter 1200 …`. An integer
+# only (`time/step 0.31` is a duration); `steps`, `stepper` are other words. Led by the literal
+# `t` (the engine skips to each one; `S`/`s` and `I`/`i` are checked before it by hand) and
+# looked for only in the STEP_WINDOW characters before the figure.
+_STEP_WORD = re.compile(
+    r"t(?:ep|er(?:ation)?)(?:[ \t]{0,4}[:=][ \t]{0,4}|[ \t]{1,4})([0-9]{1,18})(?![0-9]|[.,][0-9])"
+)
+STEP_WINDOW = 512
+
+
+def _step_before(line: str, end: int) -> int | None:
+    """The step named by the first `step N` / `iter N` word of the STEP_WINDOW characters
+    before `end`, if any."""
+    for tries, match in enumerate(_STEP_WORD.finditer(line, max(1, end - STEP_WINDOW), end)):
+        if tries > MAX_TRIES:
+            break
+        at = match.start() - 1  # the word's first letter
+        if line[at] in ("Ss" if line[at + 3] == "p" else "Ii") and _word_start(line, at):
+            return _int(match.group(1))
+    return None
+
+
 def tokens_per_s(line: str) -> Recognised | None:
-    """`9,012.5 tok/s` or `1,204 tokens/s`: the first such figure of the line."""
+    """`9,012.5 tok/s` or `1,204 tokens/s`: the first such figure of the line, with the step
+    when a `step N` / `iter N` word comes before it."""
     if "tok" not in line:
         return None
     for tries, unit in enumerate(_TOKENS_UNIT.finditer(line)):
@@ -127,8 +157,9 @@ def tokens_per_s(line: str) -> Recognised | None:
         at = unit.start()
         match = _TOKENS_BEFORE.search(line, max(0, at - 40), at)
         value = _float(match.group(1)) if match else None
-        if value is not None:
-            return Recognised("tokens_per_s", tokens_per_s=value)
+        if value is not None and match is not None:
+            step = _step_before(line, match.start(1))
+            return Recognised("tokens_per_s", step=step, tokens_per_s=value)
     return None
 
 
@@ -203,14 +234,30 @@ _MEGATRON = re.compile(
 )
 
 
+# evaluate_and_print_results: ` validation loss at iteration 100 | lm loss value: … |` (also
+# `validation-0 loss at …`, `… at iteration 100 on test set |`): an evaluation's result, whose
+# iteration is the training's; evaluate() with verbose prints `Evaluating iter 3/10` per batch.
+_MEGATRON_EVAL = re.compile(r"loss at iteration[ \t]{1,4}[0-9]{1,18}(?![0-9])")
+_MEGATRON_EVAL_ITER = re.compile(r"Evaluating iter[ \t]{1,4}([0-9]{1,18})/([0-9]{1,18})")
+
+
 def megatron(line: str) -> Recognised | None:
-    """Megatron-LM's training_log: ` [2026-12-03 10:00:00] iteration      120/  500000 | …`."""
-    if "iteration" not in line:
+    """Megatron-LM's training_log: ` [2026-12-03 10:00:00] iteration      120/  500000 | …`;
+    its evaluation lines are activity."""
+    if "iter" not in line:
         return None
-    match = _first(_MEGATRON, line)
-    if match is None:
-        return None
-    return Recognised("megatron", step=_int(match.group(1)), total=_int(match.group(2)))
+    match = _first(_MEGATRON, line) if "iteration" in line else None
+    if match is not None:
+        return Recognised("megatron", step=_int(match.group(1)), total=_int(match.group(2)))
+    if "validation" in line and _first(_MEGATRON_EVAL, line) is not None:
+        # No step: the iteration it names is the last trained one, neither lower nor higher.
+        return Recognised("megatron", activity=True)
+    if "Evaluating" in line:
+        found = _first(_MEGATRON_EVAL_ITER, line)
+        if found is not None:
+            n, total = _int(found.group(1)), _int(found.group(2))
+            return Recognised("megatron", step=n, total=total, activity=True)
+    return None
 
 
 # ---------------------------------------------------------------------------- torchtitan
@@ -240,17 +287,27 @@ def torchtitan(line: str) -> Recognised | None:
 
 _DS_STEP = re.compile(r"step=([0-9]{1,18}),[ \t]{0,4}skipped=")
 _DS_GLOBAL = re.compile(r"global_step=([0-9]{1,18})(?![0-9])")
+_DS_PIPE = re.compile(r"steps:[ \t]{0,4}([0-9]{1,18})[ \t]{1,4}loss:")
 
 
 def deepspeed(line: str) -> Recognised | None:
-    """DeepSpeed's engine (`step=10, skipped=0, lr=[…]`) or throughput timer
-    (`epoch=0/micro_step=40/global_step=10, RunningAvgSamplesPerSec=…`)."""
-    if "step=" not in line:
-        return None
-    match = _first(_DS_STEP, line) or _first(_DS_GLOBAL, line)
-    if match is None:
-        return None
-    return Recognised("deepspeed", step=_int(match.group(1)))
+    """DeepSpeed's engine (`[Rank 0] step=10, skipped=0, lr=[…]`, engine._report_progress
+    through log_dist), its PipelineEngine (`steps: 10 loss: 2.3456 iter time (s): …`) or its
+    throughput timer (`epoch=0/micro_step=40/global_step=10, RunningAvgSamplesPerSec=…`,
+    timer.py through the logger): the timer counts from the process's start, not from the
+    checkpoint, so its `global_step` is activity, never the run's step."""
+    if "step=" in line:
+        match = _first(_DS_STEP, line)
+        if match is not None:
+            return Recognised("deepspeed", step=_int(match.group(1)))
+        match = _first(_DS_GLOBAL, line)
+        if match is not None:
+            return Recognised("deepspeed", step=_int(match.group(1)), activity=True)
+    if "steps:" in line and "loss:" in line:
+        match = _first(_DS_PIPE, line)
+        if match is not None:
+            return Recognised("deepspeed", step=_int(match.group(1)))
+    return None
 
 
 # ---------------------------------------------------------------------------- NeMo
@@ -259,10 +316,25 @@ _NEMO = re.compile(r"global_step:[ \t]{0,16}([0-9]{1,18}(?:\.0)?)(?![0-9.])")
 _NEMO_ITER = re.compile(r"iteration[ \t]{1,4}[0-9]{1,18}/([0-9]{1,18})")
 
 
+# ProgressPrinter's validation and test counters: `Validation: iteration 5/10`, `Sanity checking
+# Validation: iteration 1/2`, `Testing: iteration 3/10` (the whole printed line).
+_NEMO_EVAL = re.compile(
+    r"(?:Validation|Testing):[ \t]iteration[ \t]([0-9]{1,18})/([0-9]{1,18})[ \t]{0,4}\Z"
+)
+
+
 def nemo(line: str) -> Recognised | None:
-    """NeMo's progress line: `Training epoch 0, iteration 49/99 | … | global_step: 49 | …`."""
+    """NeMo's progress line: `Training epoch 0, iteration 49/99 | … | global_step: 49 | …`;
+    its `Validation: iteration 5/10` and `Testing: iteration 3/10` lines are activity."""
     if "global_step:" not in line:
-        return None
+        if ": iteration " not in line:
+            return None
+        found = _NEMO_EVAL.search(line, max(0, len(line) - 64))
+        if found is None:
+            return None
+        return Recognised(
+            "nemo", step=_int(found.group(1)), total=_int(found.group(2)), activity=True
+        )
     match = _first(_NEMO, line)
     if match is None:
         return None
