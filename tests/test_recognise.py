@@ -62,6 +62,29 @@ def test_tokens_per_s_line_without_a_step_word_before_it_has_no_step(line: str) 
     assert found.step is None and found.tokens_per_s == 9012.0
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "global batch: 524,288 tokens/step",
+        "context 4096 tok/sample",
+        "packing: 12 tok/seq",
+        "vocab check: 100 tokens/sentence",
+    ],
+)
+def test_tokens_per_other_unit_is_no_throughput(line: str) -> None:
+    """`tokens/step`, `tok/sample`… (a size printed at start-up) are no tokens/s figure: read
+    as one, a job hung in its first step looked like it had made progress."""
+    assert recognise(line) is None
+
+
+@pytest.mark.parametrize(
+    "line", ["9,000 tokens/sec", "9,000 tok/sec/gpu", "9,000 tokens/s/gpu", "9,000 tokens/second"]
+)
+def test_tokens_per_second_spellings_are_throughput(line: str) -> None:
+    """`/sec`, `/second` and a per-GPU `/s/gpu` are tokens per second."""
+    assert recognise(line) == Recognised("tokens_per_s", tokens_per_s=9000.0)
+
+
 def test_tqdm_hf_trainer_bar_reads_step_and_total() -> None:
     """The Trainer's bar (no description) gives the step and the total of max_steps."""
     line = "  5%|▌         | 9760/100000 [00:23<21:56, 68.54it/s]"

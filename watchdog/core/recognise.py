@@ -103,7 +103,9 @@ def _float(text: str | None) -> float | None:
 # Searched only in the 40 characters before a `tok/s` found by str.find: a number of more
 # than 31 characters (the lookbehind sees past the window) is no throughput.
 _TOKENS_BEFORE = re.compile(r"(?<![0-9,.])([0-9][0-9,.]{0,30})[ \t]{0,8}\Z")
-_TOKENS_UNIT = re.compile(r"tok(?:ens)?/s")
+# Per second (`/s`, `/sec`, `/second`, `/s/gpu`), not `tokens/step` or `tok/sample` (sizes a job
+# prints at start-up, before any step).
+_TOKENS_UNIT = re.compile(r"tok(?:ens)?/s(?:ec(?:ond)?)?(?![A-Za-z])")
 
 
 def _word_start(line: str, at: int) -> bool:
