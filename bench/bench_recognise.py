@@ -52,6 +52,12 @@ TYPICAL = {
         "global_step: 49 | reduced_train_loss: 3.215 | train_step_timing in s: 0.51"
     ),
     "hf_loss": "{'loss': '3.903', 'grad_norm': '0.8641', 'learning_rate': '5e-05', 'epoch': '0.1'}",
+    "nemo validation (activity)": "Sanity checking Validation: iteration 1/2",
+    "megatron validation (activity)": (
+        " validation loss at iteration 100 | lm loss value: 3.200000E+00 |"
+        " lm loss PPL: 2.453253E+01 | "
+    ),
+    "deepspeed pipeline": "steps: 40 loss: 2.3456 iter time (s): 0.512 samples/sec: 62.500",
     "chatter (no progress)": "debug: rank 3 allreduce bucket 000001234 ready after 0.0012 s",
 }
 PATHOLOGICAL = {
@@ -60,6 +66,7 @@ PATHOLOGICAL = {
     "256 near-miss tqdm brackets": "[00:00, 1.0it/s]" * 256,
     "`step=1, ` x 512": "step=1, " * 512,
     "`global_step: 1` x 292": "global_step: 1" * 292,
+    "`step=` x 800 + tok/s": "step=" * 800 + "1 tok/s",
 }
 
 
