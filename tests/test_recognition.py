@@ -125,6 +125,24 @@ def test_follower_counts_eval_bar_lines_as_activity(log: pathlib.Path) -> None:
     assert found.readings == () and found.activity == 5
 
 
+def test_follower_reads_the_step_of_a_hand_written_tok_s_log(log: pathlib.Path) -> None:
+    """`step N | loss … | 9,012 tok/s` lines in a real file give the step and the throughput."""
+    with _follow(log) as f:
+        _append(log, b"".join(b"step %d | loss 2.31 | 9,012 tok/s\n" % n for n in range(1, 6)))
+        found = f.poll()
+    assert found.latest == ProgressReading(9012.0, 5) and found.source == "tokens_per_s"
+
+
+def test_follower_counts_nemo_validation_lines_as_activity(log: pathlib.Path) -> None:
+    """NeMo's `Validation: iteration N/M` lines after a training line are activity only."""
+    with _follow(log) as f:
+        _append(log, b"Training epoch 0, iteration 9/99 | lr: 1e-05 | global_step: 9 | loss: 3\n")
+        assert f.poll().latest == ProgressReading(None, 9)
+        _append(log, b"".join(b"Validation: iteration %d/4\n" % n for n in range(1, 5)))
+        found = f.poll()
+    assert found.readings == () and found.activity == 4
+
+
 def test_follower_reads_csv_rows_by_header_from_the_end(log: pathlib.Path) -> None:
     """A CSV progress file followed from its end still knows its header: `step` is read."""
     csv_path = log.with_name("metrics.csv")
