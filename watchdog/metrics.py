@@ -43,6 +43,9 @@ DETECTORS = (
     "startup_timeout",
     "gpu_lost",
     "gpu_probe_hung",
+    "gpu_access_lost",  # SPEC §13
+    "gpu_unreadable",
+    "gpu_degraded",
 )
 # Restart reasons reported from the start (at 0): PromQL's increase() misses the first
 # restart of a series that only appears with it.
