@@ -325,3 +325,36 @@ def test_status_says_gpu_access_lost_and_why() -> None:
     st = _status(GpuSample(True, gpus, access_lost="why"), gpu_access_lost="why")
     assert st["gpu_access_lost"] == "why" and st["gpus_unverified"] == "GPU access lost: why"
     assert "GPU access lost" in status_line(st)
+
+
+def test_a_startup_window_that_ends_while_access_is_lost_stops_nothing() -> None:
+    """Blind is not failed: the startup window running out while NVML access is lost fires no
+    startup_timeout; once the GPUs can be read, a still unhealthy job is judged as usual."""
+    sup = P.Supervisor(P.Policy(startup_timeout_s=30.0, jitter=0.0), lambda: 0.5)
+    sup.handle(P.DaemonStarted(), 0.0)
+    sup.handle(P.ChildSpawned(pid=7), 0.0)
+    sup.handle(P.GpuAccessChanged(True, "x"), 5.0)
+    lost = frozenset({"gpu_access_lost"})
+    sup.handle(P.HealthAssessed(7, False, lost), 6.0)
+    assert sup.handle(P.Tick(), 31.0) == [] and sup.next_deadline() is None
+    out = sup.handle(P.HealthAssessed(7, False, lost), 40.0)
+    assert not any(isinstance(a, P.KillTree) for a in out)
+    sup.handle(P.GpuAccessChanged(False), 50.0)
+    out = sup.handle(P.HealthAssessed(7, False), 51.0)
+    fired = [a.fields.get("reason") for a in out if isinstance(a, P.Emit)]
+    assert "startup_timeout" in fired and any(isinstance(a, P.KillTree) for a in out)
+
+
+def test_a_gpu_nvml_cannot_read_never_times_a_startup_out() -> None:
+    """gpu_unreadable through the startup window: no startup_timeout; healthy once readable."""
+    sup = P.Supervisor(P.Policy(startup_timeout_s=30.0), lambda: 0.5)
+    sup.handle(P.DaemonStarted(), 0.0)
+    sup.handle(P.ChildSpawned(pid=7), 0.0)
+    unreadable = frozenset({"gpu_unreadable"})
+    sup.handle(P.HealthAssessed(7, False, unreadable), 29.0)
+    assert sup.handle(P.Tick(), 31.0) == []
+    assert not any(
+        isinstance(a, P.KillTree) for a in sup.handle(P.HealthAssessed(7, False, unreadable), 40)
+    )
+    out = sup.handle(P.HealthAssessed(7, True), 41.0)
+    assert "child_healthy" in _names(out) and sup.snapshot().state is P.State.RUNNING

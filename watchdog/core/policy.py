@@ -36,6 +36,10 @@ class State(StrEnum):
 
 # Reasons whose restart is preceded by an incident bundle (SPEC §10).
 INCIDENT_REASONS = frozenset({"gpus_idle", "stalled", "startup_timeout", "gpu_degraded"})
+# SPEC §13: verdicts that say the GPUs cannot be verified, not that the job failed. While one
+# fires, a startup window that runs out is not a startup_timeout (that would stop the job for
+# our blindness); it is judged once the GPUs can be read again.
+UNVERIFIABLE = frozenset({"gpu_access_lost", "gpu_unreadable"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -787,7 +791,8 @@ class Supervisor:
         if ev.pid != self._pid or self._state not in live:
             return []
         firing = ev.firing
-        if self._startup_expired and self._healthy_since is None and not ev.healthy:
+        blind = bool(ev.firing & UNVERIFIABLE) or self._access_lost is not None
+        if self._startup_expired and self._healthy_since is None and not ev.healthy and not blind:
             firing = firing | {"startup_timeout"}  # still not healthy: the verdict stands
         ev = HealthAssessed(ev.pid, ev.healthy, firing, ev.evidence)
         out: list[Action] = []
@@ -935,6 +940,11 @@ class Supervisor:
                 return self._park_access("spawn", self._last_reason or "backoff")
             return self._spawn(now, self._last_reason or "backoff")
         deadline = self.next_deadline()
+        blind = bool(self._firing & UNVERIFIABLE) or self._access_lost is not None
+        if self._state is State.STARTING and deadline is not None and now >= deadline and blind:
+            self._startup_expired = True  # judged at the first verdict that can see the GPUs
+            self._state = State.UNHEALTHY
+            return []
         if self._state is State.STARTING and deadline is not None and now >= deadline:
             fired = Emit(
                 "detector_fired",
