@@ -124,3 +124,26 @@ def test_on_degraded_restart_restarts_with_an_incident_naming_the_gpu(
     assert samples[-1]["gpus"][3]["throttle"] == ["hw_power_brake"]
     fakegpu.write_gpus(gpus, 8)
     d.wait_state("running", timeout=20)
+
+
+def test_lost_access_outlives_a_reexec_until_a_reading_comes_through(
+    make_daemon: DaemonFactory,
+    gpus: pathlib.Path,  # noqa: F811
+) -> None:
+    """`watchdogctl reexec` while access is lost: the new code still says gpu_access_lost (its
+    fresh NVML session cannot tell), the job is untouched, and access back is noticed."""
+    d = make_daemon(job(), cfg(), env=fakegpu.fake_env(gpus))
+    pid = d.wait_state("running", timeout=15)["job"]["pid"]
+    fakegpu.fail_every_call(gpus)
+    d.wait_event("gpu_access_lost", timeout=10)
+    rc, out, err = d.ctl("reexec")
+    assert rc == 0, (out, err)
+    d.wait_event("daemon_reexecuted", timeout=10)
+    st = d.status()
+    assert "gpu_access_lost" in st["reasons"] and st["gpu_access_lost"] is not None
+    assert st["job"]["pid"] == pid and st["healthy"] is False
+    fakegpu.set_faults(gpus, [])
+    d.wait_event("gpu_access_restored", timeout=15)
+    st = d.wait_state("running", timeout=15)
+    assert st["job"]["pid"] == pid and st["gpu_access_lost"] is None
+    assert [e["event"] for e in d.events()].count("gpu_access_lost") == 1

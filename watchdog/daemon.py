@@ -134,6 +134,9 @@ class Daemon:
         if self.handover is not None:
             taken_over, leader = await takeover.take_over(self, self.handover)
             self.handover = None
+            # SPEC §13: a fresh NVML session cannot tell lost access from no access; the core
+            # carried it, so only a reading that comes through tells it access is back.
+            self.gpus.access_lost = self.core.access_lost
         else:
             self.emit(
                 "daemon_started",

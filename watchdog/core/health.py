@@ -117,6 +117,7 @@ class HealthMonitor:
         self._started = False  # the startup window is over (healthy once)
         self._unreadable = False  # our own read of the progress log is stuck
         self._degraded: dict[int, tuple[str, ...]] = {}  # GPU -> hardware slowdown reasons
+        self._access_lost: str | None = None  # the shell's view: outlives a fresh NVML session
 
     # ---------------------------------------------------------------------- inputs
 
@@ -132,6 +133,11 @@ class HealthMonitor:
     def gpu_degraded(self, degraded: Mapping[int, tuple[str, ...]]) -> None:
         """The GPUs degraded now (core/gpuhealth.py decides), and their reasons."""
         self._degraded = dict(degraded)
+
+    def gpu_access_lost(self, detail: str | None) -> None:
+        """NVML access is lost (why), as the shell knows it: after a re-exec a fresh session
+        cannot tell lost access from none, so a sample alone may not say it."""
+        self._access_lost = detail
 
     def progress_unreadable(self, unreadable: bool) -> None:
         """Our own read of the progress log is stuck (a hung mount): `stalled` cannot be judged
@@ -281,9 +287,10 @@ class HealthMonitor:
     def _gpu_access_lost_evidence(self) -> dict[str, str] | None:
         """NVML access that worked is gone (SPEC §13): the job is not touched, but nothing
         vouches for its GPUs, so it is not healthy."""
-        if not self._cfg.expect_gpus or self._gpu is None or self._gpu.access_lost is None:
+        why = self._access_lost or (None if self._gpu is None else self._gpu.access_lost)
+        if not self._cfg.expect_gpus or why is None:
             return None
-        return {"gpu_access": self._gpu.access_lost}
+        return {"gpu_access": why}
 
     def _gpu_unreadable_evidence(self) -> dict[str, str] | None:
         """A visible expected GPU whose memory NVML did not report: unknown is never a pass."""

@@ -370,6 +370,11 @@ class Supervisor:
     def policy(self) -> Policy:
         return self._policy
 
+    @property
+    def access_lost(self) -> str | None:
+        """Why NVML access is lost (SPEC §13), or None: a re-exec'd shell starts from it."""
+        return self._access_lost
+
     def durable(self) -> Durable:
         """What must outlive this process (the restart budget): see durable.py."""
         backoff = self._state is State.BACKOFF
