@@ -45,6 +45,7 @@ def test_access_lost_leaves_the_job_alone_and_a_death_meanwhile_parks_until_it_i
     assert st["host_fault"]["kind"] == "gpu_access_lost" and st["job"]["pid"] is None
     rc, out, _ = d.ctl("status")
     assert rc == 3 and "HOST FAULT: NVML access lost" in out and "recreate the container" in out
+    assert "parked until NVML access is back; firing: gpu_access_lost" in out.splitlines()[0]
     assert all(len(line) <= 100 for line in out.splitlines())
     time.sleep(1.0)  # the behaviour under test is that nothing restarts during this window
     names = [e["event"] for e in d.events()]

@@ -451,7 +451,7 @@ def _health(st: dict[str, Any]) -> str:
     elif state == "fatal":
         words = ["restart budget spent; `watchdogctl start` tries again"]
     elif state == "host_fault" and (st.get("host_fault") or {}).get("kind") == "gpu_access_lost":
-        words = ["parked: NVML access lost; the job restarts by itself once access is back"]
+        words = ["parked until NVML access is back"]  # then it restarts by itself
     elif state == "host_fault":
         words = ["parked on a GPU hardware fault; `watchdogctl start` after the repair"]
     elif state == "starting":
@@ -519,15 +519,15 @@ def _gpu_lines(st: dict[str, Any]) -> list[str]:
 
 
 def _gpu_note(g: dict[str, Any]) -> str:
-    """' degraded: hw_slowdown+hw_thermal', ' throttled: ...' or the reading's error; the
+    """The reading's error, or ' degraded: hw_slowdown+hw_thermal', ' throttled: ...'; the
     row stays within 100 columns."""
     throttle = "+".join(g.get("throttle") or ())
-    if g.get("degraded"):
+    if g["used_mib"] is None and g.get("error"):
+        note = str(g["error"])  # what NVML answered now, before what it said earlier
+    elif g.get("degraded"):
         note = f"degraded: {throttle}"
     elif throttle:
         note = f"throttled: {throttle}"
-    elif g["used_mib"] is None and g.get("error"):
-        note = str(g["error"])
     else:
         return ""
     return " " + (note if len(note) <= 50 else note[:49] + "…")
