@@ -101,6 +101,7 @@ class Daemon:
         self.proc: subprocess.Popen[bytes] | None = None
         self.out_path = tmp / f"daemon-{int(time.monotonic() * 1000)}.out"
         self.bin = BIN  # where watchdogd and watchdogctl come from (another venv: test_reexec)
+        self.args: list[str] = []  # more watchdogd options, e.g. ["--exit-with-job"]
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -108,7 +109,7 @@ class Daemon:
         out = open(self.out_path, "ab")  # noqa: SIM115 - closed in stop()
         self._out = out
         self.proc = subprocess.Popen(
-            [str(self.bin / "watchdogd"), "--config", str(self.config_path)],
+            [str(self.bin / "watchdogd"), "--config", str(self.config_path), *self.args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=self.env,
@@ -126,6 +127,20 @@ class Daemon:
                 self.stop()  # a daemon that never came up must not outlive the test
                 raise
         return self
+
+    def wait_exit(self, timeout: float) -> int:
+        """The daemon's exit status once it exits by itself (--exit-with-job), within `timeout`."""
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"watchdogd still runs after {timeout} s") from None
+
+    def history(self) -> list[dict[str, Any]]:
+        """The event history file, readable after the daemon has exited."""
+        path = self.state_dir / "events.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [json.loads(x) for x in lines if x.strip()]
 
     def proc_exited(self) -> bool:
         return self.proc is not None and self.proc.poll() is not None

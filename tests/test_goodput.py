@@ -217,6 +217,7 @@ def test_from_json_rejects_a_damaged_record_naming_the_field(record: Any, needle
 
 
 STATES = ["stopped", "starting", "running", "unhealthy", "stopping", "backoff", "fatal", "paused"]
+STATES += ["completed"]  # SPEC §13
 REASONS = ["stalled", "gpus_idle", "throughput_low", "startup_timeout"]
 
 

@@ -48,11 +48,15 @@ class SupervisorMachine(RuleBasedStateMachine):
         self.parked = False  # a parking GPU fault not yet undone by an operator
         self.access_lost = False  # SPEC §13: NVML access lost (no automatic start meanwhile)
         self.operator_start_owed = False  # an operator's start/restart/resume not yet spawned
+        # SPEC §13: a run ended well (job_completed) and no operator start/restart came since
+        self.completed = False
+        self.budget_at_exit = (0, 0)  # (restarts_total, no_progress) when that run ended
         self.apply(P.DaemonStarted())
 
     def apply(self, ev: P.Event) -> list[P.Action]:
         if isinstance(ev, P.OperatorCommand) and ev.cmd in ("start", "restart", "stop"):
             self.parked = False  # an operator's start leaves host_fault (SPEC §12)
+            self.completed = False  # ... and completed (SPEC §13)
         if isinstance(ev, P.GpuFaultSeen) and ev.park and not self.operator_stopped:
             self.parked = True  # a GPU needs a reset or a reboot: the job must not come back
         if isinstance(ev, P.GpuAccessChanged):
@@ -60,6 +64,7 @@ class SupervisorMachine(RuleBasedStateMachine):
         actions = self.sup.handle(ev, self.now)
         for a in actions:
             if isinstance(a, P.SpawnChild):
+                assert not self.completed, "a completed run was started again by itself"
                 assert not self.parked, "host_fault restarted by itself"
                 owed, self.operator_start_owed = self.operator_start_owed, False
                 assert not (self.access_lost and not owed), "started into unreachable GPUs"
@@ -74,6 +79,11 @@ class SupervisorMachine(RuleBasedStateMachine):
                     self.run_healthy = False
                 if a.event == "child_healthy":
                     self.run_healthy = True
+                if a.event == "job_completed":
+                    assert self.completed, "job_completed for a run that did not end well"
+                    # no restart counted, the no-progress tally untouched
+                    s = self.sup.snapshot()
+                    assert (s.restarts_total, s.no_progress_restarts) == self.budget_at_exit
                 if a.event == "restart_scheduled":
                     assert not self.parked, "a parked job was scheduled for a restart"
                     delay = float(str(a.fields["delay_s"]))
@@ -132,6 +142,25 @@ class SupervisorMachine(RuleBasedStateMachine):
             self.live.discard(pid)
             self.last_event = "crash"
             self.apply(P.ChildExited(pid, 1, None))
+
+    @rule(code=st.sampled_from([0, 0, 1]))
+    def child_exits_on_its_own(self, code: int) -> None:
+        """The job ends by itself: exit 0 is a completion (SPEC §13), 1 a crash."""
+        if self.live:
+            pid = max(self.live)
+            self.live.discard(pid)
+            self.last_event = "crash"
+            before = self.sup.snapshot()
+            ends_well = code == 0 and before.state in (
+                State.STARTING,
+                State.RUNNING,
+                State.UNHEALTHY,
+                State.PAUSED,
+            )
+            if ends_well:
+                self.completed = True
+                self.budget_at_exit = (before.restarts_total, before.no_progress_restarts)
+            self.apply(P.ChildExited(pid, code, None))
 
     @rule()
     def shell_finishes_kill(self) -> None:
@@ -200,10 +229,27 @@ class SupervisorMachine(RuleBasedStateMachine):
     @invariant()
     def state_matches_child(self) -> None:
         s = self.sup.snapshot()
-        if s.state in (State.STOPPED, State.BACKOFF, State.FATAL, State.HOST_FAULT):
+        if s.state in (
+            State.STOPPED,
+            State.BACKOFF,
+            State.FATAL,
+            State.HOST_FAULT,
+            State.COMPLETED,
+        ):
             assert not self.live and not self.pending_spawn
         if s.state is State.BACKOFF:
             assert s.next_restart_at is not None
+
+    @invariant()
+    def completed_stays_completed(self) -> None:
+        """SPEC §13: a completed run is never started again without an operator command."""
+        if self.completed and not self.exited:
+            s = self.sup.snapshot()
+            # STOPPING: what is left of its tree is being cleared; HOST_FAULT: a parking GPU
+            # fault arrived meanwhile (it parks, it does not restart either)
+            ended = (State.COMPLETED, State.STOPPING, State.HOST_FAULT)
+            assert s.state in ended and s.pid is None, f"a completed run is {s.state.value}"
+            assert s.next_restart_at is None
 
     @invariant()
     def stop_wins(self) -> None:
@@ -331,3 +377,33 @@ def test_the_access_invariant_catches_a_core_that_restarts_into_lost_access() ->
     ok.gpu_access(lost=False)
     ok.time_passes(dt=30.0, u=0.5)
     assert ok.pending_spawn
+
+
+class CompletionRestarts(P.Supervisor):
+    """A core with a planted bug: exit 0 is treated as a crash (the behaviour of issue 22)."""
+
+    def _exited(self, ev: P.ChildExited) -> list[P.Action]:
+        code = 1 if ev.exit_code == 0 else ev.exit_code
+        return super()._exited(P.ChildExited(ev.pid, code, ev.signal))
+
+
+def test_the_completion_invariant_catches_a_core_that_restarts_a_finished_run() -> None:
+    """Exit 0 followed by a restart (issue 22's report) is caught by the machine."""
+
+    class Machine(SupervisorMachine):
+        supervisor_class = CompletionRestarts
+
+    m = Machine()
+    m.shell_finishes_spawn(ok=True)
+    m.child_exits_on_its_own(code=0)
+    m.shell_finishes_kill()
+    with pytest.raises(AssertionError, match="a completed run is backoff"):
+        m.completed_stays_completed()
+    ok = SupervisorMachine()  # the real core: completed, and no tick brings the job back
+    ok.shell_finishes_spawn(ok=True)
+    ok.child_exits_on_its_own(code=0)
+    ok.shell_finishes_kill()
+    assert ok.completed
+    ok.time_passes(dt=40.0, u=0.5)
+    ok.completed_stays_completed()
+    assert ok.sup.snapshot().state is State.COMPLETED and not ok.pending_spawn

@@ -24,6 +24,7 @@ def policy_of(cfg: config.Config) -> policy.Policy:
         startup_timeout_s=cfg.startup.timeout_s,
         max_no_progress=r.max_no_progress,
         progress_marker="step" if cfg.progress.checkpoint is None else "checkpoint",
+        success_exit_codes=frozenset(cfg.job.success_exit_codes),
     )
 
 

@@ -378,6 +378,8 @@ def render_status(st: dict[str, Any], events: list[dict[str, Any]]) -> str:
     lines = [f"{mark} {job['name']}: {st['state']} ({_health(st)})"]
     if st.get("host_fault_line"):
         lines.append(st["host_fault_line"])  # SPEC §12: which GPU needs what, in one line
+    if st["state"] == "completed" and st.get("completed"):
+        lines.append(completed_line(st["completed"]))  # SPEC §13
     cmd = " ".join(job["command"])
     if job["pid"] is not None:
         lines.append(f"      Job: pid {job['pid']} · up {_dur(job['uptime_s'])} · {cmd}")
@@ -414,6 +416,18 @@ def render_status(st: dict[str, Any], events: list[dict[str, Any]]) -> str:
         lines += ["", "Recent events:"] + [format_event(e, whole_paths=False) for e in events]
     # Everything is cut to 100 columns but the incident path: it is there to be copied.
     return "\n".join(x if x.startswith(" Incident: ") else fit(x) for x in lines)
+
+
+def completed_line(c: dict[str, Any]) -> str:
+    """`Completed: exit code 0 · ran 12h03m · step 120,000 · pid 4182` (SPEC §13)."""
+    runtime, step = c.get("runtime_s"), c.get("step")
+    parts = [
+        f"Completed: exit code {c.get('exit_code')}",
+        f"ran {_dur(runtime)}",
+        "step -" if step is None else f"step {step:,}",
+        f"pid {c.get('pid')}",
+    ]
+    return " · ".join(parts)
 
 
 def cluster_line(c: dict[str, Any]) -> str:
@@ -454,6 +468,8 @@ def _health(st: dict[str, Any]) -> str:
         words = ["parked until NVML access is back"]  # then it restarts by itself
     elif state == "host_fault":
         words = ["parked on a GPU hardware fault; `watchdogctl start` after the repair"]
+    elif state == "completed":
+        words = ["the run completed; `watchdogctl start` begins a new one"]
     elif state == "starting":
         words = ["waiting for " + (" and ".join(_missing(st)) or "the first verdict")]
     elif state == "unhealthy":

@@ -38,6 +38,28 @@ PROGRESS_GROUPS = frozenset({"tokens_per_s", "step"})
 RESTART_REASONS = frozenset({"exited", "gpus_idle", "stalled", "throughput_low", "startup_timeout"})
 DEFAULT_RESTART_ON = frozenset({"exited", "gpus_idle", "stalled", "startup_timeout"})
 WARN_ONLY_REASONS = frozenset({"gpu_lost", "gpu_probe_hung", "gpu_access_lost", "gpu_unreadable"})
+# SPEC §13: `completed` in restart.on restarts a job even after it exits with a success code.
+RESTART_REASONS |= frozenset({"completed"})
+# SPEC §13: signals job.forward_signals may not list: SIGKILL and SIGSTOP cannot be caught;
+# the daemon owns SIGTERM and SIGINT (stop the job, exit), SIGHUP (reload) and SIGCHLD (its
+# children); the rest are raised by a fault of the receiving process itself, not sent to it.
+UNFORWARDABLE: dict[int, str] = {
+    signal.SIGKILL: "it cannot be caught",
+    signal.SIGSTOP: "it cannot be caught",
+    signal.SIGTERM: "the daemon stops the job and exits on it",
+    signal.SIGINT: "the daemon stops the job and exits on it",
+    signal.SIGHUP: "the daemon reloads its config on it",
+    signal.SIGCHLD: "the daemon needs it for its own children",
+    signal.SIGSEGV: "it reports a fault of the daemon itself",
+    signal.SIGBUS: "it reports a fault of the daemon itself",
+    signal.SIGFPE: "it reports a fault of the daemon itself",
+    signal.SIGILL: "it reports a fault of the daemon itself",
+    signal.SIGTRAP: "it reports a fault of the daemon itself",
+    signal.SIGSYS: "it reports a fault of the daemon itself",
+    signal.SIGPIPE: "the daemon ignores it (Python does), to see write errors instead",
+}
+# SPEC §13: exit codes with a fixed meaning that exit_codes may not reuse.
+RESERVED_EXIT_CODES = {78: "a bad config", 130: "SIGINT", 143: "SIGTERM"}
 # sizeof(sockaddr_un.sun_path) on Linux, including the terminating NUL (unix(7)).
 _SUN_PATH_MAX = 108
 _TAG = "tag:yaml.org,2002:"
@@ -214,6 +236,50 @@ def _parse_signal(node: Node, key: str, ctx: _Ctx) -> int:
     raise ctx.fail(key, f"unknown signal {_describe(node)}; use e.g. SIGTERM, INT or 15", node)
 
 
+def _parse_forward_signals(node: Node, key: str, ctx: _Ctx) -> tuple[int, ...]:
+    """job.forward_signals (SPEC §13): signals passed on to the job's leader, by name or number."""
+    if not isinstance(node, SequenceNode):
+        raise ctx.fail(key, f"expected a list of signal names, got {_describe(node)}", node)
+    found: list[int] = []
+    for i, item in enumerate(node.value):
+        sub = f"{key}[{i}]"
+        ctx.lines[sub] = item.start_mark.line + 1
+        sig = _parse_signal(item, sub, ctx)
+        if sig in UNFORWARDABLE:
+            name = signal.Signals(sig).name
+            raise ctx.fail(sub, f"{name} cannot be forwarded: {UNFORWARDABLE[sig]}", item)
+        if sig in found:
+            raise ctx.fail(sub, f"{signal.Signals(sig).name} is listed twice", item)
+        found.append(sig)
+    return tuple(found)
+
+
+def _parse_exit_codes(node: Node, key: str, ctx: _Ctx) -> tuple[int, ...]:
+    """job.success_exit_codes (SPEC §13): a list of exit codes 0-255."""
+    if not isinstance(node, SequenceNode):
+        raise ctx.fail(key, f"expected a list of exit codes, got {_describe(node)}", node)
+    codes: list[int] = []
+    for i, item in enumerate(node.value):
+        sub = f"{key}[{i}]"
+        ctx.lines[sub] = item.start_mark.line + 1
+        code = _read(item, sub, ctx, (int,), "an exit code (an integer 0-255)")
+        if not 0 <= code <= 255:
+            raise ctx.fail(sub, f"an exit code is 0-255, got {code}", item)
+        codes.append(int(code))
+    return tuple(sorted(set(codes)))
+
+
+def _daemon_exit_code(node: Node, key: str, ctx: _Ctx) -> int:
+    """One of exit_codes' values (SPEC §13): 0-255, not one with a fixed meaning."""
+    code = int(_read(node, key, ctx, (int,), "an exit code (an integer 0-255)"))
+    if not 0 <= code <= 255:
+        raise ctx.fail(key, f"an exit code is 0-255, got {code}", node)
+    if code in RESERVED_EXIT_CODES:
+        problem = f"{code} is taken: watchdogd exits {code} for {RESERVED_EXIT_CODES[code]}"
+        raise ctx.fail(key, problem, node)
+    return code
+
+
 def _parse_devices(node: Node, key: str, ctx: _Ctx) -> Literal["all"] | tuple[int | str, ...]:
     want = "'all' or a list of GPU indices or UUIDs"
     if isinstance(node, ScalarNode):
@@ -315,6 +381,10 @@ class JobConfig:
     stop_timeout_s: float = field(default=60.0, metadata=_m(gt=0))
     # A restarted daemon that finds its previous job alive and provably its own (SPEC §12).
     on_daemon_restart: Literal["adopt", "restart"] = "adopt"
+    # SPEC §13: an exit with one of these codes is the run's end (state completed), not a crash.
+    success_exit_codes: tuple[int, ...] = field(default=(0,), metadata=_m(parse=_parse_exit_codes))
+    # SPEC §13: signals the daemon passes on to the job's leader, and does nothing else about.
+    forward_signals: tuple[int, ...] = field(default=(), metadata=_m(parse=_parse_forward_signals))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -417,6 +487,17 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ExitCodesConfig:
+    """`watchdogd --exit-with-job` (SPEC §13): the daemon's exit code for each way the job ends
+    for good, read by the scheduler above (Slurm's RequeueExit/RequeueExitHold, Kubernetes'
+    podFailurePolicy). 93 is NVIDIA's resiliency launcher's "do not restart"."""
+
+    completed: int = field(default=0, metadata=_m(parse=_daemon_exit_code))
+    fatal: int = field(default=93, metadata=_m(parse=_daemon_exit_code))
+    host_fault: int = field(default=86, metadata=_m(parse=_daemon_exit_code))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Config:
     job: JobConfig
     gpus: GpusConfig = field(default_factory=GpusConfig)
@@ -428,6 +509,7 @@ class Config:
     control: ControlConfig = field(default_factory=ControlConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     cluster: ClusterConfig | None = None
+    exit_codes: ExitCodesConfig = field(default_factory=ExitCodesConfig)
     state_dir: str = field(default="/var/lib/train-watchdog", metadata=_m(path=True))
     source: str = field(metadata=_m(internal=True))  # the config file's absolute path
 

@@ -35,6 +35,7 @@ from watchdog import (
     offloop,
     reexec,
     sampling,
+    scheduler,
     takeover,
 )
 from watchdog.control import ControlServer
@@ -61,8 +62,11 @@ class Daemon:
         cfg: config.Config,
         handover: dict[str, Any] | None = None,
         lock_fd: int | None = None,
+        exit_with_job: bool = False,
     ) -> None:
         self.cfg = cfg
+        # SPEC §13: under a scheduler, exit when the job ends for good, saying how
+        self.ending = scheduler.ExitWithJob(exit_with_job)
         self.handover = handover  # the state a `reexec` of the previous code carried over
         self.lock_fd = lock_fd
         self.loop = asyncio.get_running_loop()
@@ -112,6 +116,9 @@ class Daemon:
         self.flight: tuple[str | None, str | None, float] = (None, None, 0.0)
         self.ranks = RankLister()
         self.rank_tracker = RankTracker()  # a new one per run: a late listing finds it replaced
+        self.forwarder = scheduler.SignalForwarder(
+            self.loop, lambda: self.core.snapshot().pid, self.emit
+        )
 
     # -------------------------------------------------------------------- running
 
@@ -123,8 +130,9 @@ class Daemon:
         child.make_subreaper()
         self.reaper.install()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            self.loop.add_signal_handler(sig, self.dispatch, policy.ShutdownRequested())
+            self.loop.add_signal_handler(sig, self._stop_signal, sig)
         self.loop.add_signal_handler(signal.SIGHUP, self.reload)
+        self.forwarder.apply(self.cfg.job.forward_signals)  # SPEC §13
         await self.control.start(None if self.handover is None else self.handover["fds"]["control"])
         await self.gpus.start()
         if self.cluster is not None:
@@ -148,13 +156,14 @@ class Daemon:
         if not taken_over and (leader is None or not takeover.attach(self, leader)):
             if leader is not None:  # it died between the proof and the pidfd: end what is left
                 await takeover.end_previous_tree(self)
-            self.dispatch(policy.DaemonStarted())
+            self.dispatch(policy.DaemonStarted(fresh_run=self.ending.enabled))
         if self.cluster is not None and (pid := self.core.snapshot().pid) is not None:
             self.cluster.adopted(pid)  # a job we did not spawn: which epoch does it run?
         ticker = self.spawn_task(sampling.tick_loop(self))
         pinger = self.spawn_task(self._watchdog_loop())
         await self._done
         self.notifier.stopping()
+        self.forwarder.close()
         ticker.cancel()
         pinger.cancel()
         await self.control.close()
@@ -168,8 +177,9 @@ class Daemon:
         self.account()
         self._save_goodput()
         await self.flush_files()
-        self.emit("daemon_stopped")
-        return 0
+        code = self.ending.exit_status()
+        self.emit("daemon_stopped", **({"exit_code": code} if self.ending.enabled else {}))
+        return code
 
     def dispatch(self, event: policy.Event) -> list[policy.Action]:
         """The only door into the core."""
@@ -178,6 +188,7 @@ class Daemon:
             self._tell_cluster(event, actions)
         for action in actions:
             self._execute(action)
+        self._job_ended_for_good()
         self.writer.supervisor(self.core.durable())  # after the spawn: off its critical path
         snap = self.core.snapshot()
         self.title.show(self.cfg.job.name, snap.state.value, snap.pid)
@@ -206,6 +217,20 @@ class Daemon:
                     self._done.set_result(None)
             case policy.Refuse():
                 pass  # the caller (control server) reads it from dispatch()'s return value
+
+    def _stop_signal(self, signum: int) -> None:
+        """SIGTERM/SIGINT: stop the job gracefully, then exit (128+signum with --exit-with-job)."""
+        self.ending.signal_received(signum)
+        self.dispatch(policy.ShutdownRequested())
+
+    def _job_ended_for_good(self) -> None:
+        """--exit-with-job: once the job is completed, fatal or host_fault, the daemon exits
+        with that state's code (exit_codes), right after this dispatch."""
+        state = self.core.snapshot().state
+        code = self.ending.job_ended(state, self.cfg.exit_codes)
+        if code is not None:
+            self.emit("daemon_exiting", state=state.value, exit_code=code)
+            self.loop.call_soon(self.dispatch, policy.ShutdownRequested())
 
     def _tell_cluster(self, event: policy.Event, actions: list[policy.Action]) -> None:
         """A stop for a verdict the policy restarts on makes the whole cluster restart."""
@@ -332,6 +357,7 @@ class Daemon:
         self.gpus.cfg = new.gpus
         self.faults.cfg = new.gpus  # gpus.faults applies to the next fault
         self.hooks.cfg = new.hooks
+        self.forwarder.apply(new.job.forward_signals)
         self.monitor.reconfigure(assemble.health_of(new))
         if new.progress.checkpoint != old.progress.checkpoint:
             self.checkpoints = assemble.checkpoint_watch(new)
@@ -352,7 +378,9 @@ class Daemon:
         now = time.monotonic()
         snap = self.core.snapshot()
         self.goodput.count_restarts(snap.restarts_total, snap.last_reason)
-        self.goodput.observe(snap.state.value, snap.firing, self.monitor.last_progress_at, now)
+        self.goodput.observe(
+            snap.state.value, snap.firing, self.monitor.last_progress_at, now, snap.completed_at
+        )
         if now - self._goodput_saved_at >= GOODPUT_SAVE_EVERY_S:
             self._save_goodput()
 
@@ -421,6 +449,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="validate the config and exit 0 or 78")
     ap.add_argument("--version", action="version", version=__version__)
     ap.add_argument("--check-reexec", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--exit-with-job",
+        action="store_true",
+        help="exit when the job ends for good: completed 0, fatal 93, host_fault 86 (config"
+        " exit_codes); SIGTERM/SIGINT stop the job, then exit 143/130 (for Slurm, Kubernetes)",
+    )
     args = ap.parse_args(argv)
     # First thing: a `pkill -f python3` from now on misses the daemon (SPEC §12).
     ProcTitle().set("watchdogd: starting")
@@ -460,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         loop = asyncio.get_running_loop()
         if loop.get_debug():  # PYTHONASYNCIODEBUG=1 (the end-to-end tests): report any callback
             loopcheck.install(loop)  # that holds the loop (loopcheck.py says how it counts)
-        daemon = Daemon(cfg, handover, lock)
+        daemon = Daemon(cfg, handover, lock, exit_with_job=args.exit_with_job)
         made.append(daemon)
         return await daemon.run()
 

@@ -43,6 +43,8 @@ async def stop(d: Daemon, action: policy.KillTree) -> None:
         )
         d.save_state(None)
         await sampling.read_checkpoint(d)  # all the run wrote, before the core judges the run
+        if action.reason == "completed":  # its last lines: job_completed says where it got
+            await sampling.sample_once(d, gpu=False)
     except Exception as e:
         # A watchdog bug inside the stop: fail closed. Kill what we can prove is the job,
         # then park; reporting "stopped" here would start a second job beside the first.

@@ -34,6 +34,7 @@ STATES = (
     "fatal",
     "paused",
     "host_fault",
+    "completed",  # SPEC §13
 )
 # The detectors that can be "firing" (SPEC §4); `exited` is an instant, never a standing verdict.
 DETECTORS = (

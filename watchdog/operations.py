@@ -26,7 +26,12 @@ if TYPE_CHECKING:
 EVENTS_IN_RESULT = 50
 LOG_TAIL_LINES = 20
 KILL_GRACE_S = 5.0  # child.stop_tree's wait after SIGKILL
-_AT_REST = (policy.State.STOPPED, policy.State.FATAL, policy.State.BACKOFF)
+_AT_REST = (
+    policy.State.STOPPED,
+    policy.State.FATAL,
+    policy.State.BACKOFF,
+    policy.State.COMPLETED,  # SPEC §13
+)
 OperatorCmd = Literal["start", "stop", "restart", "pause", "resume"]
 
 

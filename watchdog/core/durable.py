@@ -28,6 +28,9 @@ class Durable:
     last_exit: tuple[int | None, int | None] | None = None  # (exit_code, signal)
     no_progress: int = 0  # restarts in a row without progress (restart.max_no_progress)
     best_mark: float | None = None  # the highest step or checkpoint seen so far
+    # SPEC §13: the job_completed event of a run that ended well (state completed), else None:
+    # a daemon restarted after it does not start the job again.
+    completed: Mapping[str, Any] | None = None
 
     def to_dict(self, mono_now: float, wall_now: float) -> dict[str, Any]:
         """JSON-ready, with instants converted to wall-clock seconds."""
@@ -46,6 +49,7 @@ class Durable:
             "last_exit": None if self.last_exit is None else list(self.last_exit),
             "no_progress": self.no_progress,
             "best_mark": self.best_mark,
+            "completed": None if self.completed is None else dict(self.completed),
         }
 
     @staticmethod
@@ -74,6 +78,9 @@ class Durable:
         best = data.get("best_mark")  # absent in records written before it existed
         if best is not None and (isinstance(best, bool) or not isinstance(best, int | float)):
             raise ValueError(f"best_mark {best!r}")
+        completed = data.get("completed")  # absent in records written before SPEC §13
+        if completed is not None and not isinstance(completed, Mapping):
+            raise ValueError(f"completed {completed!r}")
         reason = data.get("last_reason")
         if reason is not None and not isinstance(reason, str):
             raise ValueError(f"last_reason {reason!r}")
@@ -87,6 +94,7 @@ class Durable:
             last_exit=None if last_exit is None else (last_exit[0], last_exit[1]),
             no_progress=_count(data, "no_progress"),
             best_mark=None if best is None else float(best),
+            completed=None if completed is None else dict(completed),
         )
 
 

@@ -15,7 +15,10 @@ tick. The time since the previous observation goes to the bucket of the PREVIOUS
   `detection_delay`, `paused`, and `unhealthy` time by its verdict (`stalled`, `gpus_idle`,
   `startup_timeout`, `throughput_low`; `unhealthy` for anything else).
 - `stopped`: the operator stopped the job on purpose. Neither productive nor lost: it is left
-  out of the goodput ratio, so a job stopped for maintenance does not page anyone.
+  out of the goodput ratio, so a job stopped for maintenance does not page anyone. Time in
+  `completed` (SPEC §13: the job ended well) goes here too.
+- A run that ends well (`completed_at`, its exit) was productive up to its end: its running
+  time after the last progress line is confirmed, not charged to `detection_delay`.
 
 Goodput ratio = productive / (productive + starting + lost); unconfirmed time is left out until
 it is settled. Every bucket only grows (they become Prometheus counters).
@@ -61,6 +64,7 @@ _FIXED_BUCKET = {
     "backoff": "backoff",
     "stopping": "stopping",
     "fatal": "fatal",
+    "completed": "stopped",  # SPEC §13: done; like an operator's stop, out of the ratio
 }
 FORMAT_VERSION = 1
 
@@ -94,9 +98,15 @@ class Goodput:
     # ------------------------------------------------------------------------- inputs
 
     def observe(
-        self, state: str, firing: frozenset[str], last_progress_at: float | None, now: float
+        self,
+        state: str,
+        firing: frozenset[str],
+        last_progress_at: float | None,
+        now: float,
+        completed_at: float | None = None,
     ) -> None:
-        """Account the time since the previous observation to the state it was in."""
+        """Account the time since the previous observation to the state it was in.
+        `completed_at`: when the run ended well (Snapshot.completed_at), a confirmation too."""
         prev, self._prev = self._prev, _Observation(state, firing, now)
         if prev is not None and now > prev.now:
             cause = _UNCONFIRMED_CAUSE.get(prev.state)
@@ -106,6 +116,8 @@ class Goodput:
                 self._add(_bucket(prev.state, prev.firing), now - prev.now)
         if last_progress_at is not None:
             self._confirm(last_progress_at)
+        if completed_at is not None:
+            self._confirm(completed_at)
         if state not in _UNCONFIRMED_CAUSE:
             self._settle_unconfirmed()
 

@@ -25,6 +25,11 @@ EVENTS: dict[str, EventName] = {
     # the daemon
     "daemon_started": EventName("the daemon is up: version, pid, config"),
     "daemon_stopped": EventName("the daemon exits (the job was stopped first)"),
+    "daemon_exiting": EventName(
+        "--exit-with-job: the job ended for good (state), the daemon exits with exit_code", NOTICE
+    ),
+    "signal_forwarded": EventName("job.forward_signals: a signal passed on to the job's leader"),
+    "signal_not_forwarded": EventName("a signal to forward found no job to take it", WARNING),
     "daemon_reexecuted": EventName(
         "`reexec` ran new code in place: old_version, new_version", NOTICE
     ),
@@ -54,6 +59,11 @@ EVENTS: dict[str, EventName] = {
     "stop_unverified": EventName("the tree could not be verified gone at shutdown", ERR),
     "job_paused": EventName("maintenance mode: detectors report, nothing acts"),
     "job_resumed": EventName("maintenance mode ended"),
+    "job_completed": EventName(
+        "the job exited with a success code: pid, exit_code, runtime_s, step (SPEC §13)",
+        NOTICE,
+        hook=True,
+    ),
     # verdicts and what follows
     "detector_fired": EventName("a detector (reason) fired, with its evidence", WARNING),
     "detector_cleared": EventName("a detector stopped firing"),
@@ -120,6 +130,7 @@ REASONS: dict[str, str] = {
     "paused": "maintenance mode",
     "stop_unverified": "the job's tree could not be verified gone: parked, never doubled",
     "no_progress": "restart.max_no_progress restarts in a row got no further: parked (SPEC §12)",
+    "completed": "the job exited with a code in job.success_exit_codes: done (SPEC §13)",
     # why a start failed
     "gpu_memory_held": "the GPUs did not drain in gpus.reclaim_timeout_s",
     "pre_start_failed": "a pre_start command failed",

@@ -32,6 +32,7 @@ class State(StrEnum):
     FATAL = "fatal"
     PAUSED = "paused"
     HOST_FAULT = "host_fault"  # SPEC §12: a GPU needs a reset or a reboot; parked until an operator
+    COMPLETED = "completed"  # SPEC §13: the job exited with a success code; until an operator
 
 
 # Reasons whose restart is preceded by an incident bundle (SPEC §10).
@@ -57,6 +58,9 @@ class Policy:
     startup_timeout_s: float = 1200.0
     max_no_progress: int = 3  # SPEC §12: automatic restarts in a row without progress
     progress_marker: Marker = "step"  # "checkpoint" with progress.checkpoint
+    # SPEC §13: an unexpected exit with one of these codes ends the run for good (`completed`),
+    # unless restart_on holds "completed" (a job meant to run for ever: restarted as before).
+    success_exit_codes: frozenset[int] = frozenset({0})
 
     def backoff_delay(self, failures: int, u: float) -> float:
         """Delay before restart number `failures` (0-based); `u` in [0, 1) drives the jitter."""
@@ -73,7 +77,14 @@ class Policy:
 
 @dataclass(frozen=True, slots=True)
 class DaemonStarted:
-    """The daemon is up: start the job."""
+    """The daemon is up: start the job.
+
+    `fresh_run` (SPEC §13, `watchdogd --exit-with-job`): a scheduler started this daemon, so
+    this start is a new run that the scheduler (or a human releasing a held job) decided on: an
+    end state a previous daemon left in the state file (completed, fatal, host_fault, a backoff)
+    does not hold it back, and the budget starts afresh, as after an operator's `start`."""
+
+    fresh_run: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +285,7 @@ class Exit:
 
 Action = SpawnChild | KillTree | CancelStart | Emit | Refuse | Exit
 
-AfterStop = Literal["stop", "restart", "start", "exit", "host_fault"]
+AfterStop = Literal["stop", "restart", "start", "exit", "host_fault", "completed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +307,11 @@ class Snapshot:
     best_mark: float | None = None  # the highest step or checkpoint seen
     best_mark_at: float | None = None  # when it was written
     host_fault: Mapping[str, object] | None = None  # the gpu_fault event that parked the job
+    # SPEC §13: the job_completed event (pid, exit_code, runtime_s, step) of the last run that
+    # ended well, kept until the next start; and when that run ended (monotonic), from its exit
+    # on (also while its tree is cleared), for goodput: the run was productive to its end.
+    completed: Mapping[str, object] | None = None
+    completed_at: float | None = None
 
 
 class Supervisor:
@@ -330,6 +346,9 @@ class Supervisor:
         self._access_lost: str | None = None  # why NVML access is lost (SPEC §13), or None
         # What a park for lost access deferred: ("fail", reason) or ("spawn", reason).
         self._access_resume: tuple[str, str] | None = None
+        self._completed: Mapping[str, object] | None = None  # SPEC §13, see Snapshot
+        self._completed_at: float | None = None
+        self._run_step: float | None = None  # the current run's latest step (job_completed)
         self._now = 0.0
 
     # ------------------------------------------------------------------------ queries
@@ -364,6 +383,8 @@ class Supervisor:
             best_mark=self._tally.best,
             best_mark_at=self._tally.best_at,
             host_fault=self._host_fault,
+            completed=self._completed,
+            completed_at=self._completed_at,
         )
 
     @property
@@ -384,6 +405,7 @@ class Supervisor:
             restarts_total=self._restarts_total,
             last_reason=self._last_reason,
             fatal=self._state is State.FATAL,
+            completed=self._completed if self._state is State.COMPLETED else None,
             backoff_until=self._backoff_until if backoff else None,
             last_exit=self._last_exit,
             no_progress=self._tally.in_a_row,
@@ -416,6 +438,9 @@ class Supervisor:
             "host_fault": None if self._host_fault is None else dict(self._host_fault),
             "access_lost": self._access_lost,
             "access_resume": None if self._access_resume is None else list(self._access_resume),
+            "completed": None if self._completed is None else dict(self._completed),
+            "completed_at": self._completed_at,
+            "run_step": self._run_step,
         }
 
     def resume(self, c: Mapping[str, object], now: float) -> None:
@@ -451,6 +476,10 @@ class Supervisor:
         self._access_lost = lost if isinstance(lost, str) else None
         if isinstance(resume, list) and len(resume) == 2:
             self._access_resume = (str(resume[0]), str(resume[1]))
+        done = c.get("completed")  # absent in a carry from code before SPEC §13
+        self._completed = dict(done) if isinstance(done, Mapping) else None
+        self._completed_at = _opt_float(c.get("completed_at"))
+        self._run_step = _opt_float(c.get("run_step"))
 
     def restore(self, d: Durable, now: float) -> None:
         """Take over a previous daemon's budget, before DaemonStarted. Instants from the future
@@ -467,14 +496,17 @@ class Supervisor:
             self._backoff_until = min(d.backoff_until, now + self._policy.backoff_max_s)
         if d.fatal:
             self._state = State.FATAL
+        if d.completed is not None:  # SPEC §13: a run that ended well is not started again
+            self._state = State.COMPLETED
+            self._completed = dict(d.completed)
 
     # ------------------------------------------------------------------------ events
 
     def handle(self, event: Event, now: float) -> list[Action]:
         self._now = now
         match event:
-            case DaemonStarted():
-                return self._started(now)
+            case DaemonStarted(fresh_run=fresh):
+                return self._fresh_run(now) if fresh else self._started(now)
             case JobAdopted(pid=pid):
                 return self._adopted(pid, now)
             case OperatorCommand(cmd=cmd):
@@ -522,6 +554,8 @@ class Supervisor:
         if self._state is State.FATAL:
             self._want_running = True
             return [Emit("state_restored", {"state": "fatal", **restored})]
+        if self._state is State.COMPLETED:  # SPEC §13: done; only an operator starts it again
+            return [Emit("state_restored", {"state": "completed", **restored})]
         until = self._backoff_until
         if until is not None and until > now:
             self._want_running = True
@@ -529,6 +563,24 @@ class Supervisor:
             fields = {"state": "backoff", "delay_s": round(until - now, 3), **restored}
             return [Emit("state_restored", fields)]
         return self._spawn(now, reason="daemon_started")
+
+    def _fresh_run(self, now: float) -> list[Action]:
+        """DaemonStarted(fresh_run=True): whatever a previous daemon left, start anew (see
+        DaemonStarted). What was found is said in state_restored, then the job is spawned."""
+        found = self._state
+        backoff = self._backoff_until is not None
+        self._restart_times.clear()
+        self._failures = 0
+        self._tally.reset()
+        self._host_fault = None
+        self._backoff_until = None
+        self._state = State.STOPPED
+        out: list[Action] = []
+        if found is not State.STOPPED or backoff:
+            shown = "backoff" if found is State.STOPPED else found.value
+            fields = {"state": shown, "reason": self._last_reason, "fresh_run": True}
+            out.append(Emit("state_restored", fields))
+        return out + self._spawn(now, reason="daemon_started")
 
     def _adopted(self, pid: int, now: float) -> list[Action]:
         if self._pid is not None or self._spawning or self._exiting:
@@ -548,6 +600,7 @@ class Supervisor:
         self._want_running = True
         self._attempt += 1
         self._spawning = True
+        self._completed = self._completed_at = None  # a new run: the last one's end is history
         self._state = State.STARTING
         self._firing = frozenset()
         self._backoff_until = None
@@ -561,6 +614,7 @@ class Supervisor:
         self._healthy_since = None
         self._leader_exited = False
         self._startup_expired = False
+        self._run_step = None
         self._tally.run_started(now)
         if self._state is State.STOPPING:  # a stop arrived while we were spawning: stop wins
             return [KillTree(pid=pid, reason=self._stop_reason)]
@@ -584,6 +638,8 @@ class Supervisor:
         fields = {"pid": ev.pid, "exit_code": ev.exit_code, "signal": ev.signal}
         if self._state is State.STOPPING:
             return [Emit("child_exited", {**fields, "reason": self._stop_reason})]
+        if ev.signal is None and ev.exit_code in self._policy.success_exit_codes:
+            return self._exited_well(ev, fields)
         # An unexpected death: clear leftovers of the tree first, then decide (in _tree_stopped).
         self._state = State.STOPPING
         self._stop_incident = None
@@ -594,6 +650,25 @@ class Supervisor:
             Emit("child_exited", {**fields, "reason": "exited"}),
             Emit("detector_fired", {"reason": "exited", "pid": ev.pid}),
             KillTree(pid=ev.pid, reason="exited"),
+        ]
+
+    def _exited_well(self, ev: ChildExited, fields: Mapping[str, object]) -> list[Action]:
+        """SPEC §13: an exit code in job.success_exit_codes is the end of the run, not a
+        failure: clear what is left of its tree, then `completed` (no restart, the budget and
+        the no-progress tally untouched). With `completed` in restart.on it restarts as any
+        failure would (a job meant to run for ever)."""
+        now = self._now
+        self._state = State.STOPPING
+        self._stop_incident = None
+        self._stop_reason = "completed"
+        self._after_stop = "restart" if "completed" in self._policy.restart_on else "completed"
+        runtime = None if self._spawned_at is None else round(now - self._spawned_at, 3)
+        self._completed_at = now
+        # the step is filled in when the tree is gone: the shell reads the run's last lines
+        self._completed = {"pid": ev.pid, "exit_code": ev.exit_code, "runtime_s": runtime}
+        return [
+            Emit("child_exited", {**fields, "reason": "completed"}),
+            KillTree(pid=ev.pid, reason="completed"),
         ]
 
     def _tree_stopped(self, ev: TreeStopped, now: float) -> list[Action]:
@@ -655,6 +730,14 @@ class Supervisor:
             return self._fail(reason, now)
         if after == "host_fault":
             self._state = State.HOST_FAULT  # no restart, the budget untouched (SPEC §12)
+        if after == "completed" and self._completed is not None:
+            self._state = State.COMPLETED  # no restart, the budget untouched (SPEC §13)
+            self._want_running = False
+            self._healthy_since = None
+            step = self._run_step
+            step = int(step) if step is not None and float(step).is_integer() else step
+            self._completed = {**self._completed, "step": step}
+            return [Emit("job_completed", dict(self._completed))]
         return [Emit("child_stopped", {"reason": reason})]
 
     def _fail(self, reason: str, now: float) -> list[Action]:
@@ -786,7 +869,10 @@ class Supervisor:
     def _shutdown(self) -> list[Action]:
         self._backoff_until = None
         if self._pid is None and not self._spawning and self._state is not State.STOPPING:
-            self._state = State.STOPPED
+            # An end state is what the next daemon must find in the state file (SPEC §5, §13):
+            # a clean exit (systemctl restart) in fatal or completed does not forget it.
+            if self._state not in (State.COMPLETED, State.FATAL, State.HOST_FAULT):
+                self._state = State.STOPPED
             self._exiting = True
             return [Exit()]
         return self._stop("shutdown", "exit")
@@ -848,6 +934,8 @@ class Supervisor:
         marker = self._policy.progress_marker
         if ev.kind == "step":
             self._tally.progress_line(ev.at)
+            if ev.value is not None:
+                self._run_step = ev.value  # job_completed reports where the run got
         if ev.value is None or ev.kind != marker:
             return
         if self._tally.mark(ev.value, ev.at) and ev.kind == "checkpoint":

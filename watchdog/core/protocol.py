@@ -395,7 +395,10 @@ def not_healthy_report(
     if not alive:
         how = exit_text(exited) if exited else "gone"
         why = stopping.get("reason") if stopping else None
-        if why is None:
+        if exited is not None and exited.get("reason") == "completed":
+            # SPEC §13: it ended well (a short job) before it was verified healthy
+            verdict, text = "completed", f"the job completed ({how}) before it was verified healthy"
+        elif why is None:
             verdict, text = "exited", f"the job died during startup ({how})"
         elif why in ("operator", "shutdown"):
             by = "by an operator" if why == "operator" else "for shutdown"

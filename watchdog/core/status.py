@@ -65,6 +65,8 @@ def build_status(i: StatusInputs) -> dict[str, Any]:
         "gpus": _gpus(i),
         "gpus_unverified": _gpus_unverified(i),
         "host_fault": None if snap.host_fault is None else dict(snap.host_fault),
+        # SPEC §13: the last run that ended well (job_completed's fields), until the next start
+        "completed": None if snap.completed is None else dict(snap.completed),
         "host_fault_line": host_fault_line(
             None if snap.host_fault is None else dict(snap.host_fault)
         ),

@@ -1,0 +1,104 @@
+"""Running under a scheduler (SPEC §13, README "Under a scheduler"): `watchdogd --exit-with-job`
+and `job.forward_signals`.
+
+Under Slurm or a Kubernetes Job the daemon is the job step: it ends when the job ends for good
+and says how through its exit code (`exit_codes`: completed 0, fatal 93, host_fault 86), so the
+scheduler can requeue here, move elsewhere, or hold for a human. SIGTERM/SIGINT (scancel,
+preemption, `kubectl delete`) stop the job gracefully and the daemon exits 128+signal once the
+tree is gone. Forwarded signals (Slurm's `--signal=B:USR1@120`) go to the job's leader and
+nothing else happens.
+
+Both are wiring around the core: which state is an end, and where a signal goes. Signal
+handlers here are asyncio's (`loop.add_signal_handler`): they run on the loop, like SIGHUP's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from watchdog import config
+from watchdog.core import policy
+
+# The states in which the job has ended for good: nothing restarts it but an operator.
+END_STATES = frozenset({policy.State.COMPLETED, policy.State.FATAL, policy.State.HOST_FAULT})
+
+
+class ExitWithJob:
+    """What the daemon's exit code will be, decided once: the first of the job's end (its
+    state's code from `exit_codes`) or a stop signal (128 + its number). Without the flag the
+    daemon keeps its old behaviour: it runs until it is told to stop, and exits 0."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.code: int | None = None  # set once the job ended for good
+        self.signalled: int | None = None  # the first SIGTERM/SIGINT
+
+    def signal_received(self, signum: int) -> None:
+        if self.signalled is None:
+            self.signalled = signum
+
+    def job_ended(self, state: policy.State, codes: config.ExitCodesConfig) -> int | None:
+        """The exit code if `state` ends the job for good and nothing decided it before."""
+        if not self.enabled or self.code is not None or self.signalled is not None:
+            return None
+        if state not in END_STATES:
+            return None
+        self.code = int(getattr(codes, state.value))
+        return self.code
+
+    def exit_status(self) -> int:
+        if not self.enabled:
+            return 0
+        if self.code is not None:
+            return self.code
+        if self.signalled is not None:
+            return 128 + self.signalled  # the shell's convention: 143 SIGTERM, 130 SIGINT
+        return 0
+
+
+class SignalForwarder:
+    """job.forward_signals: each listed signal the daemon receives is sent to the job's leader
+    (`leader()` -> pid or None) and recorded by `emit`; a reload changes the list."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        leader: Callable[[], int | None],
+        emit: Callable[..., Any],
+    ) -> None:
+        self._loop = loop
+        self._leader = leader
+        self._emit = emit
+        self._installed: tuple[int, ...] = ()
+
+    def apply(self, signals: tuple[int, ...]) -> None:
+        """Listen for exactly `signals` (the config validated them: none the daemon owns)."""
+        for signum in self._installed:
+            if signum not in signals:
+                self._loop.remove_signal_handler(signum)
+        for signum in signals:
+            if signum not in self._installed:
+                self._loop.add_signal_handler(signum, self.forward, signum)
+        self._installed = tuple(signals)
+
+    def close(self) -> None:
+        self.apply(())
+
+    def forward(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        pid = self._leader()
+        if pid is None:
+            self._emit("signal_not_forwarded", signal=name, reason="no job alive")
+            return
+        try:
+            # The leader is our child (or an adopted job we proved ours): until we reap it its
+            # pid cannot be reused, and the core forgets the pid as soon as it is reaped.
+            os.kill(pid, signum)
+        except OSError as e:
+            self._emit("signal_not_forwarded", signal=name, pid=pid, reason=e.strerror or str(e))
+            return
+        self._emit("signal_forwarded", signal=name, pid=pid)
