@@ -148,3 +148,22 @@ def test_lost_access_outlives_a_reexec_until_a_reading_comes_through(
     st = d.wait_state("running", timeout=15)
     assert st["job"]["pid"] == pid and st["gpu_access_lost"] is None
     assert [e["event"] for e in d.events()].count("gpu_access_lost") == 1
+
+
+def test_under_exit_with_job_a_park_for_lost_access_ends_the_daemon_with_86(
+    make_daemon: DaemonFactory,
+    gpus: pathlib.Path,  # noqa: F811
+) -> None:
+    """--exit-with-job: the job dies while access is lost → host_fault → watchdogd exits 86
+    (the scheduler requeues into a new container) instead of waiting or restart-looping."""
+    d = make_daemon(job(), cfg(), env=fakegpu.fake_env(gpus), start=False)
+    d.args = ["--exit-with-job"]
+    d.start()
+    pid = d.wait_state("running", timeout=15)["job"]["pid"]
+    fakegpu.fail_every_call(gpus)
+    d.wait_event("gpu_access_lost", timeout=10)
+    os.kill(pid, signal.SIGKILL)
+    assert d.wait_exit(30) == 86, d.output()
+    names = [e["event"] for e in d.history()]
+    assert names.count("job_parked") == 1 and "restart_scheduled" not in names
+    assert names.count("child_spawned") == 1
