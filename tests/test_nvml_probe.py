@@ -439,6 +439,20 @@ def test_every_call_failing_mid_run_is_access_lost_and_the_session_recovers(
     assert sample["access_lost"] is None and used(sample) == [10.0] * 8
 
 
+def test_access_lost_is_seen_beside_a_call_the_gpu_never_supported(
+    tmp_path: Path, spawn_probe: Spawn
+) -> None:
+    """A GPU without clock event reasons (NOT_SUPPORTED every pass) still reads as access lost
+    when everything else answers NO_PERMISSION: a missing call says nothing about access."""
+    write_gpus(tmp_path, 2, base_mib=10)
+    unsupported = "func=nvmlDeviceGetCurrentClocksEventReasons code=NOT_SUPPORTED"
+    set_faults(tmp_path, [unsupported])
+    probe = spawn_probe(tmp_path, control_device="none")
+    assert probe.sample("start")["access_lost"] is None
+    set_faults(tmp_path, [unsupported, "func=* code=NO_PERMISSION"])
+    assert probe.sample()["access_lost"] == "every GPU answers NO_PERMISSION"
+
+
 def test_no_permission_on_one_gpu_is_not_access_lost(tmp_path: Path, spawn_probe: Spawn) -> None:
     """One GPU hidden by the device rules leaves the others readable: that GPU is unreadable."""
     write_gpus(tmp_path, 4, base_mib=10)

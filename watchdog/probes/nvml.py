@@ -206,10 +206,11 @@ class _Session:
         if not self._devices:
             return None
         for dev, reading in zip(self._devices, gpus, strict=True):
-            codes = dev.codes or set()
+            codes = (dev.codes or set()) - _CLOCKS_MISSING  # a call this GPU lacks says nothing
             if reading.used_mib is not None or not codes or not codes <= _ACCESS_DENIED:
                 return None
-        names = sorted({_ERROR_NAMES.get(c, str(c)) for d in self._devices for c in d.codes or ()})
+        codes = {c for d in self._devices for c in d.codes or ()} & _ACCESS_DENIED
+        names = sorted(_ERROR_NAMES.get(c, str(c)) for c in codes)
         return f"every GPU answers {' or '.join(names)}"
 
     def close(self) -> None:
