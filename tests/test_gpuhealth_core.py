@@ -358,3 +358,12 @@ def test_a_gpu_nvml_cannot_read_never_times_a_startup_out() -> None:
     )
     out = sup.handle(P.HealthAssessed(7, True), 41.0)
     assert "child_healthy" in _names(out) and sup.snapshot().state is P.State.RUNNING
+
+
+def test_a_hung_nvml_probe_is_not_a_pass() -> None:
+    """SPEC §13: GPUs the probe could not read in time fire gpu_probe_hung (not healthy)."""
+    v = _monitor(GpuSample(True, hung=True, reason="nvmlDeviceGetMemoryInfo_v2 (GPU 0) …")).assess(
+        1
+    )
+    assert not v.healthy and v.firing == frozenset({"gpu_probe_hung"})
+    assert v.evidence["gpu_probe"].startswith("nvmlDeviceGetMemoryInfo_v2")

@@ -259,6 +259,7 @@ class HealthMonitor:
         firing: set[str] = set()
         for reason, found in (
             ("gpu_access_lost", self._gpu_access_lost_evidence()),
+            ("gpu_probe_hung", self._gpu_probe_hung_evidence()),
             ("gpu_unreadable", self._gpu_unreadable_evidence()),
             ("gpu_degraded", self._gpu_degraded_evidence()),
             ("gpu_lost", self._gpu_lost_evidence(part)),
@@ -291,6 +292,14 @@ class HealthMonitor:
         if not self._cfg.expect_gpus or why is None:
             return None
         return {"gpu_access": why}
+
+    def _gpu_probe_hung_evidence(self) -> dict[str, str] | None:
+        """An NVML call outlived its deadline: the GPUs are unread, so not healthy (SPEC §13);
+        a host problem, never a restart."""
+        s = self._gpu
+        if not self._cfg.expect_gpus or s is None or not s.hung:
+            return None
+        return {"gpu_probe": s.reason or "the NVML probe has not answered"}
 
     def _gpu_unreadable_evidence(self) -> dict[str, str] | None:
         """A visible expected GPU whose memory NVML did not report: unknown is never a pass."""

@@ -40,7 +40,7 @@ INCIDENT_REASONS = frozenset({"gpus_idle", "stalled", "startup_timeout", "gpu_de
 # SPEC §13: verdicts that say the GPUs cannot be verified, not that the job failed. While one
 # fires, a startup window that runs out is not a startup_timeout (that would stop the job for
 # our blindness); it is judged once the GPUs can be read again.
-UNVERIFIABLE = frozenset({"gpu_access_lost", "gpu_unreadable"})
+UNVERIFIABLE = frozenset({"gpu_access_lost", "gpu_unreadable", "gpu_probe_hung"})
 
 
 @dataclass(frozen=True, slots=True)
