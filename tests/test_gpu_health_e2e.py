@@ -167,3 +167,24 @@ def test_under_exit_with_job_a_park_for_lost_access_ends_the_daemon_with_86(
     names = [e["event"] for e in d.history()]
     assert names.count("job_parked") == 1 and "restart_scheduled" not in names
     assert names.count("child_spawned") == 1
+
+
+def test_a_gpu_whose_memory_nvml_cannot_read_is_not_healthy_and_not_restarted(
+    make_daemon: DaemonFactory,
+    gpus: pathlib.Path,  # noqa: F811
+) -> None:
+    """NVML failing on one expected GPU's memory: gpu_unreadable (healthy false, the GPU and
+    its error named), never a pass and never a restart; it clears when the GPU reads again."""
+    d = make_daemon(job(), cfg(), env=fakegpu.fake_env(gpus))
+    pid = d.wait_state("running", timeout=15)["job"]["pid"]
+    fakegpu.set_faults(gpus, ["func=nvmlDeviceGetMemoryInfo_v2 gpu=2 code=UNKNOWN"])
+    st = d.wait_state("unhealthy", timeout=10)
+    assert st["reasons"] == ["gpu_unreadable"] and st["healthy"] is False
+    assert st["gpus"][2]["error"] == "memory: UNKNOWN" and st["gpu_access_lost"] is None
+    fired = d.wait_event("detector_fired", reason="gpu_unreadable")[0]
+    assert fired["gpus_unreadable"] == "2:memory: UNKNOWN"
+    fakegpu.set_faults(gpus, [])
+    st = d.wait_state("running", timeout=10)
+    assert st["job"]["pid"] == pid
+    names = {e["event"] for e in d.events()}
+    assert not names & {"child_stopping", "restart_scheduled", "gpu_access_lost"}
