@@ -476,6 +476,8 @@ def _health(st: dict[str, Any]) -> str:
         words = ["restarts got no further (max_no_progress); `watchdogctl start` tries again"]
     elif state == "fatal":
         words = ["restart budget spent; `watchdogctl start` tries again"]
+    elif state == "host_fault" and (st.get("host_fault") or {}).get("kind") == "gpu_access_lost":
+        words = ["parked until NVML access is back"]  # then it restarts by itself
     elif state == "host_fault":
         words = ["parked on a GPU hardware fault; `watchdogctl start` after the repair"]
     elif state == "completed":
@@ -526,16 +528,37 @@ def _exit_text(ex: dict[str, Any]) -> str:
 
 
 def _gpu_lines(st: dict[str, Any]) -> list[str]:
-    if st.get("gpus_unverified"):
-        return [f"     GPUs: unverified: {st['gpus_unverified']}"]
     gpus = st["gpus"]
+    if st.get("gpus_unverified"):
+        head = [f"     GPUs: unverified: {st['gpus_unverified']}"]
+        if not (st.get("gpu_access_lost") and gpus):
+            return head
+        # SPEC §13: with access lost, each GPU's own answer names what failed where.
+        return head + [f"           {_gpu_cell(g)}{_gpu_note(g)}" for g in gpus[:8]]
     if not gpus:
         return ["     GPUs: none expected"]
     busy = sum(1 for g in gpus if g["idle"] is False)
     cells = [_gpu_cell(g) for g in gpus]
     per_row = 1 if len(cells) <= 8 else 2  # 8 GPUs, one a line; more, two a line: one screen
+    if per_row == 1:  # room for why a GPU is slow or unreadable (SPEC §13)
+        cells = [c + _gpu_note(g) for c, g in zip(cells, gpus, strict=True)]
     rows = [" │ ".join(cells[i : i + per_row]) for i in range(0, len(cells), per_row)]
     return [f"     GPUs: {busy}/{len(gpus)} in use"] + [f"           {r}" for r in rows]
+
+
+def _gpu_note(g: dict[str, Any]) -> str:
+    """The reading's error, or ' degraded: hw_slowdown+hw_thermal', ' throttled: ...'; the
+    row stays within 100 columns."""
+    throttle = "+".join(g.get("throttle") or ())
+    if g["used_mib"] is None and g.get("error"):
+        note = str(g["error"])  # what NVML answered now, before what it said earlier
+    elif g.get("degraded"):
+        note = f"degraded: {throttle}"
+    elif throttle:
+        note = f"throttled: {throttle}"
+    else:
+        return ""
+    return " " + (note if len(note) <= 50 else note[:49] + "…")
 
 
 def _gpu_cell(g: dict[str, Any]) -> str:

@@ -75,7 +75,7 @@ class Daemon:
         self.events = EventLog(cfg.job.name, self.state.file("events.jsonl"))
         self.core = policy.Supervisor(assemble.local_policy_of(cfg), random.random)
         self.reaper = child.Reaper(self.loop)
-        self.gpus = GpuWatch(cfg.gpus, self.emit)
+        self.gpus = GpuWatch(cfg.gpus, self.emit, self._gpu_access)
         self.faults = FaultWatch(cfg.gpus, self._gpu_fault)
         self.notifier = Notifier()
         self.control = ControlServer(self)
@@ -142,6 +142,9 @@ class Daemon:
         if self.handover is not None:
             taken_over, leader = await takeover.take_over(self, self.handover)
             self.handover = None
+            # SPEC §13: a fresh NVML session cannot tell lost access from no access; the core
+            # carried it, so only a reading that comes through tells it access is back.
+            self.gpus.access_lost = self.core.access_lost
         else:
             self.emit(
                 "daemon_started",
@@ -273,6 +276,9 @@ class Daemon:
         park = self.faults.parks(action)
         self.dispatch(policy.GpuFaultSeen(action, fields, park=park, gate=gate and park))
 
+    def _gpu_access(self, lost: bool, detail: str) -> None:
+        self.dispatch(policy.GpuAccessChanged(lost, detail))  # SPEC §13: the core decides
+
     def on_exit(self, fut: asyncio.Future[child.ExitStatus]) -> None:
         st = fut.result()
         self.dispatch(policy.ChildExited(st.pid, st.exit_code, st.signal))
@@ -322,9 +328,13 @@ class Daemon:
                 gpu_events=self.faults.events_state,
                 progress_source=self.monitor.progress_source,
                 last_activity_at=self.monitor.last_activity_at,
+                gpu_throttle=self.gpus.degraded.throttle(),
+                gpu_degraded=self.gpus.degraded_now(),
+                gpu_access_lost=self.gpus.access_lost,
             )
         )
         st["gpu_faults_total"] = self.faults.counts()  # the metrics endpoint's counter
+        st["gpu_throttle_seconds_total"] = self.gpus.degraded.seconds()  # SPEC §13
         return st
 
     def log_tail(self, n: int) -> list[str]:
