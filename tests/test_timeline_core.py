@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -138,7 +139,7 @@ def test_history_is_bounded_to_a_week_and_coarser_with_age() -> None:
     b = tl.buckets()
     assert len(b) < 700
     assert b[0].ts >= end - KEEP_S - b[0].width_s
-    assert all(x.end <= y.ts for x, y in zip(b, b[1:], strict=False))
+    assert all(x.end <= y.ts for x, y in itertools.pairwise(b))
     widths = [x.width_s for x in b]
     assert widths == sorted(widths, reverse=True) and widths[-1] == 60
     covered = sum(sum(x.state_s.values()) for x in b)
@@ -201,7 +202,9 @@ def test_rfc3339_round_trips() -> None:
     assert parse_rfc3339("2027-01-15T08:00:00.250Z") == T0 + 0.25
 
 
-@given(st.lists(st.tuples(st.sampled_from(["running", "backoff"]), st.floats(0, 5000)), max_size=60))
+@given(
+    st.lists(st.tuples(st.sampled_from(["running", "backoff"]), st.floats(0, 5000)), max_size=60)
+)
 def test_state_seconds_add_up_to_the_observed_span(steps: list[tuple[str, float]]) -> None:
     """Whatever the rhythm, the seconds per state add up to the time between the first and
     last observation, through merges and a save and reload."""
@@ -216,4 +219,4 @@ def test_state_seconds_add_up_to_the_observed_span(steps: list[tuple[str, float]
     total = sum(sum(b.state_s.values()) for b in again.buckets())
     assert total == pytest.approx(now - T0, abs=1e-6)
     b = again.buckets()
-    assert all(x.end <= y.ts + 1e-9 for x, y in zip(b, b[1:], strict=False))
+    assert all(x.end <= y.ts + 1e-9 for x, y in itertools.pairwise(b))

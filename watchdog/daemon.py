@@ -50,6 +50,7 @@ from watchdog.probes.progress import LogFollower, tail_lines
 from watchdog.probes.ranks import RankLister
 from watchdog.proctitle import ProcTitle
 from watchdog.statedir import StateDir
+from watchdog.timelinelog import TimelineLog
 
 EX_CONFIG = 78
 GOODPUT_SAVE_EVERY_S = 10.0  # issue 8: persist goodput at most this often, and at exit
@@ -112,6 +113,10 @@ class Daemon:
         self.flight: tuple[str | None, str | None, float] = (None, None, 0.0)
         self.ranks = RankLister()
         self.rank_tracker = RankTracker()  # a new one per run: a late listing finds it replaced
+        # SPEC §13: the history behind `watchdogctl timeline`, kept in the state directory
+        self.timeline = TimelineLog(self.state, cfg.timeline.bucket_s, self.emit)
+        self.timeline.load()
+        self.events.add_hook(self.timeline.event)
 
     # -------------------------------------------------------------------- running
 
@@ -300,6 +305,10 @@ class Daemon:
         st["gpu_faults_total"] = self.faults.counts()  # the metrics endpoint's counter
         return st
 
+    def timeline_view(self, since_s: float, columns: int) -> dict[str, Any]:
+        """`watchdogctl timeline` (SPEC §13): the span's buckets and its goodput."""
+        return {"job": self.cfg.job.name, **self.timeline.query(since_s, columns)}
+
     def log_tail(self, n: int) -> list[str]:
         return tail_lines(self.cfg.job.log_file, n)
 
@@ -343,6 +352,7 @@ class Daemon:
         snap = self.core.snapshot()
         self.goodput.count_restarts(snap.restarts_total, snap.last_reason)
         self.goodput.observe(snap.state.value, snap.firing, self.monitor.last_progress_at, now)
+        self.timeline.observe(snap.state.value, self.goodput.totals())
         if now - self._goodput_saved_at >= GOODPUT_SAVE_EVERY_S:
             self._save_goodput()
 
@@ -353,7 +363,8 @@ class Daemon:
 
     async def flush_files(self) -> None:
         """state.json and goodput.json on disk now (at exit, before a reexec), off the loop."""
-        files = (self.writer.file, self.goodput_file)
+        self.timeline.save()
+        files = (self.writer.file, self.goodput_file, self.timeline.file)
         for error in await asyncio.to_thread(lambda: [f.flush() for f in files]):
             if error is not None:
                 self.emit("state_write_failed", error=error)

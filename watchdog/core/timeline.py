@@ -30,6 +30,7 @@ BUCKET_S = 60.0
 PER_LEVEL = 128
 KEEP_S = 7 * 86400.0
 MAX_EVENTS_PER_BUCKET = 16
+COMPACT_EVERY = 16  # base buckets between two merges (each is a pass over all buckets)
 # Events the picture marks on its time axis and lists (SPEC §13: restarts and incidents), and
 # the ones that explain a gap or a change of state.
 KEPT_EVENTS = frozenset(
@@ -81,10 +82,10 @@ class Bucket:
         self.width_s = width_s
         self.state_s: dict[str, float] = {}
         self.tps_sum = 0.0
-        self.tps_n = 0
+        self.tps_n = 0.0
         self.step: int | None = None
         self.gpu_sum: list[float] | None = None  # per GPU, summed over gpu_n samples
-        self.gpu_n = 0
+        self.gpu_n = 0.0
         self.gpus_in_use: int | None = None  # the fewest seen in use in any sample
         self.gpus_total: int | None = None
         self.goodput: dict[str, float] = {}  # productive_s, starting_s, lost.<cause>: growth
@@ -201,7 +202,7 @@ class Bucket:
             "events_dropped": self.events_dropped,
             "gpus_in_use": self.gpus_in_use,
             "gpus_total": self.gpus_total,
-            "state_s": {k: round(v, 1) for k, v in sorted(self.state_s.items()) if v > 0},
+            "state_s": {k: round(v, 1) for k, v in sorted(self.state_s.items()) if round(v, 1)},
         }
 
 
@@ -226,6 +227,7 @@ class Timeline:
         self._prev: tuple[str, float] | None = None  # the state and instant of the last observe
         self._goodput_seen: dict[str, float] | None = None
         self._changed = False
+        self._compact_at = -math.inf
 
     # ------------------------------------------------------------------------- inputs
 
@@ -269,7 +271,9 @@ class Timeline:
             b.gpu_n += 1
             b.gpus_total = len(gpus_used_mib)
         if gpus_in_use is not None:
-            b.gpus_in_use = gpus_in_use if b.gpus_in_use is None else min(b.gpus_in_use, gpus_in_use)
+            b.gpus_in_use = (
+                gpus_in_use if b.gpus_in_use is None else min(b.gpus_in_use, gpus_in_use)
+            )
 
     def goodput(self, totals: Mapping[str, Any], wall: float) -> None:
         """goodput.Goodput.totals() now: its growth since the last call is charged here. The
@@ -316,7 +320,8 @@ class Timeline:
         b = Bucket(start, self.bucket_s)
         self._buckets.append(b)
         self._changed = True
-        self._compact(wall)
+        if start >= self._compact_at:  # merging is O(buckets): every COMPACT_EVERY buckets
+            self._compact(wall)
         return b
 
     def _width_for(self, age_s: float) -> float:
@@ -327,6 +332,7 @@ class Timeline:
 
     def _compact(self, wall: float) -> None:
         """Drop what is older than keep_s; merge old buckets into aligned wider ones."""
+        self._compact_at = wall + COMPACT_EVERY * self.bucket_s
         out: list[Bucket] = []
         for b in self._buckets:
             if b.end <= wall - self.keep_s:
@@ -357,7 +363,7 @@ class Timeline:
         first = self._buckets[0].ts if self._buckets else now
         start = min(max(since, first), now)
         span = now - start
-        n = max(1, min(columns, math.ceil(span / self.bucket_s))) if span > 0 else 1
+        n = max(1, min(columns, math.floor(span / self.bucket_s))) if span > 0 else 1
         w = span / n if span > 0 else self.bucket_s
         out = [Bucket(start + i * w, w) for i in range(n)]
         for b in self._buckets:
