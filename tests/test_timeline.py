@@ -16,7 +16,9 @@ from typing import Any
 import fakegpu
 import pytest
 from conftest import DaemonFactory
-from harness import BIN, Daemon, wait_until, write_script
+from harness import BIN, Daemon, base_config, wait_until, write_script
+
+from watchdog import cli
 
 ESC = re.compile(r"\x1b\[[0-9;]*m")
 PATTERN = r"step (?P<step>\d+) (?P<tokens_per_s>[0-9][0-9,.]*) tok/s"
@@ -94,6 +96,37 @@ def check_screen(text: str, incident_paths: set[str] = frozenset()) -> list[str]
 
 def row(lines: list[str], label: str) -> str:
     return next(line[9:] for line in lines if line[:8].strip() == label)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("24h", 86400.0), ("90m", 5400.0), ("2d", 172800.0), ("600", 600.0)]
+)
+def test_since_takes_a_duration_with_a_unit(text: str, seconds: float) -> None:
+    """`timeline --since` reads 24h, 90m, 2d or plain seconds."""
+    assert cli.parse(["timeline", "--since", text])["args"] == {"since": seconds}
+
+
+@pytest.mark.parametrize("argv", [["timeline", "--since", "soon"], ["timeline", "--since=9w"]])
+def test_a_bad_since_is_a_usage_error(argv: list[str]) -> None:
+    """A duration that is not one, or longer than the week kept, is refused before connecting."""
+    with pytest.raises(cli.Usage, match="--since needs a duration up to a week"):
+        cli.parse(argv)
+
+
+def test_a_bad_bucket_width_exits_78_naming_the_key(tmp_path: pathlib.Path) -> None:
+    """timeline.bucket_s under 1 s is a config error: exit 78 with the key path and line."""
+    cfg = tmp_path / "watchdog.yaml"
+    cfg.write_text(
+        json.dumps(base_config(tmp_path, ["/bin/true"]))[:-1] + ', "timeline": {"bucket_s": 0}}'
+    )
+    r = subprocess.run(
+        [str(BIN / "watchdogd"), "--check", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 78 and "timeline.bucket_s" in r.stderr, r.stderr
+    assert f"{cfg}:1:" in r.stderr
 
 
 def test_timeline_without_a_tty_draws_plain_marks_and_lists_the_restarts(
