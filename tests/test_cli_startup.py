@@ -31,7 +31,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)]
     built = subprocess.run(build, capture_output=True, text=True, timeout=600)
     if built.returncode != 0:
-        pytest.skip(f"cannot build a wheel here (setuptools>=68 unreachable?): {built.stderr}")
+        pytest.skip(f"cannot build a wheel here (setuptools>=77 unreachable?): {built.stderr}")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=600)
     wheel = next(wheels.glob("train_watchdog-*.whl"))
     pip = [
