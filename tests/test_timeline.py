@@ -18,7 +18,7 @@ import pytest
 from conftest import DaemonFactory
 from harness import BIN, Daemon, base_config, wait_until, write_script
 
-from watchdog import cli
+from watchdog import cli, timeline_view
 
 ESC = re.compile(r"\x1b\[[0-9;]*m")
 PATTERN = r"step (?P<step>\d+) (?P<tokens_per_s>[0-9][0-9,.]*) tok/s"
@@ -111,6 +111,56 @@ def test_a_bad_since_is_a_usage_error(argv: list[str]) -> None:
     """A duration that is not one, or longer than the week kept, is refused before connecting."""
     with pytest.raises(cli.Usage, match="--since needs a duration up to a week"):
         cli.parse(argv)
+
+
+def crowded_result(gpus: int) -> dict[str, Any]:
+    """A timeline reply with every state and mark, long incident paths and `gpus` GPUs."""
+    path = "/var/lib/train-watchdog/incidents/20261203T195903Z-startup_timeout-and-more"
+    states = [*timeline_view.STATES, "someday_state", None]
+    events = [*timeline_view.MARKS, "child_spawned"]
+    buckets = []
+    for i in range(timeline_view.PLOT_COLUMNS):
+        event = {"ts": f"2026-12-03T19:{i % 60:02d}:03Z", "event": events[i % len(events)]}
+        event |= {"reason": "startup_timeout", "path": path, "exit_code": 1, "delay_s": 600.0}
+        buckets.append(
+            {
+                "ts": "2026-12-03T18:00:00Z",
+                "state": states[i % len(states)],
+                "tokens_per_s": None if i % 7 == 0 else 1000.0 * (i % 9),
+                "step": i,
+                "gpus_used_mib": [70000.0] * gpus,
+                "gpus_in_use": i % (gpus + 1),
+                "gpus_total": gpus,
+                "events": [event],
+                "events_dropped": 1,
+            }
+        )
+    return {
+        "job": "a-job-with-a-rather-long-name-for-a-training-run-of-the-dflash-drafter-pipeline",
+        "since": "2026-12-02T20:00:00Z",
+        "until": "2026-12-03T20:00:00Z",
+        "bucket_s": 981.8,
+        "asked_s": 86400.0,
+        "buckets": buckets,
+        "goodput": {"ratio": 0.5, "productive_s": 9, "starting_s": 1, "lost_s": {"backoff": 8}},
+    }
+
+
+@pytest.mark.parametrize("gpus", [8, 16])
+def test_a_crowded_day_still_fits_100_columns(gpus: int) -> None:
+    """Every state, every mark, long paths, 8 or 16 GPUs: every line fits 100 columns but an
+    incident path, which stays whole; colour only when asked, and the text is the same."""
+    res = crowded_result(gpus)
+    plain = timeline_view.render(res, color=False)
+    coloured = timeline_view.render(res, color=True)
+    assert "\x1b" not in plain and "\x1b[" in coloured
+    assert ESC.sub("", coloured) == plain
+    lines = check_screen(plain, {"/var/lib/train-watchdog/incidents/"})
+    assert len(lines) <= 40  # one screen
+    assert "X" in row(lines, "state") and "?" in row(lines, "state")
+    assert set("FGIRCD") <= set(row(lines, "marks"))
+    gpu_row = row(lines, "GPUs")
+    assert set(gpu_row) <= (set("012345678 ") if gpus == 8 else set("▁▂▃▄▅▆▇█ ")), gpu_row
 
 
 def test_a_bad_bucket_width_exits_78_naming_the_key(tmp_path: pathlib.Path) -> None:

@@ -49,8 +49,8 @@ MARKS: dict[str, tuple[str, str, str]] = {
     "incident_saved": ("I", "33;1", "incident"),
     "restart_scheduled": ("R", "33", "restart"),
     "job_completed": ("C", "32", "completed"),
-    "daemon_started": ("D", "2", "daemon started"),
-    "daemon_reexecuted": ("D", "2", "daemon re-executed"),
+    "daemon_started": ("D", "2", "daemon up"),
+    "daemon_reexecuted": ("D", "2", "reexec"),
     "child_exited": ("x", "2", "exited"),
 }
 NOT_LISTED = frozenset({"child_exited"})  # marked; listed only as the cause of a restart
@@ -74,7 +74,7 @@ def render(res: dict[str, Any], color: bool = False) -> str:
     lines += _tokens_rows(buckets)
     lines += _gpu_rows(buckets)
     lines.append(_row("marks", "".join(_mark_cell(b, paint) for b in buckets)))
-    lines.append(_legend(buckets, paint))
+    lines += _legend(buckets, paint)
     lines += _listing(buckets, end - start)
     lines.append(goodput_line(res["goodput"], WIDTH).replace("Goodput:", "Goodput of the span:"))
     return "\n".join(lines)
@@ -172,17 +172,32 @@ def _mark_cell(b: dict[str, Any], paint: Painter) -> str:
     return " " if event is None else paint(*MARKS[event][:2])
 
 
-def _legend(buckets: list[dict[str, Any]], paint: Painter) -> str:
+def _legend(buckets: list[dict[str, Any]], paint: Painter) -> list[str]:
+    """The states and the marks drawn above, and only those, in lines that fit."""
     states = {b["state"] for b in buckets if b.get("state")}
-    parts = [f"{paint(*STATES.get(s, UNKNOWN_STATE))} {s}" for s in STATES if s in states]
-    parts += [f"? {s}" for s in sorted(states - STATES.keys())]
+    cells = [(STATES.get(s, UNKNOWN_STATE), s) for s in [*STATES, *sorted(states - STATES.keys())]]
+    lines = _pack("states:", [(ch, sgr, s) for (ch, sgr), s in cells if s in states], paint)
     drawn = {_mark_of(b) for b in buckets}
-    seen: set[str] = set()
+    marks: dict[str, tuple[str, str, str]] = {}  # both daemon events share D
     for event, (ch, sgr, word) in MARKS.items():
-        if event in drawn and ch not in seen:
-            seen.add(ch)
-            parts.append(f"{paint(ch, sgr)} {'daemon start' if ch == 'D' else word}")
-    return _row("", "  ".join(parts)) if parts else ""
+        if event in drawn and ch not in marks:
+            marks[ch] = (ch, sgr, "daemon up or reexec" if ch == "D" else word)
+    return lines + _pack("marks: ", list(marks.values()), paint)
+
+
+def _pack(head: str, cells: list[tuple[str, str, str]], paint: Painter) -> list[str]:
+    """`head` then `<char> <word>` cells, two spaces apart, wrapped to WIDTH (colour aside)."""
+    lines: list[str] = []
+    plain_len, text = 0, ""
+    for ch, sgr, word in cells:
+        cell_len = len(ch) + 1 + len(word)
+        if text and LABEL + len(head) + 1 + plain_len + 2 + cell_len > WIDTH:
+            lines.append(_row("", f"{head} {text}"))
+            head, plain_len, text = " " * len(head), 0, ""
+        sep = "  " if text else ""
+        text += f"{sep}{paint(ch, sgr)} {word}"
+        plain_len += len(sep) + cell_len
+    return [*lines, _row("", f"{head} {text}")] if text else lines
 
 
 def _listing(buckets: list[dict[str, Any]], span_s: float) -> list[str]:
