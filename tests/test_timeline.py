@@ -19,6 +19,7 @@ from conftest import DaemonFactory
 from harness import BIN, Daemon, base_config, wait_until, write_script
 
 from watchdog import cli, timeline_view
+from watchdog.core.goodput import LOST_CAUSES
 
 ESC = re.compile(r"\x1b\[[0-9;]*m")
 PATTERN = r"step (?P<step>\d+) (?P<tokens_per_s>[0-9][0-9,.]*) tok/s"
@@ -142,7 +143,12 @@ def crowded_result(gpus: int) -> dict[str, Any]:
         "bucket_s": 981.8,
         "asked_s": 86400.0,
         "buckets": buckets,
-        "goodput": {"ratio": 0.5, "productive_s": 9, "starting_s": 1, "lost_s": {"backoff": 8}},
+        "goodput": {
+            "ratio": 0.5,
+            "productive_s": 9e4,
+            "starting_s": 100,
+            "lost_s": {c: 3600.0 + i for i, c in enumerate(LOST_CAUSES)},
+        },
     }
 
 
@@ -161,6 +167,7 @@ def test_a_crowded_day_still_fits_100_columns(gpus: int) -> None:
     assert set("FGIRCD") <= set(row(lines, "marks"))
     gpu_row = row(lines, "GPUs")
     assert set(gpu_row) <= (set("012345678 ") if gpus == 8 else set("▁▂▃▄▅▆▇█ ")), gpu_row
+    assert all(cause in plain for cause in LOST_CAUSES)  # wrapped, not cut
 
 
 def test_a_bad_bucket_width_exits_78_naming_the_key(tmp_path: pathlib.Path) -> None:

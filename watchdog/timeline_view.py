@@ -25,7 +25,7 @@ WIDTH = 100
 LABEL = 9  # "    tok/s" then the plot
 PLOT_COLUMNS = 88  # LABEL + PLOT_COLUMNS + a margin stays under WIDTH
 SPARKS = "▁▂▃▄▅▆▇█"
-LISTED = 12  # restarts and incidents listed below the picture (the newest)
+LISTED = 10  # restarts and incidents listed below the picture (the newest): one screen
 
 # state -> (character, SGR colour). Distinct characters: the band reads without colour too.
 STATES: dict[str, tuple[str, str]] = {
@@ -76,7 +76,7 @@ def render(res: dict[str, Any], color: bool = False) -> str:
     lines.append(_row("marks", "".join(_mark_cell(b, paint) for b in buckets)))
     lines += _legend(buckets, paint)
     lines += _listing(buckets, end - start)
-    lines.append(goodput_line(res["goodput"], WIDTH).replace("Goodput:", "Goodput of the span:"))
+    lines += _goodput_lines(res["goodput"])
     return "\n".join(lines)
 
 
@@ -248,6 +248,19 @@ def _exit_text(e: dict[str, Any]) -> str:
     if e.get("exit_code") is not None:
         return f"code {e['exit_code']}"
     return "status unknown"
+
+
+def _goodput_lines(g: dict[str, Any]) -> list[str]:
+    """goodput.py's line for the span, wrapped after a comma rather than cut (every cause)."""
+    text = goodput_line(g, width=1 << 16).replace("Goodput:", "Goodput of the span:", 1)
+    lines: list[str] = []
+    while len(text) > WIDTH:
+        cut = text.rfind(", ", 0, WIDTH - 1)
+        if cut <= 0:
+            break
+        lines.append(text[: cut + 1])
+        text = "    " + text[cut + 2 :]
+    return [*lines, _fit(text)]
 
 
 # ----------------------------------------------------------------------------- helpers
