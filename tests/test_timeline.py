@@ -284,3 +284,23 @@ def test_a_sigkilled_daemon_loses_no_history(
     names = [e["event"] for b in res["buckets"] for e in b["events"]]
     assert names.count("daemon_started") == 2 and names[-1] == "daemon_started", names
     d.wait_state("running", timeout=30)  # the adopted job, verified healthy again
+
+
+def test_the_history_outlives_a_reexec(make_daemon: DaemonFactory, tmp_path: pathlib.Path) -> None:
+    """`watchdogctl reexec` (the installed code, in place) keeps the picture: both restarts,
+    one daemon start (the same daemon went on), then the reexec's own mark."""
+    d = start_crashing(make_daemon, tmp_path)
+    rc, out, err = d.ctl("reexec")
+    assert rc == 0, (out, err, d.output())
+    res = wait_until(
+        lambda: (
+            (r := timeline_json(d, "--since", "1h")) and all_events(r, "daemon_reexecuted") and r
+        ),
+        10,
+        "the reexec's mark in the timeline",
+    )
+    names = [e["event"] for b in res["buckets"] for e in b["events"]]
+    assert names.count("restart_scheduled") == 2 and names.count("daemon_started") == 1, names
+    assert names.index("daemon_reexecuted") > max(
+        i for i, n in enumerate(names) if n == "restart_scheduled"
+    )
