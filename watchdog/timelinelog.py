@@ -10,6 +10,7 @@ daemon (or the re-executed code) loads it back; the time between them is a gap i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -88,4 +89,8 @@ class TimelineLog:
 
     def save(self) -> None:
         """Submit the whole history to the writer thread (coalesced: the newest text wins)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return  # not on the loop (nothing emits there today): the next save has it all
         self.file.submit(json.dumps(self.core.to_json(), separators=(",", ":")) + "\n")
