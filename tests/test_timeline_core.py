@@ -220,3 +220,15 @@ def test_state_seconds_add_up_to_the_observed_span(steps: list[tuple[str, float]
     assert total == pytest.approx(now - T0, abs=1e-6)
     b = again.buckets()
     assert all(x.end <= y.ts + 1e-9 for x, y in itertools.pairwise(b))
+
+
+def test_a_query_over_merged_buckets_has_no_holes_and_keeps_the_seconds() -> None:
+    """Three days of running, merged with age, resampled to 88 columns: every column is
+    running and holds its share of the seconds (merged buckets are split by overlap)."""
+    tl = Timeline(bucket_s=60)
+    last = run(tl, "running", T0, T0 + 3 * 86400, step=60)
+    q = tl.query(T0, last, columns=88)
+    assert len(q["buckets"]) == 88 and {b["state"] for b in q["buckets"]} == {"running"}
+    w = q["bucket_s"]
+    for b in q["buckets"]:
+        assert b["state_s"]["running"] == pytest.approx(w, rel=0.02)
