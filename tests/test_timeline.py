@@ -304,3 +304,23 @@ def test_the_history_outlives_a_reexec(make_daemon: DaemonFactory, tmp_path: pat
     assert names.index("daemon_reexecuted") > max(
         i for i, n in enumerate(names) if n == "restart_scheduled"
     )
+
+
+def test_a_damaged_history_file_is_set_aside_and_the_picture_starts_afresh(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """A timeline.json that is not one is moved to timeline.json.unreadable (event
+    timeline_reset names it), the daemon runs, and the new history is drawn."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "timeline.json").write_text('{"version": 1, "buckets": [{"ts": "torn')
+    job = write_script(
+        tmp_path / "job.py", "import time\nprint('1.0 tok/s', flush=True)\ntime.sleep(600)\n"
+    )
+    d = make_daemon([job], {"timeline": {"bucket_s": 1}})
+    (reset,) = d.wait_event("timeline_reset")
+    assert reset["kept_as"] == str(state / "timeline.json.unreadable")
+    assert (state / "timeline.json.unreadable").read_text().endswith('"torn')
+    d.wait_state("running", timeout=30)
+    res = timeline_json(d, "--since", "1h")
+    assert [e["event"] for e in all_events(res, "daemon_started")] == ["daemon_started"]

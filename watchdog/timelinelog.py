@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -34,7 +35,8 @@ class TimelineLog:
         self._progress_at: float | None = None  # the progress line last recorded (monotonic)
 
     def load(self) -> None:
-        """The history of earlier daemons; an unreadable file is set aside, never deleted."""
+        """The history of earlier daemons. An unreadable file is set aside as
+        `timeline.json.unreadable` (the newest such one), never silently overwritten."""
         try:
             with open(self.path, encoding="utf-8") as f:
                 data = json.load(f)
@@ -42,8 +44,14 @@ class TimelineLog:
         except FileNotFoundError:
             return
         except (OSError, ValueError) as e:  # JSONDecodeError is a ValueError
-            self._emit("timeline_reset", error=str(e), file=self.path)
             self.core = Timeline(bucket_s=self.core.bucket_s)
+            aside = self.path + ".unreadable"
+            kept: str | None = aside
+            try:
+                os.replace(self.path, aside)
+            except OSError:
+                kept = None
+            self._emit("timeline_reset", error=str(e), file=self.path, kept_as=kept)
 
     def observe(self, state: str, goodput_totals: Mapping[str, Any]) -> None:
         """After every dispatch and tick (Daemon.account): cheap unless a bucket closed."""
