@@ -62,6 +62,7 @@ def needs_restart(old: config.Config, new: config.Config) -> str | None:
         "gpus.devices": (old.gpus.devices, new.gpus.devices),
         "metrics.listen": (old.metrics.listen, new.metrics.listen),
         "cluster": (old.cluster, new.cluster),
+        "timeline.bucket_s": (old.timeline.bucket_s, new.timeline.bucket_s),
     }
     changed = [k for k, (a, b) in keys.items() if a != b]
     return ", ".join(changed) + " (restart watchdogd to apply)" if changed else None

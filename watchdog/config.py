@@ -498,6 +498,12 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class TimelineConfig:
+    # `watchdogctl timeline` (SPEC §13): the newest buckets' width; older ones are merged.
+    bucket_s: float = field(default=60.0, metadata=_m(ge=1, le=3600))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ClusterConfig:
     """Several nodes, one job (issue 14, docs/multi-node.md)."""
 
@@ -532,6 +538,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     cluster: ClusterConfig | None = None
     exit_codes: ExitCodesConfig = field(default_factory=ExitCodesConfig)
+    timeline: TimelineConfig = field(default_factory=TimelineConfig)
     state_dir: str = field(default="/var/lib/train-watchdog", metadata=_m(path=True))
     source: str = field(metadata=_m(internal=True))  # the config file's absolute path
 

@@ -51,6 +51,7 @@ from watchdog.probes.progress import Follower, tail_lines
 from watchdog.probes.ranks import RankLister
 from watchdog.proctitle import ProcTitle
 from watchdog.statedir import StateDir
+from watchdog.timelinelog import TimelineLog
 
 EX_CONFIG = 78
 GOODPUT_SAVE_EVERY_S = 10.0  # issue 8: persist goodput at most this often, and at exit
@@ -119,6 +120,10 @@ class Daemon:
         self.forwarder = scheduler.SignalForwarder(
             self.loop, lambda: self.core.snapshot().pid, self.emit
         )
+        # SPEC §13: the history behind `watchdogctl timeline`, kept in the state directory
+        self.timeline = TimelineLog(self.state, cfg.timeline.bucket_s, self.emit)
+        self.timeline.load()
+        self.events.add_hook(self.timeline.event)
 
     # -------------------------------------------------------------------- running
 
@@ -337,6 +342,10 @@ class Daemon:
         st["gpu_throttle_seconds_total"] = self.gpus.degraded.seconds()  # SPEC §13
         return st
 
+    def timeline_view(self, since_s: float, columns: int) -> dict[str, Any]:
+        """`watchdogctl timeline` (SPEC §13): the span's buckets and its goodput."""
+        return {"job": self.cfg.job.name, **self.timeline.query(since_s, columns)}
+
     def log_tail(self, n: int) -> list[str]:
         return tail_lines(self.cfg.job.log_file, n)
 
@@ -383,6 +392,7 @@ class Daemon:
         self.goodput.observe(
             snap.state.value, snap.firing, self.monitor.last_progress_at, now, snap.completed_at
         )
+        self.timeline.observe(snap.state.value, self.goodput.totals())
         if now - self._goodput_saved_at >= GOODPUT_SAVE_EVERY_S:
             self._save_goodput()
 
@@ -393,7 +403,8 @@ class Daemon:
 
     async def flush_files(self) -> None:
         """state.json and goodput.json on disk now (at exit, before a reexec), off the loop."""
-        files = (self.writer.file, self.goodput_file)
+        self.timeline.save()
+        files = (self.writer.file, self.goodput_file, self.timeline.file)
         for error in await asyncio.to_thread(lambda: [f.flush() for f in files]):
             if error is not None:
                 self.emit("state_write_failed", error=error)

@@ -41,6 +41,7 @@ EVENTS: dict[str, EventName] = {
     "internal_error_caught": EventName("a watchdog bug, caught; supervision goes on", ERR),
     "state_write_failed": EventName("a state file could not be written", WARNING),
     "goodput_reset": EventName("goodput.json was unreadable and starts from zero", WARNING),
+    "timeline_reset": EventName("timeline.json was unreadable: the picture starts afresh", WARNING),
     "history_write_failed": EventName("the event history file could not be written", WARNING),
     "state_restored": EventName("the previous daemon's fatal or backoff was restored", NOTICE),
     "state_reset": EventName("state.json was unreadable: the budget starts afresh", WARNING),
