@@ -1,0 +1,345 @@
+"""The pure recognisers of `progress.format: auto` (SPEC §13) and the per-run tracker.
+
+Every line here is our own, written after the format each framework's source prints (tqdm's
+format_meter, Megatron-LM's training_log, torchtitan's metrics logger, DeepSpeed's engine and
+throughput timer, NeMo's progress bar, the Hugging Face Trainer's ProgressCallback.on_log).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from watchdog.core.recognise import (
+    FORMATS,
+    ProgressTracker,
+    Recognised,
+    Seen,
+    recognise,
+    strip_ansi,
+)
+from watchdog.core.samples import ProgressReading
+
+# ---------------------------------------------------------------------------- one per format
+
+
+def test_tokens_per_s_reads_the_old_default_format() -> None:
+    """`9,012.5 tok/s` and `1,204 tokens/s` are throughput figures, as the old default read."""
+    assert recognise("[rank0] step 7 9,012.5 tok/s loss=2.1") == Recognised(
+        "tokens_per_s", tokens_per_s=9012.5
+    )
+    assert recognise("throughput 1,204 tokens/s") == Recognised("tokens_per_s", tokens_per_s=1204.0)
+
+
+def test_tqdm_hf_trainer_bar_reads_step_and_total() -> None:
+    """The Trainer's bar (no description) gives the step and the total of max_steps."""
+    line = "  5%|▌         | 9760/100000 [00:23<21:56, 68.54it/s]"
+    assert recognise(line) == Recognised("tqdm", step=9760, total=100000, label="")
+
+
+def test_tqdm_seconds_per_iteration_bar_is_read() -> None:
+    """A bar slower than one step a second prints `s/it`: still a bar with its step."""
+    line = " 12%|█▏        | 12/100 [01:40<12:13,  8.34s/it]"
+    assert recognise(line) == Recognised("tqdm", step=12, total=100, label="")
+
+
+def test_tqdm_first_update_with_unknown_rate_is_read() -> None:
+    """The bar's first draw (`?it/s`, remaining `?`) is already a bar at step 0."""
+    assert recognise("  0%|          | 0/100000 [00:00<?, ?it/s]") == Recognised(
+        "tqdm", step=0, total=100000, label=""
+    )
+
+
+def test_tqdm_lightning_epoch_bar_reads_epoch_and_postfix() -> None:
+    """Lightning's TQDM bar: `Epoch 3:` prefix, step, total, postfix metrics after the rate."""
+    line = "Epoch 3:  45%|████▌     | 450/1000 [00:10<00:12, 44.10it/s, v_num=0, loss=1.23]"
+    assert recognise(line) == Recognised("tqdm", step=450, total=1000, label="Epoch 3", epoch=3)
+
+
+def test_tqdm_accelerate_script_bar_with_description() -> None:
+    """An accelerate script's `tqdm(range(max_steps), desc=...)` bar with hours in its clock."""
+    line = "Training:  37%|###7      | 3700/10000 [1:02:03<1:45:41,  1.01s/it]"
+    assert recognise(line) == Recognised("tqdm", step=3700, total=10000, label="Training")
+
+
+def test_tqdm_bar_without_total() -> None:
+    """A bar over an iterable of unknown length: `Validation: 5it [00:00, 29.9it/s]`."""
+    assert recognise("Validation: 5it [00:00, 29.93it/s]") == Recognised(
+        "tqdm", step=5, label="Validation"
+    )
+
+
+def test_tqdm_nested_bar_with_cursor_codes_is_read() -> None:
+    """A nested bar ends in `ESC[A` (cursor up): stripped before matching."""
+    line = "Loading checkpoint shards:  38%|###7      | 3/8 [00:00<00:01,  4.2it/s]\x1b[A\x1b[A"
+    assert recognise(line) == Recognised("tqdm", step=3, total=8, label="Loading checkpoint shards")
+
+
+def test_megatron_training_log_line() -> None:
+    """Megatron-LM: `iteration {:8d}/{:8d} |` is the step and train_iters."""
+    line = (
+        " [2026-12-03 10:00:00] iteration      120/  500000 | consumed samples:        15360 |"
+        " elapsed time per iteration (ms): 812.3 | learning rate: 1.500000E-04 |"
+        " global batch size:   128 | lm loss: 4.123456E+00 | loss scale: 1.0 |"
+        " grad norm: 0.912 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+    )
+    assert recognise(line) == Recognised("megatron", step=120, total=500000)
+
+
+def test_torchtitan_coloured_line_reads_step_and_tps() -> None:
+    """torchtitan colours its line: stripped, `step:` is the step and `tps:` tokens/s."""
+    red, green, blue, reset = "\x1b[31m", "\x1b[32m", "\x1b[34m", "\x1b[39m"
+    line = (
+        f"[rank0]:[titan] 2026-12-03 10:00:00,000 - root - INFO - {red}step:  2  "
+        f"{green}loss:  6.1098  grad_norm:  4.6416  memory:  2.49GiB(3.14%)  "
+        f"{blue}tps: 177,138  tflops: 96.17  mfu: 9.72%{reset}"
+    )
+    assert recognise(line) == Recognised("torchtitan", step=2, tokens_per_s=177138.0)
+
+
+def test_torchtitan_validation_line_is_activity() -> None:
+    """torchtitan's validator prints `validate step: N  loss: …`: not a training step."""
+    line = "[titan] - root - INFO - validate step: 100  loss:  5.0123  memory:  2.5GiB(3%)"
+    found = recognise(line)
+    assert found is not None and found.source == "torchtitan" and found.activity
+
+
+def test_deepspeed_engine_step_line() -> None:
+    """DeepSpeed's engine: `[Rank 0] step=10, skipped=0, lr=[…], mom=[…]`."""
+    line = (
+        "[2026-12-03 10:00:00,000] [INFO] [logging.py:128:log_dist] [Rank 0] step=10, "
+        "skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"
+    )
+    assert recognise(line) == Recognised("deepspeed", step=10)
+
+
+def test_deepspeed_throughput_timer_line() -> None:
+    """DeepSpeed's throughput timer: `epoch=0/micro_step=40/global_step=10, …`."""
+    line = (
+        "[Rank 0] epoch=0/micro_step=40/global_step=10, RunningAvgSamplesPerSec=55.3, "
+        "CurrSamplesPerSec=56.0, MemAllocated=1.2GB, MaxMemAllocated=3.4GB"
+    )
+    assert recognise(line) == Recognised("deepspeed", step=10)
+
+
+def test_nemo_progress_line() -> None:
+    """NeMo: `… iteration 49/99 | … | global_step: 49 | …` (not Megatron's, which it resembles)."""
+    line = (
+        "Training epoch 0, iteration 49/99 | lr: 1.5e-05 | global_batch_size: 8 | "
+        "global_step: 49 | reduced_train_loss: 3.215 | train_step_timing in s: 0.51"
+    )
+    assert recognise(line) == Recognised("nemo", step=49, total=99)
+
+
+def test_hf_trainer_loss_dict_is_progress_without_step() -> None:
+    """The Trainer's `{'loss': …}` log dict is progress, with no step."""
+    line = "{'loss': 2.3456, 'grad_norm': 1.234, 'learning_rate': 4.9e-05, 'epoch': 0.12}"
+    assert recognise(line) == Recognised("hf_loss")
+
+
+def test_hf_trainer_eval_dict_is_activity() -> None:
+    """`{'eval_loss': …}` is the result of an evaluation: activity, not training progress."""
+    found = recognise("{'eval_loss': 2.1, 'eval_runtime': 3.2, 'epoch': 0.5}")
+    assert found == Recognised("hf_loss", activity=True)
+
+
+def test_step_line_with_a_tok_s_figure_takes_it() -> None:
+    """A recognised step line that also prints `tok/s` carries that figure."""
+    line = "Epoch 0:  10%|█| 10/100 [00:01<00:09, 9.9it/s, loss=2.1, 9,012 tok/s]"
+    found = recognise(line)
+    assert found is not None and (found.step, found.tokens_per_s) == (10, 9012.0)
+
+
+def test_only_restricts_recognition_to_one_format() -> None:
+    """`only` (progress.format naming one recogniser) ignores the other formats."""
+    line = "  5%|▌         | 9760/100000 [00:23<21:56, 68.54it/s]"
+    assert recognise(line, only="megatron") is None
+    assert recognise(line, only="tqdm") is not None
+    assert {"tqdm", "megatron", "torchtitan", "deepspeed", "nemo", "hf_loss"} <= FORMATS
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "loading checkpoint shards: 3/8",  # no rate, no bar: not tqdm
+        "iteration 5 of 10 done",
+        "step: 5",  # no loss: not torchtitan
+        "global_step=",
+        "{'learning_rate': 1e-05}",
+        "9" * 40 + " tok/s",  # no throughput has 40 digits
+        "",
+    ],
+)
+def test_lines_that_are_not_progress_are_not_recognised(line: str) -> None:
+    """Look-alikes that lack what the format prints are not recognised."""
+    assert recognise(line) is None
+
+
+def test_strip_ansi_removes_colour_cursor_and_title_codes() -> None:
+    """CSI colour and cursor codes and OSC titles go; the text stays."""
+    assert strip_ansi("\x1b[1;31mred\x1b[0m \x1b[2K\x1b]0;title\x07done\x1b[A") == "red done"
+
+
+# ---------------------------------------------------------------------------- cost
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "9" * 4096,
+        "9" * 4095 + " tok/s",
+        "1/" * 2048,
+        "[00:00" * 700,
+        "iteration 9" * 400,
+        "step: 1 " * 500,
+        "step=1, " * 500,
+        "global_step: 1" * 300,
+        "{'loss" * 700,
+        "|" * 4096,
+        "%|" * 2048,
+        " 9/9 [00:00<" * 350,
+        "\x1b[" + "9" * 4094,
+        "Epoch " * 700,
+    ],
+)
+def test_every_recogniser_is_linear_on_pathological_lines(line: str) -> None:
+    """1,000 pathological 4 KiB lines cost well under a second of CPU (the old default pattern
+    took 0.18 s for ONE line of 4,096 digits)."""
+    started = time.process_time()
+    for _ in range(1000):
+        recognise(line)
+    assert time.process_time() - started < 1.0
+
+
+# ---------------------------------------------------------------------------- the tracker
+
+
+def _feed(tracker: ProgressTracker, *lines: str) -> list[Seen | None]:
+    out = []
+    for line in lines:
+        found = recognise(line)
+        assert found is not None, line
+        out.append(tracker.observe(found))
+    return out
+
+
+def _bar(n: int, total: int, desc: str = "") -> str:
+    prefix = f"{desc}: " if desc else ""
+    return f"{prefix} 5%|▌         | {n}/{total} [00:23<21:56, 68.54it/s]"
+
+
+def test_tracker_forward_steps_are_progress() -> None:
+    """Each step above the run's highest is progress carrying that step."""
+    t = ProgressTracker()
+    seen = _feed(t, _bar(1, 100), _bar(2, 100))
+    assert seen == [
+        Seen("progress", "tqdm", ProgressReading(None, 1)),
+        Seen("progress", "tqdm", ProgressReading(None, 2)),
+    ]
+
+
+def test_tracker_repeated_step_is_nothing_new() -> None:
+    """A bar redrawn at the same step (a postfix refresh) is neither progress nor activity."""
+    t = ProgressTracker()
+    assert _feed(t, _bar(5, 100), _bar(5, 100))[1] is None
+
+
+def test_tracker_eval_bar_beside_training_bar_is_activity() -> None:
+    """The Trainer's eval bar (smaller total, no description) is activity, not a step."""
+    t = ProgressTracker()
+    seen = _feed(t, _bar(500, 100000), _bar(1, 8), _bar(2, 8), _bar(501, 100000))
+    assert [s.kind if s else None for s in seen] == ["progress", "activity", "activity", "progress"]
+    assert t.highest == 501
+
+
+def test_tracker_larger_total_takes_over_as_training_bar() -> None:
+    """An eval bar seen before the training bar gives way to the bar with the larger total."""
+    t = ProgressTracker()
+    seen = _feed(t, _bar(3, 8), _bar(1, 1000), _bar(4, 8))
+    assert [s.kind if s else None for s in seen] == ["progress", "activity", "activity"]
+    assert _feed(t, _bar(9, 1000))[0] == Seen("progress", "tqdm", ProgressReading(None, 9))
+
+
+@pytest.mark.parametrize(
+    "desc",
+    [
+        "Validation DataLoader 0",
+        "Sanity Checking DataLoader 0",
+        "Loading checkpoint shards",
+        "Writing model shards",
+        "Map (num_proc=4)",
+        "Evaluating",
+    ],
+)
+def test_tracker_activity_bars_are_never_training(desc: str) -> None:
+    """Bars described as validation, shard loading/writing, dataset mapping are activity."""
+    t = ProgressTracker()
+    seen = _feed(t, _bar(1, 10000, desc), _bar(2, 10000, desc))
+    assert [s.kind if s else None for s in seen] == ["activity", "activity"]
+    assert t.highest is None
+
+
+def test_tracker_lightning_epoch_bar_step_is_monotone_across_epochs() -> None:
+    """Lightning's bar restarts each epoch: step = epoch * total + n keeps rising."""
+    t = ProgressTracker()
+    seen = _feed(
+        t,
+        _bar(999, 1000, "Epoch 0"),
+        _bar(3, 10, "Validation DataLoader 0"),
+        _bar(1, 1000, "Epoch 1"),
+    )
+    assert [s.kind if s else None for s in seen] == ["progress", "activity", "progress"]
+    assert seen[2] == Seen("progress", "tqdm", ProgressReading(None, 1001))
+
+
+def test_tracker_plain_bar_that_starts_over_counts_on() -> None:
+    """A script's per-epoch bar without `Epoch N` starts over: its step counts on from there."""
+    t = ProgressTracker()
+    seen = _feed(t, _bar(90, 100), _bar(100, 100), _bar(2, 100))
+    assert seen[2] == Seen("progress", "tqdm", ProgressReading(None, 102))
+
+
+def test_tracker_step_at_or_below_highest_is_activity_not_progress() -> None:
+    """A lower step than the run's highest moved a counter but is no progress (SPEC §13)."""
+    t = ProgressTracker()
+    line = "[Rank 0] step={}, skipped=0, lr=[0.1]"
+    seen = _feed(t, line.format(10), line.format(4), line.format(4), line.format(11))
+    assert [s.kind if s else None for s in seen] == ["progress", "activity", None, "progress"]
+
+
+def test_tracker_steps_and_tps_of_torchtitan_are_read_together() -> None:
+    """A step line with a throughput figure gives both in its progress reading."""
+    t = ProgressTracker()
+    line = "step:  7  loss:  6.1  tps: 1,234  tflops: 1.0"
+    assert _feed(t, line)[0] == Seen("progress", "torchtitan", ProgressReading(1234.0, 7))
+
+
+def test_tracker_lines_without_step_are_progress_each_time() -> None:
+    """tokens/s and loss dicts have no step: each one is progress (as the old pattern was)."""
+    t = ProgressTracker()
+    seen = _feed(t, "9,000 tok/s", "9,000 tok/s", "{'loss': 2.0, 'epoch': 0.1}")
+    assert [s.kind if s else None for s in seen] == ["progress", "progress", "progress"]
+    assert seen[2] == Seen("progress", "hf_loss", ProgressReading(None, None))
+
+
+def test_tracker_pattern_readings_follow_the_forward_rule() -> None:
+    """A user pattern's step reading is progress only when it passes the run's highest."""
+    t = ProgressTracker()
+    assert t.observe_reading(ProgressReading(1.0, 5), "pattern") == Seen(
+        "progress", "pattern", ProgressReading(1.0, 5)
+    )
+    assert t.observe_reading(ProgressReading(1.0, 3), "pattern") == Seen("activity", "pattern")
+    assert t.observe_reading(ProgressReading(1.0, None), "pattern") == Seen(
+        "progress", "pattern", ProgressReading(1.0, None)
+    )
+
+
+def test_tracker_carry_keeps_the_highest_step() -> None:
+    """Across a re-exec the run's highest step is kept: a replayed step is no progress."""
+    t = ProgressTracker()
+    _feed(t, _bar(50, 100))
+    resumed = ProgressTracker.resume(t.carry())
+    assert resumed.highest == 50
+    seen = resumed.observe_reading(ProgressReading(None, 50), "tqdm")
+    assert seen is not None and seen.kind == "activity"

@@ -1,0 +1,468 @@
+"""PURE recognisers for `progress.format: auto` (SPEC §13): what real training frameworks print.
+
+Each recogniser is a function of one line that returns what the line says (`Recognised`) or
+None. `recognise()` strips ANSI escape codes first, then tries them in the fixed order of
+`RECOGNISERS`; the first match wins. `ProgressTracker` (one per run of the job) then decides
+whether a recognised line is progress (a step forward, a throughput figure, a loss report),
+activity (a counter advancing that is not the training step: an eval bar, a shard-writing bar, a
+step at or below the run's highest) or nothing new.
+
+Cost: every pattern here has only bounded repetitions (`{0,16}`, never `*` or `+`) and each
+recogniser first checks for a literal it needs with `in` (C speed), so matching is linear in the
+line's length: the old default pattern, `[0-9][0-9,.]*\\s*tok/s` under `re.search`, rescanned a
+run of digits from each of its digits (quadratic: 0.18 s for one 4,096-digit line).
+
+Formats, as their sources print them (our own example lines are in tests/test_recognise.py):
+- tokens/s: any `9,012.5 tok/s` or `tokens/s` figure (the old default pattern).
+- tqdm: `{desc}: {pct}%|{bar}| {n}/{total} [{elapsed}<{remaining}, {rate}{unit}/s{postfix}]`
+  (or `s/{unit}` below one per second; `{n}{unit} [{elapsed}, {rate}]` without a total): the
+  Hugging Face Trainer (no desc), accelerate scripts, Lightning's TQDMProgressBar
+  (`Epoch 3:  45%|…| 450/1000 [00:10<00:12, 44.10it/s, v_num=0, loss=1.23]`).
+- Megatron-LM training_log: ` [date] iteration        8/     100 | consumed samples: … |`.
+- torchtitan: `step:  2  loss:  6.1098  grad_norm: …  memory: …  tps: 177,138  tflops: …`
+  (tps = tokens per second per device; the older name was wps).
+- DeepSpeed: `[Rank 0] step=10, skipped=0, lr=[…], mom=[…]` and its throughput timer
+  `epoch=0/micro_step=40/global_step=10, RunningAvgSamplesPerSec=…`.
+- NeMo: `Training epoch 0, iteration 49/99 | lr: … | global_step: 49 | reduced_train_loss: … |`.
+- Hugging Face Trainer log dicts: `{'loss': 2.3456, 'grad_norm': …, 'epoch': 0.12}` (progress,
+  no step); `{'eval_loss': …}` is an evaluation's result (activity).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from watchdog.core.samples import ProgressReading
+
+# Recognisers see at most the last this many characters of a line (as the user pattern does):
+# framework progress text sits at the end of its line.
+MAX_LINE_CHARS = 4096
+MAX_STEP = 10**18 - 1  # a step fits in 64 bits; 18 digits at most
+# A recogniser looks at no more than this many occurrences of its keyword in one line: a real
+# progress line holds one; a line of thousands of near-misses costs no more than a few.
+MAX_TRIES = 8
+
+# ECMA-48: CSI (`ESC [ params intermediates final`), OSC (`ESC ] … BEL|ST`), two-char escapes.
+_ANSI = re.compile(
+    r"\x1b(?:\[[0-?]{0,64}[ -/]{0,8}[@-~]|\][^\x07\x1b]{0,512}(?:\x07|\x1b\\)?|[@-Z\\-_])"
+)
+_NUM = r"[0-9][0-9,]{0,24}(?:\.[0-9]{0,12})?"
+
+
+def strip_ansi(line: str) -> str:
+    """The line without ANSI colour and cursor codes (torchtitan colours its whole line)."""
+    return _ANSI.sub("", line) if "\x1b" in line else line
+
+
+@dataclass(frozen=True, slots=True)
+class Recognised:
+    """What one line says, before the tracker judges it against the run so far."""
+
+    source: str  # tqdm, megatron, torchtitan, deepspeed, nemo, hf_loss, tokens_per_s
+    step: int | None = None
+    total: int | None = None  # a bar's or an iteration counter's total, when printed
+    tokens_per_s: float | None = None
+    label: str = ""  # a tqdm bar's description ("Epoch 3", "Validation DataLoader 0", "")
+    epoch: int | None = None  # Lightning's `Epoch N:` prefix: its bar restarts every epoch
+    activity: bool = False  # the line itself says it is no training (eval results, validate)
+
+
+def _int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    cleaned = text.replace(",", "")
+    if not cleaned.isdigit() or len(cleaned) > 18:
+        return None
+    return int(cleaned)
+
+
+def _float(text: str | None) -> float | None:
+    if text is None:
+        return None
+    cleaned = text.replace(",", "").rstrip(".")
+    if not cleaned or len(cleaned) > 40:
+        return None
+    try:
+        value = float(cleaned)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+# ---------------------------------------------------------------------------- tokens/s
+
+# Searched only in the 40 characters before a `tok/s` found by str.find: a number of more
+# than 31 characters (the lookbehind sees past the window) is no throughput.
+_TOKENS_BEFORE = re.compile(r"(?<![0-9,.])([0-9][0-9,.]{0,30})[ \t]{0,8}\Z")
+_TOKENS_UNIT = re.compile(r"tok(?:ens)?/s")
+
+
+def _word_start(line: str, at: int) -> bool:
+    """No letter, digit or underscore right before `at` (a keyword starts there)."""
+    return at == 0 or not (line[at - 1].isalnum() or line[at - 1] == "_")
+
+
+def _first(pattern: re.Pattern[str], line: str) -> re.Match[str] | None:
+    """The first match of a keyword-led pattern whose keyword starts a word (a literal first
+    lets the engine skip to each occurrence; the word check is done here, not in a lookbehind
+    that would make it try every position)."""
+    for tries, match in enumerate(pattern.finditer(line)):
+        if _word_start(line, match.start()):
+            return match
+        if tries >= MAX_TRIES:
+            break
+    return None
+
+
+def tokens_per_s(line: str) -> Recognised | None:
+    """`9,012.5 tok/s` or `1,204 tokens/s`: the first such figure of the line."""
+    if "tok" not in line:
+        return None
+    for tries, unit in enumerate(_TOKENS_UNIT.finditer(line)):
+        if tries > MAX_TRIES:
+            break
+        at = unit.start()
+        match = _TOKENS_BEFORE.search(line, max(0, at - 40), at)
+        value = _float(match.group(1)) if match else None
+        if value is not None:
+            return Recognised("tokens_per_s", tokens_per_s=value)
+    return None
+
+
+# ---------------------------------------------------------------------------- tqdm
+
+_CLOCK = r"(?:[0-9]{1,4}d, )?[0-9]{1,4}:[0-9]{2}(?::[0-9]{2})?"
+# tqdm's r_bar in two halves around its `[`: matched at each `[` (from the right), the counter
+# before it searched only in the 64 characters before that `[`.
+_TQDM_AFTER = re.compile(
+    rf"\[{_CLOCK}(?:<(?:{_CLOCK}|\?))?,[ \t]{{0,4}}"
+    r"(?P<rate>\?|[0-9]{1,15}(?:\.[0-9]{1,9})?)[ \t]{0,2}"
+    r"(?P<unit>[^\s,\]/]{1,24}/s|s/[^\s,\]]{1,24})"
+)
+_TQDM_BEFORE = re.compile(
+    r"(?<![\w.])(?P<n>[0-9]{1,18})(?:/(?P<total>[0-9]{1,18}|\?)|[A-Za-z_]{1,24})?[ \t]{0,4}\Z"
+)
+_PCT = re.compile(r"[0-9]{1,3}%\|[^|]{0,512}\|[ \t]{0,4}\Z")
+_EPOCH = re.compile(r"(?:^|\s)Epoch[ \t]{1,4}([0-9]{1,12})\Z")
+_LABEL_NOISE = re.compile(r"[\s:]{1,64}\Z")
+
+
+def _tqdm_label(before: str) -> str:
+    """The bar's description: the text before `{pct}%|{bar}|`, less its colon."""
+    pct = _PCT.search(before[-600:])
+    head = before[: len(before) - len(before[-600:]) + pct.start()] if pct else before
+    head = head.rstrip()
+    # The description is the text after the last `] ` or `: ` of a logging prefix and before
+    # the bar; `[rank0]: Epoch 3:` → `Epoch 3`.
+    head = _LABEL_NOISE.sub("", head)
+    return head[-120:].strip()
+
+
+def tqdm_bar(line: str) -> Recognised | None:
+    """A tqdm bar update: `{desc}: 45%|████▌ | 450/1000 [00:10<00:12, 44.10it/s, …]`."""
+    if "/s" not in line and "s/" not in line:
+        return None
+    match = None
+    at = len(line)
+    for _ in range(MAX_TRIES):  # the last bar of the line is the newest
+        at = line.rfind("[", 0, at)
+        if at < 0:
+            return None
+        if _TQDM_AFTER.match(line, at):
+            match = _TQDM_BEFORE.search(line, max(0, at - 64), at)
+            if match is not None:
+                break
+    if match is None:
+        return None
+    step = _int(match.group("n"))
+    if step is None:
+        return None
+    label = _tqdm_label(line[: match.start()])
+    epoch_match = _EPOCH.search(label)
+    total_text = match.group("total")
+    return Recognised(
+        "tqdm",
+        step=step,
+        total=None if total_text in (None, "?") else _int(total_text),
+        label=label,
+        epoch=int(epoch_match.group(1)) if epoch_match else None,
+    )
+
+
+# ---------------------------------------------------------------------------- Megatron-LM
+
+_MEGATRON = re.compile(
+    r"iteration[ \t]{1,16}([0-9]{1,18})[ \t]{0,16}/[ \t]{0,16}([0-9]{1,18})[ \t]{0,16}\|"
+)
+
+
+def megatron(line: str) -> Recognised | None:
+    """Megatron-LM's training_log: ` [2026-12-03 10:00:00] iteration      120/  500000 | …`."""
+    if "iteration" not in line:
+        return None
+    match = _first(_MEGATRON, line)
+    if match is None:
+        return None
+    return Recognised("megatron", step=_int(match.group(1)), total=_int(match.group(2)))
+
+
+# ---------------------------------------------------------------------------- torchtitan
+
+_TITAN_STEP = re.compile(r"step:[ \t]{0,16}([0-9]{1,18})(?![0-9])[ \t]{1,16}loss:")
+_TITAN_TPS = re.compile(r"\b[tw]ps:[ \t]{0,16}([0-9][0-9,]{0,24}(?:\.[0-9]{0,6})?)")
+
+
+def torchtitan(line: str) -> Recognised | None:
+    """torchtitan's metrics line: `step: 12  loss:  7.1234  …  tps: 1,234  tflops: …`."""
+    if "step:" not in line or "loss:" not in line:
+        return None
+    match = _first(_TITAN_STEP, line)
+    if match is None:
+        return None
+    tps = _TITAN_TPS.search(line, match.end())
+    return Recognised(
+        "torchtitan",
+        step=_int(match.group(1)),
+        tokens_per_s=_float(tps.group(1)) if tps else None,
+        # `validate step: 10  loss: …` is the validator's report, not a training step.
+        activity="validat" in line[: match.start()].lower(),
+    )
+
+
+# ---------------------------------------------------------------------------- DeepSpeed
+
+_DS_STEP = re.compile(r"step=([0-9]{1,18}),[ \t]{0,4}skipped=")
+_DS_GLOBAL = re.compile(r"global_step=([0-9]{1,18})(?![0-9])")
+
+
+def deepspeed(line: str) -> Recognised | None:
+    """DeepSpeed's engine (`step=10, skipped=0, lr=[…]`) or throughput timer
+    (`epoch=0/micro_step=40/global_step=10, RunningAvgSamplesPerSec=…`)."""
+    if "step=" not in line:
+        return None
+    match = _first(_DS_STEP, line) or _first(_DS_GLOBAL, line)
+    if match is None:
+        return None
+    return Recognised("deepspeed", step=_int(match.group(1)))
+
+
+# ---------------------------------------------------------------------------- NeMo
+
+_NEMO = re.compile(r"global_step:[ \t]{0,16}([0-9]{1,18}(?:\.0)?)(?![0-9.])")
+_NEMO_ITER = re.compile(r"iteration[ \t]{1,4}[0-9]{1,18}/([0-9]{1,18})")
+
+
+def nemo(line: str) -> Recognised | None:
+    """NeMo's progress line: `Training epoch 0, iteration 49/99 | … | global_step: 49 | …`."""
+    if "global_step:" not in line:
+        return None
+    match = _first(_NEMO, line)
+    if match is None:
+        return None
+    total = _NEMO_ITER.search(line, 0, match.start())
+    return Recognised(
+        "nemo",
+        step=_int(match.group(1).removesuffix(".0")),
+        total=_int(total.group(1)) if total else None,
+    )
+
+
+# ---------------------------------------------------------------------------- HF Trainer logs
+
+_HF_DICT = re.compile(r"\{[ \t]{0,4}['\"](loss|eval_[A-Za-z_]{1,40}|train_runtime)['\"]:")
+
+
+def hf_loss(line: str) -> Recognised | None:
+    """The Hugging Face Trainer's log dict: `{'loss': 2.3456, 'grad_norm': …, 'epoch': 0.12}`
+    is progress without a step; `{'eval_loss': …}` and the closing `{'train_runtime': …}` are
+    activity."""
+    if "{" not in line or ("loss" not in line and "_runtime" not in line):
+        return None
+    match = _HF_DICT.search(line)
+    if match is None:
+        return None
+    return Recognised("hf_loss", activity=match.group(1) != "loss")
+
+
+# ---------------------------------------------------------------------------- all of them
+
+Recogniser = Callable[[str], Recognised | None]
+
+# The fixed order: formats with their own keywords first (NeMo's line holds Megatron's
+# `iteration N/M |` too), then the generic tqdm bar, then bare figures.
+RECOGNISERS: tuple[tuple[str, Recogniser], ...] = (
+    ("nemo", nemo),
+    ("megatron", megatron),
+    ("torchtitan", torchtitan),
+    ("deepspeed", deepspeed),
+    ("tqdm", tqdm_bar),
+    ("hf_loss", hf_loss),
+    ("tokens_per_s", tokens_per_s),
+)
+FORMATS = frozenset(name for name, _ in RECOGNISERS)
+
+
+def recognise(line: str, only: str | None = None) -> Recognised | None:
+    """What `line` says, by the first recogniser that knows it (or only by `only`). A line
+    with a step but no throughput also takes a `tok/s` figure printed on it."""
+    text = strip_ansi(line[-2 * MAX_LINE_CHARS :])[-MAX_LINE_CHARS:]
+    for name, fn in RECOGNISERS:
+        if only is not None and name != only:
+            continue
+        found = fn(text)
+        if found is None:
+            continue
+        if found.tokens_per_s is None and name != "tokens_per_s" and "tok" in text:
+            tps = tokens_per_s(text)
+            if tps is not None:
+                found = dataclasses.replace(found, tokens_per_s=tps.tokens_per_s)
+        return found
+    return None
+
+
+# ---------------------------------------------------------------------------- the tracker
+
+Kind = Literal["progress", "activity"]
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """The tracker's judgement of one line: progress (with its reading) or activity."""
+
+    kind: Kind
+    source: str
+    reading: ProgressReading | None = None  # for progress
+
+
+# A bar whose description starts with one of these is never the training bar (Lightning's
+# validation/sanity/test/predict bars, Hugging Face's shard loading and writing, datasets'
+# map/filter/generate/download bars, evaluation loops).
+ACTIVITY_LABELS = (
+    "validat",
+    "sanity",
+    "test",
+    "predict",
+    "eval",
+    "loading",
+    "writing",
+    "saving",
+    "map",
+    "filter",
+    "generat",
+    "download",
+    "upload",
+    "resolving",
+    "tokeniz",
+    "compil",
+    "fetching",
+    "extract",
+    "convert",
+    "preprocess",
+    "inference",
+)
+
+
+def is_activity_label(label: str) -> bool:
+    low = label.lower()
+    # Drop a logging prefix ("[rank0]: ", "INFO: "): the description is the last clause.
+    for sep in ("]: ", "] ", ": ", " - "):
+        if sep in low:
+            low = low.rsplit(sep, 1)[1]
+    return low.startswith(ACTIVITY_LABELS) or "shard" in low
+
+
+class ProgressTracker:
+    """One run's judge of recognised lines: is this a step forward, other activity, or nothing?
+
+    The run's highest step is the mark: a step above it is progress; a step at or below it that
+    moved since the last line of its kind is activity (an eval bar, a bar restarted); one that
+    did not move is nothing new. Among tqdm bars the training bar is the one with an `Epoch N`
+    description (Lightning), else the one with the largest total seen (the Trainer's max_steps
+    bar beside its eval bars); bars with an activity description (`ACTIVITY_LABELS`) never are.
+    A training bar that starts over without an epoch (a script's `for epoch: tqdm(loader)`)
+    counts on from where it was, so its step stays monotone.
+    """
+
+    def __init__(self) -> None:
+        self.highest: int | None = None
+        self._last: dict[object, int] = {}  # the last counter value per source or bar
+        self._train_key: tuple[str, int | None] | None = None
+        self._lap_offset = 0
+        self._train_n: int | None = None
+
+    def carry(self) -> dict[str, object]:
+        """The run's highest step, for an in-place re-exec (bars are re-learnt)."""
+        return {"highest": self.highest}
+
+    @classmethod
+    def resume(cls, c: object) -> ProgressTracker:
+        t = cls()
+        if isinstance(c, dict) and type(c.get("highest")) is int:
+            t.highest = c["highest"]
+        return t
+
+    def observe(self, r: Recognised) -> Seen | None:
+        """Judge one recognised line (lines in the order the job wrote them)."""
+        if r.source == "tqdm":
+            return self._bar(r)
+        if r.step is None:
+            kind: Kind = "activity" if r.activity else "progress"
+            reading = None if r.activity else ProgressReading(r.tokens_per_s, None)
+            return Seen(kind, r.source, reading)
+        if r.activity:
+            return self._moved(("activity", r.source), r.step, r.source)
+        return self._step(r.source, r.step, r.tokens_per_s, r.source)
+
+    def observe_reading(self, reading: ProgressReading, source: str) -> Seen | None:
+        """A reading from a user's pattern or a CSV/JSON-lines row: the same forward rule."""
+        if reading.step is None:
+            return Seen("progress", source, reading)
+        return self._step(source, reading.step, reading.tokens_per_s, source)
+
+    def _step(self, key: object, step: int, tps: float | None, source: str) -> Seen | None:
+        if self.highest is None or step > self.highest:
+            self.highest = step
+            self._last[key] = step
+            return Seen("progress", source, ProgressReading(tps, step))
+        return self._moved(key, step, source)
+
+    def _moved(self, key: object, value: int, source: str) -> Seen | None:
+        before = self._last.get(key)
+        self._last[key] = value
+        return None if before == value else Seen("activity", source)
+
+    def _bar(self, r: Recognised) -> Seen | None:
+        assert r.step is not None
+        if is_activity_label(r.label):
+            return self._moved(("bar", r.label, r.total), r.step, "tqdm")
+        # Lightning's epoch bar is one bar whatever its total (a shorter last epoch).
+        key = ("Epoch", None) if r.epoch is not None else (r.label, r.total)
+        if self._train_key is None or self._takes_over(key, r):
+            self._train_key, self._lap_offset, self._train_n = key, 0, None
+        if key != self._train_key:
+            return self._moved(("bar", *key), r.step, "tqdm")
+        if r.epoch is not None and r.total is not None:
+            step = r.epoch * r.total + r.step
+        else:
+            if self._train_n is not None and r.step < self._train_n:
+                # The bar started over (a new epoch of a plain loop): count on.
+                self._lap_offset += r.total if r.total is not None else self._train_n
+            step = self._lap_offset + r.step
+        self._train_n = r.step
+        return self._step("tqdm", min(step, MAX_STEP), r.tokens_per_s, "tqdm")
+
+    def _takes_over(self, key: tuple[str, int | None], r: Recognised) -> bool:
+        """A new bar becomes the training bar: an epoch bar over a plain one, or a larger
+        total over a smaller one (never a plain bar over an epoch bar)."""
+        cur = self._train_key
+        assert cur is not None
+        if key == cur:
+            return False
+        if (key[0] == "Epoch") != (cur[0] == "Epoch"):
+            return key[0] == "Epoch"
+        return r.total is not None and (cur[1] is None or r.total > cur[1])
