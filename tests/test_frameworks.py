@@ -53,19 +53,21 @@ pytestmark = [
 JOBS = ROOT / "tests" / "jobs"
 STARTUP_S = 120  # import + first step, twice the slowest seen here (transformers: ~17 s)
 STALL_AFTER_S = 8  # a healthy run's bar moves many times a second; checkpoints take < 1 s
-# A tqdm bar's `N/M [` or, Lightning's bar on a resumed run, `N/? [`.
-BAR_STEP = re.compile(r"(\d+)/(?:\d+|\?) \[")
+# A tqdm bar's `N/M [` or, Lightning's bar on a resumed run, `N/? [`: (N, M).
+BAR = re.compile(r"(\d+)/(\d+|\?) \[")
 START_MARKER = "=== train-watchdog: start "
 
 
-def framework_config(work: pathlib.Path, **over: Any) -> dict[str, Any]:
+def framework_config(
+    work: pathlib.Path, env: dict[str, str] | None = None, **over: Any
+) -> dict[str, Any]:
     """A job in `work` with no progress.pattern: format auto, as a new user runs it."""
     cfg: dict[str, Any] = {
         "job": {
             "cwd": str(work),
             "stop_timeout_s": 3,  # a frozen job ignores SIGTERM until SIGKILL
             # One thread each: six engineers share two cores. Offline: nothing is downloaded.
-            "env": {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"},
+            "env": {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **(env or {})},
         },
         "progress": {"stall_after_s": STALL_AFTER_S},
         "startup": {"timeout_s": STARTUP_S},
@@ -103,7 +105,7 @@ def lightning_checkpoint(work: pathlib.Path) -> int:
 def bar_steps_of_last_run(d: Daemon) -> list[int]:
     """The steps of the tqdm bars the newest run wrote to the job's log, in order."""
     text = pathlib.Path(d.cfg["job"]["log_file"]).read_text(errors="replace")
-    return [int(n) for n in BAR_STEP.findall(text.rsplit(START_MARKER, 1)[-1])]
+    return [int(n) for n, _total in BAR.findall(text.rsplit(START_MARKER, 1)[-1])]
 
 
 def healthy_with_step(d: Daemon, pid: int | None = None, above: int = 0) -> dict[str, Any]:
@@ -160,6 +162,45 @@ def test_hf_trainer_healthy_stalled_when_frozen_and_resumes(
     assert moved and moved[0] > saved, (saved, moved[:5])
 
 
+def test_hf_trainer_evaluation_longer_than_stall_after_s_is_not_stalled(
+    make_daemon: DaemonFactory, work: pathlib.Path
+) -> None:
+    """An evaluation that outlasts stall_after_s, only its own bar moving (`12/100 [...]`, the
+    same bar as training's but another total), keeps a Trainer run healthy and never stalled,
+    and its count is never taken for the step."""
+    eval_at, batches = 20, 100  # an eval every 20 steps over 100 batches of at least 0.12 s
+    d = make_daemon(
+        [sys.executable, str(JOBS / "hf_trainer_job.py"), str(work)],
+        framework_config(
+            work,
+            env={"EVAL_STEPS": str(eval_at), "EVAL_ROWS": str(4 * batches), "EVAL_ROW_S": "0.03"},
+        ),
+    )
+    healthy_with_step(d)
+    log = pathlib.Path(d.cfg["job"]["log_file"])
+    during: list[dict[str, Any]] = []  # statuses taken while the first evaluation ran
+
+    def evaluated() -> bool:
+        text = log.read_text(errors="replace")
+        if "'eval_loss'" in text:
+            return True
+        bars = BAR.findall(text[-2000:])
+        if bars and bars[-1][1] == str(batches) and int(bars[-1][0]) > 0:
+            during.append(d.status())
+        return False
+
+    wait_until(evaluated, 60 + batches * 0.12 * 3, "the first evaluation's result", interval=0.3)
+    # 100 batches of >= 0.12 s each: the evaluation lasted longer than stall_after_s.
+    assert len(during) >= 5, "the evaluation was not seen running"
+    assert all(s["healthy"] for s in during), [(s["state"], s["reasons"]) for s in during]
+    # Training stood at step 20 while the eval bar counted to 100; a few steps of slack for
+    # the moment between reading the log and asking for status.
+    assert max(s["progress"]["step"] for s in during) < eval_at + 10, [
+        s["progress"] for s in during
+    ]
+    assert not [e for e in d.events() if e.get("reason") == "stalled"]
+
+
 def test_lightning_tqdm_healthy_stalled_when_frozen_and_resumes(
     make_daemon: DaemonFactory, work: pathlib.Path
 ) -> None:
@@ -199,7 +240,7 @@ def test_lightning_rich_silent_healthy_from_metrics_csv_glob(
     )
     first = healthy_with_step(d)
     log = pathlib.Path(d.cfg["job"]["log_file"]).read_text(errors="replace")
-    assert not BAR_STEP.search(log), "the rich bar printed a step on a non-TTY after all"
+    assert not BAR.search(log), "the rich bar printed a step on a non-TTY after all"
     assert first["progress"]["step"] in csv_steps(work / "lightning_logs/version_0/metrics.csv")
     saved, new_pid = freeze_until_restarted(d, lambda: lightning_checkpoint(work))
     again = healthy_with_step(d, new_pid, above=saved)

@@ -7,13 +7,16 @@ tokens with the Trainer's defaults for output: its tqdm bar (`12/100000 [00:01<â
 user's restart script does. max_steps is large: it trains until it is killed.
 
 Knobs (environment): SAVE_STEPS (default 20), LOGGING_STEPS (default 10), EVAL_STEPS (0 = no
-evaluation; else an eval phase with its own bar every N steps).
+evaluation; else an eval phase with its own bar every N steps) over EVAL_ROWS rows (default 400,
+4 a batch), each taking at least EVAL_ROW_S seconds to load (default 0: a slow disk, for an
+evaluation that outlasts the watchdog's stall_after_s).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 import warnings
 
 warnings.filterwarnings("ignore")  # the CPU wheel's numpy notices are not the job's output
@@ -29,13 +32,16 @@ SEQ = 16
 class RandomTokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     """Random token rows, the same for a given index (a resumed run sees the same data)."""
 
-    def __init__(self, rows: int) -> None:
+    def __init__(self, rows: int, row_s: float = 0.0) -> None:
         self.rows = rows
+        self.row_s = row_s
 
     def __len__(self) -> int:
         return self.rows
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        if self.row_s:
+            time.sleep(self.row_s)
         ids = torch.randint(0, VOCAB, (SEQ,), generator=torch.Generator().manual_seed(i))
         return {"input_ids": ids, "labels": ids.clone()}
 
@@ -75,7 +81,11 @@ def main() -> None:
         model=model,
         args=args,
         train_dataset=RandomTokens(400_000),
-        eval_dataset=RandomTokens(400) if eval_steps else None,
+        eval_dataset=RandomTokens(
+            int(os.environ.get("EVAL_ROWS", "400")), float(os.environ.get("EVAL_ROW_S", "0"))
+        )
+        if eval_steps
+        else None,
     )
     last = get_last_checkpoint(out) if os.path.isdir(out) else None
     trainer.train(resume_from_checkpoint=last)
