@@ -323,6 +323,13 @@ def test_tracker_lines_without_step_are_progress_each_time() -> None:
     assert seen[2] == Seen("progress", "hf_loss", ProgressReading(None, None))
 
 
+def test_tracker_line_without_step_keeps_the_runs_step() -> None:
+    """A loss dict after bar updates is progress that keeps the run's step (status shows it)."""
+    t = ProgressTracker()
+    seen = _feed(t, _bar(7, 100), "{'loss': 2.0, 'epoch': 0.1}")
+    assert seen[1] == Seen("progress", "hf_loss", ProgressReading(None, 7))
+
+
 def test_tracker_pattern_readings_follow_the_forward_rule() -> None:
     """A user pattern's step reading is progress only when it passes the run's highest."""
     t = ProgressTracker()
@@ -331,7 +338,7 @@ def test_tracker_pattern_readings_follow_the_forward_rule() -> None:
     )
     assert t.observe_reading(ProgressReading(1.0, 3), "pattern") == Seen("activity", "pattern")
     assert t.observe_reading(ProgressReading(1.0, None), "pattern") == Seen(
-        "progress", "pattern", ProgressReading(1.0, None)
+        "progress", "pattern", ProgressReading(1.0, 5)
     )
 
 

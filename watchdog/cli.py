@@ -392,6 +392,7 @@ def render_status(st: dict[str, Any], events: list[dict[str, Any]]) -> str:
                 "no tok/s yet" if tps is None else f"{tps:,.1f} tok/s",
                 "step -" if step is None else f"step {step:,}",
                 "no progress line yet" if age is None else f"last progress {age:.1f} s ago",
+                *_activity_parts(pr),
             ]
         )
     )
@@ -414,6 +415,17 @@ def render_status(st: dict[str, Any], events: list[dict[str, Any]]) -> str:
         lines += ["", "Recent events:"] + [format_event(e, whole_paths=False) for e in events]
     # Everything is cut to 100 columns but the incident path: it is there to be copied.
     return "\n".join(x if x.startswith(" Incident: ") else fit(x) for x in lines)
+
+
+def _activity_parts(pr: dict[str, Any]) -> list[str]:
+    """SPEC §13: what recognised the progress (`from tqdm`), and the last activity that was
+    not a step (an eval bar, a checkpoint being written); absent from older daemons."""
+    parts = []
+    if pr.get("source"):
+        parts.append(f"from {pr['source']}")
+    if (act := pr.get("last_activity_age_s")) is not None:
+        parts.append(f"activity {act:.1f} s ago")
+    return parts
 
 
 def cluster_line(c: dict[str, Any]) -> str:

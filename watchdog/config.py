@@ -28,6 +28,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 # check_owner_safety is re-exported: it lived here before watchdog.strictmodes existed.
+from watchdog.core.recognise import RECOGNISERS
 from watchdog.strictmodes import check_filesystem, resolve_programs
 from watchdog.strictmodes import check_owner_safety as check_owner_safety
 
@@ -43,6 +44,7 @@ _SUN_PATH_MAX = 108
 _TAG = "tag:yaml.org,2002:"
 _KINDS = {"str": "a string", "int": "an integer", "float": "a number", "bool": "a boolean"}
 _T = TypeVar("_T")
+RECOGNISER_NAMES = tuple(name for name, _ in RECOGNISERS)
 _DEFAULT_PATTERN = re.compile(DEFAULT_PATTERN)
 _NO_ENV: Mapping[str, str] = types.MappingProxyType({})
 _PARENT = re.compile(r"(^|\.)[^.\[]*$|\[\d+\]$")  # strips the last part of a key path
@@ -239,6 +241,8 @@ def _parse_devices(node: Node, key: str, ctx: _Ctx) -> Literal["all"] | tuple[in
 
 
 def _parse_pattern(node: Node, key: str, ctx: _Ctx) -> re.Pattern[str]:
+    if _is_null(node):
+        return _DEFAULT_PATTERN  # null: not set, progress.format reads the lines (SPEC §13)
     text = _as_str(node, key, ctx)
     try:
         pattern = re.compile(text)
@@ -248,6 +252,19 @@ def _parse_pattern(node: Node, key: str, ctx: _Ctx) -> re.Pattern[str]:
         problem = "needs a named group (?P<tokens_per_s>...) or (?P<step>...)"
         raise ctx.fail(key, problem, node)
     return pattern
+
+
+# progress.format (SPEC §13): `auto` tries every recogniser of watchdog.core.recognise; one name
+# restricts it to that format; csv and jsonl read progress.file as a table (auto picks them by
+# the file's extension).
+PROGRESS_FORMATS = ("auto", *RECOGNISER_NAMES, "csv", "jsonl")
+
+
+def _parse_format(node: Node, key: str, ctx: _Ctx) -> str:
+    value = _as_str(node, key, ctx)
+    if value not in PROGRESS_FORMATS:
+        raise ctx.fail(key, f"expected one of {', '.join(PROGRESS_FORMATS)}, got {value!r}", node)
+    return value
 
 
 def _parse_reasons(node: Node, key: str, ctx: _Ctx) -> frozenset[str]:
@@ -349,6 +366,11 @@ class CheckpointConfig:
 class ProgressConfig:
     file: str | None = field(default=None, metadata=_m(path=True))
     pattern: re.Pattern[str] = field(default=_DEFAULT_PATTERN, metadata=_m(parse=_parse_pattern))
+    # SPEC §13: recognise real frameworks' output; a `pattern` that the file sets replaces it.
+    format: str = field(default="auto", metadata=_m(parse=_parse_format))
+    pattern_set: bool = field(
+        default=False, metadata=_m(derive=("pattern", lambda node: not _is_null(node)))
+    )
     stall_after_s: float = field(default=900.0, metadata=_m(gt=0))
     min_tokens_per_s: float | None = field(default=None, metadata=_m(gt=0))
     min_fraction: float | None = field(default=0.3, metadata=_m(gt=0, le=1))

@@ -295,6 +295,8 @@ class Daemon:
                 gpu_faults=self.faults.by_gpu,
                 gpu_unchecked=self.faults.unchecked,
                 gpu_events=self.faults.events_state,
+                progress_source=self.monitor.progress_source,
+                last_activity_at=self.monitor.last_activity_at,
             )
         )
         st["gpu_faults_total"] = self.faults.counts()  # the metrics endpoint's counter

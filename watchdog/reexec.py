@@ -238,7 +238,8 @@ def resume(d: Daemon, state: dict[str, Any]) -> None:
         d.watch_job(pid, fds["pidfd"])
     if isinstance(state["follower"], dict):
         path, pattern = sampling.progress_path(d), d.cfg.progress.pattern
-        d.follower = LogFollower.resumed(path, pattern, state["follower"])
+        reader = sampling.progress_reader(d, path)
+        d.follower = LogFollower.resumed(path, pattern, state["follower"], reader)
     d.incident_path = state["incident_path"]
     d.started_at = float(state["daemon_started_at"])
     d.polled_at = float(state["polled_at"])

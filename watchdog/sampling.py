@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from watchdog import offloop
 from watchdog.core import policy, status
 from watchdog.probes.progress import FollowResult, LogFollower
+from watchdog.probes.recognition import LineReader, reader_for
 
 if TYPE_CHECKING:
     from watchdog.daemon import Daemon
@@ -58,6 +59,10 @@ async def sample_once(d: Daemon, gpu: bool = True) -> None:
     if follower is d.follower and monitor is d.monitor:
         monitor.progress_unreadable(found is None)
         if found is not None:
+            if found.activity:
+                monitor.activity(now)  # SPEC §13: not a step, but not stalled either
+            if found.source is not None:
+                monitor.progress_source = found.source
             if found.latest is not None:
                 mtime = found.latest_mtime
                 age_s = None if mtime is None else time.time() - mtime
@@ -101,11 +106,18 @@ def progress_read_hung(d: Daemon, path: str, e: offloop.Hung) -> None:
     d.progress_hung = True
 
 
+def progress_reader(d: Daemon, path: str) -> LineReader:
+    """One run's reader of its progress lines: the config's pattern, or progress.format."""
+    p = d.cfg.progress
+    return reader_for(p.format, p.pattern_set, p.pattern, path)
+
+
 async def open_follower(d: Daemon) -> LogFollower | None:
     path, pattern = progress_path(d), d.cfg.progress.pattern
+    reader = progress_reader(d, path)
     try:
         return await d.progress_io.call(
-            lambda: LogFollower(path, pattern, start="end"),
+            lambda: LogFollower(path, pattern, start="end", reader=reader),
             PROGRESS_READ_TIMEOUT_S,
             what=f"opening {path}",
             discard=LogFollower.close,

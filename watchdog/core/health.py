@@ -109,6 +109,10 @@ class HealthMonitor:
         self._low_since: float | None = None
         self._started = False  # the startup window is over (healthy once)
         self._unreadable = False  # our own read of the progress log is stuck
+        # SPEC §13: a counter advancing that is not the training step (an eval bar, a
+        # checkpoint being written) keeps the job from `stalled` but is no progress.
+        self._last_activity_at: float | None = None
+        self.progress_source: str | None = None  # what recognised the last progress line
 
     # ---------------------------------------------------------------------- inputs
 
@@ -141,6 +145,12 @@ class HealthMonitor:
             written_at = min(now, max(now - max(age_s, 0.0), floor))
         self.progress(reading, written_at)
 
+    def activity(self, now: float) -> None:
+        """Something advanced that is not the training step (SPEC §13): `stalled` counts from
+        the later of the last progress and the last activity; health still needs progress."""
+        if self._last_activity_at is None or now > self._last_activity_at:
+            self._last_activity_at = now
+
     def progress(self, reading: ProgressReading, now: float) -> None:
         if self._first_progress_at is None:
             self._first_progress_at = now
@@ -169,6 +179,8 @@ class HealthMonitor:
             "normal_tps": list(self._normal_tps),
             "low_since": self._low_since,
             "started": self._started,
+            "last_activity_at": self._last_activity_at,
+            "progress_source": self.progress_source,
         }
 
     def resume(self, c: Mapping[str, object]) -> None:
@@ -196,6 +208,9 @@ class HealthMonitor:
         self._normal_tps.extend(x for x in (opt(t) for t in tps) if x is not None)
         self._low_since = opt(c["low_since"])
         self._started = c["started"] is True
+        self._last_activity_at = opt(c.get("last_activity_at"))  # absent from older code
+        source = c.get("progress_source")
+        self.progress_source = source if isinstance(source, str) else None
 
     # ---------------------------------------------------------------------- queries
 
@@ -207,13 +222,25 @@ class HealthMonitor:
     def last_progress_at(self) -> float | None:
         return self._last_progress_at
 
+    @property
+    def last_activity_at(self) -> float | None:
+        return self._last_activity_at
+
+    def _stall_clock(self) -> float | None:
+        """When the stall window starts: the last progress, or a later activity (only once
+        progress was seen: `stalled` is judged after the first progress line, SPEC §4)."""
+        last = self._last_progress_at
+        if last is None or self._last_activity_at is None:
+            return last
+        return max(last, self._last_activity_at)
+
     def next_due(self, now: float) -> float | None:
         """The next instant a time-based verdict (stalled, throughput_low) would fire if
         nothing changes, when that is still ahead of `now`."""
         cfg = self._cfg
         dues = []
-        if self._last_progress_at is not None:
-            dues.append(self._last_progress_at + cfg.stall_after_s)
+        if (stall_clock := self._stall_clock()) is not None:
+            dues.append(stall_clock + cfg.stall_after_s)
         if self._low_since is not None:
             dues.append(self._low_since + cfg.low_for_s)
         ahead = [d for d in dues if d > now]
@@ -274,13 +301,16 @@ class HealthMonitor:
         }
 
     def _stalled_evidence(self, now: float) -> dict[str, str] | None:
-        last = self._last_progress_at
+        last = self._stall_clock()
         if last is None or self._unreadable or now - last < self._cfg.stall_after_s:
             return None
+        progress_at = self._last_progress_at if self._last_progress_at is not None else last
         found = {
-            "last_progress_age_s": f"{now - last:.1f}",
+            "last_progress_age_s": f"{now - progress_at:.1f}",
             "stall_after_s": _num(self._cfg.stall_after_s),
         }
+        if self._last_activity_at is not None:
+            found["last_activity_age_s"] = f"{now - self._last_activity_at:.1f}"
         if self._last is not None and self._last.step is not None:
             found["last_step"] = str(self._last.step)
         return found

@@ -411,8 +411,9 @@ class ProgressTracker:
         if r.source == "tqdm":
             return self._bar(r)
         if r.step is None:
+            # A line without a step (a loss dict between bar updates) keeps the run's step.
             kind: Kind = "activity" if r.activity else "progress"
-            reading = None if r.activity else ProgressReading(r.tokens_per_s, None)
+            reading = None if r.activity else ProgressReading(r.tokens_per_s, self.highest)
             return Seen(kind, r.source, reading)
         if r.activity:
             return self._moved(("activity", r.source), r.step, r.source)
@@ -421,7 +422,7 @@ class ProgressTracker:
     def observe_reading(self, reading: ProgressReading, source: str) -> Seen | None:
         """A reading from a user's pattern or a CSV/JSON-lines row: the same forward rule."""
         if reading.step is None:
-            return Seen("progress", source, reading)
+            return Seen("progress", source, ProgressReading(reading.tokens_per_s, self.highest))
         return self._step(source, reading.step, reading.tokens_per_s, source)
 
     def _step(self, key: object, step: int, tps: float | None, source: str) -> Seen | None:

@@ -37,6 +37,9 @@ class StatusInputs:
     gpu_faults: Mapping[int, Sequence[Mapping[str, object]]] | None = None
     gpu_unchecked: Mapping[int, Sequence[str]] | None = None
     gpu_events: str | None = None
+    # SPEC §13: what recognised the last progress line, and the last activity (not a step).
+    progress_source: str | None = None
+    last_activity_at: float | None = None
 
 
 def build_status(i: StatusInputs) -> dict[str, Any]:
@@ -71,6 +74,10 @@ def build_status(i: StatusInputs) -> dict[str, Any]:
             if i.last_progress_at is None
             else round(i.now - i.last_progress_at, 1),
             "checkpoint": _checkpoint(i),
+            "source": i.progress_source,
+            "last_activity_age_s": None
+            if i.last_activity_at is None
+            else round(i.now - i.last_activity_at, 1),
         },
         "restarts": {
             "total": snap.restarts_total,

@@ -12,11 +12,15 @@ import math
 import os
 import re
 import stat
+import time
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from watchdog.core.samples import ProgressReading
+
+if TYPE_CHECKING:
+    from watchdog.probes.recognition import Candidate, LineReader
 
 # A user's regex is only ever fed the last 4096 characters of a line: a pattern like `(.*)*x` on a
 # line of several MiB backtracks catastrophically and would eat the daemon's CPU for minutes
@@ -25,6 +29,7 @@ MAX_MATCH_CHARS = 4096
 # Bytes kept of a line still waiting for its newline (and decoded of any complete line): enough
 # for MAX_MATCH_CHARS characters of UTF-8, so a 50 MiB line without a newline costs 16 KiB.
 MAX_LINE_BYTES = 4 * MAX_MATCH_CHARS
+MAX_HEADER_BYTES = 64 << 10  # a CSV progress file's header line is read up to this
 # Lines of one poll always matched, newest first: earlier progress lines are superseded.
 MATCH_LAST_LINES = 64
 # When none of those held progress, keep looking further back (progress drowned in chatter), but
@@ -32,6 +37,9 @@ MATCH_LAST_LINES = 64
 MAX_SCAN_LINES = 4096
 # Newest lines of a poll handed back as text (for status and failure reports).
 LAST_LINES_KEPT = 10
+# One poll's matching time is bounded too: past the newest MATCH_LAST_LINES lines, the scan
+# further back stops once it has cost this much (a flood of pathological lines, issue 21).
+MAX_SCAN_S = 0.05
 
 _FLOAT_RE = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\Z")
 # A step fits in 64 bits (metrics, JSON); a longer run of digits is not a step counter.
@@ -91,6 +99,10 @@ class FollowResult:
     # st_mtime (wall clock) of the file the newest reading came from, as of this poll: no
     # earlier than that line's write, since later lines only move it forward.
     latest_mtime: float | None = None
+    # With a LineReader (SPEC §13): what recognised the newest reading (tqdm, megatron, …,
+    # pattern, csv, jsonl), and how many lines were activity, not progress (an eval bar).
+    source: str | None = None
+    activity: int = 0
 
     @property
     def latest(self) -> ProgressReading | None:
@@ -123,6 +135,8 @@ class _Found:
         self.replaced = False
         self.error: str | None = None
         self.latest_mtime: float | None = None
+        self.source: str | None = None
+        self.activity = 0
 
     def result(self) -> FollowResult:
         return FollowResult(
@@ -135,6 +149,8 @@ class _Found:
             replaced=self.replaced,
             error=self.error,
             latest_mtime=self.latest_mtime,
+            source=self.source,
+            activity=self.activity,
         )
 
 
@@ -198,11 +214,14 @@ class LogFollower:
         marker: str | None = None,
         max_read_bytes: int = 4 << 20,
         start: Literal["end", "beginning"] = "end",
+        reader: LineReader | None = None,
     ) -> None:
         if max_read_bytes < 1:
             raise ValueError("max_read_bytes must be positive")
         self._path = path
         self._pattern = pattern
+        # Without a reader, every line the pattern matches is a reading (parse_line).
+        self.reader = reader
         self._max_read_bytes = max_read_bytes
         self._line_no = 0
         self._old: _Source | None = None  # a rotated file the job may still write to
@@ -263,12 +282,21 @@ class LogFollower:
             "drop_fragment": cur.drop_fragment,
             "after_cr": cur.after_cr,
             "line_no": self._line_no,
+            "reader": None if self.reader is None else self.reader.carry(),
         }
 
     @classmethod
-    def resumed(cls, path: str, pattern: re.Pattern[str], c: dict[str, Any]) -> LogFollower:
+    def resumed(
+        cls,
+        path: str,
+        pattern: re.Pattern[str],
+        c: dict[str, Any],
+        reader: LineReader | None = None,
+    ) -> LogFollower:
         """A follower over the descriptor carried across exec (see carry())."""
-        follower = cls(path, pattern, start="end")
+        follower = cls(path, pattern, start="end", reader=reader)
+        if reader is not None:
+            reader.resume(c.get("reader"))
         if follower._cur is not None:
             os.close(follower._cur.fd)
         dev, ino = c["ident"]
@@ -337,6 +365,13 @@ class LogFollower:
         if size < src.offset:
             src.offset, src.partial, src.drop_fragment, src.after_cr = 0, b"", False, False
             found.truncated = True
+        if self.reader is not None and self.reader.wants_header and src is self._cur:
+            first = _pread_all(src.fd, MAX_HEADER_BYTES, 0).split(b"\n", 1)
+            if len(first) == 2 and self.reader.header(first[0].decode("utf-8", "replace")):
+                # Rewritten whole with a new header (Lightning's CSVLogger): read it again;
+                # rows read twice are no progress (their steps are not past the highest).
+                src.offset, src.partial, src.drop_fragment, src.after_cr = 0, b"", False, False
+                found.truncated = True
         pending = size - src.offset
         if pending > self._max_read_bytes:
             # Never fall behind a fast writer: the newest bytes hold the progress that matters.
@@ -383,20 +418,37 @@ class LogFollower:
         base = self._line_no
         self._line_no += len(lines)
         found.lines += len(lines)
-        readings: list[tuple[ProgressReading, int]] = []
+        readings: list[tuple[Candidate, int]] = []
         texts: list[str] = []
+        reader = self.reader
+        started = time.perf_counter()
         for i in range(len(lines) - 1, max(-1, len(lines) - 1 - MAX_SCAN_LINES), -1):
             scanned = len(lines) - i
-            if scanned > MATCH_LAST_LINES and readings:
+            if scanned > MATCH_LAST_LINES and (
+                readings or (scanned % 64 == 0 and time.perf_counter() - started > MAX_SCAN_S)
+            ):
                 break
             text = lines[i][-MAX_LINE_BYTES:].decode("utf-8", errors="replace")
             if len(texts) < LAST_LINES_KEPT:
                 texts.append(text[-MAX_MATCH_CHARS:])
-            reading = parse_line(text, self._pattern)
+            reading = parse_line(text, self._pattern) if reader is None else reader.candidate(text)
             if reading is not None:
                 readings.append((reading, base + i + 1))
-        found.readings.extend(reversed(readings))
         found.last_lines.extend(reversed(texts))
+        if reader is None:
+            for item, line_no in reversed(readings):
+                if isinstance(item, ProgressReading):
+                    found.readings.append((item, line_no))
+            return
+        for item, line_no in reversed(readings):  # judged in the order the job wrote them
+            seen = reader.judge(item)
+            if seen is None:
+                continue
+            if seen.kind == "progress" and seen.reading is not None:
+                found.readings.append((seen.reading, line_no))
+                found.source = seen.source
+            else:
+                found.activity += 1
 
 
 def tail_lines(path: str, n: int, max_bytes: int = 1 << 20) -> list[str]:

@@ -1,0 +1,204 @@
+"""progress.format and the follower's reader (SPEC §13): config keys, a real file followed with
+the recognisers, CSV and JSON-lines progress files, and the cost of pathological lines."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import time
+
+import pytest
+
+from watchdog.config import DEFAULT_PATTERN, ConfigError, parse_config
+from watchdog.core.samples import ProgressReading
+from watchdog.probes.progress import LogFollower
+from watchdog.probes.recognition import LineReader, format_of, reader_for
+
+MINIMAL = 'job:\n  command: ["/bin/true"]\n'
+
+
+def _cfg(tmp_path: pathlib.Path, progress: str = "") -> object:
+    text = MINIMAL + ("progress:\n" + progress if progress else "")
+    return parse_config(text, str(tmp_path / "watchdog.yaml"), check_paths=False)
+
+
+# ---------------------------------------------------------------------------- config
+
+
+def test_format_defaults_to_auto_and_pattern_is_unset(tmp_path: pathlib.Path) -> None:
+    """With no progress keys, format is auto and no pattern is set (the recognisers read)."""
+    cfg = parse_config(MINIMAL, str(tmp_path / "w.yaml"), check_paths=False)
+    assert cfg.progress.format == "auto" and cfg.progress.pattern_set is False
+    assert cfg.progress.pattern.pattern == DEFAULT_PATTERN
+
+
+def test_pattern_set_replaces_format(tmp_path: pathlib.Path) -> None:
+    """A pattern in the file is used instead of the recognisers (existing configs keep working)."""
+    cfg = parse_config(
+        MINIMAL + "progress:\n  pattern: 'step (?P<step>[0-9]+)'\n",
+        str(tmp_path / "w.yaml"),
+        check_paths=False,
+    )
+    assert cfg.progress.pattern_set is True
+    reader = reader_for(cfg.progress.format, True, cfg.progress.pattern, "x.log")
+    assert reader.format == "pattern"
+
+
+def test_pattern_null_means_unset(tmp_path: pathlib.Path) -> None:
+    """`pattern: null` (the example config) leaves the recognisers in charge."""
+    cfg = parse_config(
+        MINIMAL + "progress:\n  pattern: null\n  format: tqdm\n",
+        str(tmp_path / "w.yaml"),
+        check_paths=False,
+    )
+    assert cfg.progress.pattern_set is False and cfg.progress.format == "tqdm"
+
+
+def test_unknown_format_is_a_config_error_naming_key_and_line(tmp_path: pathlib.Path) -> None:
+    """A format that is not a recogniser is refused with its key path and line (exit 78)."""
+    with pytest.raises(ConfigError) as info:
+        parse_config(
+            MINIMAL + "progress:\n  format: tensorboard\n",
+            str(tmp_path / "w.yaml"),
+            check_paths=False,
+        )
+    assert info.value.key == "progress.format" and info.value.line == 4
+    assert "tqdm" in info.value.problem
+
+
+def test_auto_reads_csv_and_jsonl_files_by_extension() -> None:
+    """auto picks the CSV reader for `.csv`, JSON lines for `.jsonl`, recognisers otherwise."""
+    assert format_of("auto", "/x/lightning_logs/version_3/metrics.csv") == "csv"
+    assert format_of("auto", "/x/metrics.jsonl") == "jsonl"
+    assert format_of("auto", "/x/train.log") == "auto"
+    assert format_of("megatron", "/x/metrics.csv") == "megatron"
+
+
+# ---------------------------------------------------------------------------- the follower
+
+
+@pytest.fixture
+def log(tmp_path: pathlib.Path) -> pathlib.Path:
+    path = tmp_path / "job.log"
+    path.write_bytes(b"")
+    return path
+
+
+def _follow(path: pathlib.Path, fmt: str = "auto") -> LogFollower:
+    pattern = re.compile(DEFAULT_PATTERN)
+    return LogFollower(str(path), pattern, reader=LineReader(fmt), start="beginning")
+
+
+def _append(path: pathlib.Path, data: bytes) -> None:
+    with path.open("ab") as f:
+        f.write(data)
+
+
+def test_follower_reads_tqdm_carriage_return_updates_with_source(log: pathlib.Path) -> None:
+    """`\\r`-updated bar lines in a real file give the newest step and source `tqdm`."""
+    with _follow(log) as f:
+        bars = b"".join(
+            b"\r  %d%%|#   | %d/1000 [00:01<00:09, 9.9it/s]" % (n // 10, n) for n in range(1, 40)
+        )
+        _append(log, bars + b"\r")
+        found = f.poll()
+    assert found.latest == ProgressReading(None, 39) and found.source == "tqdm"
+
+
+def test_follower_counts_eval_bar_lines_as_activity(log: pathlib.Path) -> None:
+    """After the training bar, eval bar updates are activity, not readings."""
+    with _follow(log) as f:
+        _append(log, b"\r  1%|#   | 10/1000 [00:01<00:09, 9.9it/s]\n")
+        assert f.poll().latest == ProgressReading(None, 10)
+        _append(log, b"".join(b"\r %d/8 [00:01<00:09, 9.9it/s]" % n for n in range(1, 6)) + b"\n")
+        found = f.poll()
+    assert found.readings == () and found.activity == 5
+
+
+def test_follower_reads_csv_rows_by_header_from_the_end(log: pathlib.Path) -> None:
+    """A CSV progress file followed from its end still knows its header: `step` is read."""
+    csv_path = log.with_name("metrics.csv")
+    csv_path.write_text("epoch,step,train_loss\n0,9,2.0\n")
+    reader = LineReader("csv")
+    with LogFollower(str(csv_path), re.compile(DEFAULT_PATTERN), reader=reader) as f:
+        _append(csv_path, b"0,19,1.9\n0,29,1.8\n")
+        found = f.poll()
+    assert found.latest == ProgressReading(None, 29) and found.source == "csv"
+
+
+def test_follower_csv_rewritten_with_new_header_is_not_new_progress(log: pathlib.Path) -> None:
+    """Lightning's CSVLogger rewrites the file whole when a column appears: the rows read
+    again are no progress; the rows after them are."""
+    csv_path = log.with_name("metrics.csv")
+    csv_path.write_text("epoch,step,train_loss\n0,9,2.0\n0,19,1.9\n")
+    reader = LineReader("csv")
+    with LogFollower(str(csv_path), re.compile(DEFAULT_PATTERN), reader=reader) as f:
+        _append(csv_path, b"0,29,1.8\n")
+        assert f.poll().latest == ProgressReading(None, 29)
+        csv_path.write_text(
+            "epoch,step,train_loss,val_loss\n0,9,2.0,\n0,19,1.9,\n0,29,1.8,\n0,29,,1.7\n"
+        )
+        rewritten = f.poll()
+        assert rewritten.truncated and rewritten.readings == ()
+        _append(csv_path, b"0,39,1.6,\n")
+        assert f.poll().latest == ProgressReading(None, 39)
+
+
+def test_follower_reads_jsonl_step_and_tokens(log: pathlib.Path) -> None:
+    """A JSON-lines file's `step` and `tokens_per_s` keys are read; other lines are not."""
+    path = log.with_name("metrics.jsonl")
+    path.write_text("")
+    with _follow(path, "jsonl") as f:
+        _append(path, b'{"step": 5, "loss": 2.0}\nnot json\n{"step": 6, "tokens_per_s": 900.5}\n')
+        found = f.poll()
+    assert [r for r, _ in found.readings] == [
+        ProgressReading(None, 5),
+        ProgressReading(900.5, 6),
+    ]
+    assert found.source == "jsonl"
+
+
+# ---------------------------------------------------------------------------- cost
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        b"9" * 4096,
+        b"9" * 4000 + b" tok/s",
+        b"[00:00, 1.0it/s]" * 256,
+        b"global_step: 1" * 300,
+        b"step=1, " * 512,
+        b"iteration 9" * 400,
+    ],
+)
+def test_fifty_mib_of_pathological_lines_costs_under_a_second(
+    log: pathlib.Path, unit: bytes
+) -> None:
+    """50 MiB of pathological lines (digits, near-misses of each format), read by the follower
+    in polls as the daemon makes them, cost under 1 s of CPU in all."""
+    lines = (unit + b"\n") * ((4 << 20) // (len(unit) + 1))
+    with _follow(log) as f:
+        f.poll()
+        spent = 0.0
+        written = 0
+        while written < 50 << 20:
+            _append(log, lines)
+            written += len(lines)
+            started = time.process_time()
+            f.poll()
+            spent += time.process_time() - started
+    assert spent < 1.0, f"{spent:.2f} s of CPU for {written >> 20} MiB"
+
+
+def test_one_fifty_mib_line_of_digits_costs_under_a_second(log: pathlib.Path) -> None:
+    """One 50 MiB line of digits (no newline until its end) costs under 1 s of CPU."""
+    with _follow(log) as f:
+        started = time.process_time()
+        for _ in range(50):
+            _append(log, b"9" * (1 << 20))
+            f.poll()
+        _append(log, b" tok/s\n")
+        found = f.poll()
+        spent = time.process_time() - started
+    assert found.readings == () and spent < 1.0
