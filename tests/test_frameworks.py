@@ -28,8 +28,6 @@ import pytest
 from conftest import DaemonFactory
 from harness import ROOT, Daemon, wait_until
 
-from watchdog.config import ProgressConfig
-
 NEEDED = ("torch", "transformers", "accelerate", "lightning", "rich")
 MISSING = [name for name in NEEDED if importlib.util.find_spec(name) is None]
 
@@ -38,12 +36,6 @@ pytestmark = [
     pytest.mark.skipif(
         bool(MISSING),
         reason=f"{', '.join(MISSING)} not installed (make test installs the `frameworks` extra)",
-    ),
-    # Until the daemon reads progress.format (issue 21 part A), a run with no pattern is never
-    # healthy: there is nothing for these tests to check yet.
-    pytest.mark.skipif(
-        "format" not in ProgressConfig.__dataclass_fields__,
-        reason="progress.format: auto (issue 21, part A) is not in this tree yet",
     ),
     # 40-90 s each on two busy cores (two imports of a framework and a freeze of stall_after_s);
     # a hard bound with room for a loaded CI machine.
