@@ -78,12 +78,13 @@ def work(tmp_path: pathlib.Path) -> pathlib.Path:
 
 
 def hf_checkpoint(work: pathlib.Path) -> int:
-    """The step of the newest checkpoint-N folder of the Trainer's output_dir (0: none yet)."""
+    """The step of the newest complete checkpoint-N folder of the Trainer's output_dir, the one
+    the job resumes from (it holds trainer_state.json, written last; 0: none yet)."""
     out = work / "out"
     names = os.listdir(out) if out.is_dir() else []
-    return max(
-        (int(n.split("-")[1]) for n in names if re.fullmatch(r"checkpoint-\d+", n)), default=0
-    )
+    done = [n for n in names if re.fullmatch(r"checkpoint-\d+", n)]
+    done = [n for n in done if (out / n / "trainer_state.json").is_file()]
+    return max((int(n.split("-")[1]) for n in done), default=0)
 
 
 def lightning_checkpoint(work: pathlib.Path) -> int:
@@ -145,7 +146,8 @@ def test_hf_trainer_healthy_stalled_when_frozen_and_resumes(
         framework_config(work),
     )
     first = healthy_with_step(d)
-    assert first["progress"]["source"] == "tqdm", first["progress"]
+    # The Trainer prints both; status names the newest progress line's recogniser.
+    assert first["progress"]["source"] in ("tqdm", "hf_loss"), first["progress"]
     saved, new_pid = freeze_until_restarted(d, lambda: hf_checkpoint(work))
     again = healthy_with_step(d, new_pid, above=saved)
     assert again["restarts"]["last_reason"] == "stalled", again["restarts"]

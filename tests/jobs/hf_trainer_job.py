@@ -3,8 +3,10 @@
 Run it as `hf_trainer_job.py <workdir>`. A 1-layer GPT-2 built from a config trains on random
 tokens with the Trainer's defaults for output: its tqdm bar (`12/100000 [00:01<…, 9.8it/s]`,
 `\\r`-updated) and its `{'loss': …}` dicts, nothing printed by us. Checkpoints go to
-<workdir>/out/checkpoint-N every SAVE_STEPS steps; a run resumes from the newest one there, as a
-user's restart script does. max_steps is large: it trains until it is killed.
+<workdir>/out/checkpoint-N every SAVE_STEPS steps; a run resumes from the newest complete one
+there (trainer_state.json is the Trainer's last file of a save), as a careful restart script does:
+a run frozen or killed mid-save leaves a partial folder that resuming from would start at step 0.
+max_steps is large: it trains until it is killed.
 
 Knobs (environment): SAVE_STEPS (default 20), LOGGING_STEPS (default 10), EVAL_STEPS (0 = no
 evaluation; else an eval phase with its own bar every N steps) over EVAL_ROWS rows (default 400,
@@ -15,6 +17,7 @@ evaluation that outlasts the watchdog's stall_after_s).
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 import warnings
@@ -23,7 +26,6 @@ warnings.filterwarnings("ignore")  # the CPU wheel's numpy notices are not the j
 
 import torch  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments  # noqa: E402
-from transformers.trainer_utils import get_last_checkpoint  # noqa: E402
 
 VOCAB = 64
 SEQ = 16
@@ -44,6 +46,17 @@ class RandomTokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
             time.sleep(self.row_s)
         ids = torch.randint(0, VOCAB, (SEQ,), generator=torch.Generator().manual_seed(i))
         return {"input_ids": ids, "labels": ids.clone()}
+
+
+def newest_complete_checkpoint(out: str) -> str | None:
+    """The checkpoint-N folder with the highest N that holds trainer_state.json."""
+    found = [
+        (int(name.split("-")[1]), os.path.join(out, name))
+        for name in (os.listdir(out) if os.path.isdir(out) else [])
+        if re.fullmatch(r"checkpoint-\d+", name)
+        and os.path.isfile(os.path.join(out, name, "trainer_state.json"))
+    ]
+    return max(found)[1] if found else None
 
 
 def main() -> None:
@@ -87,8 +100,7 @@ def main() -> None:
         if eval_steps
         else None,
     )
-    last = get_last_checkpoint(out) if os.path.isdir(out) else None
-    trainer.train(resume_from_checkpoint=last)
+    trainer.train(resume_from_checkpoint=newest_complete_checkpoint(out))
 
 
 if __name__ == "__main__":
