@@ -47,7 +47,7 @@ def test_tqdm_seconds_per_iteration_bar_is_read() -> None:
 def test_tqdm_first_update_with_unknown_rate_is_read() -> None:
     """The bar's first draw (`?it/s`, remaining `?`) is already a bar at step 0."""
     assert recognise("  0%|          | 0/100000 [00:00<?, ?it/s]") == Recognised(
-        "tqdm", step=0, total=100000, label=""
+        "tqdm", step=0, total=100000, label="", first_draw=True
     )
 
 
@@ -68,6 +68,12 @@ def test_tqdm_bar_without_total() -> None:
     assert recognise("Validation: 5it [00:00, 29.93it/s]") == Recognised(
         "tqdm", step=5, label="Validation"
     )
+
+
+def test_tqdm_bar_with_unknown_total_and_empty_bar_has_its_label() -> None:
+    """Lightning's `Validation: |          | 5/? [...]` (no percentage) keeps its label."""
+    line = "Validation: |          | 5/? [00:00<00:00, 99.8it/s]"
+    assert recognise(line) == Recognised("tqdm", step=5, label="Validation")
 
 
 def test_tqdm_nested_bar_with_cursor_codes_is_read() -> None:
@@ -237,6 +243,64 @@ def test_tracker_forward_steps_are_progress() -> None:
         Seen("progress", "tqdm", ProgressReading(None, 1)),
         Seen("progress", "tqdm", ProgressReading(None, 2)),
     ]
+
+
+def test_tracker_first_draw_of_a_bar_is_not_progress() -> None:
+    """A bar drawn before its first update (`?it/s`) is activity: no step was trained yet."""
+    t = ProgressTracker()
+    seen = _feed(t, "  0%|          | 0/100000 [00:00<?, ?it/s]", _bar(1, 100000))
+    assert [s.kind if s else None for s in seen] == ["activity", "progress"]
+
+
+def test_tracker_lightning_training_then_epoch_bar() -> None:
+    """Lightning draws `Training: |  | 0/?` before `Epoch 0:`; the epoch bar is the step."""
+    t = ProgressTracker()
+    seen = _feed(
+        t,
+        "Training: |          | 0/? [00:00<?, ?it/s]",
+        "Epoch 0:   0%|          | 0/100000 [00:00<?, ?it/s]",
+        "Epoch 0:   1%|          | 501/100000 [00:01<04:04, 406.19it/s, v_num=0]",
+        "Validation: |          | 0/? [00:00<?, ?it/s]",
+        "Validation DataLoader 0:  50%|█████     | 5/10 [00:00<00:00, 99.8it/s]",
+        "Epoch 0:   1%|          | 601/100000 [00:01<04:04, 406.19it/s, v_num=0]",
+    )
+    assert [s.kind if s else None for s in seen] == [
+        "activity",
+        None,  # the epoch bar's first draw at 0: the same counter, not moved
+        "progress",
+        "activity",
+        "activity",
+        "progress",
+    ]
+    assert t.highest == 601
+
+
+def test_tracker_hf_trainer_output_as_printed() -> None:
+    """The Trainer's bar, its string-valued loss dicts, an eval result after a cursor-up code
+    and the shard-writing bar of a save: steps only from the training bar."""
+    t = ProgressTracker()
+    seen = _feed(
+        t,
+        "  0%|          | 9/100000 [00:02<4:53:56,  5.67it/s] ",
+        "{'loss': '3.903', 'grad_norm': '0.8641', 'learning_rate': '5e-05', 'epoch': '0.0001'}",
+        "  0%|          | 10/100000 [00:02<4:53:55,  5.67it/s]",
+        "  4%|▍         | 4/100 [00:00<00:09,  9.62it/s]\x1b[A",
+        "\x1b[A{'eval_loss': '3.903', 'eval_runtime': '12.9', 'epoch': '0.0002'}",
+        "Writing model shards: 100%|██████████| 1/1 [00:00<00:00, 208.37it/s]",
+        "  0%|          | 22/100000 [00:15<25:36:11,  1.08it/s]",
+    )
+    kinds = [s.kind if s else None for s in seen]
+    assert kinds == [
+        "progress",
+        "progress",
+        "progress",
+        "activity",
+        "activity",
+        "activity",
+        "progress",
+    ]
+    assert seen[1] == Seen("progress", "hf_loss", ProgressReading(None, 9))
+    assert t.highest == 22
 
 
 def test_tracker_repeated_step_is_nothing_new() -> None:

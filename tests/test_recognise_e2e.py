@@ -84,3 +84,101 @@ def test_status_shows_source_step_and_activity_age(
     assert pr["source"] in ("tqdm", "hf_loss") and pr["last_activity_age_s"] is not None
     _rc, out, _ = d.ctl("status")
     assert "step 30" in out and "activity" in out, out
+
+
+# Each run makes the next lightning_logs/version_N/metrics.csv (as Lightning's CSVLogger does)
+# and resumes after the previous run's last step; the first run dies after 10 steps. The second
+# rewrites its file whole with a new column after 5 rows, as the CSVLogger does.
+CSV_JOB = """
+import glob, os, sys, time
+
+runs = glob.glob("lightning_logs/version_*")
+folder = f"lightning_logs/version_{len(runs)}"
+os.makedirs(folder)
+path = os.path.join(folder, "metrics.csv")
+first = 1 if not runs else 11
+rows = []
+def write_all(header):
+    with open(path, "w") as f:
+        f.write(header + "\\n" + "".join(rows))
+header = "epoch,step,train_loss"
+write_all(header)
+for step in range(first, first + 10_000):
+    row = f"0,{step},{1.0 / step:.4f}" + (",\\n" if "val_loss" in header else "\\n")
+    rows.append(row)
+    with open(path, "a") as f:
+        f.write(row)
+    if runs and step == first + 5:
+        header = "epoch,step,train_loss,val_loss"
+        rows[:] = [r.rstrip("\\n") + ",\\n" for r in rows]
+        write_all(header)
+    if not runs and step == 10:
+        sys.exit(3)
+    time.sleep(0.1)
+"""
+
+
+def test_csv_glob_follows_each_runs_new_version_folder(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """progress.file `lightning_logs/version_*/metrics.csv`: the step column is the step, the
+    restarted run's new folder is followed, through the rewrite of its file."""
+    job = write_script(tmp_path / "csv_job.py", CSV_JOB)
+    glob_path = str(tmp_path / "lightning_logs" / "version_*" / "metrics.csv")
+    d = make_daemon([job], {"progress": {"file": glob_path, "stall_after_s": 30}})
+    st = wait_until(
+        lambda: (
+            (s := d.status())["progress"]["step"] is not None and s["progress"]["step"] >= 25 and s
+        ),
+        60,
+        "the second run's steps past its rewrite",
+        interval=0.1,
+    )
+    assert st["progress"]["source"] == "csv" and st["healthy"]
+    assert len([e for e in d.events() if e["event"] == "child_spawned"]) == 2
+
+
+# 10 steps, then a checkpoint save of 7 s with no line printed (a shard growing in a new
+# checkpoint-10/ folder), 10 more steps, then silence.
+SAVE_JOB = """
+import os, sys, time
+
+for step in range(1, 11):
+    print(f"step {step} 1,000.0 tok/s", flush=True)
+    time.sleep(0.02)
+os.makedirs("ckpt/checkpoint-10")
+with open("ckpt/checkpoint-10/model.safetensors", "wb") as f:
+    for _ in range(35):
+        f.write(b"x" * 4096)
+        f.flush()
+        time.sleep(0.2)
+open("ckpt/checkpoint-10/trainer_state.json", "w").close()
+for step in range(11, 21):
+    print(f"step {step} 1,000.0 tok/s", flush=True)
+    time.sleep(0.02)
+while True:
+    time.sleep(1)
+"""
+
+
+def test_checkpoint_save_longer_than_stall_after_s_is_not_stalled(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """A 7 s checkpoint save that prints nothing (stall_after_s 4; the save folder is read
+    every 2 s) is activity: the only stall is the silence after step 20."""
+    (tmp_path / "ckpt").mkdir()
+    job = write_script(tmp_path / "save_job.py", SAVE_JOB)
+    d = make_daemon(
+        [job],
+        {
+            "progress": {
+                "stall_after_s": 4,
+                "pattern": r"step (?P<step>\d+) (?P<tokens_per_s>[0-9,.]+) tok/s",
+                "checkpoint": {"path": str(tmp_path / "ckpt"), "kind": "hf"},
+            },
+            "restart": {"backoff_initial_s": 30, "backoff_max_s": 30},
+        },
+    )
+    fired = d.wait_event("detector_fired", timeout=60, reason="stalled")[0]
+    assert fired["last_step"] == "20", fired
+    assert "last_activity_age_s" in fired

@@ -3,15 +3,19 @@ the recognisers, CSV and JSON-lines progress files, and the cost of pathological
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import time
+from typing import Literal
 
 import pytest
 
 from watchdog.config import DEFAULT_PATTERN, ConfigError, parse_config
 from watchdog.core.samples import ProgressReading
+from watchdog.probes.checkpoint import Checkpoint, CheckpointWatch, newest_write
 from watchdog.probes.progress import LogFollower
+from watchdog.probes.progress_glob import GlobFollower
 from watchdog.probes.recognition import LineReader, format_of, reader_for
 
 MINIMAL = 'job:\n  command: ["/bin/true"]\n'
@@ -64,6 +68,12 @@ def test_unknown_format_is_a_config_error_naming_key_and_line(tmp_path: pathlib.
         )
     assert info.value.key == "progress.format" and info.value.line == 4
     assert "tqdm" in info.value.problem
+
+
+def test_pattern_reads_coloured_lines_with_the_colours_stripped() -> None:
+    """A user's pattern sees the line without ANSI codes (SPEC §13: stripped everywhere)."""
+    reader = LineReader("pattern", re.compile(r"step (?P<step>\d+) (?P<tokens_per_s>\d+) tok/s"))
+    assert reader.candidate("\x1b[31mstep 7\x1b[0m 900 tok/s") == ProgressReading(900.0, 7)
 
 
 def test_auto_reads_csv_and_jsonl_files_by_extension() -> None:
@@ -202,3 +212,72 @@ def test_one_fifty_mib_line_of_digits_costs_under_a_second(log: pathlib.Path) ->
         found = f.poll()
         spent = time.process_time() - started
     assert found.readings == () and spent < 1.0
+
+
+# ---------------------------------------------------------------------------- globs
+
+
+def _glob_follower(pattern: str, reader: LineReader) -> GlobFollower:
+    def make(path: str, start: Literal["end", "beginning"]) -> LogFollower:
+        return LogFollower(path, re.compile(DEFAULT_PATTERN), start=start, reader=reader)
+
+    return GlobFollower(pattern, make, look_every_s=0)
+
+
+def test_glob_follows_the_newest_match_and_switches_to_a_new_run(tmp_path: pathlib.Path) -> None:
+    """An earlier run's metrics.csv is read from its end; a newer version folder's file is
+    read from its beginning (header, then rows) and replaces it."""
+    old = tmp_path / "lightning_logs" / "version_0" / "metrics.csv"
+    old.parent.mkdir(parents=True)
+    old.write_text("epoch,step,train_loss\n0,99,1.0\n")
+    os.utime(old, (time.time() - 100, time.time() - 100))
+    pattern = str(tmp_path / "lightning_logs" / "version_*" / "metrics.csv")
+    with _glob_follower(pattern, LineReader("csv")) as f:
+        assert f.path == str(old) and f.poll().readings == ()
+        new = tmp_path / "lightning_logs" / "version_1" / "metrics.csv"
+        new.parent.mkdir()
+        new.write_text("epoch,step,train_loss\n0,49,2.0\n")
+        found = f.poll()
+        assert f.path == str(new) and found.replaced
+        assert found.latest == ProgressReading(None, 49) and found.source == "csv"
+        _append(new, b"0,59,1.9\n")
+        assert f.poll().latest == ProgressReading(None, 59)
+
+
+def test_glob_without_a_match_yet_waits_for_one(tmp_path: pathlib.Path) -> None:
+    """No match at first reads nothing and says nothing is wrong; the first match is read whole."""
+    pattern = str(tmp_path / "out" / "*.jsonl")
+    with _glob_follower(pattern, LineReader("jsonl")) as f:
+        found = f.poll()
+        assert found.readings == () and found.error is None and f.path == pattern
+        (tmp_path / "out").mkdir()
+        (tmp_path / "out" / "m.jsonl").write_text('{"step": 3}\n')
+        assert f.poll().latest == ProgressReading(None, 3)
+
+
+# ---------------------------------------------------------------------------- checkpoint writes
+
+
+def test_newest_write_sees_a_shard_growing_two_levels_down(tmp_path: pathlib.Path) -> None:
+    """A shard file being written inside the newest checkpoint folder moves newest_write."""
+    shard = tmp_path / "iter_0000020" / "mp_rank_00" / "model_optim_rng.pt"
+    shard.parent.mkdir(parents=True)
+    shard.write_bytes(b"x")
+    past = time.time() - 50
+    for p in (shard, shard.parent, shard.parent.parent, tmp_path):
+        os.utime(p, (past, past))
+    before = newest_write(str(tmp_path), "megatron")
+    assert before == pytest.approx(past)
+    with shard.open("ab") as f:
+        f.write(b"more")  # only the file's own mtime moves: no folder changes
+    after = newest_write(str(tmp_path / "latest_checkpointed_iteration.txt"), "megatron")
+    assert after is not None and after > past + 40
+
+
+def test_checkpoint_watch_counts_writes_after_its_first_read() -> None:
+    """The first read only sets where to count from; a newer write after it is activity."""
+    watch = CheckpointWatch("/nonexistent", "hf")
+    assert not watch.wrote_since(Checkpoint(None, activity_at=100.0))
+    assert not watch.wrote_since(Checkpoint(None, activity_at=100.0))
+    assert watch.wrote_since(Checkpoint(None, activity_at=101.0))
+    assert not watch.wrote_since(Checkpoint(None, activity_at=None))

@@ -46,7 +46,7 @@ from watchdog.hooks import Hooks
 from watchdog.logs import EventLog, configure_structlog
 from watchdog.notify import Notifier
 from watchdog.persist import FileWriter, StateWriter
-from watchdog.probes.progress import LogFollower, tail_lines
+from watchdog.probes.progress import Follower, tail_lines
 from watchdog.probes.ranks import RankLister
 from watchdog.proctitle import ProcTitle
 from watchdog.statedir import StateDir
@@ -80,7 +80,7 @@ class Daemon:
         self.goodput_file = FileWriter(self.state.file("goodput.json"), self.emit)
         self.title = ProcTitle()
         self.monitor = health.HealthMonitor(assemble.health_of(cfg))
-        self.follower: LogFollower | None = None
+        self.follower: Follower | None = None
         # Blocking file and /proc reads run off the loop, each bounded (offloop.py says why).
         self.log_io = offloop.BoundedWorker("log-open")
         self.progress_io = offloop.BoundedWorker("progress-read")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from watchdog import assemble, child, cluster, evidence, offloop, sampling
 from watchdog.core import health, policy
 from watchdog.core.ranks import RankTracker
-from watchdog.probes.progress import LogFollower
+from watchdog.probes.progress import Follower
 
 if TYPE_CHECKING:
     from watchdog.daemon import Daemon
@@ -80,7 +80,7 @@ async def prepare_start(d: Daemon) -> policy.SpawnFailed | None:
     return None
 
 
-async def open_log(d: Daemon, attempt: int) -> tuple[int, LogFollower | None] | policy.SpawnFailed:
+async def open_log(d: Daemon, attempt: int) -> tuple[int, Follower | None] | policy.SpawnFailed:
     """Open the job's log and write the start marker, then open the progress follower:
     each off the loop and bounded (a log on a hung mount, or a FIFO, must not stall it).
     A follower that cannot be opened yet does not hold up the start (sample_once retries)."""
@@ -118,7 +118,7 @@ async def open_log(d: Daemon, attempt: int) -> tuple[int, LogFollower | None] | 
         raise
 
 
-def spawn(d: Daemon, log_fd: int, follower: LogFollower | None) -> None:
+def spawn(d: Daemon, log_fd: int, follower: Follower | None) -> None:
     """Spawn and watch. Synchronous on purpose: a cancel can never split it."""
     job = d.cfg.job
     try:

@@ -80,7 +80,7 @@ async def write_incident(d: Daemon, reason: str) -> str | None:
             # verdict.json holds {reason, time, evidence: <this>}
             verdict={**verdict.evidence, "pid": snap.pid, "firing": sorted(snap.firing)},
             log_path=d.cfg.job.log_file,  # tracebacks land here even with progress.file
-            progress_path=d.cfg.progress.file,
+            progress_path=sampling.progress_file_now(d),
             gpu_samples=d.gpus.recent_as_dicts(),
             pids=pids,
             pyspy_timeout_s=d.cfg.incidents.pyspy_timeout_s,

@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__, sampling
 from watchdog.core import policy, protocol
-from watchdog.probes.progress import LogFollower
 
 if TYPE_CHECKING:
     from watchdog.daemon import Daemon
@@ -237,9 +236,7 @@ def resume(d: Daemon, state: dict[str, Any]) -> None:
             os.set_inheritable(fds["pidfd"], False)  # back to close-on-exec for our helpers
         d.watch_job(pid, fds["pidfd"])
     if isinstance(state["follower"], dict):
-        path, pattern = sampling.progress_path(d), d.cfg.progress.pattern
-        reader = sampling.progress_reader(d, path)
-        d.follower = LogFollower.resumed(path, pattern, state["follower"], reader)
+        d.follower = sampling.resumed_follower(d, state["follower"])
     d.incident_path = state["incident_path"]
     d.started_at = float(state["daemon_started_at"])
     d.polled_at = float(state["polled_at"])

@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 from watchdog import offloop
 from watchdog.core import policy, status
-from watchdog.probes.progress import FollowResult, LogFollower
+from watchdog.probes.progress import Follower, FollowResult, LogFollower
+from watchdog.probes.progress_glob import GlobFollower, is_glob
 from watchdog.probes.recognition import LineReader, reader_for
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ async def sample_once(d: Daemon, gpu: bool = True) -> None:
         d.notifier.status(status.status_line(d.status()))
 
 
-async def poll_progress(d: Daemon, follower: LogFollower) -> FollowResult | None:
+async def poll_progress(d: Daemon, follower: Follower) -> FollowResult | None:
     """One poll of the progress log off the loop; None while the read does not answer."""
     try:
         found = await d.progress_io.call(
@@ -112,26 +113,66 @@ def progress_reader(d: Daemon, path: str) -> LineReader:
     return reader_for(p.format, p.pattern_set, p.pattern, path)
 
 
-async def open_follower(d: Daemon) -> LogFollower | None:
+def make_follower(d: Daemon, path: str) -> Follower:
+    """The run's follower of `path`: a glob (SPEC §13) follows its newest match."""
+    pattern = d.cfg.progress.pattern
+    reader = progress_reader(d, path)
+
+    def make(file: str, start: Literal["end", "beginning"]) -> LogFollower:
+        return LogFollower(file, pattern, start=start, reader=reader)
+
+    return GlobFollower(path, make) if is_glob(path) else make(path, "end")
+
+
+def resumed_follower(d: Daemon, c: dict[str, Any]) -> Follower:
+    """The follower carried across an in-place re-exec (its descriptor, position, the run's
+    highest step; with a glob, which match it was on)."""
     path, pattern = progress_path(d), d.cfg.progress.pattern
     reader = progress_reader(d, path)
+    glob_path = c.get("glob_path")
+    inner = LogFollower.resumed(
+        glob_path if isinstance(glob_path, str) else path, pattern, c, reader
+    )
+    if not is_glob(path):
+        return inner
+
+    def make(file: str, start: Literal["end", "beginning"]) -> LogFollower:
+        return LogFollower(file, pattern, start=start, reader=reader)
+
+    return GlobFollower.resumed(path, make, inner)
+
+
+async def open_follower(d: Daemon) -> Follower | None:
+    path = progress_path(d)
     try:
         return await d.progress_io.call(
-            lambda: LogFollower(path, pattern, start="end", reader=reader),
+            lambda: make_follower(d, path),
             PROGRESS_READ_TIMEOUT_S,
             what=f"opening {path}",
-            discard=LogFollower.close,
+            discard=_close,
         )
     except offloop.Hung as e:
         progress_read_hung(d, path, e)
         return None
 
 
+def _close(follower: Follower) -> None:
+    follower.close()
+
+
 def progress_path(d: Daemon) -> str:
     return d.cfg.progress.file or d.cfg.job.log_file
 
 
-def set_follower(d: Daemon, follower: LogFollower | None) -> None:
+def progress_file_now(d: Daemon) -> str | None:
+    """progress.file as followed now: with a glob, the match being read (incident bundles)."""
+    file = d.cfg.progress.file
+    if file is not None and is_glob(file) and d.follower is not None:
+        return d.follower.path
+    return file
+
+
+def set_follower(d: Daemon, follower: Follower | None) -> None:
     old, d.follower = d.follower, follower
     if old is not None:  # not under a poll that is still stuck reading it
         d.progress_io.when_idle(old.close)
@@ -156,6 +197,8 @@ async def read_checkpoint(d: Daemon) -> None:
     except Exception as e:  # a reader bug must never fail a stop or a start
         d.emit("internal_error_caught", where="checkpoint", error=f"{type(e).__name__}: {e}")
         return
+    if watch.wrote_since(found) and watch is d.checkpoints:
+        d.monitor.activity(time.monotonic())  # SPEC §13: a save under way is not a stall
     if found.mark is not None and found.written_at is not None:
         # Its own mtime on the monotonic clock, however old: lost work counts from it.
         at = time.monotonic() - max(0.0, time.time() - found.written_at)

@@ -70,6 +70,7 @@ class Recognised:
     label: str = ""  # a tqdm bar's description ("Epoch 3", "Validation DataLoader 0", "")
     epoch: int | None = None  # Lightning's `Epoch N:` prefix: its bar restarts every epoch
     activity: bool = False  # the line itself says it is no training (eval results, validate)
+    first_draw: bool = False  # a tqdm bar drawn before its first update (rate `?it/s`)
 
 
 def _int(text: str | None) -> int | None:
@@ -147,7 +148,9 @@ _TQDM_AFTER = re.compile(
 _TQDM_BEFORE = re.compile(
     r"(?<![\w.])(?P<n>[0-9]{1,18})(?:/(?P<total>[0-9]{1,18}|\?)|[A-Za-z_]{1,24})?[ \t]{0,4}\Z"
 )
-_PCT = re.compile(r"[0-9]{1,3}%\|[^|]{0,512}\|[ \t]{0,4}\Z")
+# `{pct}%|{bar}|` before the counter; `|{bar}|` alone when the total is unknown (Lightning's
+# `Training: |          | 0/? [...]`).
+_PCT = re.compile(r"(?:[0-9]{1,3}%)?\|[^|]{0,512}\|[ \t]{0,4}\Z")
 _EPOCH = re.compile(r"(?:^|\s)Epoch[ \t]{1,4}([0-9]{1,12})\Z")
 _LABEL_NOISE = re.compile(r"[\s:]{1,64}\Z")
 
@@ -167,17 +170,18 @@ def tqdm_bar(line: str) -> Recognised | None:
     """A tqdm bar update: `{desc}: 45%|████▌ | 450/1000 [00:10<00:12, 44.10it/s, …]`."""
     if "/s" not in line and "s/" not in line:
         return None
-    match = None
+    match = after = None
     at = len(line)
     for _ in range(MAX_TRIES):  # the last bar of the line is the newest
         at = line.rfind("[", 0, at)
         if at < 0:
             return None
-        if _TQDM_AFTER.match(line, at):
+        after = _TQDM_AFTER.match(line, at)
+        if after is not None:
             match = _TQDM_BEFORE.search(line, max(0, at - 64), at)
             if match is not None:
                 break
-    if match is None:
+    if match is None or after is None:
         return None
     step = _int(match.group("n"))
     if step is None:
@@ -191,6 +195,7 @@ def tqdm_bar(line: str) -> Recognised | None:
         total=None if total_text in (None, "?") else _int(total_text),
         label=label,
         epoch=int(epoch_match.group(1)) if epoch_match else None,
+        first_draw=after.group("rate") == "?",
     )
 
 
@@ -455,6 +460,10 @@ class ProgressTracker:
                 self._lap_offset += r.total if r.total is not None else self._train_n
             step = self._lap_offset + r.step
         self._train_n = r.step
+        if r.first_draw:
+            # The bar drawn before its first step (`0/1000 [00:00<?, ?it/s]`, or a resumed
+            # epoch's): a first step may still be minutes of compiling away. Not progress.
+            return self._moved("tqdm-first", step, "tqdm")
         return self._step("tqdm", min(step, MAX_STEP), r.tokens_per_s, "tqdm")
 
     def _takes_over(self, key: tuple[str, int | None], r: Recognised) -> bool:

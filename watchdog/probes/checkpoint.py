@@ -20,6 +20,8 @@ daemon. Kinds:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import itertools
 import os
 import re
 from collections.abc import Iterable
@@ -44,6 +46,9 @@ class Checkpoint:
     label: str | None = None
     written_at: float | None = None
     error: str | None = None
+    # SPEC §13: the newest write anywhere the checkpoint is being saved (wall clock), complete
+    # or not: a save in progress is activity (it keeps the job from `stalled`), not progress.
+    activity_at: float | None = None
 
 
 # ------------------------------------------------------------------------------- pure parts
@@ -160,6 +165,42 @@ def _read_mtime(path: str) -> Checkpoint:
     return Checkpoint(newest, os.path.basename(path), newest)
 
 
+def newest_write(path: str, kind: str, depth: int = 3) -> float | None:
+    """Blocking: the newest mtime of the checkpoint folder, its entries, and down the newest
+    subfolder (`checkpoint-500/`, `iter_0000500/mp_rank_00/`: the shards being written) to
+    `depth` levels; each folder looked at holds at most MAX_ENTRIES entries of the look."""
+    folder = path
+    if kind == "megatron" and os.path.basename(path) == TRACKER:
+        folder = os.path.dirname(path) or "."
+    try:
+        newest = os.stat(folder).st_mtime
+        while depth > 0 and os.path.isdir(folder):
+            depth -= 1
+            newest_dir: tuple[float, str] | None = None
+            with os.scandir(folder) as it:
+                for entry in itertools.islice(it, MAX_ENTRIES):
+                    try:
+                        mtime = entry.stat(follow_symlinks=False).st_mtime
+                    except FileNotFoundError:
+                        continue
+                    newest = max(newest, mtime)
+                    if entry.is_dir(follow_symlinks=False) and (
+                        newest_dir is None or mtime > newest_dir[0]
+                    ):
+                        newest_dir = (mtime, entry.path)
+            if newest_dir is None:
+                break
+            folder = newest_dir[1]
+    except OSError:
+        return None
+    return newest
+
+
+def _read_with_activity(path: str, kind: str) -> Checkpoint:
+    found = read_checkpoint(path, kind)
+    return dataclasses.replace(found, activity_at=newest_write(path, kind))
+
+
 class CheckpointWatch:
     """Reads the checkpoint in a thread, one read at a time, each under READ_TIMEOUT_S."""
 
@@ -167,12 +208,22 @@ class CheckpointWatch:
         self.path, self.kind = path, kind
         self.last: Checkpoint | None = None
         self._inflight: asyncio.Future[Checkpoint] | None = None
+        self._activity_at: float | None = None  # the newest write seen so far
+
+    def wrote_since(self, found: Checkpoint) -> bool:
+        """Something was written where checkpoints are saved since the previous read (the
+        first read only sets where to count from)."""
+        at = found.activity_at
+        if at is None:
+            return False
+        before, self._activity_at = self._activity_at, max(at, self._activity_at or at)
+        return before is not None and at > before
 
     async def read(self) -> Checkpoint:
         """The newest checkpoint now; a read still hung from before is waited on, not doubled."""
         if self._inflight is None or self._inflight.done():
             self._inflight = asyncio.ensure_future(
-                asyncio.to_thread(read_checkpoint, self.path, self.kind)
+                asyncio.to_thread(_read_with_activity, self.path, self.kind)
             )
         try:
             found = await asyncio.wait_for(asyncio.shield(self._inflight), READ_TIMEOUT_S)

@@ -15,7 +15,7 @@ import stat
 import time
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from watchdog.core.samples import ProgressReading
 
@@ -195,6 +195,20 @@ def _find_marker(src: _Source, marker: str, window: int) -> int | None:
         return None
     newline = data.find(b"\n", at)
     return start + (newline + 1 if newline >= 0 else len(data))
+
+
+class Follower(Protocol):
+    """What the daemon needs of a follower: LogFollower, or GlobFollower over the newest of
+    several files (progress_glob.py)."""
+
+    @property
+    def path(self) -> str: ...
+
+    def poll(self) -> FollowResult: ...
+
+    def carry(self) -> dict[str, object] | None: ...
+
+    def close(self) -> None: ...
 
 
 class LogFollower:

@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-from watchdog.core.recognise import ProgressTracker, Recognised, Seen, recognise
+from watchdog.core.recognise import ProgressTracker, Recognised, Seen, recognise, strip_ansi
 from watchdog.core.samples import ProgressReading
 from watchdog.probes.progress import parse_line
 
@@ -99,7 +99,7 @@ class LineReader:
         CSV header)."""
         if self.format == "pattern":
             assert self._pattern is not None
-            return parse_line(text, self._pattern)
+            return parse_line(strip_ansi(text), self._pattern)  # colours stripped everywhere
         if self.format == "csv":
             return self._csv_row(text)
         if self.format == "jsonl":
