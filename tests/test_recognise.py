@@ -11,14 +11,8 @@ import time
 
 import pytest
 
-from watchdog.core.recognise import (
-    FORMATS,
-    ProgressTracker,
-    Recognised,
-    Seen,
-    recognise,
-    strip_ansi,
-)
+from watchdog.core.progress_tracker import ProgressTracker, Seen
+from watchdog.core.recognise import FORMATS, Recognised, recognise, strip_ansi
 from watchdog.core.samples import ProgressReading
 
 # ---------------------------------------------------------------------------- one per format
@@ -303,10 +297,18 @@ def test_tracker_hf_trainer_output_as_printed() -> None:
     assert t.highest == 22
 
 
-def test_tracker_repeated_step_is_nothing_new() -> None:
-    """A bar redrawn at the same step (a postfix refresh) is neither progress nor activity."""
+def test_tracker_redrawn_step_is_activity_not_progress() -> None:
+    """A bar redrawn at the same step (Lightning redraws with its postfix) is activity."""
     t = ProgressTracker()
-    assert _feed(t, _bar(5, 100), _bar(5, 100))[1] is None
+    assert _feed(t, _bar(5, 100), _bar(5, 100))[1] == Seen("activity", "tqdm")
+
+
+def test_tracker_same_step_with_throughput_is_progress() -> None:
+    """The current step again with a tok/s figure is a throughput report: progress, same step."""
+    t = ProgressTracker()
+    assert t.observe_reading(ProgressReading(900.0, 5), "pattern") is not None
+    seen = t.observe_reading(ProgressReading(950.0, 5), "pattern")
+    assert seen == Seen("progress", "pattern", ProgressReading(950.0, 5)) and t.highest == 5
 
 
 def test_tracker_eval_bar_beside_training_bar_is_activity() -> None:

@@ -180,6 +180,9 @@ def test_follower_reads_jsonl_step_and_tokens(log: pathlib.Path) -> None:
         b"global_step: 1" * 300,
         b"step=1, " * 512,
         b"iteration 9" * 400,
+        b"step: 1  loss: " * 270,
+        b"{'loss" * 680,
+        b"\x1b[" + b"9" * 4094,
     ],
 )
 def test_fifty_mib_of_pathological_lines_costs_under_a_second(

@@ -15,7 +15,8 @@ import json
 import re
 from typing import Any
 
-from watchdog.core.recognise import ProgressTracker, Recognised, Seen, recognise, strip_ansi
+from watchdog.core.progress_tracker import ProgressTracker, Seen
+from watchdog.core.recognise import Recognised, recognise, strip_ansi
 from watchdog.core.samples import ProgressReading
 from watchdog.probes.progress import parse_line
 

@@ -1,0 +1,168 @@
+"""PURE judge of recognised progress lines, one per run of the job (SPEC §13): progress (a step
+forward, a throughput figure, a loss report), activity (a counter advancing that is not the
+training step) or nothing new. See `ProgressTracker`; the recognisers are in recognise.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from watchdog.core.recognise import MAX_STEP, Recognised
+from watchdog.core.samples import ProgressReading
+
+Kind = Literal["progress", "activity"]
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """The tracker's judgement of one line: progress (with its reading) or activity."""
+
+    kind: Kind
+    source: str
+    reading: ProgressReading | None = None  # for progress
+
+
+# A bar whose description starts with one of these is never the training bar (Lightning's
+# validation/sanity/test/predict bars, Hugging Face's shard loading and writing, datasets'
+# map/filter/generate/download bars, evaluation loops).
+ACTIVITY_LABELS = (
+    "validat",
+    "sanity",
+    "test",
+    "predict",
+    "eval",
+    "loading",
+    "writing",
+    "saving",
+    "map",
+    "filter",
+    "generat",
+    "download",
+    "upload",
+    "resolving",
+    "tokeniz",
+    "compil",
+    "fetching",
+    "extract",
+    "convert",
+    "preprocess",
+    "inference",
+)
+
+
+def is_activity_label(label: str) -> bool:
+    low = label.lower()
+    # Drop a logging prefix ("[rank0]: ", "INFO: "): the description is the last clause.
+    for sep in ("]: ", "] ", ": ", " - "):
+        if sep in low:
+            low = low.rsplit(sep, 1)[1]
+    return low.startswith(ACTIVITY_LABELS) or "shard" in low
+
+
+class ProgressTracker:
+    """One run's judge of recognised lines: is this a step forward, other activity, or nothing?
+
+    The run's highest step is the mark: a step above it is progress; the highest step again is
+    activity (a redraw), or progress when it carries a tokens/s figure (a throughput report); a
+    step below it that moved since the last line of its kind is activity (an eval bar, a bar
+    restarted); one that did not move is nothing new. Among tqdm bars the training bar is the
+    one with an `Epoch N` description (Lightning), else the one with the largest total seen (the
+    Trainer's max_steps bar beside its eval bars); bars with an activity description
+    (`ACTIVITY_LABELS`) never are.
+    A training bar that starts over without an epoch (a script's `for epoch: tqdm(loader)`)
+    counts on from where it was, so its step stays monotone.
+    """
+
+    def __init__(self) -> None:
+        self.highest: int | None = None
+        self._last: dict[object, int] = {}  # the last counter value per source or bar
+        self._train_key: tuple[str, int | None] | None = None
+        self._lap_offset = 0
+        self._train_n: int | None = None
+
+    def carry(self) -> dict[str, object]:
+        """The run's highest step, for an in-place re-exec (bars are re-learnt)."""
+        return {"highest": self.highest}
+
+    @classmethod
+    def resume(cls, c: object) -> ProgressTracker:
+        t = cls()
+        if isinstance(c, dict) and type(c.get("highest")) is int:
+            t.highest = c["highest"]
+        return t
+
+    def observe(self, r: Recognised) -> Seen | None:
+        """Judge one recognised line (lines in the order the job wrote them)."""
+        if r.source == "tqdm":
+            return self._bar(r)
+        if r.step is None:
+            # A line without a step (a loss dict between bar updates) keeps the run's step.
+            kind: Kind = "activity" if r.activity else "progress"
+            reading = None if r.activity else ProgressReading(r.tokens_per_s, self.highest)
+            return Seen(kind, r.source, reading)
+        if r.activity:
+            return self._moved(("activity", r.source), r.step, r.source)
+        return self._step(r.source, r.step, r.tokens_per_s, r.source)
+
+    def observe_reading(self, reading: ProgressReading, source: str) -> Seen | None:
+        """A reading from a user's pattern or a CSV/JSON-lines row: the same forward rule."""
+        if reading.step is None:
+            return Seen("progress", source, ProgressReading(reading.tokens_per_s, self.highest))
+        return self._step(source, reading.step, reading.tokens_per_s, source)
+
+    def _step(self, key: object, step: int, tps: float | None, source: str) -> Seen | None:
+        if self.highest is None or step > self.highest:
+            self.highest = step
+            self._last[key] = step
+            return Seen("progress", source, ProgressReading(tps, step))
+        if step == self.highest:
+            self._last[key] = step
+            if tps is not None:
+                # A throughput report at the current step (a job printing tok/s more often
+                # than it finishes steps): progress for throughput, no new mark.
+                return Seen("progress", source, ProgressReading(tps, step))
+            # The current step drawn again (Lightning redraws each update with its postfix):
+            # the job is alive, but it is no step forward.
+            return Seen("activity", source)
+        return self._moved(key, step, source)
+
+    def _moved(self, key: object, value: int, source: str) -> Seen | None:
+        before = self._last.get(key)
+        self._last[key] = value
+        return None if before == value else Seen("activity", source)
+
+    def _bar(self, r: Recognised) -> Seen | None:
+        assert r.step is not None
+        if is_activity_label(r.label):
+            return self._moved(("bar", r.label, r.total), r.step, "tqdm")
+        # Lightning's epoch bar is one bar whatever its total (a shorter last epoch).
+        key = ("Epoch", None) if r.epoch is not None else (r.label, r.total)
+        if self._train_key is None or self._takes_over(key, r):
+            self._train_key, self._lap_offset, self._train_n = key, 0, None
+        if key != self._train_key:
+            return self._moved(("bar", *key), r.step, "tqdm")
+        if r.epoch is not None and r.total is not None:
+            step = r.epoch * r.total + r.step
+        else:
+            if self._train_n is not None and r.step < self._train_n:
+                # The bar started over (a new epoch of a plain loop): count on.
+                self._lap_offset += r.total if r.total is not None else self._train_n
+            step = self._lap_offset + r.step
+        self._train_n = r.step
+        if r.first_draw:
+            # The bar drawn before its first step (`0/1000 [00:00<?, ?it/s]`, or a resumed
+            # epoch's): a first step may still be minutes of compiling away. Not progress.
+            return self._moved("tqdm-first", step, "tqdm")
+        return self._step("tqdm", min(step, MAX_STEP), r.tokens_per_s, "tqdm")
+
+    def _takes_over(self, key: tuple[str, int | None], r: Recognised) -> bool:
+        """A new bar becomes the training bar: an epoch bar over a plain one, or a larger
+        total over a smaller one (never a plain bar over an epoch bar)."""
+        cur = self._train_key
+        assert cur is not None
+        if key == cur:
+            return False
+        if (key[0] == "Epoch") != (cur[0] == "Epoch"):
+            return key[0] == "Epoch"
+        return r.total is not None and (cur[1] is None or r.total > cur[1])
