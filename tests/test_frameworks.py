@@ -197,6 +197,23 @@ def test_hf_trainer_evaluation_longer_than_stall_after_s_is_not_stalled(
     assert not [e for e in d.events() if e.get("reason") == "stalled"]
 
 
+def test_hf_trainer_steps_slower_than_a_second_in_s_per_it_are_progress(
+    make_daemon: DaemonFactory, work: pathlib.Path
+) -> None:
+    """A Trainer whose steps take over a second draws its bar in `s/it` (`3/100000 [00:04<…,
+    1.31s/it]`), as large models do; with no pattern that bar's step is the run's progress."""
+    d = make_daemon(
+        [sys.executable, str(JOBS / "hf_trainer_job.py"), str(work)],
+        framework_config(work, env={"TRAIN_ROW_S": "0.3"}),  # 4 rows a step: >= 1.2 s
+    )
+    s = healthy_with_step(d, above=1)
+    assert s["progress"]["source"] == "tqdm", s["progress"]
+    log = pathlib.Path(d.cfg["job"]["log_file"]).read_text(errors="replace")
+    slow = re.findall(r"(\d+)/100000 \[[^\]]*s/it\]", log)
+    assert slow, "the Trainer's bar never read s/it"
+    assert s["progress"]["step"] <= max(int(n) for n in slow), (s["progress"], slow)
+
+
 def test_lightning_tqdm_healthy_stalled_when_frozen_and_resumes(
     make_daemon: DaemonFactory, work: pathlib.Path
 ) -> None:
