@@ -2,14 +2,15 @@
 
 The jobs (tests/jobs/hf_trainer_job.py, tests/jobs/lightning_job.py) are a tiny Hugging Face
 Trainer GPT-2 and a tiny Lightning model on CPU, printing only what the frameworks print by
-default. Each test: the run becomes healthy with its step in status; its process group frozen by
-SIGSTOP is found `stalled` and restarted; the restarted run resumes from its checkpoint, so the
-steps it reports start past that checkpoint's step, not from 0.
+default. A run becomes healthy with its step in status; its process group frozen by SIGSTOP is
+found `stalled` and restarted; the restarted run resumes from its checkpoint, so the steps it
+reports start past that checkpoint's step, not from 0. Also: a Trainer evaluation longer than
+stall_after_s, and a Trainer whose steps take over a second (its bar in s/it).
 
-Timing (two loaded cores): import and first step take 8-20 s (transformers is the slow one), so
-the startup window is generous; a tqdm bar updates many times a second, so `stall_after_s` is
-short. Marked `slow`: `pytest -m "not slow"` leaves them out.
-"""
+Timing (two loaded cores): import and first step took 6-17 s for the Trainer and 7-11 s for
+Lightning here, so the startup window is generous; a tqdm bar updates many times a second, so
+`stall_after_s` is short. Each test took 15-40 s. Marked `slow`: `pytest -m "not slow"` leaves
+them out."""
 
 from __future__ import annotations
 
@@ -37,13 +38,13 @@ pytestmark = [
         bool(MISSING),
         reason=f"{', '.join(MISSING)} not installed (make test installs the `frameworks` extra)",
     ),
-    # 40-90 s each on two busy cores (two imports of a framework and a freeze of stall_after_s);
+    # 15-40 s each on two busy cores (two imports of a framework and a freeze of stall_after_s);
     # a hard bound with room for a loaded CI machine.
     pytest.mark.timeout(300),
 ]
 
 JOBS = ROOT / "tests" / "jobs"
-STARTUP_S = 120  # import + first step, twice the slowest seen here (transformers: ~17 s)
+STARTUP_S = 120  # import + first step: 7 times the slowest seen here (transformers: 17 s)
 STALL_AFTER_S = 8  # a healthy run's bar moves many times a second; checkpoints take < 1 s
 # A tqdm bar's `N/M [` or, Lightning's bar on a resumed run, `N/? [`: (N, M).
 BAR = re.compile(r"(\d+)/(\d+|\?) \[")
@@ -88,7 +89,8 @@ def hf_checkpoint(work: pathlib.Path) -> int:
 
 
 def lightning_checkpoint(work: pathlib.Path) -> int:
-    """The step of ModelCheckpoint's newest `epoch=E-step=N.ckpt` (0: none yet)."""
+    """The step of ModelCheckpoint's newest `epoch=E-step=N.ckpt`, the one the job resumes from
+    (0: none yet)."""
     folder = work / "checkpoints"
     names = os.listdir(folder) if folder.is_dir() else []
     steps = (re.fullmatch(r"epoch=\d+-step=(\d+)\.ckpt", n) for n in names)

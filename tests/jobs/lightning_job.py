@@ -5,8 +5,9 @@ fits random data with Lightning's own output only: `tqdm` is Lightning's TQDM ba
 where `rich` is not installed: `Epoch 0:   1%|…| 450/100000 [00:05<…, 88.2it/s, v_num=0]`),
 `rich` is its RichProgressBar (the default where `rich` is installed), which on a non-TTY prints
 nothing while training. Either way CSVLogger writes lightning_logs/version_N/metrics.csv (a `step`
-column) and ModelCheckpoint saves checkpoints/last.ckpt every CKPT_EVERY steps; a run resumes
-from it, as a user's restart script does. One epoch is 100,000 steps: it trains until killed.
+column) and ModelCheckpoint saves checkpoints/epoch=E-step=N.ckpt every CKPT_EVERY steps (each
+file written whole, then the older one removed); a run resumes from the newest, as a user's
+restart script does. One epoch is 100,000 steps: it trains until killed.
 
 Knobs (environment): CKPT_EVERY (default 100), LOG_EVERY (default 5: metrics.csv rows and its
 flush, in steps).
@@ -15,6 +16,7 @@ flush, in steps).
 from __future__ import annotations
 
 import os
+import re
 import sys
 import warnings
 
@@ -52,6 +54,17 @@ class Tiny(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
+def newest_checkpoint(folder: str) -> str | None:
+    """The `epoch=E-step=N.ckpt` with the highest N (two for a moment: the new one is written
+    before the old one is removed)."""
+    found = [
+        (int(m[1]), os.path.join(folder, name))
+        for name in (os.listdir(folder) if os.path.isdir(folder) else [])
+        if (m := re.fullmatch(r"epoch=\d+-step=(\d+)\.ckpt", name))
+    ]
+    return max(found)[1] if found else None
+
+
 def main() -> None:
     workdir, bar = sys.argv[1], sys.argv[2]
     every = int(os.environ.get("LOG_EVERY", "5"))
@@ -66,18 +79,15 @@ def main() -> None:
         callbacks=[
             TQDMProgressBar() if bar == "tqdm" else RichProgressBar(),
             ModelCheckpoint(
-                dirpath=ckpt_dir,
-                every_n_train_steps=int(os.environ.get("CKPT_EVERY", "100")),
-                save_last=True,
+                dirpath=ckpt_dir, every_n_train_steps=int(os.environ.get("CKPT_EVERY", "100"))
             ),
         ],
         enable_model_summary=False,
     )
-    last = os.path.join(ckpt_dir, "last.ckpt")
     trainer.fit(
         Tiny(),
         torch.utils.data.DataLoader(RandomRows(), batch_size=1),
-        ckpt_path=last if os.path.exists(last) else None,
+        ckpt_path=newest_checkpoint(ckpt_dir),
     )
 
 
