@@ -9,7 +9,7 @@ stall_after_s, and a Trainer whose steps take over a second (its bar in s/it).
 
 Timing (two loaded cores): import and first step took 6-17 s for the Trainer and 7-11 s for
 Lightning here, so the startup window is generous; a tqdm bar updates many times a second, so
-`stall_after_s` is short. Each test took 15-40 s. Marked `slow`: `pytest -m "not slow"` leaves
+`stall_after_s` is short. Each test took 15-70 s. Marked `slow`: `pytest -m "not slow"` leaves
 them out."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ pytestmark = [
         bool(MISSING),
         reason=f"{', '.join(MISSING)} not installed (make test installs the `frameworks` extra)",
     ),
-    # 15-40 s each on two busy cores (two imports of a framework and a freeze of stall_after_s);
+    # 15-70 s each on two busy cores (two imports of a framework and a freeze of stall_after_s);
     # a hard bound with room for a loaded CI machine.
     pytest.mark.timeout(300),
 ]
