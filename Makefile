@@ -26,7 +26,7 @@ $(BASE_STAMP): pyproject.toml
 $(STAMP): $(BASE_STAMP)
 	$(BIN)/pip install -q -e '.[dev,diagnostics,metrics,cluster]'
 	@# The torchrun tests need torch; where it cannot be installed they skip and say why.
-	$(BIN)/pip install -q $(TORCH_PIP_ARGS) -e '.[torch]' || \
+	$(BIN)/pip install -q $(TORCH_PIP_ARGS) -e '.[torch,frameworks]' || \
 		echo "torch could not be installed: tests/test_torchrun.py will be skipped" >&2
 	touch $@
 
