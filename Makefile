@@ -25,9 +25,9 @@ $(BASE_STAMP): pyproject.toml
 
 $(STAMP): $(BASE_STAMP)
 	$(BIN)/pip install -q -e '.[dev,diagnostics,metrics,cluster]'
-	@# The torchrun tests need torch; where it cannot be installed they skip and say why.
+	@# The torchrun and framework tests need torch (and transformers, lightning); where they cannot be installed they skip and say why.
 	$(BIN)/pip install -q $(TORCH_PIP_ARGS) -e '.[torch,frameworks]' || \
-		echo "torch could not be installed: tests/test_torchrun.py will be skipped" >&2
+		echo "torch or the frameworks extra could not be installed: tests/test_torchrun.py and tests/test_frameworks.py will skip, saying why" >&2
 	touch $@
 
 venv: $(STAMP)
