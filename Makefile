@@ -3,6 +3,9 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Two stamps: the demo sets up only what it runs (the package and its runtime dependencies);
+# test and lint add the dev and test extras, torch included, on top of that.
+BASE_STAMP := $(VENV)/.base-stamp
 STAMP := $(VENV)/.installed-stamp
 FAKE_NVML := tests/fake_nvml/build/libnvidia-ml.so.1
 DEMO := $(CURDIR)/.demo
@@ -14,13 +17,17 @@ all: test
 # TORCH_PIP_ARGS: extra pip options for the torch extra (e.g. an index of CPU-only builds).
 TORCH_PIP_ARGS ?=
 
-$(STAMP): pyproject.toml
+$(BASE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(STAMP): $(BASE_STAMP)
 	$(BIN)/pip install -q -e '.[dev,diagnostics,metrics,cluster]'
-	@# The torchrun tests need torch; where it cannot be installed they skip and say why.
-	$(BIN)/pip install -q $(TORCH_PIP_ARGS) -e '.[torch]' || \
-		echo "torch could not be installed: tests/test_torchrun.py will be skipped" >&2
+	@# The torchrun and framework tests need torch (and transformers, lightning); where they cannot be installed they skip and say why.
+	$(BIN)/pip install -q $(TORCH_PIP_ARGS) -e '.[torch,frameworks]' || \
+		echo "torch or the frameworks extra could not be installed: tests/test_torchrun.py and tests/test_frameworks.py will skip, saying why" >&2
 	touch $@
 
 venv: $(STAMP)
@@ -30,7 +37,7 @@ $(FAKE_NVML): tests/fake_nvml/fake_nvml.c tests/fake_nvml/Makefile
 
 fake-nvml: $(FAKE_NVML)
 
-demo: $(STAMP) $(FAKE_NVML)
+demo: $(BASE_STAMP) $(FAKE_NVML)
 	mkdir -p $(DEMO)
 	$(BIN)/python tests/fakegpu.py gpus -n 8 $(DEMO)/gpus >/dev/null
 	FAKE_NVML_DIR=$(DEMO)/gpus LD_LIBRARY_PATH=$(CURDIR)/tests/fake_nvml/build \

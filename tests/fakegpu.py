@@ -46,22 +46,29 @@ def write_gpus(
     reserved_mib: int = 0,
     name: str = "NVIDIA H200",
     faults: Mapping[int, str] | None = None,
+    clocks: Mapping[int, int] | None = None,
 ) -> list[str]:
     """Simulate `n` GPUs (indices 0..n-1); `base_mib`/`util` may be one value or one per GPU.
 
     Returns the UUIDs in index order. `reserved_mib` is driver-reserved memory: counted in
     memory-info v1's `used`, reported apart by v2. `faults` adds fault counters to a GPU's
-    line, e.g. {3: "remap_pending=1"} or {2: "recovery=2 dbe=1"} (README: gpus).
+    line, e.g. {3: "remap_pending=1"} or {2: "recovery=2 dbe=1"} (README: gpus). `clocks`
+    sets a GPU's clock event reasons, e.g. {3: HW_THERMAL | HW_SLOWDOWN}.
     """
     uuids = [gpu_uuid(i) for i in range(n)]
     lines = [
         f"index={i} uuid={uuids[i]} name={name} total_mib={total_mib} "
         f"base_mib={_per_gpu(base_mib, i)} reserved_mib={reserved_mib} util={_per_gpu(util, i)}"
         + (f" {faults[i]}" if faults and i in faults else "")
+        + (f" clocks_event_reasons={clocks[i]:#x}" if clocks and i in clocks else "")
         for i in range(n)
     ]
     _atomic_write(Path(state_dir) / "gpus", "".join(line + "\n" for line in lines))
     return uuids
+
+
+# nvmlClocksEventReason* bits (nvml.h)
+SW_POWER_CAP, HW_SLOWDOWN, HW_THERMAL, HW_POWER_BRAKE = 0x4, 0x8, 0x40, 0x80
 
 
 def hold(state_dir: str | os.PathLike[str], pid: int, mib_by_gpu: Mapping[int, int]) -> None:
@@ -78,6 +85,18 @@ def release(state_dir: str | os.PathLike[str], pid: int) -> None:
 def set_faults(state_dir: str | os.PathLike[str], lines: Iterable[str]) -> None:
     """Replace the injected faults, e.g. ["func=* gpu=3 code=GPU_IS_LOST"]; [] clears them."""
     _atomic_write(Path(state_dir) / "faults", "".join(line + "\n" for line in lines))
+
+
+def fail_every_call(state_dir: str | os.PathLike[str], code: str = "UNKNOWN") -> None:
+    """From now on every NVML call answers `code` (a fresh nvmlInit too): the container's device
+    access revoked under a running job (a device cgroup re-applied). set_faults(dir, []) ends it."""
+    set_faults(state_dir, [f"func=* code={code}"])
+
+
+def deny_init(state_dir: str | os.PathLike[str], code: str = "NO_PERMISSION") -> None:
+    """A fresh nvmlInit fails with `code` (NO_PERMISSION: /dev/nvidiactl cannot be opened);
+    a session initialised before keeps answering."""
+    set_faults(state_dir, [f"func=nvmlInitWithFlags code={code}"])
 
 
 def inject_event(

@@ -34,3 +34,21 @@ def test_demo_config_restarts_within_30_s(tmp_path: pathlib.Path) -> None:
     rc = subprocess.run(["make", "-n", "demo"], cwd=ROOT, capture_output=True, text=True)
     assert "etc/demo.yaml" in rc.stdout
     wait_until(lambda: not d.job_processes(), 5, "the demo job to be gone")
+
+
+def _dry_run(target: str) -> str:
+    """What `make <target>` would run on a fresh clone: every rule, nothing executed."""
+    r = subprocess.run(
+        ["make", "-n", "-B", target], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_make_demo_installs_only_what_the_demo_runs() -> None:
+    """`make demo` on a fresh clone installs the package and its runtime dependencies only: no
+    torch (over 1 GB), no test or dev extras; `make test` still installs both (issue 25)."""
+    demo = [line for line in _dry_run("demo").splitlines() if "pip install" in line]
+    assert demo and all("[" not in line and "torch" not in line for line in demo), demo
+    test = _dry_run("test")
+    assert "-e '.[torch]'" in test and "-e '.[dev," in test

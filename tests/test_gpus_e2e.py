@@ -101,7 +101,8 @@ def test_gpu_lost_warns_and_the_job_keeps_running(
 def test_nvml_hang_reports_probe_hung_and_status_stays_fast(
     make_daemon: DaemonFactory, gpus: pathlib.Path
 ) -> None:
-    """An 8 s NVML hang → gpu_probe_hung; watchdogctl status still answers in under a second."""
+    """An 8 s NVML hang → gpu_probe_hung, not healthy but never restarted; watchdogctl status
+    still answers in under a second."""
     d = make_daemon(job(), cfg(), env=fakegpu.fake_env(gpus))
     pid = d.wait_state("running", timeout=15)["job"]["pid"]
     fakegpu.set_faults(gpus, ["func=nvmlDeviceGetMemoryInfo_v2 gpu=* delay_ms=8000"])
@@ -111,9 +112,12 @@ def test_nvml_hang_reports_probe_hung_and_status_stays_fast(
         rc, _, err = d.ctl("status", "--json")
         assert time.monotonic() - t0 < 1.0
         assert rc in (0, 1), err
-    st = d.status()
+    st = d.wait_state("unhealthy", timeout=10)  # unread GPUs are never a pass (SPEC §13)
     assert "gpu_probe_hung" in st["reasons"] and st["job"]["pid"] == pid
+    assert st["healthy"] is False
     fakegpu.set_faults(gpus, [])
+    d.wait_state("running", timeout=15)
+    assert not {e["event"] for e in d.events()} & {"child_stopping", "restart_scheduled"}
 
 
 def test_without_libnvidia_ml_the_job_is_supervised_and_gpus_unverified(

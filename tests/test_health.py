@@ -107,11 +107,14 @@ def test_every_expected_gpu_lost_is_not_healthy_even_under_require_any() -> None
     assert not v.healthy and v.firing == frozenset({"gpu_lost"})
 
 
-def test_a_gpu_value_the_driver_does_not_support_stays_unknown_not_lost() -> None:
-    """A visible GPU whose memory reading is NOT_SUPPORTED is unknown (neither passes nor fails)."""
+def test_a_gpu_memory_reading_nvml_refuses_is_unreadable_never_a_pass() -> None:
+    """SPEC §13: a visible GPU whose memory NVML does not report fires the warn-only
+    gpu_unreadable (not healthy), never gpu_lost: the GPU itself answered."""
     unsupported = _reading(1, None, error="memory: NOT_SUPPORTED")
     v = _healthy_job(GPUS_ALL, unsupported).assess(1.0)
-    assert v.healthy and v.gpu_part == "unknown"
+    assert not v.healthy and v.gpu_part == "unknown"
+    assert v.firing == frozenset({"gpu_unreadable"})
+    assert v.evidence["gpus_unreadable"] == "1:memory: NOT_SUPPORTED"
 
 
 def test_the_gpu_lost_verdict_marks_a_running_job_unhealthy_and_never_restarts_it() -> None:

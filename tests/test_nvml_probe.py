@@ -21,7 +21,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakegpu import fake_env, gpu_uuid, hold, release, set_faults, write_gpus
+from fakegpu import (
+    HW_POWER_BRAKE,
+    HW_SLOWDOWN,
+    HW_THERMAL,
+    SW_POWER_CAP,
+    deny_init,
+    fail_every_call,
+    fake_env,
+    gpu_uuid,
+    hold,
+    release,
+    set_faults,
+    write_gpus,
+)
 
 from watchdog.probes.nvml import processes_using_nvidia_devices
 
@@ -98,9 +111,12 @@ def spawn_probe() -> Iterator[Spawn]:
         call_timeout_s: float = CALL_TIMEOUT_S,
         init_timeout_s: float = 2.0,
         env: dict[str, str] | None = None,
+        control_device: str | None = None,
     ) -> ProbeProcess:
         args = ["--devices", devices, "--call-timeout", str(call_timeout_s)]
         args += ["--init-timeout", str(init_timeout_s)]
+        if control_device is not None:
+            args += ["--control-device", control_device]
         probe = ProbeProcess(env or fake_env(state_dir, old=old), args)
         started.append(probe)
         return probe
@@ -367,3 +383,120 @@ def test_finds_processes_holding_device_files(
     job.kill()
     job.wait()
     assert processes_using_nvidia_devices(prefix=prefix) == {}
+
+
+# ------------------------------------------------------------ SPEC §13: GPU health beyond Xid
+
+
+def test_clock_event_reasons_are_read_per_gpu(tmp_path: Path, spawn_probe: Spawn) -> None:
+    """nvmlDeviceGetCurrentClocksEventReasons gives each GPU's own bit mask, read afresh."""
+    write_gpus(tmp_path, 4, clocks={1: SW_POWER_CAP, 3: HW_SLOWDOWN | HW_THERMAL})
+    probe = spawn_probe(tmp_path)
+    sample = probe.sample("start")
+    assert [g["clocks_event_reasons"] for g in sample["gpus"]] == [0, 4, 0, 0x48]
+    assert all(g["error"] is None for g in sample["gpus"])
+    write_gpus(tmp_path, 4, clocks={2: HW_POWER_BRAKE})
+    assert [g["clocks_event_reasons"] for g in probe.sample()["gpus"]] == [0, 0, 0x80, 0]
+
+
+def test_an_old_driver_gives_clock_reasons_through_the_throttle_name(
+    tmp_path: Path, spawn_probe: Spawn
+) -> None:
+    """Without ...ClocksEventReasons (before R535) the same bits come from ...ThrottleReasons."""
+    write_gpus(tmp_path, 2, clocks={0: HW_POWER_BRAKE})
+    probe = spawn_probe(tmp_path, old=True)
+    for _ in range(2):  # the fallback is remembered, and keeps reading
+        sample = probe.sample("sample")
+        assert [g["clocks_event_reasons"] for g in sample["gpus"]] == [0x80, 0]
+        assert all(g["error"] is None for g in sample["gpus"])
+
+
+def test_clock_reasons_a_gpu_does_not_support_are_unknown_not_an_error(
+    tmp_path: Path, spawn_probe: Spawn
+) -> None:
+    """NOT_SUPPORTED from the clock call leaves the reasons None and the reading clean."""
+    write_gpus(tmp_path, 2, base_mib=5)
+    set_faults(tmp_path, ["func=nvmlDeviceGetCurrentClocksEventReasons code=NOT_SUPPORTED"])
+    sample = spawn_probe(tmp_path).sample("start")
+    assert [g["clocks_event_reasons"] for g in sample["gpus"]] == [None, None]
+    assert all(g["error"] is None for g in sample["gpus"]) and sample["access_lost"] is None
+
+
+def test_every_call_failing_mid_run_is_access_lost_and_the_session_recovers(
+    tmp_path: Path, spawn_probe: Spawn
+) -> None:
+    """UNKNOWN from every call after NVML worked -> access_lost; the session is kept, so
+    readings come back as soon as the calls answer again (no re-initialisation needed)."""
+    write_gpus(tmp_path, 8, base_mib=10)
+    probe = spawn_probe(tmp_path, control_device="none")
+    assert probe.sample("start")["access_lost"] is None
+    fail_every_call(tmp_path)
+    sample = probe.sample()
+    assert sample["access_lost"] == "every GPU answers UNKNOWN"
+    assert all(g["used_mib"] is None and "UNKNOWN" in g["error"] for g in sample["gpus"])
+    deny_init(tmp_path)  # a fresh init would fail now: only the kept session can read
+    sample = probe.sample()
+    assert sample["access_lost"] is None and used(sample) == [10.0] * 8
+
+
+def test_access_lost_is_seen_beside_a_call_the_gpu_never_supported(
+    tmp_path: Path, spawn_probe: Spawn
+) -> None:
+    """A GPU without clock event reasons (NOT_SUPPORTED every pass) still reads as access lost
+    when everything else answers NO_PERMISSION: a missing call says nothing about access."""
+    write_gpus(tmp_path, 2, base_mib=10)
+    unsupported = "func=nvmlDeviceGetCurrentClocksEventReasons code=NOT_SUPPORTED"
+    set_faults(tmp_path, [unsupported])
+    probe = spawn_probe(tmp_path, control_device="none")
+    assert probe.sample("start")["access_lost"] is None
+    set_faults(tmp_path, [unsupported, "func=* code=NO_PERMISSION"])
+    assert probe.sample()["access_lost"] == "every GPU answers NO_PERMISSION"
+
+
+def test_no_permission_on_one_gpu_is_not_access_lost(tmp_path: Path, spawn_probe: Spawn) -> None:
+    """One GPU hidden by the device rules leaves the others readable: that GPU is unreadable."""
+    write_gpus(tmp_path, 4, base_mib=10)
+    probe = spawn_probe(tmp_path, control_device="none")
+    probe.sample("start")
+    set_faults(tmp_path, ["func=* gpu=2 code=NO_PERMISSION"])
+    sample = probe.sample()
+    assert sample["access_lost"] is None and used(sample) == [10.0, 10.0, None, 10.0]
+
+
+def test_a_refused_reinitialisation_after_nvml_worked_is_access_lost(
+    tmp_path: Path, spawn_probe: Spawn
+) -> None:
+    """A broken session is re-initialised; a re-init refused with NO_PERMISSION is access lost,
+    while the same refusal before NVML ever worked is only "unavailable"."""
+    write_gpus(tmp_path, 2, base_mib=10)
+    deny_init(tmp_path)
+    probe = spawn_probe(tmp_path, control_device="none")
+    first = probe.sample("start")
+    assert not first["available"] and first["access_lost"] is None
+    set_faults(tmp_path, [])
+    assert used(probe.sample()) == [10.0, 10.0]
+    set_faults(tmp_path, ["func=* code=DRIVER_NOT_LOADED"])
+    assert not probe.sample()["available"]  # the session is closed; the next pass re-inits
+    deny_init(tmp_path)
+    sample = probe.sample()
+    assert not sample["available"] and "NO_PERMISSION" in (sample["access_lost"] or "")
+
+
+def test_a_control_device_that_cannot_be_opened_is_access_lost(
+    tmp_path: Path, spawn_probe: Spawn
+) -> None:
+    """The control device exists but its open fails (here ENXIO: a socket, since root passes
+    any permission check) -> access_lost naming it; a missing node is no evidence either way."""
+    import socket
+
+    write_gpus(tmp_path, 2, base_mib=10)
+    ctl = tmp_path / "nvidiactl"
+    probe = spawn_probe(tmp_path, control_device=str(ctl))
+    assert probe.sample("start")["access_lost"] is None  # no such node: not judged
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(ctl))
+        sample = probe.sample()
+        assert sample["access_lost"] == f"cannot open {ctl}: ENXIO (No such device or address)"
+        assert used(sample) == [10.0, 10.0]  # the kept session still reads
+    ctl.unlink()
+    assert probe.sample()["access_lost"] is None

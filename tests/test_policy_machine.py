@@ -46,6 +46,8 @@ class SupervisorMachine(RuleBasedStateMachine):
         self.exited = False
         self.last_event = ""
         self.parked = False  # a parking GPU fault not yet undone by an operator
+        self.access_lost = False  # SPEC §13: NVML access lost (no automatic start meanwhile)
+        self.operator_start_owed = False  # an operator's start/restart/resume not yet spawned
         # SPEC §13: a run ended well (job_completed) and no operator start/restart came since
         self.completed = False
         self.budget_at_exit = (0, 0)  # (restarts_total, no_progress) when that run ended
@@ -57,11 +59,15 @@ class SupervisorMachine(RuleBasedStateMachine):
             self.completed = False  # ... and completed (SPEC §13)
         if isinstance(ev, P.GpuFaultSeen) and ev.park and not self.operator_stopped:
             self.parked = True  # a GPU needs a reset or a reboot: the job must not come back
+        if isinstance(ev, P.GpuAccessChanged):
+            self.access_lost = ev.lost
         actions = self.sup.handle(ev, self.now)
         for a in actions:
             if isinstance(a, P.SpawnChild):
                 assert not self.completed, "a completed run was started again by itself"
                 assert not self.parked, "host_fault restarted by itself"
+                owed, self.operator_start_owed = self.operator_start_owed, False
+                assert not (self.access_lost and not owed), "started into unreachable GPUs"
                 assert not self.pending_spawn, "two spawns in flight"
                 assert not self.live, "spawn while a child lives"
                 assert not self.operator_stopped, "a job came back after an operator stop"
@@ -91,7 +97,14 @@ class SupervisorMachine(RuleBasedStateMachine):
                     assert self.no_progress_streak == POLICY.max_no_progress, a.fields
                     assert not self.run_healthy
                 elif a.event == "fatal":
-                    assert self.last_event in ("crash", "spawn_failed", "health", "tick", "tree")
+                    assert self.last_event in (
+                        "crash",
+                        "spawn_failed",
+                        "health",
+                        "tick",
+                        "tree",
+                        "access",  # the restart a lost-access park deferred, now due
+                    )
                     # fatal only through the budget: max_restarts within the window, spent
                     recent = [t for t in self.restarts_at if t > self.now - POLICY.window_s]
                     assert len(recent) >= POLICY.max_restarts, f"fatal after {recent}"
@@ -178,7 +191,10 @@ class SupervisorMachine(RuleBasedStateMachine):
         elif cmd in ("start", "restart") and not self.exited:
             self.operator_stopped = False  # an operator start leaves stop and fatal alike
             self.restarts_at.clear()
+        self.operator_start_owed = cmd in ("start", "restart", "resume")
         out = self.apply(P.OperatorCommand(cmd))  # type: ignore[arg-type]
+        if self.sup.snapshot().state is not State.STOPPING:
+            self.operator_start_owed = False  # spawned already, refused, or nothing to start
         if cmd in ("start", "restart") and not any(isinstance(a, P.Refuse) for a in out):
             self.no_progress_streak = 0  # a start that is carried out grants the count anew
 
@@ -191,6 +207,12 @@ class SupervisorMachine(RuleBasedStateMachine):
             self.pending_spawn = False  # the shell's start ends without a spawn
         self.last_event = "gpu_fault"
         self.apply(P.GpuFaultSeen(action, {"gpu": 0, "action": action}, park=park, gate=gate))
+
+    @rule(lost=st.booleans())
+    def gpu_access(self, lost: bool) -> None:
+        """NVML access lost or back (SPEC §13): never a stop, never a start into it."""
+        self.last_event = "access"
+        self.apply(P.GpuAccessChanged(lost, "every GPU answers UNKNOWN"))
 
     @rule()
     def shutdown(self) -> None:
@@ -322,6 +344,39 @@ def test_the_host_fault_invariant_catches_a_core_that_restarts_a_parked_job() ->
     ok.shell_finishes_kill()
     ok.time_passes(dt=40.0, u=0.5)
     assert ok.sup.snapshot().state is State.HOST_FAULT and not ok.pending_spawn
+
+
+class IgnoresLostAccess(P.Supervisor):
+    """A core with a planted bug: lost NVML access changes nothing (SPEC §13)."""
+
+    def _access_changed(self, ev: P.GpuAccessChanged, now: float) -> list[P.Action]:
+        return []
+
+
+def test_the_access_invariant_catches_a_core_that_restarts_into_lost_access() -> None:
+    """A job that dies while NVML access is lost must park: a core that restarts it after the
+    backoff is caught; the real core parks and only access coming back starts it."""
+
+    class Machine(SupervisorMachine):
+        supervisor_class = IgnoresLostAccess
+
+    m = Machine()
+    m.shell_finishes_spawn(ok=True)
+    m.gpu_access(lost=True)
+    m.child_crashes()
+    m.shell_finishes_kill()
+    with pytest.raises(AssertionError, match="started into unreachable GPUs"):
+        m.time_passes(dt=30.0, u=0.5)
+    ok = SupervisorMachine()
+    ok.shell_finishes_spawn(ok=True)
+    ok.gpu_access(lost=True)
+    ok.child_crashes()
+    ok.shell_finishes_kill()
+    ok.time_passes(dt=30.0, u=0.5)
+    assert ok.sup.snapshot().state is State.HOST_FAULT and not ok.pending_spawn
+    ok.gpu_access(lost=False)
+    ok.time_passes(dt=30.0, u=0.5)
+    assert ok.pending_spawn
 
 
 class CompletionRestarts(P.Supervisor):

@@ -82,3 +82,24 @@ def test_title_follows_the_state(make_daemon: DaemonFactory, tmp_path: pathlib.P
 
     title = wait_until(new_running_title, 20, "a title with the new job's pid")
     assert title == f"watchdogd: testjob (state running, pid {d.status()['job']['pid']})".encode()
+
+
+def test_pgrep_f_with_the_colon_finds_the_daemon_and_never_the_kernels_watchdogd(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """README's `pgrep -f 'watchdogd:'` lists our daemon, never the kernel's `[watchdogd]`
+    thread (empty cmdline) that a plain `pgrep watchdogd` also lists where the kernel runs one
+    (issue 25)."""
+    d = make_daemon([sleeper(tmp_path)])
+    assert d.proc is not None
+    found = _pgrep("-f", "watchdogd:")
+    assert d.proc.pid in found and _cmdline(d.proc.pid).startswith(b"watchdogd: ")
+    kernel = {p for p in _pgrep("-x", "watchdogd") if _cmdline_or_none(p) == b""}
+    assert not kernel & found
+
+
+def _cmdline_or_none(pid: int) -> bytes | None:
+    try:
+        return _cmdline(pid)
+    except FileNotFoundError:
+        return None

@@ -20,7 +20,7 @@ def policy_of(cfg: config.Config) -> policy.Policy:
         reset_after_s=r.reset_after_s,
         max_restarts=r.max_restarts,
         window_s=r.window_s,
-        restart_on=r.on,
+        restart_on=r.on | ({"gpu_degraded"} if cfg.gpus.on_degraded == "restart" else set()),
         startup_timeout_s=cfg.startup.timeout_s,
         max_no_progress=r.max_no_progress,
         progress_marker="step" if cfg.progress.checkpoint is None else "checkpoint",
@@ -62,6 +62,7 @@ def needs_restart(old: config.Config, new: config.Config) -> str | None:
         "gpus.devices": (old.gpus.devices, new.gpus.devices),
         "metrics.listen": (old.metrics.listen, new.metrics.listen),
         "cluster": (old.cluster, new.cluster),
+        "timeline.bucket_s": (old.timeline.bucket_s, new.timeline.bucket_s),
     }
     changed = [k for k, (a, b) in keys.items() if a != b]
     return ", ".join(changed) + " (restart watchdogd to apply)" if changed else None

@@ -38,6 +38,10 @@ OPTION_OF = {"n": "-n", "follow": "--follow", "wait": "--wait", "timeout": "--ti
 ARG_OF = {"-n": "n", "--follow": "follow", "-f": "follow", "--wait": "wait", "--timeout": "timeout"}
 VALUE_NAME = {"n": "N", "timeout": "S"}
 HIDDEN = frozenset({"wait_healthy"})  # for protocol clients; `restart --wait` covers it
+# `timeline --since 24h` (SPEC §13); its `columns` is set by the drawing, not on the command line
+OPTION_OF["since"] = "--since"
+ARG_OF["--since"] = "since"
+VALUE_NAME["since"] = "24h"
 
 
 class Unreachable(Exception):
@@ -170,7 +174,7 @@ def parse(argv: list[str]) -> dict[str, Any]:
             opts["help"] = True
         elif arg == "--json":
             opts["json"] = True
-        elif name in ("--socket", "-n", "--timeout"):
+        elif name in ("--socket", "-n", "--timeout", "--since"):
             if not eq:
                 if not rest:
                     raise Usage(f"{name} needs a value")
@@ -196,10 +200,27 @@ def _option_value(opts: dict[str, Any], name: str, value: str) -> None:
             raise Usage("--socket needs a path")
         opts["socket"] = value
         return
+    if name == "--since":
+        opts["args"]["since"] = _duration(value)
+        return
     try:
         opts["args"][ARG_OF[name]] = int(value) if name == "-n" else float(value)
     except ValueError:
         raise Usage(f"{name} needs a number, got {value!r}") from None
+
+
+def _duration(text: str) -> float:
+    """`24h`, `90m`, `2d`, `1w`, `30s` or plain seconds (`timeline --since`)."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+    t = text.strip().lower()
+    scale = units.get(t[-1:])
+    try:
+        value = float(t[:-1] if scale is not None else t) * (scale or 1.0)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= protocol.MAX_TIMEOUT_S:
+        raise Usage(f"--since needs a duration up to a week such as 24h, 90m or 2d, got {text!r}")
+    return value
 
 
 def _check_command(opts: dict[str, Any]) -> None:
@@ -310,10 +331,28 @@ def cmd_stream(c: Client, o: dict[str, Any]) -> int:
             return EXIT_OK
 
 
+def cmd_timeline(c: Client, o: dict[str, Any]) -> int:
+    """The overnight picture (SPEC §13); --json: the buckets behind it."""
+    from watchdog import timeline_view  # the drawing: imported by this command only
+
+    args = {"since": 86400.0, "columns": timeline_view.PLOT_COLUMNS, **o["args"]}
+    reply = c.call("timeline", args)
+    if not reply["ok"]:
+        return failed(reply, o, EXIT_NOT_HEALTHY)
+    res = reply["result"]
+    out(
+        protocol.dumps(res)
+        if o["json"]
+        else timeline_view.render(res, timeline_view.use_color(sys.stdout))
+    )
+    return EXIT_OK
+
+
 COMMANDS: dict[str, Callable[[Client, dict[str, Any]], int]] = {
     "status": cmd_status,
     "events": cmd_stream,
     "logs": cmd_stream,
+    "timeline": cmd_timeline,
 }
 
 
@@ -476,6 +515,8 @@ def _health(st: dict[str, Any]) -> str:
         words = ["restarts got no further (max_no_progress); `watchdogctl start` tries again"]
     elif state == "fatal":
         words = ["restart budget spent; `watchdogctl start` tries again"]
+    elif state == "host_fault" and (st.get("host_fault") or {}).get("kind") == "gpu_access_lost":
+        words = ["parked until NVML access is back"]  # then it restarts by itself
     elif state == "host_fault":
         words = ["parked on a GPU hardware fault; `watchdogctl start` after the repair"]
     elif state == "completed":
@@ -526,16 +567,37 @@ def _exit_text(ex: dict[str, Any]) -> str:
 
 
 def _gpu_lines(st: dict[str, Any]) -> list[str]:
-    if st.get("gpus_unverified"):
-        return [f"     GPUs: unverified: {st['gpus_unverified']}"]
     gpus = st["gpus"]
+    if st.get("gpus_unverified"):
+        head = [f"     GPUs: unverified: {st['gpus_unverified']}"]
+        if not (st.get("gpu_access_lost") and gpus):
+            return head
+        # SPEC §13: with access lost, each GPU's own answer names what failed where.
+        return head + [f"           {_gpu_cell(g)}{_gpu_note(g)}" for g in gpus[:8]]
     if not gpus:
         return ["     GPUs: none expected"]
     busy = sum(1 for g in gpus if g["idle"] is False)
     cells = [_gpu_cell(g) for g in gpus]
     per_row = 1 if len(cells) <= 8 else 2  # 8 GPUs, one a line; more, two a line: one screen
+    if per_row == 1:  # room for why a GPU is slow or unreadable (SPEC §13)
+        cells = [c + _gpu_note(g) for c, g in zip(cells, gpus, strict=True)]
     rows = [" │ ".join(cells[i : i + per_row]) for i in range(0, len(cells), per_row)]
     return [f"     GPUs: {busy}/{len(gpus)} in use"] + [f"           {r}" for r in rows]
+
+
+def _gpu_note(g: dict[str, Any]) -> str:
+    """The reading's error, or ' degraded: hw_slowdown+hw_thermal', ' throttled: ...'; the
+    row stays within 100 columns."""
+    throttle = "+".join(g.get("throttle") or ())
+    if g["used_mib"] is None and g.get("error"):
+        note = str(g["error"])  # what NVML answered now, before what it said earlier
+    elif g.get("degraded"):
+        note = f"degraded: {throttle}"
+    elif throttle:
+        note = f"throttled: {throttle}"
+    else:
+        return ""
+    return " " + (note if len(note) <= 50 else note[:49] + "…")
 
 
 def _gpu_cell(g: dict[str, Any]) -> str:

@@ -38,7 +38,7 @@ DEFAULT_PATTERN = r"(?P<tokens_per_s>[0-9][0-9,.]*)\s*tok(?:ens)?/s"
 PROGRESS_GROUPS = frozenset({"tokens_per_s", "step"})
 RESTART_REASONS = frozenset({"exited", "gpus_idle", "stalled", "throughput_low", "startup_timeout"})
 DEFAULT_RESTART_ON = frozenset({"exited", "gpus_idle", "stalled", "startup_timeout"})
-WARN_ONLY_REASONS = frozenset({"gpu_lost", "gpu_probe_hung"})
+WARN_ONLY_REASONS = frozenset({"gpu_lost", "gpu_probe_hung", "gpu_access_lost", "gpu_unreadable"})
 # SPEC §13: `completed` in restart.on restarts a job even after it exits with a success code.
 RESTART_REASONS |= frozenset({"completed"})
 # SPEC §13: signals job.forward_signals may not list: SIGKILL and SIGSTOP cannot be caught;
@@ -339,6 +339,9 @@ def _parse_reasons(node: Node, key: str, ctx: _Ctx) -> frozenset[str]:
         if reason in WARN_ONLY_REASONS:
             problem = f"{reason} is warn-only: it is a host problem that restarting cannot fix"
             raise ctx.fail(f"{key}[{i}]", problem, item)
+        if reason == "gpu_degraded":
+            problem = "a degraded GPU restarts the job with gpus.on_degraded: restart"
+            raise ctx.fail(f"{key}[{i}]", problem, item)
         if reason not in RESTART_REASONS:
             allowed = ", ".join(sorted(RESTART_REASONS))
             raise ctx.fail(f"{key}[{i}]", f"unknown reason {reason!r} (one of: {allowed})", item)
@@ -422,6 +425,9 @@ class GpusConfig:
     reclaim_timeout_s: float = field(default=60.0, metadata=_m(gt=0))
     probe_timeout_s: float = field(default=5.0, metadata=_m(gt=0))
     faults: GpuFaultsConfig = field(default_factory=GpuFaultsConfig)
+    # SPEC §13: a hardware slowdown held this long on one GPU, its peers clean -> gpu_degraded
+    degraded_after_s: float = field(default=300.0, metadata=_m(gt=0))
+    on_degraded: Literal["warn", "restart"] = "warn"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -492,6 +498,12 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class TimelineConfig:
+    # `watchdogctl timeline` (SPEC §13): the newest buckets' width; older ones are merged.
+    bucket_s: float = field(default=60.0, metadata=_m(ge=1, le=3600))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ClusterConfig:
     """Several nodes, one job (issue 14, docs/multi-node.md)."""
 
@@ -526,6 +538,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     cluster: ClusterConfig | None = None
     exit_codes: ExitCodesConfig = field(default_factory=ExitCodesConfig)
+    timeline: TimelineConfig = field(default_factory=TimelineConfig)
     state_dir: str = field(default="/var/lib/train-watchdog", metadata=_m(path=True))
     source: str = field(metadata=_m(internal=True))  # the config file's absolute path
 

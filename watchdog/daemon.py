@@ -51,6 +51,7 @@ from watchdog.probes.progress import Follower, tail_lines
 from watchdog.probes.ranks import RankLister
 from watchdog.proctitle import ProcTitle
 from watchdog.statedir import StateDir
+from watchdog.timelinelog import TimelineLog
 
 EX_CONFIG = 78
 GOODPUT_SAVE_EVERY_S = 10.0  # issue 8: persist goodput at most this often, and at exit
@@ -75,7 +76,7 @@ class Daemon:
         self.events = EventLog(cfg.job.name, self.state.file("events.jsonl"))
         self.core = policy.Supervisor(assemble.local_policy_of(cfg), random.random)
         self.reaper = child.Reaper(self.loop)
-        self.gpus = GpuWatch(cfg.gpus, self.emit)
+        self.gpus = GpuWatch(cfg.gpus, self.emit, self._gpu_access)
         self.faults = FaultWatch(cfg.gpus, self._gpu_fault)
         self.notifier = Notifier()
         self.control = ControlServer(self)
@@ -119,6 +120,10 @@ class Daemon:
         self.forwarder = scheduler.SignalForwarder(
             self.loop, lambda: self.core.snapshot().pid, self.emit
         )
+        # SPEC §13: the history behind `watchdogctl timeline`, kept in the state directory
+        self.timeline = TimelineLog(self.state, cfg.timeline.bucket_s, self.emit)
+        self.timeline.load()
+        self.events.add_hook(self.timeline.event)
 
     # -------------------------------------------------------------------- running
 
@@ -142,6 +147,9 @@ class Daemon:
         if self.handover is not None:
             taken_over, leader = await takeover.take_over(self, self.handover)
             self.handover = None
+            # SPEC §13: a fresh NVML session cannot tell lost access from no access; the core
+            # carried it, so only a reading that comes through tells it access is back.
+            self.gpus.access_lost = self.core.access_lost
         else:
             self.emit(
                 "daemon_started",
@@ -273,6 +281,9 @@ class Daemon:
         park = self.faults.parks(action)
         self.dispatch(policy.GpuFaultSeen(action, fields, park=park, gate=gate and park))
 
+    def _gpu_access(self, lost: bool, detail: str) -> None:
+        self.dispatch(policy.GpuAccessChanged(lost, detail))  # SPEC §13: the core decides
+
     def on_exit(self, fut: asyncio.Future[child.ExitStatus]) -> None:
         st = fut.result()
         self.dispatch(policy.ChildExited(st.pid, st.exit_code, st.signal))
@@ -322,10 +333,18 @@ class Daemon:
                 gpu_events=self.faults.events_state,
                 progress_source=self.monitor.progress_source,
                 last_activity_at=self.monitor.last_activity_at,
+                gpu_throttle=self.gpus.degraded.throttle(),
+                gpu_degraded=self.gpus.degraded_now(),
+                gpu_access_lost=self.gpus.access_lost,
             )
         )
         st["gpu_faults_total"] = self.faults.counts()  # the metrics endpoint's counter
+        st["gpu_throttle_seconds_total"] = self.gpus.degraded.seconds()  # SPEC §13
         return st
+
+    def timeline_view(self, since_s: float, columns: int) -> dict[str, Any]:
+        """`watchdogctl timeline` (SPEC §13): the span's buckets and its goodput."""
+        return {"job": self.cfg.job.name, **self.timeline.query(since_s, columns)}
 
     def log_tail(self, n: int) -> list[str]:
         return tail_lines(self.cfg.job.log_file, n)
@@ -373,6 +392,7 @@ class Daemon:
         self.goodput.observe(
             snap.state.value, snap.firing, self.monitor.last_progress_at, now, snap.completed_at
         )
+        self.timeline.observe(snap.state.value, self.goodput.totals())
         if now - self._goodput_saved_at >= GOODPUT_SAVE_EVERY_S:
             self._save_goodput()
 
@@ -383,7 +403,8 @@ class Daemon:
 
     async def flush_files(self) -> None:
         """state.json and goodput.json on disk now (at exit, before a reexec), off the loop."""
-        files = (self.writer.file, self.goodput_file)
+        self.timeline.save()
+        files = (self.writer.file, self.goodput_file, self.timeline.file)
         for error in await asyncio.to_thread(lambda: [f.flush() for f in files]):
             if error is not None:
                 self.emit("state_write_failed", error=error)

@@ -19,14 +19,16 @@ import psutil
 
 from watchdog import offloop
 from watchdog.config import GpusConfig
+from watchdog.core.gpuhealth import ClockReading, DegradedTracker, throttle_names
 from watchdog.core.health import is_in_use
 from watchdog.core.samples import GpuSample
 
 Emit = Callable[..., Any]
+OnAccess = Callable[[bool, str], None]
 
 
 class GpuWatch:
-    def __init__(self, cfg: GpusConfig, emit: Emit) -> None:
+    def __init__(self, cfg: GpusConfig, emit: Emit, on_access: OnAccess | None = None) -> None:
         self.cfg = cfg
         self._emit = emit
         self.expected = cfg.devices != ()
@@ -35,6 +37,11 @@ class GpuWatch:
         self._lost: set[int] = set()
         self._hung = False
         self._probe: Any = None
+        # SPEC §13: NVML access lost/restored goes to the core (it parks restarts meanwhile);
+        # hardware slowdowns are tracked here and named as gpu_degraded.
+        self._on_access = on_access
+        self.access_lost: str | None = None
+        self.degraded = DegradedTracker(cfg.degraded_after_s)
 
     async def start(self) -> None:
         if not self.expected:
@@ -61,6 +68,8 @@ class GpuWatch:
             out.add("gpu_lost")
         if self._hung:
             out.add("gpu_probe_hung")
+        if self.access_lost is not None:
+            out.add("gpu_access_lost")
         return frozenset(out)
 
     async def sample(self, with_pids: bool = False) -> GpuSample | None:
@@ -73,6 +82,7 @@ class GpuWatch:
     def _record(self, s: GpuSample) -> None:
         self.last = s
         self.recent.append((time.time(), s))
+        self._access(s)
         if s.hung and not self._hung:
             self._emit(
                 "gpu_probe_hung",
@@ -90,6 +100,34 @@ class GpuWatch:
             uuid = next((g.uuid for g in s.gpus if g.index == idx), "")
             self._emit("gpu_lost", reason="gpu_lost", gpu=idx, uuid=uuid)
         self._lost = lost
+        if s.available and s.access_lost is None:  # unread clocks are not clean clocks
+            self._clocks(s)
+
+    def _access(self, s: GpuSample) -> None:
+        """Tell the core when NVML access is lost or back (a hung probe says neither)."""
+        back = s.available and any(g.used_mib is not None for g in s.gpus)
+        if s.hung or s.access_lost == self.access_lost or (s.access_lost is None and not back):
+            return  # no news, or not proven back (a reading must come through)
+        was, self.access_lost = self.access_lost, s.access_lost
+        if self._on_access is None or (was is not None and s.access_lost is not None):
+            return  # still lost, for another reason: one event per loss
+        self._on_access(s.access_lost is not None, s.access_lost or "")
+
+    def _clocks(self, s: GpuSample) -> None:
+        self.degraded.degraded_after_s = self.cfg.degraded_after_s  # a reload applies at once
+        readings = [ClockReading(g.index, g.uuid, g.clocks_event_reasons) for g in s.gpus]
+        for change in self.degraded.observe(readings, time.monotonic()):
+            fields = {"gpu": change.gpu, "uuid": change.uuid, "reasons": list(change.reasons)}
+            if change.degraded:
+                self._emit(
+                    "gpu_degraded", reason="gpu_degraded", **fields, for_s=round(change.for_s, 1)
+                )
+            else:
+                self._emit("gpu_degraded_cleared", **fields, for_s=round(change.for_s, 1))
+
+    def degraded_now(self) -> dict[int, tuple[str, ...]]:
+        """GPU -> hardware slowdown reasons of every degraded GPU (the health verdict)."""
+        return {gpu: reasons for gpu, (reasons, _) in self.degraded.degraded(0.0).items()}
 
     def recent_as_dicts(self) -> list[dict[str, Any]]:
         return [
@@ -98,6 +136,7 @@ class GpuWatch:
                 "available": s.available,
                 "hung": s.hung,
                 "reason": s.reason,
+                "access_lost": s.access_lost,
                 "gpus": [
                     {
                         "index": g.index,
@@ -105,6 +144,8 @@ class GpuWatch:
                         "util_pct": g.util_pct,
                         "lost": g.lost,
                         "error": g.error,
+                        "throttle": list(throttle_names(g.clocks_event_reasons)),
+                        "clocks_event_reasons": g.clocks_event_reasons,
                     }
                     for g in s.gpus
                 ],

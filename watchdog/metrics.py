@@ -44,6 +44,9 @@ DETECTORS = (
     "startup_timeout",
     "gpu_lost",
     "gpu_probe_hung",
+    "gpu_access_lost",  # SPEC §13
+    "gpu_unreadable",
+    "gpu_degraded",
 )
 # Restart reasons reported from the start (at 0): PromQL's increase() misses the first
 # restart of a series that only appears with it.
@@ -157,6 +160,15 @@ def _gpu_families(st: Mapping[str, Any]) -> Iterator[Metric]:
     for f in st.get("gpu_faults_total") or ():
         faults.add_metric([str(f["gpu"]), str(f["xid"]), str(f["action"])], f["count"])
     yield faults
+    throttle = CounterMetricFamily(
+        f"{PREFIX}_gpu_throttle_seconds",
+        "Seconds a GPU ran in hardware slowdown since the daemon started, by reason "
+        "(hw_slowdown, hw_thermal, hw_power_brake; software power capping never counts).",
+        labels=["gpu", "reason"],
+    )
+    for t in st.get("gpu_throttle_seconds_total") or ():
+        throttle.add_metric([str(t["gpu"]), str(t["reason"])], t["seconds"])
+    yield throttle
 
 
 def _progress_families(st: Mapping[str, Any], wall_now: float) -> Iterator[Metric]:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 EVENTS_IN_RESULT = 50
 LOG_TAIL_LINES = 20
+DEFAULT_TIMELINE_S = 86400.0  # `watchdogctl timeline` without --since (SPEC §13)
 KILL_GRACE_S = 5.0  # child.stop_tree's wait after SIGKILL
 _AT_REST = (
     policy.State.STOPPED,
@@ -97,6 +98,9 @@ class Operations:
                 return await self._restart(call)
             case "wait_healthy":
                 return await self._wait_healthy_cmd(call)
+            case "timeline":
+                since = float(args.get("since", DEFAULT_TIMELINE_S))
+                return d.timeline_view(since, max(1, min(int(args.get("columns", 88)), 400)))
             case "reexec":
                 try:
                     await d.reexec(call.req.id, call.conn)

@@ -73,6 +73,10 @@ async def sample_once(d: Daemon, gpu: bool = True) -> None:
             d.polled_at = now
     if sample is not None:
         d.monitor.gpu_sample(sample)
+    d.monitor.gpu_degraded(d.gpus.degraded_now())  # SPEC §13: a new run's monitor learns too
+    d.monitor.gpu_access_lost(d.gpus.access_lost)
+    progress_at = d.monitor.last_progress_at
+    d.timeline.sample(sample, d.cfg.gpus.idle_below_mib, d.monitor.last_progress, progress_at)
     if d.checkpoints is not None and now - d.checkpoint_read_at >= CHECKPOINT_EVERY_S:
         d.checkpoint_read_at = now
         d.spawn_task(read_checkpoint(d))

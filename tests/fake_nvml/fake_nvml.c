@@ -10,7 +10,8 @@
  * nvmlDeviceGetMemoryInfo_v2 and nvmlDeviceGetComputeRunningProcesses_v3, like a driver older
  * than those calls (R510), so pynvml raises FunctionNotFound / NVMLLibraryMismatchError.
  * It also leaves out the event API, nvmlDeviceGetFieldValues (the recovery action) and
- * nvmlDeviceGetRemappedRows, so a watcher sees FUNCTION_NOT_FOUND for each.
+ * nvmlDeviceGetRemappedRows, so a watcher sees FUNCTION_NOT_FOUND for each, and
+ * nvmlDeviceGetCurrentClocksEventReasons (R535), keeping the older ...ThrottleReasons.
  *
  * Xid events: the `events` file is appended to (`gpu=3 type=8 data=79`, one line per event).
  * An event set remembers how many lines existed when it was created: events from before are
@@ -71,6 +72,7 @@ struct gpu {
     char uuid[STR_LEN], name[STR_LEN];
     u64 total_mib, base_mib, reserved_mib, procs_mib;
     u64 recovery, remap_pending, remap_failed, dbe; /* fault counters (README: gpus) */
+    u64 clocks_event_reasons; /* nvmlDeviceGetCurrentClocksEventReasons bits (README: gpus) */
     unsigned pids[MAX_PROCS];
     u64 pid_mib[MAX_PROCS];
 };
@@ -112,6 +114,17 @@ static int field(const char *line, const char *key, char *out, size_t len) {
         return 0;
     }
     return -1;
+}
+
+/* Like field_u64, but also takes 0x-prefixed hex (clock event reasons are a bit mask). */
+static int field_mask(const char *line, const char *key, u64 *out) {
+    char buf[32], *end;
+    if (field(line, key, buf, sizeof buf) != 0 || !isdigit((unsigned char)buf[0])) return -1;
+    errno = 0;
+    u64 v = strtoull(buf, &end, 0);
+    if (errno != 0 || *end != '\0') return -1;
+    *out = v;
+    return 0;
 }
 
 static int field_u64(const char *line, const char *key, u64 *out) {
@@ -161,6 +174,7 @@ static int load_gpus(struct state *st) {
         g->remap_pending = field_u64(line, "remap_pending", &v) == 0 ? v : 0;
         g->remap_failed = field_u64(line, "remap_failed", &v) == 0 ? v : 0;
         g->dbe = field_u64(line, "dbe", &v) == 0 ? v : 0;
+        g->clocks_event_reasons = field_mask(line, "clocks_event_reasons", &v) == 0 ? v : 0;
         st->n++;
     }
     fclose(f);
@@ -461,7 +475,28 @@ EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtili
     return OK;
 }
 
+/* Clock event reasons: the bit mask of the gpus file's `clocks_event_reasons`. Drivers before
+ * R535 only have the older name, ...ThrottleReasons (same bits), which both builds export. */
+static nvmlReturn_t clock_reasons(const char *func, nvmlDevice_t device, u64 *reasons) {
+    struct state *st;
+    struct gpu *g;
+    if (reasons == NULL) return INVALID_ARGUMENT;
+    int code = enter(func, device, 0, &st, &g);
+    if (code != OK) return code;
+    *reasons = g->clocks_event_reasons;
+    free(st);
+    return OK;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, u64 *reasons) {
+    return clock_reasons("nvmlDeviceGetCurrentClocksThrottleReasons", device, reasons);
+}
+
 #ifndef FAKE_NVML_OLD
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, u64 *reasons) {
+    return clock_reasons("nvmlDeviceGetCurrentClocksEventReasons", device, reasons);
+}
+
 /* The size-query protocol: too small a *count gets INSUFFICIENT_SIZE and the needed count. */
 EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
                                                             unsigned int *count,

@@ -6,6 +6,7 @@ one JSON line on stdout: the command's wall time, the longest gap of a 10 ms asy
 during it (is the event loop still responsive?), the live threads, and the sample.
 
 usage: probe_runner.py [--devices all|0,1,GPU-...] [--call-timeout S] [--init-timeout S]
+                       [--control-device PATH|none]
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import threading
 import time
 from typing import Any
 
-from watchdog.probes.nvml import NvmlProbe
+from watchdog.probes.nvml import CONTROL_DEVICE, NvmlProbe
 
 
 class Ticker:
@@ -52,6 +53,7 @@ async def main(args: argparse.Namespace) -> None:
         parse_devices(args.devices),
         call_timeout_s=args.call_timeout,
         init_timeout_s=args.init_timeout,
+        control_device=None if args.control_device == "none" else args.control_device,
     )
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
@@ -85,4 +87,5 @@ if __name__ == "__main__":
     parser.add_argument("--devices", default="all")
     parser.add_argument("--call-timeout", type=float, default=0.5)
     parser.add_argument("--init-timeout", type=float, default=2.0)
+    parser.add_argument("--control-device", default=CONTROL_DEVICE)
     asyncio.run(main(parser.parse_args()))

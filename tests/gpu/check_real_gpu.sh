@@ -6,7 +6,9 @@
 # It runs watchdogd supervising a small PyTorch job (tests/gpu/gpu_job.py) that holds GPU memory
 # and prints tok/s, then (a) SIGKILLs the job and expects `exited` plus a healthy restart, and
 # (b) makes the job free its CUDA memory but stay alive and expects `gpus_idle` plus a healthy
-# restart. It prints a table of what was detected and how fast; exit 0 when all passed.
+# restart. On the way it reads the NVML fault calls and the GPU's clock event reasons (SPEC §13)
+# straight through pynvml and checks the daemon's status shows them. It prints a table of what
+# was detected and how fast; exit 0 when all passed.
 #
 # Needs: python3 with torch, psutil, pyyaml and nvidia-ml-py. The daemon's other dependencies
 # (structlog, sdnotify) and our own wheel come from $WHEELS (default: .whl in the repository

@@ -312,7 +312,20 @@ def fault_api_rows(index: int) -> list[Row]:
         check("NVML Xid events", "TIMEOUT (none)", register_and_wait)
         check("NVML recovery action", "action 0", recovery)
         check("NVML remapped rows", "pending 0 failed 0", remapped)
+
+        def clocks() -> str:
+            # R535+ name; older drivers have only ...ThrottleReasons (the same bits).
+            try:
+                bits = pynvml.nvmlDeviceGetCurrentClocksEventReasons(h)
+            except pynvml.NVMLError as exc:
+                if exc.value != pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+                    raise
+                bits = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h)
+            hw = (("hw_slowdown", 0x8), ("hw_thermal", 0x40), ("hw_power_brake", 0x80))
+            return f"{bits:#x} " + ("+".join(n for n, bit in hw if bits & bit) or "no hw")
+
         check("NVML volatile DBE", "0", dbe)
+        check("NVML clock event reasons", "0x.. no hw", clocks)
         pynvml.nvmlEventSetFree(event_set)
     finally:
         pynvml.nvmlShutdown()
@@ -324,6 +337,7 @@ def phase_faults(d: Daemon, args: argparse.Namespace) -> list[Row]:
     s = wait_healthy(d, args.phase_timeout_s)
     gpu = next((g for g in s["gpus"] if g["index"] == args.gpu), {})
     watcher = str(s.get("gpu_events"))
+    throttle, access = gpu.get("throttle"), s.get("gpu_access_lost")
     return [
         *fault_api_rows(args.gpu),
         Row("daemon event watcher", "watching", watcher, None, watcher == "watching"),
@@ -334,6 +348,12 @@ def phase_faults(d: Daemon, args: argparse.Namespace) -> list[Row]:
             None,
             s.get("host_fault") is None,
         ),
+        # SPEC §13: the clock event reasons reach status (a hot GPU may show some: any list
+        # passes), and the control device opens for the daemon's kept NVML session.
+        Row(
+            "daemon gpus[].throttle", "[] (a list)", str(throttle), None, isinstance(throttle, list)
+        ),
+        Row("daemon NVML access", "not lost", str(access), None, access is None),
     ]
 
 

@@ -9,6 +9,11 @@ never gets there is the core's `startup_timeout`. `stalled` counts from the last
 daemon saw (the `now` of the `progress()` call), never from a timestamp the job printed: a job's
 clock is not evidence. `throughput_low` compares each reading with the median of the normal ones
 before it, once there are `min_median_readings` of them.
+
+Unknown is never healthy (SPEC §13), yet never a restart: NVML access lost (`gpu_access_lost`)
+or an expected GPU whose memory NVML cannot read (`gpu_unreadable`) fire warn-only verdicts, as
+`gpu_lost` does. `gpu_degraded` names a GPU in hardware slowdown (core/gpuhealth.py decides which);
+it restarts only with `gpus.on_degraded: restart`.
 """
 
 from __future__ import annotations
@@ -60,6 +65,8 @@ def gpu_part(
     the job did not let go of the GPU, the host did, and a restart cannot fix that (SPEC §4)."""
     if sample is None:
         return "unknown", "no GPU sample yet"
+    if sample.access_lost is not None:
+        return "unknown", f"GPU access lost: {sample.access_lost}"
     if not sample.available:
         return "unknown", sample.reason or "GPU probe unavailable"
     if sample.hung:
@@ -113,6 +120,8 @@ class HealthMonitor:
         # checkpoint being written) keeps the job from `stalled` but is no progress.
         self._last_activity_at: float | None = None
         self.progress_source: str | None = None  # what recognised the last progress line
+        self._degraded: dict[int, tuple[str, ...]] = {}  # GPU -> hardware slowdown reasons
+        self._access_lost: str | None = None  # the shell's view: outlives a fresh NVML session
 
     # ---------------------------------------------------------------------- inputs
 
@@ -124,6 +133,15 @@ class HealthMonitor:
         self._gpu = sample
         part, _ = gpu_part(sample, self._cfg.idle_below_mib, self._cfg.require)
         self._idle_run = self._idle_run + 1 if self._is_idle(part) else 0
+
+    def gpu_degraded(self, degraded: Mapping[int, tuple[str, ...]]) -> None:
+        """The GPUs degraded now (core/gpuhealth.py decides), and their reasons."""
+        self._degraded = dict(degraded)
+
+    def gpu_access_lost(self, detail: str | None) -> None:
+        """NVML access is lost (why), as the shell knows it: after a re-exec a fresh session
+        cannot tell lost access from none, so a sample alone may not say it."""
+        self._access_lost = detail
 
     def progress_unreadable(self, unreadable: bool) -> None:
         """Our own read of the progress log is stuck (a hung mount): `stalled` cannot be judged
@@ -267,6 +285,10 @@ class HealthMonitor:
         evidence: dict[str, str] = {}
         firing: set[str] = set()
         for reason, found in (
+            ("gpu_access_lost", self._gpu_access_lost_evidence()),
+            ("gpu_probe_hung", self._gpu_probe_hung_evidence()),
+            ("gpu_unreadable", self._gpu_unreadable_evidence()),
+            ("gpu_degraded", self._gpu_degraded_evidence()),
             ("gpu_lost", self._gpu_lost_evidence(part)),
             ("gpus_idle", self._gpus_idle_evidence()),
             ("stalled", self._stalled_evidence(now)),
@@ -289,6 +311,41 @@ class HealthMonitor:
         if part != "missing" or self._gpu is None:
             return None
         return {"gpus_lost": ",".join(_unreadable(g) for g in self._gpu.gpus if g.unreadable)}
+
+    def _gpu_access_lost_evidence(self) -> dict[str, str] | None:
+        """NVML access that worked is gone (SPEC §13): the job is not touched, but nothing
+        vouches for its GPUs, so it is not healthy."""
+        why = self._access_lost or (None if self._gpu is None else self._gpu.access_lost)
+        if not self._cfg.expect_gpus or why is None:
+            return None
+        return {"gpu_access": why}
+
+    def _gpu_probe_hung_evidence(self) -> dict[str, str] | None:
+        """An NVML call outlived its deadline: the GPUs are unread, so not healthy (SPEC §13);
+        a host problem, never a restart."""
+        s = self._gpu
+        if not self._cfg.expect_gpus or s is None or not s.hung:
+            return None
+        return {"gpu_probe": s.reason or "the NVML probe has not answered"}
+
+    def _gpu_unreadable_evidence(self) -> dict[str, str] | None:
+        """A visible expected GPU whose memory NVML did not report: unknown is never a pass."""
+        s = self._gpu
+        if not self._cfg.expect_gpus or s is None or not s.available or s.hung or s.access_lost:
+            return None
+        bad = [g for g in s.gpus if g.used_mib is None and not g.unreadable]
+        if not bad:
+            return None
+        return {"gpus_unreadable": ",".join(f"{g.index}:{g.error or 'no reading'}" for g in bad)}
+
+    def _gpu_degraded_evidence(self) -> dict[str, str] | None:
+        if not self._cfg.expect_gpus or not self._degraded:
+            return None
+        return {
+            "gpus_degraded": ",".join(
+                f"{gpu}:{'+'.join(reasons)}" for gpu, reasons in sorted(self._degraded.items())
+            )
+        }
 
     def _gpus_idle_evidence(self) -> dict[str, str] | None:
         cfg = self._cfg

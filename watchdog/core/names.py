@@ -41,6 +41,7 @@ EVENTS: dict[str, EventName] = {
     "internal_error_caught": EventName("a watchdog bug, caught; supervision goes on", ERR),
     "state_write_failed": EventName("a state file could not be written", WARNING),
     "goodput_reset": EventName("goodput.json was unreadable and starts from zero", WARNING),
+    "timeline_reset": EventName("timeline.json was unreadable: the picture starts afresh", WARNING),
     "history_write_failed": EventName("the event history file could not be written", WARNING),
     "state_restored": EventName("the previous daemon's fatal or backoff was restored", NOTICE),
     "state_reset": EventName("state.json was unreadable: the budget starts afresh", WARNING),
@@ -78,6 +79,24 @@ EVENTS: dict[str, EventName] = {
     "gpu_fault": EventName("a GPU hardware fault: Xid, counter or health gate", CRIT, hook=True),
     "gpu_probe_hung": EventName("an NVML call outlived its deadline", ERR),
     "gpu_probe_recovered": EventName("NVML answers again"),
+    # GPU health beyond Xid (SPEC §13)
+    "gpu_access_lost": EventName(
+        "NVML access that worked is gone (device cgroup re-applied); the job is left alone",
+        ERR,
+        hook=True,
+    ),
+    "gpu_access_restored": EventName("NVML access works again; a park for it is lifted", NOTICE),
+    "job_parked": EventName(
+        "a restart is held in host_fault until NVML access is back (the job died meanwhile)",
+        CRIT,
+        hook=True,
+    ),
+    "gpu_degraded": EventName(
+        "a GPU held a hardware slowdown for gpus.degraded_after_s while its peers did not",
+        WARNING,
+        hook=True,
+    ),
+    "gpu_degraded_cleared": EventName("a degraded GPU runs without hardware slowdown again"),
     "progress_read_hung": EventName("a read of the progress log did not answer", ERR),
     "progress_read_recovered": EventName("the progress log reads again"),
     # several nodes (issue 14, docs/multi-node.md)
@@ -101,6 +120,11 @@ REASONS: dict[str, str] = {
     "gpu_lost": "NVML reports GPU_IS_LOST",
     "gpu_probe_hung": "an NVML call outlived its deadline",
     "gpu_fault": "an NVML event or counter says the GPU itself is broken (SPEC §12)",
+    "gpu_access_lost": "NVML calls that worked fail (UNKNOWN, NO_PERMISSION) or /dev/nvidiactl "
+    "cannot be opened: the container's device access was revoked (SPEC §13)",
+    "gpu_access_restored": "NVML access works again (SPEC §13)",
+    "gpu_unreadable": "NVML did not report an expected GPU's memory: unknown, never a pass",
+    "gpu_degraded": "a GPU in hardware slowdown (thermal, power brake) slows the whole job",
     # why a job stopped or was parked
     "operator": "an operator's stop/start/restart",
     "shutdown": "the daemon was asked to exit",

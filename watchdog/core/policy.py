@@ -36,7 +36,11 @@ class State(StrEnum):
 
 
 # Reasons whose restart is preceded by an incident bundle (SPEC §10).
-INCIDENT_REASONS = frozenset({"gpus_idle", "stalled", "startup_timeout"})
+INCIDENT_REASONS = frozenset({"gpus_idle", "stalled", "startup_timeout", "gpu_degraded"})
+# SPEC §13: verdicts that say the GPUs cannot be verified, not that the job failed. While one
+# fires, a startup window that runs out is not a startup_timeout (that would stop the job for
+# our blindness); it is judged once the GPUs can be read again.
+UNVERIFIABLE = frozenset({"gpu_access_lost", "gpu_unreadable", "gpu_probe_hung"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +191,16 @@ class GpuFaultSeen:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuAccessChanged:
+    """NVML access that worked is lost (`lost`, with why in `detail`), or back (SPEC §13).
+    Lost access never stops the job; a restart while it lasts parks in host_fault instead of
+    starting a job into GPUs it cannot open, and restored access resumes it."""
+
+    lost: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyChanged:
     policy: Policy
 
@@ -218,6 +232,7 @@ Event = (
     | ProgressMarked
     | RankExited
     | GpuFaultSeen
+    | GpuAccessChanged
     | PolicyChanged
     | Tick
     | RestartRequested
@@ -328,6 +343,9 @@ class Supervisor:
         self._startup_expired = False  # startup_timeout fired and the child was never healthy
         self._tally = NoProgressTally()
         self._host_fault: Mapping[str, object] | None = None
+        self._access_lost: str | None = None  # why NVML access is lost (SPEC §13), or None
+        # What a park for lost access deferred: ("fail", reason) or ("spawn", reason).
+        self._access_resume: tuple[str, str] | None = None
         self._completed: Mapping[str, object] | None = None  # SPEC §13, see Snapshot
         self._completed_at: float | None = None
         self._run_step: float | None = None  # the current run's latest step (job_completed)
@@ -373,6 +391,11 @@ class Supervisor:
     def policy(self) -> Policy:
         return self._policy
 
+    @property
+    def access_lost(self) -> str | None:
+        """Why NVML access is lost (SPEC §13), or None: a re-exec'd shell starts from it."""
+        return self._access_lost
+
     def durable(self) -> Durable:
         """What must outlive this process (the restart budget): see durable.py."""
         backoff = self._state is State.BACKOFF
@@ -413,6 +436,8 @@ class Supervisor:
             "startup_expired": self._startup_expired,
             "no_progress": self._tally.carry(),
             "host_fault": None if self._host_fault is None else dict(self._host_fault),
+            "access_lost": self._access_lost,
+            "access_resume": None if self._access_resume is None else list(self._access_resume),
             "completed": None if self._completed is None else dict(self._completed),
             "completed_at": self._completed_at,
             "run_step": self._run_step,
@@ -447,6 +472,10 @@ class Supervisor:
         self._tally = NoProgressTally.resume(c.get("no_progress"))
         fault = c.get("host_fault")  # absent in a carry from code before SPEC §12
         self._host_fault = dict(fault) if isinstance(fault, Mapping) else None
+        lost, resume = c.get("access_lost"), c.get("access_resume")  # absent before SPEC §13
+        self._access_lost = lost if isinstance(lost, str) else None
+        if isinstance(resume, list) and len(resume) == 2:
+            self._access_resume = (str(resume[0]), str(resume[1]))
         done = c.get("completed")  # absent in a carry from code before SPEC §13
         self._completed = dict(done) if isinstance(done, Mapping) else None
         self._completed_at = _opt_float(c.get("completed_at"))
@@ -496,6 +525,8 @@ class Supervisor:
                 return self._assessed(event, now)
             case GpuFaultSeen():
                 return self._gpu_fault(event, now)
+            case GpuAccessChanged():
+                return self._access_changed(event, now)
             case IncidentSaved(path=path):
                 if self._state is State.STOPPING:
                     self._stop_incident = path
@@ -694,6 +725,8 @@ class Supervisor:
             self._last_reason = reason
             return self._spawn(now, reason)
         if after == "restart":
+            if self._access_lost is not None and not self._paused:
+                return self._park_access("fail", reason)  # SPEC §13: never into unreachable GPUs
             return self._fail(reason, now)
         if after == "host_fault":
             self._state = State.HOST_FAULT  # no restart, the budget untouched (SPEC §12)
@@ -849,7 +882,8 @@ class Supervisor:
         if ev.pid != self._pid or self._state not in live:
             return []
         firing = ev.firing
-        if self._startup_expired and self._healthy_since is None and not ev.healthy:
+        blind = bool(ev.firing & UNVERIFIABLE) or self._access_lost is not None
+        if self._startup_expired and self._healthy_since is None and not ev.healthy and not blind:
             firing = firing | {"startup_timeout"}  # still not healthy: the verdict stands
         ev = HealthAssessed(ev.pid, ev.healthy, firing, ev.evidence)
         out: list[Action] = []
@@ -934,11 +968,76 @@ class Supervisor:
             return out + self._stop("gpu_fault", "restart")
         return out
 
+    def _access_changed(self, ev: GpuAccessChanged, now: float) -> list[Action]:
+        """SPEC §13: lost access is named, never acted on against a running job. A pending
+        restart parks in host_fault (kind gpu_access_lost) until access is back."""
+        if ev.lost:
+            if self._access_lost is not None:
+                return []
+            self._access_lost = ev.detail or "NVML access lost"
+            fields = {"reason": "gpu_access_lost", "detail": self._access_lost, "pid": self._pid}
+            out: list[Action] = [Emit("gpu_access_lost", fields)]
+            if self._state is State.BACKOFF and not self._exiting:
+                out += self._park_access("spawn", self._last_reason or "backoff")
+            return out
+        if self._access_lost is None:
+            return []
+        self._access_lost = None
+        out = [Emit("gpu_access_restored", {"reason": "gpu_access_restored", "pid": self._pid})]
+        resume, self._access_resume = self._access_resume, None
+        fault = self._host_fault
+        if (
+            self._state is not State.HOST_FAULT
+            or fault is None
+            or fault.get("kind") != "gpu_access_lost"
+        ):
+            return out
+        self._host_fault = None  # restored access clears its own park, and nothing else
+        self._state = State.STOPPED
+        if resume is None or self._exiting:
+            return out
+        how, reason = resume
+        if how == "fail":
+            return out + self._fail(reason, now)
+        if self._paused:
+            return out  # `resume` starts it (the job is still wanted)
+        return out + self._spawn(now, reason)
+
+    def _park_access(self, resume: str, reason: str) -> list[Action]:
+        """Hold the restart that `reason` asked for until NVML access is back (SPEC §13)."""
+        self._access_resume = (resume, reason)
+        self._backoff_until = None
+        self._state = State.HOST_FAULT
+        detail = self._access_lost or "NVML access lost"
+        self._host_fault = {
+            "kind": "gpu_access_lost",
+            "gpu": None,
+            "uuid": None,
+            "action": "recreate_container",
+            "message": f"NVML access lost: {detail}",
+            "detail": detail,
+            "deferred": reason,
+        }
+        fields = {"reason": "gpu_access_lost", "deferred": reason, "detail": detail}
+        return [Emit("job_parked", fields | {"last_exit": self._exit_fields()})]
+
+    def _exit_fields(self) -> dict[str, int | None] | None:
+        if self._last_exit is None:
+            return None
+        return {"exit_code": self._last_exit[0], "signal": self._last_exit[1]}
+
     def _tick(self, now: float) -> list[Action]:
         until = self._backoff_until
         if self._state is State.BACKOFF and until is not None and now >= until:
+            if self._access_lost is not None and not self._paused:
+                return self._park_access("spawn", self._last_reason or "backoff")
             return self._spawn(now, self._last_reason or "backoff")
         deadline = self.next_deadline()
+        blind = bool(self._firing & UNVERIFIABLE) or self._access_lost is not None
+        if self._state is State.STARTING and deadline is not None and now >= deadline and blind:
+            self._startup_expired = True  # judged at the first verdict that can see the GPUs
+            self._state = State.UNHEALTHY
+            return []
         if self._state is State.STARTING and deadline is not None and now >= deadline:
             fired = Emit(
                 "detector_fired",

@@ -75,6 +75,11 @@ COMMANDS: dict[str, CommandSpec] = {
     "reexec": CommandSpec(
         "run the installed watchdogd in place: same pid, job untouched", mutating=True
     ),
+    "timeline": CommandSpec(
+        "the last hours in one screen: states, tok/s, GPUs, restarts, goodput",
+        mutating=False,
+        args={"since": SECONDS, "columns": COUNT},
+    ),
     "wait_healthy": CommandSpec(
         "wait until job `pid` is healthy, or say why not",
         mutating=False,

@@ -26,6 +26,8 @@ class GpuReading:
     # False: the device itself could not be opened (not found, lost, no permission). An expected
     # GPU that is not visible is never "in use": it counts against `gpus.require` (issue 15).
     visible: bool = True
+    # nvmlDeviceGetCurrentClocksEventReasons (SPEC §13); None: not read (unsupported or failed).
+    clocks_event_reasons: int | None = None
 
     @property
     def unreadable(self) -> bool:
@@ -39,12 +41,15 @@ class GpuSample:
 
     `available` False means the probe cannot see GPUs at all (no library, no driver);
     `reason` says why. `hung` True means the probe call outlived its deadline.
+    `access_lost` says why NVML access that worked is gone (SPEC §13: the control device cannot
+    be opened, or every expected GPU answers UNKNOWN / NO_PERMISSION); None while it works.
     """
 
     available: bool
     gpus: tuple[GpuReading, ...] = ()
     reason: str | None = None
     hung: bool = False
+    access_lost: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

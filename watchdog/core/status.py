@@ -40,6 +40,11 @@ class StatusInputs:
     # SPEC §13: what recognised the last progress line, and the last activity (not a step).
     progress_source: str | None = None
     last_activity_at: float | None = None
+    # SPEC §13: hardware slowdown reasons per GPU index at the last sample, the GPUs degraded
+    # now (index -> their reasons), and why NVML access is lost (None: it works).
+    gpu_throttle: Mapping[int, Sequence[str]] | None = None
+    gpu_degraded: Mapping[int, Sequence[str]] | None = None
+    gpu_access_lost: str | None = None
 
 
 def build_status(i: StatusInputs) -> dict[str, Any]:
@@ -69,6 +74,7 @@ def build_status(i: StatusInputs) -> dict[str, Any]:
             None if snap.host_fault is None else dict(snap.host_fault)
         ),
         "gpu_events": i.gpu_events,
+        "gpu_access_lost": i.gpu_access_lost,
         "progress": {
             "tokens_per_s": i.progress.tokens_per_s if i.progress else None,
             "step": i.progress.step if i.progress else None,
@@ -132,6 +138,8 @@ def _gpus(i: StatusInputs) -> list[dict[str, Any]]:
             "error": g.error,
             "faults": [dict(f) for f in (i.gpu_faults or {}).get(g.index, ())],
             "not_checked": list((i.gpu_unchecked or {}).get(g.index, ())),
+            "throttle": list((i.gpu_throttle or {}).get(g.index, ())),
+            "degraded": g.index in (i.gpu_degraded or {}),
         }
         for g in i.gpu_sample.gpus
     ]
@@ -141,6 +149,8 @@ def _gpus_unverified(i: StatusInputs) -> str | None:
     """Why the GPU part of health is unknown (SPEC §4: 'GPUs unverified: <reason>'), or None."""
     if not i.gpus_expected:
         return None
+    if i.gpu_access_lost is not None:
+        return f"GPU access lost: {i.gpu_access_lost}"
     s = i.gpu_sample
     if s is None:
         return "no GPU sample yet"
@@ -157,11 +167,16 @@ def status_line(st: dict[str, Any]) -> str:
     if st["job"]["pid"] is not None:
         parts[0] += f" pid {st['job']['pid']}"
     gpus = st["gpus"]
-    if st.get("gpus_unverified"):
+    if st.get("gpu_access_lost"):
+        parts.append("GPU access lost")
+    elif st.get("gpus_unverified"):
         parts.append("GPUs unverified")
     elif gpus:
         busy = sum(1 for g in gpus if g["idle"] is False)
         parts.append(f"{busy}/{len(gpus)} GPUs")
+    slow = [g for g in gpus if g.get("degraded")]
+    if slow:
+        parts.append("degraded GPU " + ",".join(str(g["index"]) for g in slow))
     tps = st["progress"]["tokens_per_s"]
     if tps is not None:
         parts.append(f"{tps:,.0f} tok/s")

@@ -45,6 +45,8 @@ ADVICE: dict[str, str] = {
     "reboot_host": "reboot the host",
     "ignore": "nothing",
     "warn": "check the catalog and dmesg",
+    # SPEC §13: the container's device access was revoked (a device cgroup re-applied)
+    "recreate_container": "recreate the container (or restore its device access)",
 }
 
 
@@ -231,6 +233,11 @@ def host_fault_line(f: dict[str, object] | None) -> str | None:
     """`HOST FAULT: GPU 3 (GPU-…) Xid 79 (fallen off the bus): reboot the host` (SPEC §12)."""
     if not f:
         return None
+    if f.get("kind") == "gpu_access_lost":  # all GPUs at once: the container, not a device
+        detail = str(f.get("detail") or "")
+        room = 100 - len("HOST FAULT: NVML access lost (): recreate the container")
+        short = detail if len(detail) <= room else detail[: room - 1] + "…"
+        return f"HOST FAULT: NVML access lost ({short}): recreate the container"
     what = f"Xid {f['xid']} ({f.get('message')})" if f.get("xid") is not None else f.get("message")
     advice = ADVICE.get(str(f.get("action")), str(f.get("action")))
     uuid = str(f.get("uuid") or "?")

@@ -12,6 +12,17 @@ None and `error` says why; no library, no driver, or a library/driver version mi
 whole sample is *unavailable* with a reason, and the next `sample()` tries `nvmlInit` again
 (a driver loaded after the daemon started is picked up).
 
+Lost access (SPEC §13): a container's device cgroup re-applied under a running job (a
+`systemctl daemon-reload`) makes opening `/dev/nvidiactl` fail with EPERM and a fresh `nvmlInit`
+answer UNKNOWN or NO_PERMISSION, while the job keeps its open devices. So the session, once it
+worked, is kept for the daemon's life (UNKNOWN / NO_PERMISSION never close it), each pass first
+opens the control device (one open/close, where it exists), and the sample says `access_lost`
+when that open is refused, when every expected GPU answers only UNKNOWN / NO_PERMISSION, or when
+a re-initialisation after a broken session is refused that way.
+
+Clock event reasons (`nvmlDeviceGetCurrentClocksEventReasons`, R535+; the same bits through the
+older `...ThrottleReasons` where the new name is missing) are read each pass (SPEC §13).
+
 Why one dedicated daemon thread, fed by a queue, runs every NVML call:
 - NVML calls can block for ever in the kernel when the driver is wedged; the asyncio loop must
   never make such a call itself. `sample()` awaits the worker's answer under a deadline.
@@ -31,6 +42,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import ctypes
+import errno
 import functools
 import os
 import threading
@@ -73,6 +85,11 @@ _SESSION_BROKEN = frozenset(
         pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
     }
 )
+# What a revoked device cgroup makes NVML answer (a fresh init: "Unknown Error"; notes/nvml.md).
+_ACCESS_DENIED = frozenset({pynvml.NVML_ERROR_UNKNOWN, pynvml.NVML_ERROR_NO_PERMISSION})
+# A driver without the clock event reasons, or a GPU without them: not an error, just unknown.
+_CLOCKS_MISSING = frozenset({pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, pynvml.NVML_ERROR_NOT_SUPPORTED})
+CONTROL_DEVICE = "/dev/nvidiactl"
 _FI_RECOVERY_ACTION = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvmlDeviceGetGpuRecoveryAction)
 _NOT_FOUND = frozenset({pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT})
 
@@ -99,6 +116,10 @@ def _error_name(error: pynvml.NVMLError) -> str:
 class _Unavailable(Exception):
     """NVML as a whole cannot be read; the message is the reason shown to operators."""
 
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code  # the NVML return code behind it, where there is one
+
 
 class _Lost(Exception):
     """The device answered GPU_IS_LOST or RESET_REQUIRED."""
@@ -116,15 +137,23 @@ class _Device:
     found: bool = True
     identified: bool = False
     memory_api: str = "v2"
+    clocks_api: str = "event"  # "throttle": the driver has only ...ThrottleReasons
+    codes: set[int] | None = None  # the NVML error codes of this device in the current pass
 
 
 class _Session:
     """The NVML session. Every method runs on the worker thread, one at a time."""
 
-    def __init__(self, devices: Literal["all"] | tuple[int | str, ...]) -> None:
+    def __init__(
+        self,
+        devices: Literal["all"] | tuple[int | str, ...],
+        control_device: str | None = CONTROL_DEVICE,
+    ) -> None:
         self._selection = devices
         self._devices: list[_Device] = []
         self.initialized = False  # read by the event loop only to pick a deadline
+        self.worked = False  # a pass read memory once: access lost is judged from then on
+        self._control_device = control_device
         # (call name, GPU, monotonic start) of the NVML call in progress, for hung reasons.
         self.current: tuple[str, int | str | None, float] | None = None
 
@@ -141,11 +170,48 @@ class _Session:
         try:
             if not self.initialized:
                 self._open()
+            refused = self._control_refused() if self.worked else None
             gpus = tuple(self._read(d, with_pids) for d in self._devices)
-            return GpuSample(available=True, gpus=gpus)
         except _Unavailable as exc:
             self.close()
-            return GpuSample(available=False, reason=str(exc))
+            # A re-initialisation refused the way a revoked device cgroup refuses it.
+            refused_init = self.worked and exc.code in _ACCESS_DENIED
+            return GpuSample(
+                available=False, reason=str(exc), access_lost=str(exc) if refused_init else None
+            )
+        lost = refused or (self._all_denied(gpus) if self.worked else None)
+        if lost is None and any(g.used_mib is not None for g in gpus):
+            self.worked = True
+        return GpuSample(available=True, gpus=gpus, access_lost=lost)
+
+    def _control_refused(self) -> str | None:
+        """Open the control device as NVML would (the cheap probe of a revoked device cgroup);
+        why it was refused, or None (opened, or no such node: not every host has one)."""
+        path = self._control_device
+        if path is None:
+            return None
+        try:
+            fd = self._call(None, os.open, path, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+            return f"cannot open {path}: {name} ({exc.strerror})"
+        os.close(fd)
+        return None
+
+    def _all_denied(self, gpus: tuple[GpuReading, ...]) -> str | None:
+        """Every expected GPU answered only UNKNOWN / NO_PERMISSION: access is gone, not the
+        GPUs (a lost GPU answers GPU_IS_LOST, one hidden GPU leaves the others readable)."""
+        if not self._devices:
+            return None
+        for dev, reading in zip(self._devices, gpus, strict=True):
+            codes = (dev.codes or set()) - _CLOCKS_MISSING  # a call this GPU lacks says nothing
+            if reading.used_mib is not None or not codes or not codes <= _ACCESS_DENIED:
+                return None
+        codes = {c for d in self._devices for c in d.codes or ()} & _ACCESS_DENIED
+        names = sorted(_ERROR_NAMES.get(c, str(c)) for c in codes)
+        return f"every GPU answers {' or '.join(names)}"
 
     def close(self) -> None:
         if not self.initialized:
@@ -160,7 +226,7 @@ class _Session:
             self._call(None, pynvml.nvmlInit)
         except pynvml.NVMLError as exc:
             raise _Unavailable(
-                _INIT_REASONS.get(_code(exc), f"nvmlInit failed: {_error_name(exc)}")
+                _INIT_REASONS.get(_code(exc), f"nvmlInit failed: {_error_name(exc)}"), _code(exc)
             ) from exc
         self.initialized = True
         if self._selection == "all":
@@ -188,6 +254,8 @@ class _Session:
         try:
             return self._call(dev.key, fn, *args, **kw)
         except pynvml.NVMLError as exc:
+            if dev.codes is not None:
+                dev.codes.add(_code(exc))
             if _code(exc) in _LOST:
                 raise _Lost(_error_name(exc)) from exc
             if _code(exc) in _SESSION_BROKEN:
@@ -215,6 +283,7 @@ class _Session:
         dev.identified = True
 
     def _read(self, dev: _Device, with_pids: bool = False) -> GpuReading:
+        dev.codes = set()
         try:
             if dev.handle is None:
                 self._resolve(dev)
@@ -257,6 +326,12 @@ class _Session:
             )
         except pynvml.NVMLError as exc:
             errors.append(f"utilization: {_error_name(exc)}")
+        clocks: int | None = None
+        try:
+            clocks = self._clocks(dev)
+        except pynvml.NVMLError as exc:
+            if _code(exc) not in _CLOCKS_MISSING:
+                errors.append(f"clock event reasons: {_error_name(exc)}")
         return GpuReading(
             index=dev.index,
             uuid=dev.uuid,
@@ -267,7 +342,21 @@ class _Session:
             memory_api=dev.memory_api,
             pids=self._pids(dev) if with_pids else None,
             error="; ".join(errors) or None,
+            clocks_event_reasons=clocks,
         )
+
+    def _clocks(self, dev: _Device) -> int:
+        """The clock event reasons; drivers before R535 only know the older name (same bits)."""
+        if dev.clocks_api == "event":
+            try:
+                get = pynvml.nvmlDeviceGetCurrentClocksEventReasons
+                return int(self._device_call(dev, get, dev.handle))
+            except pynvml.NVMLError as exc:
+                if _code(exc) != pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+                    raise
+                dev.clocks_api = "throttle"  # for the rest of the session
+        get = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        return int(self._device_call(dev, get, dev.handle))
 
     def _memory(self, dev: _Device) -> tuple[float, float]:
         get = pynvml.nvmlDeviceGetMemoryInfo
@@ -355,8 +444,9 @@ class NvmlProbe:
         *,
         call_timeout_s: float = 5.0,
         init_timeout_s: float = 30.0,
+        control_device: str | None = CONTROL_DEVICE,
     ) -> None:
-        self._session = _Session(devices)
+        self._session = _Session(devices, control_device)
         self._call_timeout_s = call_timeout_s
         self._init_timeout_s = init_timeout_s
         self._worker: Worker | None = None

@@ -1,0 +1,108 @@
+"""A tiny real Hugging Face Trainer run for tests/test_frameworks.py (CPU, nothing downloaded).
+
+Run it as `hf_trainer_job.py <workdir>`. A 1-layer GPT-2 built from a config trains on random
+tokens with the Trainer's defaults for output: its tqdm bar (`12/100000 [00:01<…, 9.8it/s]`,
+`\\r`-updated) and its `{'loss': …}` dicts, nothing printed by us. Checkpoints go to
+<workdir>/out/checkpoint-N every SAVE_STEPS steps; a run resumes from the newest complete one
+there (trainer_state.json is the Trainer's last file of a save), as a careful restart script does:
+a run frozen or killed mid-save leaves a partial folder that resuming from would start at step 0.
+max_steps is large: it trains until it is killed.
+
+Knobs (environment): SAVE_STEPS (default 20), LOGGING_STEPS (default 10), EVAL_STEPS (0 = no
+evaluation; else an eval phase with its own bar every N steps) over EVAL_ROWS rows (default 400,
+4 a batch), each taking at least EVAL_ROW_S seconds to load (default 0: a slow disk, for an
+evaluation that outlasts the watchdog's stall_after_s); TRAIN_ROW_S, the same for training rows
+(default 0; 0.3 makes a step of 4 rows last over a second: the bar reads `s/it`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+import warnings
+
+warnings.filterwarnings("ignore")  # the CPU wheel's numpy notices are not the job's output
+
+import torch  # noqa: E402
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments  # noqa: E402
+
+VOCAB = 64
+SEQ = 16
+
+
+class RandomTokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
+    """Random token rows, the same for a given index (a resumed run sees the same data)."""
+
+    def __init__(self, rows: int, row_s: float = 0.0) -> None:
+        self.rows = rows
+        self.row_s = row_s
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        if self.row_s:
+            time.sleep(self.row_s)
+        ids = torch.randint(0, VOCAB, (SEQ,), generator=torch.Generator().manual_seed(i))
+        return {"input_ids": ids, "labels": ids.clone()}
+
+
+def newest_complete_checkpoint(out: str) -> str | None:
+    """The checkpoint-N folder with the highest N that holds trainer_state.json."""
+    found = [
+        (int(name.split("-")[1]), os.path.join(out, name))
+        for name in (os.listdir(out) if os.path.isdir(out) else [])
+        if re.fullmatch(r"checkpoint-\d+", name)
+        and os.path.isfile(os.path.join(out, name, "trainer_state.json"))
+    ]
+    return max(found)[1] if found else None
+
+
+def main() -> None:
+    workdir = sys.argv[1]
+    out = os.path.join(workdir, "out")
+    eval_steps = int(os.environ.get("EVAL_STEPS", "0"))
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=VOCAB,
+            n_positions=SEQ,
+            n_embd=16,
+            n_layer=1,
+            n_head=2,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+    )
+    args = TrainingArguments(
+        output_dir=out,
+        max_steps=100_000,
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=4,
+        save_steps=int(os.environ.get("SAVE_STEPS", "20")),
+        save_total_limit=2,
+        logging_steps=int(os.environ.get("LOGGING_STEPS", "10")),
+        eval_strategy="steps" if eval_steps else "no",
+        eval_steps=eval_steps or None,
+        report_to="none",
+        use_cpu=True,
+        dataloader_num_workers=0,
+        seed=0,
+    )
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=RandomTokens(400_000, float(os.environ.get("TRAIN_ROW_S", "0"))),
+        eval_dataset=RandomTokens(
+            int(os.environ.get("EVAL_ROWS", "400")), float(os.environ.get("EVAL_ROW_S", "0"))
+        )
+        if eval_steps
+        else None,
+    )
+    trainer.train(resume_from_checkpoint=newest_complete_checkpoint(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,454 @@
+"""PURE history behind `watchdogctl timeline` (SPEC §13 "The overnight picture"). No I/O, no clock:
+every instant comes in as `wall` (seconds since the epoch), so the shell decides what time it is.
+
+The daemon feeds what it already has: `observe(state, wall)` after every dispatch and tick (time
+goes to the state of the PREVIOUS observation, as in goodput.py), `sample(...)` on each sample
+tick (tokens/s, step, GPU memory), `goodput(totals, wall)` (the growth of goodput.py's totals is
+charged to the bucket it happened in, so the span's goodput reuses that accounting), and
+`event(record, wall)` for every event (only the ones the picture marks are kept).
+
+Bounded, like a round-robin database: the newest buckets are `bucket_s` wide; a bucket older than
+PER_LEVEL of its widths is merged with its aligned neighbour into one twice as wide, and nothing
+older than KEEP_S (a week) is kept. At any age the stored width is between 1/PER_LEVEL and
+2/PER_LEVEL of that age, finer than a 100-column screen needs for a span reaching back that far;
+a week at 60 s is under 600 buckets. Time while no daemon ran has no bucket: a gap, not "stopped".
+
+`query(since, now, columns)` resamples into `columns` equal buckets (never narrower than
+`bucket_s`): additive figures (seconds per state, goodput) by the overlap, means weighted by it,
+events by their own instant.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+FORMAT_VERSION = 1
+BUCKET_S = 60.0
+PER_LEVEL = 128
+KEEP_S = 7 * 86400.0
+MAX_EVENTS_PER_BUCKET = 16
+COMPACT_EVERY = 16  # base buckets between two merges (each is a pass over all buckets)
+# Events the picture marks on its time axis and lists (SPEC §13: restarts and incidents), and
+# the ones that explain a gap or a change of state.
+KEPT_EVENTS = frozenset(
+    {
+        "restart_scheduled",
+        "incident_saved",
+        "fatal",
+        "gpu_fault",
+        "job_completed",
+        "child_exited",
+        "daemon_started",
+        "daemon_reexecuted",
+    }
+)
+# Fields of a kept event that say what happened (the rest stays in `watchdogctl events`).
+KEPT_FIELDS = ("reason", "path", "pid", "exit_code", "signal", "delay_s", "gpu", "action", "xid")
+
+
+def rfc3339(wall: float) -> str:
+    return datetime.fromtimestamp(wall, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def parse_rfc3339(text: str) -> float:
+    """Seconds since the epoch of an event's `ts`; ValueError when it is not one."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+class Bucket:
+    """What happened in [ts, ts + width_s): mergeable figures, never derived ones."""
+
+    __slots__ = (
+        "events",
+        "events_dropped",
+        "goodput",
+        "gpu_n",
+        "gpu_sum",
+        "gpus_in_use",
+        "gpus_total",
+        "state_s",
+        "step",
+        "tps_n",
+        "tps_sum",
+        "ts",
+        "width_s",
+    )
+
+    def __init__(self, ts: float, width_s: float) -> None:
+        self.ts = ts
+        self.width_s = width_s
+        self.state_s: dict[str, float] = {}
+        self.tps_sum = 0.0
+        self.tps_n = 0.0
+        self.step: int | None = None
+        self.gpu_sum: list[float] | None = None  # per GPU, summed over gpu_n samples
+        self.gpu_n = 0.0
+        self.gpus_in_use: int | None = None  # the fewest seen in use in any sample
+        self.gpus_total: int | None = None
+        self.goodput: dict[str, float] = {}  # productive_s, starting_s, lost.<cause>: growth
+        self.events: list[dict[str, Any]] = []
+        self.events_dropped = 0
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.width_s
+
+    def absorb(self, other: Bucket, share: float = 1.0) -> None:
+        """Add `share` (0..1] of `other`'s figures to this bucket, and its events. Every figure
+        is a sum (means are kept as sum and count), so merging is exact and order-free."""
+        for k, v in other.state_s.items():
+            self.state_s[k] = self.state_s.get(k, 0.0) + v * share
+        for k, v in other.goodput.items():
+            self.goodput[k] = self.goodput.get(k, 0.0) + v * share
+        self.tps_sum += other.tps_sum * share
+        self.tps_n += other.tps_n * share
+        if other.step is not None:
+            self.step = other.step if self.step is None else max(self.step, other.step)
+        if other.gpu_sum is not None and other.gpu_n > 0:
+            if self.gpu_sum is None or len(self.gpu_sum) != len(other.gpu_sum):
+                # GPUs reconfigured in between: the newer set wins (buckets merge oldest first)
+                self.gpu_sum, self.gpu_n = [0.0] * len(other.gpu_sum), 0.0
+            self.gpu_sum = [a + b * share for a, b in zip(self.gpu_sum, other.gpu_sum, strict=True)]
+            self.gpu_n += other.gpu_n * share
+        if other.gpus_in_use is not None:
+            mine = self.gpus_in_use
+            self.gpus_in_use = other.gpus_in_use if mine is None else min(mine, other.gpus_in_use)
+        if other.gpus_total is not None:
+            self.gpus_total = other.gpus_total
+        self.add_events(other.events, other.events_dropped)
+
+    def add_events(self, events: list[dict[str, Any]], dropped: int = 0) -> None:
+        for e in events:
+            if len(self.events) < MAX_EVENTS_PER_BUCKET:
+                self.events.append(e)
+            else:
+                dropped += 1
+        self.events_dropped += dropped
+
+    # ------------------------------------------------------------------ derived figures
+
+    def state(self) -> str | None:
+        """The state that held longest; None when no daemon watched (a gap)."""
+        held = {k: v for k, v in self.state_s.items() if v > 0}
+        return max(held, key=lambda k: (held[k], k)) if held else None
+
+    def tokens_per_s(self) -> float | None:
+        return None if self.tps_n <= 0 else self.tps_sum / self.tps_n
+
+    def gpus_used_mib(self) -> list[float] | None:
+        if self.gpu_sum is None or self.gpu_n <= 0:
+            return None
+        return [round(s / self.gpu_n, 1) for s in self.gpu_sum]
+
+    # ------------------------------------------------------------------ files and replies
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form (sums, not means: a reloaded bucket merges exactly)."""
+        out: dict[str, Any] = {"ts": self.ts, "w": self.width_s, "state_s": self.state_s}
+        if self.tps_n:
+            out["tps"] = [self.tps_sum, self.tps_n]
+        if self.step is not None:
+            out["step"] = self.step
+        if self.gpu_sum is not None and self.gpu_n:
+            out["gpu"] = [self.gpu_sum, self.gpu_n]
+        if self.gpus_in_use is not None:
+            out["in_use"] = self.gpus_in_use
+        if self.gpus_total is not None:
+            out["gpus"] = self.gpus_total
+        if self.goodput:
+            out["goodput"] = self.goodput
+        if self.events:
+            out["events"] = self.events
+        if self.events_dropped:
+            out["dropped"] = self.events_dropped
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Bucket:
+        """A stored bucket; ValueError (or TypeError/KeyError, mapped by the caller) if broken."""
+        b = cls(_finite(d["ts"]), _finite(d["w"]))
+        if b.width_s <= 0:
+            raise ValueError("bucket width must be > 0")
+        b.state_s = {str(k): _finite(v) for k, v in dict(d.get("state_s", {})).items()}
+        if "tps" in d:
+            b.tps_sum, b.tps_n = _finite(d["tps"][0]), _finite(d["tps"][1])
+        if d.get("step") is not None:
+            b.step = int(d["step"])
+        if "gpu" in d:
+            b.gpu_sum = [_finite(x) for x in d["gpu"][0]]
+            b.gpu_n = _finite(d["gpu"][1])
+        if d.get("in_use") is not None:
+            b.gpus_in_use = int(d["in_use"])
+        if d.get("gpus") is not None:
+            b.gpus_total = int(d["gpus"])
+        b.goodput = {str(k): _finite(v) for k, v in dict(d.get("goodput", {})).items()}
+        b.events = [dict(e) for e in d.get("events", []) if isinstance(e, dict)]
+        b.events_dropped = int(d.get("dropped", 0))
+        return b
+
+    def view(self) -> dict[str, Any]:
+        """The reply form (SPEC §13 names first; more fields may be added, none renamed)."""
+        tps = self.tokens_per_s()
+        return {
+            "ts": rfc3339(self.ts),
+            "state": self.state(),
+            "tokens_per_s": None if tps is None else round(tps, 1),
+            "step": self.step,
+            "gpus_used_mib": self.gpus_used_mib(),
+            "events": self.events,
+            "events_dropped": self.events_dropped,
+            "gpus_in_use": self.gpus_in_use,
+            "gpus_total": self.gpus_total,
+            "state_s": {k: round(v, 1) for k, v in sorted(self.state_s.items()) if round(v, 1)},
+        }
+
+
+def _finite(x: object) -> float:
+    if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
+        raise ValueError(f"expected a finite number, got {x!r}")
+    return float(x)
+
+
+class Timeline:
+    """The bounded history: buckets oldest first, never overlapping."""
+
+    def __init__(
+        self, bucket_s: float = BUCKET_S, per_level: int = PER_LEVEL, keep_s: float = KEEP_S
+    ) -> None:
+        if bucket_s <= 0 or per_level < 2 or keep_s <= 0:
+            raise ValueError("bucket_s and keep_s must be > 0, per_level >= 2")
+        self.bucket_s = bucket_s
+        self.per_level = per_level
+        self.keep_s = keep_s
+        self._buckets: list[Bucket] = []
+        self._prev: tuple[str, float] | None = None  # the state and instant of the last observe
+        self._goodput_seen: dict[str, float] | None = None
+        self._changed = False
+        self._compact_at = -math.inf
+
+    # ------------------------------------------------------------------------- inputs
+
+    def observe(self, state: str, wall: float) -> None:
+        """The job is in `state` at `wall`; the time since the previous call goes to the state
+        seen then, split over the buckets it spans. A clock that went back counts nothing."""
+        prev, self._prev = self._prev, (state, wall)
+        if prev is None:
+            self._at(wall)
+            return
+        pstate, t = prev
+        t = max(t, wall - self.keep_s)  # a daemon frozen for weeks fills a week, no more
+        while t < wall:
+            b = self._at(t)
+            end = min(wall, b.end) if b.end > t else wall
+            b.state_s[pstate] = b.state_s.get(pstate, 0.0) + (end - t)
+            t = end
+        self._at(wall)  # the bucket of `now` exists: a closed one is reported at once
+
+    def sample(
+        self,
+        wall: float,
+        *,
+        tokens_per_s: float | None = None,
+        step: int | None = None,
+        gpus_used_mib: list[float] | None = None,
+        gpus_in_use: int | None = None,
+    ) -> None:
+        """A sample tick's readings: a fresh progress line's tokens/s and step, each GPU's MiB
+        (None for a GPU that gave no reading) and how many of them are in use."""
+        b = self._at(wall)
+        if tokens_per_s is not None and math.isfinite(tokens_per_s):
+            b.tps_sum += tokens_per_s
+            b.tps_n += 1
+        if step is not None:
+            b.step = step if b.step is None else max(b.step, step)
+        if gpus_used_mib is not None:
+            if b.gpu_sum is None or len(b.gpu_sum) != len(gpus_used_mib):
+                b.gpu_sum, b.gpu_n = [0.0] * len(gpus_used_mib), 0.0
+            b.gpu_sum = [a + (x or 0.0) for a, x in zip(b.gpu_sum, gpus_used_mib, strict=True)]
+            b.gpu_n += 1
+            b.gpus_total = len(gpus_used_mib)
+        if gpus_in_use is not None:
+            b.gpus_in_use = (
+                gpus_in_use if b.gpus_in_use is None else min(b.gpus_in_use, gpus_in_use)
+            )
+
+    def goodput(self, totals: Mapping[str, Any], wall: float) -> None:
+        """goodput.Goodput.totals() now: its growth since the last call is charged here. The
+        first call only takes the baseline (the totals of earlier daemons are not this span's)."""
+        flat = {"productive_s": float(totals.get("productive_s") or 0.0)}
+        flat["starting_s"] = float(totals.get("starting_s") or 0.0)
+        for cause, s in dict(totals.get("lost_s") or {}).items():
+            flat[f"lost.{cause}"] = float(s)
+        seen, self._goodput_seen = self._goodput_seen, flat
+        if seen is None:
+            return
+        grown = {k: v - seen.get(k, 0.0) for k, v in flat.items()}
+        grown = {k: v for k, v in grown.items() if v > 0}
+        if grown:
+            b = self._at(wall)
+            for k, v in grown.items():
+                b.goodput[k] = b.goodput.get(k, 0.0) + v
+
+    def event(self, record: Mapping[str, Any], wall: float) -> None:
+        """An emitted event; kept (compactly) only if the picture marks or lists it."""
+        name = record.get("event")
+        if name not in KEPT_EVENTS:
+            return
+        kept: dict[str, Any] = {"ts": record.get("ts") or rfc3339(wall), "event": name}
+        kept.update({k: record[k] for k in KEPT_FIELDS if record.get(k) is not None})
+        self._at(wall).add_events([kept])
+        self._changed = True
+
+    def take_changed(self) -> bool:
+        """Whether a bucket closed or a marked event arrived since the last call: the shell
+        writes the file then (so a crash loses at most the newest bucket's figures)."""
+        changed, self._changed = self._changed, False
+        return changed
+
+    # ------------------------------------------------------------------------- buckets
+
+    def _at(self, wall: float) -> Bucket:
+        """The bucket holding `wall` (a new newest one when it is past the last); a clock that
+        went back lands in the newest bucket, never in the past."""
+        last = self._buckets[-1] if self._buckets else None
+        if last is not None and wall < last.end:
+            return last
+        start = float(math.floor(wall / self.bucket_s) * self.bucket_s)
+        b = Bucket(start, self.bucket_s)
+        self._buckets.append(b)
+        self._changed = True
+        if start >= self._compact_at:  # merging is O(buckets): every COMPACT_EVERY buckets
+            self._compact(wall)
+        return b
+
+    def _width_for(self, age_s: float) -> float:
+        w = self.bucket_s
+        while age_s >= self.per_level * w:
+            w *= 2
+        return w
+
+    def _compact(self, wall: float) -> None:
+        """Drop what is older than keep_s; merge old buckets into aligned wider ones."""
+        self._compact_at = wall + COMPACT_EVERY * self.bucket_s
+        out: list[Bucket] = []
+        for b in self._buckets:
+            if b.end <= wall - self.keep_s:
+                continue
+            w = self._width_for(max(0.0, wall - b.end))
+            last = out[-1] if out else None
+            if last is not None and b.ts < last.end:
+                last.absorb(b)  # it lies inside a wider, older bucket
+            elif b.width_s >= w:
+                out.append(b)
+            else:
+                merged = Bucket(float(math.floor(b.ts / w) * w), w)
+                if last is not None and merged.ts < last.end:
+                    merged = Bucket(last.end, merged.end - last.end)  # never overlap the older
+                merged.absorb(b)
+                out.append(merged)
+        self._buckets = out
+
+    def buckets(self) -> list[Bucket]:
+        return list(self._buckets)
+
+    # ------------------------------------------------------------------------- queries
+
+    def query(self, since: float, now: float, columns: int) -> dict[str, Any]:
+        """`columns` equal buckets (fewer when the history is shorter: never narrower than
+        bucket_s) from `since`, or the history's start if later, to `now`; with the span's
+        goodput and its marked events."""
+        first = self._buckets[0].ts if self._buckets else now
+        start = min(max(since, first), now)
+        span = now - start
+        n = max(1, min(columns, math.floor(span / self.bucket_s))) if span > 0 else 1
+        w = span / n if span > 0 else self.bucket_s
+        out = [Bucket(start + i * w, w) for i in range(n)]
+        for b in self._buckets:
+            if b.end <= start or b.ts >= now:
+                continue
+            lo = max(0, int((b.ts - start) // w))
+            hi = min(n - 1, int((min(b.end, now) - start) // w))
+            for i in range(lo, hi + 1):
+                o = out[i]
+                overlap = min(b.end, o.end) - max(b.ts, o.ts)
+                if overlap > 0:
+                    o.absorb(_figures_only(b), overlap / b.width_s)
+            for e in b.events:
+                at = _event_time(e, b)
+                if start <= at <= now:
+                    out[min(n - 1, int((at - start) // w))].add_events([e])
+        return {
+            "since": rfc3339(start),
+            "until": rfc3339(now),
+            "bucket_s": round(w, 3),
+            "history_since": None if not self._buckets else rfc3339(first),
+            "buckets": [o.view() for o in out],
+            "goodput": span_goodput(out),
+        }
+
+    # ------------------------------------------------------------------------- the file
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": FORMAT_VERSION,
+            "bucket_s": self.bucket_s,
+            "buckets": [b.to_json() for b in self._buckets],
+        }
+
+    def load(self, data: object, wall: float) -> None:
+        """Buckets saved by `to_json()` (of this or another bucket_s), merged as their age now
+        says. Raises ValueError, naming what is wrong, and then keeps nothing."""
+        if not isinstance(data, Mapping) or data.get("version") != FORMAT_VERSION:
+            raise ValueError(f"not a timeline record of version {FORMAT_VERSION}")
+        raw = data.get("buckets")
+        if not isinstance(raw, list):
+            raise ValueError("buckets: expected a list")
+        loaded: list[Bucket] = []
+        for i, d in enumerate(raw):
+            try:
+                b = Bucket.from_json(d)
+            except (ValueError, TypeError, KeyError, IndexError) as e:
+                raise ValueError(f"buckets[{i}]: {e}") from None
+            if loaded and b.ts < loaded[-1].end:
+                raise ValueError(f"buckets[{i}]: overlaps the one before")
+            loaded.append(b)
+        self._buckets = loaded + [b for b in self._buckets if not loaded or b.ts >= loaded[-1].end]
+        self._compact(wall)
+
+
+def _figures_only(b: Bucket) -> Bucket:
+    c = Bucket(b.ts, b.width_s)
+    c.absorb(b)
+    c.events, c.events_dropped = [], 0
+    return c
+
+
+def _event_time(e: Mapping[str, Any], b: Bucket) -> float:
+    try:
+        at = parse_rfc3339(str(e.get("ts")))
+    except ValueError:
+        return b.ts
+    return min(max(at, b.ts), b.end)  # a clock that went back: inside its bucket all the same
+
+
+def span_goodput(buckets: list[Bucket]) -> dict[str, Any]:
+    """goodput.Goodput.totals()'s shape (ratio, productive_s, starting_s, lost_total_s, lost_s)
+    for the growth charged to these buckets: `goodput.goodput_line()` renders it."""
+    sums: dict[str, float] = {}
+    for b in buckets:
+        for k, v in b.goodput.items():
+            sums[k] = sums.get(k, 0.0) + v
+    lost = {k.removeprefix("lost."): v for k, v in sums.items() if k.startswith("lost.")}
+    productive, starting = sums.get("productive_s", 0.0), sums.get("starting_s", 0.0)
+    lost_total = sum(lost.values())
+    denominator = productive + starting + lost_total
+    return {
+        "ratio": None if denominator <= 0 else round(productive / denominator, 4),
+        "productive_s": round(productive, 1),
+        "starting_s": round(starting, 1),
+        "lost_total_s": round(lost_total, 1),
+        "lost_s": {k: round(v, 1) for k, v in sorted(lost.items()) if v > 0},
+    }
