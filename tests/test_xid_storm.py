@@ -30,15 +30,15 @@ def storm_events() -> list[tuple[int, int]]:
     return [(i % GPUS, xids[(i // GPUS) % len(xids)]) for i in range(STORM)]
 
 
-def write_recording_hook(path: pathlib.Path, log: pathlib.Path) -> str:
-    """A hook that appends `start <pid> <t> <record>` and, 0.3 s later, `end <pid> <t>` to
+def write_recording_hook(path: pathlib.Path, log: pathlib.Path, sleep_s: float = 0.3) -> str:
+    """A hook that appends `start <pid> <t> <record>` and, `sleep_s` later, `end <pid> <t>` to
     `log`: each line is one O_APPEND write, so concurrent hooks never interleave, and the
     recorded [start, end] lies inside the process's life (counting overlaps never overstates)."""
     path.write_text(
         "#!/bin/bash\n"
         "IFS= read -r rec\n"
         f'printf \'start %s %s %s\\n\' "$$" "$EPOCHREALTIME" "$rec" >> \'{log}\'\n'
-        "sleep 0.3\n"
+        f"sleep {sleep_s}\n"
         f"printf 'end %s %s\\n' \"$$\" \"$EPOCHREALTIME\" >> '{log}'\n"
     )
     path.chmod(0o755)
@@ -165,3 +165,22 @@ def test_a_repeated_parking_xid_is_counted_but_still_parks_a_started_job(
     wait_until(lambda: HookLog(log).settled(), 30, "hooks settled")
     hooks = HookLog(log)
     assert len([r for _, _, r in hooks.starts if '"gpu_fault"' in r]) <= 2
+
+
+def test_a_burst_beyond_the_hook_queue_is_dropped_and_counted(
+    make_daemon: DaemonFactory, gpus: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """80 distinct warn Xids at once (80 first events, hooks of 1 s): 4 run, the queue holds
+    64, the rest are dropped and named in one hooks_dropped; no hook is lost unaccounted."""
+    log = tmp_path / "hooks.log"
+    d = start_daemon(make_daemon, gpus, write_recording_hook(tmp_path / "hook.sh", log, 1.0))
+    xids = (54, 78, *range(144, 151), 159)
+    burst = [(g, x) for x in xids for g in range(GPUS)]
+    fakegpu.inject_events(gpus, burst)
+    dropped = d.wait_event("hooks_dropped", timeout=60)[0]
+    ran = len(burst) - dropped["count"]  # the rest ran: each wrote its start and its end
+    wait_until(lambda: len((h := HookLog(log)).starts) >= ran and h.settled(), 30, "hooks")
+    hooks = HookLog(log)
+    assert len(hooks.starts) == ran and len(burst) == 80
+    assert dropped["count"] >= 1 and dropped["events"] == {"gpu_fault": dropped["count"]}
+    assert hooks.most_at_once() <= 4
