@@ -108,6 +108,17 @@ def inject_event(
         f.write(f"gpu={gpu} type={event_type} data={xid}\n")
 
 
+def inject_events(
+    state_dir: str | os.PathLike[str], events: Iterable[tuple[int, int]], event_type: int = 0x8
+) -> int:
+    """Deliver many events at once, e.g. an Xid storm: [(gpu, xid), ...] appended in one write
+    (the stand-in takes only whole lines, so a reader never sees half of one). Returns how many."""
+    text = "".join(f"gpu={gpu} type={event_type} data={xid}\n" for gpu, xid in events)
+    with open(Path(state_dir) / "events", "a") as f:
+        f.write(text)
+    return text.count("\n")
+
+
 @functools.cache
 def _make() -> None:
     subprocess.run(

@@ -104,3 +104,37 @@ def test_host_fault_survives_a_reexec_hand_over() -> None:
     snap = d2.sup.snapshot()
     assert snap.state is State.HOST_FAULT and snap.host_fault == XID79
     assert d2.feed(P.Tick(), 1000.0) == []
+
+
+def test_a_quiet_repeat_that_changes_nothing_emits_nothing() -> None:
+    """SPEC §13: a repeated Xid 79 while already parked, or a repeated warn, is no event."""
+    d = Driver()
+    running(d)
+    warn = {**XID79, "xid": 54, "action": "warn"}
+    assert d.feed(P.GpuFaultSeen("warn", warn, quiet=True), 1.5) == []
+    d.feed(P.GpuFaultSeen("reboot_host", XID79, park=True), 2.0)
+    assert d.sup.snapshot().state is State.HOST_FAULT
+    assert d.feed(P.GpuFaultSeen("reboot_host", XID79, park=True, quiet=True), 2.5) == []
+    assert d.sup.snapshot().state is State.HOST_FAULT
+
+
+def test_a_quiet_repeat_still_parks_a_job_started_after_the_first() -> None:
+    """Rate limiting never suppresses an effect: after an operator start, a repeat of the Xid
+    that parked the job parks it again, and says so with its gpu_fault event."""
+    d = Driver()
+    running(d)
+    d.feed(P.GpuFaultSeen("reboot_host", XID79, park=True), 2.0)
+    d.feed(P.OperatorCommand("start"), 3.0)
+    pid = d.sup.snapshot().pid
+    assert pid is not None
+    out = d.feed(P.GpuFaultSeen("reboot_host", XID79, park=True, quiet=True), 3.5)
+    assert names(out)[0] == "gpu_fault" and "KillTree" in names(out)
+    assert d.sup.snapshot().state is State.HOST_FAULT and d.sup.snapshot().pid is None
+
+
+def test_a_quiet_restart_app_repeat_still_restarts_a_running_job() -> None:
+    """A repeated Xid 13 against a running job restarts it as the first one would."""
+    d = Driver()
+    running(d)
+    out = d.feed(P.GpuFaultSeen("restart_app", XID13, quiet=True), 2.0)
+    assert "restart_scheduled" in names(out) and names(out)[0] == "gpu_fault"

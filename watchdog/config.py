@@ -411,6 +411,8 @@ class GpuFaultsConfig:
 
     on_reset_gpu: Literal["park", "warn"] = "park"
     on_reboot_host: Literal["park", "warn"] = "park"
+    # SPEC §13: a (GPU, Xid) repeating is reported once, then as one count per this many seconds
+    repeat_summary_s: float = field(default=60.0, metadata=_m(gt=0))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

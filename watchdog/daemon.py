@@ -77,7 +77,7 @@ class Daemon:
         self.core = policy.Supervisor(assemble.local_policy_of(cfg), random.random)
         self.reaper = child.Reaper(self.loop)
         self.gpus = GpuWatch(cfg.gpus, self.emit, self._gpu_access)
-        self.faults = FaultWatch(cfg.gpus, self._gpu_fault)
+        self.faults = FaultWatch(cfg.gpus, self._gpu_fault, self.emit)
         self.notifier = Notifier()
         self.control = ControlServer(self)
         self.token = self.state.instance_token()
@@ -276,10 +276,11 @@ class Daemon:
 
     # -------------------------------------------------------------------- the job
 
-    def _gpu_fault(self, fields: dict[str, object], gate: bool) -> None:
+    def _gpu_fault(self, fields: dict[str, object], gate: bool, quiet: bool = False) -> None:
         action = str(fields.get("action"))
         park = self.faults.parks(action)
-        self.dispatch(policy.GpuFaultSeen(action, fields, park=park, gate=gate and park))
+        fault = policy.GpuFaultSeen(action, fields, park=park, gate=gate and park, quiet=quiet)
+        self.dispatch(fault)
 
     def _gpu_access(self, lost: bool, detail: str) -> None:
         self.dispatch(policy.GpuAccessChanged(lost, detail))  # SPEC §13: the core decides

@@ -598,19 +598,31 @@ typedef struct {
 
 struct event_set {
     u64 mask[MAX_GPUS]; /* registered event types per device */
-    u64 seen;           /* lines of the events file already delivered or skipped */
+    long offset;        /* bytes of the events file already delivered or skipped */
 };
 typedef struct event_set *nvmlEventSet_t;
 
-static u64 count_event_lines(void) {
-    char path[PATH_LEN], line[LINE_LEN];
-    u64 n = 0;
+/* The end of the last complete line of the events file: a line still being appended (no
+ * newline yet) is read on a later call, whole. */
+static long complete_lines_end(FILE *f, long from) {
+    char line[LINE_LEN];
+    long end = from;
+    if (fseek(f, from, SEEK_SET) != 0) return from;
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (strchr(line, '\n') == NULL && feof(f)) break;
+        if (strchr(line, '\n') != NULL) end = ftell(f);
+    }
+    return end;
+}
+
+static long events_end(void) {
+    char path[PATH_LEN];
     if (state_path(path, sizeof path, "events") != 0) return 0;
     FILE *f = fopen(path, "r");
     if (f == NULL) return 0;
-    while (read_line(f, line, sizeof line)) n++;
+    long end = complete_lines_end(f, 0);
     fclose(f);
-    return n;
+    return end;
 }
 
 EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
@@ -620,7 +632,7 @@ EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
     if (code != OK) return code;
     *set = calloc(1, sizeof **set);
     if (*set == NULL) return UNKNOWN;
-    (*set)->seen = count_event_lines(); /* events before registration are lost */
+    (*set)->offset = events_end(); /* events before registration are lost */
     return OK;
 }
 
@@ -646,17 +658,29 @@ EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, u64 types, nvm
     return OK;
 }
 
-/* The next undelivered line for a registered device and type, or 0. */
+/* The next undelivered line for a registered device and type, or 0. Reading resumes where the
+ * last call stopped (a storm of 1,500 events costs one pass over the file, not 1,500), and only
+ * whole lines are taken: a line half-written by a concurrent append waits for the next call. */
 static int next_event(nvmlEventSet_t set, nvmlEventData_t *data) {
     char path[PATH_LEN], line[LINE_LEN];
     if (state_path(path, sizeof path, "events") != 0) return 0;
     FILE *f = fopen(path, "r");
     if (f == NULL) return 0;
-    u64 n = 0;
     int found = 0;
-    while (!found && read_line(f, line, sizeof line)) {
-        if (n++ < set->seen) continue;
-        set->seen = n;
+    if (fseek(f, set->offset, SEEK_SET) != 0) {
+        fclose(f);
+        return 0;
+    }
+    while (!found && fgets(line, sizeof line, f) != NULL) {
+        if (strchr(line, '\n') == NULL) {
+            if (feof(f)) break; /* not whole yet */
+            int c; /* longer than LINE_LEN: skipped */
+            while ((c = fgetc(f)) != EOF && c != '\n') {}
+            if (c == EOF) break;
+            set->offset = ftell(f);
+            continue;
+        }
+        set->offset = ftell(f);
         u64 gpu, type = 8, xid = 0;
         if (!starts_key(line) || field_u64(line, "gpu", &gpu) != 0 || gpu >= MAX_GPUS) continue;
         field_u64(line, "type", &type);

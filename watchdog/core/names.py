@@ -73,10 +73,19 @@ EVENTS: dict[str, EventName] = {
     "incident_saved": EventName("an incident bundle was written (its path)"),
     "incident_failed": EventName("an incident bundle could not be written", WARNING),
     "hook_failed": EventName("hooks.on_event failed or timed out", WARNING),
+    "hooks_dropped": EventName(
+        "hooks.on_event runs were dropped: 4 ran and the queue was full (`count`, `events`)",
+        WARNING,
+    ),
     # GPUs and the progress log
     "gpu_memory_held": EventName("a start waits for GPU memory others hold", WARNING),
     "gpu_lost": EventName("NVML reports a GPU lost", ERR, hook=True),
     "gpu_fault": EventName("a GPU hardware fault: Xid, counter or health gate", CRIT, hook=True),
+    "gpu_fault_repeated": EventName(
+        "a (GPU, Xid) repeated `count` times within `window_s` after its gpu_fault (SPEC §13)",
+        WARNING,
+        hook=True,
+    ),
     "gpu_probe_hung": EventName("an NVML call outlived its deadline", ERR),
     "gpu_probe_recovered": EventName("NVML answers again"),
     # GPU health beyond Xid (SPEC §13)

@@ -188,6 +188,9 @@ class GpuFaultSeen:
     fields: Mapping[str, object]
     park: bool = False
     gate: bool = False  # the health gate refused the start under way: nothing was spawned
+    # SPEC §13: a repeat of a (GPU, Xid) already reported in this window. It still acts (a park
+    # or restart happens as for the first); only when it changes nothing is no event emitted.
+    quiet: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -524,7 +527,11 @@ class Supervisor:
             case HealthAssessed():
                 return self._assessed(event, now)
             case GpuFaultSeen():
-                return self._gpu_fault(event, now)
+                before = self._state
+                out = self._gpu_fault(event, now)
+                if event.quiet and len(out) == 1 and self._state is before:
+                    return []  # a repeat that changes nothing: counted by the shell, not logged
+                return out
             case GpuAccessChanged():
                 return self._access_changed(event, now)
             case IncidentSaved(path=path):

@@ -45,3 +45,55 @@ class RateLimit:
         for k in stale:
             if self._windows[k].suppressed == 0:
                 del self._windows[k]
+
+
+@dataclass
+class _Repeats:
+    window_end: float
+    count: int = 0
+    sample: object = None  # the newest repeat: what the summary says it was
+
+
+@dataclass
+class RepeatSummary:
+    """PURE: the first of a kind passes in full, its repeats are only counted (SPEC §13, the Xid
+    storm of issue 23: 1,500 events from one flapping GPU must not flush the history or start a
+    hook each).
+
+    Per key: `first()` is True for an event with no window open; the repeats within `window_s`
+    are counted. When a window ends with repeats, `due()` hands out (key, count, sample) once and
+    opens the next window, so a storm that goes on is one count every `window_s`; a window that
+    ends without a repeat is forgotten, and the next event of that key is a first again. A repeat
+    arriving after its window ended but before `due()` ran is counted, never lost.
+    """
+
+    window_s: float = 60.0
+    _open: dict[object, _Repeats] = field(default_factory=dict)
+
+    def first(self, key: object, now: float, sample: object = None) -> bool:
+        """True: report this event in full. False: it is a repeat, counted for `due()`."""
+        w = self._open.get(key)
+        if w is None or (now >= w.window_end and w.count == 0):
+            self._open[key] = _Repeats(window_end=now + self.window_s)
+            return True
+        w.count += 1
+        w.sample = sample
+        return False
+
+    def due(self, now: float) -> list[tuple[object, int, object]]:
+        """The summaries whose window has ended: (key, repeats, newest repeat), each once."""
+        out: list[tuple[object, int, object]] = []
+        for key, w in list(self._open.items()):
+            if now < w.window_end:
+                continue
+            if w.count == 0:
+                del self._open[key]  # quiet for a whole window: bounded memory
+                continue
+            out.append((key, w.count, w.sample))
+            self._open[key] = _Repeats(window_end=now + self.window_s)
+        return out
+
+    def next_due(self) -> float | None:
+        """When `due()` next has something to hand out (None: no repeat is waiting)."""
+        ends = [w.window_end for w in self._open.values() if w.count]
+        return min(ends, default=None)
