@@ -434,7 +434,7 @@ class Daemon:
 
     def save_state(self, pid: int | None) -> None:
         started = None if pid is None else child.process_start_time(pid)
-        self.writer.job(pid, started)
+        self.writer.job(pid, started, None if pid is None else child.process_start_ticks(pid))
 
     def watch_job(self, pid: int, pidfd: int | None) -> None:
         fut = self.reaper.watch(pid, pidfd)

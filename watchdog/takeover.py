@@ -43,9 +43,10 @@ async def provable_leader(d: Daemon, previous: dict[str, Any], always: bool = Fa
     if not adopting or not previous.get("job_pid"):
         return None
     pid, started = previous.get("job_pid"), previous.get("job_started_at")
+    ticks, boot = previous.get("job_start_ticks"), previous.get("boot_id")
     try:
         return await d.log_io.call(
-            lambda: adopt.provable_leader(d.token, pid, started),
+            lambda: adopt.provable_leader(d.token, pid, started, ticks, boot),
             STARTUP_SCAN_TIMEOUT_S,
             what="the proof that the previous job is ours",
         )
@@ -77,10 +78,11 @@ async def end_previous_tree(d: Daemon) -> None:
     not answer nothing starts (fail closed: an unknown tree is not an empty one)."""
     data = d.state.load_job()
     pid, started = data.get("job_pid"), data.get("job_started_at")
+    ticks, boot = data.get("job_start_ticks"), data.get("boot_id")
     while True:
         try:
             n = await d.log_io.call(
-                lambda: child.kill_stale_tree(d.token, pid, started),
+                lambda: child.kill_stale_tree(d.token, pid, started, ticks, boot),
                 STARTUP_SCAN_TIMEOUT_S,
                 what="the startup scan for a previous job tree",
             )
