@@ -199,7 +199,9 @@ class SupervisorMachine(RuleBasedStateMachine):
         elif cmd in ("start", "restart") and not self.exited:
             self.operator_stopped = False  # an operator start leaves stop and fatal alike
             self.restarts_at.clear()
-        self.operator_start_owed = cmd in ("start", "restart", "resume")
+        # a pause does not take back a start asked for before it (still under way)
+        owed_before = self.operator_start_owed and cmd == "pause"
+        self.operator_start_owed = cmd in ("start", "restart", "resume") or owed_before
         out = self.apply(P.OperatorCommand(cmd))  # type: ignore[arg-type]
         if not any(isinstance(a, P.Refuse) for a in out):
             if cmd in ("stop", "start", "restart"):
@@ -235,6 +237,10 @@ class SupervisorMachine(RuleBasedStateMachine):
         (stop, park), else its tree ended and DaemonStarted. A fresh NVML session cannot tell
         lost access from none (notes/nvml.md): the new daemon knows only what the file kept."""
         saved = self.sup.durable()
+        if self.exited and self.completed:
+            # what a shutdown asked for while a finished run's tree was cleared does to the
+            # completion is not this rule's to judge: it starts from what was kept
+            self.completed = saved.completed is not None
         self.sup = self.supervisor_class(POLICY, lambda: self.u)
         self.sup.restore(saved, self.now)
         self.pending_spawn = self.pending_kill = False  # a spawn under way made no job
@@ -243,8 +249,8 @@ class SupervisorMachine(RuleBasedStateMachine):
         self.operator_start_owed = False
         self.access_lost = self.sup.access_lost is not None
         self.last_event = "restart"
+        self.run_healthy = False  # an adopted job is judged afresh; an ended one is over
         if self.live and adoptable and saved.adopts:
-            self.run_healthy = False
             self.apply(P.JobAdopted(max(self.live)))
             return
         self.live.clear()  # the previous tree is ended before anything starts
