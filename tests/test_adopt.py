@@ -7,11 +7,15 @@ import json
 import os
 import pathlib
 import signal
+import subprocess
+import sys
 from typing import Any
 
 import psutil
 from conftest import DaemonFactory
 from harness import Daemon, wait_until, write_script
+
+from watchdog import adopt, child
 
 
 def stepper(tmp: pathlib.Path) -> str:
@@ -88,23 +92,24 @@ def test_sigkilled_daemon_adopts_its_healthy_job(
         d2.stop()
 
 
-def _tamper_start_time(d: Daemon) -> None:
+def _tamper(d: Daemon, key: str, by: float) -> None:
     path = d.state_dir / "state.json"
     data = json.loads(path.read_text())
-    data["job_started_at"] += 100.0  # what a reused pid would look like
+    data[key] += by
     path.write_text(json.dumps(data))
 
 
 def test_a_job_that_cannot_be_proven_ours_is_killed(
     make_daemon: DaemonFactory, tmp_path: pathlib.Path
 ) -> None:
-    """A recorded start time that does not match the live pid is no proof: the old tree (found by
-    our marker) is ended and a new job started, never two."""
+    """A recorded start time in clock ticks that does not match the live pid (what a reused pid
+    looks like) is no proof: the old tree (found by our marker) is ended and a new job started,
+    never two."""
     d = make_daemon([stepper(tmp_path)])
     job = d.wait_state("running")["job"]["pid"]
     wait_until(lambda: json.loads((d.state_dir / "state.json").read_text())["job_pid"], 10, "pid")
     d.kill()
-    _tamper_start_time(d)
+    _tamper(d, "job_start_ticks", 1000)
     d2 = Daemon(tmp_path, d.cfg).start()
     try:
         st = wait_until(
@@ -139,3 +144,69 @@ def test_on_daemon_restart_restart_kills_even_a_provable_job(
         assert not [e for e in _since_last_start(d2) if e["event"] == "job_adopted"]
     finally:
         d2.stop()
+
+
+def test_a_wall_clock_step_while_no_daemon_ran_still_adopts_the_job(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """The recorded wall-clock start time off by 100 s (an NTP step): the start time in clock
+    ticks since boot still proves the job ours, and it is adopted, not killed."""
+    d = make_daemon([stepper(tmp_path)])
+    job = d.wait_state("running")["job"]["pid"]
+    wait_until(lambda: json.loads((d.state_dir / "state.json").read_text())["job_pid"], 10, "pid")
+    d.kill()
+    _tamper(d, "job_started_at", 100.0)
+    d2 = Daemon(tmp_path, d.cfg).start()
+    try:
+        st = d2.wait_state("running", timeout=20)
+        assert st["job"]["pid"] == job
+        evs = _since_last_start(d2)
+        assert [e["pid"] for e in evs if e["event"] == "job_adopted"] == [job]
+        assert not [e for e in evs if e["event"] in ("child_spawned", "stale_tree_killed")]
+    finally:
+        d2.stop()
+
+
+def _marked_sleeper(token: str) -> subprocess.Popen[bytes]:
+    """A real process carrying the instance marker `token`, as a job of ours does."""
+    env = {**os.environ, child.INSTANCE_ENV: token}
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    marker = f"{child.INSTANCE_ENV}={token}".encode()
+
+    def environ_set() -> bool:  # just after exec the kernel may still show an empty environ
+        with open(f"/proc/{p.pid}/environ", "rb") as f:
+            return marker in f.read().split(b"\0")
+
+    wait_until(environ_set, 10, "the sleeper's environment")
+    return p
+
+
+def test_the_proof_is_the_start_in_clock_ticks_and_the_boot_never_the_wall_clock() -> None:
+    """Same pid, ticks and boot: ours whatever the recorded wall time; other ticks (a reused
+    pid) or another boot: never ours."""
+    p = _marked_sleeper("tok")
+    try:
+        ticks, boot = child.process_start_ticks(p.pid), child.boot_id()
+        wall = child.process_start_time(p.pid)
+        assert ticks is not None and boot and wall is not None
+        assert adopt.provable_leader("tok", p.pid, wall - 3600.0, ticks, boot) == p.pid
+        assert adopt.provable_leader("tok", p.pid, wall, ticks + 1, boot) is None
+        assert adopt.provable_leader("tok", p.pid, wall, ticks, "another-boot") is None
+        assert adopt.provable_leader("other", p.pid, wall, ticks, boot) is None
+    finally:
+        p.kill()
+        p.wait(5)
+
+
+def test_a_state_file_of_the_previous_version_falls_back_to_the_wall_clock_check() -> None:
+    """A record without the ticks (written by the previous version) is checked as before: the
+    wall-clock start time within 50 ms proves it, one off by more does not."""
+    p = _marked_sleeper("tok")
+    try:
+        wall = child.process_start_time(p.pid)
+        assert wall is not None
+        assert adopt.provable_leader("tok", p.pid, wall, None, None) == p.pid
+        assert adopt.provable_leader("tok", p.pid, wall + 100.0, None, None) is None
+    finally:
+        p.kill()
+        p.wait(5)

@@ -104,3 +104,114 @@ def test_nothing_restored_is_a_plain_start() -> None:
     d = Driver()
     d.sup.restore(Durable(), 0.0)
     assert names(d.feed(P.DaemonStarted(), 0.0))[:2] == ["SpawnChild", "child_spawned"]
+
+
+def _restarted(saved: Durable, now: float) -> tuple[Driver, list[P.Action]]:
+    """A fresh core restored from `saved` at `now` (the next daemon), then DaemonStarted."""
+    d = Driver()
+    d.sup.restore(saved, now)
+    return d, d.feed(P.DaemonStarted(), now)
+
+
+def test_operator_decisions_round_trip_and_an_older_record_decided_nothing() -> None:
+    """stopped, paused, host_fault and access_resume go through the file form; a record
+    written before they existed restores as no decision; a wrong type is refused."""
+    fault = {"kind": "gpu_access_lost", "detail": "every GPU answers UNKNOWN", "gpu": None}
+    d = Durable(stopped=True, paused=True, host_fault=fault, access_resume=("fail", "exited"))
+    assert Durable.from_dict(d.to_dict(0.0, 0.0), 0.0, 0.0) == d
+    old = {k: v for k, v in Durable().to_dict(0.0, 0.0).items() if k in ("version", "failures")}
+    assert Durable.from_dict(old, 0.0, 0.0) == Durable()
+    for bad in ({"stopped": "yes"}, {"host_fault": [1]}, {"access_resume": ["fail"]}):
+        with pytest.raises(ValueError):
+            Durable.from_dict({"version": 1, **bad}, 0.0, 0.0)
+
+
+def test_an_operator_stop_outlives_the_core_until_an_operator_start() -> None:
+    """A stop restored into a fresh core: state_restored stopped, nothing spawned, no Tick or
+    resume brings the job back; an operator's start does."""
+    d = Driver()
+    d.feed(P.DaemonStarted(), 0.0)
+    d.feed(P.OperatorCommand("stop"), 1.0)
+    saved = d.sup.durable()
+    assert saved.stopped and not saved.adopts
+    d2, out = _restarted(saved, 2.0)
+    assert names(out) == ["state_restored"] and emitted(out, "state_restored").fields["state"] == (
+        "stopped"
+    )
+    assert "SpawnChild" not in names(
+        d2.feed(P.Tick(), 1e6) + d2.feed(P.OperatorCommand("resume"), 3)
+    )
+    assert "SpawnChild" in names(d2.feed(P.OperatorCommand("start"), 4.0))
+    assert not d2.sup.durable().stopped
+
+
+def test_a_pause_outlives_the_core_an_adopted_job_stays_paused() -> None:
+    """A pause restored into a fresh core that adopts the job: shown paused, a verdict is not
+    acted on; with no job to adopt nothing is started until `resume`."""
+    d = Driver()
+    d.feed(P.DaemonStarted(), 0.0)
+    d.feed(P.OperatorCommand("pause"), 1.0)
+    saved = d.sup.durable()
+    assert saved.paused and saved.adopts
+    d2 = Driver()
+    d2.sup.restore(saved, 2.0)
+    d2.feed(P.JobAdopted(555), 2.0)
+    assert d2.sup.snapshot().state is State.PAUSED
+    out = d2.feed(P.HealthAssessed(555, False, frozenset({"stalled"})), 3.0)
+    assert "KillTree" not in names(out) and d2.sup.snapshot().pid == 555
+    d3, out = _restarted(saved, 2.0)
+    assert names(out) == ["state_restored"] and emitted(out, "state_restored").fields["state"] == (
+        "paused"
+    )
+    assert "SpawnChild" in names(d3.feed(P.OperatorCommand("resume"), 3.0))
+
+
+def test_a_park_outlives_the_core_until_an_operator_start() -> None:
+    """A parking GPU fault restored into a fresh core: host_fault with the same fault, nothing
+    spawned (no adoption either), an operator's start leaves it."""
+    d = Driver()
+    d.feed(P.DaemonStarted(), 0.0)
+    fault = {"gpu": 3, "xid": 79, "action": "reboot_host"}
+    d.feed(P.GpuFaultSeen("reboot_host", fault, park=True), 1.0)
+    saved = d.sup.durable()
+    assert saved.host_fault == fault and not saved.adopts
+    d2, out = _restarted(saved, 2.0)
+    assert names(out) == ["state_restored"]
+    snap = d2.sup.snapshot()
+    assert snap.state is State.HOST_FAULT and snap.host_fault == fault
+    assert "SpawnChild" not in names(d2.feed(P.Tick(), 1e6))
+    assert "SpawnChild" in names(d2.feed(P.OperatorCommand("start"), 3.0))
+
+
+def test_a_park_for_lost_access_outlives_the_core_and_lifts_when_access_is_back() -> None:
+    """A park of kind gpu_access_lost restored: access is taken as still lost (the core says so
+    to the shell), nothing spawned; gpu_access_restored lifts it and runs the deferred restart."""
+    d = Driver()
+    d.feed(P.DaemonStarted(), 0.0)
+    d.feed(P.GpuAccessChanged(True, "every GPU answers UNKNOWN"), 1.0)
+    d.crash(2.0)
+    assert d.sup.snapshot().state is State.HOST_FAULT
+    saved = d.sup.durable()
+    d2, out = _restarted(saved, 3.0)
+    assert emitted(out, "state_restored").fields["kind"] == "gpu_access_lost"
+    assert d2.sup.access_lost == "every GPU answers UNKNOWN"
+    assert "SpawnChild" not in names(d2.feed(P.Tick(), 1e6))
+    out = d2.feed(P.GpuAccessChanged(False), 4.0)
+    assert "gpu_access_restored" in names(out) and d2.sup.snapshot().host_fault is None
+    assert d2.sup.snapshot().state is State.BACKOFF  # the deferred failure, through the budget
+
+
+def test_a_scheduler_start_is_a_new_decision_over_a_stored_stop_and_pause() -> None:
+    """DaemonStarted(fresh_run) (--exit-with-job): a stored stop or pause does not hold the new
+    allocation back; state_restored says what was found."""
+    d = Driver()
+    d.feed(P.DaemonStarted(), 0.0)
+    d.feed(P.OperatorCommand("pause"), 0.5)
+    d.feed(P.OperatorCommand("stop"), 1.0)
+    d2 = Driver()
+    d2.sup.restore(d.sup.durable(), 2.0)
+    out = d2.feed(P.DaemonStarted(fresh_run=True), 2.0)
+    fields = emitted(out, "state_restored").fields
+    assert (fields["state"], fields["paused"], fields["fresh_run"]) == ("stopped", True, True)
+    assert "SpawnChild" in names(out)
+    assert not d2.sup.durable().stopped and not d2.sup.durable().paused

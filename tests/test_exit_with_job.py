@@ -12,6 +12,7 @@ import psutil
 import pytest
 from conftest import DaemonFactory
 from harness import Daemon, wait_until, write_script
+from test_adopt import stepper
 from test_gpus_e2e import GPU_CFG, GPUJOB
 
 
@@ -161,3 +162,26 @@ def test_a_host_fault_ends_the_daemon_with_86(
     assert d.wait_exit(30) == 86, d.output()
     fault = [e for e in d.history() if e["event"] == "daemon_exiting"][-1]
     assert fault["state"] == "host_fault" and fault["exit_code"] == 86
+
+
+def test_an_operator_stop_kept_in_the_state_dir_does_not_hold_a_new_allocation_back(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """An operator's stop kept by a SIGKILLed daemon holds a plain daemon back, but a start
+    with --exit-with-job (a scheduler's new allocation) runs the job: state_restored says
+    stopped, with fresh_run."""
+    d = make_daemon([stepper(tmp_path)])
+    d.wait_state("running", timeout=15)
+    assert d.ctl("stop")[0] == 0
+    wait_until(lambda: d.status()["state"] == "stopped", 15, "the stop")
+    wait_until(lambda: '"stopped": true' in (d.state_dir / "state.json").read_text(), 10, "kept")
+    d.kill()
+    d2 = Daemon(tmp_path, d.cfg)
+    d2.args = ["--exit-with-job"]
+    d2.start()
+    try:
+        d2.wait_state("running", timeout=15)
+        restored = d2.wait_event("state_restored", timeout=10)[-1]
+        assert (restored["state"], restored["fresh_run"]) == ("stopped", True)
+    finally:
+        d2.stop()

@@ -3,7 +3,9 @@ libnvidia-ml (lost GPUs, Xid events, recovery action, row remapping; SPEC ยง4, ย
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import json
 import pathlib
 import sys
 import time
@@ -13,7 +15,7 @@ from typing import Any
 import fakegpu
 import pytest
 from conftest import DaemonFactory
-from harness import wait_until
+from harness import Daemon, wait_until
 from test_gpus_e2e import GPU_CFG, GPUJOB
 from test_metrics import free_port, scrape
 
@@ -146,3 +148,40 @@ def test_an_old_driver_without_the_event_api_is_not_checked_and_supervises(
         lambda: (d.status()["gpu_events"] or "").startswith("not checked"), 10, "not checked"
     )
     assert any("FUNCTION_NOT_FOUND" in n for n in st["gpus"][0]["not_checked"])
+
+
+def test_a_host_fault_park_outlives_a_sigkilled_daemon_until_an_operator_start(
+    make_daemon: DaemonFactory, gpus: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """Xid 79 parks the job, then the daemon is SIGKILLed: the next daemon starts nothing on the
+    parked GPU (host_fault, the same fault named, status exits 3) until an operator `start`."""
+    env = fakegpu.fake_env(gpus)
+    d = make_daemon(job(), cfg(), env=env)
+    d.wait_state("running", timeout=15)
+    wait_until(lambda: d.status()["gpu_events"] == "watching", 10, "the event watcher")
+    fakegpu.inject_event(gpus, gpu=3, xid=79)
+    d.wait_state("host_fault", timeout=10)
+    with contextlib.suppress(AssertionError):  # a daemon that never keeps it fails below
+        wait_until(
+            lambda: (json.loads((d.state_dir / "state.json").read_text())["supervisor"] or {}).get(
+                "host_fault"
+            ),
+            10,
+            "the park on disk",
+        )
+    d.kill()
+    d2 = Daemon(tmp_path, d.cfg, env).start()
+    try:
+        restored = d2.wait_event("state_restored", timeout=10)[-1]
+        assert restored["state"] == "host_fault"
+        st = d2.status()
+        assert st["state"] == "host_fault" and st["job"]["pid"] is None
+        assert (st["host_fault"]["gpu"], st["host_fault"]["xid"]) == (3, 79)
+        assert d2.ctl("status")[0] == 3
+        evs = d2.events()
+        started = max(i for i, e in enumerate(evs) if e["event"] == "daemon_started")
+        assert not [e for e in evs[started:] if e["event"] == "child_spawned"]
+        assert d2.ctl("start")[0] == 0  # the host was rebooted: an operator runs the job again
+        d2.wait_state("running", timeout=15)
+    finally:
+        d2.stop()

@@ -4,6 +4,7 @@ death meanwhile parks instead of restart-looping; a GPU in hardware slowdown is 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -12,7 +13,7 @@ import time
 
 import fakegpu
 from conftest import DaemonFactory
-from harness import wait_until
+from harness import Daemon, wait_until
 from test_gpu_faults import cfg, gpus, job  # noqa: F401 - gpus is a fixture
 from test_metrics import free_port, scrape
 
@@ -188,3 +189,45 @@ def test_a_gpu_whose_memory_nvml_cannot_read_is_not_healthy_and_not_restarted(
     assert st["job"]["pid"] == pid
     names = {e["event"] for e in d.events()}
     assert not names & {"child_stopping", "restart_scheduled", "gpu_access_lost"}
+
+
+def test_a_park_for_lost_access_outlives_a_sigkilled_daemon_and_lifts_when_access_is_back(
+    make_daemon: DaemonFactory,
+    gpus: pathlib.Path,  # noqa: F811
+    tmp_path: pathlib.Path,
+) -> None:
+    """A park of kind gpu_access_lost, then the daemon SIGKILLed: the next daemon stays parked
+    (nothing spawned, the same status line) while access is still lost, and lifts the park and
+    runs the job once a reading comes through (gpu_access_restored)."""
+    env = fakegpu.fake_env(gpus)
+    d = make_daemon(job(), cfg(), env=env)
+    pid = d.wait_state("running", timeout=15)["job"]["pid"]
+    fakegpu.fail_every_call(gpus)
+    d.wait_event("gpu_access_lost", timeout=10)
+    os.kill(pid, signal.SIGKILL)
+    d.wait_state("host_fault", timeout=15)
+    with contextlib.suppress(AssertionError):  # a daemon that never keeps it fails below
+        wait_until(
+            lambda: (json.loads((d.state_dir / "state.json").read_text())["supervisor"] or {}).get(
+                "host_fault"
+            ),
+            10,
+            "the park on disk",
+        )
+    d.kill()
+    d2 = Daemon(tmp_path, d.cfg, env).start()
+    try:
+        d2.wait_event("state_restored", timeout=10, state="host_fault")
+        st = d2.status()
+        assert st["state"] == "host_fault" and st["host_fault"]["kind"] == "gpu_access_lost"
+        rc, out, _ = d2.ctl("status")
+        assert rc == 3 and "parked until NVML access is back" in out.splitlines()[0]
+        evs = d2.events()
+        started = max(i for i, e in enumerate(evs) if e["event"] == "daemon_started")
+        assert not [e for e in evs[started:] if e["event"] == "child_spawned"]
+        fakegpu.set_faults(gpus, [])  # access is back
+        d2.wait_event("gpu_access_restored", timeout=15)
+        st = d2.wait_state("running", timeout=20)
+        assert st["host_fault"] is None and st["gpu_access_lost"] is None
+    finally:
+        d2.stop()

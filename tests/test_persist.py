@@ -7,11 +7,13 @@ import contextlib
 import json
 import os
 import pathlib
+import signal
 from datetime import datetime
 
 import pytest
 from conftest import DaemonFactory
 from harness import Daemon, wait_until, write_script
+from test_adopt import stepper
 
 from watchdog import logs
 
@@ -128,3 +130,83 @@ def test_write_atomic_leaves_no_temp_file_on_error(
         logs.write_atomic(str(target), "new\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
     assert target.read_text() == "old\n"
+
+
+def _spawned_since_start(d: Daemon) -> list[dict[str, object]]:
+    """child_spawned events of the latest daemon (after its daemon_started)."""
+    evs = d.events()
+    started = max(i for i, e in enumerate(evs) if e["event"] == "daemon_started")
+    return [e for e in evs[started:] if e["event"] == "child_spawned"]
+
+
+def test_an_operator_stop_outlives_a_sigkilled_and_a_restarted_daemon(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """`watchdogctl stop`, then the daemon SIGKILLed, then restarted cleanly: the job stays
+    stopped (nothing spawned) until an operator's `start`."""
+    d = make_daemon([stepper(tmp_path)])
+    d.wait_state("running", timeout=15)
+    assert d.ctl("stop")[0] == 0
+    d.wait_state("stopped", timeout=15)
+    _wait_saved(d, "stopped")
+    d.kill()
+    d2 = Daemon(tmp_path, d.cfg).start()
+    try:
+        restored = d2.wait_event("state_restored", timeout=10)[-1]
+        assert restored["state"] == "stopped"
+        assert d2.status()["state"] == "stopped" and not _spawned_since_start(d2)
+        assert not d2.job_processes()
+    finally:
+        d2.stop()
+    d3 = Daemon(tmp_path, d.cfg).start()  # a clean restart (SIGTERM, then start) too
+    try:
+        d3.wait_event("state_restored", timeout=10, state="stopped")
+        assert d3.status()["state"] == "stopped" and not _spawned_since_start(d3)
+        assert d3.ctl("start")[0] == 0
+        d3.wait_state("running", timeout=15)
+    finally:
+        d3.stop()
+
+
+def test_a_pause_outlives_a_sigkilled_daemon_that_adopts_the_job(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """`watchdogctl pause`, then the daemon SIGKILLed: the next daemon adopts the same job and
+    keeps it paused, so its death is not answered with a restart until `resume`."""
+    d = make_daemon([stepper(tmp_path)])
+    job = d.wait_state("running", timeout=15)["job"]["pid"]
+    assert d.ctl("pause")[0] == 0
+    d.wait_state("paused", timeout=10)
+    _wait_saved(d, "paused")
+    d.kill()
+    d2 = Daemon(tmp_path, d.cfg).start()
+    try:
+        st = d2.wait_state("paused", timeout=15)
+        assert st["job"]["pid"] == job and st["paused"] is True
+        d2.wait_event("job_adopted", timeout=10, pid=job)
+        os.kill(job, signal.SIGKILL)
+        d2.wait_event("child_stopped", timeout=15, reason="exited")
+        assert not _spawned_since_start(d2) and d2.status()["state"] == "stopped"
+        assert d2.ctl("resume")[0] == 0
+        assert d2.wait_state("running", timeout=15)["job"]["pid"] != job
+    finally:
+        d2.stop()
+
+
+def test_a_pause_keeps_a_provable_job_even_with_on_daemon_restart_restart(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """job.on_daemon_restart: restart, but the operator paused: the job is not ended and
+    restarted (that would be acting on it); it is adopted and stays paused."""
+    d = make_daemon([stepper(tmp_path)], {"job": {"on_daemon_restart": "restart"}})
+    job = d.wait_state("running", timeout=15)["job"]["pid"]
+    assert d.ctl("pause")[0] == 0
+    _wait_saved(d, "paused")
+    d.kill()
+    d2 = Daemon(tmp_path, d.cfg).start()
+    try:
+        st = d2.wait_state("paused", timeout=15)
+        assert st["job"]["pid"] == job
+        assert not _spawned_since_start(d2)
+    finally:
+        d2.stop()

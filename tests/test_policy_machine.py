@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from watchdog.core import policy as P
+from watchdog.core.durable import Durable
 from watchdog.core.policy import State
 
 POLICY = P.Policy(
@@ -51,6 +54,10 @@ class SupervisorMachine(RuleBasedStateMachine):
         # SPEC §13: a run ended well (job_completed) and no operator start/restart came since
         self.completed = False
         self.budget_at_exit = (0, 0)  # (restarts_total, no_progress) when that run ended
+        # SPEC §13: an operator's stop / pause not yet undone by a start / resume (a shutdown is
+        # no operator stop: the next daemon starts the job again)
+        self.stopped_by_operator = False
+        self.paused = False
         self.apply(P.DaemonStarted())
 
     def apply(self, ev: P.Event) -> list[P.Action]:
@@ -71,6 +78,7 @@ class SupervisorMachine(RuleBasedStateMachine):
                 assert not self.pending_spawn, "two spawns in flight"
                 assert not self.live, "spawn while a child lives"
                 assert not self.operator_stopped, "a job came back after an operator stop"
+                assert not (self.paused and not owed), "a paused job was started by itself"
                 self.pending_spawn = True
             elif isinstance(a, P.KillTree):
                 self.pending_kill = True
@@ -191,8 +199,15 @@ class SupervisorMachine(RuleBasedStateMachine):
         elif cmd in ("start", "restart") and not self.exited:
             self.operator_stopped = False  # an operator start leaves stop and fatal alike
             self.restarts_at.clear()
-        self.operator_start_owed = cmd in ("start", "restart", "resume")
+        # a pause does not take back a start asked for before it (still under way)
+        owed_before = self.operator_start_owed and cmd == "pause"
+        self.operator_start_owed = cmd in ("start", "restart", "resume") or owed_before
         out = self.apply(P.OperatorCommand(cmd))  # type: ignore[arg-type]
+        if not any(isinstance(a, P.Refuse) for a in out):
+            if cmd in ("stop", "start", "restart"):
+                self.stopped_by_operator = cmd == "stop"
+            if cmd in ("pause", "resume"):
+                self.paused = cmd == "pause"
         if self.sup.snapshot().state is not State.STOPPING:
             self.operator_start_owed = False  # spawned already, refused, or nothing to start
         if cmd in ("start", "restart") and not any(isinstance(a, P.Refuse) for a in out):
@@ -213,6 +228,33 @@ class SupervisorMachine(RuleBasedStateMachine):
         """NVML access lost or back (SPEC §13): never a stop, never a start into it."""
         self.last_event = "access"
         self.apply(P.GpuAccessChanged(lost, "every GPU answers UNKNOWN"))
+
+    @rule(adoptable=st.booleans())
+    def daemon_killed_and_restarted(self, adoptable: bool) -> None:
+        """SIGKILL (or OOM) of the daemon, then a new one on the same state_dir (SPEC §12, §13):
+        a fresh core restored from durable(); the job, if it survived, adopted (`adoptable`:
+        provably ours, job.on_daemon_restart adopt or paused) unless the record says not to
+        (stop, park), else its tree ended and DaemonStarted. A fresh NVML session cannot tell
+        lost access from none (notes/nvml.md): the new daemon knows only what the file kept."""
+        saved = self.sup.durable()
+        if self.exited and self.completed:
+            # what a shutdown asked for while a finished run's tree was cleared does to the
+            # completion is not this rule's to judge: it starts from what was kept
+            self.completed = saved.completed is not None
+        self.sup = self.supervisor_class(POLICY, lambda: self.u)
+        self.sup.restore(saved, self.now)
+        self.pending_spawn = self.pending_kill = False  # a spawn under way made no job
+        self.exited = False
+        self.operator_stopped = self.stopped_by_operator
+        self.operator_start_owed = False
+        self.access_lost = self.sup.access_lost is not None
+        self.last_event = "restart"
+        self.run_healthy = False  # an adopted job is judged afresh; an ended one is over
+        if self.live and adoptable and saved.adopts:
+            self.apply(P.JobAdopted(max(self.live)))
+            return
+        self.live.clear()  # the previous tree is ended before anything starts
+        self.apply(P.DaemonStarted())
 
     @rule()
     def shutdown(self) -> None:
@@ -250,6 +292,16 @@ class SupervisorMachine(RuleBasedStateMachine):
             ended = (State.COMPLETED, State.STOPPING, State.HOST_FAULT)
             assert s.state in ended and s.pid is None, f"a completed run is {s.state.value}"
             assert s.next_restart_at is None
+
+    @invariant()
+    def decisions_outlive_the_daemon(self) -> None:
+        """SPEC §13: the core keeps an operator's stop and pause, and a park, across
+        daemon_killed_and_restarted (checked on what it would write to the state file)."""
+        d = self.sup.durable()
+        if self.stopped_by_operator and not self.exited:
+            assert d.stopped, "an operator stop is not in the state file"
+        if self.paused:
+            assert d.paused, "an operator pause is not in the state file"
 
     @invariant()
     def stop_wins(self) -> None:
@@ -407,3 +459,66 @@ def test_the_completion_invariant_catches_a_core_that_restarts_a_finished_run() 
     ok.time_passes(dt=40.0, u=0.5)
     ok.completed_stays_completed()
     assert ok.sup.snapshot().state is State.COMPLETED and not ok.pending_spawn
+
+
+class RestoreForgetsDecisions(P.Supervisor):
+    """A core with a planted bug: restore() drops an operator's stop and pause and the park
+    (the behaviour of issue 23: the job came back after a daemon crash)."""
+
+    def restore(self, d: Durable, now: float) -> None:
+        super().restore(replace(d, stopped=False, paused=False, host_fault=None), now)
+
+
+def test_the_restart_rule_catches_a_core_that_forgets_an_operators_decisions() -> None:
+    """A stop, a park and a pause each lost across daemon_killed_and_restarted are caught
+    (the job comes back by itself); the real core keeps each of them."""
+
+    class Machine(SupervisorMachine):
+        supervisor_class = RestoreForgetsDecisions
+
+    def stopped(m: SupervisorMachine) -> None:
+        m.shell_finishes_spawn(ok=True)
+        m.operator("stop")
+        m.shell_finishes_kill()
+
+    def parked(m: SupervisorMachine) -> None:
+        m.shell_finishes_spawn(ok=True)
+        m.gpu_fault("reboot_host", gate=False)
+        m.shell_finishes_kill()
+
+    def paused(m: SupervisorMachine) -> None:
+        m.shell_finishes_spawn(ok=True)
+        m.operator("pause")
+        m.child_crashes()
+        m.shell_finishes_kill()
+
+    cases = [
+        (stopped, "came back after an operator stop", State.STOPPED),
+        (parked, "host_fault restarted by itself", State.HOST_FAULT),
+        (paused, "a paused job was started by itself", State.STOPPED),
+    ]
+    for drive, caught, kept in cases:
+        m = Machine()
+        drive(m)
+        with pytest.raises(AssertionError, match=caught):
+            m.daemon_killed_and_restarted(adoptable=True)
+        ok = SupervisorMachine()  # the real core: nothing starts, the decision still shown
+        drive(ok)
+        ok.daemon_killed_and_restarted(adoptable=True)
+        ok.time_passes(dt=40.0, u=0.5)
+        assert ok.sup.snapshot().state is kept and not ok.pending_spawn
+
+
+def test_the_restart_rule_adopts_a_paused_job_and_keeps_it_paused() -> None:
+    """A paused job that survives the daemon is adopted, shown paused, and its verdicts are
+    not acted on until `resume`."""
+    m = SupervisorMachine()
+    m.shell_finishes_spawn(ok=True)
+    m.operator("pause")
+    m.daemon_killed_and_restarted(adoptable=True)
+    s = m.sup.snapshot()
+    assert s.state is State.PAUSED and s.pid in m.live
+    m.health(healthy=False, firing={"stalled"})
+    assert not m.pending_kill
+    m.operator("resume")
+    assert m.pending_kill  # the verdict that fired during the pause is acted on now

@@ -488,22 +488,64 @@ async def _wait_gone(
         await asyncio.sleep(0.02)
 
 
-def kill_stale_tree(token: str, leader: int | None, leader_started_at: float | None) -> int:
+def kill_stale_tree(
+    token: str,
+    leader: int | None,
+    leader_started_at: float | None,
+    ticks: object = None,
+    boot: object = None,
+) -> int:
     """A previous daemon's tree that outlived it: SIGKILL it at once (it is orphaned and
     unsupervised; graceful stop needs the dead daemon's context). Returns the count signalled.
 
-    The leader is trusted only when its start time matches what the state file recorded, so a
-    reused pid is never killed; the rest is found by our instance marker.
+    The leader is trusted only when its start (in clock ticks, or for an older record its wall
+    time: same_process) matches what the state file recorded, so a reused pid is never killed;
+    the rest is found by our instance marker.
     """
     procs = _marked(token)
-    if leader is not None and leader_started_at is not None:
+    if leader is not None and same_process(leader, leader_started_at, ticks, boot):
         with contextlib.suppress(psutil.Error):
             p = psutil.Process(leader)
-            if abs(p.create_time() - leader_started_at) < 0.05:
-                procs.append(p)
-                procs += p.children(recursive=True)
+            procs.append(p)
+            procs += p.children(recursive=True)
     live = [p for p in procs if _alive(p)]
     return signal_tree(live, signal.SIGKILL)
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """The process's start in clock ticks since boot (/proc/<pid>/stat field 22, `starttime`):
+    unlike a wall-clock start time it does not move when the clock is stepped (SPEC §13)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        # comm (field 2) may hold spaces and parentheses: count fields after its last ')'
+        return int(stat[stat.rindex(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def boot_id() -> str | None:
+    """This boot's id: start ticks mean nothing across a reboot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def same_process(pid: int, started_at: object, ticks: object, boot: object) -> bool:
+    """Whether `pid` is the process a state file recorded: by its start in clock ticks since
+    boot when the record has them (SPEC §13), else (a record of the previous version) by its
+    wall-clock start time within START_TIME_TOLERANCE_S."""
+    if type(ticks) is int:
+        return boot == boot_id() and process_start_ticks(pid) == ticks
+    if isinstance(started_at, bool) or not isinstance(started_at, int | float):
+        return False
+    now_started = process_start_time(pid)
+    return now_started is not None and abs(now_started - started_at) < START_TIME_TOLERANCE_S
+
+
+START_TIME_TOLERANCE_S = 0.05  # psutil's create_time comes from jiffies since boot
 
 
 def process_start_time(pid: int) -> float | None:

@@ -162,6 +162,9 @@ class Daemon:
             if leader is not None:  # it died between the proof and the pidfd: end what is left
                 await takeover.end_previous_tree(self)
             self.dispatch(policy.DaemonStarted(fresh_run=self.ending.enabled))
+            # SPEC §13: a park for lost access outlived the last daemon; as after a reexec,
+            # only a reading that comes through tells the core access is back
+            self.gpus.access_lost = self.core.access_lost
         if self.cluster is not None and (pid := self.core.snapshot().pid) is not None:
             self.cluster.adopted(pid)  # a job we did not spawn: which epoch does it run?
         ticker = self.spawn_task(sampling.tick_loop(self))
@@ -435,7 +438,7 @@ class Daemon:
 
     def save_state(self, pid: int | None) -> None:
         started = None if pid is None else child.process_start_time(pid)
-        self.writer.job(pid, started)
+        self.writer.job(pid, started, None if pid is None else child.process_start_ticks(pid))
 
     def watch_job(self, pid: int, pidfd: int | None) -> None:
         fut = self.reaper.watch(pid, pidfd)

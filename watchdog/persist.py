@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from watchdog import child
 from watchdog.core.durable import Durable
 from watchdog.logs import write_atomic
 from watchdog.statedir import StateDir
@@ -73,13 +74,16 @@ class StateWriter:
             "token": token,
             "job_pid": None,
             "job_started_at": None,
+            # SPEC §13: adoption's proof, the start in clock ticks since boot and the boot
+            "job_start_ticks": None,
+            "boot_id": child.boot_id(),
             "supervisor": None,
         }
         self._submitted: dict[str, Any] | None = None
         self._durable: Durable | None = None
 
-    def job(self, pid: int | None, started_at: float | None) -> None:
-        self._update(job_pid=pid, job_started_at=started_at)
+    def job(self, pid: int | None, started_at: float | None, ticks: int | None = None) -> None:
+        self._update(job_pid=pid, job_started_at=started_at, job_start_ticks=ticks)
 
     def supervisor(self, d: Durable) -> None:
         """Called after every dispatch; cheap when nothing durable changed (the usual case)."""

@@ -1,9 +1,10 @@
 """The state directory (SPEC §2): one daemon per folder, and what survives a daemon restart.
 
 `lock` keeps a second daemon (and so a second job) away; `instance` is the marker every job
-process carries; `state.json` names the current job's pid and start time and holds the restart
-budget (written by persist.StateWriter); `goodput.json` the accounting; `events.jsonl` the event
-history (written by logs.EventLog).
+process carries; `state.json` names the current job's pid and start time (in clock ticks since
+boot, with the boot's id: adoption's proof) and holds the restart budget and what an operator
+decided (stop, pause) or a park (written by persist.StateWriter); `goodput.json` the
+accounting; `events.jsonl` the event history (written by logs.EventLog).
 """
 
 from __future__ import annotations

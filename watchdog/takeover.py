@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__, adopt, assemble, child, offloop, reexec
 from watchdog.core import health, policy
+from watchdog.core.durable import Durable
 from watchdog.persist import restore_durable
 
 if TYPE_CHECKING:
@@ -26,26 +27,36 @@ STARTUP_SCAN_TIMEOUT_S = 30.0  # the startup search for a previous daemon's job 
 
 async def previous_job(d: Daemon) -> int | None:
     """The previous daemon's job: its leader when it is adopted, else None (its tree, if any,
-    is ended first). Its restart budget is restored either way."""
+    is ended first). Its restart budget is restored either way.
+
+    SPEC §13: after an operator's stop, or while a GPU is parked, a job that survived is never
+    adopted (it is ended, nothing started); after an operator's pause a provable job is adopted
+    even with job.on_daemon_restart: restart (ending and restarting it would act on it)."""
     previous = d.state.load_job()
-    leader = await provable_leader(d, previous)
+    durable = _durable(d, previous)
+    leader = None
+    if durable is None or durable.adopts:
+        paused = durable is not None and durable.paused
+        leader = await provable_leader(d, previous, always=paused)
     if leader is None:
         await end_previous_tree(d)
-    restore_budget(d, previous)
+    if durable is not None:
+        d.core.restore(durable, time.monotonic())
     return leader
 
 
 async def provable_leader(d: Daemon, previous: dict[str, Any], always: bool = False) -> int | None:
     """The previous job's leader when job.on_daemon_restart is adopt (or `always`: a failed
-    reexec never ends the job it was meant not to touch) and it is provably ours
-    (adopt.py); None means: end the old tree as before."""
+    reexec never ends the job it was meant not to touch; an operator paused it) and it is
+    provably ours (adopt.py); None means: end the old tree as before."""
     adopting = always or d.cfg.job.on_daemon_restart == "adopt"
     if not adopting or not previous.get("job_pid"):
         return None
     pid, started = previous.get("job_pid"), previous.get("job_started_at")
+    ticks, boot = previous.get("job_start_ticks"), previous.get("boot_id")
     try:
         return await d.log_io.call(
-            lambda: adopt.provable_leader(d.token, pid, started),
+            lambda: adopt.provable_leader(d.token, pid, started, ticks, boot),
             STARTUP_SCAN_TIMEOUT_S,
             what="the proof that the previous job is ours",
         )
@@ -77,10 +88,11 @@ async def end_previous_tree(d: Daemon) -> None:
     not answer nothing starts (fail closed: an unknown tree is not an empty one)."""
     data = d.state.load_job()
     pid, started = data.get("job_pid"), data.get("job_started_at")
+    ticks, boot = data.get("job_start_ticks"), data.get("boot_id")
     while True:
         try:
             n = await d.log_io.call(
-                lambda: child.kill_stale_tree(d.token, pid, started),
+                lambda: child.kill_stale_tree(d.token, pid, started, ticks, boot),
                 STARTUP_SCAN_TIMEOUT_S,
                 what="the startup scan for a previous job tree",
             )
@@ -98,13 +110,19 @@ async def end_previous_tree(d: Daemon) -> None:
 def restore_budget(d: Daemon, previous: dict[str, Any]) -> None:
     """The previous daemon's restart budget (issue 15 item 5): fatal stays fatal, a backoff
     is waited out. A record that cannot be trusted is reported and the budget starts afresh."""
-    try:
-        durable = restore_durable(previous)
-    except ValueError as e:
-        d.emit("state_reset", file=d.state.file("state.json"), error=str(e))
-        return
+    durable = _durable(d, previous)
     if durable is not None:
         d.core.restore(durable, time.monotonic())
+
+
+def _durable(d: Daemon, previous: dict[str, Any]) -> Durable | None:
+    """The Supervisor part of the previous state file; None when there is none or it cannot be
+    trusted (reported as state_reset: the budget starts afresh)."""
+    try:
+        return restore_durable(previous)
+    except ValueError as e:
+        d.emit("state_reset", file=d.state.file("state.json"), error=str(e))
+        return None
 
 
 async def take_over(d: Daemon, h: dict[str, Any]) -> tuple[bool, int | None]:

@@ -31,6 +31,20 @@ class Durable:
     # SPEC §13: the job_completed event of a run that ended well (state completed), else None:
     # a daemon restarted after it does not start the job again.
     completed: Mapping[str, Any] | None = None
+    # SPEC §13 "What an operator decided outlives the daemon": an operator's `stop` (nothing is
+    # started again until an operator's start/restart), `pause` (an adopted job stays paused,
+    # nothing is started or restarted until `resume`) and a park in host_fault (the gpu_fault
+    # event that parked it; for kind gpu_access_lost also what the park deferred).
+    stopped: bool = False
+    paused: bool = False
+    host_fault: Mapping[str, Any] | None = None
+    access_resume: tuple[str, str] | None = None
+
+    @property
+    def adopts(self) -> bool:
+        """Whether a job the previous daemon left running may be adopted: not after an
+        operator's stop, nor while a GPU is parked (such a job is ended, nothing started)."""
+        return not self.stopped and self.host_fault is None
 
     def to_dict(self, mono_now: float, wall_now: float) -> dict[str, Any]:
         """JSON-ready, with instants converted to wall-clock seconds."""
@@ -50,6 +64,10 @@ class Durable:
             "no_progress": self.no_progress,
             "best_mark": self.best_mark,
             "completed": None if self.completed is None else dict(self.completed),
+            "stopped": self.stopped,
+            "paused": self.paused,
+            "host_fault": None if self.host_fault is None else dict(self.host_fault),
+            "access_resume": None if self.access_resume is None else list(self.access_resume),
         }
 
     @staticmethod
@@ -84,6 +102,17 @@ class Durable:
         reason = data.get("last_reason")
         if reason is not None and not isinstance(reason, str):
             raise ValueError(f"last_reason {reason!r}")
+        # absent in records written before SPEC §13's operator decisions: nothing decided
+        fault = data.get("host_fault")
+        if fault is not None and not isinstance(fault, Mapping):
+            raise ValueError(f"host_fault {fault!r}")
+        resume = data.get("access_resume")
+        if resume is not None and not (
+            isinstance(resume, list)
+            and len(resume) == 2
+            and all(isinstance(x, str) for x in resume)
+        ):
+            raise ValueError(f"access_resume {resume!r}")
         return Durable(
             restart_times=tuple(mono(t) for t in times),
             failures=_count(data, "failures"),
@@ -95,11 +124,22 @@ class Durable:
             no_progress=_count(data, "no_progress"),
             best_mark=None if best is None else float(best),
             completed=None if completed is None else dict(completed),
+            stopped=_flag(data, "stopped"),
+            paused=_flag(data, "paused"),
+            host_fault=None if fault is None else dict(fault),
+            access_resume=None if resume is None else (resume[0], resume[1]),
         )
 
 
 def _count(data: Mapping[str, Any], key: str) -> int:
     value = data.get(key, 0)
     if type(value) is not int or value < 0:
+        raise ValueError(f"{key} {value!r}")
+    return value
+
+
+def _flag(data: Mapping[str, Any], key: str) -> bool:
+    value = data.get(key, False)
+    if not isinstance(value, bool):
         raise ValueError(f"{key} {value!r}")
     return value

@@ -43,7 +43,11 @@ EVENTS: dict[str, EventName] = {
     "goodput_reset": EventName("goodput.json was unreadable and starts from zero", WARNING),
     "timeline_reset": EventName("timeline.json was unreadable: the picture starts afresh", WARNING),
     "history_write_failed": EventName("the event history file could not be written", WARNING),
-    "state_restored": EventName("the previous daemon's fatal or backoff was restored", NOTICE),
+    "state_restored": EventName(
+        "the previous daemon's fatal, backoff, completed, or an operator's stop/pause or a park"
+        " (state stopped, paused, host_fault) was restored",
+        NOTICE,
+    ),
     "state_reset": EventName("state.json was unreadable: the budget starts afresh", WARNING),
     "stale_tree_killed": EventName("a previous daemon's orphaned job tree was ended", WARNING),
     "startup_scan_hung": EventName("the start-up /proc scan did not answer; nothing starts", ERR),

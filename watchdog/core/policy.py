@@ -352,6 +352,7 @@ class Supervisor:
         self._completed: Mapping[str, object] | None = None  # SPEC §13, see Snapshot
         self._completed_at: float | None = None
         self._run_step: float | None = None  # the current run's latest step (job_completed)
+        self._operator_stopped = False  # SPEC §13: an operator's stop, until a start/restart
         self._now = 0.0
 
     # ------------------------------------------------------------------------ queries
@@ -408,12 +409,27 @@ class Supervisor:
             restarts_total=self._restarts_total,
             last_reason=self._last_reason,
             fatal=self._state is State.FATAL,
-            completed=self._completed if self._state is State.COMPLETED else None,
+            completed=self._completed if self._ended_well() else None,
             backoff_until=self._backoff_until if backoff else None,
             last_exit=self._last_exit,
             no_progress=self._tally.in_a_row,
             best_mark=self._tally.best,
+            stopped=self._operator_stopped,
+            paused=self._paused,
+            host_fault=self._parked(),
+            access_resume=self._access_resume if self._parked() is not None else None,
         )
+
+    def _ended_well(self) -> bool:
+        """Completed, or its tree still being cleared: a daemon killed meanwhile must not
+        start the finished run again (SPEC §13)."""
+        clearing = self._state is State.STOPPING and self._after_stop == "completed"
+        return self._state is State.COMPLETED or clearing
+
+    def _parked(self) -> Mapping[str, object] | None:
+        """The parking fault not yet lifted by an operator (or by access back), for durable():
+        also while its stop is under way, or a shutdown took that stop over."""
+        return self._host_fault
 
     def carry(self) -> dict[str, object] | None:
         """Everything, for an in-place re-exec (same process, same monotonic clock, the job
@@ -444,6 +460,7 @@ class Supervisor:
             "completed": None if self._completed is None else dict(self._completed),
             "completed_at": self._completed_at,
             "run_step": self._run_step,
+            "operator_stopped": self._operator_stopped,
         }
 
     def resume(self, c: Mapping[str, object], now: float) -> None:
@@ -483,6 +500,10 @@ class Supervisor:
         self._completed = dict(done) if isinstance(done, Mapping) else None
         self._completed_at = _opt_float(c.get("completed_at"))
         self._run_step = _opt_float(c.get("run_step"))
+        stopped = c.get("operator_stopped")  # absent in a carry from code before it: derived
+        if stopped is None:
+            stopped = state is State.STOPPED and not self._want_running and self._completed is None
+        self._operator_stopped = stopped is True
 
     def restore(self, d: Durable, now: float) -> None:
         """Take over a previous daemon's budget, before DaemonStarted. Instants from the future
@@ -502,6 +523,17 @@ class Supervisor:
         if d.completed is not None:  # SPEC §13: a run that ended well is not started again
             self._state = State.COMPLETED
             self._completed = dict(d.completed)
+        # SPEC §13: what an operator decided (stop, pause) and a park outlive the daemon
+        self._operator_stopped = d.stopped
+        self._paused = d.paused
+        if d.host_fault is not None:
+            if d.completed is None:  # a run that ended well stays completed, the fault kept
+                self._state = State.HOST_FAULT
+            self._host_fault = dict(d.host_fault)
+            if d.host_fault.get("kind") == "gpu_access_lost":
+                # access is taken as still lost: only a reading that comes through lifts it
+                self._access_lost = str(d.host_fault.get("detail") or "NVML access lost")
+                self._access_resume = d.access_resume
 
     # ------------------------------------------------------------------------ events
 
@@ -563,6 +595,15 @@ class Supervisor:
             return [Emit("state_restored", {"state": "fatal", **restored})]
         if self._state is State.COMPLETED:  # SPEC §13: done; only an operator starts it again
             return [Emit("state_restored", {"state": "completed", **restored})]
+        if self._state is State.HOST_FAULT:  # SPEC §13: parked; an operator (or access) lifts it
+            self._want_running = not self._operator_stopped
+            kind = (self._host_fault or {}).get("kind")
+            return [Emit("state_restored", {"state": "host_fault", "kind": kind, **restored})]
+        if self._operator_stopped:  # SPEC §13: stopped on purpose; only a start starts it
+            return [Emit("state_restored", {"state": "stopped", **restored})]
+        if self._paused:  # SPEC §13: no automatic action, a start included, until `resume`
+            self._want_running = True
+            return [Emit("state_restored", {"state": "paused", **restored})]
         until = self._backoff_until
         if until is not None and until > now:
             self._want_running = True
@@ -576,17 +617,21 @@ class Supervisor:
         DaemonStarted). What was found is said in state_restored, then the job is spawned."""
         found = self._state
         backoff = self._backoff_until is not None
+        paused = self._paused
+        decided = self._operator_stopped or paused  # SPEC §13: a new allocation decides anew
         self._restart_times.clear()
         self._failures = 0
         self._tally.reset()
         self._host_fault = None
         self._backoff_until = None
         self._state = State.STOPPED
+        self._operator_stopped = self._paused = False
+        self._access_lost = self._access_resume = None
         out: list[Action] = []
-        if found is not State.STOPPED or backoff:
-            shown = "backoff" if found is State.STOPPED else found.value
+        if found is not State.STOPPED or backoff or decided:
+            shown = "backoff" if found is State.STOPPED and backoff else found.value
             fields = {"state": shown, "reason": self._last_reason, "fresh_run": True}
-            out.append(Emit("state_restored", fields))
+            out.append(Emit("state_restored", fields | ({"paused": True} if paused else {})))
         return out + self._spawn(now, reason="daemon_started")
 
     def _adopted(self, pid: int, now: float) -> list[Action]:
@@ -850,6 +895,7 @@ class Supervisor:
         if cmd == "stop":
             self._backoff_until = None
             self._want_running = False
+            self._operator_stopped = True
             if self._state is State.STOPPING:
                 if self._after_stop != "exit":
                     self._after_stop = "stop"
@@ -868,6 +914,7 @@ class Supervisor:
         self._failures = 0
         self._tally.reset()
         self._host_fault = None  # an operator's start leaves host_fault (SPEC §12)
+        self._operator_stopped = False  # ... and an operator's stop (SPEC §13)
         if alive or self._state is State.STOPPING:
             return self._stop("operator", "start")
         self._last_reason = "operator" if cmd == "restart" else self._last_reason
