@@ -80,6 +80,9 @@ class SignalForwarder:
         for signum in self._installed:
             if signum not in signals:
                 self._loop.remove_signal_handler(signum)
+                # remove_signal_handler restores SIG_DFL, which for USR1/USR2 is death: a late
+                # Slurm `--signal=B:USR1` would kill the daemon before it reports the job's end.
+                signal.signal(signum, signal.SIG_IGN)
         for signum in signals:
             if signum not in self._installed:
                 self._loop.add_signal_handler(signum, self.forward, signum)
