@@ -300,6 +300,21 @@ def test_a_parking_fault_while_a_finished_runs_tree_is_cleared_keeps_the_complet
     assert sup.durable().completed is not None
 
 
+def test_completed_is_cleared_when_the_state_leaves_completed() -> None:
+    """Status's `completed` describes the completed state: null in backoff (restart.on
+    completed) and after an operator stop from completed."""
+    d = Driver(P.Policy(**{**_fast(), "restart_on": frozenset({"exited", "completed"})}))
+    pid = _running(d)
+    d.feed(P.ChildExited(pid, 0, None), 5.0)
+    assert d.sup.snapshot().state is State.BACKOFF and d.sup.snapshot().completed is None
+    d = Driver()
+    pid = _running(d)
+    d.feed(P.ChildExited(pid, 0, None), 5.0)
+    assert d.sup.snapshot().completed is not None
+    d.feed(P.OperatorCommand("stop"), 6.0)
+    assert d.sup.snapshot().state is State.STOPPED and d.sup.snapshot().completed is None
+
+
 def _fast() -> dict[str, object]:
     return {f: getattr(FAST, f) for f in P.Policy.__dataclass_fields__}
 

@@ -375,7 +375,8 @@ class Supervisor:
             best_mark=self._tally.best,
             best_mark_at=self._tally.best_at,
             host_fault=self._host_fault,
-            completed=self._completed,
+            # the completed state's record: null once the state leaves completed (status)
+            completed=self._completed if self._state is State.COMPLETED else None,
             completed_at=self._completed_at,
         )
 
