@@ -231,6 +231,90 @@ def test_goodput_counts_a_completed_run_as_productive_to_its_end() -> None:
     assert failed.totals()["lost_s"]["detection_delay"] == 15.0
 
 
+def _clearing_a_finished_run() -> tuple[P.Supervisor, float]:
+    """A run that exited 0 at 5.0 and whose tree is still being cleared (a leftover holds on)."""
+    sup = P.Supervisor(FAST, lambda: 0.5)
+    sup.handle(P.DaemonStarted(), 0.0)
+    sup.handle(P.ChildSpawned(7), 0.0)
+    sup.handle(P.ChildExited(7, 0, None), 5.0)
+    assert sup.snapshot().state is State.STOPPING
+    return sup, 5.0 + P.CANCEL_WINDOW_S + 1.0  # later than a cancel's own signal could land
+
+
+def _not_started_again(d: durable.Durable) -> None:
+    nxt = P.Supervisor(FAST, lambda: 0.5)
+    nxt.restore(d, 100.0)
+    assert not any(isinstance(a, P.SpawnChild) for a in nxt.handle(P.DaemonStarted(), 100.0))
+    assert nxt.snapshot().state is State.COMPLETED
+
+
+def test_a_shutdown_while_a_finished_runs_tree_is_cleared_keeps_the_completion() -> None:
+    """SIGTERM while a completed run's leftovers are stopped: job_completed, then Exit, and the
+    next daemon does not start the finished run again."""
+    sup, later = _clearing_a_finished_run()
+    assert sup.handle(P.ShutdownRequested(), later) == []
+    out = sup.handle(P.TreeStopped(killed=False, leftovers=1), later + 1.0)
+    assert names(out) == ["leftovers_found", "job_completed", "Exit"]
+    assert sup.snapshot().state is State.COMPLETED
+    assert sup.durable().completed is not None
+    _not_started_again(sup.durable())
+    assert sup.handle(P.OperatorCommand("start"), later + 2.0) == [
+        P.Refuse("the daemon is shutting down")
+    ]
+
+
+def test_a_stop_signal_right_after_a_success_exit_is_the_cancel_not_a_completion() -> None:
+    """scancel and systemctl stop signal the job and the daemon at once: an exit 0 seen less
+    than CANCEL_WINDOW_S before the daemon's own SIGTERM was the cancel's doing, not the end."""
+    sup, _ = _clearing_a_finished_run()
+    assert sup.handle(P.ShutdownRequested(), 5.0 + P.CANCEL_WINDOW_S / 2) == []
+    out = sup.handle(P.TreeStopped(killed=False), 6.0)
+    assert names(out) == ["Exit"]
+    snap = sup.snapshot()
+    assert snap.state is State.STOPPED and snap.completed is None and snap.completed_at is None
+    assert sup.durable().completed is None
+
+
+def test_an_operator_stop_while_a_finished_runs_tree_is_cleared_keeps_the_completion() -> None:
+    """`stop` during the clearing: the run still ended well (job_completed, state completed)."""
+    sup, later = _clearing_a_finished_run()
+    assert sup.handle(P.OperatorCommand("stop"), later) == []
+    out = sup.handle(P.TreeStopped(killed=False), later + 1.0)
+    assert names(out) == ["job_completed"] and sup.snapshot().state is State.COMPLETED
+    _not_started_again(sup.durable())
+
+
+def test_a_parking_fault_while_a_finished_runs_tree_is_cleared_keeps_the_completion() -> None:
+    """An Xid 79 during the clearing is recorded (host_fault) but the run stays completed: it
+    finished before the GPU broke, so a scheduler must not requeue it (86)."""
+    sup, later = _clearing_a_finished_run()
+    fault = {"gpu": 0, "xid": 79, "action": "reboot_host"}
+    out = sup.handle(P.GpuFaultSeen("reboot_host", fault, park=True), later)
+    assert names(out) == ["gpu_fault"]
+    out = sup.handle(P.TreeStopped(killed=False), later + 1.0)
+    assert names(out) == ["job_completed"]
+    snap = sup.snapshot()
+    assert snap.state is State.COMPLETED and snap.host_fault == fault
+    _not_started_again(sup.durable())
+    sup.handle(P.ShutdownRequested(), later + 2.0)
+    assert sup.durable().completed is not None
+
+
+def test_completed_is_cleared_when_the_state_leaves_completed() -> None:
+    """Status's `completed` describes the completed state: null in backoff (restart.on
+    completed) and after an operator stop from completed."""
+    d = Driver(P.Policy(**{**_fast(), "restart_on": frozenset({"exited", "completed"})}))
+    pid = _running(d)
+    d.feed(P.ChildExited(pid, 0, None), 5.0)
+    assert d.sup.snapshot().state is State.BACKOFF and d.sup.snapshot().completed is None
+    d = Driver()
+    pid = _running(d)
+    d.feed(P.ChildExited(pid, 0, None), 5.0)
+    assert d.sup.snapshot().completed is not None
+    d.feed(P.OperatorCommand("stop"), 6.0)
+    assert d.sup.snapshot().state is State.STOPPED and d.sup.snapshot().completed is None
+
+
 def _fast() -> dict[str, object]:
     return {f: getattr(FAST, f) for f in P.Policy.__dataclass_fields__}
 

@@ -185,3 +185,37 @@ def test_an_operator_stop_kept_in_the_state_dir_does_not_hold_a_new_allocation_b
         assert (restored["state"], restored["fresh_run"]) == ("stopped", True)
     finally:
         d2.stop()
+
+
+def test_a_completion_before_the_stop_signal_wins_with_0(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """The job exits 0; a leftover that ignores SIGTERM holds the tree's clearing; a SIGTERM
+    to the daemon well after that exit (past CANCEL_WINDOW_S) does not undo the completion:
+    job_completed is recorded and the daemon exits 0, not 143."""
+    daemon_pid = tmp_path / "daemon.pid"
+    job = write_script(
+        tmp_path / "finish_leaving_one.py",
+        f"""
+        import os, signal, sys, time
+        from watchdog.core.policy import CANCEL_WINDOW_S
+        if os.fork() == 0:  # a leftover: it takes the clearing's SIGTERM as its cue
+            def late(*_):
+                time.sleep(CANCEL_WINDOW_S + 1.0)  # the scheduler's signal, well after the end
+                os.kill(int(open({str(daemon_pid)!r}).read()), signal.SIGTERM)
+            signal.signal(signal.SIGTERM, late)
+            while True:
+                time.sleep(1)
+        print("step 5 1,000 tok/s", flush=True)
+        sys.exit(0)
+        """,
+    )
+    d = make_daemon([job], {"job": {"stop_timeout_s": 8}}, start=False)
+    d.args = ["--exit-with-job"]
+    d.start(wait=False)
+    assert d.proc is not None
+    daemon_pid.write_text(str(d.proc.pid))
+    assert d.wait_exit(40) == 0, d.output()
+    names = [e["event"] for e in d.history()]
+    assert names.count("job_completed") == 1 and names.count("child_spawned") == 1
+    assert d.history()[-1]["exit_code"] == 0

@@ -9,6 +9,7 @@ import signal
 import subprocess
 
 import pytest
+import yaml
 from conftest import DaemonFactory
 from harness import BIN, wait_until, write_script
 
@@ -99,3 +100,23 @@ def test_success_exit_codes_are_validated() -> None:
         config.parse_config(base + "0\n", "/w.yaml", check_paths=False)
     ok = config.parse_config(base + "[3, 0]\n", "/w.yaml", check_paths=False)
     assert ok.job.success_exit_codes == (0, 3)
+
+
+def test_a_signal_dropped_from_the_list_no_longer_kills_the_daemon(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """A reload that drops SIGUSR1 leaves it ignored, not at its default (death): a late Slurm
+    `--signal=B:USR1` must not kill the daemon before it can report the job's end."""
+    d = make_daemon([usr1_job(tmp_path)], {"job": {"forward_signals": ["SIGUSR1"]}})
+    pid = d.wait_state("running", timeout=20)["job"]["pid"]
+    cfg = yaml.safe_load(d.config_path.read_text())
+    cfg["job"]["forward_signals"] = []
+    d.config_path.write_text(yaml.safe_dump(cfg))
+    assert d.proc is not None
+    os.kill(d.proc.pid, signal.SIGHUP)
+    d.wait_event("config_reloaded")
+    os.kill(d.proc.pid, signal.SIGUSR1)
+    # Answering runs the daemon in user mode, where a pending fatal signal would end it first.
+    st = d.status()
+    assert not d.proc_exited() and st["state"] == "running" and st["job"]["pid"] == pid
+    assert not any(e["event"] == "signal_forwarded" for e in d.events())

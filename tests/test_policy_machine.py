@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from watchdog.core import policy as P
 from watchdog.core.durable import Durable
@@ -46,7 +46,8 @@ class SupervisorMachine(RuleBasedStateMachine):
         self.pending_spawn = False
         self.pending_kill = False
         self.next_pid = 1
-        self.exited = False
+        self.exited = False  # a shutdown was asked for
+        self.gone = False  # ... and the core said Exit: the daemon process is over
         self.last_event = ""
         self.parked = False  # a parking GPU fault not yet undone by an operator
         self.access_lost = False  # SPEC §13: NVML access lost (no automatic start meanwhile)
@@ -58,17 +59,25 @@ class SupervisorMachine(RuleBasedStateMachine):
         # no operator stop: the next daemon starts the job again)
         self.stopped_by_operator = False
         self.paused = False
+        self.completed_at = 0.0  # when that run exited
         self.apply(P.DaemonStarted())
 
     def apply(self, ev: P.Event) -> list[P.Action]:
+        before = (self.parked, self.completed)
         if isinstance(ev, P.OperatorCommand) and ev.cmd in ("start", "restart", "stop"):
             self.parked = False  # an operator's start leaves host_fault (SPEC §12)
-            self.completed = False  # ... and completed (SPEC §13)
+            # ... and completed (SPEC §13), but a stop while a finished run's tree is still
+            # cleared does not undo that it finished
+            clearing = self.sup.snapshot().state is State.STOPPING
+            if ev.cmd != "stop" or not clearing:
+                self.completed = False
         if isinstance(ev, P.GpuFaultSeen) and ev.park and not self.operator_stopped:
             self.parked = True  # a GPU needs a reset or a reboot: the job must not come back
         if isinstance(ev, P.GpuAccessChanged):
             self.access_lost = ev.lost
         actions = self.sup.handle(ev, self.now)
+        if any(isinstance(a, P.Refuse) for a in actions):
+            self.parked, self.completed = before  # a refused command changes nothing
         for a in actions:
             if isinstance(a, P.SpawnChild):
                 assert not self.completed, "a completed run was started again by itself"
@@ -118,6 +127,7 @@ class SupervisorMachine(RuleBasedStateMachine):
                     assert len(recent) >= POLICY.max_restarts, f"fatal after {recent}"
             elif isinstance(a, P.Exit):
                 self.exited = True
+                self.gone = True
         return actions
 
     @rule(dt=st.floats(min_value=0.0, max_value=40.0), u=st.floats(0.0, 0.999))
@@ -129,6 +139,7 @@ class SupervisorMachine(RuleBasedStateMachine):
             self.last_event = "tick"
             self.apply(P.Tick())
 
+    @precondition(lambda m: m.pending_spawn)
     @rule(ok=st.booleans())
     def shell_finishes_spawn(self, ok: bool) -> None:
         if not self.pending_spawn:
@@ -143,6 +154,7 @@ class SupervisorMachine(RuleBasedStateMachine):
         else:
             self.apply(P.SpawnFailed("pre_start_failed"))
 
+    @precondition(lambda m: m.live)
     @rule()
     def child_crashes(self) -> None:
         if self.live:
@@ -151,6 +163,7 @@ class SupervisorMachine(RuleBasedStateMachine):
             self.last_event = "crash"
             self.apply(P.ChildExited(pid, 1, None))
 
+    @precondition(lambda m: m.live)
     @rule(code=st.sampled_from([0, 0, 1]))
     def child_exits_on_its_own(self, code: int) -> None:
         """The job ends by itself: exit 0 is a completion (SPEC §13), 1 a crash."""
@@ -167,9 +180,11 @@ class SupervisorMachine(RuleBasedStateMachine):
             )
             if ends_well:
                 self.completed = True
+                self.completed_at = self.now
                 self.budget_at_exit = (before.restarts_total, before.no_progress_restarts)
             self.apply(P.ChildExited(pid, code, None))
 
+    @precondition(lambda m: m.pending_kill and not m.pending_spawn)
     @rule()
     def shell_finishes_kill(self) -> None:
         if not self.pending_kill or self.pending_spawn:
@@ -244,7 +259,7 @@ class SupervisorMachine(RuleBasedStateMachine):
         self.sup = self.supervisor_class(POLICY, lambda: self.u)
         self.sup.restore(saved, self.now)
         self.pending_spawn = self.pending_kill = False  # a spawn under way made no job
-        self.exited = False
+        self.exited = self.gone = False
         self.operator_stopped = self.stopped_by_operator
         self.operator_start_owed = False
         self.access_lost = self.sup.access_lost is not None
@@ -256,12 +271,45 @@ class SupervisorMachine(RuleBasedStateMachine):
         self.live.clear()  # the previous tree is ended before anything starts
         self.apply(P.DaemonStarted())
 
-    @rule()
-    def shutdown(self) -> None:
+    @precondition(lambda m: not m.exited)  # one SIGTERM per daemon; after Exit it is over
+    @rule(after=st.floats(min_value=0.0, max_value=3 * P.CANCEL_WINDOW_S))
+    def shutdown(self, after: float) -> None:
+        """SIGTERM, `after` s on (on either side of CANCEL_WINDOW_S after a job's exit)."""
+        self.now += after
         self.last_event = "operator"
         self.operator_stopped = True
         self.exited = True  # set before: nothing may start once a shutdown was asked for
+        clearing = self.sup.snapshot().state is State.STOPPING
+        if self.completed and clearing and self.now - self.completed_at < P.CANCEL_WINDOW_S:
+            self.completed = False  # the exit came with the cancel: no completion (SPEC §13)
         self.apply(P.ShutdownRequested())
+
+    @precondition(lambda m: m.gone)
+    @rule(fresh=st.booleans())
+    def daemon_restarts(self, fresh: bool) -> None:
+        """The daemon exited; the next one takes over what it left (restore(durable())) and is
+        started, by systemd or (`fresh`, --exit-with-job) by a scheduler."""
+        if not self.gone:
+            return
+        assert not self.live and not self.pending_spawn and not self.pending_kill
+        left = self.sup.durable()
+        self.sup = self.supervisor_class(POLICY, lambda: self.u)
+        self.sup.restore(left, self.now)
+        self.exited = self.gone = False
+        # a shutdown is no operator stop; an operator's stop, a pause and a park are kept in
+        # the state file (SPEC §13) and hold the new daemon back, unless a scheduler's new
+        # allocation (`fresh`, --exit-with-job) decided on a new run
+        self.operator_stopped = self.stopped_by_operator
+        self.operator_start_owed = False
+        self.access_lost = self.sup.access_lost is not None
+        self.run_healthy = False
+        if fresh:  # a scheduler decided on a new run: whatever was left, start afresh
+            self.completed = self.parked = self.paused = self.access_lost = False
+            self.stopped_by_operator = self.operator_stopped = False
+            self.restarts_at.clear()
+            self.no_progress_streak = 0
+        self.last_event = "daemon"
+        self.apply(P.DaemonStarted(fresh_run=fresh))
 
     @invariant()
     def never_two_children(self) -> None:
@@ -285,11 +333,11 @@ class SupervisorMachine(RuleBasedStateMachine):
     @invariant()
     def completed_stays_completed(self) -> None:
         """SPEC §13: a completed run is never started again without an operator command."""
-        if self.completed and not self.exited:
+        if self.completed:  # across shutdowns and daemon restarts too
             s = self.sup.snapshot()
-            # STOPPING: what is left of its tree is being cleared; HOST_FAULT: a parking GPU
-            # fault arrived meanwhile (it parks, it does not restart either)
-            ended = (State.COMPLETED, State.STOPPING, State.HOST_FAULT)
+            # STOPPING: what is left of its tree is being cleared (a parking GPU fault
+            # meanwhile is recorded, the run still ended well)
+            ended = (State.COMPLETED, State.STOPPING)
             assert s.state in ended and s.pid is None, f"a completed run is {s.state.value}"
             assert s.next_restart_at is None
 
@@ -312,7 +360,7 @@ class SupervisorMachine(RuleBasedStateMachine):
 
 
 TestSupervisorMachine = SupervisorMachine.TestCase
-TestSupervisorMachine.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
+TestSupervisorMachine.settings = settings(max_examples=300, stateful_step_count=80, deadline=None)
 
 
 # ------------------------------------------------- the invariants can fail: broken cores
@@ -522,3 +570,55 @@ def test_the_restart_rule_adopts_a_paused_job_and_keeps_it_paused() -> None:
     assert not m.pending_kill
     m.operator("resume")
     assert m.pending_kill  # the verdict that fired during the pause is acted on now
+
+
+class ShutdownLosesCompletion(P.Supervisor):
+    """A core with the bug of the first review of issue 22: a shutdown while a finished run's
+    tree is cleared turns the completion into a plain stop."""
+
+    def _shutdown(self) -> list[P.Action]:
+        if self._state is State.STOPPING and self._after_stop == "completed":
+            return self._stop("shutdown", "exit")
+        return super()._shutdown()
+
+
+def test_the_completion_invariant_holds_across_a_shutdown_and_a_daemon_restart() -> None:
+    """A SIGTERM past CANCEL_WINDOW_S after exit 0, while leftovers are cleared: the broken core
+    is caught (the run is `stopped`, and the next daemon would start it again); the real one
+    records the completion, exits, and the next daemon starts nothing."""
+
+    class Machine(SupervisorMachine):
+        supervisor_class = ShutdownLosesCompletion
+
+    def finish_then_sigterm(m: SupervisorMachine) -> None:
+        m.shell_finishes_spawn(ok=True)
+        m.child_exits_on_its_own(code=0)
+        m.shutdown(after=P.CANCEL_WINDOW_S + 1.0)
+        m.shell_finishes_kill()
+
+    m = Machine()
+    finish_then_sigterm(m)
+    with pytest.raises(AssertionError, match="a completed run is stopped"):
+        m.completed_stays_completed()
+    with pytest.raises(AssertionError, match="a completed run was started again by itself"):
+        m.daemon_restarts(fresh=False)
+    ok = SupervisorMachine()
+    finish_then_sigterm(ok)
+    assert ok.gone and ok.completed
+    ok.completed_stays_completed()
+    ok.daemon_restarts(fresh=False)
+    ok.completed_stays_completed()
+    assert ok.sup.snapshot().state is State.COMPLETED and not ok.pending_spawn
+
+
+def test_a_sigterm_right_after_exit_0_is_modelled_as_the_cancel() -> None:
+    """Within CANCEL_WINDOW_S the machine expects no completion, and the next daemon starts
+    the interrupted run again."""
+    m = SupervisorMachine()
+    m.shell_finishes_spawn(ok=True)
+    m.child_exits_on_its_own(code=0)
+    m.shutdown(after=0.0)
+    m.shell_finishes_kill()
+    assert m.gone and not m.completed
+    m.daemon_restarts(fresh=False)
+    assert m.pending_spawn

@@ -103,3 +103,17 @@ def _cmdline_or_none(pid: int) -> bytes | None:
         return _cmdline(pid)
     except FileNotFoundError:
         return None
+
+
+def test_the_daemons_comm_has_no_blank(make_daemon: DaemonFactory, tmp_path: pathlib.Path) -> None:
+    """/proc/<daemon>/comm is `watchdogd`: a blank in it breaks readers that split
+    /proc/<pid>/stat on whitespace (Slurm's proctrack/linuxproc then never signals the daemon
+    or its job on scancel)."""
+    d = make_daemon([sleeper(tmp_path)])
+    assert d.proc is not None
+    d.wait_state("running")
+    with open(f"/proc/{d.proc.pid}/comm") as f:
+        assert f.read().strip() == "watchdogd"
+    with open(f"/proc/{d.proc.pid}/stat") as f:
+        fields = f.read().split()
+    assert fields[1] == "(watchdogd)" and int(fields[3]) == os.getpid()  # its ppid: this test

@@ -276,3 +276,39 @@ def test_scancel_signal_term_stops_the_tree_before_the_daemon_exits_143(
     ended = slurm.wait_job(job_id, finished, 60, "the job to finish")
     assert (ended["ExitCode"], ended["Restarts"]) == ("143:0", "0"), f"{brief(ended)}\n{d.output()}"
     assert got.exists() and done.exists(), "the job was not let finish before the daemon exited"
+
+
+def test_a_plain_scancel_of_a_job_that_exits_0_on_sigterm_is_no_completion(
+    slurm: SlurmCluster,
+    under_slurm: Callable[..., tuple[int, Daemon]],
+    tmp_path: pathlib.Path,
+    timed: None,
+) -> None:
+    """`scancel` sends SIGTERM to every process of the step, the job as well as the daemon: a
+    job that exits 0 at once on SIGTERM was cancelled, not finished — the daemon exits 143,
+    records no job_completed and started the job once."""
+    job = write_script(
+        tmp_path / "job.py",
+        """\
+        import os, signal, time
+
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+        print("step 1 100 tok/s", flush=True)
+        while True:
+            time.sleep(0.1)
+        """,
+    )
+    job_id, d = under_slurm([job])
+    reachable(slurm, job_id, d)
+    d.wait_state("running", timeout=60)  # its handler is in place: it printed after setting it
+    slurm.run("scancel", str(job_id))
+
+    def stopped() -> dict[str, Any] | None:
+        return next((e for e in d.history() if e["event"] == "daemon_stopped"), None)
+
+    last = wait_until(stopped, 60, "the daemon to exit")
+    names = [e["event"] for e in d.history()]
+    assert last["exit_code"] == 143, f"{names}\n{d.output()}"
+    assert "job_completed" not in names and names.count("child_spawned") == 1, names
+    ended = slurm.wait_job(job_id, finished, 60, "the job to end")
+    assert ended["JobState"] == "CANCELLED", brief(ended)

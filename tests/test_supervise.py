@@ -287,3 +287,30 @@ def test_stop_during_a_long_pre_start_cancels_it_and_leaves_nothing(
     assert d.status()["state"] == "stopped"
     wait_until(lambda: not _alive(pre_pid), 5, "the pre_start command to be gone")
     assert not any(e["event"] == "child_spawned" for e in d.events())
+
+
+def test_the_leader_gets_stop_signal_once(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """A stop sends stop_signal to the job's leader once: handlers that read a second SIGTERM as
+    "force quit" would skip their last checkpoint."""
+    got = tmp_path / "terms"
+    job = write_script(
+        tmp_path / "count_terms.py",
+        f"""
+        import signal, time
+        def term(*_):
+            with open({str(got)!r}, "a") as f:
+                f.write("TERM\\n")
+        signal.signal(signal.SIGTERM, term)
+        print("up 9,000.0 tok/s", flush=True)
+        while True:
+            time.sleep(1)
+    """,
+    )
+    d = make_daemon([job], {"job": {"stop_timeout_s": 1.5}})
+    d.wait_state("running", timeout=10)
+    rc, _, err = d.ctl("stop")
+    assert rc == 0, err
+    d.wait_event("child_killed")  # it outlived stop_timeout_s: every TERM sent has landed
+    assert got.read_text() == "TERM\n"

@@ -419,7 +419,10 @@ async def stop_tree(
     reaped = leader_exit is not None and leader_exit.done()
     signalled = signal_leader(stop_signal)
     tree = await scan(live_leader(), token)
-    signalled += signal_tree(tree or [], stop_signal)
+    # The leader had it through its pidfd: a second stop_signal reads as "force quit" to many
+    # handlers (they skip their last checkpoint). SIGKILL below may go twice: it is the same.
+    told = live_leader() if signalled else None
+    signalled += signal_tree([p for p in tree or [] if p.pid != told], stop_signal)
     # A job that died by itself (the leader reaped before this scan) and left nothing: that
     # scan is the first of the two empty ones in a row, so the second follows at once instead
     # of 20 ms later, which was most of the time from a death to the next start (issue 11).

@@ -35,6 +35,11 @@ class ProcTitle:
         if text != self._current:
             self._current = text
             setproctitle.setproctitle(text)
+            # setproctitle also puts the title's first 15 bytes in /proc/<pid>/comm, blanks and
+            # all; readers that split /proc/<pid>/stat on whitespace (Slurm's proctrack/linuxproc)
+            # then lose the daemon and its whole tree, and scancel signals none of it. The dispatch
+            # that calls this runs on the main thread, whose name is the process's comm.
+            setproctitle.setthreadtitle("watchdogd")
 
     def show(self, job_name: str, state: str, pid: int | None) -> None:
         self.set(title(job_name, state, pid))

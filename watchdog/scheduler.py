@@ -42,10 +42,14 @@ class ExitWithJob:
             self.signalled = signum
 
     def job_ended(self, state: policy.State, codes: config.ExitCodesConfig) -> int | None:
-        """The exit code if `state` ends the job for good and nothing decided it before."""
-        if not self.enabled or self.code is not None or self.signalled is not None:
+        """The exit code if `state` ends the job for good and nothing decided it before.
+
+        After a stop signal only `completed` still counts: the core records a completion
+        after a SIGTERM only when the run ended well before it (policy.CANCEL_WINDOW_S), and
+        a run that finished must not be requeued because the daemon was told to stop."""
+        if not self.enabled or self.code is not None or state not in END_STATES:
             return None
-        if state not in END_STATES:
+        if self.signalled is not None and state is not policy.State.COMPLETED:
             return None
         self.code = int(getattr(codes, state.value))
         return self.code
@@ -80,6 +84,9 @@ class SignalForwarder:
         for signum in self._installed:
             if signum not in signals:
                 self._loop.remove_signal_handler(signum)
+                # remove_signal_handler restores SIG_DFL, which for USR1/USR2 is death: a late
+                # Slurm `--signal=B:USR1` would kill the daemon before it reports the job's end.
+                signal.signal(signum, signal.SIG_IGN)
         for signum in signals:
             if signum not in self._installed:
                 self._loop.add_signal_handler(signum, self.forward, signum)

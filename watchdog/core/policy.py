@@ -42,6 +42,15 @@ INCIDENT_REASONS = frozenset({"gpus_idle", "stalled", "startup_timeout", "gpu_de
 # our blindness); it is judged once the GPUs can be read again.
 UNVERIFIABLE = frozenset({"gpu_access_lost", "gpu_unreadable", "gpu_probe_hung"})
 
+# SPEC §13: scancel, `systemctl stop` (KillMode=control-group) and the like send SIGTERM to the
+# job and to the daemon at once. A job that exits 0 on SIGTERM may be seen to exit before the
+# daemon handles its own signal; a SIGTERM/SIGINT that arrives less than this long after an
+# exit with a success code, while the run's tree is still being cleared, means that exit was
+# the cancel's doing: the run did not complete. Later, the completion stands (the daemon exits
+# once it is recorded). Misjudging a real end costs a rerun; misjudging a cancel would mark an
+# interrupted run as done for good, so the window errs wide of any signal-handling delay.
+CANCEL_WINDOW_S = 2.0
+
 
 @dataclass(frozen=True, slots=True)
 class Policy:
@@ -342,6 +351,7 @@ class Supervisor:
         self._attempt = 0
         self._want_running = False
         self._exiting = False  # Exit was returned: nothing may start any more
+        self._exit_after_completion = False  # a shutdown waits for a completion to be recorded
         self._leader_exited = False  # the child is reaped; its tree may still be stopping
         self._startup_expired = False  # startup_timeout fired and the child was never healthy
         self._tally = NoProgressTally()
@@ -387,7 +397,8 @@ class Supervisor:
             best_mark=self._tally.best,
             best_mark_at=self._tally.best_at,
             host_fault=self._host_fault,
-            completed=self._completed,
+            # the completed state's record: null once the state leaves completed (status)
+            completed=self._completed if self._state is State.COMPLETED else None,
             completed_at=self._completed_at,
         )
 
@@ -753,7 +764,7 @@ class Supervisor:
         self._leader_exited = False
         self._firing = frozenset()
         self._backoff_until = None
-        if self._after_stop == "exit":
+        if self._after_stop == "exit" or self._exit_after_completion:
             self._state = State.STOPPED
             self._exiting = True
             return [Emit("stop_unverified", fields), Exit()]
@@ -789,7 +800,11 @@ class Supervisor:
             step = self._run_step
             step = int(step) if step is not None and float(step).is_integer() else step
             self._completed = {**self._completed, "step": step}
-            return [Emit("job_completed", dict(self._completed))]
+            done: list[Action] = [Emit("job_completed", dict(self._completed))]
+            if self._exit_after_completion:  # a shutdown came while the tree was cleared
+                self._exiting = True
+                done.append(Exit())
+            return done
         return [Emit("child_stopped", {"reason": reason})]
 
     def _fail(self, reason: str, now: float) -> list[Action]:
@@ -897,8 +912,8 @@ class Supervisor:
             self._want_running = False
             self._operator_stopped = True
             if self._state is State.STOPPING:
-                if self._after_stop != "exit":
-                    self._after_stop = "stop"
+                if self._after_stop not in ("exit", "completed"):  # a run that ended well
+                    self._after_stop = "stop"  # stays completed (SPEC §13)
                 return []
             if not alive:
                 self._state = State.STOPPED
@@ -922,6 +937,15 @@ class Supervisor:
 
     def _shutdown(self) -> list[Action]:
         self._backoff_until = None
+        if self._state is State.STOPPING and self._after_stop == "completed":
+            done_at = self._completed_at
+            if done_at is None or self._now - done_at >= CANCEL_WINDOW_S:
+                # The run ended well before this signal: record it, then exit (_finish_stop).
+                self._exit_after_completion = True
+                self._exiting = True  # nothing may start any more
+                return []
+            # The same cancel stopped the job: its exit was no completion (CANCEL_WINDOW_S).
+            self._completed = self._completed_at = None
         if self._pid is None and not self._spawning and self._state is not State.STOPPING:
             # An end state is what the next daemon must find in the state file (SPEC §5, §13):
             # a clean exit (systemctl restart) in fatal or completed does not forget it.
@@ -1012,8 +1036,8 @@ class Supervisor:
                 self._state = State.HOST_FAULT
                 return out
             if live or self._state is State.STOPPING:
-                if self._state is State.STOPPING and self._after_stop == "exit":
-                    return out
+                if self._state is State.STOPPING and self._after_stop in ("exit", "completed"):
+                    return out  # a run that ended well stays completed, the fault recorded
                 return out + self._stop("gpu_fault", "host_fault")
             if self._state in (State.BACKOFF, State.STOPPED, State.FATAL) and self._want_running:
                 self._state = State.HOST_FAULT
