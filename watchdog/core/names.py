@@ -125,6 +125,8 @@ REASONS: dict[str, str] = {
     "gpu_access_restored": "NVML access works again (SPEC §13)",
     "gpu_unreadable": "NVML did not report an expected GPU's memory: unknown, never a pass",
     "gpu_degraded": "a GPU in hardware slowdown (thermal, power brake) slows the whole job",
+    "progress_unreadable": "the read of the progress log does not answer (a hung mount): "
+    "unknown, never a pass, never a restart (SPEC §13)",
     # why a job stopped or was parked
     "operator": "an operator's stop/start/restart",
     "shutdown": "the daemon was asked to exit",

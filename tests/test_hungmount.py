@@ -1,0 +1,71 @@
+"""Issue 23 on a real hung mount (tests/hungfs.py: FUSE that blocks while a flag exists).
+
+Unknown is never healthy (SPEC §13): a progress file whose read hangs makes the job unhealthy
+with `progress_unreadable`, and never restarts it. A reload whose checks would touch the hung
+mount runs them off the loop: the daemon keeps answering, the job is untouched.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+from harness import Daemon, base_config, wait_until, write_script
+from hungfs import hung_mount
+
+# The job writes its progress straight into the backing directory (as another NFS client
+# would): only the daemon's view of the file, through the mount, hangs.
+PROGRESS_JOB = """
+import sys, time
+path = sys.argv[1]
+step = 0
+while True:
+    step += 1
+    with open(path, "a") as f:
+        f.write(f"step {step} 100 tok/s\\n")
+    time.sleep(0.2)
+"""
+
+
+def _healthy(d: Daemon) -> dict[str, Any] | None:
+    st = d.status()
+    return st if st["healthy"] and st["reasons"] == [] else None
+
+
+def test_a_progress_file_on_a_hung_mount_is_unhealthy_never_restarted(
+    tmp_path: pathlib.Path,
+) -> None:
+    """progress.file on a mount that hangs: healthy false with `progress_unreadable` for as
+    long as it hangs, the job untouched; once the mount answers, healthy again."""
+    with hung_mount(tmp_path) as mount:
+        job = write_script(tmp_path / "job.py", PROGRESS_JOB)
+        cfg = base_config(tmp_path, [job, str(mount.backing / "progress.log")])
+        cfg["progress"] = {"stall_after_s": 2, "file": str(mount.path / "progress.log")}
+        (mount.backing / "progress.log").write_text("")
+        d = Daemon(tmp_path, cfg)
+        d.start()
+        try:
+            pid = wait_until(lambda: _healthy(d), 30, "healthy before the hang")["job"]["pid"]
+            mount.hang()
+            d.wait_event("progress_read_hung", timeout=30)
+            st = wait_until(
+                lambda: (s := d.status())["reasons"] == ["progress_unreadable"] and s,
+                30,
+                "progress_unreadable while the mount hangs",
+            )
+            assert st["healthy"] is False and st["job"]["pid"] == pid
+            fired = d.wait_event("detector_fired", reason="progress_unreadable")[0]
+            assert fired["pid"] == pid
+            mount.unhang()
+            d.wait_event("progress_read_recovered", timeout=30)
+            st = wait_until(lambda: _healthy(d), 30, "healthy once the mount answers")
+            assert st["job"]["pid"] == pid and st["restarts"]["total"] == 0
+            names = {e["event"] for e in d.events()}
+            assert not names & {"child_exited", "child_stopping", "restart_scheduled"}, names
+            assert not [
+                e for e in d.events() if e["event"] == "detector_fired" and e["reason"] == "stalled"
+            ]
+        finally:
+            mount.unhang()
+            d.stop()
+
