@@ -188,7 +188,7 @@ def unusable() -> str | None:
     if shutil.which("fusermount3") is None:
         return "fusermount3 is not installed (Debian package fuse3)"
     try:
-        import mfusepy  # type: ignore[import-untyped]  # noqa: F401
+        import mfusepy  # noqa: F401
     except (ImportError, OSError) as e:  # OSError: libfuse3 itself is missing
         return f"the FUSE binding cannot be loaded: {e}"
     return None

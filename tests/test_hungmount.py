@@ -8,6 +8,8 @@ mount runs them off the loop: the daemon keeps answering, the job is untouched.
 from __future__ import annotations
 
 import pathlib
+import signal
+import time
 from typing import Any
 
 from harness import Daemon, base_config, wait_until, write_script
@@ -69,3 +71,44 @@ def test_a_progress_file_on_a_hung_mount_is_unhealthy_never_restarted(
             mount.unhang()
             d.stop()
 
+
+def _answers_promptly(d: Daemon) -> bool:
+    t0 = time.monotonic()
+    rc = d.ctl("status", "--json", timeout=10)[0]
+    return rc != 4 and time.monotonic() - t0 < 3.0
+
+
+def test_a_reload_while_the_jobs_cwd_hangs_never_blocks_the_loop(tmp_path: pathlib.Path) -> None:
+    """job.cwd on a mount that hangs: SIGHUP and `watchdogctl reload` run the reload's checks off
+    the loop; status keeps answering, the reload answers with an error (old config kept), the
+    job is untouched; once the mount answers, a reload works again."""
+    with hung_mount(tmp_path) as mount:
+        job = write_script(tmp_path / "job.py", "import time\nwhile True:\n    time.sleep(1)\n")
+        cfg = base_config(tmp_path, [job])
+        cfg["job"]["cwd"] = str(mount.path)
+        d = Daemon(tmp_path, cfg)
+        d.start()
+        try:
+            pid = d.wait_state("starting")["job"]["pid"]
+            mount.hang()
+            assert d.proc is not None
+            d.proc.send_signal(signal.SIGHUP)
+            for _ in range(5):  # through the reload's deadline and past it
+                assert _answers_promptly(d)
+            hung = d.wait_event("config_reload_hung", timeout=30)[0]
+            assert hung["kept"] == str(d.config_path)
+            t0 = time.monotonic()
+            rc, out, err = d.ctl("reload")
+            assert rc != 0 and rc != 4 and "old config kept" in out + err, (rc, out, err)
+            assert time.monotonic() - t0 < 9.0
+            assert _answers_promptly(d)
+            st = d.status()
+            assert st["job"]["pid"] == pid and st["restarts"]["total"] == 0
+            assert not [e for e in d.events() if e["event"] == "config_reloaded"]
+            mount.unhang()
+            wait_until(lambda: d.ctl("reload")[0] == 0, 30, "a reload once the mount answers")
+            d.wait_event("config_reloaded")
+            assert d.status()["job"]["pid"] == pid
+        finally:
+            mount.unhang()
+            d.stop()

@@ -12,8 +12,9 @@ before it, once there are `min_median_readings` of them.
 
 Unknown is never healthy (SPEC §13), yet never a restart: NVML access lost (`gpu_access_lost`),
 an expected GPU whose memory NVML cannot read (`gpu_unreadable`) or a progress log whose read
-does not answer (`progress_unreadable`, a hung mount) fire warn-only verdicts, as `gpu_lost` does. `gpu_degraded` names a GPU in hardware slowdown (core/gpuhealth.py decides which);
-it restarts only with `gpus.on_degraded: restart`.
+does not answer (`progress_unreadable`, a hung mount) fire warn-only verdicts, as `gpu_lost` does.
+`gpu_degraded` names a GPU in hardware slowdown (core/gpuhealth.py decides which); it restarts
+only with `gpus.on_degraded: restart`.
 """
 
 from __future__ import annotations

@@ -36,6 +36,10 @@ EVENTS: dict[str, EventName] = {
     "reexec_resume_failed": EventName("new code could not take the state over; adopted", ERR),
     "config_reloaded": EventName("SIGHUP or `watchdogctl reload` applied a new config"),
     "config_invalid": EventName("a reload found an invalid config; the old one is kept", ERR),
+    "config_reload_hung": EventName(
+        "a reload's checks (config file, job.cwd, StrictModes) did not answer; old config kept",
+        ERR,
+    ),
     "command_received": EventName("a mutating control command, with the caller's uid"),
     "metrics_started": EventName("the Prometheus endpoint listens"),
     "internal_error_caught": EventName("a watchdog bug, caught; supervision goes on", ERR),
