@@ -16,15 +16,19 @@ from harness import Daemon, base_config, wait_until, write_script
 from hungfs import hung_mount
 
 # The job writes its progress straight into the backing directory (as another NFS client
-# would): only the daemon's view of the file, through the mount, hangs.
+# would): only the daemon's view of the file, through the mount, hangs. While argv[2] exists
+# it writes nothing (saying so in argv[3]), so a test can hold it still at a chosen moment.
 PROGRESS_JOB = """
-import sys, time
-path = sys.argv[1]
+import os, sys, time
+path, pause, paused = sys.argv[1:4]
 step = 0
 while True:
-    step += 1
-    with open(path, "a") as f:
-        f.write(f"step {step} 100 tok/s\\n")
+    if os.path.exists(pause):
+        open(paused, "w").close()
+    else:
+        step += 1
+        with open(path, "a") as f:
+            f.write(f"step {step} 100 tok/s\\n")
     time.sleep(0.2)
 """
 
@@ -41,8 +45,10 @@ def test_a_progress_file_on_a_hung_mount_is_unhealthy_never_restarted(
     long as it hangs, the job untouched; once the mount answers, healthy again."""
     with hung_mount(tmp_path) as mount:
         job = write_script(tmp_path / "job.py", PROGRESS_JOB)
-        cfg = base_config(tmp_path, [job, str(mount.backing / "progress.log")])
-        cfg["progress"] = {"stall_after_s": 2, "file": str(mount.path / "progress.log")}
+        pause, paused = tmp_path / "pause", tmp_path / "paused"
+        argv = [job, str(mount.backing / "progress.log"), str(pause), str(paused)]
+        cfg = base_config(tmp_path, argv)
+        cfg["progress"] = {"stall_after_s": 6, "file": str(mount.path / "progress.log")}
         (mount.backing / "progress.log").write_text("")
         d = Daemon(tmp_path, cfg)
         d.start()
@@ -58,8 +64,19 @@ def test_a_progress_file_on_a_hung_mount_is_unhealthy_never_restarted(
             assert st["healthy"] is False and st["job"]["pid"] == pid
             fired = d.wait_event("detector_fired", reason="progress_unreadable")[0]
             assert fired["pid"] == pid
+            # Blind for longer than stall_after_s, while the job kept writing: then the job
+            # holds still just as the mount comes back. The stuck read returns with the lines
+            # written meanwhile; they are progress, not lost (else: `stalled` at once).
+            wait_until(
+                lambda: (d.status()["progress"]["last_progress_age_s"] or 0) > 7,
+                30,
+                "longer than stall_after_s without a read",
+            )
+            pause.touch()
+            wait_until(paused.exists, 10, "the job holding still")
             mount.unhang()
             d.wait_event("progress_read_recovered", timeout=30)
+            pause.unlink()
             st = wait_until(lambda: _healthy(d), 30, "healthy once the mount answers")
             assert st["job"]["pid"] == pid and st["restarts"]["total"] == 0
             names = {e["event"] for e in d.events()}
@@ -112,3 +129,4 @@ def test_a_reload_while_the_jobs_cwd_hangs_never_blocks_the_loop(tmp_path: pathl
         finally:
             mount.unhang()
             d.stop()
+

@@ -47,7 +47,7 @@ from watchdog.hooks import Hooks
 from watchdog.logs import EventLog, configure_structlog
 from watchdog.notify import Notifier
 from watchdog.persist import FileWriter, StateWriter
-from watchdog.probes.progress import Follower, tail_lines
+from watchdog.probes.progress import Follower, FollowResult, tail_lines
 from watchdog.probes.ranks import RankLister
 from watchdog.proctitle import ProcTitle
 from watchdog.statedir import StateDir
@@ -93,6 +93,9 @@ class Daemon:
         # A reload's checks (the config file, StrictModes stats, job.cwd) can hang on a mount.
         self.reload_io = offloop.BoundedWorker("config-reload")
         self.progress_hung = False
+        # issue 23: what a progress read that outlived its deadline found when it returned
+        # (its follower, its result): those lines were consumed, so the next poll uses them.
+        self.progress_late: tuple[Follower, FollowResult] | None = None
         self.exit_future: asyncio.Future[child.ExitStatus] | None = None
         self.incident_path: str | None = None
         self._timer: asyncio.TimerHandle | None = None
