@@ -7,13 +7,18 @@ mount runs them off the loop: the daemon keeps answering, the job is untouched.
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
 import signal
+import threading
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from harness import Daemon, base_config, wait_until, write_script
 from hungfs import hung_mount
+
+from watchdog.incident import write_bundle
 
 # The job writes its progress straight into the backing directory (as another NFS client
 # would): only the daemon's view of the file, through the mount, hangs. While argv[2] exists
@@ -130,3 +135,45 @@ def test_a_reload_while_the_jobs_cwd_hangs_never_blocks_the_loop(tmp_path: pathl
             mount.unhang()
             d.stop()
 
+
+def test_incident_bundles_with_the_log_on_a_hung_mount_hold_one_thread_not_one_each(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Three incident bundles while the job's log hangs: each is written (the log tail noted
+    as given up) and the stuck log reads hold one bounded worker thread, not one thread of
+    asyncio's default executor per bundle (issue 23: stuck reads filled that pool)."""
+    with hung_mount(tmp_path) as mount:
+        (mount.backing / "job.log").write_text("step 1 100 tok/s\n")
+        state = tmp_path / "state"
+        mount.hang()
+
+        async def three_bundles() -> tuple[list[str], int]:
+            paths = []
+            for i in range(3):
+                paths.append(
+                    await write_bundle(
+                        str(state),
+                        "stalled",
+                        now_utc=datetime(2026, 12, 2, 10, 15, i, tzinfo=UTC),
+                        verdict={"reason": "stalled"},
+                        log_path=str(mount.path / "job.log"),
+                        gpu_samples=[],
+                        pids=[],
+                        pyspy_timeout_s=0.5,
+                        keep=50,
+                    )
+                )
+            pool = [t for t in threading.enumerate() if t.name.startswith("asyncio_")]
+            return paths, len(pool)
+
+        loop = asyncio.new_event_loop()
+        try:
+            paths, pool_threads = loop.run_until_complete(three_bundles())
+        finally:
+            mount.unhang()  # the stuck reads return: the default executor can shut down
+            loop.run_until_complete(loop.shutdown_default_executor())
+            loop.close()
+        for path in paths:
+            assert (pathlib.Path(path) / "verdict.json").exists()
+            assert "log tail: gave up" in (pathlib.Path(path) / "errors.txt").read_text()
+        assert pool_threads == 0, f"{pool_threads} default-executor threads held by stuck reads"

@@ -19,7 +19,6 @@ REMAINING = {
     "take the job as stale and restart it, so it waits",
     ("watchdog/daemon.py", "flush_files"): "state files at exit and before a re-exec",
     ("watchdog/daemon.py", "prepare_reexec"): "the event history before a re-exec",
-    ("watchdog/incident.py", "_bounded"): "one bundle step each; independent steps",
     ("watchdog/jobstop.py", "flight_records"): "NCCL flight records into the bundle",
     ("watchdog/persist.py", "_drain"): "the atomic state-file writer, one drain at a time",
 }
@@ -53,6 +52,7 @@ def _default_executor_uses() -> set[tuple[str, str]]:
         _calls(ast.parse(path.read_text(), str(path)), "<module>", names)
         found |= {(str(path.relative_to(WATCHDOG.parent)), name) for name in names}
     return found
+
 
 def test_no_new_blocking_call_on_asyncio_default_executor() -> None:
     """Every use of asyncio.to_thread / run_in_executor(None, ...) in watchdog/ is a listed one
