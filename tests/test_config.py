@@ -374,9 +374,9 @@ def test_pattern_without_named_group_is_an_error(tmp_path: Path) -> None:
     assert err.key == "progress.pattern" and "tokens_per_s" in err.problem
 
 
-@pytest.mark.parametrize("reason", ["gpu_lost", "gpu_probe_hung"])
+@pytest.mark.parametrize("reason", ["gpu_lost", "gpu_probe_hung", "progress_unreadable"])
 def test_warn_only_reasons_cannot_restart(tmp_path: Path, reason: str) -> None:
-    """gpu_lost / gpu_probe_hung in restart.on are refused with the reason why."""
+    """gpu_lost / gpu_probe_hung / progress_unreadable in restart.on are refused with why."""
     err = error(tmp_path, MINIMAL + f"restart:\n  on: [exited, {reason}]\n")
     assert (err.key, err.line) == ("restart.on[1]", 4) and "warn-only" in err.problem
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from watchdog.core import policy as P
 from watchdog.core.health import HealthConfig, HealthMonitor
 from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
 
@@ -23,6 +24,38 @@ def test_stalled_is_judged_again_once_the_log_reads_again() -> None:
     m.progress_unreadable(True)
     m.progress_unreadable(False)
     assert "stalled" in m.assess(60.0).firing
+
+
+def test_a_stuck_read_of_the_log_is_unhealthy_with_progress_unreadable() -> None:
+    """Unknown is never healthy (SPEC §13): while our read of the log is stuck the verdict is
+    `progress_unreadable`, healthy false; once it answers the verdict is healthy again."""
+    m = HealthMonitor(NO_GPUS)
+    m.progress(ProgressReading(tokens_per_s=100.0, step=1), 0.0)
+    assert m.assess(1.0).healthy
+    m.progress_unreadable(True)
+    v = m.assess(2.0)
+    assert not v.healthy and v.firing == frozenset({"progress_unreadable"})
+    assert "progress_read" in v.evidence
+    m.progress_unreadable(False)
+    m.progress(ProgressReading(tokens_per_s=100.0, step=2), 3.0)
+    assert m.assess(4.0).healthy and not m.assess(4.0).firing
+
+
+def test_progress_unreadable_never_stops_the_job_nor_times_its_startup_out() -> None:
+    """A hung read of the progress log is warn-only (SPEC §13): no stop, through the startup
+    window no startup_timeout; the job turns healthy once the log reads again."""
+    sup = P.Supervisor(P.Policy(startup_timeout_s=30.0), lambda: 0.5)
+    sup.handle(P.DaemonStarted(), 0.0)
+    sup.handle(P.ChildSpawned(pid=7), 0.0)
+    unreadable = frozenset({"progress_unreadable"})
+    out = sup.handle(P.HealthAssessed(7, False, unreadable), 29.0)
+    assert not any(isinstance(a, P.KillTree) for a in out)
+    assert sup.handle(P.Tick(), 31.0) == []
+    out = sup.handle(P.HealthAssessed(7, False, unreadable), 40.0)
+    assert not any(isinstance(a, P.KillTree) for a in out)
+    assert sup.snapshot().firing == unreadable
+    out = sup.handle(P.HealthAssessed(7, True), 41.0)
+    assert sup.snapshot().state is P.State.RUNNING and not sup.snapshot().firing
 
 
 def test_a_progress_line_counts_from_when_its_file_was_written() -> None:

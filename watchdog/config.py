@@ -39,6 +39,8 @@ PROGRESS_GROUPS = frozenset({"tokens_per_s", "step"})
 RESTART_REASONS = frozenset({"exited", "gpus_idle", "stalled", "throughput_low", "startup_timeout"})
 DEFAULT_RESTART_ON = frozenset({"exited", "gpus_idle", "stalled", "startup_timeout"})
 WARN_ONLY_REASONS = frozenset({"gpu_lost", "gpu_probe_hung", "gpu_access_lost", "gpu_unreadable"})
+# SPEC §13: our own read of the progress log not answering is never the job's fault.
+WARN_ONLY_REASONS |= frozenset({"progress_unreadable"})
 # SPEC §13: `completed` in restart.on restarts a job even after it exits with a success code.
 RESTART_REASONS |= frozenset({"completed"})
 # SPEC §13: signals job.forward_signals may not list: SIGKILL and SIGSTOP cannot be caught;

@@ -47,13 +47,14 @@ from watchdog.hooks import Hooks
 from watchdog.logs import EventLog, configure_structlog
 from watchdog.notify import Notifier
 from watchdog.persist import FileWriter, StateWriter
-from watchdog.probes.progress import Follower, tail_lines
+from watchdog.probes.progress import Follower, FollowResult, tail_lines
 from watchdog.probes.ranks import RankLister
 from watchdog.proctitle import ProcTitle
 from watchdog.statedir import StateDir
 from watchdog.timelinelog import TimelineLog
 
 EX_CONFIG = 78
+RELOAD_TIMEOUT_S = 5.0  # issue 23: under watchdogctl's 10 s, far under WatchdogSec
 GOODPUT_SAVE_EVERY_S = 10.0  # issue 8: persist goodput at most this often, and at exit
 
 
@@ -89,7 +90,12 @@ class Daemon:
         # Blocking file and /proc reads run off the loop, each bounded (offloop.py says why).
         self.log_io = offloop.BoundedWorker("log-open")
         self.progress_io = offloop.BoundedWorker("progress-read")
+        # A reload's checks (the config file, StrictModes stats, job.cwd) can hang on a mount.
+        self.reload_io = offloop.BoundedWorker("config-reload")
         self.progress_hung = False
+        # issue 23: what a progress read that outlived its deadline found when it returned
+        # (its follower, its result): those lines were consumed, so the next poll uses them.
+        self.progress_late: tuple[Follower, FollowResult] | None = None
         self.exit_future: asyncio.Future[child.ExitStatus] | None = None
         self.incident_path: str | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -136,7 +142,7 @@ class Daemon:
         self.reaper.install()
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self._stop_signal, sig)
-        self.loop.add_signal_handler(signal.SIGHUP, self.reload)
+        self.loop.add_signal_handler(signal.SIGHUP, lambda: self.spawn_task(self.reload()))
         self.forwarder.apply(self.cfg.job.forward_signals)  # SPEC §13
         await self.control.start(None if self.handover is None else self.handover["fds"]["control"])
         await self.gpus.start()
@@ -358,11 +364,22 @@ class Daemon:
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
         return self.events.emit(event, **fields)
 
-    def reload(self) -> str | None:
-        """Re-read the config (SIGHUP, `watchdogctl reload`). Returns the error, or None."""
+    async def reload(self) -> str | None:
+        """Re-read the config (SIGHUP, `watchdogctl reload`). Returns the error, or None.
+
+        Reading and checking it (the file, StrictModes stats, job.cwd) runs on the bounded
+        worker: on a hung mount it would hold the loop until systemd's watchdog kills us and
+        the job (issue 23). A reload that does not answer keeps the old config."""
         self.notifier.reloading()
+        source = self.cfg.source
         try:
-            new = config.load_config(self.cfg.source)
+            new = await self.reload_io.call(
+                lambda: config.load_config(source), RELOAD_TIMEOUT_S, what=f"reloading {source}"
+            )
+        except offloop.Hung as e:
+            self.emit("config_reload_hung", error=str(e), kept=source)
+            self.notifier.reloaded()
+            return f"the reload's checks did not answer: {e}"
         except config.ConfigError as e:
             self.emit("config_invalid", error=str(e), kept=self.cfg.source)
             self.notifier.reloaded()

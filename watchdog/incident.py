@@ -28,6 +28,7 @@ from typing import TypeVar
 
 import psutil
 
+from watchdog import offloop
 from watchdog.child import WAITED_ELSEWHERE
 from watchdog.probes.progress import tail_lines
 from watchdog.probes.ranks import rank_label
@@ -39,6 +40,13 @@ _PROCS_TIMEOUT_S = 0.3  # psutil over the job's tree: milliseconds unless /proc 
 _SLACK_S = 1.0  # the whole bundle: pyspy_timeout_s plus this
 _MIN_STEP_S = 0.1  # least time granted to a late step even when the deadline has passed
 _REAP_TIMEOUT_S = 0.3  # waiting for a SIGKILLed py-spy to be reaped
+# Each step of a bundle on its own bounded worker (offloop.py), never asyncio's default
+# executor (issue 23): a step stuck for good (the log tail on a hung mount, /proc of a tree
+# stuck in the driver) holds one thread, and the same step of a later bundle gives up at once
+# instead of stranding one more thread per incident until that shared pool is full.
+_LOGS_IO = offloop.BoundedWorker("incident-logs")
+_PROCS_IO = offloop.BoundedWorker("incident-procs")
+_WRITE_IO = offloop.BoundedWorker("incident-write")
 
 T = TypeVar("T")
 
@@ -108,23 +116,28 @@ def _tail_text(path: str | None, errors: list[str], part: str) -> str:
     return "".join(f"{line}\n" for line in lines) if lines else f"({path}: empty)\n"
 
 
-def _write_static(
+def _write_verdict(
     folder: Path,
     reason: str,
     now_utc: datetime,
     verdict: Mapping[str, object],
-    logs: tuple[str | None, str | None],
     gpu_samples: Sequence[Mapping[str, object]],
 ) -> list[str]:
-    """The parts known without looking at processes; returns what went wrong.
+    """The parts known without reading anything; returns what went wrong."""
+    errors: list[str] = []
+    record = {"reason": reason, "time": now_utc.isoformat(), "evidence": dict(verdict)}
+    _write(folder, "verdict.json", _to_json(record), errors)
+    _write(folder, "gpu_samples.json", _to_json([dict(s) for s in gpu_samples]), errors)
+    return errors
+
+
+def _write_tails(folder: Path, logs: tuple[str | None, str | None]) -> list[str]:
+    """The log tails; returns what went wrong.
 
     `logs` is (job log, progress file): a job that writes its own progress file has its
     tracebacks in the job log and its training lines in the file, and both tell the story.
     """
     errors: list[str] = []
-    record = {"reason": reason, "time": now_utc.isoformat(), "evidence": dict(verdict)}
-    _write(folder, "verdict.json", _to_json(record), errors)
-    _write(folder, "gpu_samples.json", _to_json([dict(s) for s in gpu_samples]), errors)
     log_path, progress_path = logs
     _write(folder, "log_tail.txt", _tail_text(log_path, errors, "log_tail.txt"), errors)
     if progress_path is not None and progress_path != log_path:
@@ -301,14 +314,37 @@ def _finish(
 
 
 async def _bounded(
-    func: Callable[[], T], timeout_s: float, what: str, errors: list[str]
+    worker: offloop.BoundedWorker,
+    func: Callable[[], T],
+    timeout_s: float,
+    what: str,
+    errors: list[str],
 ) -> T | None:
-    """Run blocking `func` in a thread; None (and a note) if it outlives `timeout_s`."""
+    """Run blocking `func` on `worker`; None (and a note) if it outlives `timeout_s`, or if the
+    same step of an earlier bundle is still stuck there."""
     try:
-        return await asyncio.wait_for(asyncio.to_thread(func), max(timeout_s, _MIN_STEP_S))
-    except TimeoutError:
-        errors.append(f"{what}: gave up after {max(timeout_s, _MIN_STEP_S):.1f}s")
+        return await worker.call(func, max(timeout_s, _MIN_STEP_S), what=what)
+    except offloop.Hung as e:
+        errors.append(f"{what}: gave up after {max(timeout_s, _MIN_STEP_S):.1f}s ({e})")
         return None
+
+
+async def _write_static(
+    folder: Path,
+    what: tuple[str, datetime, Mapping[str, object], Sequence[Mapping[str, object]]],
+    logs: tuple[str | None, str | None],
+    deadline: float,
+) -> list[str]:
+    """The parts known without looking at processes, each step on its own worker: a log on a
+    hung mount never keeps the verdict out of the bundle. Returns what went wrong."""
+    loop = asyncio.get_running_loop()
+    errors: list[str] = []
+    for worker, step, what_step in (
+        (_WRITE_IO, lambda: _write_verdict(folder, *what), "verdict and GPU samples"),
+        (_LOGS_IO, lambda: _write_tails(folder, logs), "log tail"),
+    ):
+        errors.extend(await _bounded(worker, step, deadline - loop.time(), what_step, errors) or [])
+    return errors
 
 
 async def write_bundle(
@@ -336,18 +372,16 @@ async def write_bundle(
     folder = _make_folder(state_dir, _bundle_name(now_utc, reason))
     errors: list[str] = []
     static = asyncio.create_task(
-        _bounded(
-            lambda: _write_static(
-                folder, reason, now_utc, verdict, (log_path, progress_path), gpu_samples
-            ),
-            hard_deadline - loop.time(),
-            "verdict, log tail and GPU samples",
-            errors,
+        _write_static(
+            folder,
+            (reason, now_utc, verdict, gpu_samples),
+            (log_path, progress_path),
+            hard_deadline,
         )
     )
     try:
         procs = await _bounded(
-            lambda: _describe_all(pids), _PROCS_TIMEOUT_S, "process list", errors
+            _PROCS_IO, lambda: _describe_all(pids), _PROCS_TIMEOUT_S, "process list", errors
         )
         if procs is None:
             tree, stacks = "(process list unavailable: see errors.txt)\n", "(no process list)\n"
@@ -357,6 +391,7 @@ async def write_bundle(
     finally:
         static.cancel()  # when we are cancelled: no task left behind (a no-op once it is done)
     await _bounded(
+        _WRITE_IO,
         lambda: _finish(folder, tree, stacks, state_dir, keep, errors),
         hard_deadline - loop.time(),
         "writing the bundle",

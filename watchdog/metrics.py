@@ -47,6 +47,7 @@ DETECTORS = (
     "gpu_access_lost",  # SPEC §13
     "gpu_unreadable",
     "gpu_degraded",
+    "progress_unreadable",  # SPEC §13
 )
 # Restart reasons reported from the start (at 0): PromQL's increase() misses the first
 # restart of a series that only appears with it.

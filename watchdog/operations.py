@@ -89,7 +89,7 @@ class Operations:
             case "pause" | "resume":
                 return self._pause_resume(call)
             case "reload":
-                return self._reload()
+                return await self._reload()
             case "stop":
                 return await self._stop(call)
             case "start":
@@ -134,8 +134,8 @@ class Operations:
                 text += "; starting the job (it stopped while paused)"
         return self._result(call, f"{text}; state {after.state.value}")
 
-    def _reload(self) -> dict[str, Any]:
-        error = self.d.reload()
+    async def _reload(self) -> dict[str, Any]:
+        error = await self.d.reload()
         if error is not None:
             raise CommandError("config_invalid", f"{error} (old config kept)")
         note = ""

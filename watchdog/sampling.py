@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -92,17 +93,42 @@ async def sample_once(d: Daemon, gpu: bool = True) -> None:
 
 async def poll_progress(d: Daemon, follower: Follower) -> FollowResult | None:
     """One poll of the progress log off the loop; None while the read does not answer."""
+
+    def keep_late(late: FollowResult) -> None:  # on the worker's thread, before its next job
+        d.progress_late = (follower, late)
+
     try:
         found = await d.progress_io.call(
-            follower.poll, PROGRESS_READ_TIMEOUT_S, what=f"reading {follower.path}"
+            follower.poll,
+            PROGRESS_READ_TIMEOUT_S,
+            what=f"reading {follower.path}",
+            discard=keep_late,
         )
     except offloop.Hung as e:
         progress_read_hung(d, follower.path, e)
         return None
+    late, d.progress_late = d.progress_late, None
+    if late is not None and late[0] is follower:
+        found = with_late(late[1], found)
     if d.progress_hung:
         d.emit("progress_read_recovered", path=follower.path)
     d.progress_hung = False
     return found
+
+
+def with_late(late: FollowResult, found: FollowResult) -> FollowResult:
+    """A poll's result with what a stuck poll before it read once it returned (issue 23): its
+    lines were consumed, and a job that wrote them while our read hung did not stall."""
+    activity = late.activity + found.activity
+    if found.readings:
+        return dataclasses.replace(found, activity=activity)
+    return dataclasses.replace(
+        found,
+        readings=late.readings,
+        latest_mtime=late.latest_mtime,
+        source=late.source or found.source,
+        activity=activity,
+    )
 
 
 def progress_read_hung(d: Daemon, path: str, e: offloop.Hung) -> None:

@@ -10,10 +10,11 @@ daemon saw (the `now` of the `progress()` call), never from a timestamp the job 
 clock is not evidence. `throughput_low` compares each reading with the median of the normal ones
 before it, once there are `min_median_readings` of them.
 
-Unknown is never healthy (SPEC §13), yet never a restart: NVML access lost (`gpu_access_lost`)
-or an expected GPU whose memory NVML cannot read (`gpu_unreadable`) fire warn-only verdicts, as
-`gpu_lost` does. `gpu_degraded` names a GPU in hardware slowdown (core/gpuhealth.py decides which);
-it restarts only with `gpus.on_degraded: restart`.
+Unknown is never healthy (SPEC §13), yet never a restart: NVML access lost (`gpu_access_lost`),
+an expected GPU whose memory NVML cannot read (`gpu_unreadable`) or a progress log whose read
+does not answer (`progress_unreadable`, a hung mount) fire warn-only verdicts, as `gpu_lost` does.
+`gpu_degraded` names a GPU in hardware slowdown (core/gpuhealth.py decides which); it restarts
+only with `gpus.on_degraded: restart`.
 """
 
 from __future__ import annotations
@@ -146,7 +147,8 @@ class HealthMonitor:
     def progress_unreadable(self, unreadable: bool) -> None:
         """Our own read of the progress log is stuck (a hung mount): `stalled` cannot be judged
         and must never fire on the watchdog's own fault. It is judged again once a read answers
-        (a job that really wrote nothing meanwhile is stalled then)."""
+        (a job that really wrote nothing meanwhile is stalled then). Meanwhile the verdict is
+        `progress_unreadable`: unknown is never healthy (SPEC §13)."""
         self._unreadable = unreadable
 
     def progress_line(
@@ -289,6 +291,7 @@ class HealthMonitor:
             ("gpu_probe_hung", self._gpu_probe_hung_evidence()),
             ("gpu_unreadable", self._gpu_unreadable_evidence()),
             ("gpu_degraded", self._gpu_degraded_evidence()),
+            ("progress_unreadable", self._progress_unreadable_evidence()),
             ("gpu_lost", self._gpu_lost_evidence(part)),
             ("gpus_idle", self._gpus_idle_evidence()),
             ("stalled", self._stalled_evidence(now)),
@@ -337,6 +340,13 @@ class HealthMonitor:
         if not bad:
             return None
         return {"gpus_unreadable": ",".join(f"{g.index}:{g.error or 'no reading'}" for g in bad)}
+
+    def _progress_unreadable_evidence(self) -> dict[str, str] | None:
+        """Our read of the progress log does not answer (SPEC §13): nothing vouches for the job's
+        progress, so it is not healthy; our blind spot is never the job's fault (warn-only)."""
+        if not self._unreadable:
+            return None
+        return {"progress_read": "the read of the progress log has not answered"}
 
     def _gpu_degraded_evidence(self) -> dict[str, str] | None:
         if not self._cfg.expect_gpus or not self._degraded:

@@ -36,6 +36,10 @@ EVENTS: dict[str, EventName] = {
     "reexec_resume_failed": EventName("new code could not take the state over; adopted", ERR),
     "config_reloaded": EventName("SIGHUP or `watchdogctl reload` applied a new config"),
     "config_invalid": EventName("a reload found an invalid config; the old one is kept", ERR),
+    "config_reload_hung": EventName(
+        "a reload's checks (config file, job.cwd, StrictModes) did not answer; old config kept",
+        ERR,
+    ),
     "command_received": EventName("a mutating control command, with the caller's uid"),
     "metrics_started": EventName("the Prometheus endpoint listens"),
     "internal_error_caught": EventName("a watchdog bug, caught; supervision goes on", ERR),
@@ -138,6 +142,8 @@ REASONS: dict[str, str] = {
     "gpu_access_restored": "NVML access works again (SPEC §13)",
     "gpu_unreadable": "NVML did not report an expected GPU's memory: unknown, never a pass",
     "gpu_degraded": "a GPU in hardware slowdown (thermal, power brake) slows the whole job",
+    "progress_unreadable": "the read of the progress log does not answer (a hung mount): "
+    "unknown, never a pass, never a restart (SPEC §13)",
     # why a job stopped or was parked
     "operator": "an operator's stop/start/restart",
     "shutdown": "the daemon was asked to exit",

@@ -41,6 +41,7 @@ INCIDENT_REASONS = frozenset({"gpus_idle", "stalled", "startup_timeout", "gpu_de
 # fires, a startup window that runs out is not a startup_timeout (that would stop the job for
 # our blindness); it is judged once the GPUs can be read again.
 UNVERIFIABLE = frozenset({"gpu_access_lost", "gpu_unreadable", "gpu_probe_hung"})
+UNVERIFIABLE |= frozenset({"progress_unreadable"})  # the same for a progress log that hangs
 
 # SPEC §13: scancel, `systemctl stop` (KillMode=control-group) and the like send SIGTERM to the
 # job and to the daemon at once. A job that exits 0 on SIGTERM may be seen to exit before the

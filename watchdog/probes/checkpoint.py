@@ -19,7 +19,6 @@ daemon. Kinds:
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import itertools
 import os
@@ -27,11 +26,15 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from watchdog import offloop
+
 TRACKER = "latest_checkpointed_iteration.txt"
 HF_DONE = "trainer_state.json"
 DCP_DONE = ".metadata"
 MAX_ENTRIES = 10_000  # entries looked at per folder: a bound on one read's cost
 READ_TIMEOUT_S = 5.0
+# One thread for every read of progress.checkpoint (a folder on a network mount can hang).
+_READS = offloop.BoundedWorker("checkpoint-read")
 
 _HF_NAME = re.compile(r"checkpoint-([0-9]{1,18})\Z")
 _NUMBER = re.compile(r"([0-9]{1,18})(?!.*[0-9])")  # the last run of digits in a name
@@ -207,7 +210,6 @@ class CheckpointWatch:
     def __init__(self, path: str, kind: str) -> None:
         self.path, self.kind = path, kind
         self.last: Checkpoint | None = None
-        self._inflight: asyncio.Future[Checkpoint] | None = None
         self._activity_at: float | None = None  # the newest write seen so far
 
     def wrote_since(self, found: Checkpoint) -> bool:
@@ -220,14 +222,14 @@ class CheckpointWatch:
         return before is not None and at > before
 
     async def read(self) -> Checkpoint:
-        """The newest checkpoint now; a read still hung from before is waited on, not doubled."""
-        if self._inflight is None or self._inflight.done():
-            self._inflight = asyncio.ensure_future(
-                asyncio.to_thread(_read_with_activity, self.path, self.kind)
-            )
+        """The newest checkpoint now; while a read still hangs from before, none is doubled
+        (the bounded worker, offloop.py: never asyncio's default executor, issue 23)."""
+        path, kind = self.path, self.kind
         try:
-            found = await asyncio.wait_for(asyncio.shield(self._inflight), READ_TIMEOUT_S)
-        except TimeoutError:
+            found = await _READS.call(
+                lambda: _read_with_activity(path, kind), READ_TIMEOUT_S, what=f"reading {path}"
+            )
+        except offloop.Hung:
             found = Checkpoint(None, error=f"{self.path}: read took over {READ_TIMEOUT_S:g} s")
         if found.mark is not None or self.last is None or self.last.mark is None:
             self.last = found

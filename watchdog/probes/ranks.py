@@ -9,12 +9,11 @@ a thread under a deadline: reading /proc/<pid>/environ of a process wedged in a 
 
 from __future__ import annotations
 
-import asyncio
 import threading
 
 import psutil
 
-from watchdog import child
+from watchdog import child, offloop
 from watchdog.core.ranks import RankKey
 
 LIST_TIMEOUT_S = 5.0
@@ -33,7 +32,9 @@ class RankLister:
     def __init__(self) -> None:
         self._labels: dict[RankKey, str | None] = {}
         self._lock = threading.Lock()
-        self._inflight: asyncio.Future[dict[RankKey, str]] | None = None
+        # Off the loop on the bounded worker (offloop.py), never asyncio's default executor:
+        # /proc/<pid>/environ of a worker stuck in the driver can block (issue 23).
+        self._io = offloop.BoundedWorker("rank-list")
 
     def _list(self, leader: int, token: str) -> dict[RankKey, str]:
         with self._lock:
@@ -57,10 +58,9 @@ class RankLister:
 
     async def list(self, leader: int, token: str) -> dict[RankKey, str] | None:
         """The workers now, or None when the listing did not finish in time (unknown)."""
-        if self._inflight is not None and not self._inflight.done():
-            return None  # the previous listing is still stuck: no second thread
-        self._inflight = asyncio.ensure_future(asyncio.to_thread(self._list, leader, token))
-        try:
-            return await asyncio.wait_for(asyncio.shield(self._inflight), LIST_TIMEOUT_S)
-        except TimeoutError:
+        try:  # while the previous listing is still stuck: Hung at once, no second thread
+            return await self._io.call(
+                lambda: self._list(leader, token), LIST_TIMEOUT_S, what="listing the job's ranks"
+            )
+        except offloop.Hung:
             return None
