@@ -51,4 +51,4 @@ def test_make_demo_installs_only_what_the_demo_runs() -> None:
     demo = [line for line in _dry_run("demo").splitlines() if "pip install" in line]
     assert demo and all("[" not in line and "torch" not in line for line in demo), demo
     test = _dry_run("test")
-    assert "-e '.[torch]'" in test and "-e '.[dev," in test
+    assert "-e '.[torch,frameworks]'" in test and "-e '.[dev," in test
