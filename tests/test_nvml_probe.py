@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import wait_until
 from fakegpu import (
     HW_POWER_BRAKE,
     HW_SLOWDOWN,
@@ -36,6 +35,7 @@ from fakegpu import (
     set_faults,
     write_gpus,
 )
+from harness import wait_until
 
 from watchdog.probes.nvml import processes_using_nvidia_devices
 
