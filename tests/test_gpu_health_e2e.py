@@ -240,7 +240,7 @@ def test_a_daemon_started_while_nvml_init_is_refused_says_access_lost_until_init
 ) -> None:
     """NVML init refused (NO_PERMISSION) from the daemon's start, GPUs expected: one
     gpu_access_lost, healthy false with the reason, the job untouched; init allowed again →
-    gpu_access_restored and the same job healthy."""
+    gpu_access_restored, the same job healthy, and Xid events watched after all."""
     fakegpu.deny_init(gpus)
     d = make_daemon(job(), cfg(), env=fakegpu.fake_env(gpus))
     lost = d.wait_event("gpu_access_lost", timeout=15)[0]
@@ -256,6 +256,7 @@ def test_a_daemon_started_while_nvml_init_is_refused_says_access_lost_until_init
     st = d.wait_state("running", timeout=20)
     assert st["job"]["pid"] == pid and st["healthy"] is True and st["gpu_access_lost"] is None
     assert [g["index"] for g in st["gpus"]] == list(range(8))
+    wait_until(lambda: d.status()["gpu_events"] == "watching", 20, "the Xid watcher retried")
     names = [e["event"] for e in d.events()]
     assert names.count("gpu_access_lost") == 1 and names.count("gpu_access_restored") == 1
     assert not set(names) & {"child_stopping", "restart_scheduled"}

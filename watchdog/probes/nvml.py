@@ -565,7 +565,8 @@ class EventWatcher:
     keep it there for ever, so nothing on the event loop ever waits for this thread: each event
     is handed over with `call_soon_threadsafe`, and `state()` reads a timestamp to say "hung".
     A driver without the event API (FUNCTION_NOT_FOUND, NOT_SUPPORTED) leaves the watcher
-    "not checked: <why>", never a crash. Idle cost: one wake-up per `wait_ms` (an event ends
+    "not checked: <why>", never a crash; an init refused as lost access (UNKNOWN, NO_PERMISSION)
+    is tried again every `_INIT_RETRY_S` until it works. Idle cost: one wake-up per `wait_ms` (an event ends
     the wait at once, so a long wait delays nothing; it only makes idle cheaper).
     """
 
@@ -616,14 +617,20 @@ class EventWatcher:
 
     def _run(self) -> None:
         session = _Session(self._devices)
-        try:
-            by_handle = self._register(session)
-        except pynvml.NVMLError as exc:
-            self._state = f"not checked: {_error_name(exc)}"
-            return
-        except _Unavailable as exc:
-            self._state = f"not checked: {exc}"
-            return
+        while True:
+            try:
+                by_handle = self._register(session)
+                break
+            except pynvml.NVMLError as exc:
+                self._state = f"not checked: {_error_name(exc)}"
+                return
+            except _Unavailable as exc:
+                self._state = f"not checked: {exc}"
+                # Access refused (SPEC §13: the device rules, not a missing driver) may come
+                # back: try again at the probe's pace for a refused init, until closed.
+                session.close()
+                if exc.code not in _ACCESS_DENIED or self._stop.wait(_INIT_RETRY_S):
+                    return
         self._state = "watching" if by_handle else "not checked: no GPU could be registered"
         while by_handle and not self._stop.is_set():
             try:
