@@ -566,8 +566,8 @@ class EventWatcher:
     is handed over with `call_soon_threadsafe`, and `state()` reads a timestamp to say "hung".
     A driver without the event API (FUNCTION_NOT_FOUND, NOT_SUPPORTED) leaves the watcher
     "not checked: <why>", never a crash; an init refused as lost access (UNKNOWN, NO_PERMISSION)
-    is tried again every `_INIT_RETRY_S` until it works. Idle cost: one wake-up per `wait_ms` (an event ends
-    the wait at once, so a long wait delays nothing; it only makes idle cheaper).
+    is tried again every `_INIT_RETRY_S` until it works. Idle cost: one wake-up per `wait_ms`
+    (an event ends the wait at once, so a long wait delays nothing; it only makes idle cheaper).
     """
 
     def __init__(
