@@ -10,6 +10,7 @@ import os
 import pathlib
 import signal
 import time
+from typing import Any
 
 import fakegpu
 from conftest import DaemonFactory
@@ -231,3 +232,59 @@ def test_a_park_for_lost_access_outlives_a_sigkilled_daemon_and_lifts_when_acces
         assert st["host_fault"] is None and st["gpu_access_lost"] is None
     finally:
         d2.stop()
+
+
+def test_a_daemon_started_while_nvml_init_is_refused_says_access_lost_until_init_works(
+    make_daemon: DaemonFactory,
+    gpus: pathlib.Path,  # noqa: F811
+) -> None:
+    """NVML init refused (NO_PERMISSION) from the daemon's start, GPUs expected: one
+    gpu_access_lost, healthy false with the reason, the job untouched; init allowed again →
+    gpu_access_restored, the same job healthy, and Xid events watched after all."""
+    fakegpu.deny_init(gpus)
+    d = make_daemon(job(), cfg(), env=fakegpu.fake_env(gpus))
+    lost = d.wait_event("gpu_access_lost", timeout=15)[0]
+    assert "NO_PERMISSION" in lost["detail"]
+    st = wait_until(lambda: _blind_job(d), 15, "a job under lost access")
+    pid = st["job"]["pid"]
+    assert st["state"] == "starting" and st["reasons"] == ["gpu_access_lost"]  # never proven
+    assert "NO_PERMISSION" in (st["gpu_access_lost"] or "")
+    rc, out, _ = d.ctl("status")
+    assert rc == 1 and "GPU access lost" in out and "(healthy)" not in out
+    fakegpu.set_faults(gpus, [])  # the device rules allow NVML again
+    d.wait_event("gpu_access_restored", timeout=20)
+    st = d.wait_state("running", timeout=20)
+    assert st["job"]["pid"] == pid and st["healthy"] is True and st["gpu_access_lost"] is None
+    assert [g["index"] for g in st["gpus"]] == list(range(8))
+    wait_until(lambda: d.status()["gpu_events"] == "watching", 20, "the Xid watcher retried")
+    names = [e["event"] for e in d.events()]
+    assert names.count("gpu_access_lost") == 1 and names.count("gpu_access_restored") == 1
+    assert not set(names) & {"child_stopping", "restart_scheduled"}
+
+
+def test_a_job_death_while_init_is_refused_since_start_parks_until_init_works(
+    make_daemon: DaemonFactory,
+    gpus: pathlib.Path,  # noqa: F811
+) -> None:
+    """Init refused with UNKNOWN since the daemon's start and the job dies: host_fault (kind
+    gpu_access_lost), no restart loop; init allowed again → restored, the job runs again."""
+    fakegpu.deny_init(gpus, code="UNKNOWN")
+    d = make_daemon(job(), cfg(), env=fakegpu.fake_env(gpus))
+    d.wait_event("gpu_access_lost", timeout=15)
+    pid = wait_until(lambda: _blind_job(d), 15, "a job under lost access")["job"]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    st = d.wait_state("host_fault", timeout=15)
+    assert st["host_fault"]["kind"] == "gpu_access_lost" and st["job"]["pid"] is None
+    names = [e["event"] for e in d.events()]
+    assert names.count("job_parked") == 1 and names.count("child_spawned") == 1
+    fakegpu.set_faults(gpus, [])
+    d.wait_event("gpu_access_restored", timeout=20)
+    st = d.wait_state("running", timeout=20)
+    assert st["job"]["pid"] != pid and st["host_fault"] is None
+
+
+def _blind_job(d: Daemon) -> dict[str, Any] | None:
+    """The status once a job runs and is not healthy for lost access, else None."""
+    st = d.status()
+    lost = "gpu_access_lost" in st["reasons"] and st["healthy"] is False
+    return st if lost and st["job"]["pid"] is not None else None

@@ -50,7 +50,9 @@ class GpuWatch:
         from watchdog.probes.nvml import NvmlProbe
 
         self._probe = NvmlProbe(self.cfg.devices, call_timeout_s=self.cfg.probe_timeout_s)
-        self._record(await self._probe.start())
+        # Access lost/restored is first judged at the next sample: the core is told once the
+        # daemon has synced `access_lost` with the state it restored or took over (one event).
+        self._record(await self._probe.start(), judge_access=False)
 
     @property
     def probe(self) -> Any:
@@ -79,10 +81,11 @@ class GpuWatch:
         self._record(s)
         return s
 
-    def _record(self, s: GpuSample) -> None:
+    def _record(self, s: GpuSample, judge_access: bool = True) -> None:
         self.last = s
         self.recent.append((time.time(), s))
-        self._access(s)
+        if judge_access:
+            self._access(s)
         if s.hung and not self._hung:
             self._emit(
                 "gpu_probe_hung",

@@ -18,7 +18,9 @@ answer UNKNOWN or NO_PERMISSION, while the job keeps its open devices. So the se
 worked, is kept for the daemon's life (UNKNOWN / NO_PERMISSION never close it), each pass first
 opens the control device (one open/close, where it exists), and the sample says `access_lost`
 when that open is refused, when every expected GPU answers only UNKNOWN / NO_PERMISSION, or when
-a re-initialisation after a broken session is refused that way.
+an initialisation is refused that way, the daemon's first one included (a daemon restarted or
+re-executed after the device rules were re-applied; a missing library or driver is only
+"unavailable"). A refused initialisation is retried every `_INIT_RETRY_S`, not every pass.
 
 Clock event reasons (`nvmlDeviceGetCurrentClocksEventReasons`, R535+; the same bits through the
 older `...ThrottleReasons` where the new name is missing) are read each pass (SPEC §13).
@@ -91,6 +93,9 @@ _ACCESS_DENIED = frozenset({pynvml.NVML_ERROR_UNKNOWN, pynvml.NVML_ERROR_NO_PERM
 _CLOCKS_MISSING = frozenset({pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, pynvml.NVML_ERROR_NOT_SUPPORTED})
 CONTROL_DEVICE = "/dev/nvidiactl"
 _FI_RECOVERY_ACTION = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvmlDeviceGetGpuRecoveryAction)
+# A refused nvmlInit (access lost) is tried again this often, not on every sample: on a real
+# host an init costs up to seconds, and the answer only changes when the device rules do.
+_INIT_RETRY_S = 5.0
 _NOT_FOUND = frozenset({pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT})
 
 _INIT_REASONS: dict[int, str] = {
@@ -152,7 +157,9 @@ class _Session:
         self._selection = devices
         self._devices: list[_Device] = []
         self.initialized = False  # read by the event loop only to pick a deadline
-        self.worked = False  # a pass read memory once: access lost is judged from then on
+        self.worked = False  # a pass read memory once: "every GPU denied" is judged from then
+        self._refused: GpuSample | None = None  # the last init refused as access lost
+        self._retry_at = 0.0  # monotonic time before which a refused init is not retried
         self._control_device = control_device
         # (call name, GPU, monotonic start) of the NVML call in progress, for hung reasons.
         self.current: tuple[str, int | str | None, float] | None = None
@@ -167,22 +174,37 @@ class _Session:
     def sample(self, with_pids: bool = False) -> GpuSample:
         """One pass: (re)initialize if needed, then read every selected GPU. The process list
         is only read when asked (the drain check before a start): it is the costliest call."""
+        now = time.monotonic()
+        if not self.initialized and self._refused is not None and now < self._retry_at:
+            return self._refused  # a refused init is retried every _INIT_RETRY_S, not each pass
         try:
             if not self.initialized:
                 self._open()
-            refused = self._control_refused() if self.worked else None
+            refused = self._control_refused()
             gpus = tuple(self._read(d, with_pids) for d in self._devices)
         except _Unavailable as exc:
             self.close()
-            # A re-initialisation refused the way a revoked device cgroup refuses it.
-            refused_init = self.worked and exc.code in _ACCESS_DENIED
-            return GpuSample(
-                available=False, reason=str(exc), access_lost=str(exc) if refused_init else None
-            )
+            return self._unavailable(exc, now)
+        self._refused = None
         lost = refused or (self._all_denied(gpus) if self.worked else None)
         if lost is None and any(g.used_mib is not None for g in gpus):
             self.worked = True
         return GpuSample(available=True, gpus=gpus, access_lost=lost)
+
+    def _unavailable(self, exc: _Unavailable, now: float) -> GpuSample:
+        """NVML cannot be read. Refused the way a revoked device cgroup refuses it (init or
+        device count answering UNKNOWN / NO_PERMISSION, or the control device refused) is
+        access lost, at the daemon's start as mid-run (SPEC §13: a restart after the device
+        rules were re-applied); a missing library or driver is only unavailable (unverified)."""
+        lost: str | None = None
+        if exc.code in _ACCESS_DENIED:
+            lost = str(exc)
+        elif exc.code != pynvml.NVML_ERROR_LIBRARY_NOT_FOUND:
+            lost = self._control_refused()
+        sample = GpuSample(available=False, reason=str(exc), access_lost=lost)
+        self._refused = sample if lost is not None else None
+        self._retry_at = now + _INIT_RETRY_S
+        return sample
 
     def _control_refused(self) -> str | None:
         """Open the control device as NVML would (the cheap probe of a revoked device cgroup);
@@ -247,7 +269,7 @@ class _Session:
         try:
             return self._call(None, fn, *args)
         except pynvml.NVMLError as exc:
-            raise _Unavailable(f"{fn.__name__}: {_error_name(exc)}") from exc
+            raise _Unavailable(f"{fn.__name__}: {_error_name(exc)}", _code(exc)) from exc
 
     def _device_call(self, dev: _Device, fn: Callable[..., _T], *args: Any, **kw: Any) -> _T:
         """A call about one device: lost and session-wide errors are raised as ours."""
@@ -543,8 +565,9 @@ class EventWatcher:
     keep it there for ever, so nothing on the event loop ever waits for this thread: each event
     is handed over with `call_soon_threadsafe`, and `state()` reads a timestamp to say "hung".
     A driver without the event API (FUNCTION_NOT_FOUND, NOT_SUPPORTED) leaves the watcher
-    "not checked: <why>", never a crash. Idle cost: one wake-up per `wait_ms` (an event ends
-    the wait at once, so a long wait delays nothing; it only makes idle cheaper).
+    "not checked: <why>", never a crash; an init refused as lost access (UNKNOWN, NO_PERMISSION)
+    is tried again every `_INIT_RETRY_S` until it works. Idle cost: one wake-up per `wait_ms`
+    (an event ends the wait at once, so a long wait delays nothing; it only makes idle cheaper).
     """
 
     def __init__(
@@ -594,14 +617,20 @@ class EventWatcher:
 
     def _run(self) -> None:
         session = _Session(self._devices)
-        try:
-            by_handle = self._register(session)
-        except pynvml.NVMLError as exc:
-            self._state = f"not checked: {_error_name(exc)}"
-            return
-        except _Unavailable as exc:
-            self._state = f"not checked: {exc}"
-            return
+        while True:
+            try:
+                by_handle = self._register(session)
+                break
+            except pynvml.NVMLError as exc:
+                self._state = f"not checked: {_error_name(exc)}"
+                return
+            except _Unavailable as exc:
+                self._state = f"not checked: {exc}"
+                # Access refused (SPEC §13: the device rules, not a missing driver) may come
+                # back: try again at the probe's pace for a refused init, until closed.
+                session.close()
+                if exc.code not in _ACCESS_DENIED or self._stop.wait(_INIT_RETRY_S):
+                    return
         self._state = "watching" if by_handle else "not checked: no GPU could be registered"
         while by_handle and not self._stop.is_set():
             try:
