@@ -175,6 +175,10 @@ class HealthMonitor:
         if self._first_progress_at is None:
             self._first_progress_at = now
         self._last_progress_at = now
+        # Progress is activity too: a run whose every line is a step (torchtitan) has a
+        # last_activity_age_s (SPEC §13).
+        if self._last_activity_at is None or now > self._last_activity_at:
+            self._last_activity_at = now
         self._last = reading
         tps = reading.tokens_per_s
         if tps is None:
