@@ -508,6 +508,14 @@ def test_tracker_data_preparation_bar_never_becomes_the_training_bar(line: str) 
     assert t.highest == 3
 
 
+@pytest.mark.parametrize("desc", ["Running training", "Training (packing 4 per row)", "Epoch 2"])
+def test_tracker_training_descriptions_with_generic_words_stay_training(desc: str) -> None:
+    """`running`, `packing` beside a `train` word describe the training loop, not data work."""
+    t = ProgressTracker()
+    seen = _feed(t, _bar(1, 100, desc), _bar(2, 100, desc))
+    assert [s.kind if s else None for s in seen] == ["progress", "progress"]
+
+
 def test_tracker_bar_unit_is_read_without_its_si_prefix() -> None:
     """tqdm's rate unit is kept (`it` for `it/s`, `s/it`, `1.2kit/s`; `examples` otherwise)."""
     units = [

@@ -69,7 +69,11 @@ _MORE_ACTIVITY = (
     "calibrat",
     "export",
 )
-_ACTIVITY_WORD = re.compile(r"(?<![a-z0-9_])(?:" + "|".join(ACTIVITY_LABELS + _MORE_ACTIVITY) + ")")
+_ACTIVITY_WORD = re.compile(r"(?<![a-z0-9_])(?:" + "|".join(ACTIVITY_LABELS) + ")")
+# Generic words (`Running tokenizer`, `Grouping texts`) that a training loop's own description
+# may hold too (`Running training`, `Training (packing 4)`): data work only without `train`.
+_MORE_ACTIVITY_WORD = re.compile(r"(?<![a-z0-9_])(?:" + "|".join(_MORE_ACTIVITY) + ")")
+_TRAIN_WORD = re.compile(r"(?<![a-z0-9_])train")
 # A bar counting something other than iterations (datasets' `examples/s`, `ba/s`, a download's
 # `B/s`, `MB/s`, `tokens/s`) is data work, never the training loop.
 TRAINING_UNITS = ("", "it")
@@ -82,7 +86,9 @@ QUIET_S = 600.0
 def is_activity_label(label: str) -> bool:
     """The bar's description says it is no training (evaluation, data preparation, I/O)."""
     low = label.lower()
-    return _ACTIVITY_WORD.search(low) is not None or "shard" in low
+    if _ACTIVITY_WORD.search(low) is not None or "shard" in low:
+        return True
+    return _MORE_ACTIVITY_WORD.search(low) is not None and _TRAIN_WORD.search(low) is None
 
 
 class ProgressTracker:
