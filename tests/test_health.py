@@ -164,3 +164,13 @@ def test_the_gpu_lost_verdict_marks_a_running_job_unhealthy_and_never_restarts_i
     assert not any(isinstance(a, P.KillTree) for a in out)
     snap = sup.snapshot()
     assert snap.state is P.State.UNHEALTHY and not snap.healthy
+
+
+def test_progress_counts_as_activity_for_last_activity_at() -> None:
+    """A run whose every line is a step (torchtitan) still has a last activity: its progress."""
+    m = HealthMonitor(NO_GPUS)
+    now = 0.0
+    for step in (1, 2, 3):
+        now += 2.0
+        m.progress(ProgressReading(tokens_per_s=None, step=step), now)
+    assert m.last_activity_at == 6.0

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from watchdog.core.progress_tracker import ProgressTracker, Seen
+from watchdog.core.progress_tracker import QUIET_S, ProgressTracker, Seen
 from watchdog.core.recognise import FORMATS, Recognised, recognise, strip_ansi
 from watchdog.core.samples import ProgressReading
 
@@ -88,51 +88,57 @@ def test_tokens_per_second_spellings_are_throughput(line: str) -> None:
 def test_tqdm_hf_trainer_bar_reads_step_and_total() -> None:
     """The Trainer's bar (no description) gives the step and the total of max_steps."""
     line = "  5%|▌         | 9760/100000 [00:23<21:56, 68.54it/s]"
-    assert recognise(line) == Recognised("tqdm", step=9760, total=100000, label="")
+    assert recognise(line) == Recognised("tqdm", step=9760, total=100000, label="", unit="it")
 
 
 def test_tqdm_seconds_per_iteration_bar_is_read() -> None:
     """A bar slower than one step a second prints `s/it`: still a bar with its step."""
     line = " 12%|█▏        | 12/100 [01:40<12:13,  8.34s/it]"
-    assert recognise(line) == Recognised("tqdm", step=12, total=100, label="")
+    assert recognise(line) == Recognised("tqdm", step=12, total=100, label="", unit="it")
 
 
 def test_tqdm_first_update_with_unknown_rate_is_read() -> None:
     """The bar's first draw (`?it/s`, remaining `?`) is already a bar at step 0."""
     assert recognise("  0%|          | 0/100000 [00:00<?, ?it/s]") == Recognised(
-        "tqdm", step=0, total=100000, label="", first_draw=True
+        "tqdm", step=0, total=100000, label="", first_draw=True, unit="it"
     )
 
 
 def test_tqdm_lightning_epoch_bar_reads_epoch_and_postfix() -> None:
     """Lightning's TQDM bar: `Epoch 3:` prefix, step, total, postfix metrics after the rate."""
     line = "Epoch 3:  45%|████▌     | 450/1000 [00:10<00:12, 44.10it/s, v_num=0, loss=1.23]"
-    assert recognise(line) == Recognised("tqdm", step=450, total=1000, label="Epoch 3", epoch=3)
+    assert recognise(line) == Recognised(
+        "tqdm", step=450, total=1000, label="Epoch 3", epoch=3, unit="it"
+    )
 
 
 def test_tqdm_accelerate_script_bar_with_description() -> None:
     """An accelerate script's `tqdm(range(max_steps), desc=...)` bar with hours in its clock."""
     line = "Training:  37%|###7      | 3700/10000 [1:02:03<1:45:41,  1.01s/it]"
-    assert recognise(line) == Recognised("tqdm", step=3700, total=10000, label="Training")
+    assert recognise(line) == Recognised(
+        "tqdm", step=3700, total=10000, label="Training", unit="it"
+    )
 
 
 def test_tqdm_bar_without_total() -> None:
     """A bar over an iterable of unknown length: `Validation: 5it [00:00, 29.9it/s]`."""
     assert recognise("Validation: 5it [00:00, 29.93it/s]") == Recognised(
-        "tqdm", step=5, label="Validation"
+        "tqdm", step=5, label="Validation", unit="it"
     )
 
 
 def test_tqdm_bar_with_unknown_total_and_empty_bar_has_its_label() -> None:
     """Lightning's `Validation: |          | 5/? [...]` (no percentage) keeps its label."""
     line = "Validation: |          | 5/? [00:00<00:00, 99.8it/s]"
-    assert recognise(line) == Recognised("tqdm", step=5, label="Validation")
+    assert recognise(line) == Recognised("tqdm", step=5, label="Validation", unit="it")
 
 
 def test_tqdm_nested_bar_with_cursor_codes_is_read() -> None:
     """A nested bar ends in `ESC[A` (cursor up): stripped before matching."""
     line = "Loading checkpoint shards:  38%|###7      | 3/8 [00:00<00:01,  4.2it/s]\x1b[A\x1b[A"
-    assert recognise(line) == Recognised("tqdm", step=3, total=8, label="Loading checkpoint shards")
+    assert recognise(line) == Recognised(
+        "tqdm", step=3, total=8, label="Loading checkpoint shards", unit="it"
+    )
 
 
 def test_megatron_training_log_line() -> None:
@@ -464,11 +470,126 @@ def test_tracker_eval_bar_beside_training_bar_is_activity() -> None:
 
 
 def test_tracker_larger_total_takes_over_as_training_bar() -> None:
-    """An eval bar seen before the training bar gives way to the bar with the larger total."""
+    """An eval bar that ran to its end before the training bar began gives way to it."""
     t = ProgressTracker()
-    seen = _feed(t, _bar(3, 8), _bar(1, 1000), _bar(4, 8))
-    assert [s.kind if s else None for s in seen] == ["progress", "activity", "activity"]
-    assert _feed(t, _bar(9, 1000))[0] == Seen("progress", "tqdm", ProgressReading(None, 9))
+    seen = _feed(t, _bar(3, 8), _bar(8, 8), _bar(1, 1000), _bar(2, 1000))
+    assert [s.kind if s else None for s in seen] == ["progress"] * 4
+    assert t.highest == 10  # the new training bar counts on past the steps already reported
+
+
+def test_tracker_larger_first_drawn_bar_takes_over_from_a_bar_without_steps() -> None:
+    """Before the training bar made a step, a bar with a larger total takes the role."""
+    t = ProgressTracker()
+    seen = _feed(t, "  0%|          | 0/8 [00:00<?, ?it/s]", _bar(1, 1000), _bar(2, 1000))
+    assert [s.kind if s else None for s in seen] == ["activity", "progress", "progress"]
+    assert t.highest == 2
+
+
+def _data_bar(label: str, n: int, unit: str) -> str:
+    return f"{label}: 100%|██████████| {n}/50000 [00:05<00:00, 9876.54 {unit}]"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        _data_bar("Running tokenizer on dataset", 50000, "examples/s"),
+        _data_bar("Grouping texts in chunks of 1024", 50000, "ba/s"),
+        _data_bar("", 50000, "examples/s"),  # an unlabelled map bar: its unit says it
+        _data_bar("model.safetensors", 50000, "MB/s"),
+        _data_bar("Running tokenizer on dataset", 50000, "it/s"),  # its label says it
+    ],
+)
+def test_tracker_data_preparation_bar_never_becomes_the_training_bar(line: str) -> None:
+    """run_clm.py's tokenizer/grouping bars (large totals, `examples/s`) before the Trainer's
+    bar are activity, and every Trainer update after them is progress."""
+    t = ProgressTracker()
+    seen = _feed(t, line, _bar(1, 2000), _bar(2, 2000), _bar(3, 2000))
+    assert [s.kind if s else None for s in seen] == ["activity", "progress", "progress", "progress"]
+    assert t.highest == 3
+
+
+@pytest.mark.parametrize("desc", ["Running training", "Training (packing 4 per row)", "Epoch 2"])
+def test_tracker_training_descriptions_with_generic_words_stay_training(desc: str) -> None:
+    """`running`, `packing` beside a `train` word describe the training loop, not data work."""
+    t = ProgressTracker()
+    seen = _feed(t, _bar(1, 100, desc), _bar(2, 100, desc))
+    assert [s.kind if s else None for s in seen] == ["progress", "progress"]
+
+
+def test_tracker_bar_unit_is_read_without_its_si_prefix() -> None:
+    """tqdm's rate unit is kept (`it` for `it/s`, `s/it`, `1.2kit/s`; `examples` otherwise)."""
+    units = [
+        recognise(f"{n}/2000 [00:01<00:02, {rate}]")
+        for n, rate in ((1, "9.95it/s"), (2, "3.10s/it"), (3, "1.20kit/s"), (4, "98.7examples/s"))
+    ]
+    assert [r.unit if r else None for r in units] == ["it", "it", "it", "examples"]
+
+
+def test_tracker_finished_unlabelled_bar_gives_way_to_an_advancing_one() -> None:
+    """A plain `it/s` bar that finished (n == total) before another began does not keep the
+    training role: the new bar's updates are progress, counting on from the run's highest."""
+    t = ProgressTracker()
+    seen = _feed(t, _bar(49999, 50000), _bar(50000, 50000), _bar(1, 2000), _bar(2, 2000))
+    assert [s.kind if s else None for s in seen] == ["progress"] * 4
+    assert t.highest == 50002
+
+
+def test_tracker_larger_eval_bar_mid_run_does_not_take_over() -> None:
+    """An unlabelled eval bar with a larger total (eval set > max_steps) that begins while the
+    training bar is running is activity, and the training bar's later updates are progress."""
+    t = ProgressTracker()
+    now = 0.0
+    seen = []
+    lines = [_bar(n, 2000) for n in (1, 2, 3)] + [_bar(n, 5000) for n in (1, 2, 3)]
+    for line in lines + [_bar(n, 2000) for n in (4, 5)]:
+        now += 1.0
+        found = recognise(line)
+        assert found is not None
+        seen.append(t.observe(found, now))
+    kinds = [s.kind if s else None for s in seen]
+    assert kinds == ["progress"] * 3 + ["activity"] * 3 + ["progress"] * 2
+    assert t.highest == 5
+
+
+def test_tracker_quiet_training_bar_gives_way_to_an_advancing_bar() -> None:
+    """A training bar left unfinished and silent for QUIET_S gives the role to a bar that is
+    advancing (a script's next phase), which counts on from the run's highest step."""
+    t = ProgressTracker()
+    now = 0.0
+    assert _observe(t, _bar(7, 2000), now).kind == "progress"  # type: ignore[union-attr]
+    now += 10.0
+    assert _observe(t, _bar(1, 300), now) == Seen("activity", "tqdm")
+    now += QUIET_S
+    assert _observe(t, _bar(2, 300), now) == Seen("progress", "tqdm", ProgressReading(None, 9))
+
+
+def _observe(t: ProgressTracker, line: str, now: float) -> Seen | None:
+    found = recognise(line)
+    assert found is not None, line
+    return t.observe(found, now)
+
+
+@pytest.mark.parametrize(
+    ("label", "epoch"),
+    [("Epoch 1/3", 1), ("Epoch [2/3]", 2), ("epoch 2", 2), ("Epoch 3", 3), ("[rank0]: Epoch 0", 0)],
+)
+def test_tqdm_epoch_label_forms_are_read(label: str, epoch: int) -> None:
+    """`Epoch 1/3`, `Epoch [2/3]`, `epoch 2` (accelerate, custom loops) give the epoch."""
+    found = recognise(_bar(5, 100, label))
+    assert found is not None and found.epoch == epoch
+
+
+def test_tracker_epoch_n_of_m_bars_keep_counting_after_the_first_epoch() -> None:
+    """`Epoch 1/3` … `Epoch 2/3` bars restart at 1: the step (epoch * total + n) keeps rising."""
+    t = ProgressTracker()
+    seen = _feed(
+        t,
+        *[_bar(n, 100, "Epoch 1/3") for n in (99, 100)],
+        *[_bar(n, 100, "Epoch 2/3") for n in (1, 2)],
+        *[_bar(n, 100, "Epoch [3/3]") for n in (1,)],
+    )
+    assert [s.kind if s else None for s in seen] == ["progress"] * 5
+    assert t.highest == 301
 
 
 @pytest.mark.parametrize(

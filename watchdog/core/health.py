@@ -244,7 +244,10 @@ class HealthMonitor:
 
     @property
     def last_activity_at(self) -> float | None:
-        return self._last_activity_at
+        """The last sign of life for status: activity or progress (progress is activity too,
+        so a run whose every line is a step, torchtitan's, has a last_activity_age_s). The
+        `stalled` evidence names activity apart from progress only."""
+        return self._stall_clock() if self._last_progress_at is not None else self._last_activity_at
 
     def _stall_clock(self) -> float | None:
         """When the stall window starts: the last progress, or a later activity (only once

@@ -5,6 +5,7 @@ training step) or nothing new. See `ProgressTracker`; the recognisers are in rec
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -51,13 +52,43 @@ ACTIVITY_LABELS = (
 )
 
 
+# Looked for at the start of any word of the description (`Running tokenizer on dataset`,
+# `Grouping texts in chunks of 1024`, `[rank0]: Validation DataLoader 0`), not inside one
+# (`bitmap`, `latest`). The description is at most 120 characters: linear and cheap.
+_MORE_ACTIVITY = (
+    "running",
+    "grouping",
+    "packing",
+    "concatenat",
+    "chunk",
+    "shuffl",
+    "index",
+    "caching",
+    "encod",
+    "prepar",
+    "calibrat",
+    "export",
+)
+_ACTIVITY_WORD = re.compile(r"(?<![a-z0-9_])(?:" + "|".join(ACTIVITY_LABELS) + ")")
+# Generic words (`Running tokenizer`, `Grouping texts`) that a training loop's own description
+# may hold too (`Running training`, `Training (packing 4)`): data work only without `train`.
+_MORE_ACTIVITY_WORD = re.compile(r"(?<![a-z0-9_])(?:" + "|".join(_MORE_ACTIVITY) + ")")
+_TRAIN_WORD = re.compile(r"(?<![a-z0-9_])train")
+# A bar counting something other than iterations (datasets' `examples/s`, `ba/s`, a download's
+# `B/s`, `MB/s`, `tokens/s`) is data work, never the training loop.
+TRAINING_UNITS = ("", "it")
+# A training bar that has made a step but has not finished gives way to another plain bar only
+# after this long without an update of its own (an eval bar with a larger total than max_steps
+# runs meanwhile and must not take the role while training merely pauses for it).
+QUIET_S = 600.0
+
+
 def is_activity_label(label: str) -> bool:
+    """The bar's description says it is no training (evaluation, data preparation, I/O)."""
     low = label.lower()
-    # Drop a logging prefix ("[rank0]: ", "INFO: "): the description is the last clause.
-    for sep in ("]: ", "] ", ": ", " - "):
-        if sep in low:
-            low = low.rsplit(sep, 1)[1]
-    return low.startswith(ACTIVITY_LABELS) or "shard" in low
+    if _ACTIVITY_WORD.search(low) is not None or "shard" in low:
+        return True
+    return _MORE_ACTIVITY_WORD.search(low) is not None and _TRAIN_WORD.search(low) is None
 
 
 class ProgressTracker:
@@ -67,11 +98,16 @@ class ProgressTracker:
     activity (a redraw), or progress when it carries a tokens/s figure (a throughput report); a
     step below it that moved since the last line of its kind is activity (an eval bar, a bar
     restarted); one that did not move is nothing new. Among tqdm bars the training bar is the
-    one with an `Epoch N` description (Lightning), else the one with the largest total seen (the
-    Trainer's max_steps bar beside its eval bars); bars with an activity description
-    (`ACTIVITY_LABELS`) never are.
+    one with an `Epoch N` / `Epoch N/M` / `Epoch [N/M]` description (Lightning, accelerate),
+    else the first plain bar to make a step (before any step, the one with the largest total
+    drawn: the Trainer's max_steps bar beside an eval bar). Once it made a step, another plain
+    bar takes the role only when it finished (n == total) or has been quiet for QUIET_S (the
+    `now` given to observe()); an eval bar with a larger total mid-run stays activity. Bars
+    with an activity description (`ACTIVITY_LABELS`, `_MORE_ACTIVITY`, anywhere in it) or a
+    unit other than `it` (`examples/s`, `ba/s`, `MB/s`: data preparation, downloads) never are.
     A training bar that starts over without an epoch (a script's `for epoch: tqdm(loader)`)
-    counts on from where it was, so its step stays monotone.
+    counts on from where it was, and a bar that takes the role over counts on from the run's
+    highest step, so the step stays monotone (it is then no longer the bar's own `n`).
     """
 
     def __init__(self) -> None:
@@ -80,6 +116,9 @@ class ProgressTracker:
         self._train_key: tuple[str, int | None] | None = None
         self._lap_offset = 0
         self._train_n: int | None = None
+        self._train_moved = False  # the training bar has made a step (not only first draws)
+        self._train_done = False  # its last update was n == total (the bar finished)
+        self._train_at: float | None = None  # `now` of its last update, when given
 
     def carry(self) -> dict[str, object]:
         """The run's highest step, for an in-place re-exec (bars are re-learnt)."""
@@ -92,10 +131,11 @@ class ProgressTracker:
             t.highest = c["highest"]
         return t
 
-    def observe(self, r: Recognised) -> Seen | None:
-        """Judge one recognised line (lines in the order the job wrote them)."""
+    def observe(self, r: Recognised, now: float | None = None) -> Seen | None:
+        """Judge one recognised line (lines in the order the job wrote them), read at `now`
+        (any monotone clock; None: bars are judged without the quiet rule)."""
         if r.source == "tqdm":
-            return self._bar(r)
+            return self._bar(r, now)
         if r.step is None:
             # A line without a step (a loss dict between bar updates) keeps the run's step.
             kind: Kind = "activity" if r.activity else "progress"
@@ -132,14 +172,18 @@ class ProgressTracker:
         self._last[key] = value
         return None if before == value else Seen("activity", source)
 
-    def _bar(self, r: Recognised) -> Seen | None:
+    def _bar(self, r: Recognised, now: float | None) -> Seen | None:
         assert r.step is not None
-        if is_activity_label(r.label):
+        if r.unit not in TRAINING_UNITS or is_activity_label(r.label):
             return self._moved(("bar", r.label, r.total), r.step, "tqdm")
-        # Lightning's epoch bar is one bar whatever its total (a shorter last epoch).
+        # An epoch bar is one bar whatever its total (a shorter last epoch).
         key = ("Epoch", None) if r.epoch is not None else (r.label, r.total)
-        if self._train_key is None or self._takes_over(key, r):
-            self._train_key, self._lap_offset, self._train_n = key, 0, None
+        if self._train_key is None or self._takes_over(key, r, now):
+            # A bar taking over from one that made steps counts on from the run's highest
+            # step, so its steps stay above every step already reported.
+            offset = (self.highest or 0) if self._train_moved else 0
+            self._train_key, self._lap_offset, self._train_n = key, offset, None
+            self._train_moved = self._train_done = False
         if key != self._train_key:
             return self._moved(("bar", *key), r.step, "tqdm")
         if r.epoch is not None and r.total is not None:
@@ -150,19 +194,30 @@ class ProgressTracker:
                 self._lap_offset += r.total if r.total is not None else self._train_n
             step = self._lap_offset + r.step
         self._train_n = r.step
+        self._train_done = r.total is not None and r.step >= r.total
+        if now is not None:
+            self._train_at = now
         if r.first_draw:
             # The bar drawn before its first step (`0/1000 [00:00<?, ?it/s]`, or a resumed
             # epoch's): a first step may still be minutes of compiling away. Not progress.
             return self._moved("tqdm-first", step, "tqdm")
+        self._train_moved = True
         return self._step("tqdm", min(step, MAX_STEP), r.tokens_per_s, "tqdm")
 
-    def _takes_over(self, key: tuple[str, int | None], r: Recognised) -> bool:
-        """A new bar becomes the training bar: an epoch bar over a plain one, or a larger
-        total over a smaller one (never a plain bar over an epoch bar)."""
+    def _takes_over(self, key: tuple[str, int | None], r: Recognised, now: float | None) -> bool:
+        """A new bar becomes the training bar: an epoch bar over a plain one; among plain bars,
+        before the training bar made a step, a larger total over a smaller one; after it, a bar
+        advancing now once the training bar finished (n == total) or went quiet (QUIET_S
+        without an update). Never a plain bar over an epoch bar."""
         cur = self._train_key
         assert cur is not None
         if key == cur:
             return False
         if (key[0] == "Epoch") != (cur[0] == "Epoch"):
             return key[0] == "Epoch"
-        return r.total is not None and (cur[1] is None or r.total > cur[1])
+        if not self._train_moved:
+            return r.total is not None and (cur[1] is None or r.total > cur[1])
+        if r.first_draw:
+            return False
+        quiet = now is not None and self._train_at is not None and now - self._train_at >= QUIET_S
+        return self._train_done or quiet

@@ -74,6 +74,9 @@ class Recognised:
     epoch: int | None = None  # Lightning's `Epoch N:` prefix: its bar restarts every epoch
     activity: bool = False  # the line itself says it is no training (eval results, validate)
     first_draw: bool = False  # a tqdm bar drawn before its first update (rate `?it/s`)
+    # A tqdm bar's unit as its rate prints it, less an SI prefix: "it" (tqdm's default, the
+    # Trainer's, Lightning's), "examples", "ba", "B", "tokens" (datasets' map bars, downloads).
+    unit: str = ""
 
 
 def _int(text: str | None) -> int | None:
@@ -181,7 +184,23 @@ _TQDM_BEFORE = re.compile(
 # `{pct}%|{bar}|` before the counter; `|{bar}|` alone when the total is unknown (Lightning's
 # `Training: |          | 0/? [...]`).
 _PCT = re.compile(r"(?:[0-9]{1,3}%)?\|[^|]{0,512}\|[ \t]{0,4}\Z")
-_EPOCH = re.compile(r"(?:^|\s)Epoch[ \t]{1,4}([0-9]{1,12})\Z")
+# `Epoch 3` (Lightning, at the label's end), `Epoch 1/3`, `Epoch [2/3]`, `epoch 2` (accelerate
+# and hand-written loops), anywhere in the label: the first number is the epoch as printed.
+_EPOCH = re.compile(
+    r"(?:^|[\s\[(|])[Ee](?:poch|POCH)[ \t]{0,4}[\[(]?[ \t]{0,2}([0-9]{1,12})"
+    r"(?:[ \t]{0,2}/[ \t]{0,2}[0-9]{1,12})?(?![0-9.])"
+)
+_SI_PREFIX = "kMGTPEZY"
+
+
+def _unit(printed: str) -> str:
+    """The unit of a rate as tqdm prints it (`it/s`, `s/it`, `kit/s`, `examples/s`, `MB/s`)."""
+    unit = printed[2:] if printed.startswith("s/") else printed[:-2]
+    if len(unit) > 2 and unit[0] in _SI_PREFIX and unit[1:] == "it":
+        return "it"  # unit_scale: `1.23kit/s`
+    return unit
+
+
 _LABEL_NOISE = re.compile(r"[\s:]{1,64}\Z")
 
 
@@ -191,7 +210,7 @@ def _tqdm_label(before: str) -> str:
     head = before[: len(before) - len(before[-600:]) + pct.start()] if pct else before
     head = head.rstrip()
     # Less the colon tqdm puts after it: `[rank0]: Epoch 3:` → `[rank0]: Epoch 3` (a logging
-    # prefix stays; is_activity_label and _EPOCH look at the last clause only).
+    # prefix stays; is_activity_label and _EPOCH look for their words anywhere in it).
     head = _LABEL_NOISE.sub("", head)
     return head[-120:].strip()
 
@@ -226,6 +245,7 @@ def tqdm_bar(line: str) -> Recognised | None:
         label=label,
         epoch=int(epoch_match.group(1)) if epoch_match else None,
         first_draw=after.group("rate") == "?",
+        unit=_unit(after.group("unit")),
     )
 
 

@@ -454,8 +454,9 @@ class LogFollower:
                 if isinstance(item, ProgressReading):
                     found.readings.append((item, line_no))
             return
+        read_at = time.monotonic()
         for item, line_no in reversed(readings):  # judged in the order the job wrote them
-            seen = reader.judge(item)
+            seen = reader.judge(item, read_at)
             if seen is None:
                 continue
             if seen.kind == "progress" and seen.reading is not None:

@@ -107,10 +107,11 @@ class LineReader:
             return _json_row(text)
         return recognise(text, None if self.format == "auto" else self.format)
 
-    def judge(self, item: Candidate) -> Seen | None:
-        """Progress, activity or nothing new, in the order the job wrote the lines."""
+    def judge(self, item: Candidate, now: float | None = None) -> Seen | None:
+        """Progress, activity or nothing new, in the order the job wrote the lines, read at
+        `now` (monotonic seconds: a training bar's quiet time is judged by it)."""
         if isinstance(item, Recognised):
-            return self.tracker.observe(item)
+            return self.tracker.observe(item, now)
         source = self.format if self.format in ("csv", "jsonl") else "pattern"
         return self.tracker.observe_reading(item, source)
 
