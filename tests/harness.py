@@ -142,6 +142,17 @@ class Daemon:
         lines = path.read_text().splitlines() if path.exists() else []
         return [json.loads(x) for x in lines if x.strip()]
 
+    def wait_saved_park(self, timeout: float = 10) -> None:
+        """Wait until state.json holds the core's host_fault park; a daemon that never keeps it
+        is left for the caller's assertions on the next daemon to fail."""
+
+        def saved() -> object:
+            data = json.loads((self.state_dir / "state.json").read_text())
+            return (data["supervisor"] or {}).get("host_fault")
+
+        with contextlib.suppress(AssertionError):
+            wait_until(saved, timeout, "the park on disk")
+
     def proc_exited(self) -> bool:
         return self.proc is not None and self.proc.poll() is not None
 

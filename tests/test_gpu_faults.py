@@ -3,9 +3,7 @@ libnvidia-ml (lost GPUs, Xid events, recovery action, row remapping; SPEC ยง4, ย
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import json
 import pathlib
 import sys
 import time
@@ -161,14 +159,7 @@ def test_a_host_fault_park_outlives_a_sigkilled_daemon_until_an_operator_start(
     wait_until(lambda: d.status()["gpu_events"] == "watching", 10, "the event watcher")
     fakegpu.inject_event(gpus, gpu=3, xid=79)
     d.wait_state("host_fault", timeout=10)
-    with contextlib.suppress(AssertionError):  # a daemon that never keeps it fails below
-        wait_until(
-            lambda: (json.loads((d.state_dir / "state.json").read_text())["supervisor"] or {}).get(
-                "host_fault"
-            ),
-            10,
-            "the park on disk",
-        )
+    d.wait_saved_park()  # a daemon that never keeps it fails below
     d.kill()
     d2 = Daemon(tmp_path, d.cfg, env).start()
     try:

@@ -4,7 +4,6 @@ death meanwhile parks instead of restart-looping; a GPU in hardware slowdown is 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pathlib
@@ -207,14 +206,7 @@ def test_a_park_for_lost_access_outlives_a_sigkilled_daemon_and_lifts_when_acces
     d.wait_event("gpu_access_lost", timeout=10)
     os.kill(pid, signal.SIGKILL)
     d.wait_state("host_fault", timeout=15)
-    with contextlib.suppress(AssertionError):  # a daemon that never keeps it fails below
-        wait_until(
-            lambda: (json.loads((d.state_dir / "state.json").read_text())["supervisor"] or {}).get(
-                "host_fault"
-            ),
-            10,
-            "the park on disk",
-        )
+    d.wait_saved_park()  # a daemon that never keeps it fails below
     d.kill()
     d2 = Daemon(tmp_path, d.cfg, env).start()
     try:
