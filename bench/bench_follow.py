@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from watchdog.probes.progress import LogFollower
+from watchdog.progress.follower import LogFollower
 
 PATTERN = re.compile(r"(?P<tokens_per_s>[0-9][0-9,.]*)\s*tok(?:ens)?/s")
 POLL_S = 0.2

@@ -27,7 +27,7 @@ from bench.common import JOB_PYTHON, JOBS, procs_cleanup, wait_until
 from bench.supervisors import Watchdogd
 from watchdog.config import DEFAULT_PATTERN
 from watchdog.core.recognise import recognise
-from watchdog.probes.progress import parse_line
+from watchdog.progress.follower import parse_line
 
 OLD = re.compile(DEFAULT_PATTERN)
 RATE = 10_000

@@ -15,7 +15,7 @@ import psutil
 from conftest import DaemonFactory
 from harness import Daemon, wait_until, write_script
 
-from watchdog import adopt, child
+from watchdog.process import child, proof
 
 
 def stepper(tmp: pathlib.Path) -> str:
@@ -189,10 +189,10 @@ def test_the_proof_is_the_start_in_clock_ticks_and_the_boot_never_the_wall_clock
         ticks, boot = child.process_start_ticks(p.pid), child.boot_id()
         wall = child.process_start_time(p.pid)
         assert ticks is not None and boot and wall is not None
-        assert adopt.provable_leader("tok", p.pid, wall - 3600.0, ticks, boot) == p.pid
-        assert adopt.provable_leader("tok", p.pid, wall, ticks + 1, boot) is None
-        assert adopt.provable_leader("tok", p.pid, wall, ticks, "another-boot") is None
-        assert adopt.provable_leader("other", p.pid, wall, ticks, boot) is None
+        assert proof.provable_leader("tok", p.pid, wall - 3600.0, ticks, boot) == p.pid
+        assert proof.provable_leader("tok", p.pid, wall, ticks + 1, boot) is None
+        assert proof.provable_leader("tok", p.pid, wall, ticks, "another-boot") is None
+        assert proof.provable_leader("other", p.pid, wall, ticks, boot) is None
     finally:
         p.kill()
         p.wait(5)
@@ -205,8 +205,8 @@ def test_a_state_file_of_the_previous_version_falls_back_to_the_wall_clock_check
     try:
         wall = child.process_start_time(p.pid)
         assert wall is not None
-        assert adopt.provable_leader("tok", p.pid, wall, None, None) == p.pid
-        assert adopt.provable_leader("tok", p.pid, wall + 100.0, None, None) is None
+        assert proof.provable_leader("tok", p.pid, wall, None, None) == p.pid
+        assert proof.provable_leader("tok", p.pid, wall + 100.0, None, None) is None
     finally:
         p.kill()
         p.wait(5)

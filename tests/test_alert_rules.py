@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from watchdog import metrics
+from watchdog.outputs import metrics
 
 RULES_DIR = pathlib.Path(__file__).resolve().parent.parent / "etc" / "prometheus"
 RULES = RULES_DIR / "alerts.yml"

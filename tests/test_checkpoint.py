@@ -6,7 +6,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from watchdog.probes import checkpoint as C
+from watchdog.progress import checkpoint as C
 
 
 def test_megatron_tracker_holds_an_iteration_or_release() -> None:

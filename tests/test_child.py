@@ -14,9 +14,9 @@ from typing import TypeVar
 
 import psutil
 
-from watchdog import child
 from watchdog.core.health import V1_IDLE_FLOOR_MIB, is_in_use
 from watchdog.core.samples import GpuReading
+from watchdog.process import child
 
 T = TypeVar("T")
 
@@ -61,7 +61,7 @@ def test_run_command_returns_when_the_command_exits_despite_a_background_child(
 ORPHAN_SCRIPT = """
 import asyncio, json, os, sys, time
 import psutil
-from watchdog import child
+from watchdog.process import child
 
 async def main(tmp):
     subreaper = child.make_subreaper()

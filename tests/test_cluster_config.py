@@ -13,9 +13,9 @@ import pytest
 from harness import BIN
 from test_policy import Driver, names
 
-from watchdog.assemble import local_policy_of, policy_of
 from watchdog.config import Config, ConfigError, parse_config
 from watchdog.core import policy as P
+from watchdog.daemon.params import local_policy_of, policy_of
 
 GOOD = """\
 job:

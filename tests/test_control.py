@@ -27,9 +27,9 @@ import yaml
 from conftest import DaemonFactory
 from harness import ROOT, Daemon, write_script
 
-from watchdog import control
+from watchdog.control import server as control
 from watchdog.core import protocol
-from watchdog.logs import EventLog
+from watchdog.outputs.eventlog import EventLog
 
 GPU_CFG: dict[str, Any] = {
     "gpus": {
@@ -228,7 +228,7 @@ def test_socket_is_0660_in_a_0750_folder_the_daemon_creates(
     make_daemon: DaemonFactory, tmp_path: pathlib.Path
 ) -> None:
     """The daemon creates its socket folder 0750 and the socket 0660, owned by its user."""
-    sock = tmp_path / "run" / "train-watchdog" / "control.sock"
+    sock = tmp_path / "run" / "train-watchdog" / "server.sock"
     d = make_daemon([sleeper(tmp_path)], {"control": {"socket": str(sock)}})
     st, folder = os.stat(sock), os.stat(sock.parent)
     assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o660
@@ -282,7 +282,7 @@ def shared() -> Iterator[pathlib.Path]:
 
 @pytest.fixture
 def groups() -> Iterator[dict[str, int]]:
-    """Two throw-away groups: readers (control.group) and operators (control.operator_group)."""
+    """Two throw-away groups: readers (server.group) and operators (server.operator_group)."""
     tag = uuid.uuid4().hex[:8]
     names = {"readers": f"twdr{tag}", "operators": f"twdo{tag}"}
     made = []
@@ -320,10 +320,10 @@ def test_group_members_read_operators_operate_others_cannot_connect(
     shared: pathlib.Path,
     groups: dict[str, int],
 ) -> None:
-    """control.group may read status but not start/stop/restart/reload (exit 2, logged with its
-    uid); control.operator_group may; a user in neither cannot even connect (exit 4)."""
+    """server.group may read status but not start/stop/restart/reload (exit 2, logged with its
+    uid); server.operator_group may; a user in neither cannot even connect (exit 4)."""
     py = python_for_nobody()
-    sock = shared / "run" / "control.sock"
+    sock = shared / "run" / "server.sock"
     names = {role: grp.getgrgid(gid).gr_name for role, gid in groups.items()}
     d = make_daemon(
         [sleeper(tmp_path)],
@@ -548,7 +548,7 @@ def test_denied_commands_cannot_flush_the_event_history(
     """A reader sending 1,500 denied commands leaves the history readable: denied attempts are
     logged up to a burst per uid, then counted, and the daemon's own events survive."""
     py = python_for_nobody()
-    sock = shared / "run" / "control.sock"
+    sock = shared / "run" / "server.sock"
     readers = grp.getgrgid(groups["readers"]).gr_name
     d = make_daemon([sleeper(tmp_path)], {"control": {"socket": str(sock), "group": readers}})
     ids = ["--reuid=nobody", "--regid=nogroup", f"--groups={groups['readers']}"]

@@ -19,9 +19,10 @@ import psutil
 import pytest
 from harness import BIN, Daemon, base_config, wait_until, write_script
 
-from watchdog import child, cli
+from watchdog import cli
 from watchdog.core import policy as P
 from watchdog.core.policy import State
+from watchdog.process import child
 
 
 def _sleeper(tmp: pathlib.Path) -> subprocess.Popen[bytes]:
@@ -176,12 +177,12 @@ def test_an_operator_start_leaves_the_parked_state() -> None:
 # ------------------------------------------------------------- the daemon (end to end)
 
 FAULTY_STOP = """
-import watchdog.child
+import watchdog.process.child
 
 async def _broken_stop_tree(*args, **kwargs):
     raise RuntimeError("injected fault in stop_tree")
 
-watchdog.child.stop_tree = _broken_stop_tree
+watchdog.process.child.stop_tree = _broken_stop_tree
 """
 
 
@@ -249,12 +250,12 @@ def test_a_bare_pre_start_name_runs_the_program_that_was_checked(tmp_path: pathl
 
 HANGING_LOG_READ = """
 import time
-import watchdog.probes.progress
+import watchdog.progress.follower
 
 def _hung_poll(self):
     time.sleep(3600)  # what a read on a hung NFS mount does
 
-watchdog.probes.progress.LogFollower.poll = _hung_poll
+watchdog.progress.follower.LogFollower.poll = _hung_poll
 """
 
 
@@ -286,15 +287,15 @@ def test_a_progress_read_that_hangs_never_stalls_the_loop_nor_fires_stalled(
 
 BLOCKING_STATUS = """
 import time
-import watchdog.daemon
+import watchdog.daemon.loop
 
-_status = watchdog.daemon.Daemon.status
+_status = watchdog.daemon.loop.Daemon.status
 
 def _slow_status(self):
     time.sleep(1.2)  # a blocking call on the loop: what debug mode must catch
     return _status(self)
 
-watchdog.daemon.Daemon.status = _slow_status
+watchdog.daemon.loop.Daemon.status = _slow_status
 """
 
 

@@ -86,7 +86,7 @@ def test_an_operator_start_leaves_host_fault() -> None:
 def test_gpus_faults_warn_turns_parking_into_a_report() -> None:
     """gpus.faults.on_reboot_host: warn -> a reboot_host fault does not park; reset still does."""
     from watchdog.config import GpuFaultsConfig, GpusConfig
-    from watchdog.gpufaults import FaultWatch
+    from watchdog.gpu.faults import FaultWatch
 
     fw = FaultWatch(GpusConfig(faults=GpuFaultsConfig(on_reboot_host="warn")), lambda f, g: None)
     assert not fw.parks("reboot_host") and fw.parks("reset_gpu") and not fw.parks("restart_app")

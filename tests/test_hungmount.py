@@ -18,7 +18,7 @@ from typing import Any
 from harness import Daemon, base_config, wait_until, write_script
 from hungfs import hung_mount
 
-from watchdog.incident import write_bundle
+from watchdog.outputs.incident import write_bundle
 
 # The job writes its progress straight into the backing directory (as another NFS client
 # would): only the daemon's view of the file, through the mount, hangs. While argv[2] exists

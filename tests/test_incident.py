@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from watchdog import incident
-from watchdog.incident import BUNDLE_NAME_RE, write_bundle
+from watchdog.outputs import incident
+from watchdog.outputs.incident import BUNDLE_NAME_RE, write_bundle
 
 NOW = datetime(2026, 12, 2, 10, 15, 0, tzinfo=UTC)
 STUCK = """

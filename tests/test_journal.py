@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from watchdog.journal import JournalSender, field_name, journal_stream_active
+from watchdog.outputs.journal import JournalSender, field_name, journal_stream_active
 
 ALL_SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 
@@ -93,7 +93,9 @@ def _stream_active_in_child(tmp_path: Path, journal_stream: str | None) -> bool:
     env = {k: v for k, v in os.environ.items() if k != "JOURNAL_STREAM"}
     if journal_stream is not None:
         env["JOURNAL_STREAM"] = journal_stream
-    code = "import sys, watchdog.journal as j; sys.exit(0 if j.journal_stream_active() else 1)"
+    code = (
+        "import sys, watchdog.outputs.journal as j; sys.exit(0 if j.journal_stream_active() else 1)"
+    )
     with open(tmp_path / "out", "ab") as out, open(tmp_path / "err", "ab") as err:
         done = subprocess.run(
             [sys.executable, "-c", code], stdout=out, stderr=err, env=env, timeout=30, check=False

@@ -20,7 +20,7 @@ from conftest import DaemonFactory
 from harness import Daemon, base_config, wait_until, write_script
 from prometheus_client.parser import text_string_to_metric_families
 
-from watchdog import metrics
+from watchdog.outputs import metrics
 
 MIB = 1024 * 1024
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -1,5 +1,5 @@
 """Issue 23, item 3: blocking calls leave the loop by one discipline, the bounded worker that
-reports "hung" (watchdog/offloop.py), never asyncio's default executor, whose threads a stuck
+reports "hung" (watchdog/blocking.py), never asyncio's default executor, whose threads a stuck
 read holds for ever. What still uses the default executor is listed here, each with why it is
 not moved yet; a new use fails this test."""
 
@@ -12,15 +12,15 @@ WATCHDOG = pathlib.Path(__file__).resolve().parent.parent / "watchdog"
 
 # (module, function) -> why it is still on the default executor. Shrink it; never grow it.
 REMAINING = {
-    ("watchdog/child.py", "run_command"): "feeds a hook's stdin; one thread per hook (<= 4), "
+    ("watchdog/process/child.py", "run_command"): "feeds a hook's stdin; one thread per hook (<= 4), "
     "ended by EPIPE when the hook is killed at its timeout",
-    ("watchdog/cluster.py", "start"): "builds the etcd client (TLS context: CPU, not a read)",
-    ("watchdog/cluster.py", "read_then_feed"): "an adopted job's epoch: None on a hang would "
+    ("watchdog/cluster/link.py", "start"): "builds the etcd client (TLS context: CPU, not a read)",
+    ("watchdog/cluster/link.py", "read_then_feed"): "an adopted job's epoch: None on a hang would "
     "take the job as stale and restart it, so it waits",
-    ("watchdog/daemon.py", "flush_files"): "state files at exit and before a re-exec",
-    ("watchdog/daemon.py", "prepare_reexec"): "the event history before a re-exec",
-    ("watchdog/jobstop.py", "flight_records"): "NCCL flight records into the bundle",
-    ("watchdog/persist.py", "_drain"): "the atomic state-file writer, one drain at a time",
+    ("watchdog/daemon/loop.py", "flush_files"): "state files at exit and before a re-exec",
+    ("watchdog/daemon/loop.py", "prepare_reexec"): "the event history before a re-exec",
+    ("watchdog/daemon/jobstop.py", "flight_records"): "NCCL flight records into the bundle",
+    ("watchdog/state/writers.py", "_drain"): "the atomic state-file writer, one drain at a time",
 }
 
 
@@ -56,7 +56,7 @@ def _default_executor_uses() -> set[tuple[str, str]]:
 
 def test_no_new_blocking_call_on_asyncio_default_executor() -> None:
     """Every use of asyncio.to_thread / run_in_executor(None, ...) in watchdog/ is a listed one
-    (issue 23: the bounded worker of offloop.py is the way off the loop)."""
+    (issue 23: the bounded worker of blocking.py is the way off the loop)."""
     found = _default_executor_uses()
     assert found <= set(REMAINING), sorted(found - set(REMAINING))
 

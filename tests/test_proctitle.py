@@ -14,7 +14,7 @@ import subprocess
 from conftest import DaemonFactory
 from harness import wait_until, write_script
 
-from watchdog import proctitle
+from watchdog.outputs import proctitle
 
 
 def sleeper(tmp: pathlib.Path) -> str:

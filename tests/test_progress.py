@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from watchdog.core.samples import ProgressReading
-from watchdog.probes.progress import (
+from watchdog.progress.follower import (
     MATCH_LAST_LINES,
     MAX_LINE_BYTES,
     MAX_MATCH_CHARS,

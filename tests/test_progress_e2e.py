@@ -17,9 +17,9 @@ import pytest
 from conftest import DaemonFactory
 from harness import Daemon, wait_until, write_script
 
-from watchdog import incident
 from watchdog.core.health import HealthConfig, HealthMonitor
 from watchdog.core.samples import ProgressReading
+from watchdog.outputs import incident
 
 STEP_PATTERN = r"step (?P<step>[0-9]+) (?P<tokens_per_s>[0-9][0-9,.]*) tok/s"
 # Long enough that a stopped job stays in backoff while the test reads status and the bundle:

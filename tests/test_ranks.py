@@ -17,7 +17,7 @@ from test_policy import FAST, Driver, emitted, names
 from watchdog.core import policy as P
 from watchdog.core.policy import State
 from watchdog.core.ranks import RankTracker
-from watchdog.probes.ranks import RankLister
+from watchdog.progress.ranks import RankLister
 
 
 def test_tracker_reports_ranks_seen_before_and_gone_now() -> None:

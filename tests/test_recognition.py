@@ -13,10 +13,10 @@ import pytest
 
 from watchdog.config import DEFAULT_PATTERN, ConfigError, parse_config
 from watchdog.core.samples import ProgressReading
-from watchdog.probes.checkpoint import Checkpoint, CheckpointWatch, newest_write
-from watchdog.probes.progress import LogFollower
-from watchdog.probes.progress_glob import GlobFollower
-from watchdog.probes.recognition import LineReader, format_of, reader_for
+from watchdog.progress.checkpoint import Checkpoint, CheckpointWatch, newest_write
+from watchdog.progress.follower import LogFollower
+from watchdog.progress.newest import GlobFollower
+from watchdog.progress.reader import LineReader, format_of, reader_for
 
 MINIMAL = 'job:\n  command: ["/bin/true"]\n'
 

@@ -15,7 +15,7 @@ import uuid
 import psutil
 from harness import wait_until
 
-from watchdog import child
+from watchdog.process import child
 
 
 def stop_after_death(argv: list[str], cwd: pathlib.Path) -> tuple[child.StopResult, int]:

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any
 
-from watchdog.probes.nvml import CONTROL_DEVICE, NvmlProbe
+from watchdog.gpu.nvml import CONTROL_DEVICE, NvmlProbe
 
 
 class Ticker:

@@ -1,0 +1,293 @@
+"""The cluster adapter (issue 14): etcd I/O for the pure `core.cluster.Coordinator`.
+
+Four small tasks on the daemon's loop: the lease (grant, keep-alive every third of the TTL), the
+watch (only a trigger), the reader (the whole job prefix, read after every trigger and every
+keep-alive, handed to the coordinator as a `View`) and the writer (our member key, latest value
+wins). The daemon calls in at four points: a job tree being stopped, an operator restart, the
+start gate, the spawn. Protocol and failure cases: docs/multi-node.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import socket
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from watchdog.core import cluster as core
+from watchdog.core.policy import Emit, Policy
+
+if TYPE_CHECKING:
+    from watchdog.cluster.etcd import Etcd, KeyValue
+    from watchdog.config import ClusterConfig
+
+EPOCH_ENV = "TRAIN_WATCHDOG_EPOCH"
+KEY_ROOT = "/train-watchdog"
+
+
+def missing_extra() -> str | None:
+    """Why `cluster:` cannot work here (the optional extra is not installed), or None."""
+    try:
+        import watchdog.cluster.etcd  # noqa: F401 - httpx and its lazy parts, before the loop runs
+    except ImportError:
+        return "needs httpx: install train-watchdog[cluster]"
+    return None
+
+
+def job_epoch(pid: int) -> int | None:
+    """The TRAIN_WATCHDOG_EPOCH a running job was given, or None (gone, unreadable, none)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+    except OSError:
+        return None
+    prefix = EPOCH_ENV.encode() + b"="
+    for item in env:
+        if item.startswith(prefix):
+            with contextlib.suppress(ValueError):
+                return int(item[len(prefix) :])
+    return None
+
+
+def local_policy(p: Policy) -> Policy:
+    """The local supervisor's policy in cluster mode: the backoff and the budget are the
+    cluster's (held in the epoch record), so locally a restart goes straight to the gate."""
+    from dataclasses import replace
+
+    return replace(p, backoff_initial_s=0.0, backoff_max_s=0.0, jitter=0.0, max_restarts=10**9)
+
+
+class ClusterLink:
+    def __init__(
+        self,
+        cfg: ClusterConfig,
+        policy: Policy,
+        emit: Callable[..., Any],
+        restart_local: Callable[[str], object],
+    ) -> None:
+        self.cfg = cfg
+        self.prefix = f"{KEY_ROOT}/{cfg.job_id}/"
+        self.co = core.Coordinator(
+            cfg.node_rank, cfg.nodes, policy, random.random, socket.gethostname(), os.getpid()
+        )
+        self.etcd: Etcd | None = None  # made in start(): off the loop
+        self._emit = emit
+        self._restart_local = restart_local
+        self._lease = 0
+        self._member = core.Member(cfg.node_rank, host=socket.gethostname(), pid=os.getpid())
+        self._read_wanted = asyncio.Event()
+        self._write_wanted = asyncio.Event()
+        self._gate: asyncio.Future[int] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -------------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        from watchdog.cluster.etcd import Etcd  # httpx only when a cluster is configured
+
+        # A request outlives no more than a third of the lease, so a keep-alive still lands.
+        timeout_s = max(1.0, min(5.0, self.cfg.lease_ttl_s / 3))
+        # httpx builds its TLS context when the client is made (tens of ms): not on the loop.
+        self.etcd = await asyncio.to_thread(Etcd, self.cfg.etcd, timeout_s)
+        loop = asyncio.get_running_loop()
+        # Each loop is its own task, so no one step of the daemon's loop carries all of them; the
+        # lease loop's first pass asks for the first read. Until it lands the gate stays shut.
+        for coro in (self._lease_loop(), self._watch_loop(), self._read_loop(), self._write_loop()):
+            self._tasks.append(loop.create_task(coro))
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.etcd is None:
+            return
+        if self._lease:
+            # The others see us gone at once, not after the TTL.
+            from watchdog.cluster.etcd import EtcdUnavailable
+
+            with contextlib.suppress(EtcdUnavailable):
+                await self.etcd.revoke(self._lease)
+        await self.etcd.aclose()
+
+    @property
+    def _etcd(self) -> Etcd:
+        assert self.etcd is not None, "ClusterLink.start() makes the client"
+        return self.etcd
+
+    # -------------------------------------------------------------------- the daemon's hooks
+
+    def job_stopping(self, reason: str, restart: bool) -> None:
+        """A KillTree is being carried out; `restart`: the cluster must restart for it."""
+        self._feed(self.co.job_stopping(reason, restart, time.monotonic(), time.time()))
+
+    def operator_restart(self) -> None:
+        self._feed(self.co.operator_restart(time.monotonic(), time.time()))
+
+    async def wait_gate(self) -> int:
+        """Wait at the barrier; the epoch to start (current when this returns)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            self._gate = loop.create_future()
+            self._feed(self.co.gate_reached(time.monotonic(), time.time()))
+            try:
+                epoch = await self._gate
+            except asyncio.CancelledError:
+                self._feed(self.co.gate_left())
+                raise
+            finally:
+                self._gate = None
+            if self.co.epoch == epoch:
+                return epoch
+
+    def adopted(self, pid: int) -> None:
+        """A job we did not spawn: read which epoch it runs (its environment), off the loop."""
+
+        async def read_then_feed() -> None:
+            epoch = await asyncio.to_thread(job_epoch, pid)
+            self._feed(self.co.adopted(epoch, time.monotonic(), time.time()))
+
+        self._tasks.append(asyncio.get_running_loop().create_task(read_then_feed()))
+
+    def spawned(self, epoch: int) -> None:
+        self._feed(self.co.spawned(epoch))
+
+    def decorate(self, st: dict[str, Any]) -> None:
+        """Add the `cluster` object to a status (SPEC §12); `waiting_nodes` while at the gate."""
+        st["cluster"] = self.co.snapshot()
+        if self.co.waiting:
+            st["state"] = "waiting_nodes"
+
+    # -------------------------------------------------------------------- actions
+
+    def _feed(self, actions: list[core.Action]) -> None:
+        for a in actions:
+            match a:
+                case Emit(event=name, fields=fields):
+                    self._emit(name, **fields)
+                case core.Announce(member=m):
+                    self._member = m
+                    self._write_wanted.set()
+                case core.Propose():
+                    self._tasks = [t for t in self._tasks if not t.done()]
+                    self._tasks.append(asyncio.get_running_loop().create_task(self._cas(a)))
+                case core.StopLocal(reason=reason):
+                    self._restart_local(reason)
+                case core.OpenGate(epoch=epoch):
+                    if self._gate is not None and not self._gate.done():
+                        self._gate.set_result(epoch)
+        self._arm_timer()
+
+    def _arm_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        deadline = self.co.next_deadline()
+        if deadline is not None:
+            loop = asyncio.get_running_loop()
+            delay = max(0.0, deadline - time.monotonic())
+            self._timer = loop.call_later(delay, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        self._feed(self.co.tick(time.monotonic(), time.time()))
+
+    async def _cas(self, p: core.Propose) -> None:
+        from watchdog.cluster.etcd import EtcdUnavailable
+
+        value = json.dumps(p.record.to_json()).encode()
+        try:
+            await self._etcd.compare_and_swap(self.prefix + "epoch", value, p.revision)
+        except EtcdUnavailable:
+            self.co.proposal_failed()
+        self._read_wanted.set()
+
+    # -------------------------------------------------------------------- loops
+
+    async def _lease_loop(self) -> None:
+        from watchdog.cluster.etcd import EtcdUnavailable
+
+        every = self.cfg.lease_ttl_s / 3
+        while True:
+            try:
+                if not self._lease:
+                    self._lease = await self._etcd.grant(self.cfg.lease_ttl_s)
+                    self._write_wanted.set()  # (re-)register under the new lease
+                elif await self._etcd.keepalive(self._lease) <= 0:
+                    self._lease = 0  # expired on etcd's side (a long partition): grant anew
+                    continue
+            except EtcdUnavailable:
+                pass  # the read below says so; the job keeps running
+            self._read_wanted.set()
+            await asyncio.sleep(every)
+
+    async def _watch_loop(self) -> None:
+        from watchdog.cluster.etcd import EtcdUnavailable
+
+        while True:
+            with contextlib.suppress(EtcdUnavailable):
+                async for _ in self._etcd.watch_prefix(self.prefix):
+                    self._read_wanted.set()
+            self._read_wanted.set()
+            await asyncio.sleep(min(1.0, self.cfg.lease_ttl_s / 3))  # no spin while etcd is down
+
+    async def _read_loop(self) -> None:
+        while True:
+            await self._read_wanted.wait()
+            self._read_wanted.clear()
+            await self._read_once()
+
+    async def _read_once(self) -> None:
+        from watchdog.cluster.etcd import EtcdUnavailable
+
+        try:
+            kvs = await self._etcd.get_prefix(self.prefix)
+        except EtcdUnavailable:
+            view = core.View(reachable=False)
+        else:
+            view = self._view(kvs)
+        self._feed(self.co.observe(view, time.monotonic(), time.time()))
+
+    def _view(self, kvs: list[KeyValue]) -> core.View:
+        record, revision, members = None, 0, {}
+        for kv in kvs:
+            name = kv.key.removeprefix(self.prefix)
+            try:
+                data = json.loads(kv.value)
+                if name == "epoch":
+                    revision = kv.mod_revision
+                    record = core.EpochRecord.from_json(data)
+                elif name.startswith("members/"):
+                    m = core.Member.from_json(data)
+                    members[m.rank] = m
+            except (ValueError, TypeError, KeyError, AttributeError):
+                continue  # not a value we wrote: ignored (an epoch key is then overwritten)
+        return core.View(True, record, revision, members)
+
+    async def _write_loop(self) -> None:
+        from watchdog.cluster.etcd import EtcdUnavailable
+
+        while True:
+            await self._write_wanted.wait()
+            self._write_wanted.clear()
+            member = self._member
+            if not self._lease:
+                continue  # written once the lease is granted
+            value = json.dumps(member.to_json()).encode()
+            key = f"{self.prefix}members/{self.cfg.node_rank}"
+            try:
+                await self._etcd.put(key, value, lease=self._lease)
+            except EtcdUnavailable:
+                await asyncio.sleep(min(1.0, self.cfg.lease_ttl_s / 3))
+                self._write_wanted.set()  # try again: the latest value wins
+                continue
+            self._read_wanted.set()

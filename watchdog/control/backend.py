@@ -1,0 +1,56 @@
+"""What the control server and the operator commands need of the daemon, as a small Protocol.
+
+control.py and operations.py depend on these few things, not on the whole `Daemon`: the
+config, the event log, the core's snapshot, the last GPU sample, the status object, and the one
+door into the core (`dispatch`). Anything else they reach for is a sign a decision is leaking
+out of the core or the daemon.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from watchdog.config import Config
+    from watchdog.core import policy
+    from watchdog.core.samples import GpuSample
+    from watchdog.outputs.eventlog import EventLog
+
+
+class SupportsSnapshot(Protocol):
+    def snapshot(self) -> policy.Snapshot: ...
+
+
+class HasLastSample(Protocol):
+    @property
+    def last(self) -> GpuSample | None: ...
+
+
+class Served(Protocol):
+    @property
+    def cfg(self) -> Config: ...
+
+    @property
+    def events(self) -> EventLog: ...
+
+    @property
+    def core(self) -> SupportsSnapshot: ...
+
+    @property
+    def gpus(self) -> HasLastSample: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def emit(self, event: str, **fields: Any) -> dict[str, Any]: ...
+
+    def dispatch(self, event: policy.Event) -> list[policy.Action]: ...
+
+    async def reload(self) -> str | None: ...
+
+    def timeline_view(self, since_s: float, columns: int) -> dict[str, Any]: ...
+
+    async def wait_changed(self, timeout_s: float) -> None: ...
+
+    async def reexec(self, req_id: int | str | None, conn: Any) -> None:
+        """Run the installed code in place; returns only by raising reexec.Refused."""
+        ...

@@ -1,0 +1,273 @@
+"""What the control socket's commands do (SPEC §8), apart from the socket itself (control.py).
+
+Commands that change the job wait for the outcome and say what happened (the events they caused),
+so `watchdogctl stop` can print "pid 4182 ignored SIGTERM: SIGKILLed after 60.0 s", not "sent".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from watchdog.core import policy, protocol
+from watchdog.core.health import is_in_use
+from watchdog.daemon import reexec
+from watchdog.progress.follower import tail_lines
+
+if TYPE_CHECKING:
+    import concurrent.futures
+    from collections.abc import Callable
+
+    from watchdog.control.backend import Served
+    from watchdog.control.server import Peer
+
+EVENTS_IN_RESULT = 50
+LOG_TAIL_LINES = 20
+DEFAULT_TIMELINE_S = 86400.0  # `watchdogctl timeline` without --since (SPEC §13)
+KILL_GRACE_S = 5.0  # child.stop_tree's wait after SIGKILL
+_AT_REST = (
+    policy.State.STOPPED,
+    policy.State.FATAL,
+    policy.State.BACKOFF,
+    policy.State.COMPLETED,  # SPEC §13
+)
+OperatorCmd = Literal["start", "stop", "restart", "pause", "resume"]
+
+
+class CommandError(Exception):
+    def __init__(self, type_: str, message: str, result: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.type = type_
+        self.message = message
+        self.result = result
+
+
+class ClientGone(Exception):
+    """The client hung up while its command waited: stop waiting (the command itself goes on)."""
+
+
+@dataclass(slots=True)
+class Call:
+    """One request being served."""
+
+    req: protocol.Request
+    peer: Peer
+    reader: asyncio.StreamReader
+    t0: float = field(default_factory=time.monotonic)
+    queue: asyncio.Queue[dict[str, Any]] | None = None
+    seen: list[dict[str, Any]] = field(default_factory=list)
+    conn: Any = None  # the client's socket (reexec answers on it from the new code)
+
+    def events(self) -> list[dict[str, Any]]:
+        """The events emitted since the command began (mutating commands record them)."""
+        while self.queue is not None and not self.queue.empty():
+            self.seen.append(self.queue.get_nowait())
+        return self.seen
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+
+class Operations:
+    """The commands that answer with one reply (every command but the streams)."""
+
+    def __init__(self, daemon: Served, files: concurrent.futures.Executor) -> None:
+        self.d = daemon
+        self._bound = daemon.cfg.control  # the settings the socket was made with
+        self._files = files  # for reading the job's log (see ControlServer)
+
+    async def run(self, call: Call) -> dict[str, Any]:
+        d, args = self.d, call.req.args
+        match call.req.cmd:
+            case "status":
+                st = d.status()
+                if args.get("events"):
+                    st["recent_events"] = d.events.history(args["events"])
+                return st
+            case "pause" | "resume":
+                return self._pause_resume(call)
+            case "reload":
+                return await self._reload()
+            case "stop":
+                return await self._stop(call)
+            case "start":
+                return await self._start(call)
+            case "restart":
+                return await self._restart(call)
+            case "wait_healthy":
+                return await self._wait_healthy_cmd(call)
+            case "timeline":
+                since = float(args.get("since", DEFAULT_TIMELINE_S))
+                return d.timeline_view(since, max(1, min(int(args.get("columns", 88)), 400)))
+            case "reexec":
+                try:
+                    await d.reexec(call.req.id, call.conn)
+                except reexec.Refused as e:
+                    raise CommandError(e.type, e.message, {"status": d.status()}) from None
+        raise CommandError("unknown_command", call.req.cmd)
+
+    def _result(self, call: Call, summary: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "summary": f"{self.d.cfg.job.name}: {summary}",
+            **extra,
+            "status": self.d.status(),
+            "events": call.events()[-EVENTS_IN_RESULT:],
+        }
+
+    def _operate(self, call: Call, cmd: OperatorCmd) -> None:
+        for a in self.d.dispatch(policy.OperatorCommand(cmd, call.peer.uid)):
+            if isinstance(a, policy.Refuse):
+                raise CommandError("refused", a.message, {"status": self.d.status()})
+
+    def _pause_resume(self, call: Call) -> dict[str, Any]:
+        before = self.d.core.snapshot()
+        self._operate(call, cast(OperatorCmd, call.req.cmd))
+        after = self.d.core.snapshot()
+        if call.req.cmd == "pause":
+            how = "was already paused" if before.paused else "paused"
+            text = f"{how}: detectors keep reporting, nothing is restarted automatically"
+        else:
+            text = "resumed" if before.paused else "was not paused"
+            if after.state is policy.State.STARTING and before.state is not after.state:
+                text += "; starting the job (it stopped while paused)"
+        return self._result(call, f"{text}; state {after.state.value}")
+
+    async def _reload(self) -> dict[str, Any]:
+        error = await self.d.reload()
+        if error is not None:
+            raise CommandError("config_invalid", f"{error} (old config kept)")
+        note = ""
+        if self.d.cfg.control != self._bound:
+            note = "; control.* changes take effect when watchdogd restarts"
+        return {"summary": f"reloaded {self.d.cfg.source}{note}", "config": self.d.cfg.source}
+
+    async def _stop(self, call: Call) -> dict[str, Any]:
+        pid = self.d.core.snapshot().pid
+        self._operate(call, "stop")
+        budget = _start_budget(self.d)  # a start under way finishes before its child is stopped
+        ok = await self._wait(call, _state_is(self.d, policy.State.STOPPED), call.t0 + budget)
+        text = protocol.describe_stop(pid, call.events(), self._stop_signal(), call.elapsed())
+        if not ok:
+            state = self.d.core.snapshot().state.value
+            result = self._result(call, text)
+            raise CommandError("timeout", f"still {state} after {call.elapsed():.1f} s", result)
+        return self._result(call, text if pid is not None else "stopped (no job was running)")
+
+    async def _start(self, call: Call) -> dict[str, Any]:
+        pid = await self._begin(call, "start")
+        note = protocol.gpu_wait_note(call.events())
+        return self._result(call, f"started, pid {pid}{note}", pid=pid)
+
+    async def _wait_healthy_cmd(self, call: Call) -> dict[str, Any]:
+        """`wait_healthy` for protocol clients: job `pid` (default: the current one)."""
+        pid = call.req.args.get("pid") or self.d.core.snapshot().pid
+        if pid is None:
+            raise CommandError("no_job", "no job is running", {"status": self.d.status()})
+        deadline = call.t0 + call.req.args.get("timeout", 600.0)
+        return await self._wait_healthy(call, int(pid), deadline)
+
+    async def _restart(self, call: Call) -> dict[str, Any]:
+        old = self.d.core.snapshot().pid
+        timeout = call.req.args.get("timeout")
+        deadline = call.t0 + (timeout or _start_budget(self.d) + self.d.cfg.startup.timeout_s + 10)
+        pid = await self._begin(call, "restart", deadline)
+        stopped = protocol.describe_stop(old, call.events(), self._stop_signal(), None)
+        begun = f"{stopped}; new pid {pid}{protocol.gpu_wait_note(call.events())}"
+        if not call.req.args.get("wait"):
+            return self._result(call, f"restarted: {begun}", pid=pid)
+        return await self._wait_healthy(call, pid, deadline)
+
+    async def _begin(self, call: Call, cmd: OperatorCmd, deadline: float | None = None) -> int:
+        """start/restart: until the new child is spawned (its pid), or CommandError saying why."""
+        self._operate(call, cmd)
+        d = self.d
+        deadline = min(deadline or float("inf"), call.t0 + _start_budget(d))
+
+        def settled() -> bool:
+            return (
+                protocol.spawn_outcome(call.events()) is not None
+                or d.core.snapshot().state in _AT_REST
+            )
+
+        ok = await self._wait(call, settled, deadline)
+        outcome = protocol.spawn_outcome(call.events())
+        if outcome is not None and outcome["event"] == "child_spawned":
+            return int(outcome["pid"])
+        snap = d.core.snapshot()
+        if outcome is not None:
+            why = f"start failed: {outcome.get('reason')}: {outcome.get('detail', '')}".rstrip(": ")
+        elif ok:
+            why = f"the start was cancelled (state {snap.state.value})"
+        else:
+            why = f"not started after {call.elapsed():.1f} s (state {snap.state.value})"
+        if snap.next_restart_at is not None:
+            why += f"; next try in {max(0.0, snap.next_restart_at - time.monotonic()):.1f} s"
+        kind = "timeout" if not ok else "start_failed"
+        raise CommandError(kind, f"{d.cfg.job.name}: {why}", self._result(call, why))
+
+    async def _wait_healthy(self, call: Call, pid: int, deadline: float) -> dict[str, Any]:
+        """Until job `pid` is healthy (process alive, GPUs in use, a progress line), or why not."""
+        d, used = self.d, set[int]()  # GPUs seen in use while waiting
+
+        def settled() -> bool:
+            s = d.core.snapshot()
+            if d.gpus.last is not None:
+                floor = d.cfg.gpus.idle_below_mib
+                used.update(g.index for g in d.gpus.last.gpus if is_in_use(g, floor))
+            return s.pid != pid or s.healthy
+
+        await self._wait(call, settled, deadline)
+        s = d.core.snapshot()
+        if s.pid == pid and s.healthy and s.healthy_since is not None and s.spawned_at is not None:
+            after = s.healthy_since - s.spawned_at
+            text = (
+                f"healthy, pid {pid}, {after:.1f} s after its start ({call.elapsed():.1f} s in all)"
+            )
+            return self._result(call, text, healthy=True, pid=pid, healthy_after_s=round(after, 2))
+        st = d.status()
+        report = protocol.not_healthy_report(pid, st, d.events.history(300), call.elapsed(), used)
+        return self._result(
+            call,
+            f"NOT healthy: {report['reason']}",
+            healthy=False,
+            pid=pid,
+            **report,
+            log_file=d.cfg.job.log_file,
+            log_tail=await self._log_tail(LOG_TAIL_LINES),
+        )
+
+    async def _wait(self, call: Call, pred: Callable[[], bool], deadline: float) -> bool:
+        """Until `pred()` (checked after every change in the core), or False at the deadline."""
+        while not pred():
+            if call.reader.at_eof():
+                raise ClientGone
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            await self.d.wait_changed(min(left, 1.0))
+        return True
+
+    def _stop_signal(self) -> str:
+        return protocol.signal_name(self.d.cfg.job.stop_signal)
+
+    async def _log_tail(self, n: int) -> list[str]:
+        path = self.d.cfg.job.log_file
+        try:  # off the loop: the log may sit on a slow network filesystem
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._files, tail_lines, path, n)
+        except OSError as e:
+            return [f"(cannot read {path}: {e.strerror or e})"]
+
+
+def _state_is(d: Served, state: policy.State) -> Callable[[], bool]:
+    return lambda: d.core.snapshot().state is state
+
+
+def _start_budget(d: Served) -> float:
+    """How long a stop and start may take before the daemon's own deadlines are all spent."""
+    c = d.cfg
+    stop = c.job.stop_timeout_s + KILL_GRACE_S + c.incidents.pyspy_timeout_s
+    start = c.gpus.reclaim_timeout_s + 2 * c.gpus.probe_timeout_s
+    return stop + start + c.job.pre_start_timeout_s * len(c.job.pre_start) + 15

@@ -1,0 +1,157 @@
+"""How watchdogd comes to watch a job it did not spawn (SPEC §12).
+
+At start-up: the job a previous daemon left running is adopted when it is provably ours
+(`job.on_daemon_restart: adopt`, proof.py), or ended before anything starts, so two jobs never
+run at once; the previous restart budget is carried on. After `watchdogctl reexec`: the old
+code's state is taken over, or, when the new code cannot read it, the job is adopted instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+from watchdog import __version__, blocking
+from watchdog.core import health, policy
+from watchdog.core.durable import Durable
+from watchdog.daemon import params, reexec
+from watchdog.process import child, proof
+from watchdog.state.writers import restore_durable
+
+if TYPE_CHECKING:
+    from watchdog.daemon.loop import Daemon
+
+STARTUP_SCAN_TIMEOUT_S = 30.0  # the startup search for a previous daemon's job tree
+
+
+async def previous_job(d: Daemon) -> int | None:
+    """The previous daemon's job: its leader when it is adopted, else None (its tree, if any,
+    is ended first). Its restart budget is restored either way.
+
+    SPEC §13: after an operator's stop, or while a GPU is parked, a job that survived is never
+    adopted (it is ended, nothing started); after an operator's pause a provable job is adopted
+    even with job.on_daemon_restart: restart (ending and restarting it would act on it)."""
+    previous = d.state.load_job()
+    durable = _durable(d, previous)
+    leader = None
+    if durable is None or durable.adopts:
+        paused = durable is not None and durable.paused
+        leader = await provable_leader(d, previous, always=paused)
+    if leader is None:
+        await end_previous_tree(d)
+    if durable is not None:
+        d.core.restore(durable, time.monotonic())
+    return leader
+
+
+async def provable_leader(d: Daemon, previous: dict[str, Any], always: bool = False) -> int | None:
+    """The previous job's leader when job.on_daemon_restart is adopt (or `always`: a failed
+    reexec never ends the job it was meant not to touch; an operator paused it) and it is
+    provably ours (proof.py); None means: end the old tree as before."""
+    adopting = always or d.cfg.job.on_daemon_restart == "adopt"
+    if not adopting or not previous.get("job_pid"):
+        return None
+    pid, started = previous.get("job_pid"), previous.get("job_started_at")
+    ticks, boot = previous.get("job_start_ticks"), previous.get("boot_id")
+    try:
+        return await d.log_io.call(
+            lambda: proof.provable_leader(d.token, pid, started, ticks, boot),
+            STARTUP_SCAN_TIMEOUT_S,
+            what="the proof that the previous job is ours",
+        )
+    except blocking.Hung as e:
+        d.emit("startup_scan_hung", detail=str(e))
+        return None
+
+
+def attach(d: Daemon, pid: int) -> bool:
+    """Watch the adopted job as if we had spawned it: its pidfd (exit status from waitpid
+    when it is our child, `exit status unknown` when it is not), fresh detectors, the log
+    followed from its end (sample_once opens it). False when it is already gone."""
+    try:
+        d.watch_job(pid, None)
+    except OSError:
+        return False
+    child.mark_adopted()
+    d.monitor = health.HealthMonitor(params.health_of(d.cfg))
+    d.polled_at = time.monotonic()
+    d.save_state(pid)
+    d.dispatch(policy.JobAdopted(pid))
+    return True
+
+
+async def end_previous_tree(d: Daemon) -> None:
+    """A previous daemon was killed while its job ran: end that tree before anything starts,
+    so two jobs never run at once (verified by pid + start time and our marker, never by
+    name). The scan reads /proc/*/environ, which can block: off the loop, and while it does
+    not answer nothing starts (fail closed: an unknown tree is not an empty one)."""
+    data = d.state.load_job()
+    pid, started = data.get("job_pid"), data.get("job_started_at")
+    ticks, boot = data.get("job_start_ticks"), data.get("boot_id")
+    while True:
+        try:
+            n = await d.log_io.call(
+                lambda: child.kill_stale_tree(d.token, pid, started, ticks, boot),
+                STARTUP_SCAN_TIMEOUT_S,
+                what="the startup scan for a previous job tree",
+            )
+            break
+        except blocking.Hung as e:
+            d.emit("startup_scan_hung", detail=str(e))
+            await asyncio.sleep(1.0)
+    if n:
+        d.emit("stale_tree_killed", count=n, pid=pid)
+        deadline = time.monotonic() + 10
+        while await child.find_tree_async(None, d.token) != [] and (time.monotonic() < deadline):
+            await asyncio.sleep(0.02)
+
+
+def restore_budget(d: Daemon, previous: dict[str, Any]) -> None:
+    """The previous daemon's restart budget (issue 15 item 5): fatal stays fatal, a backoff
+    is waited out. A record that cannot be trusted is reported and the budget starts afresh."""
+    durable = _durable(d, previous)
+    if durable is not None:
+        d.core.restore(durable, time.monotonic())
+
+
+def _durable(d: Daemon, previous: dict[str, Any]) -> Durable | None:
+    """The Supervisor part of the previous state file; None when there is none or it cannot be
+    trusted (reported as state_reset: the budget starts afresh)."""
+    try:
+        return restore_durable(previous)
+    except ValueError as e:
+        d.emit("state_reset", file=d.state.file("state.json"), error=str(e))
+        return None
+
+
+async def take_over(d: Daemon, h: dict[str, Any]) -> tuple[bool, int | None]:
+    """The new code's side of `reexec`: (True, None) when the state was taken over, else
+    (False, the job's leader to adopt instead, if it can be proven ours: the fallback)."""
+    try:
+        reexec.resume(d, h)
+    except (ValueError, KeyError, TypeError, OSError) as e:
+        why = f"{type(e).__name__}: {e}"
+        reexec.close_carried(h)
+        d.core = policy.Supervisor(params.policy_of(d.cfg), random.random)
+        d.exit_future, d.follower = None, None
+        d.monitor = health.HealthMonitor(params.health_of(d.cfg))
+        d.emit("reexec_resume_failed", error=why, old_version=h.get("old_version"))
+        previous = d.state.load_job()
+        leader = await provable_leader(d, previous, always=True)
+        if leader is None:
+            await end_previous_tree(d)
+        restore_budget(d, previous)
+        d.emit("daemon_started", version=__version__, daemon_pid=os.getpid())
+        msg = f"the new code could not take the state over ({why}); it adopted the job"
+        reexec.reply(h, False, {"status": d.status()}, msg)
+        return False, leader
+    old = h.get("old_version")
+    d.emit("daemon_reexecuted", old_version=old, new_version=__version__, daemon_pid=os.getpid())
+    d.dispatch(policy.Tick())  # arms the backoff or startup deadline it carried
+    summary = f"{d.cfg.job.name}: watchdogd {old} -> {__version__} in place (pid {os.getpid()})"
+    result = {"summary": summary, "old_version": old, "new_version": __version__}
+    reexec.reply(h, True, {**result, "status": d.status()})
+    return True, None

@@ -1,0 +1,69 @@
+"""What the config means to the core and the detectors, built from a loaded `config.Config`:
+the restart policy, the health parameters, the checkpoint probe, and which changed keys only
+take effect at the next start. Used at start-up and adoption, at a reload, and by
+`watchdogd --check-reexec`."""
+
+from __future__ import annotations
+
+from watchdog import config
+from watchdog.cluster import link
+from watchdog.core import health, policy
+from watchdog.progress.checkpoint import CheckpointWatch
+
+
+def policy_of(cfg: config.Config) -> policy.Policy:
+    r = cfg.restart
+    return policy.Policy(
+        backoff_initial_s=r.backoff_initial_s,
+        backoff_factor=r.backoff_factor,
+        backoff_max_s=r.backoff_max_s,
+        jitter=r.jitter,
+        reset_after_s=r.reset_after_s,
+        max_restarts=r.max_restarts,
+        window_s=r.window_s,
+        restart_on=r.on | ({"gpu_degraded"} if cfg.gpus.on_degraded == "restart" else set()),
+        startup_timeout_s=cfg.startup.timeout_s,
+        max_no_progress=r.max_no_progress,
+        progress_marker="step" if cfg.progress.checkpoint is None else "checkpoint",
+        success_exit_codes=frozenset(cfg.job.success_exit_codes),
+    )
+
+
+def local_policy_of(cfg: config.Config) -> policy.Policy:
+    """With `cluster:` the backoff and budget are the cluster's (issue 14)."""
+    p = policy_of(cfg)
+    return p if cfg.cluster is None else link.local_policy(p)
+
+
+def health_of(cfg: config.Config) -> health.HealthConfig:
+    g, p = cfg.gpus, cfg.progress
+    return health.HealthConfig(
+        expect_gpus=g.devices != (),
+        idle_below_mib=g.idle_below_mib,
+        idle_samples=g.idle_samples,
+        require=g.require,
+        stall_after_s=p.stall_after_s,
+        min_tokens_per_s=p.min_tokens_per_s,
+        min_fraction=p.min_fraction,
+        low_for_s=p.low_for_s,
+    )
+
+
+def checkpoint_watch(cfg: config.Config) -> CheckpointWatch | None:
+    c = cfg.progress.checkpoint
+    return None if c is None else CheckpointWatch(c.path, c.kind)
+
+
+def needs_restart(old: config.Config, new: config.Config) -> str | None:
+    """Keys a reload cannot apply to a running daemon (named in config_reloaded). Job keys
+    (command, env, log_file, progress.file) apply at the job's next start."""
+    keys = {
+        "control": (old.control, new.control),
+        "state_dir": (old.state_dir, new.state_dir),
+        "gpus.devices": (old.gpus.devices, new.gpus.devices),
+        "metrics.listen": (old.metrics.listen, new.metrics.listen),
+        "cluster": (old.cluster, new.cluster),
+        "timeline.bucket_s": (old.timeline.bucket_s, new.timeline.bucket_s),
+    }
+    changed = [k for k, (a, b) in keys.items() if a != b]
+    return ", ".join(changed) + " (restart watchdogd to apply)" if changed else None

@@ -1,0 +1,271 @@
+"""`watchdogctl reexec` (SPEC §12): run new watchdog code without touching the job.
+
+The model is systemd's `daemon-reexec`: the daemon serialises its state, execve()s its own
+entry point (same pid, so the job stays its child and nobody else can reap it), and the new
+code takes the state back. What crosses the exec:
+
+- a sealed memfd holding the state as JSON (its number in WATCHDOGD_REEXEC_FD): the Supervisor
+  whole (core carry()), the detector windows, goodput (saved to goodput.json just before),
+  the incident path, the versions;
+- open descriptors, CLOEXEC cleared: the control socket's listener (clients that connect during
+  the exec wait in its backlog instead of being refused), the state directory's lock (no second
+  daemon can slip in), the job's pidfd, the progress follower's read descriptor and position (no
+  progress line skipped or read twice), and the operator's connection, on which the new code
+  sends the reply once it serves.
+
+The job's own output never passes through the daemon (it writes its log file itself), so no
+line of it can be lost by the exec.
+
+If the new code cannot come up, the old one is never left: before the exec the new code is run
+once as `watchdogd --check-reexec` on the very state about to be handed over (imports, config,
+state format); a failure there is the reply, and the old code carries on. Should the new code
+fail to take the state over after the exec anyway, it falls back to adopting the job from
+state.json (same pid, the job still its child) and says so in the reply.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from watchdog import __version__
+from watchdog.core import policy, protocol
+from watchdog.daemon import sampling
+
+if TYPE_CHECKING:
+    from watchdog.daemon.loop import Daemon
+
+STATE_ENV = "WATCHDOGD_REEXEC_FD"
+FORMAT = 1
+CHECK_TIMEOUT_S = 60.0
+REPLY_TIMEOUT_S = 5.0
+DRAIN_S = 0.5  # requests under way on the old code get this long to be answered
+
+
+class Refused(Exception):
+    """The re-exec did not happen; the old code runs on. `type` is the protocol error type."""
+
+    def __init__(self, type_: str, message: str) -> None:
+        super().__init__(message)
+        self.type = type_
+        self.message = message
+
+
+# ------------------------------------------------------------------------ the old code
+
+
+def entry_argv() -> list[str]:
+    """How this daemon was started, to start the installed (new) code the same way."""
+    if os.path.basename(sys.argv[0]) == "__main__.py":  # python -m watchdog
+        return [sys.executable, "-m", "watchdog", *sys.argv[1:]]
+    return [os.path.abspath(sys.argv[0]), *sys.argv[1:]]
+
+
+def build_state(d: Daemon, req_id: int | str | None, conn: socket.socket | None) -> dict[str, Any]:
+    """Everything the new code needs; Refused while a start or stop is under way."""
+    carried = d.core.carry()
+    if carried is None:
+        raise Refused("busy", "a start or stop is under way; try again when it is over")
+    pid = carried["pid"]
+    pidfd = d.reaper.pidfd_of(pid) if isinstance(pid, int) else None
+    if isinstance(pid, int) and pidfd is None:
+        raise Refused("busy", "the job's exit is being handled; try again")
+    follower = d.follower.carry() if d.follower is not None else None
+    return {
+        "format": FORMAT,
+        "old_version": __version__,
+        "daemon_started_at": d.started_at,
+        "request_id": req_id,
+        "incident_path": d.incident_path,
+        "polled_at": d.polled_at,
+        "supervisor": carried,
+        "health": d.monitor.carry(),
+        "follower": follower,
+        "fds": {
+            "control": None,  # the listener: set by perform() once accepting has stopped
+            "lock": d.lock_fd,
+            "conn": None if conn is None else conn.fileno(),
+            "pidfd": pidfd,
+        },
+    }
+
+
+async def perform(d: Daemon, req_id: int | str | None, conn: socket.socket | None) -> None:
+    """Check the new code on the state, then exec it. Returns only by raising Refused."""
+    entry = entry_argv()
+    state = build_state(d, req_id, conn)
+    check = await _check_new_code(d, entry, state)
+    build_state(d, req_id, conn)  # still a moment to hand over? (Refused if not)
+    listener = await d.control.pause_for_handover(DRAIN_S)
+    try:
+        await d.prepare_reexec()
+        # Synchronous from here to the exec: nothing can change the state in between.
+        state = build_state(d, req_id, conn)
+        state["fds"]["control"] = listener
+        state["checked_version"] = check
+        _exec(d, entry, state)
+    except BaseException:
+        await d.control.resume_serving(listener)
+        raise
+
+
+async def _check_new_code(d: Daemon, entry: list[str], state: dict[str, Any]) -> str:
+    from watchdog.process import child  # the daemon's own module; imported late like the daemon is
+
+    code, out = await child.run_command(
+        d.reaper,
+        [*entry, "--check-reexec"],
+        timeout_s=CHECK_TIMEOUT_S,
+        stdin_data=json.dumps(state).encode(),
+    )
+    lines = out.strip().splitlines()
+    if code == 0 and lines:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            return str(json.loads(lines[-1])["version"])
+    why = "timed out" if code is None else f"exit {code}"
+    raise Refused("reexec_failed", f"the new code failed its check ({why}): {out[-1500:]}")
+
+
+def _exec(d: Daemon, entry: list[str], state: dict[str, Any]) -> None:
+    d.notifier.reloading()
+    sys.stdout.flush()
+    fds = [fd for fd in (*state["fds"].values(), _follower_fd(state)) if isinstance(fd, int)]
+    memfd = _sealed(json.dumps(state).encode())
+    env = {**os.environ, STATE_ENV: str(memfd)}
+    try:
+        for fd in fds:
+            os.set_inheritable(fd, True)
+        os.set_inheritable(memfd, True)
+        program = entry[0]
+        os.execve(program, entry, env)
+    except OSError as e:  # the exec itself failed (the program vanished): nothing changed
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.set_inheritable(fd, False)
+        os.close(memfd)
+        d.notifier.reloaded()
+        raise Refused("reexec_failed", f"execve {entry[0]}: {e.strerror or e}") from None
+
+
+def _follower_fd(state: dict[str, Any]) -> int | None:
+    f = state.get("follower")
+    return f["fd"] if isinstance(f, dict) else None
+
+
+def _sealed(data: bytes) -> int:
+    """A memfd holding `data`, sealed against any change (the new code reads what was written)."""
+    fd = os.memfd_create("watchdogd-reexec", os.MFD_ALLOW_SEALING)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+# ------------------------------------------------------------------------ the new code
+
+
+def take() -> dict[str, Any] | None:
+    """The state handed over by the previous code (None for an ordinary start). Raises
+    ValueError for one that cannot be read."""
+    number = os.environ.pop(STATE_ENV, None)
+    if number is None:
+        return None
+    fd = int(number)
+    try:
+        os.set_inheritable(fd, False)
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    state = json.loads(b"".join(chunks))
+    validate_format(state)
+    return state  # type: ignore[no-any-return]
+
+
+def validate_format(state: object) -> None:
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise ValueError("not a state this code understands")
+    fds = state.get("fds")
+    if not isinstance(fds, dict) or not all(v is None or type(v) is int for v in fds.values()):
+        raise ValueError("malformed descriptors")
+    for key in ("supervisor", "health"):
+        if not isinstance(state.get(key), dict):
+            raise ValueError(f"malformed {key}")
+
+
+def check_main(config_path: str) -> int:
+    """`watchdogd --check-reexec`: the new code, run by the old one on the state it is about to
+    hand over. Imports everything the daemon runs, loads the config, takes the state over in
+    throw-away objects. Prints {"version": ...} and exits 0, or says why not and exits 1."""
+    import watchdog.daemon.loop  # noqa: F401 (the check: everything the daemon runs imports)
+    from watchdog import config
+    from watchdog.core import health
+    from watchdog.daemon import params
+
+    try:
+        cfg = config.load_config(config_path)
+        state = json.loads(sys.stdin.buffer.read())
+        validate_format(state)
+        core = policy.Supervisor(params.policy_of(cfg), lambda: 0.5)
+        core.resume(state["supervisor"], time.monotonic())
+        health.HealthMonitor(params.health_of(cfg)).resume(state["health"])
+    except (config.ConfigError, ValueError, KeyError, TypeError) as e:
+        print(f"watchdogd --check-reexec: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps({"version": __version__}))
+    return 0
+
+
+def resume(d: Daemon, state: dict[str, Any]) -> None:
+    """Take the state over inside the new code (the control socket already serves)."""
+    now = time.monotonic()
+    fds = state["fds"]
+    d.core.resume(state["supervisor"], now)
+    d.monitor.resume(state["health"])
+    pid = state["supervisor"]["pid"]
+    if isinstance(pid, int):
+        if isinstance(fds["pidfd"], int):
+            os.set_inheritable(fds["pidfd"], False)  # back to close-on-exec for our helpers
+        d.watch_job(pid, fds["pidfd"])
+    if isinstance(state["follower"], dict):
+        d.follower = sampling.resumed_follower(d, state["follower"])
+    d.incident_path = state["incident_path"]
+    d.started_at = float(state["daemon_started_at"])
+    d.polled_at = float(state["polled_at"])
+
+
+def reply(state: dict[str, Any], ok: bool, result: dict[str, Any], message: str = "") -> None:
+    """Answer the operator's `reexec` on the connection carried across the exec."""
+    fd = state["fds"].get("conn")
+    if not isinstance(fd, int):
+        return
+    req_id = state.get("request_id")
+    line = (
+        protocol.ok_reply(req_id, result)
+        if ok
+        else protocol.error_reply(req_id, "reexec_failed", message, result)
+    )
+    try:
+        with socket.socket(fileno=fd) as conn:
+            conn.settimeout(REPLY_TIMEOUT_S)
+            conn.sendall(line)
+    except OSError:
+        pass  # the operator gave up waiting: the events say what happened
+
+
+def close_carried(state: dict[str, Any]) -> None:
+    """After a failed take-over: the job's pidfd and the follower's fd are not used."""
+    for fd in (state["fds"].get("pidfd"), _follower_fd(state)):
+        if isinstance(fd, int):
+            with contextlib.suppress(OSError):
+                os.close(fd)

@@ -1,0 +1,120 @@
+"""GPU hardware faults in the shell (SPEC §12): the NVML event watcher, the health gate before
+every start, and the faults seen per GPU for status. Decisions are the core's (core/xid.py
+classifies, core/policy.py reacts); this module only carries facts to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from watchdog.config import GpusConfig
+from watchdog.core import xid
+from watchdog.core.ratelimit import RepeatSummary
+
+KEEP_PER_GPU = 20  # gpus[].faults in status: the newest this many per GPU
+
+
+class FaultWatch:
+    def __init__(
+        self,
+        cfg: GpusConfig,
+        on_fault: Callable[..., None],
+        emit: Callable[..., object] | None = None,
+    ):
+        self.cfg = cfg
+        self._on_fault = on_fault  # (fields, gate[, quiet]): the daemon hands it to the core
+        self._emit = emit
+        # SPEC §13: per (GPU, Xid or kind) the first event in full, then a count per window
+        self._repeats = RepeatSummary(cfg.faults.repeat_summary_s)
+        self._summary_timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watcher: Any = None
+        self.by_gpu: dict[int, deque[dict[str, object]]] = {}
+        self.unchecked: dict[int, tuple[str, ...]] = {}  # what the driver could not say, per GPU
+        self._counts: dict[tuple[str, str, str], int] = {}  # (gpu, xid or kind, action) -> n
+
+    def start(self, loop: asyncio.AbstractEventLoop, probe: Any) -> None:
+        """Watch NVML events, where GPUs are expected (imported here: pynvml is optional)."""
+        if self.cfg.devices == () or probe is None:
+            return
+        from watchdog.gpu.nvml import EventWatcher
+
+        self._loop = loop
+        self._watcher = EventWatcher(self.cfg.devices, self.seen, loop)
+        # Thread.start() waits until the new thread runs: on a loaded host that alone held the
+        # loop for over 0.1 s, so the probe's own worker thread starts it.
+        probe.run_in_worker(self._watcher.start)
+
+    def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.close()
+        if self._summary_timer is not None:
+            self._summary_timer.cancel()
+
+    @property
+    def events_state(self) -> str | None:
+        """ "watching", "not checked: ...", "hung: ..."; None where no GPU is expected."""
+        return None if self._watcher is None else str(self._watcher.state())
+
+    def counts(self) -> list[dict[str, object]]:
+        """train_watchdog_gpu_faults_total{gpu,xid,action} (status `gpu_faults_total`)."""
+        return [
+            {"gpu": g, "xid": x, "action": a, "count": n} for (g, x, a), n in self._counts.items()
+        ]
+
+    def parks(self, action: str) -> bool:
+        f = self.cfg.faults
+        return (action == "reset_gpu" and f.on_reset_gpu == "park") or (
+            action == "reboot_host" and f.on_reboot_host == "park"
+        )
+
+    def seen(self, fields: dict[str, object], gate: bool = False) -> None:
+        """A fault from an event or the gate: counted, remembered for status, handed to the core.
+
+        An event that repeats a (GPU, Xid) reported in this window goes to the core as `quiet`
+        (it still parks or restarts; it is not logged when it changes nothing) and is summed in
+        one gpu_fault_repeated per window (SPEC §13: a flapping GPU's 1,500 Xids are not 1,500
+        events and hooks). The health gate's faults are never rate-limited."""
+        gpu = fields.get("gpu")
+        what = fields.get("xid", fields.get("kind"))
+        key = (str(gpu), str(what), str(fields.get("action")))
+        self._counts[key] = self._counts.get(key, 0) + 1
+        self._repeats.window_s = self.cfg.faults.repeat_summary_s  # a reload applies at once
+        if not gate and not self._repeats.first((gpu, what), time.monotonic(), dict(fields)):
+            self._arm_summary()
+            self._on_fault(fields, gate, True)
+            return
+        if isinstance(gpu, int):
+            self.by_gpu.setdefault(gpu, deque(maxlen=KEEP_PER_GPU)).append(dict(fields))
+        self._on_fault(fields, gate)
+
+    def _arm_summary(self) -> None:
+        due = self._repeats.next_due()
+        if self._summary_timer is not None or self._loop is None or due is None:
+            return
+        delay = max(0.0, due - time.monotonic())
+        self._summary_timer = self._loop.call_later(delay, self._summarise)
+
+    def _summarise(self) -> None:
+        """gpu_fault_repeated for each (GPU, Xid) whose window ended with repeats."""
+        self._summary_timer = None
+        window = self._repeats.window_s
+        for _key, count, sample in self._repeats.due(time.monotonic()):
+            if self._emit is not None and isinstance(sample, dict):
+                self._emit("gpu_fault_repeated", **sample, count=count, window_s=window)
+        self._arm_summary()
+
+    async def gate(self, probe: Any) -> list[dict[str, object]] | None:
+        """The counters of every expected GPU before a start: the faults found (empty: pass),
+        or None when they could not be read in time (not checked: the start goes on)."""
+        if probe is None:
+            return None
+        counters: list[xid.Counters] | None = await probe.counters()
+        if counters is None:
+            return None
+        self.unchecked = {c.gpu: c.unchecked for c in counters if c.unchecked}
+        return xid.gate(counters)

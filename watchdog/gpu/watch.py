@@ -1,0 +1,236 @@
+"""GPU side of the shell: NVML samples, host warnings, drained GPUs before every start.
+
+Decisions about the job stay in health.py/policy.py; this module reports what the GPUs say and
+makes sure a new job never starts into memory somebody else still holds (SPEC §4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psutil
+
+from watchdog import blocking
+from watchdog.config import GpusConfig
+from watchdog.core.gpuhealth import ClockReading, DegradedTracker, throttle_names
+from watchdog.core.health import is_in_use
+from watchdog.core.samples import GpuSample
+
+Emit = Callable[..., Any]
+OnAccess = Callable[[bool, str], None]
+
+
+class GpuWatch:
+    def __init__(self, cfg: GpusConfig, emit: Emit, on_access: OnAccess | None = None) -> None:
+        self.cfg = cfg
+        self._emit = emit
+        self.expected = cfg.devices != ()
+        self.last: GpuSample | None = None
+        self.recent: deque[tuple[float, GpuSample]] = deque(maxlen=_history_len(cfg))
+        self._lost: set[int] = set()
+        self._hung = False
+        self._probe: Any = None
+        # SPEC §13: NVML access lost/restored goes to the core (it parks restarts meanwhile);
+        # hardware slowdowns are tracked here and named as gpu_degraded.
+        self._on_access = on_access
+        self.access_lost: str | None = None
+        self.degraded = DegradedTracker(cfg.degraded_after_s)
+
+    async def start(self) -> None:
+        if not self.expected:
+            return
+        # Imported here so that a machine without pynvml still supervises (SPEC §4).
+        from watchdog.gpu.nvml import NvmlProbe
+
+        self._probe = NvmlProbe(self.cfg.devices, call_timeout_s=self.cfg.probe_timeout_s)
+        # Access lost/restored is first judged at the next sample: the core is told once the
+        # daemon has synced `access_lost` with the state it restored or took over (one event).
+        self._record(await self._probe.start(), judge_access=False)
+
+    @property
+    def probe(self) -> Any:
+        """The NVML probe (None without expected GPUs): the health gate reads counters with it."""
+        return self._probe
+
+    def close(self) -> None:
+        if self._probe is not None:
+            self._probe.close()
+
+    @property
+    def host_warnings(self) -> frozenset[str]:
+        out = set()
+        if self._lost:
+            out.add("gpu_lost")
+        if self._hung:
+            out.add("gpu_probe_hung")
+        if self.access_lost is not None:
+            out.add("gpu_access_lost")
+        return frozenset(out)
+
+    async def sample(self, with_pids: bool = False) -> GpuSample | None:
+        if self._probe is None:
+            return None
+        s: GpuSample = await self._probe.sample(with_pids)
+        self._record(s)
+        return s
+
+    def _record(self, s: GpuSample, judge_access: bool = True) -> None:
+        self.last = s
+        self.recent.append((time.time(), s))
+        if judge_access:
+            self._access(s)
+        if s.hung and not self._hung:
+            self._emit(
+                "gpu_probe_hung",
+                reason="gpu_probe_hung",
+                detail=s.reason,
+                timeout_s=self.cfg.probe_timeout_s,
+            )
+        elif self._hung and not s.hung:
+            self._emit("gpu_probe_recovered")
+        self._hung = s.hung
+        if s.hung:
+            return
+        lost = {g.index for g in s.gpus if g.lost}
+        for idx in sorted(lost - self._lost):
+            uuid = next((g.uuid for g in s.gpus if g.index == idx), "")
+            self._emit("gpu_lost", reason="gpu_lost", gpu=idx, uuid=uuid)
+        self._lost = lost
+        if s.available and s.access_lost is None:  # unread clocks are not clean clocks
+            self._clocks(s)
+
+    def _access(self, s: GpuSample) -> None:
+        """Tell the core when NVML access is lost or back (a hung probe says neither)."""
+        back = s.available and any(g.used_mib is not None for g in s.gpus)
+        if s.hung or s.access_lost == self.access_lost or (s.access_lost is None and not back):
+            return  # no news, or not proven back (a reading must come through)
+        was, self.access_lost = self.access_lost, s.access_lost
+        if self._on_access is None or (was is not None and s.access_lost is not None):
+            return  # still lost, for another reason: one event per loss
+        self._on_access(s.access_lost is not None, s.access_lost or "")
+
+    def _clocks(self, s: GpuSample) -> None:
+        self.degraded.degraded_after_s = self.cfg.degraded_after_s  # a reload applies at once
+        readings = [ClockReading(g.index, g.uuid, g.clocks_event_reasons) for g in s.gpus]
+        for change in self.degraded.observe(readings, time.monotonic()):
+            fields = {"gpu": change.gpu, "uuid": change.uuid, "reasons": list(change.reasons)}
+            if change.degraded:
+                self._emit(
+                    "gpu_degraded", reason="gpu_degraded", **fields, for_s=round(change.for_s, 1)
+                )
+            else:
+                self._emit("gpu_degraded_cleared", **fields, for_s=round(change.for_s, 1))
+
+    def degraded_now(self) -> dict[int, tuple[str, ...]]:
+        """GPU -> hardware slowdown reasons of every degraded GPU (the health verdict)."""
+        return {gpu: reasons for gpu, (reasons, _) in self.degraded.degraded(0.0).items()}
+
+    def recent_as_dicts(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "ts": ts,
+                "available": s.available,
+                "hung": s.hung,
+                "reason": s.reason,
+                "access_lost": s.access_lost,
+                "gpus": [
+                    {
+                        "index": g.index,
+                        "used_mib": g.used_mib,
+                        "util_pct": g.util_pct,
+                        "lost": g.lost,
+                        "error": g.error,
+                        "throttle": list(throttle_names(g.clocks_event_reasons)),
+                        "clocks_event_reasons": g.clocks_event_reasons,
+                    }
+                    for g in s.gpus
+                ],
+            }
+            for ts, s in self.recent
+        ]
+
+    def busy(self, s: GpuSample) -> list[int]:
+        """Indices of GPUs still holding memory (unknown readings do not block a start)."""
+        return [
+            g.index
+            for g in s.gpus
+            if g.used_mib is not None and is_in_use(g, self.cfg.idle_below_mib)
+        ]
+
+    async def wait_drained(self, our_pids: Callable[[], Awaitable[set[int]]]) -> str | None:
+        """Wait until the expected GPUs are free (SPEC §4). Our own leftovers are killed; foreign
+        holders are named in `gpu_memory_held`. Returns None when drained (or unverifiable), else
+        why the start must fail."""
+        if self._probe is None:
+            return None
+        deadline = time.monotonic() + self.cfg.reclaim_timeout_s
+        named: set[int] = set()
+        while True:
+            s = await self.sample(with_pids=True)
+            if s is None or not s.available or s.hung:
+                return None  # cannot see GPUs: never refuse to start because of that
+            busy = self.busy(s)
+            if not busy:
+                return None
+            try:  # /proc/*/fd of a process stuck in the driver can block: never on the loop
+                holders = await _SCAN.call(functools.partial(_holders, s, busy), 10.0)
+            except blocking.Hung:
+                holders = {}  # unknown: the GPUs still count as busy, the start still waits
+            mine = await our_pids() if holders else set()
+            ours = [pid for pid in holders if pid in mine]
+            for pid in ours:
+                with contextlib.suppress(psutil.Error):
+                    psutil.Process(pid).kill()
+            foreign = {pid: cmd for pid, cmd in holders.items() if pid not in ours}
+            if set(foreign) - named or not named:
+                named |= set(foreign)
+                self._emit(
+                    "gpu_memory_held",
+                    gpus=",".join(
+                        f"{g.index}:{round(g.used_mib or 0)}" for g in s.gpus if g.index in busy
+                    ),
+                    holders="; ".join(f"{p} {c}" for p, c in foreign.items()) or "unknown",
+                    ours_killed=len(ours) or None,
+                )
+            if time.monotonic() >= deadline:
+                who = ", ".join(f"{p} {c}" for p, c in foreign.items()) or "unknown holders"
+                return (
+                    f"GPUs {busy} still hold memory after {self.cfg.reclaim_timeout_s:g} s ({who})"
+                )
+            await asyncio.sleep(min(self.cfg.sample_interval_s, 0.5))
+
+
+_SCAN = blocking.BoundedWorker("gpu-holders")
+
+
+def _holders(s: GpuSample, busy: list[int]) -> dict[int, str]:
+    """pid -> command line of processes holding the busy GPUs: NVML's process list (a hint,
+    may be empty inside a container) plus whoever has /dev/nvidia* open (the `fuser` way)."""
+    pids: set[int] = set()
+    for g in s.gpus:
+        if g.index in busy and g.pids:
+            pids |= set(g.pids)
+    from watchdog.gpu.nvml import processes_using_nvidia_devices
+
+    with contextlib.suppress(OSError):  # /proc unreadable: NVML's list is all we have
+        pids |= set(processes_using_nvidia_devices())
+    pids.discard(os.getpid())  # the daemon holds /dev/nvidiactl for NVML: not a holder
+    out: dict[int, str] = {}
+    for pid in sorted(pids):
+        try:
+            out[pid] = " ".join(psutil.Process(pid).cmdline())[:120] or "?"
+        except psutil.Error:
+            continue
+    return out
+
+
+def _history_len(cfg: GpusConfig) -> int:
+    """Keep about the last five minutes of samples for incident bundles (SPEC §10)."""
+    return max(10, min(600, int(300 / max(cfg.sample_interval_s, 0.01))))

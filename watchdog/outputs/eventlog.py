@@ -1,0 +1,242 @@
+"""Structured events (SPEC §9): one line per event on stdout through structlog (key=value on a
+TTY, JSON otherwise), or the native journal protocol when stdout is the journal, plus the event
+history (last 1,000, persisted in the state directory) and live subscribers (`events --follow`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import os
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from watchdog import blocking
+from watchdog.core import names
+from watchdog.outputs import journal
+
+HISTORY = 1000
+# Event fields that get a dedicated journal field name (SPEC §9); all others are added too.
+_JOURNAL_NAMES = {
+    "event": "WATCHDOG_EVENT",
+    "reason": "WATCHDOG_REASON",
+    "pid": "CHILD_PID",
+    "job": "JOB",
+    "gpu": "GPU",
+    "xid": "WATCHDOG_XID",  # SPEC §12: journalctl WATCHDOG_XID=79
+}
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def configure_structlog(json_lines: bool | None = None) -> None:
+    if json_lines is None:
+        json_lines = not sys.stdout.isatty()
+    renderer: Any = (
+        structlog.processors.JSONRenderer(sort_keys=False)
+        if json_lines
+        else structlog.processors.KeyValueRenderer(key_order=["ts", "event"], drop_missing=True)
+    )
+    structlog.configure(
+        processors=[renderer],
+        logger_factory=structlog.PrintLoggerFactory(sys.stdout),
+        cache_logger_on_first_use=True,
+    )
+
+
+class EventLog:
+    """Where every event goes. `emit()` is the only way the daemon reports anything."""
+
+    def __init__(self, job: str, history_path: str | None) -> None:
+        self._job = job
+        self._path = history_path
+        self._history: deque[dict[str, Any]] = deque(maxlen=HISTORY)
+        self._subscribers: dict[asyncio.Queue[dict[str, Any]], int] = {}  # queue -> dropped
+        self._hooks: list[Callable[[dict[str, Any]], None]] = []
+        self._log = structlog.get_logger()
+        self._journal = journal.JournalSender() if journal.journal_stream_active() else None
+        self._writer = _HistoryWriter(history_path, self._log) if history_path else None
+        if history_path:
+            self._history.extend(_load_history(history_path))
+
+    def set_job(self, job: str) -> None:
+        self._job = job
+
+    def add_hook(self, hook: Callable[[dict[str, Any]], None]) -> None:
+        self._hooks.append(hook)
+
+    def history(self, n: int | None = None) -> list[dict[str, Any]]:
+        items = list(self._history)
+        return items if n is None else items[-n:] if n > 0 else []
+
+    def subscribe(self) -> asyncio.Queue[dict[str, Any]]:
+        q: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=1000)
+        self._subscribers[q] = 0
+        return q
+
+    def unsubscribe(self, q: asyncio.Queue[dict[str, Any]]) -> None:
+        self._subscribers.pop(q, None)
+
+    def take_dropped(self, q: asyncio.Queue[dict[str, Any]]) -> int:
+        """How many events `q` lost since the last call because its reader fell behind."""
+        n = self._subscribers.get(q, 0)
+        if n:
+            self._subscribers[q] = 0
+        return n
+
+    def emit(self, event: str, **fields: Any) -> dict[str, Any]:
+        record: dict[str, Any] = {"ts": utc_now(), "event": event, "job": self._job}
+        record.update({k: v for k, v in fields.items() if v is not None})
+        self._write(record)
+        self._history.append(record)
+        self._persist(record)
+        for q in list(self._subscribers):
+            try:
+                q.put_nowait(record)
+            except asyncio.QueueFull:  # a stuck follower loses events, not us; it is told so
+                self._subscribers[q] += 1
+        for hook in self._hooks:
+            hook(record)
+        return record
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if self._journal is not None and self._journal.send(journal_fields(record)):
+            return
+        fields = {k: v for k, v in record.items() if k != "event"}
+        # stdout gone (hung-up tty, full disk): the history still has the event.
+        with contextlib.suppress(OSError):
+            self._log.info(record["event"], **fields)
+
+    def _persist(self, record: dict[str, Any]) -> None:
+        if self._writer is not None:
+            self._writer.append(record, self._history)
+
+    def flush(self, timeout_s: float = 2.0) -> bool:
+        """Wait (bounded) until the history file has every event emitted so far (at exit)."""
+        return self._writer is None or self._writer.flush(timeout_s)
+
+
+class _HistoryWriter:
+    """Appends to the history file on its own thread (blocking.Worker), in order: a slow or hung
+    state disk never blocks the event loop (issue 15). Every HISTORY lines the file is compacted
+    to the last HISTORY events (write_atomic: temp, fsync, rename). While the disk does not
+    answer, at most MAX_PENDING events wait; past that they are dropped from the file (never from
+    the history in memory) and the next line that gets through says how many."""
+
+    MAX_PENDING = 10_000
+
+    def __init__(self, path: str, log: Any) -> None:
+        self._path = path
+        self._log = log
+        self._worker = blocking.Worker("history-writer")
+        self._lock = threading.Lock()
+        self._pending = 0
+        self._dropped = 0
+        self._since_compact = 0  # counted on the loop
+
+    def append(self, record: dict[str, Any], history: deque[dict[str, Any]]) -> None:
+        with self._lock:
+            if self._pending >= self.MAX_PENDING:
+                self._dropped += 1
+                return
+            self._pending += 1
+            dropped, self._dropped = self._dropped, 0
+        line = json.dumps(record, default=str) + "\n"
+        if dropped:
+            note = {"ts": record["ts"], "event": "history_write_failed", "dropped": dropped}
+            line = json.dumps(note) + "\n" + line
+        self._since_compact += 1
+        snapshot = None
+        if self._since_compact >= HISTORY:  # the history in memory already holds `record`
+            self._since_compact, snapshot = 0, list(history)
+        self._worker.submit(lambda: self._write(line, snapshot))
+
+    def _write(self, line: str, snapshot: list[dict[str, Any]] | None) -> None:
+        try:
+            with open(self._path, "a", encoding="utf-8") as f:
+                f.write(line)
+            if snapshot is not None:
+                text = "".join(json.dumps(r, default=str) + "\n" for r in snapshot)
+                write_atomic(self._path, text)
+        except OSError as e:
+            with contextlib.suppress(OSError):  # stdout may be gone too
+                self._log.warning("history_write_failed", error=str(e))
+        finally:
+            with self._lock:
+                self._pending -= 1
+
+    def flush(self, timeout_s: float) -> bool:
+        done = self._worker.submit(lambda: None)
+        try:
+            done.result(timeout=timeout_s)
+        except concurrent.futures.TimeoutError:
+            return False
+        return True
+
+
+def journal_fields(record: dict[str, Any]) -> dict[str, object]:
+    fields: dict[str, object] = {
+        "MESSAGE": " ".join(f"{k}={v}" for k, v in record.items() if k != "ts"),
+        "PRIORITY": names.priority(record["event"]),
+        "SYSLOG_IDENTIFIER": "watchdogd",
+    }
+    for key, value in record.items():
+        name = _JOURNAL_NAMES.get(key) or journal.field_name(f"watchdog_{key}")
+        if name and value is not None:
+            fields[name] = value if isinstance(value, str | int | float) else json.dumps(value)
+    return fields
+
+
+def _load_history(path: str) -> Iterable[dict[str, Any]]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = deque(f, maxlen=HISTORY)
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        with contextlib.suppress(ValueError):  # a line torn by a crash is skipped
+            obj = json.loads(line)
+            if isinstance(obj, dict):
+                out.append(obj)
+    return out
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Replace `path` with `text` so that a crash or power loss leaves the old or the new file,
+    whole: temp file, fsync, rename, fsync the directory (rename alone is not durable on ext4 or
+    xfs until the directory is). On error the temp file is removed and the old file is kept."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o640)
+        try:
+            data = text.encode("utf-8")
+            while data:
+                data = data[os.write(fd, data) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(os.path.dirname(path) or ".")
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,400 @@
+"""Incident bundles (SPEC §10): what the job looked like just before the watchdog killed it.
+
+Written before a kill for `gpus_idle`, `stalled` or `startup_timeout`, into
+`<state_dir>/incidents/<UTC %Y%m%dT%H%M%SZ>-<reason>/`: verdict.json, log_tail.txt,
+progress_tail.txt (when progress.file is set), gpu_samples.json, process_tree.txt, stacks.txt
+(py-spy; its version on the first line; torchrun workers named by rank), and errors.txt when a
+part failed.
+
+The kill must not wait on diagnostics: every part runs under a deadline (pyspy_timeout_s plus about
+a second in all), and trouble with one part is written down, never raised. Reading
+/proc/<pid>/cmdline of a process wedged in a driver can block, so even psutil runs in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+import psutil
+
+from watchdog import blocking
+from watchdog.process.child import WAITED_ELSEWHERE
+from watchdog.progress.follower import tail_lines
+from watchdog.progress.ranks import rank_label
+
+LOG_TAIL_LINES = 200
+# Bundle folders: only names like these are ever pruned; anything else in incidents/ is left alone.
+BUNDLE_NAME_RE = re.compile(r"[0-9]{8}T[0-9]{6}Z-[a-z0-9_]+(?:-[0-9]+)?\Z")
+_PROCS_TIMEOUT_S = 0.3  # psutil over the job's tree: milliseconds unless /proc blocks
+_SLACK_S = 1.0  # the whole bundle: pyspy_timeout_s plus this
+_MIN_STEP_S = 0.1  # least time granted to a late step even when the deadline has passed
+_REAP_TIMEOUT_S = 0.3  # waiting for a SIGKILLed py-spy to be reaped
+# Each step of a bundle on its own bounded worker (blocking.py), never asyncio's default
+# executor (issue 23): a step stuck for good (the log tail on a hung mount, /proc of a tree
+# stuck in the driver) holds one thread, and the same step of a later bundle gives up at once
+# instead of stranding one more thread per incident until that shared pool is full.
+_LOGS_IO = blocking.BoundedWorker("incident-logs")
+_PROCS_IO = blocking.BoundedWorker("incident-procs")
+_WRITE_IO = blocking.BoundedWorker("incident-write")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class _ProcInfo:
+    pid: int
+    ppid: int | None = None
+    status: str = "?"
+    rss_bytes: int | None = None
+    cmdline: str = ""
+    is_python: bool = False
+    error: str | None = None
+    rank: str | None = None  # torchrun's RANK (and LOCAL_RANK) of a worker, from its environ
+
+
+def find_pyspy() -> str | None:
+    """py-spy on PATH, or next to this interpreter (installed with the `diagnostics` extra)."""
+    found = shutil.which("py-spy")
+    if found:
+        return found
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if os.access(beside, os.X_OK) else None
+
+
+def _bundle_name(now_utc: datetime, reason: str) -> str:
+    if now_utc.tzinfo is None:
+        now_utc = now_utc.replace(tzinfo=UTC)  # naive means UTC here, never local time
+    safe_reason = re.sub(r"[^a-z0-9_]", "_", reason.lower()) or "unknown"
+    return f"{now_utc.astimezone(UTC):%Y%m%dT%H%M%SZ}-{safe_reason}"
+
+
+def _make_folder(state_dir: str, name: str) -> Path:
+    """Create the bundle folder, `-2`, `-3`… on collision; OSError if none can be made."""
+    incidents = Path(state_dir) / "incidents"
+    incidents.mkdir(mode=0o750, parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        folder = incidents / (name if n == 1 else f"{name}-{n}")
+        try:
+            folder.mkdir(mode=0o750)
+        except FileExistsError:
+            continue
+        return folder
+    raise FileExistsError(f"{incidents}: no free name for {name}")
+
+
+def _write(folder: Path, name: str, text: str, errors: list[str]) -> None:
+    try:
+        (folder / name).write_text(text, encoding="utf-8", errors="replace")
+    except OSError as exc:
+        errors.append(f"{name}: {exc}")
+
+
+def _to_json(value: object) -> str:
+    return json.dumps(value, indent=2, default=str, ensure_ascii=False) + "\n"
+
+
+def _tail_text(path: str | None, errors: list[str], part: str) -> str:
+    """The last LOG_TAIL_LINES lines of `path` as text, or a note saying why there are none."""
+    if path is None:
+        return "(no log file configured)\n"
+    try:
+        lines = tail_lines(path, LOG_TAIL_LINES)
+    except OSError as exc:
+        errors.append(f"{part}: {exc}")
+        return f"({path}: unreadable: {exc})\n"
+    return "".join(f"{line}\n" for line in lines) if lines else f"({path}: empty)\n"
+
+
+def _write_verdict(
+    folder: Path,
+    reason: str,
+    now_utc: datetime,
+    verdict: Mapping[str, object],
+    gpu_samples: Sequence[Mapping[str, object]],
+) -> list[str]:
+    """The parts known without reading anything; returns what went wrong."""
+    errors: list[str] = []
+    record = {"reason": reason, "time": now_utc.isoformat(), "evidence": dict(verdict)}
+    _write(folder, "verdict.json", _to_json(record), errors)
+    _write(folder, "gpu_samples.json", _to_json([dict(s) for s in gpu_samples]), errors)
+    return errors
+
+
+def _write_tails(folder: Path, logs: tuple[str | None, str | None]) -> list[str]:
+    """The log tails; returns what went wrong.
+
+    `logs` is (job log, progress file): a job that writes its own progress file has its
+    tracebacks in the job log and its training lines in the file, and both tell the story.
+    """
+    errors: list[str] = []
+    log_path, progress_path = logs
+    _write(folder, "log_tail.txt", _tail_text(log_path, errors, "log_tail.txt"), errors)
+    if progress_path is not None and progress_path != log_path:
+        tail = _tail_text(progress_path, errors, "progress_tail.txt")
+        _write(folder, "progress_tail.txt", tail, errors)
+    return errors
+
+
+def _is_python(name: str, exe: str, argv: Sequence[str]) -> bool:
+    # exe catches scripts run through a shebang (torchrun's comm is "torchrun", its exe python3).
+    candidates = (name, os.path.basename(exe), os.path.basename(argv[0]) if argv else "")
+    return any("python" in c.lower() for c in candidates)
+
+
+def _describe(pid: int) -> _ProcInfo:
+    attrs = ["ppid", "status", "name", "exe", "cmdline", "memory_info", "environ"]
+    try:
+        info = psutil.Process(pid).as_dict(attrs=attrs, ad_value=None)
+    except psutil.NoSuchProcess:
+        return _ProcInfo(pid=pid, status="gone", error="no such process")
+    except psutil.Error as exc:
+        return _ProcInfo(pid=pid, error=str(exc))
+    argv: list[str] = info["cmdline"] or []
+    memory = info["memory_info"]
+    return _ProcInfo(
+        pid=pid,
+        ppid=info["ppid"],
+        status=str(info["status"] or "?"),
+        rss_bytes=memory.rss if memory is not None else None,
+        cmdline=" ".join(argv) or f"[{info['name'] or '?'}]",
+        is_python=_is_python(info["name"] or "", info["exe"] or "", argv),
+        rank=rank_label(info["environ"]),
+    )
+
+
+def _describe_all(pids: Sequence[int]) -> list[_ProcInfo]:
+    return [_describe(pid) for pid in dict.fromkeys(pids)]
+
+
+def _format_tree(procs: Sequence[_ProcInfo]) -> str:
+    rows = [f"{'PID':>8} {'PPID':>8} {'STATE':<10} {'RSS_MIB':>9} CMDLINE"]
+    for p in procs:
+        rss = f"{p.rss_bytes / 1048576:.1f}" if p.rss_bytes is not None else "?"
+        ppid = str(p.ppid) if p.ppid is not None else "?"
+        note = f" ({p.error})" if p.error else ""
+        rows.append(f"{p.pid:>8} {ppid:>8} {p.status:<10} {rss:>9} {p.cmdline}{note}")
+    return "\n".join(rows) + "\n"
+
+
+async def _dump_stacks(procs: Sequence[_ProcInfo], timeout_s: float) -> str:
+    """`py-spy dump` of every Python process, all at once, under one overall timeout."""
+    exe = find_pyspy()
+    if exe is None:
+        return (
+            f"py-spy not found: not on PATH and not next to {sys.executable} "
+            "(install train-watchdog[diagnostics])\n"
+        )
+    targets = [p for p in procs if p.is_python]
+    if not targets:
+        return "no Python process in the job's tree\n"
+    deadline = asyncio.get_running_loop().time() + max(timeout_s, 0.0)
+    started: dict[int, asyncio.subprocess.Process] = {}
+    sections: dict[int, str] = {}
+    for p in targets:
+        try:
+            started[p.pid] = proc = await asyncio.create_subprocess_exec(
+                exe,
+                "dump",
+                "--pid",
+                str(p.pid),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+            WAITED_ELSEWHERE.add(proc.pid)  # asyncio waits for it: the daemon's reaper must not
+        except OSError as exc:
+            sections[p.pid] = f"could not run py-spy: {exc}\n"
+    tasks = {pid: asyncio.create_task(proc.communicate()) for pid, proc in started.items()}
+    remaining = max(0.0, deadline - asyncio.get_running_loop().time())
+    if tasks:
+        await asyncio.wait(tasks.values(), timeout=remaining)
+    # Overrunning dumps are killed and reaped together, not one reap timeout after another.
+    finished = await asyncio.gather(
+        *(_finish_dump(started[p], t, timeout_s) for p, t in tasks.items())
+    )
+    sections.update(zip(tasks, finished, strict=True))
+    WAITED_ELSEWHERE.difference_update(proc.pid for proc in started.values())
+    version = await _pyspy_version(exe, max(0.0, deadline - asyncio.get_running_loop().time()))
+    head = f"# {version} ({exe})\n"
+    return head + "".join(
+        f"=== pid {p.pid}: {p.rank + ': ' if p.rank else ''}{p.cmdline} ===\n{sections[p.pid]}\n"
+        for p in targets
+    )
+
+
+async def _pyspy_version(exe: str, timeout_s: float) -> str:
+    """`py-spy 0.4.3`: which tool took the stacks (its output format changes between releases)."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            exe, "--version", stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE
+        )
+    except OSError as exc:
+        return f"py-spy (version unknown: {exc})"
+    WAITED_ELSEWHERE.add(proc.pid)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), max(timeout_s, _MIN_STEP_S))
+        return out.decode("utf-8", errors="replace").strip() or "py-spy (version unknown)"
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        return "py-spy (version unknown: --version overran)"
+    finally:
+        WAITED_ELSEWHERE.discard(proc.pid)
+
+
+async def _finish_dump(
+    proc: asyncio.subprocess.Process,
+    task: asyncio.Task[tuple[bytes, bytes]],
+    timeout_s: float,
+) -> str:
+    """py-spy's output, or a note that it overran and was killed (by its pid)."""
+    if task.done():
+        output = task.result()[0].decode("utf-8", errors="replace")
+        status = "" if proc.returncode == 0 else f"(py-spy exited with {proc.returncode})\n"
+        return output + status
+    task.cancel()
+    with contextlib.suppress(ProcessLookupError):  # it ended between the timeout and the kill
+        proc.kill()
+    try:
+        await asyncio.wait_for(proc.wait(), _REAP_TIMEOUT_S)
+    except TimeoutError:
+        return f"py-spy overran {timeout_s:g}s: SIGKILL sent to pid {proc.pid}, not yet reaped\n"
+    return f"py-spy overran {timeout_s:g}s: killed (pid {proc.pid})\n"
+
+
+def prune(state_dir: str, keep: int, *, spare: str | None = None) -> list[str]:
+    """Delete all but the newest `keep` bundle folders (by name); returns what went wrong.
+
+    Only folders in `<state_dir>/incidents/` named like a bundle are touched (never a symlink, a
+    file or another folder); `spare` (a bundle's name) is never deleted.
+    """
+    incidents = Path(state_dir) / "incidents"
+    errors: list[str] = []
+    try:
+        with os.scandir(incidents) as entries:
+            names = sorted(
+                e.name
+                for e in entries
+                if BUNDLE_NAME_RE.match(e.name) and e.is_dir(follow_symlinks=False)
+            )
+    except OSError as exc:
+        return [f"prune: {exc}"]
+    doomed = names[: max(0, len(names) - max(keep, 1))]
+    for name in doomed:
+        if name == spare:
+            continue
+        try:
+            shutil.rmtree(incidents / name)
+        except OSError as exc:
+            errors.append(f"prune {name}: {exc}")
+    return errors
+
+
+def _finish(
+    folder: Path, tree: str, stacks: str, state_dir: str, keep: int, errors: list[str]
+) -> None:
+    """The last parts, pruning, and errors.txt listing everything that went wrong."""
+    _write(folder, "process_tree.txt", tree, errors)
+    _write(folder, "stacks.txt", stacks, errors)
+    errors.extend(prune(state_dir, keep, spare=folder.name))
+    if errors:
+        _write(folder, "errors.txt", "".join(f"{e}\n" for e in errors), [])
+
+
+async def _bounded(
+    worker: blocking.BoundedWorker,
+    func: Callable[[], T],
+    timeout_s: float,
+    what: str,
+    errors: list[str],
+) -> T | None:
+    """Run blocking `func` on `worker`; None (and a note) if it outlives `timeout_s`, or if the
+    same step of an earlier bundle is still stuck there."""
+    try:
+        return await worker.call(func, max(timeout_s, _MIN_STEP_S), what=what)
+    except blocking.Hung as e:
+        errors.append(f"{what}: gave up after {max(timeout_s, _MIN_STEP_S):.1f}s ({e})")
+        return None
+
+
+async def _write_static(
+    folder: Path,
+    what: tuple[str, datetime, Mapping[str, object], Sequence[Mapping[str, object]]],
+    logs: tuple[str | None, str | None],
+    deadline: float,
+) -> list[str]:
+    """The parts known without looking at processes, each step on its own worker: a log on a
+    hung mount never keeps the verdict out of the bundle. Returns what went wrong."""
+    loop = asyncio.get_running_loop()
+    errors: list[str] = []
+    for worker, step, what_step in (
+        (_WRITE_IO, lambda: _write_verdict(folder, *what), "verdict and GPU samples"),
+        (_LOGS_IO, lambda: _write_tails(folder, logs), "log tail"),
+    ):
+        errors.extend(await _bounded(worker, step, deadline - loop.time(), what_step, errors) or [])
+    return errors
+
+
+async def write_bundle(
+    state_dir: str,
+    reason: str,
+    *,
+    now_utc: datetime,
+    verdict: Mapping[str, object],
+    log_path: str | None,
+    gpu_samples: Sequence[Mapping[str, object]],
+    pids: Sequence[int],
+    pyspy_timeout_s: float,
+    keep: int,
+    progress_path: str | None = None,
+) -> str:
+    """Write an incident bundle, prune old ones, and return the bundle's path.
+
+    `log_path` is the job's log (log_tail.txt); `progress_path`, where the job writes its own
+    progress file (progress.file), is tailed into progress_tail.txt as well.
+    Takes at most about pyspy_timeout_s + 1 s. Raises OSError only when the bundle folder itself
+    cannot be created; any other failure is noted in errors.txt inside the bundle.
+    """
+    loop = asyncio.get_running_loop()
+    hard_deadline = loop.time() + max(pyspy_timeout_s, 0.0) + _SLACK_S
+    folder = _make_folder(state_dir, _bundle_name(now_utc, reason))
+    errors: list[str] = []
+    static = asyncio.create_task(
+        _write_static(
+            folder,
+            (reason, now_utc, verdict, gpu_samples),
+            (log_path, progress_path),
+            hard_deadline,
+        )
+    )
+    try:
+        procs = await _bounded(
+            _PROCS_IO, lambda: _describe_all(pids), _PROCS_TIMEOUT_S, "process list", errors
+        )
+        if procs is None:
+            tree, stacks = "(process list unavailable: see errors.txt)\n", "(no process list)\n"
+        else:
+            tree, stacks = _format_tree(procs), await _dump_stacks(procs, pyspy_timeout_s)
+        errors.extend(await static or [])
+    finally:
+        static.cancel()  # when we are cancelled: no task left behind (a no-op once it is done)
+    await _bounded(
+        _WRITE_IO,
+        lambda: _finish(folder, tree, stacks, state_dir, keep, errors),
+        hard_deadline - loop.time(),
+        "writing the bundle",
+        errors,
+    )
+    return str(folder)

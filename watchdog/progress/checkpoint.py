@@ -1,0 +1,246 @@
+"""Read where the job's newest complete checkpoint is (progress.checkpoint, SPEC §12).
+
+The `pick_*` and `parse_*` functions are PURE; `read_checkpoint()` is the boundary (it only
+lists folders and reads one small file, never writes) and `CheckpointWatch` runs it off the
+event loop under a deadline: a checkpoint folder on a hung network filesystem must not stall the
+daemon. Kinds:
+
+- `megatron`: `latest_checkpointed_iteration.txt` (Megatron-LM and NeMo write it after every rank
+  finished saving): its iteration. `path` is the save folder or the tracker file itself.
+- `hf`: Hugging Face Trainer's `checkpoint-<step>/` folders. The newest may be half written (the
+  job died while saving); the Trainer writes `trainer_state.json` after the model, optimizer and
+  scheduler, so a folder counts only once that file is there.
+- `dcp`: torch.distributed.checkpoint writes `.metadata` last, on the coordinator, after every
+  rank's shards: a folder with `.metadata` is complete. `path` is one such folder (overwritten
+  in place: its mark is the mtime of `.metadata`) or a folder of them (`step_100/`...: the
+  highest number in their names; their mtime when a name has none).
+- `mtime`: the newest modification time of `path` and its direct entries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from watchdog import blocking
+
+TRACKER = "latest_checkpointed_iteration.txt"
+HF_DONE = "trainer_state.json"
+DCP_DONE = ".metadata"
+MAX_ENTRIES = 10_000  # entries looked at per folder: a bound on one read's cost
+READ_TIMEOUT_S = 5.0
+# One thread for every read of progress.checkpoint (a folder on a network mount can hang).
+_READS = blocking.BoundedWorker("checkpoint-read")
+
+_HF_NAME = re.compile(r"checkpoint-([0-9]{1,18})\Z")
+_NUMBER = re.compile(r"([0-9]{1,18})(?!.*[0-9])")  # the last run of digits in a name
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The newest complete checkpoint: `mark` orders them (an iteration, or an mtime for kind
+    mtime and unnumbered DCP folders); `written_at` is its mtime (wall clock, seconds)."""
+
+    mark: float | None
+    label: str | None = None
+    written_at: float | None = None
+    error: str | None = None
+    # SPEC §13: the newest write anywhere the checkpoint is being saved (wall clock), complete
+    # or not: a save in progress is activity (it keeps the job from `stalled`), not progress.
+    activity_at: float | None = None
+
+
+# ------------------------------------------------------------------------------- pure parts
+
+
+def parse_megatron_tracker(text: str) -> int | None:
+    """The iteration in a tracker file; None for `release` (a converted model, not a run)."""
+    word = text.strip()
+    return int(word) if re.fullmatch(r"[0-9]{1,18}", word) else None
+
+
+def pick_hf(entries: Iterable[tuple[str, bool]]) -> tuple[int, str] | None:
+    """(step, name) of the highest `checkpoint-N` folder that is complete, of (name, complete)."""
+    best: tuple[int, str] | None = None
+    for name, complete in entries:
+        m = _HF_NAME.match(name)
+        if m and complete and (best is None or int(m[1]) > best[0]):
+            best = (int(m[1]), name)
+    return best
+
+
+def pick_dcp(entries: Iterable[tuple[str, float]]) -> tuple[float, str] | None:
+    """(mark, name) of the newest of complete DCP folders given as (name, mtime of .metadata):
+    the highest number in the names when every name has one, else the newest mtime."""
+    items = list(entries)
+    if not items:
+        return None
+    numbers = [(_NUMBER.search(name), name) for name, _ in items]
+    if all(m is not None for m, _ in numbers):
+        return max((float(m[1]), name) for m, name in numbers if m is not None)
+    mtime, name = max((mtime, name) for name, mtime in items)
+    return mtime, name
+
+
+# ------------------------------------------------------------------------------ the reading
+
+
+def read_checkpoint(path: str, kind: str) -> Checkpoint:
+    """Blocking: the newest complete checkpoint under `path`, or why there is none."""
+    try:
+        if kind == "megatron":
+            return _read_megatron(path)
+        if kind == "hf":
+            return _read_hf(path)
+        if kind == "dcp":
+            return _read_dcp(path)
+        return _read_mtime(path)
+    except FileNotFoundError:
+        return Checkpoint(None, error=f"{path}: no checkpoint yet")
+    except (OSError, UnicodeDecodeError) as exc:
+        return Checkpoint(None, error=f"{path}: {exc}")
+
+
+def _read_megatron(path: str) -> Checkpoint:
+    tracker = path if os.path.basename(path) == TRACKER else os.path.join(path, TRACKER)
+    with open(tracker, encoding="utf-8") as f:
+        text = f.read(64)
+    iteration = parse_megatron_tracker(text)
+    if iteration is None:
+        return Checkpoint(None, error=f"{tracker}: no iteration in {text.strip()[:20]!r}")
+    return Checkpoint(iteration, f"iteration {iteration}", os.stat(tracker).st_mtime)
+
+
+def _subdirs(path: str) -> list[os.DirEntry[str]]:
+    out = []
+    with os.scandir(path) as it:
+        for n, entry in enumerate(it):
+            if n >= MAX_ENTRIES:
+                break
+            if entry.is_dir(follow_symlinks=False):
+                out.append(entry)
+    return out
+
+
+def _read_hf(path: str) -> Checkpoint:
+    dirs = [e for e in _subdirs(path) if _HF_NAME.match(e.name)]
+    done = {e.name: os.path.join(e.path, HF_DONE) for e in dirs}
+    best = pick_hf((name, os.path.exists(p)) for name, p in done.items())
+    if best is None:
+        return Checkpoint(None, error=f"{path}: no complete checkpoint-N folder yet")
+    step, name = best
+    return Checkpoint(step, name, os.stat(done[name]).st_mtime)
+
+
+def _read_dcp(path: str) -> Checkpoint:
+    own = os.path.join(path, DCP_DONE)
+    if os.path.exists(own):
+        mtime = os.stat(own).st_mtime
+        return Checkpoint(mtime, os.path.basename(path), mtime)
+    found: dict[str, float] = {}
+    for e in _subdirs(path):
+        try:
+            found[e.name] = os.stat(os.path.join(e.path, DCP_DONE)).st_mtime
+        except FileNotFoundError:
+            continue  # still being written, or not a checkpoint
+    best = pick_dcp(found.items())
+    if best is None:
+        return Checkpoint(None, error=f"{path}: no folder with {DCP_DONE} yet")
+    mark, name = best
+    return Checkpoint(mark, name, found[name])
+
+
+def _read_mtime(path: str) -> Checkpoint:
+    newest = os.stat(path).st_mtime
+    if os.path.isdir(path):
+        with os.scandir(path) as it:
+            for n, entry in enumerate(it):
+                if n >= MAX_ENTRIES:
+                    break
+                try:
+                    newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+                except FileNotFoundError:
+                    continue
+    return Checkpoint(newest, os.path.basename(path), newest)
+
+
+def newest_write(path: str, kind: str, depth: int = 3) -> float | None:
+    """Blocking: the newest mtime of the checkpoint folder, its entries, and down the newest
+    subfolder (`checkpoint-500/`, `iter_0000500/mp_rank_00/`: the shards being written) to
+    `depth` levels; each folder looked at holds at most MAX_ENTRIES entries of the look."""
+    folder = path
+    if kind == "megatron" and os.path.basename(path) == TRACKER:
+        folder = os.path.dirname(path) or "."
+    try:
+        newest = os.stat(folder).st_mtime
+        while depth > 0 and os.path.isdir(folder):
+            depth -= 1
+            newest_dir: tuple[float, str] | None = None
+            with os.scandir(folder) as it:
+                for entry in itertools.islice(it, MAX_ENTRIES):
+                    try:
+                        mtime = entry.stat(follow_symlinks=False).st_mtime
+                    except FileNotFoundError:
+                        continue
+                    newest = max(newest, mtime)
+                    if entry.is_dir(follow_symlinks=False) and (
+                        newest_dir is None or mtime > newest_dir[0]
+                    ):
+                        newest_dir = (mtime, entry.path)
+            if newest_dir is None:
+                break
+            folder = newest_dir[1]
+    except OSError:
+        return None
+    return newest
+
+
+def _read_with_activity(path: str, kind: str) -> Checkpoint:
+    found = read_checkpoint(path, kind)
+    return dataclasses.replace(found, activity_at=newest_write(path, kind))
+
+
+class CheckpointWatch:
+    """Reads the checkpoint in a thread, one read at a time, each under READ_TIMEOUT_S."""
+
+    def __init__(self, path: str, kind: str) -> None:
+        self.path, self.kind = path, kind
+        self.last: Checkpoint | None = None
+        self._activity_at: float | None = None  # the newest write seen so far
+
+    def wrote_since(self, found: Checkpoint) -> bool:
+        """Something was written where checkpoints are saved since the previous read (the
+        first read only sets where to count from)."""
+        at = found.activity_at
+        if at is None:
+            return False
+        before, self._activity_at = self._activity_at, max(at, self._activity_at or at)
+        return before is not None and at > before
+
+    async def read(self) -> Checkpoint:
+        """The newest checkpoint now; while a read still hangs from before, none is doubled
+        (the bounded worker, blocking.py: never asyncio's default executor, issue 23)."""
+        path, kind = self.path, self.kind
+        try:
+            found = await _READS.call(
+                lambda: _read_with_activity(path, kind), READ_TIMEOUT_S, what=f"reading {path}"
+            )
+        except blocking.Hung:
+            found = Checkpoint(None, error=f"{self.path}: read took over {READ_TIMEOUT_S:g} s")
+        if found.mark is not None or self.last is None or self.last.mark is None:
+            self.last = found
+        return found
+
+    def as_dict(self) -> dict[str, object]:
+        c = self.last
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "mark": None if c is None else c.mark,
+            "label": None if c is None else c.label,
+            "error": None if c is None else c.error,
+        }

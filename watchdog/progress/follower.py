@@ -1,0 +1,494 @@
+"""Follow the job's log and find its progress lines (tokens/s, step).
+
+`parse_line()` is PURE. `LogFollower` and `tail_lines()` are the boundary: they only read the file
+(never lock it, never write it), so following can never slow the job down. No asyncio here: the
+daemon calls `LogFollower.poll()` once per sample tick, and one poll reads at most
+`max_read_bytes` per file.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import stat
+import time
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from watchdog.core.samples import ProgressReading
+
+if TYPE_CHECKING:
+    from watchdog.progress.reader import Candidate, LineReader
+
+# A user's regex is only ever fed the last 4096 characters of a line: a pattern like `(.*)*x` on a
+# line of several MiB backtracks catastrophically and would eat the daemon's CPU for minutes
+# (the progress text of a training log sits at the end of its line anyway).
+MAX_MATCH_CHARS = 4096
+# Bytes kept of a line still waiting for its newline (and decoded of any complete line): enough
+# for MAX_MATCH_CHARS characters of UTF-8, so a 50 MiB line without a newline costs 16 KiB.
+MAX_LINE_BYTES = 4 * MAX_MATCH_CHARS
+MAX_HEADER_BYTES = 64 << 10  # a CSV progress file's header line is read up to this
+# Lines of one poll always matched, newest first: earlier progress lines are superseded.
+MATCH_LAST_LINES = 64
+# When none of those held progress, keep looking further back (progress drowned in chatter), but
+# never run the regex more often than this per poll: it bounds CPU at 10,000 lines/s.
+MAX_SCAN_LINES = 4096
+# Newest lines of a poll handed back as text (for status and failure reports).
+LAST_LINES_KEPT = 10
+# One poll's matching time is bounded too: past the newest MATCH_LAST_LINES lines, the scan
+# further back stops once it has cost this much (a flood of pathological lines, issue 21).
+MAX_SCAN_S = 0.05
+
+_FLOAT_RE = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\Z")
+# A step fits in 64 bits (metrics, JSON); a longer run of digits is not a step counter.
+_INT_RE = re.compile(r"[0-9]{1,18}\Z")
+
+
+def _parse_float(text: str | None) -> float | None:
+    if text is None:
+        return None
+    # "9,012.5" is a thousands separator; a trailing dot is punctuation ("at 9012. tok/s").
+    cleaned = text.replace(",", "").rstrip(".")
+    if not _FLOAT_RE.match(cleaned):
+        return None
+    value = float(cleaned)
+    return value if math.isfinite(value) else None
+
+
+def _parse_int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    cleaned = text.replace(",", "")
+    return int(cleaned) if _INT_RE.match(cleaned) else None
+
+
+def parse_line(line: str, pattern: re.Pattern[str]) -> ProgressReading | None:
+    """PURE: the progress a log line reports, or None when it reports none we can parse.
+
+    The pattern's named groups `tokens_per_s` and/or `step` are read; `9,012.5` → 9012.5.
+    """
+    match = pattern.search(line[-MAX_MATCH_CHARS:])
+    if match is None:
+        return None
+    groups = match.groupdict()
+    tokens_per_s = _parse_float(groups.get("tokens_per_s"))
+    step = _parse_int(groups.get("step"))
+    if tokens_per_s is None and step is None:
+        return None
+    return ProgressReading(tokens_per_s=tokens_per_s, step=step)
+
+
+@dataclass(frozen=True, slots=True)
+class FollowResult:
+    """What one `LogFollower.poll()` found in the bytes appended since the previous one.
+
+    `readings` pairs each reading with its line number (counted over the lines this follower has
+    seen, from 1), oldest first: the last one is the newest. At most MATCH_LAST_LINES of them.
+    """
+
+    readings: tuple[tuple[ProgressReading, int], ...] = ()
+    lines: int = 0  # complete lines seen (a lone \r ends a line too: progress bars)
+    skipped_bytes: int = 0  # jumped over because the job wrote more than max_read_bytes
+    last_lines: tuple[str, ...] = ()  # newest complete lines, oldest first, each ≤ MAX_MATCH_CHARS
+    read_bytes: int = 0
+    truncated: bool = False  # the file shrank below our offset (copytruncate): read from 0
+    replaced: bool = False  # the path now names another file (rotate-and-create)
+    error: str | None = None  # why the file could not be read (permission, not a regular file)
+    # st_mtime (wall clock) of the file the newest reading came from, as of this poll: no
+    # earlier than that line's write, since later lines only move it forward.
+    latest_mtime: float | None = None
+    # With a LineReader (SPEC §13): what recognised the newest reading (tqdm, megatron, …,
+    # pattern, csv, jsonl), and how many lines were activity, not progress (an eval bar).
+    source: str | None = None
+    activity: int = 0
+
+    @property
+    def latest(self) -> ProgressReading | None:
+        """The newest reading of this poll, if any."""
+        return self.readings[-1][0] if self.readings else None
+
+
+@dataclass(slots=True)
+class _Source:
+    """One open file being followed (the current one, or a rotated one still being drained)."""
+
+    fd: int
+    ident: tuple[int, int]  # (st_dev, st_ino)
+    offset: int = 0
+    partial: bytes = b""  # tail of a line still waiting for its newline, ≤ MAX_LINE_BYTES
+    drop_fragment: bool = False  # after a skip: the bytes up to the next newline are a fragment
+    after_cr: bool = False  # the last read ended in \r: a leading \n completes a \r\n
+
+
+class _Found:
+    """Mutable accumulator of one poll, frozen into a FollowResult at the end."""
+
+    def __init__(self) -> None:
+        self.readings: list[tuple[ProgressReading, int]] = []
+        self.last_lines: list[str] = []
+        self.lines = 0
+        self.skipped_bytes = 0
+        self.read_bytes = 0
+        self.truncated = False
+        self.replaced = False
+        self.error: str | None = None
+        self.latest_mtime: float | None = None
+        self.source: str | None = None
+        self.activity = 0
+
+    def result(self) -> FollowResult:
+        return FollowResult(
+            readings=tuple(self.readings[-MATCH_LAST_LINES:]),
+            lines=self.lines,
+            skipped_bytes=self.skipped_bytes,
+            last_lines=tuple(self.last_lines[-LAST_LINES_KEPT:]),
+            read_bytes=self.read_bytes,
+            truncated=self.truncated,
+            replaced=self.replaced,
+            error=self.error,
+            latest_mtime=self.latest_mtime,
+            source=self.source,
+            activity=self.activity,
+        )
+
+
+def _open_source(path: str) -> _Source | None:
+    """Open `path` for reading; None if it does not exist (yet)."""
+    try:
+        # O_NONBLOCK: a FIFO at the path must not block the daemon in open().
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            # Reading a FIFO or a tty would steal the bytes from their real reader.
+            raise OSError(f"{path}: not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return _Source(fd=fd, ident=(st.st_dev, st.st_ino))
+
+
+def _pread_all(fd: int, length: int, offset: int) -> bytes:
+    """Read up to `length` bytes at `offset`: short only at end of file."""
+    parts: list[bytes] = []
+    while length > 0:
+        chunk = os.pread(fd, length, offset)
+        if not chunk:
+            break
+        parts.append(chunk)
+        length -= len(chunk)
+        offset += len(chunk)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _find_marker(src: _Source, marker: str, window: int) -> int | None:
+    """Offset just past the line holding the last `marker` in the file's last `window` bytes."""
+    size = os.fstat(src.fd).st_size
+    start = max(0, size - window)
+    data = _pread_all(src.fd, size - start, start)
+    at = data.rfind(marker.encode("utf-8", "replace"))
+    if at < 0:
+        return None
+    newline = data.find(b"\n", at)
+    return start + (newline + 1 if newline >= 0 else len(data))
+
+
+class Follower(Protocol):
+    """What the daemon needs of a follower: LogFollower, or GlobFollower over the newest of
+    several files (progress_glob.py)."""
+
+    @property
+    def path(self) -> str: ...
+
+    def poll(self) -> FollowResult: ...
+
+    def carry(self) -> dict[str, object] | None: ...
+
+    def close(self) -> None: ...
+
+
+class LogFollower:
+    """Reads what the job appends to its log, survives rotation, truncation and huge lines.
+
+    Created right after the daemon wrote its start marker: with `marker` it begins after the last
+    line holding that text (so lines the job wrote before the first poll are not lost), else at the
+    end of the file (`start="end"`) or at its beginning. A file that does not exist yet is read
+    from its beginning once it appears, as is a new file that replaces it at the same path.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        pattern: re.Pattern[str],
+        *,
+        marker: str | None = None,
+        max_read_bytes: int = 4 << 20,
+        start: Literal["end", "beginning"] = "end",
+        reader: LineReader | None = None,
+    ) -> None:
+        if max_read_bytes < 1:
+            raise ValueError("max_read_bytes must be positive")
+        self._path = path
+        self._pattern = pattern
+        # Without a reader, every line the pattern matches is a reading (parse_line).
+        self.reader = reader
+        self._max_read_bytes = max_read_bytes
+        self._line_no = 0
+        self._old: _Source | None = None  # a rotated file the job may still write to
+        self._cur: _Source | None = None
+        try:
+            self._cur = _open_source(path)
+        except OSError:
+            return  # poll() retries and reports why
+        if self._cur is None:
+            return
+        found = _find_marker(self._cur, marker, max_read_bytes) if marker else None
+        if found is not None:
+            self._cur.offset = found
+        elif start == "end":
+            self._cur.offset = os.fstat(self._cur.fd).st_size
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def offset(self) -> int:
+        """Bytes of the current file consumed so far (0 while it does not exist)."""
+        return self._cur.offset if self._cur is not None else 0
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes held of lines still waiting for their newline (bounded by MAX_LINE_BYTES each)."""
+        return sum(len(s.partial) for s in (self._cur, self._old) if s is not None)
+
+    def poll(self) -> FollowResult:
+        """Read what is new since the last call; never raises for file trouble (see `error`)."""
+        found = _Found()
+        try:
+            self._check_path(found)
+            old_read = self._read(self._old, found) if self._old is not None else 0
+            cur_read = self._read(self._cur, found) if self._cur is not None else 0
+            if self._old is not None and old_read == 0 and cur_read > 0:
+                # The writer has moved on to the new file: the rotated one is finished.
+                self._retire_old()
+        except OSError as exc:
+            found.error = str(exc) if exc.filename is None else f"{exc.filename}: {exc.strerror}"
+        return found.result()
+
+    def carry(self) -> dict[str, object] | None:
+        """The current file's descriptor and position, for an in-place re-exec: the new code
+        reads on from the very byte the old one stopped at (no progress line skipped or read
+        twice). The caller keeps the fd open across exec. None when no file is open yet (a
+        rotated file still being drained is left to close with the old code)."""
+        cur = self._cur
+        if cur is None:
+            return None
+        return {
+            "fd": cur.fd,
+            "ident": list(cur.ident),
+            "offset": cur.offset,
+            "partial": cur.partial.decode("latin-1"),
+            "drop_fragment": cur.drop_fragment,
+            "after_cr": cur.after_cr,
+            "line_no": self._line_no,
+            "reader": None if self.reader is None else self.reader.carry(),
+        }
+
+    @classmethod
+    def resumed(
+        cls,
+        path: str,
+        pattern: re.Pattern[str],
+        c: dict[str, Any],
+        reader: LineReader | None = None,
+    ) -> LogFollower:
+        """A follower over the descriptor carried across exec (see carry())."""
+        follower = cls(path, pattern, start="end", reader=reader)
+        if reader is not None:
+            reader.resume(c.get("reader"))
+        if follower._cur is not None:
+            os.close(follower._cur.fd)
+        dev, ino = c["ident"]
+        follower._cur = _Source(
+            fd=int(c["fd"]),
+            ident=(int(dev), int(ino)),
+            offset=int(c["offset"]),
+            partial=str(c["partial"]).encode("latin-1"),
+            drop_fragment=c["drop_fragment"] is True,
+            after_cr=c["after_cr"] is True,
+        )
+        follower._line_no = int(c["line_no"])
+        os.set_inheritable(follower._cur.fd, False)
+        return follower
+
+    def close(self) -> None:
+        """Close the files held open; the follower must not be polled afterwards."""
+        for src in (self._old, self._cur):
+            if src is not None:
+                os.close(src.fd)
+        self._old = self._cur = None
+
+    def __enter__(self) -> LogFollower:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _check_path(self, found: _Found) -> None:
+        """Open the file if it appeared; switch to a new file that replaced it at the path."""
+        try:
+            st = os.stat(self._path)
+        except FileNotFoundError:
+            return  # deleted or renamed away: the job may still write to the file we hold
+        if self._cur is not None and (st.st_dev, st.st_ino) == self._cur.ident:
+            return
+        new = _open_source(self._path)
+        if new is None:
+            return
+        if self._cur is None:
+            self._cur = new
+            return
+        # Rotate-and-create: keep draining the old file, since a job whose stdout points at it
+        # keeps writing there until it reopens (a second rotation retires the oldest one).
+        if self._old is not None:
+            self._read(self._old, found)
+            self._retire_old()
+        self._old, self._cur = self._cur, new
+        found.replaced = True
+
+    def _retire_old(self) -> None:
+        # An unfinished last line of the old file is dropped: newer lines have superseded it.
+        if self._old is not None:
+            os.close(self._old.fd)
+            self._old = None
+
+    def _read(self, src: _Source, found: _Found) -> int:
+        """Read `src`'s new bytes (skipping ahead when too far behind); returns the bytes read."""
+        st = os.fstat(src.fd)
+        size = st.st_size
+        if size < src.offset:
+            src.offset, src.partial, src.drop_fragment, src.after_cr = 0, b"", False, False
+            found.truncated = True
+        if self.reader is not None and self.reader.wants_header and src is self._cur:
+            first = _pread_all(src.fd, MAX_HEADER_BYTES, 0).split(b"\n", 1)
+            if len(first) == 2 and self.reader.header(first[0].decode("utf-8", "replace")):
+                # Rewritten whole with a new header (Lightning's CSVLogger): read it again;
+                # rows read twice are no progress (their steps are not past the highest).
+                src.offset, src.partial, src.drop_fragment, src.after_cr = 0, b"", False, False
+                found.truncated = True
+        pending = size - src.offset
+        if pending > self._max_read_bytes:
+            # Never fall behind a fast writer: the newest bytes hold the progress that matters.
+            skip = pending - self._max_read_bytes
+            src.offset += skip
+            found.skipped_bytes += skip
+            src.partial, src.drop_fragment, src.after_cr = b"", True, False
+        data = _pread_all(src.fd, size - src.offset, src.offset)
+        src.offset += len(data)
+        found.read_bytes += len(data)
+        before = len(found.readings)
+        self._consume(src, data, found)
+        if len(found.readings) > before:
+            # When the file holding the newest reading was last written (a rotated file the
+            # job still writes to, not whatever now has the path).
+            found.latest_mtime = st.st_mtime
+        return len(data)
+
+    def _consume(self, src: _Source, data: bytes, found: _Found) -> None:
+        """Split `data` into complete lines (joined to the buffered partial one) and scan them."""
+        if src.after_cr and data.startswith(b"\n"):
+            data = data[1:]  # the \n of a \r\n split across two reads ends no new line
+        if not data:
+            return
+        end = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1  # end of the complete lines
+        if end == 0:
+            if not src.drop_fragment:
+                src.partial = (src.partial + data[-MAX_LINE_BYTES:])[-MAX_LINE_BYTES:]
+            return
+        src.after_cr = data[end - 1] == 0x0D
+        lines = data.splitlines()  # C speed; splits on \n, \r and \r\n
+        if end < len(data):
+            lines.pop()  # the unfinished last line
+        if src.drop_fragment:
+            lines = lines[1:]
+        elif src.partial:
+            lines[0] = src.partial + lines[0][-MAX_LINE_BYTES:]
+        src.partial = data[max(end, len(data) - MAX_LINE_BYTES) :]
+        src.drop_fragment = False
+        self._scan(lines, found)
+
+    def _scan(self, lines: list[bytes], found: _Found) -> None:
+        """Count `lines` and match the newest ones (further back only until progress is found)."""
+        base = self._line_no
+        self._line_no += len(lines)
+        found.lines += len(lines)
+        readings: list[tuple[Candidate, int]] = []
+        texts: list[str] = []
+        reader = self.reader
+        started = time.perf_counter()
+        for i in range(len(lines) - 1, max(-1, len(lines) - 1 - MAX_SCAN_LINES), -1):
+            scanned = len(lines) - i
+            if scanned > MATCH_LAST_LINES and (
+                readings or (scanned % 64 == 0 and time.perf_counter() - started > MAX_SCAN_S)
+            ):
+                break
+            text = lines[i][-MAX_LINE_BYTES:].decode("utf-8", errors="replace")
+            if len(texts) < LAST_LINES_KEPT:
+                texts.append(text[-MAX_MATCH_CHARS:])
+            reading = parse_line(text, self._pattern) if reader is None else reader.candidate(text)
+            if reading is not None:
+                readings.append((reading, base + i + 1))
+        found.last_lines.extend(reversed(texts))
+        if reader is None:
+            for item, line_no in reversed(readings):
+                if isinstance(item, ProgressReading):
+                    found.readings.append((item, line_no))
+            return
+        read_at = time.monotonic()
+        for item, line_no in reversed(readings):  # judged in the order the job wrote them
+            seen = reader.judge(item, read_at)
+            if seen is None:
+                continue
+            if seen.kind == "progress" and seen.reading is not None:
+                found.readings.append((seen.reading, line_no))
+                found.source = seen.source
+            else:
+                found.activity += 1
+
+
+def tail_lines(path: str, n: int, max_bytes: int = 1 << 20) -> list[str]:
+    """The last `n` lines of `path`, read from its end (at most `max_bytes` of it).
+
+    A missing file has no lines. Lines are split on \\n (a trailing \\r is dropped) and decoded
+    with errors="replace"; a line longer than `max_bytes` comes back as its tail.
+    """
+    if n <= 0 or max_bytes <= 0:
+        return []
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return []
+    try:
+        size = os.fstat(fd).st_size
+        start = max(0, size - max_bytes)
+        data = _pread_all(fd, size - start, start)
+    finally:
+        os.close(fd)
+    if not data:
+        return []
+    lines = data.split(b"\n")
+    if data.endswith(b"\n"):
+        lines.pop()  # the empty string after the final newline is no line
+    if start > 0 and len(lines) > 1:
+        lines = lines[1:]  # the first one is cut at the window's start
+    return [line.removesuffix(b"\r").decode("utf-8", errors="replace") for line in lines[-n:]]

@@ -1,0 +1,104 @@
+"""The daemon's side of the timeline (SPEC §13): feeds core/timeline.py from what the daemon
+already has (its state after each dispatch, the sample tick's readings, goodput's totals, the
+events it emits: no probing of its own) and keeps `<state_dir>/timeline.json`.
+
+The file is written off the loop (persist.FileWriter: temp file, fsync, rename, directory
+fsync) when a bucket closes or a marked event (restart, incident, fatal…) arrives, and at exit
+and before a reexec: a SIGKILLed daemon loses at most the newest bucket's figures. The next
+daemon (or the re-executed code) loads it back; the time between them is a gap in the picture.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from watchdog.core.health import is_in_use
+from watchdog.core.samples import GpuSample, ProgressReading
+from watchdog.core.timeline import Timeline
+from watchdog.state.folder import StateDir
+from watchdog.state.writers import FileWriter
+
+FILE = "timeline.json"
+
+
+class TimelineLog:
+    def __init__(self, state: StateDir, bucket_s: float, emit: Callable[..., Any]) -> None:
+        self.path = state.file(FILE)
+        self.core = Timeline(bucket_s=bucket_s)
+        self.file = FileWriter(self.path, emit)
+        self._emit = emit
+        self._progress_at: float | None = None  # the progress line last recorded (monotonic)
+
+    def load(self) -> None:
+        """The history of earlier daemons. An unreadable file is set aside as
+        `timeline.json.unreadable` (the newest such one), never silently overwritten."""
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                data = json.load(f)
+            self.core.load(data, time.time())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as e:  # JSONDecodeError is a ValueError
+            self.core = Timeline(bucket_s=self.core.bucket_s)
+            aside = self.path + ".unreadable"
+            kept: str | None = aside
+            try:
+                os.replace(self.path, aside)
+            except OSError:
+                kept = None
+            self._emit("timeline_reset", error=str(e), file=self.path, kept_as=kept)
+
+    def observe(self, state: str, goodput_totals: Mapping[str, Any]) -> None:
+        """After every dispatch and tick (Daemon.account): cheap unless a bucket closed."""
+        wall = time.time()
+        self.core.observe(state, wall)
+        self.core.goodput(goodput_totals, wall)
+        self._save_if_changed()
+
+    def sample(
+        self,
+        gpu: GpuSample | None,
+        idle_below_mib: float,
+        progress: ProgressReading | None,
+        progress_at: float | None,
+    ) -> None:
+        """A sample tick's readings; tokens/s and step only from a progress line not yet seen
+        (a stalled job's last figure is not repeated into every bucket)."""
+        tps = step = None
+        if progress is not None and progress_at is not None and progress_at != self._progress_at:
+            self._progress_at = progress_at
+            tps, step = progress.tokens_per_s, progress.step
+        used: list[float] | None = None
+        in_use = None
+        if gpu is not None and gpu.available and not gpu.hung and gpu.gpus:
+            used = [g.used_mib or 0.0 for g in gpu.gpus]
+            in_use = sum(1 for g in gpu.gpus if is_in_use(g, idle_below_mib))
+        self.core.sample(
+            time.time(), tokens_per_s=tps, step=step, gpus_used_mib=used, gpus_in_use=in_use
+        )
+
+    def event(self, record: dict[str, Any]) -> None:
+        """An EventLog hook: every emitted event; the ones the picture marks are kept."""
+        self.core.event(record, time.time())
+        self._save_if_changed()
+
+    def query(self, since_s: float, columns: int) -> dict[str, Any]:
+        now = time.time()
+        return {"asked_s": since_s, **self.core.query(now - since_s, now, columns)}
+
+    def _save_if_changed(self) -> None:
+        if self.core.take_changed():
+            self.save()
+
+    def save(self) -> None:
+        """Submit the whole history to the writer thread (coalesced: the newest text wins)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return  # not on the loop (nothing emits there today): the next save has it all
+        self.file.submit(json.dumps(self.core.to_json(), separators=(",", ":")) + "\n")
