@@ -1,4 +1,4 @@
-"""watchdog.strictmodes: sshd-style StrictModes, the rule root applies to what it runs.
+"""watchdog.config.strictmodes: sshd-style StrictModes, the rule root applies to what it runs.
 
 The config-level effects (errors at a key, the job's own program exempt) are in test_config.py.
 """
