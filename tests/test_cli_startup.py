@@ -15,6 +15,10 @@ HEAVY = {"re", "json", "socket", "enum", "typing", "asyncio", "argparse", "datac
 CLI_MODULES = {
     "watchdog",
     "watchdog.cli",
+    "watchdog.cli.client",
+    "watchdog.cli.commands",
+    "watchdog.cli.parse",
+    "watchdog.cli.render",
     "watchdog.core",
     "watchdog.core.protocol",
     "_socket",
@@ -81,4 +85,4 @@ def test_only_the_timeline_command_imports_the_drawing(
     for argv in (["--help"], ["--socket", gone, "status"], ["--socket", gone, "events"]):
         mods = imported_by(python, [ctl, *argv])
         assert "watchdog.cli" in mods, argv
-        assert "watchdog.timeline_view" not in mods and "datetime" not in mods, (argv, mods)
+        assert "watchdog.cli.timeline" not in mods and "datetime" not in mods, (argv, mods)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from watchdog import config
 from watchdog.config import (
     DEFAULT_PATTERN,
     EX_CONFIG,
@@ -448,6 +449,16 @@ def test_metrics_listen_rejects_bad_forms(tmp_path: Path, listen: str) -> None:
     """metrics.listen without a host, or with a port outside 1..65535, is an error."""
     err = error(tmp_path, MINIMAL + f"metrics:\n  listen: '{listen}'\n")
     assert (err.key, err.line) == ("metrics.listen", 4)
+
+
+def test_the_metrics_endpoint_binds_what_the_config_accepted(tmp_path: Path) -> None:
+    """One listen parser: the endpoint splits metrics.listen with the very function the config
+    validated it with, so an address the config accepts always binds as written."""
+    from watchdog.outputs import metrics
+
+    cfg = parse(tmp_path, MINIMAL + "metrics:\n  listen: '[::1]:9842'\n")
+    assert metrics.parse_listen is config.parse_listen
+    assert config.parse_listen(str(cfg.metrics.listen)) == ("::1", 9842)
 
 
 def test_overlong_socket_path_is_an_error(tmp_path: Path) -> None:

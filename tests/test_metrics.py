@@ -105,21 +105,21 @@ def listening_ports(pid: int) -> list[tuple[str, int]]:
 @pytest.mark.parametrize(
     ("listen", "expected"),
     [
-        ("9842", ("127.0.0.1", 9842)),
         ("127.0.0.1:9842", ("127.0.0.1", 9842)),
         ("0.0.0.0:9100", ("0.0.0.0", 9100)),
         ("[::1]:9842", ("::1", 9842)),
         ("localhost:1", ("localhost", 1)),
     ],
 )
-def test_parse_listen_defaults_to_loopback(listen: str, expected: tuple[str, int]) -> None:
-    """A bare port binds loopback only; any other interface must be named explicitly."""
+def test_parse_listen_splits_host_and_port(listen: str, expected: tuple[str, int]) -> None:
+    """The endpoint binds the host it is given: loopback must be named, like any interface."""
     assert metrics.parse_listen(listen) == expected
 
 
-@pytest.mark.parametrize("listen", ["", ":9842", "host:0", "host:70000", "host:http"])
+@pytest.mark.parametrize("listen", ["", "9842", ":9842", "host:0", "host:70000", "host:http"])
 def test_parse_listen_rejects_nonsense(listen: str) -> None:
-    """An address without a host or with a port outside 1-65535 is an error."""
+    """An address without a host (a bare port too: config's one parser, SPEC §6) or with a port
+    outside 1-65535 is an error."""
     with pytest.raises(ValueError):
         metrics.parse_listen(listen)
 

@@ -175,6 +175,10 @@ def test_cli_modules_import_nothing_heavy() -> None:
     assert set(out) <= {
         "watchdog",
         "watchdog.cli",
+        "watchdog.cli.client",
+        "watchdog.cli.commands",
+        "watchdog.cli.parse",
+        "watchdog.cli.render",
         "watchdog.core",
         "watchdog.core.protocol",
         "_socket",

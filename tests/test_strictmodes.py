@@ -1,4 +1,4 @@
-"""watchdog.strictmodes: sshd-style StrictModes, the rule root applies to what it runs.
+"""watchdog.config.strictmodes: sshd-style StrictModes, the rule root applies to what it runs.
 
 The config-level effects (errors at a key, the job's own program exempt) are in test_config.py.
 """
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from watchdog import config, strictmodes
-from watchdog.strictmodes import check_owner_safety
+from watchdog import config
+from watchdog.config import strictmodes
+from watchdog.config.strictmodes import check_owner_safety
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="StrictModes applies only when running as root (uid 0)"

@@ -18,7 +18,8 @@ import pytest
 from conftest import DaemonFactory
 from harness import BIN, Daemon, base_config, wait_until, write_script
 
-from watchdog import cli, timeline_view
+from watchdog import cli
+from watchdog.cli import timeline as timeline_view
 from watchdog.core.goodput import LOST_CAUSES
 
 ESC = re.compile(r"\x1b\[[0-9;]*m")

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from watchdog.config import parse_listen  # the one listen parser: config validates with it
+
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
     from prometheus_client.registry import CollectorRegistry
@@ -67,19 +69,6 @@ def missing_extra() -> str | None:
     except ImportError as e:
         return f"needs prometheus-client, the extra 'train-watchdog[metrics]' ({e})"
     return None
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    """`host:port`, `[v6]:port`, or a bare `port` (loopback: never exposed by accident)."""
-    host, sep, port = listen.rpartition(":")
-    if not sep:
-        host, port = LOOPBACK, listen
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    number = int(port)
-    if not host or not 1 <= number <= 65535:
-        raise ValueError(f"expected host:port with port 1-65535, got {listen!r}")
-    return host, number
 
 
 # ------------------------------------------------------------------------------- families

@@ -1,6 +1,6 @@
 """`watchdogctl timeline`: the overnight picture in one screen (SPEC §13), drawn from the buckets
 the daemon returns (core/timeline.py). Imported by that command only: watchdogctl's other
-commands never pay for it (tests/test_cli_startup.py). Standard library only, like cli.py.
+commands never pay for it (tests/test_cli_startup.py). Standard library only, like the rest of cli.
 
 Every line fits WIDTH columns except an incident path, which is printed whole to be copied.
 Colour (ANSI SGR) only on a terminal, and never with NO_COLOR set (no-color.org) or TERM=dumb;

@@ -1,0 +1,174 @@
+"""watchdogctl's commands and its entry point: each command asks the daemon and prints what it
+answered; the exit code says what an operator's script needs (SPEC §7)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from watchdog.cli.client import (
+    EXIT_INTERRUPTED,
+    EXIT_NOT_HEALTHY,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    HINT,
+    QUICK_TIMEOUT_S,
+    REEXEC_TIMEOUT_S,
+    Client,
+    Unreachable,
+)
+from watchdog.cli.parse import Usage, parse, usage
+from watchdog.cli.render import (
+    ReaderGone,
+    err,
+    format_event,
+    out,
+    print_log_tail,
+    render_status,
+    status_exit,
+    wrap,
+)
+from watchdog.core import protocol
+
+TYPE_CHECKING = False  # mypy treats this name as true; at run time `typing` is never imported
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+
+def cmd_status(c: Client, o: dict[str, Any]) -> int:
+    reply = c.call("status", {} if o["json"] else {"events": 5})
+    if not reply["ok"]:
+        return failed(reply, o, EXIT_UNREACHABLE)
+    st = reply["result"]
+    events = st.pop("recent_events", [])
+    out(protocol.dumps(st) if o["json"] else render_status(st, events))
+    return status_exit(st)
+
+
+def cmd_operate(c: Client, o: dict[str, Any]) -> int:
+    """start, stop, restart, pause, resume, reload: the daemon says what happened."""
+    if o["cmd"] in ("start", "stop", "restart"):
+        timeout = o["args"].get("timeout")
+        c.send(o["cmd"], o["args"])  # the daemon bounds its waits; we watch that it still lives
+        reply = c.receive_long(None if timeout is None else timeout + 30)
+    else:
+        if o["cmd"] == "reexec":
+            c.settimeout(REEXEC_TIMEOUT_S)
+        reply = c.call(o["cmd"], o["args"])
+    if not reply["ok"]:
+        # SPEC §7 gives start/stop only 0 done, 2 refused (with reason): a start that failed
+        # or a stop that timed out is "not done", with the reason printed.
+        return failed(reply, o, EXIT_REFUSED if o["cmd"] in ("start", "stop") else EXIT_NOT_HEALTHY)
+    res = reply["result"]
+    if o["json"]:
+        out(protocol.dumps(reply))
+    if res.get("healthy") is False:
+        if not o["json"]:
+            # The reason first (issue 11), then its figures, then the log; in 100 columns.
+            for line in wrap(res["summary"], "", sep="; ", more="  "):
+                err(line)
+            if res.get("gpu_figures"):
+                for line in wrap(protocol.gpu_figures_text(res["gpu_figures"]), "  "):
+                    err(line)
+            print_log_tail(res)
+        return EXIT_NOT_HEALTHY
+    if not o["json"]:
+        out(res["summary"])
+    return EXIT_OK
+
+
+def failed(reply: dict[str, Any], o: dict[str, Any], default: int) -> int:
+    error = reply["error"]
+    if o["json"]:
+        out(protocol.dumps(reply))
+    else:
+        err(f"watchdogctl: {o['cmd']}: {error['message']}")
+        print_log_tail(reply.get("result") or {})
+    if error["type"] in ("refused", "permission_denied"):
+        return EXIT_REFUSED
+    return default
+
+
+def cmd_stream(c: Client, o: dict[str, Any]) -> int:
+    """events / logs, with --follow until Ctrl-C."""
+    follow = o["args"].get("follow", False)
+    c.settimeout(None if follow else QUICK_TIMEOUT_S)
+    args = {"n": 20 if o["cmd"] == "events" else 50, **o["args"]}
+    c.send(o["cmd"], args)
+    key = "events" if o["cmd"] == "events" else "lines"
+    while True:
+        reply = c.receive()
+        if not reply["ok"]:
+            return failed(reply, o, EXIT_NOT_HEALTHY)
+        for item in reply["result"][key]:
+            if o["json"]:
+                out(protocol.dumps(item))
+            else:
+                out(format_event(item) if key == "events" else item)
+        if not follow:
+            return EXIT_OK
+
+
+def cmd_timeline(c: Client, o: dict[str, Any]) -> int:
+    """The overnight picture (SPEC §13); --json: the buckets behind it."""
+    from watchdog.cli import timeline  # the drawing: imported by this command only
+
+    args = {"since": 86400.0, "columns": timeline.PLOT_COLUMNS, **o["args"]}
+    reply = c.call("timeline", args)
+    if not reply["ok"]:
+        return failed(reply, o, EXIT_NOT_HEALTHY)
+    res = reply["result"]
+    out(protocol.dumps(res) if o["json"] else timeline.render(res, timeline.use_color(sys.stdout)))
+    return EXIT_OK
+
+
+COMMANDS: dict[str, Callable[[Client, dict[str, Any]], int]] = {
+    "status": cmd_status,
+    "events": cmd_stream,
+    "logs": cmd_stream,
+    "timeline": cmd_timeline,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show "●" gets "?"
+            reconfigure = getattr(stream, "reconfigure", None)
+            if reconfigure is not None:
+                reconfigure(errors="replace")
+        return _main(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except ReaderGone:
+        # Nobody reads any more: say nothing more (not even at exit, when Python flushes).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+def _main(argv: list[str]) -> int:
+    try:
+        o = parse(argv)
+    except Usage as e:
+        err(f"watchdogctl: {e} (see watchdogctl --help)")
+        return EXIT_USAGE
+    if o["help"]:
+        sys.stdout.write(usage())
+        return EXIT_OK
+    try:
+        client = Client(o["socket"], QUICK_TIMEOUT_S)
+        return COMMANDS.get(o["cmd"], cmd_operate)(client, o)
+    except KeyboardInterrupt:
+        # Ctrl-C ends a --follow cleanly; anything else was cut short (the daemon carries on).
+        return EXIT_OK if o["args"].get("follow") else EXIT_INTERRUPTED
+    except Unreachable as e:
+        err(f"watchdogctl: cannot reach watchdogd at {e}\n{HINT}")
+        return EXIT_UNREACHABLE
+    except TimeoutError:
+        err(f"watchdogctl: watchdogd at {o['socket']} did not answer in time\n{HINT}")
+        return EXIT_UNREACHABLE
+    except OSError as e:
+        err(f"watchdogctl: lost watchdogd at {o['socket']}: {e.strerror or e}\n{HINT}")
+        return EXIT_UNREACHABLE
