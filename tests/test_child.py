@@ -1,4 +1,4 @@
-"""child.py against real processes (helper commands, orphan reaping) and small health rules."""
+"""process/ (launch.py, reaping.py) against real processes: helper commands, orphan reaping."""
 
 from __future__ import annotations
 
@@ -16,16 +16,16 @@ import psutil
 
 from watchdog.core.health import V1_IDLE_FLOOR_MIB, is_in_use
 from watchdog.core.samples import GpuReading
-from watchdog.process import child
+from watchdog.process import launch, reaping
 
 T = TypeVar("T")
 
 
-def run(coro_fn: Callable[[child.Reaper], Awaitable[T]]) -> T:
+def run(coro_fn: Callable[[reaping.Reaper], Awaitable[T]]) -> T:
     """Run `coro_fn(reaper)` in a fresh loop with the daemon's SIGCHLD reaper installed."""
 
     async def main() -> T:
-        reaper = child.Reaper(asyncio.get_running_loop())
+        reaper = reaping.Reaper(asyncio.get_running_loop())
         reaper.install()
         try:
             return await coro_fn(reaper)
@@ -41,9 +41,9 @@ def test_run_command_returns_when_the_command_exits_despite_a_background_child(
     """A helper that leaves something in the background holding its output pipe does not hold
     up the caller beyond a short grace."""
 
-    async def go(reaper: child.Reaper) -> tuple[float, int | None, str]:
+    async def go(reaper: reaping.Reaper) -> tuple[float, int | None, str]:
         t0 = time.monotonic()
-        code, out = await child.run_command(
+        code, out = await launch.run_command(
             reaper,
             ["/bin/sh", "-c", "echo hello; sleep 5 & echo $! > bg.pid"],
             timeout_s=10,
@@ -61,13 +61,13 @@ def test_run_command_returns_when_the_command_exits_despite_a_background_child(
 ORPHAN_SCRIPT = """
 import asyncio, json, os, sys, time
 import psutil
-from watchdog.process import child
+from watchdog.process import launch, reaping
 
 async def main(tmp):
-    subreaper = child.make_subreaper()
-    reaper = child.Reaper(asyncio.get_running_loop())
+    subreaper = reaping.make_subreaper()
+    reaper = reaping.Reaper(asyncio.get_running_loop())
     reaper.install()
-    await child.run_command(
+    await launch.run_command(
         reaper, ["/bin/sh", "-c", "sleep 0.3 >/dev/null 2>&1 & echo $! > orphan.pid"],
         timeout_s=10, cwd=tmp,
     )
