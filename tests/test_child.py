@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -118,3 +120,52 @@ def test_next_due_names_when_stalled_and_throughput_low_would_fire() -> None:
     assert m.next_due(1.0) == 4.0  # below the floor since 1.0, for low_for_s
     assert m.next_due(4.5) == 11.0  # then the stall deadline
     assert m.next_due(11.0) is None
+
+
+def _open_fds() -> int:
+    return len(list(pathlib.Path("/proc/self/fd").iterdir()))
+
+
+def test_run_command_feeds_stdin_through_the_loop_without_a_thread() -> None:
+    """A helper's stdin (1 MiB, more than a pipe holds) arrives whole, written by the event
+    loop itself: no thread is started for it (issue 23: one way off the loop)."""
+    data = bytes(range(256)) * 4096
+
+    async def go(reaper: reaping.Reaper) -> tuple[int | None, str, int]:
+        threads = {t.ident for t in threading.enumerate()}
+        code, out = await launch.run_command(
+            reaper,
+            [
+                sys.executable,
+                "-c",
+                "import sys, hashlib; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())",
+            ],
+            timeout_s=30,
+            stdin_data=data,
+        )
+        return code, out, len({t.ident for t in threading.enumerate()} - threads)
+
+    fds = _open_fds()
+    code, out, new_threads = run(go)
+    assert (code, out) == (0, hashlib.sha256(data).hexdigest())
+    assert new_threads == 0
+    assert _open_fds() == fds
+
+
+def test_run_command_ends_at_its_timeout_when_the_helper_never_reads_stdin() -> None:
+    """A helper that never reads its stdin (1 MiB waiting) is killed at its timeout and the
+    unread data is dropped: the call returns in bounded time and leaks no descriptor."""
+    data = b"x" * (1 << 20)
+
+    async def go(reaper: reaping.Reaper) -> tuple[float, int | None, str]:
+        t0 = time.monotonic()
+        code, out = await launch.run_command(
+            reaper, ["/bin/sh", "-c", "sleep 30"], timeout_s=0.5, stdin_data=data
+        )
+        return time.monotonic() - t0, code, out
+
+    fds = _open_fds()
+    took, code, out = run(go)
+    assert code is None and "timed out after 0.5 s" in out
+    assert took < 5, took
+    assert _open_fds() == fds

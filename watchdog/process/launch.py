@@ -4,7 +4,7 @@ The job is always spawned in a new session (s6/runit habit: group signals aimed 
 never hit it) with the instance marker in its environment (identity.py). Helper commands
 (pre_start, hooks) run in their own process group but the daemon's session, so a tree scan
 never mistakes a hook for part of the job; their output and their stdin go through the event
-loop's non-blocking pipe (its stdin through a thread that the timeout's kill ends).
+loop's non-blocking pipes, so no thread is ever parked on a command that does not read.
 """
 
 from __future__ import annotations
@@ -113,11 +113,9 @@ async def _wait_helper(
 ) -> tuple[int | None, str]:
     """The helper's exit code and output tail, `stdin_data` written to its stdin; killed with
     its group at `timeout_s` (or when cancelled)."""
-    if stdin_data is not None and proc.stdin is not None:
-        # In a thread: a command that never reads its stdin must not block the loop; the
-        # timeout's kill ends the write with EPIPE.
-        asyncio.get_running_loop().run_in_executor(None, _feed, proc.stdin, stdin_data)
+    stdin: asyncio.WriteTransport | None = None
     try:
+        stdin = await _feed(proc.stdin, stdin_data)
         status = await asyncio.wait_for(asyncio.shield(done), timeout_s)
     except asyncio.CancelledError:
         with contextlib.suppress(ProcessLookupError):  # never leave a helper behind
@@ -130,16 +128,31 @@ async def _wait_helper(
         await asyncio.wait({done}, timeout=KILLED_WAIT_S)
         proc.returncode = -9
         return None, await output.finish() + f"\n(timed out after {timeout_s:g} s, killed)"
+    finally:
+        _drop_unread(stdin)
     proc.returncode = status.exit_code if status.exit_code is not None else -1
     code = status.exit_code if status.signal is None else 128 + (status.signal or 0)
     return code, await output.finish()
 
 
-def _feed(pipe: IO[bytes], data: bytes) -> None:
-    with contextlib.suppress(OSError):
-        pipe.write(data)
-    with contextlib.suppress(OSError):
-        pipe.close()
+async def _feed(pipe: IO[bytes] | None, data: bytes | None) -> asyncio.WriteTransport | None:
+    """Write `data` to the command's stdin through the loop's own pipe transport: non-blocking,
+    no thread, and a command that never reads costs a buffer until it ends (_drop_unread)."""
+    if pipe is None or data is None:
+        return None
+    loop = asyncio.get_running_loop()
+    transport, _ = await loop.connect_write_pipe(asyncio.BaseProtocol, pipe)
+    transport.write(data)
+    transport.close()  # once written: the command reads end-of-file after `data`
+    return transport
+
+
+def _drop_unread(transport: asyncio.WriteTransport | None) -> None:
+    """What the command never read is dropped when it has ended (killed at its timeout, or left
+    a background child holding its stdin): nothing of ours waits on it. A transport whose
+    buffer is empty has closed, or is closing, by itself."""
+    if transport is not None and transport.get_write_buffer_size() > 0:
+        transport.abort()
 
 
 class _PipeTail:
