@@ -49,7 +49,7 @@ class GpuSampleResult:
 
 
 async def _probe_ticks(n: int) -> dict[str, Any]:
-    from watchdog.gpu.nvml import NvmlProbe
+    from watchdog.gpu.nvml.probe import NvmlProbe
 
     probe = NvmlProbe("all", call_timeout_s=5.0)
     try:

@@ -15,7 +15,7 @@ import psutil
 from conftest import DaemonFactory
 from harness import Daemon, wait_until, write_script
 
-from watchdog.process import child, proof
+from watchdog.process import identity
 
 
 def stepper(tmp: pathlib.Path) -> str:
@@ -169,9 +169,9 @@ def test_a_wall_clock_step_while_no_daemon_ran_still_adopts_the_job(
 
 def _marked_sleeper(token: str) -> subprocess.Popen[bytes]:
     """A real process carrying the instance marker `token`, as a job of ours does."""
-    env = {**os.environ, child.INSTANCE_ENV: token}
+    env = {**os.environ, identity.INSTANCE_ENV: token}
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
-    marker = f"{child.INSTANCE_ENV}={token}".encode()
+    marker = f"{identity.INSTANCE_ENV}={token}".encode()
 
     def environ_set() -> bool:  # just after exec the kernel may still show an empty environ
         with open(f"/proc/{p.pid}/environ", "rb") as f:
@@ -186,13 +186,13 @@ def test_the_proof_is_the_start_in_clock_ticks_and_the_boot_never_the_wall_clock
     pid) or another boot: never ours."""
     p = _marked_sleeper("tok")
     try:
-        ticks, boot = child.process_start_ticks(p.pid), child.boot_id()
-        wall = child.process_start_time(p.pid)
+        ticks, boot = identity.process_start_ticks(p.pid), identity.boot_id()
+        wall = identity.process_start_time(p.pid)
         assert ticks is not None and boot and wall is not None
-        assert proof.provable_leader("tok", p.pid, wall - 3600.0, ticks, boot) == p.pid
-        assert proof.provable_leader("tok", p.pid, wall, ticks + 1, boot) is None
-        assert proof.provable_leader("tok", p.pid, wall, ticks, "another-boot") is None
-        assert proof.provable_leader("other", p.pid, wall, ticks, boot) is None
+        assert identity.provable_leader("tok", p.pid, wall - 3600.0, ticks, boot) == p.pid
+        assert identity.provable_leader("tok", p.pid, wall, ticks + 1, boot) is None
+        assert identity.provable_leader("tok", p.pid, wall, ticks, "another-boot") is None
+        assert identity.provable_leader("other", p.pid, wall, ticks, boot) is None
     finally:
         p.kill()
         p.wait(5)
@@ -203,10 +203,10 @@ def test_a_state_file_of_the_previous_version_falls_back_to_the_wall_clock_check
     wall-clock start time within 50 ms proves it, one off by more does not."""
     p = _marked_sleeper("tok")
     try:
-        wall = child.process_start_time(p.pid)
+        wall = identity.process_start_time(p.pid)
         assert wall is not None
-        assert proof.provable_leader("tok", p.pid, wall, None, None) == p.pid
-        assert proof.provable_leader("tok", p.pid, wall + 100.0, None, None) is None
+        assert identity.provable_leader("tok", p.pid, wall, None, None) == p.pid
+        assert identity.provable_leader("tok", p.pid, wall + 100.0, None, None) is None
     finally:
         p.kill()
         p.wait(5)

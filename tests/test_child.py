@@ -1,13 +1,15 @@
-"""child.py against real processes (helper commands, orphan reaping) and small health rules."""
+"""process/ (launch.py, reaping.py) against real processes: helper commands, orphan reaping."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -16,16 +18,16 @@ import psutil
 
 from watchdog.core.health import V1_IDLE_FLOOR_MIB, is_in_use
 from watchdog.core.samples import GpuReading
-from watchdog.process import child
+from watchdog.process import launch, reaping
 
 T = TypeVar("T")
 
 
-def run(coro_fn: Callable[[child.Reaper], Awaitable[T]]) -> T:
+def run(coro_fn: Callable[[reaping.Reaper], Awaitable[T]]) -> T:
     """Run `coro_fn(reaper)` in a fresh loop with the daemon's SIGCHLD reaper installed."""
 
     async def main() -> T:
-        reaper = child.Reaper(asyncio.get_running_loop())
+        reaper = reaping.Reaper(asyncio.get_running_loop())
         reaper.install()
         try:
             return await coro_fn(reaper)
@@ -41,9 +43,9 @@ def test_run_command_returns_when_the_command_exits_despite_a_background_child(
     """A helper that leaves something in the background holding its output pipe does not hold
     up the caller beyond a short grace."""
 
-    async def go(reaper: child.Reaper) -> tuple[float, int | None, str]:
+    async def go(reaper: reaping.Reaper) -> tuple[float, int | None, str]:
         t0 = time.monotonic()
-        code, out = await child.run_command(
+        code, out = await launch.run_command(
             reaper,
             ["/bin/sh", "-c", "echo hello; sleep 5 & echo $! > bg.pid"],
             timeout_s=10,
@@ -61,13 +63,13 @@ def test_run_command_returns_when_the_command_exits_despite_a_background_child(
 ORPHAN_SCRIPT = """
 import asyncio, json, os, sys, time
 import psutil
-from watchdog.process import child
+from watchdog.process import launch, reaping
 
 async def main(tmp):
-    subreaper = child.make_subreaper()
-    reaper = child.Reaper(asyncio.get_running_loop())
+    subreaper = reaping.make_subreaper()
+    reaper = reaping.Reaper(asyncio.get_running_loop())
     reaper.install()
-    await child.run_command(
+    await launch.run_command(
         reaper, ["/bin/sh", "-c", "sleep 0.3 >/dev/null 2>&1 & echo $! > orphan.pid"],
         timeout_s=10, cwd=tmp,
     )
@@ -118,3 +120,52 @@ def test_next_due_names_when_stalled_and_throughput_low_would_fire() -> None:
     assert m.next_due(1.0) == 4.0  # below the floor since 1.0, for low_for_s
     assert m.next_due(4.5) == 11.0  # then the stall deadline
     assert m.next_due(11.0) is None
+
+
+def _open_fds() -> int:
+    return len(list(pathlib.Path("/proc/self/fd").iterdir()))
+
+
+def test_run_command_feeds_stdin_through_the_loop_without_a_thread() -> None:
+    """A helper's stdin (1 MiB, more than a pipe holds) arrives whole, written by the event
+    loop itself: no thread is started for it (issue 23: one way off the loop)."""
+    data = bytes(range(256)) * 4096
+
+    async def go(reaper: reaping.Reaper) -> tuple[int | None, str, int]:
+        threads = {t.ident for t in threading.enumerate()}
+        code, out = await launch.run_command(
+            reaper,
+            [
+                sys.executable,
+                "-c",
+                "import sys, hashlib; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())",
+            ],
+            timeout_s=30,
+            stdin_data=data,
+        )
+        return code, out, len({t.ident for t in threading.enumerate()} - threads)
+
+    fds = _open_fds()
+    code, out, new_threads = run(go)
+    assert (code, out) == (0, hashlib.sha256(data).hexdigest())
+    assert new_threads == 0
+    assert _open_fds() == fds
+
+
+def test_run_command_ends_at_its_timeout_when_the_helper_never_reads_stdin() -> None:
+    """A helper that never reads its stdin (1 MiB waiting) is killed at its timeout and the
+    unread data is dropped: the call returns in bounded time and leaks no descriptor."""
+    data = b"x" * (1 << 20)
+
+    async def go(reaper: reaping.Reaper) -> tuple[float, int | None, str]:
+        t0 = time.monotonic()
+        code, out = await launch.run_command(
+            reaper, ["/bin/sh", "-c", "sleep 30"], timeout_s=0.5, stdin_data=data
+        )
+        return time.monotonic() - t0, code, out
+
+    fds = _open_fds()
+    took, code, out = run(go)
+    assert code is None and "timed out after 0.5 s" in out
+    assert took < 5, took
+    assert _open_fds() == fds

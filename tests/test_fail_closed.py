@@ -22,12 +22,12 @@ from harness import BIN, Daemon, base_config, wait_until, write_script
 from watchdog import cli
 from watchdog.core import policy as P
 from watchdog.core.policy import State
-from watchdog.process import child
+from watchdog.process import launch, reaping, tree
 
 
 def _sleeper(tmp: pathlib.Path) -> subprocess.Popen[bytes]:
     """A job leader in its own session, as the daemon starts it."""
-    return child.spawn(
+    return launch.spawn(
         [sys.executable, "-c", "import time; time.sleep(60)"],
         cwd=str(tmp),
         env=dict(os.environ),
@@ -44,18 +44,16 @@ def _injected(tmp: pathlib.Path, fault: str) -> dict[str, str]:
     return {"PYTHONPATH": str(inject)}
 
 
-def _stop(
-    proc: subprocess.Popen[bytes], reap_first: bool = False, **kw: object
-) -> child.StopResult:
-    """child.stop_tree() on `proc` in a fresh loop, its exit watched through a pidfd."""
+def _stop(proc: subprocess.Popen[bytes], reap_first: bool = False, **kw: object) -> tree.StopResult:
+    """tree.stop_tree() on `proc` in a fresh loop, its exit watched through a pidfd."""
 
-    async def go() -> child.StopResult:
-        reaper = child.Reaper(asyncio.get_running_loop())
+    async def go() -> tree.StopResult:
+        reaper = reaping.Reaper(asyncio.get_running_loop())
         exit_fut = reaper.watch(proc.pid)
         if reap_first:
             os.killpg(proc.pid, signal.SIGKILL)
             await asyncio.wait_for(exit_fut, 10)
-        return await child.stop_tree(
+        return await tree.stop_tree(
             proc.pid,
             "no-such-token",
             stop_signal=signal.SIGTERM,
@@ -100,7 +98,7 @@ def test_a_leader_that_is_already_reaped_is_never_signalled_by_pid(
     proc.returncode = 0
     t0 = time.monotonic()
     result = _stop(proc, reap_first=True)
-    assert result == child.StopResult(killed=False, leftovers=0, signalled=0)
+    assert result == tree.StopResult(killed=False, leftovers=0, signalled=0)
     assert time.monotonic() - t0 < 10
 
 
@@ -110,8 +108,8 @@ def test_an_exit_status_reaped_elsewhere_is_unknown_not_an_invented_255(
     """When waitpid finds the child already reaped, its exit status is unknown (None, None)."""
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
 
-    async def go() -> child.ExitStatus:
-        reaper = child.Reaper(asyncio.get_running_loop())
+    async def go() -> reaping.ExitStatus:
+        reaper = reaping.Reaper(asyncio.get_running_loop())
         fut = reaper.watch(proc.pid)
         proc.wait(timeout=30)  # somebody else reaps it first
         return await asyncio.wait_for(fut, 10)
@@ -177,12 +175,12 @@ def test_an_operator_start_leaves_the_parked_state() -> None:
 # ------------------------------------------------------------- the daemon (end to end)
 
 FAULTY_STOP = """
-import watchdog.process.child
+import watchdog.process.tree
 
 async def _broken_stop_tree(*args, **kwargs):
     raise RuntimeError("injected fault in stop_tree")
 
-watchdog.process.child.stop_tree = _broken_stop_tree
+watchdog.process.tree.stop_tree = _broken_stop_tree
 """
 
 

@@ -37,7 +37,7 @@ from fakegpu import (
 )
 from harness import wait_until
 
-from watchdog.gpu.nvml import processes_using_nvidia_devices
+from watchdog.gpu.holders import processes_using_nvidia_devices
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNER = ROOT / "tests" / "fake_nvml" / "probe_runner.py"

@@ -15,28 +15,28 @@ import uuid
 import psutil
 from harness import wait_until
 
-from watchdog.process import child
+from watchdog.process import launch, reaping, tree
 
 
-def stop_after_death(argv: list[str], cwd: pathlib.Path) -> tuple[child.StopResult, int]:
+def stop_after_death(argv: list[str], cwd: pathlib.Path) -> tuple[tree.StopResult, int]:
     """Spawn `argv` as the daemon does, let it die by itself (reaped through its pidfd), then
-    child.stop_tree() as the daemon does after an unexpected exit; returns (result, scans)."""
+    tree.stop_tree() as the daemon does after an unexpected exit; returns (result, scans)."""
     scans = 0
     token = uuid.uuid4().hex  # the instance marker: how the tree is found without a subreaper
 
     async def counted(leader: int | None, token: str) -> list[psutil.Process] | None:
         nonlocal scans
         scans += 1
-        return await child.find_tree_async(leader, token)
+        return await tree.find_tree_async(leader, token)
 
-    async def go() -> child.StopResult:
-        reaper = child.Reaper(asyncio.get_running_loop())
-        env = child.job_env(os.environ, {}, token)
-        proc = child.spawn(argv, cwd=str(cwd), env=env, log_fd=subprocess.DEVNULL)  # type: ignore[arg-type]
+    async def go() -> tree.StopResult:
+        reaper = reaping.Reaper(asyncio.get_running_loop())
+        env = launch.job_env(os.environ, {}, token)
+        proc = launch.spawn(argv, cwd=str(cwd), env=env, log_fd=subprocess.DEVNULL)  # type: ignore[arg-type]
         proc.returncode = 0  # reaped through the pidfd, never by Popen
         exit_fut = reaper.watch(proc.pid)
         await asyncio.wait_for(exit_fut, 30)
-        return await child.stop_tree(
+        return await tree.stop_tree(
             proc.pid,
             token,
             stop_signal=signal.SIGTERM,

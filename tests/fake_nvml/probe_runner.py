@@ -20,7 +20,8 @@ import threading
 import time
 from typing import Any
 
-from watchdog.gpu.nvml import CONTROL_DEVICE, NvmlProbe
+from watchdog.gpu.nvml.probe import NvmlProbe
+from watchdog.gpu.nvml.session import CONTROL_DEVICE
 
 
 class Ticker:

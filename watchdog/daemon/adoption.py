@@ -1,7 +1,7 @@
 """How watchdogd comes to watch a job it did not spawn (SPEC §12).
 
 At start-up: the job a previous daemon left running is adopted when it is provably ours
-(`job.on_daemon_restart: adopt`, proof.py), or ended before anything starts, so two jobs never
+(`job.on_daemon_restart: adopt`, identity.py), or ended before anything starts, so two jobs never
 run at once; the previous restart budget is carried on. After `watchdogctl reexec`: the old
 code's state is taken over, or, when the new code cannot read it, the job is adopted instead.
 """
@@ -18,7 +18,7 @@ from watchdog import __version__, blocking
 from watchdog.core import health, policy
 from watchdog.core.durable import Durable
 from watchdog.daemon import params, reexec
-from watchdog.process import child, proof
+from watchdog.process import identity, tree
 from watchdog.state.writers import restore_durable
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ async def previous_job(d: Daemon) -> int | None:
 async def provable_leader(d: Daemon, previous: dict[str, Any], always: bool = False) -> int | None:
     """The previous job's leader when job.on_daemon_restart is adopt (or `always`: a failed
     reexec never ends the job it was meant not to touch; an operator paused it) and it is
-    provably ours (proof.py); None means: end the old tree as before."""
+    provably ours (identity.py); None means: end the old tree as before."""
     adopting = always or d.cfg.job.on_daemon_restart == "adopt"
     if not adopting or not previous.get("job_pid"):
         return None
@@ -58,7 +58,7 @@ async def provable_leader(d: Daemon, previous: dict[str, Any], always: bool = Fa
     ticks, boot = previous.get("job_start_ticks"), previous.get("boot_id")
     try:
         return await d.log_io.call(
-            lambda: proof.provable_leader(d.token, pid, started, ticks, boot),
+            lambda: identity.provable_leader(d.token, pid, started, ticks, boot),
             STARTUP_SCAN_TIMEOUT_S,
             what="the proof that the previous job is ours",
         )
@@ -75,7 +75,7 @@ def attach(d: Daemon, pid: int) -> bool:
         d.watch_job(pid, None)
     except OSError:
         return False
-    child.mark_adopted()
+    tree.mark_adopted()
     d.monitor = health.HealthMonitor(params.health_of(d.cfg))
     d.polled_at = time.monotonic()
     d.save_state(pid)
@@ -94,7 +94,7 @@ async def end_previous_tree(d: Daemon) -> None:
     while True:
         try:
             n = await d.log_io.call(
-                lambda: child.kill_stale_tree(d.token, pid, started, ticks, boot),
+                lambda: tree.kill_stale_tree(d.token, pid, started, ticks, boot),
                 STARTUP_SCAN_TIMEOUT_S,
                 what="the startup scan for a previous job tree",
             )
@@ -105,7 +105,7 @@ async def end_previous_tree(d: Daemon) -> None:
     if n:
         d.emit("stale_tree_killed", count=n, pid=pid)
         deadline = time.monotonic() + 10
-        while await child.find_tree_async(None, d.token) != [] and (time.monotonic() < deadline):
+        while await tree.find_tree_async(None, d.token) != [] and (time.monotonic() < deadline):
             await asyncio.sleep(0.02)
 
 

@@ -20,7 +20,7 @@ from watchdog.core import health, policy
 from watchdog.core.ranks import RankTracker
 from watchdog.daemon import params, sampling
 from watchdog.outputs import flight
-from watchdog.process import child
+from watchdog.process import launch, tree
 from watchdog.progress.follower import Follower
 
 if TYPE_CHECKING:
@@ -67,12 +67,12 @@ async def prepare_start(d: Daemon) -> policy.SpawnFailed | None:
     if any(d.faults.parks(str(f["action"])) for f in found):
         raise _GateRefused
     for argv in job.pre_start:
-        code, out = await child.run_command(
+        code, out = await launch.run_command(
             d.reaper,
             list(argv),
             timeout_s=job.pre_start_timeout_s,
             cwd=job.cwd,
-            env=child.job_env(os.environ, job.env, d.token),
+            env=launch.job_env(os.environ, job.env, d.token),
         )
         if code != 0:
             detail = f"{' '.join(argv)}: exit {code}: {out[-2000:]}"
@@ -95,9 +95,11 @@ async def open_log(d: Daemon, attempt: int) -> tuple[int, Follower | None] | pol
     def work() -> int:
         # PyTorch writes no flight-recorder dump into a folder that does not exist
         flight.prepare_flight_dir(
-            flight.with_torch_evidence(child.job_env(os.environ, job.env, d.token), d.cfg.state_dir)
+            flight.with_torch_evidence(
+                launch.job_env(os.environ, job.env, d.token), d.cfg.state_dir
+            )
         )
-        fd = child.open_log(job.log_file)
+        fd = launch.open_log(job.log_file)
         try:
             os.write(fd, marker)
         except BaseException:
@@ -128,13 +130,15 @@ def spawn(d: Daemon, log_fd: int, follower: Follower | None) -> None:
         extra = dict(job.env)
         if d.epoch is not None:
             extra[link.EPOCH_ENV] = str(d.epoch)
-        env = flight.with_torch_evidence(child.job_env(os.environ, extra, d.token), d.cfg.state_dir)
+        env = flight.with_torch_evidence(
+            launch.job_env(os.environ, extra, d.token), d.cfg.state_dir
+        )
         d.flight = (
             env.get(flight.FLIGHT_FILE_VAR),
             env.get(flight.PIPE_FILE_VAR),
             time.time(),
         )
-        proc = child.spawn(job.command, cwd=job.cwd, log_fd=log_fd, env=env)
+        proc = launch.spawn(job.command, cwd=job.cwd, log_fd=log_fd, env=env)
     except (OSError, ValueError) as e:
         why = e.strerror if isinstance(e, OSError) else str(e)
         d.dispatch(policy.SpawnFailed("spawn_failed", f"{job.command[0]}: {why}"))
@@ -161,4 +165,4 @@ def spawn(d: Daemon, log_fd: int, follower: Follower | None) -> None:
 
 async def our_pids(d: Daemon) -> set[int]:
     """Processes of our own previous job trees (by the instance marker)."""
-    return {p.pid for p in await child.find_tree_async(None, d.token) or []}
+    return {p.pid for p in await tree.find_tree_async(None, d.token) or []}

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from watchdog.core import policy
 from watchdog.daemon import sampling
 from watchdog.outputs import flight, incident
-from watchdog.process import child
+from watchdog.process import tree
 
 if TYPE_CHECKING:
     from watchdog.daemon.loop import Daemon
@@ -26,7 +26,7 @@ FLIGHT_DUMP_WAIT_S = 2.0  # for the ranks to notice their dump pipe and write th
 
 
 async def stop(d: Daemon, action: policy.KillTree) -> None:
-    result: child.StopResult | None = None
+    result: tree.StopResult | None = None
     error = "the stop was cancelled"
     if action.incident:
         try:
@@ -35,7 +35,7 @@ async def stop(d: Daemon, action: policy.KillTree) -> None:
         except Exception as e:  # evidence is a bonus; the stop must still happen
             d.emit("incident_failed", reason=action.reason, error=f"{type(e).__name__}: {e}")
     try:
-        result = await child.stop_tree(
+        result = await tree.stop_tree(
             action.pid,
             d.token,
             stop_signal=d.cfg.job.stop_signal,
@@ -74,7 +74,7 @@ def kill_job_session(d: Daemon, pid: int | None) -> None:
 async def write_incident(d: Daemon, reason: str) -> str | None:
     snap = d.core.snapshot()
     leader = None if d.exit_future is not None and d.exit_future.done() else snap.pid
-    pids = [p.pid for p in await child.find_tree_async(leader, d.token) or []]
+    pids = [p.pid for p in await tree.find_tree_async(leader, d.token) or []]
     verdict = d.monitor.assess(time.monotonic())
     try:
         path = await incident.write_bundle(

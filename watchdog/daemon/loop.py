@@ -48,7 +48,7 @@ from watchdog.outputs.eventlog import EventLog, configure_structlog
 from watchdog.outputs.hooks import Hooks
 from watchdog.outputs.notify import Notifier
 from watchdog.outputs.proctitle import ProcTitle
-from watchdog.process import child
+from watchdog.process import identity, reaping
 from watchdog.progress.follower import Follower, FollowResult, tail_lines
 from watchdog.progress.ranks import RankLister
 from watchdog.state.folder import StateDir
@@ -78,7 +78,7 @@ class Daemon:
         self.state = StateDir(cfg.state_dir)
         self.events = EventLog(cfg.job.name, self.state.file("events.jsonl"))
         self.core = policy.Supervisor(params.local_policy_of(cfg), random.random)
-        self.reaper = child.Reaper(self.loop)
+        self.reaper = reaping.Reaper(self.loop)
         self.gpus = GpuWatch(cfg.gpus, self.emit, self._gpu_access)
         self.faults = FaultWatch(cfg.gpus, self._gpu_fault, self.emit)
         self.notifier = Notifier()
@@ -98,7 +98,7 @@ class Daemon:
         # issue 23: what a progress read that outlived its deadline found when it returned
         # (its follower, its result): those lines were consumed, so the next poll uses them.
         self.progress_late: tuple[Follower, FollowResult] | None = None
-        self.exit_future: asyncio.Future[child.ExitStatus] | None = None
+        self.exit_future: asyncio.Future[reaping.ExitStatus] | None = None
         self.incident_path: str | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._start_task: asyncio.Task[None] | None = None
@@ -138,7 +138,7 @@ class Daemon:
             print(f"watchdogd: {why}", file=sys.stderr)
             return 1
         leader = None if self.handover is not None else await adoption.previous_job(self)
-        child.make_subreaper()
+        reaping.make_subreaper()
         self.reaper.install()
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self._stop_signal, sig)
@@ -294,7 +294,7 @@ class Daemon:
     def _gpu_access(self, lost: bool, detail: str) -> None:
         self.dispatch(policy.GpuAccessChanged(lost, detail))  # SPEC §13: the core decides
 
-    def on_exit(self, fut: asyncio.Future[child.ExitStatus]) -> None:
+    def on_exit(self, fut: asyncio.Future[reaping.ExitStatus]) -> None:
         st = fut.result()
         self.dispatch(policy.ChildExited(st.pid, st.exit_code, st.signal))
 
@@ -454,8 +454,8 @@ class Daemon:
     # -------------------------------------------------------------------- state file
 
     def save_state(self, pid: int | None) -> None:
-        started = None if pid is None else child.process_start_time(pid)
-        self.writer.job(pid, started, None if pid is None else child.process_start_ticks(pid))
+        started = None if pid is None else identity.process_start_time(pid)
+        self.writer.job(pid, started, None if pid is None else identity.process_start_ticks(pid))
 
     def watch_job(self, pid: int, pidfd: int | None) -> None:
         fut = self.reaper.watch(pid, pidfd)

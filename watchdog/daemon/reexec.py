@@ -116,9 +116,9 @@ async def perform(d: Daemon, req_id: int | str | None, conn: socket.socket | Non
 
 
 async def _check_new_code(d: Daemon, entry: list[str], state: dict[str, Any]) -> str:
-    from watchdog.process import child  # the daemon's own module; imported late like the daemon is
+    from watchdog.process import launch  # the daemon's own module; imported late like the daemon is
 
-    code, out = await child.run_command(
+    code, out = await launch.run_command(
         d.reaper,
         [*entry, "--check-reexec"],
         timeout_s=CHECK_TIMEOUT_S,

@@ -41,7 +41,7 @@ class FaultWatch:
         """Watch NVML events, where GPUs are expected (imported here: pynvml is optional)."""
         if self.cfg.devices == () or probe is None:
             return
-        from watchdog.gpu.nvml import EventWatcher
+        from watchdog.gpu.nvml.events import EventWatcher
 
         self._loop = loop
         self._watcher = EventWatcher(self.cfg.devices, self.seen, loop)

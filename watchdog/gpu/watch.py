@@ -22,6 +22,7 @@ from watchdog.config import GpusConfig
 from watchdog.core.gpuhealth import ClockReading, DegradedTracker, throttle_names
 from watchdog.core.health import is_in_use
 from watchdog.core.samples import GpuSample
+from watchdog.gpu.holders import processes_using_nvidia_devices
 
 Emit = Callable[..., Any]
 OnAccess = Callable[[bool, str], None]
@@ -47,7 +48,7 @@ class GpuWatch:
         if not self.expected:
             return
         # Imported here so that a machine without pynvml still supervises (SPEC §4).
-        from watchdog.gpu.nvml import NvmlProbe
+        from watchdog.gpu.nvml.probe import NvmlProbe
 
         self._probe = NvmlProbe(self.cfg.devices, call_timeout_s=self.cfg.probe_timeout_s)
         # Access lost/restored is first judged at the next sample: the core is told once the
@@ -179,16 +180,7 @@ class GpuWatch:
             busy = self.busy(s)
             if not busy:
                 return None
-            try:  # /proc/*/fd of a process stuck in the driver can block: never on the loop
-                holders = await _SCAN.call(functools.partial(_holders, s, busy), 10.0)
-            except blocking.Hung:
-                holders = {}  # unknown: the GPUs still count as busy, the start still waits
-            mine = await our_pids() if holders else set()
-            ours = [pid for pid in holders if pid in mine]
-            for pid in ours:
-                with contextlib.suppress(psutil.Error):
-                    psutil.Process(pid).kill()
-            foreign = {pid: cmd for pid, cmd in holders.items() if pid not in ours}
+            foreign, ours = await _reclaim(s, busy, our_pids)
             if set(foreign) - named or not named:
                 named |= set(foreign)
                 self._emit(
@@ -210,6 +202,23 @@ class GpuWatch:
 _SCAN = blocking.BoundedWorker("gpu-holders")
 
 
+async def _reclaim(
+    s: GpuSample, busy: list[int], our_pids: Callable[[], Awaitable[set[int]]]
+) -> tuple[dict[int, str], list[int]]:
+    """Kill our own processes holding the busy GPUs; (the foreign holders: pid -> command
+    line, the pids of ours that were killed)."""
+    try:  # /proc/*/fd of a process stuck in the driver can block: never on the loop
+        holders = await _SCAN.call(functools.partial(_holders, s, busy), 10.0)
+    except blocking.Hung:
+        holders = {}  # unknown: the GPUs still count as busy, the start still waits
+    mine = await our_pids() if holders else set()
+    ours = [pid for pid in holders if pid in mine]
+    for pid in ours:
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).kill()
+    return {pid: cmd for pid, cmd in holders.items() if pid not in ours}, ours
+
+
 def _holders(s: GpuSample, busy: list[int]) -> dict[int, str]:
     """pid -> command line of processes holding the busy GPUs: NVML's process list (a hint,
     may be empty inside a container) plus whoever has /dev/nvidia* open (the `fuser` way)."""
@@ -217,8 +226,6 @@ def _holders(s: GpuSample, busy: list[int]) -> dict[int, str]:
     for g in s.gpus:
         if g.index in busy and g.pids:
             pids |= set(g.pids)
-    from watchdog.gpu.nvml import processes_using_nvidia_devices
-
     with contextlib.suppress(OSError):  # /proc unreadable: NVML's list is all we have
         pids |= set(processes_using_nvidia_devices())
     pids.discard(os.getpid())  # the daemon holds /dev/nvidiactl for NVML: not a holder

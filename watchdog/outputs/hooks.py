@@ -17,7 +17,7 @@ from typing import Any
 
 from watchdog.config import HooksConfig
 from watchdog.core import names
-from watchdog.process import child
+from watchdog.process import launch, reaping
 
 HOOK_EVENTS = names.HOOK_EVENTS  # restart_scheduled, fatal, gpu_lost, ... (core/names.py)
 MAX_RUNNING = 4  # hook processes at once (SPEC §13)
@@ -28,7 +28,7 @@ class Hooks:
     def __init__(
         self,
         cfg: HooksConfig,
-        reaper: child.Reaper,
+        reaper: reaping.Reaper,
         emit: Callable[..., Any],
         spawn_task: Callable[[Coroutine[Any, Any, None]], Any],
     ) -> None:
@@ -72,11 +72,11 @@ class Hooks:
             self._emit("hooks_dropped", count=dropped.total(), events=dict(dropped))
 
     async def _run(self, hook: str, record: dict[str, Any]) -> None:
-        code, out = await child.run_command(
+        code, out = await launch.run_command(
             self._reaper,
             [hook],
             timeout_s=self.cfg.timeout_s,
-            env=child.helper_env(os.environ),
+            env=launch.helper_env(os.environ),
             stdin_data=json.dumps(record, default=str).encode() + b"\n",
         )
         if code != 0:

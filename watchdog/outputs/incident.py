@@ -29,7 +29,7 @@ from typing import TypeVar
 import psutil
 
 from watchdog import blocking
-from watchdog.process.child import WAITED_ELSEWHERE
+from watchdog.process.reaping import WAITED_ELSEWHERE
 from watchdog.progress.follower import tail_lines
 from watchdog.progress.ranks import rank_label
 

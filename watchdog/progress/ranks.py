@@ -15,7 +15,7 @@ import psutil
 
 from watchdog import blocking
 from watchdog.core.ranks import RankKey
-from watchdog.process import child
+from watchdog.process import tree
 
 LIST_TIMEOUT_S = 5.0
 
@@ -41,7 +41,7 @@ class RankLister:
         with self._lock:
             labels: dict[RankKey, str | None] = {}
             parents: dict[RankKey, int] = {}
-            for p in child.find_tree(leader, token):
+            for p in tree.find_tree(leader, token):
                 try:
                     key = (p.pid, p.create_time())
                     label = self._labels[key] if key in self._labels else rank_label(p.environ())

@@ -18,7 +18,7 @@ from typing import Any
 
 from watchdog.core.durable import Durable
 from watchdog.outputs.eventlog import write_atomic
-from watchdog.process import child
+from watchdog.process import identity
 from watchdog.state.folder import StateDir
 
 
@@ -76,7 +76,7 @@ class StateWriter:
             "job_started_at": None,
             # SPEC §13: adoption's proof, the start in clock ticks since boot and the boot
             "job_start_ticks": None,
-            "boot_id": child.boot_id(),
+            "boot_id": identity.boot_id(),
             "supervisor": None,
         }
         self._submitted: dict[str, Any] | None = None

@@ -1,0 +1,91 @@
+"""Which process is which: start ticks, the boot's id, the instance marker, the adoption proof.
+
+Every job process carries `TRAIN_WATCHDOG_INSTANCE=<token>` in its environment: a daemon that
+was SIGKILLed and started again finds the previous tree by that marker (plus the leader's pid
+and start), never by process name.
+
+Adoption (SPEC §12): a daemon started again finds its previous job still running and proves it
+is its own before re-attaching to it instead of killing days of training. Proof, all three or
+nothing: the pid recorded in state.json is alive (not a zombie), its start in clock ticks since
+boot (/proc/<pid>/stat field 22) and the boot's id equal the recorded ones (a reused pid has
+another start; a clock step changes neither, SPEC §13), and its environment carries this
+installation's instance marker. A record of the previous version (no ticks) is checked by its
+wall-clock start time, as that version did. Anything less is no proof: the caller ends the old
+tree (found by the marker) before starting, as before, so two jobs never run at once.
+
+Outside systemd only: under systemd (KillMode=control-group) the job dies with the daemon.
+"""
+
+from __future__ import annotations
+
+import psutil
+
+INSTANCE_ENV = "TRAIN_WATCHDOG_INSTANCE"
+START_TIME_TOLERANCE_S = 0.05  # psutil's create_time comes from jiffies since boot
+
+
+def carries_marker(pid: int, token: str) -> bool:
+    """Whether `pid`'s environment holds this installation's instance marker. Blocking (a /proc
+    read); raises OSError when the process is gone or not ours to read."""
+    needle = f"{INSTANCE_ENV}={token}".encode()
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return needle in f.read().split(b"\0")
+
+
+def provable_leader(
+    token: str, pid: object, started_at: object, ticks: object = None, boot: object = None
+) -> int | None:
+    """`pid` when the previous job's leader is alive and provably ours, else None. Blocking
+    (/proc reads): run it off the loop."""
+    if type(pid) is not int or pid <= 0:
+        return None
+    try:
+        p = psutil.Process(pid)
+        if p.status() == psutil.STATUS_ZOMBIE:
+            return None
+        if not same_process(pid, started_at, ticks, boot):
+            return None
+        marked = carries_marker(pid, token)
+    except (psutil.Error, OSError):
+        return None
+    return pid if marked else None
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """The process's start in clock ticks since boot (/proc/<pid>/stat field 22, `starttime`):
+    unlike a wall-clock start time it does not move when the clock is stepped (SPEC §13)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        # comm (field 2) may hold spaces and parentheses: count fields after its last ')'
+        return int(stat[stat.rindex(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def boot_id() -> str | None:
+    """This boot's id: start ticks mean nothing across a reboot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def same_process(pid: int, started_at: object, ticks: object, boot: object) -> bool:
+    """Whether `pid` is the process a state file recorded: by its start in clock ticks since
+    boot when the record has them (SPEC §13), else (a record of the previous version) by its
+    wall-clock start time within START_TIME_TOLERANCE_S."""
+    if type(ticks) is int:
+        return boot == boot_id() and process_start_ticks(pid) == ticks
+    if isinstance(started_at, bool) or not isinstance(started_at, int | float):
+        return False
+    now_started = process_start_time(pid)
+    return now_started is not None and abs(now_started - started_at) < START_TIME_TOLERANCE_S
+
+
+def process_start_time(pid: int) -> float | None:
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None

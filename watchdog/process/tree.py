@@ -1,0 +1,262 @@
+"""The job's process tree: find it, signal it, stop it whole, end a previous daemon's leftovers.
+
+With the subreaper (reaping.py) every job descendant stays ours, so the tree is the leader's
+descendants plus the daemon's descendants outside its own session; where the kernel refused the
+subreaper, or after an adoption (orphans of the time no daemon ran went to init), the instance
+marker (identity.py) finds the rest. Reading /proc of a process wedged in a driver can block, so
+the daemon scans through `find_tree_async()`, on the bounded worker: a scan that does not
+answer is unknown (None), never empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+import psutil
+
+from watchdog import blocking
+from watchdog.process import identity, reaping
+from watchdog.process.reaping import ExitStatus, Reaper
+
+# Set when this daemon adopted a job tree (adoption): its processes orphaned while no daemon
+# ran went to init, out of the subreaper's reach, so the marker scan is needed again.
+_adopted = False
+
+
+def mark_adopted() -> None:
+    global _adopted
+    _adopted = True
+
+
+def find_tree(leader: int | None, token: str) -> list[psutil.Process]:
+    """Every live process of the job: the leader and its descendants, the daemon's descendants
+    outside its own session (orphans re-parented to us, the subreaper), and — only where the
+    kernel refused the subreaper — anything carrying our instance marker. Zombies are not
+    counted. Cheap: it follows /proc/<pid>/task/*/children instead of scanning all of /proc."""
+    pids: set[int] = set()
+    if leader is not None:
+        pids |= {leader, *_descendants(leader)}
+    my_sid = os.getsid(0)
+    pids |= {p for p in _descendants(os.getpid()) if _session_of(p) not in (my_sid, None)}
+    scan_marker = not reaping.is_subreaper() or _adopted
+    found = {p.pid: p for p in _marked(token)} if scan_marker else {}
+    for pid in pids - set(found) - {os.getpid()}:
+        with contextlib.suppress(psutil.Error):
+            found[pid] = psutil.Process(pid)
+    return [p for p in found.values() if _alive(p)]
+
+
+def _session_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # Fields after the parenthesised command name: state ppid pgrp session ...
+    return int(stat.rsplit(")", 1)[1].split()[3])
+
+
+def _descendants(root: int) -> list[int]:
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:
+                continue
+            out += kids
+            todo += kids
+    return out
+
+
+def _marked(token: str) -> list[psutil.Process]:
+    out: list[psutil.Process] = []
+    for pid in psutil.pids():
+        try:
+            if identity.carries_marker(pid, token):
+                out.append(psutil.Process(pid))
+        except (OSError, psutil.Error):
+            continue
+    return out
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def signal_tree(procs: Iterable[psutil.Process], signum: int) -> int:
+    n = 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.send_signal(signum)  # psutil checks the pid was not reused since we looked
+            n += 1
+    return n
+
+
+@dataclass(frozen=True, slots=True)
+class StopResult:
+    killed: bool  # SIGKILL was needed
+    # Processes that survived even SIGKILL (uninterruptible sleep); None when the tree could not
+    # be scanned in time: unknown, which the core must never read as "none left".
+    leftovers: int | None
+    signalled: int
+
+
+Scan = Callable[[int | None, str], Awaitable["list[psutil.Process] | None"]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Leader:
+    """The job's leader as a stop sees it, with its exit future and the reaper that owns it."""
+
+    pid: int | None
+    exit: asyncio.Future[ExitStatus] | None
+    reaper: Reaper | None
+
+    def live(self) -> int | None:
+        """Once reaped, the leader's pid may belong to somebody else: never look it up again."""
+        return None if self.exit is not None and self.exit.done() else self.pid
+
+    def signal(self, signum: int) -> int:
+        """1 when the signal went through the leader's pidfd, else 0."""
+        pid = self.live()
+        return (
+            1
+            if pid is not None and self.reaper is not None and self.reaper.signal(pid, signum)
+            else 0
+        )
+
+
+async def stop_tree(
+    leader: int | None,
+    token: str,
+    *,
+    stop_signal: int,
+    timeout_s: float,
+    leader_exit: asyncio.Future[ExitStatus] | None,
+    reaper: Reaper | None = None,
+    kill_grace_s: float = 5.0,
+    scan: Scan | None = None,
+) -> StopResult:
+    """stop_signal to every process of the tree, SIGKILL after `timeout_s`, then verify.
+
+    The leader is signalled through its pidfd first, whatever the scan finds: the pidfd cannot
+    hit a reused pid, and a scan that times out (None) must not leave the leader running beside
+    the next job. A scan that never answers makes the result unknown (`leftovers=None`).
+    """
+    scan = scan or find_tree_async
+    lead = _Leader(leader, leader_exit, reaper)
+    reaped = leader_exit is not None and leader_exit.done()
+    signalled = lead.signal(stop_signal)
+    tree = await scan(lead.live(), token)
+    # The leader had it through its pidfd: a second stop_signal reads as "force quit" to many
+    # handlers (they skip their last checkpoint). SIGKILL below may go twice: it is the same.
+    told = lead.live() if signalled else None
+    signalled += signal_tree([p for p in tree or [] if p.pid != told], stop_signal)
+    # A job that died by itself (the leader reaped before this scan) and left nothing: that
+    # scan is the first of the two empty ones in a row, so the second follows at once instead
+    # of 20 ms later, which was most of the time from a death to the next start (issue 11).
+    # A scan that timed out (None) is unknown, never empty.
+    empty = 1 if reaped and tree == [] else 0
+    if await _wait_gone(lead, token, timeout_s, scan, empty):
+        return StopResult(killed=False, leftovers=0, signalled=signalled)
+    return await _kill_tree(lead, token, kill_grace_s, scan, signalled)
+
+
+async def _kill_tree(
+    lead: _Leader, token: str, kill_grace_s: float, scan: Scan, signalled: int
+) -> StopResult:
+    """SIGKILL whatever outlived the stop signal, then count what survived even that."""
+    lead.signal(signal.SIGKILL)
+    signal_tree(await scan(lead.live(), token) or [], signal.SIGKILL)
+    if await _wait_gone(lead, token, kill_grace_s, scan):
+        return StopResult(killed=True, leftovers=0, signalled=signalled)
+    left = await scan(lead.live(), token)
+    return StopResult(
+        killed=True, leftovers=None if left is None else len(left), signalled=signalled
+    )
+
+
+_SCANNER = blocking.BoundedWorker("proc-scan")
+
+
+async def find_tree_async(
+    leader: int | None, token: str, timeout_s: float = 5.0
+) -> list[psutil.Process] | None:
+    """find_tree() off the loop: reading /proc of a process wedged in a driver can block. None
+    when the scan did not finish in time, or an earlier one is still stuck (the tree is
+    unknown, never empty)."""
+    try:
+        return await _SCANNER.call(lambda: find_tree(leader, token), timeout_s, what="scan")
+    except blocking.Hung:
+        return None
+
+
+async def _wait_gone(
+    lead: _Leader, token: str, timeout_s: float, scan: Scan, empty_scans: int = 0
+) -> bool:
+    """Wait until the leader is reaped and nothing of the tree lives, up to `timeout_s`;
+    `empty_scans`: empty scans the caller already made since the leader was reaped.
+
+    The leader's exit is event-driven (its future); stragglers are re-checked every 20 ms, which
+    only runs during a stop.
+    """
+    deadline = time.monotonic() + timeout_s
+    if lead.exit is not None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(lead.exit), timeout_s)
+    while True:
+        if lead.reaper is not None:
+            lead.reaper.reap_orphans()
+        leader_done = lead.exit is None or lead.exit.done()
+        if leader_done and await scan(None if lead.exit else lead.pid, token) == []:
+            # /proc/<pid>/task/*/children may skip a child while its siblings exit
+            # (proc(5)): only two empty scans in a row count as gone.
+            empty_scans += 1
+            if empty_scans >= 2:
+                return True
+        else:
+            empty_scans = 0
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.02)
+
+
+def kill_stale_tree(
+    token: str,
+    leader: int | None,
+    leader_started_at: float | None,
+    ticks: object = None,
+    boot: object = None,
+) -> int:
+    """A previous daemon's tree that outlived it: SIGKILL it at once (it is orphaned and
+    unsupervised; graceful stop needs the dead daemon's context). Returns the count signalled.
+
+    The leader is trusted only when its start (in clock ticks, or for an older record its wall
+    time: same_process) matches what the state file recorded, so a reused pid is never killed;
+    the rest is found by our instance marker.
+    """
+    procs = _marked(token)
+    if leader is not None and identity.same_process(leader, leader_started_at, ticks, boot):
+        with contextlib.suppress(psutil.Error):
+            p = psutil.Process(leader)
+            procs.append(p)
+            procs += p.children(recursive=True)
+    live = [p for p in procs if _alive(p)]
+    return signal_tree(live, signal.SIGKILL)
