@@ -17,6 +17,7 @@ CLI_MODULES = {
     "watchdog.cli",
     "watchdog.core",
     "watchdog.core.protocol",
+    "watchdog.core.jsoncodec",
     "_socket",
     "__future__",
 }

@@ -271,7 +271,13 @@ def shared() -> Iterator[pathlib.Path]:
         top.chmod(0o755)
         pkg = top / "lib" / "watchdog"
         (pkg / "core").mkdir(parents=True)
-        for name in ("__init__.py", "cli.py", "core/__init__.py", "core/protocol.py"):
+        for name in (
+            "__init__.py",
+            "cli.py",
+            "core/__init__.py",
+            "core/protocol.py",
+            "core/jsoncodec.py",
+        ):
             shutil.copy(ROOT / "watchdog" / name, pkg / name)
         for p in (top / "lib", pkg, *pkg.rglob("*")):
             p.chmod(0o755 if p.is_dir() else 0o644)
