@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from watchdog.core.health import is_in_use
+from watchdog.core.gpupart import is_in_use
 from watchdog.core.policy import Snapshot, State
 from watchdog.core.samples import GpuSample, ProgressReading
 from watchdog.core.xid import host_fault_line
