@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from watchdog.core import names
+
 
 def spawn_outcome(events: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The first child_spawned or child_start_failed among `events`."""
@@ -123,7 +125,7 @@ def _ended(mine: list[dict[str, Any]], missing: list[str]) -> tuple[str, str]:
         return "completed", f"the job completed ({how}) before it was verified healthy"
     if why is None:
         return "exited", f"the job died during startup ({how})"
-    if why in ("operator", "shutdown"):
+    if why in names.REQUESTED_STOPS:
         by = "by an operator" if why == "operator" else "for shutdown"
         return why, f"it was stopped ({by})"
     return why, f"{why}: " + "; ".join([*missing, f"stopped by the watchdog, {how}"])

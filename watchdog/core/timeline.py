@@ -24,6 +24,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from watchdog.core import names
 from watchdog.core.timeline_bucket import (
     Bucket,
     event_time,
@@ -40,18 +41,7 @@ KEEP_S = 7 * 86400.0
 COMPACT_EVERY = 16  # base buckets between two merges (each is a pass over all buckets)
 # Events the picture marks on its time axis and lists (SPEC §13: restarts and incidents), and
 # the ones that explain a gap or a change of state.
-KEPT_EVENTS = frozenset(
-    {
-        "restart_scheduled",
-        "incident_saved",
-        "fatal",
-        "gpu_fault",
-        "job_completed",
-        "child_exited",
-        "daemon_started",
-        "daemon_reexecuted",
-    }
-)
+KEPT_EVENTS = names.TIMELINE_EVENTS
 # Fields of a kept event that say what happened (the rest stays in `watchdogctl events`).
 KEPT_FIELDS = ("reason", "path", "pid", "exit_code", "signal", "delay_s", "gpu", "action", "xid")
 
