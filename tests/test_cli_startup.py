@@ -21,6 +21,7 @@ CLI_MODULES = {
     "watchdog.cli.render",
     "watchdog.core",
     "watchdog.core.protocol",
+    "watchdog.core.jsoncodec",
     "_socket",
     "__future__",
 }

@@ -274,7 +274,7 @@ def shared() -> Iterator[pathlib.Path]:
         shutil.copytree(
             ROOT / "watchdog" / "cli", pkg / "cli", ignore=shutil.ignore_patterns("*.pyc")
         )
-        for name in ("__init__.py", "core/__init__.py", "core/protocol.py"):
+        for name in ("__init__.py", "core/__init__.py", "core/protocol.py", "core/jsoncodec.py"):
             shutil.copy(ROOT / "watchdog" / name, pkg / name)
         for p in (top / "lib", pkg, *pkg.rglob("*")):
             p.chmod(0o755 if p.is_dir() else 0o644)

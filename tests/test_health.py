@@ -174,3 +174,16 @@ def test_progress_counts_as_activity_for_last_activity_at() -> None:
         now += 2.0
         m.progress(ProgressReading(tokens_per_s=None, step=step), now)
     assert m.last_activity_at == 6.0
+
+
+def test_assess_is_a_function_of_its_inputs_and_now() -> None:
+    """assess(now) reads no clock and changes nothing it was fed: asked twice at the same `now`
+    it answers the same, its sample is untouched, and an earlier `now` is judged as such."""
+    m = HealthMonitor(HealthConfig(stall_after_s=10.0, idle_samples=1))
+    s = GpuSample(True, (GpuReading(0, "GPU-0", "H100", 70_000.0, 81_559.0, 90, "v2"),))
+    m.gpu_sample(s)
+    m.progress(ProgressReading(tokens_per_s=100.0, step=1), 0.0)
+    late = m.assess(30.0)
+    assert late == m.assess(30.0) and "stalled" in late.firing
+    assert m.assess(5.0).healthy  # the startup window, once over, stays over: its own state
+    assert s == GpuSample(True, (GpuReading(0, "GPU-0", "H100", 70_000.0, 81_559.0, 90, "v2"),))

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from watchdog.core import protocol as P
+from watchdog.core import replies as R
 
 
 def req(obj: object) -> bytes:
@@ -181,6 +182,7 @@ def test_cli_modules_import_nothing_heavy() -> None:
         "watchdog.cli.render",
         "watchdog.core",
         "watchdog.core.protocol",
+        "watchdog.core.jsoncodec",
         "_socket",
         "__future__",
     }
@@ -196,14 +198,14 @@ def ev(event: str, **fields: object) -> dict[str, object]:
 def test_describe_stop_names_the_signal_and_a_sigkill() -> None:
     """A graceful stop names the signal; a SIGKILL after the timeout says the job ignored it."""
     graceful = [ev("child_stopping", pid=7), ev("child_exited", pid=7, signal=15)]
-    assert P.describe_stop(7, graceful, "SIGTERM", 0.25) == "pid 7 killed by SIGTERM in 0.2 s"
+    assert R.describe_stop(7, graceful, "SIGTERM", 0.25) == "pid 7 killed by SIGTERM in 0.2 s"
     forced = [ev("child_exited", pid=7, signal=9), ev("child_killed", pid=7, signal=9)]
-    text = P.describe_stop(7, forced, "SIGTERM", None)
+    text = R.describe_stop(7, forced, "SIGTERM", None)
     assert text == "pid 7 ignored SIGTERM: SIGKILLed (killed by SIGKILL)"
     left = [*forced, ev("leftovers_found", count=2)]
-    assert "2 processes survived SIGKILL" in P.describe_stop(7, left, "SIGTERM", None)
-    assert P.describe_stop(None, [], "SIGTERM", 1.0) == "no job was running"
-    assert P.describe_stop(7, [ev("child_exited", pid=7, exit_code=0)], "SIGINT", None) == (
+    assert "2 processes survived SIGKILL" in R.describe_stop(7, left, "SIGTERM", None)
+    assert R.describe_stop(None, [], "SIGTERM", 1.0) == "no job was running"
+    assert R.describe_stop(7, [ev("child_exited", pid=7, exit_code=0)], "SIGINT", None) == (
         "pid 7 exit code 0"
     )
 
@@ -221,7 +223,7 @@ def status_of(pid: int | None, gpus: list[dict[str, object]], age: float | None)
 def test_why_not_healthy_reports_a_death_with_its_code() -> None:
     """A job that exited by itself during startup: 'died during startup (exit code 3)'."""
     hist = [ev("child_spawned", pid=9), ev("child_exited", pid=9, exit_code=3, reason="exited")]
-    why = P.why_not_healthy(9, status_of(None, [], None), hist, 1.0, set())
+    why = R.why_not_healthy(9, status_of(None, [], None), hist, 1.0, set())
     assert why == "the job died during startup (exit code 3)"
 
 
@@ -232,10 +234,10 @@ def test_why_not_healthy_reports_the_detector_that_stopped_it() -> None:
         ev("child_stopping", pid=9, reason="startup_timeout"),
         ev("child_exited", pid=9, signal=15, reason="startup_timeout"),
     ]
-    why = P.why_not_healthy(9, status_of(None, [], None), hist, 1.0, set())
+    why = R.why_not_healthy(9, status_of(None, [], None), hist, 1.0, set())
     assert why == "startup_timeout: stopped by the watchdog, killed by SIGTERM"
     gpus = [{"index": i, "used_mib": 0, "idle": True} for i in range(8)]
-    report = P.not_healthy_report(9, status_of(None, gpus, None), hist, 1.0, set())
+    report = R.not_healthy_report(9, status_of(None, gpus, None), hist, 1.0, set())
     assert report["verdict"] == "startup_timeout"
     assert report["reason"] == (
         "startup_timeout: 0/8 GPUs hold memory; stopped by the watchdog, killed by SIGTERM"
@@ -249,15 +251,15 @@ def test_why_not_healthy_at_the_deadline_names_idle_gpus_and_missing_progress() 
         {"index": 0, "used_mib": 0, "idle": True},
         {"index": 1, "used_mib": 70000, "idle": False},
     ]
-    report = P.not_healthy_report(9, status_of(9, gpus, None), [], 2.0, {1})
+    report = R.not_healthy_report(9, status_of(9, gpus, None), [], 2.0, {1})
     assert report["reason"] == ("not healthy after 2.0 s: 1/2 GPUs hold memory; no progress line")
     assert report["verdict"] == "gpus_not_in_use"
     assert P.gpu_figures_text(report["gpu_figures"]) == "GPU 0 0 MiB · GPU 1 70,000 MiB (in use)"
-    why = P.why_not_healthy(9, status_of(9, gpus, 0.5), [], 2.0, {0, 1})
+    why = R.why_not_healthy(9, status_of(9, gpus, 0.5), [], 2.0, {0, 1})
     assert why == "not healthy after 2.0 s: state starting"  # both seen in use while waiting
 
 
 def test_an_unknown_exit_status_is_said_in_words() -> None:
     """A child_exited with neither code nor signal reads 'exit status unknown', never 'None'."""
-    assert P.exit_text({"exit_code": None, "signal": None}) == "exit status unknown"
-    assert P.exit_text({"exit_code": 3, "signal": None}) == "exit code 3"
+    assert R.exit_text({"exit_code": None, "signal": None}) == "exit status unknown"
+    assert R.exit_text({"exit_code": 3, "signal": None}) == "exit code 3"

@@ -18,19 +18,16 @@ from typing import Any, Literal
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from watchdog.core import names
 from watchdog.core.recognise import RECOGNISERS
 
 EX_CONFIG = 78  # sysexits.h: configuration error (SPEC §6 `--check`)
 SHELL = "/bin/sh"
 DEFAULT_PATTERN = r"(?P<tokens_per_s>[0-9][0-9,.]*)\s*tok(?:ens)?/s"
 PROGRESS_GROUPS = frozenset({"tokens_per_s", "step"})
-RESTART_REASONS = frozenset({"exited", "gpus_idle", "stalled", "throughput_low", "startup_timeout"})
-DEFAULT_RESTART_ON = frozenset({"exited", "gpus_idle", "stalled", "startup_timeout"})
-WARN_ONLY_REASONS = frozenset({"gpu_lost", "gpu_probe_hung", "gpu_access_lost", "gpu_unreadable"})
-# SPEC §13: our own read of the progress log not answering is never the job's fault.
-WARN_ONLY_REASONS |= frozenset({"progress_unreadable"})
-# SPEC §13: `completed` in restart.on restarts a job even after it exits with a success code.
-RESTART_REASONS |= frozenset({"completed"})
+RESTART_REASONS = names.RESTART_REASONS
+DEFAULT_RESTART_ON = names.DEFAULT_RESTART_ON
+WARN_ONLY_REASONS = names.WARN_ONLY_REASONS
 # SPEC §13: signals job.forward_signals may not list: SIGKILL and SIGSTOP cannot be caught;
 # the daemon owns SIGTERM and SIGINT (stop the job, exit), SIGHUP (reload) and SIGCHLD (its
 # children); the rest are raised by a fault of the receiving process itself, not sent to it.

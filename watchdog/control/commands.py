@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from watchdog.core import policy, protocol
+from watchdog.core import policy, protocol, replies
 from watchdog.core.health import is_in_use
 from watchdog.daemon import reexec
 from watchdog.progress.follower import tail_lines
@@ -148,7 +148,7 @@ class Operations:
         self._operate(call, "stop")
         budget = _start_budget(self.d)  # a start under way finishes before its child is stopped
         ok = await self._wait(call, _state_is(self.d, policy.State.STOPPED), call.t0 + budget)
-        text = protocol.describe_stop(pid, call.events(), self._stop_signal(), call.elapsed())
+        text = replies.describe_stop(pid, call.events(), self._stop_signal(), call.elapsed())
         if not ok:
             state = self.d.core.snapshot().state.value
             result = self._result(call, text)
@@ -157,7 +157,7 @@ class Operations:
 
     async def _start(self, call: Call) -> dict[str, Any]:
         pid = await self._begin(call, "start")
-        note = protocol.gpu_wait_note(call.events())
+        note = replies.gpu_wait_note(call.events())
         return self._result(call, f"started, pid {pid}{note}", pid=pid)
 
     async def _wait_healthy_cmd(self, call: Call) -> dict[str, Any]:
@@ -173,8 +173,8 @@ class Operations:
         timeout = call.req.args.get("timeout")
         deadline = call.t0 + (timeout or _start_budget(self.d) + self.d.cfg.startup.timeout_s + 10)
         pid = await self._begin(call, "restart", deadline)
-        stopped = protocol.describe_stop(old, call.events(), self._stop_signal(), None)
-        begun = f"{stopped}; new pid {pid}{protocol.gpu_wait_note(call.events())}"
+        stopped = replies.describe_stop(old, call.events(), self._stop_signal(), None)
+        begun = f"{stopped}; new pid {pid}{replies.gpu_wait_note(call.events())}"
         if not call.req.args.get("wait"):
             return self._result(call, f"restarted: {begun}", pid=pid)
         return await self._wait_healthy(call, pid, deadline)
@@ -187,12 +187,12 @@ class Operations:
 
         def settled() -> bool:
             return (
-                protocol.spawn_outcome(call.events()) is not None
+                replies.spawn_outcome(call.events()) is not None
                 or d.core.snapshot().state in _AT_REST
             )
 
         ok = await self._wait(call, settled, deadline)
-        outcome = protocol.spawn_outcome(call.events())
+        outcome = replies.spawn_outcome(call.events())
         if outcome is not None and outcome["event"] == "child_spawned":
             return int(outcome["pid"])
         snap = d.core.snapshot()
@@ -227,7 +227,7 @@ class Operations:
             )
             return self._result(call, text, healthy=True, pid=pid, healthy_after_s=round(after, 2))
         st = d.status()
-        report = protocol.not_healthy_report(pid, st, d.events.history(300), call.elapsed(), used)
+        report = replies.not_healthy_report(pid, st, d.events.history(300), call.elapsed(), used)
         return self._result(
             call,
             f"NOT healthy: {report['reason']}",
@@ -250,7 +250,7 @@ class Operations:
         return True
 
     def _stop_signal(self) -> str:
-        return protocol.signal_name(self.d.cfg.job.stop_signal)
+        return replies.signal_name(self.d.cfg.job.stop_signal)
 
     async def _log_tail(self, n: int) -> list[str]:
         path = self.d.cfg.job.log_file

@@ -25,9 +25,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
-
-GpuPart = Literal["in_use", "idle", "partial", "missing", "unknown", "none_expected"]
+from watchdog.core.gpupart import V1_IDLE_FLOOR_MIB as V1_IDLE_FLOOR_MIB
+from watchdog.core.gpupart import GpuPart as GpuPart
+from watchdog.core.gpupart import gpu_part as gpu_part
+from watchdog.core.gpupart import is_in_use as is_in_use
+from watchdog.core.gpupart import unreadable_text
+from watchdog.core.samples import GpuSample, ProgressReading
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,52 +58,9 @@ class Verdict:
     gpu_reason: str | None = None  # why the GPU part is unknown
 
 
-def gpu_part(
-    sample: GpuSample | None, idle_below_mib: float, require: str = "all"
-) -> tuple[GpuPart, str | None]:
-    """Classify one GPU sample: every known GPU in use, all idle, a mix, missing (an expected GPU
-    NVML cannot reach), or unknown (and why).
-
-    An expected GPU that cannot be read is not "in use" (issue 15): with `require: all` one such
-    GPU makes the part `missing`; with `any` only all of them do. `missing` never counts as idle:
-    the job did not let go of the GPU, the host did, and a restart cannot fix that (SPEC §4)."""
-    if sample is None:
-        return "unknown", "no GPU sample yet"
-    if sample.access_lost is not None:
-        return "unknown", f"GPU access lost: {sample.access_lost}"
-    if not sample.available:
-        return "unknown", sample.reason or "GPU probe unavailable"
-    if sample.hung:
-        return "unknown", sample.reason or "GPU probe hung"
-    unreadable = [g for g in sample.gpus if g.unreadable]
-    if unreadable and (require == "all" or len(unreadable) == len(sample.gpus)):
-        return "missing", "GPU " + ", ".join(_unreadable(g) for g in unreadable)
-    known = [g for g in sample.gpus if g.used_mib is not None]
-    if not known:
-        return "unknown", "no GPU memory reading"
-    in_use = [g for g in known if is_in_use(g, idle_below_mib)]
-    if len(in_use) == len(known):
-        return "in_use", None
-    return ("idle", None) if not in_use else ("partial", None)
-
-
-def _unreadable(g: GpuReading) -> str:
-    return f"{g.index if g.index >= 0 else g.uuid}:{g.error or 'lost'}"
-
-
 def _num(value: float) -> str:
     # Evidence values are text (they travel in events); no exponent notation for an operator.
     return str(round(value, 3))
-
-
-# memory-info v1 counts driver-reserved memory: an idle GPU reads 0.1-1 GiB there (notes/nvml.md),
-# so on drivers without v2 the idle floor is raised to at least this.
-V1_IDLE_FLOOR_MIB = 1536.0
-
-
-def is_in_use(g: GpuReading, idle_below_mib: float) -> bool:
-    floor = max(idle_below_mib, V1_IDLE_FLOOR_MIB) if g.memory_api == "v1" else idle_below_mib
-    return g.used_mib is not None and g.used_mib >= floor
 
 
 class HealthMonitor:
@@ -316,7 +276,7 @@ class HealthMonitor:
         the job is not healthy while it lasts."""
         if part != "missing" or self._gpu is None:
             return None
-        return {"gpus_lost": ",".join(_unreadable(g) for g in self._gpu.gpus if g.unreadable)}
+        return {"gpus_lost": ",".join(unreadable_text(g) for g in self._gpu.gpus if g.unreadable)}
 
     def _gpu_access_lost_evidence(self) -> dict[str, str] | None:
         """NVML access that worked is gone (SPEC §13): the job is not touched, but nothing

@@ -173,3 +173,65 @@ def priority(event: str) -> int:
 
 
 HOOK_EVENTS = frozenset(name for name, e in EVENTS.items() if e.hook)
+
+
+# ------------------------------------------------------------------- the named sets of names
+# Issue 23: each set of reasons, states or events that code tests against is written once, here;
+# config, metrics, the timeline and the replies refer to these (tests/test_names.py finds a
+# literal set of registered names anywhere else in watchdog/).
+
+# The supervisor's states (SPEC §7), in the order the metrics list them.
+STATES = (
+    "stopped",
+    "starting",
+    "running",
+    "unhealthy",
+    "stopping",
+    "backoff",
+    "fatal",
+    "paused",
+    "host_fault",
+    "completed",
+)
+# States in which a job is alive (or about to be) although the status may show no pid yet.
+ALIVE_STATES = frozenset({"starting", "unhealthy", "paused"})
+# Verdicts that blame the job, in the order goodput charges an unhealthy job's time to them.
+JOB_VERDICTS = ("stalled", "gpus_idle", "startup_timeout", "throughput_low")
+# What `restart.on` may name (SPEC §5); `completed` restarts even a job that exited well.
+RESTART_REASONS = frozenset({"exited", *JOB_VERDICTS, "completed"})
+DEFAULT_RESTART_ON = frozenset({"exited", "gpus_idle", "stalled", "startup_timeout"})
+# SPEC §13: the host's or our own blind spot, never the job's fault: reported, never restarted.
+WARN_ONLY_REASONS = frozenset(
+    {"gpu_lost", "gpu_probe_hung", "gpu_access_lost", "gpu_unreadable", "progress_unreadable"}
+)
+# Reasons whose restart is preceded by an incident bundle (SPEC §10).
+INCIDENT_REASONS = frozenset({"gpus_idle", "stalled", "startup_timeout", "gpu_degraded"})
+# The detectors that can be "firing" (SPEC §4); `exited` is an instant, never a standing verdict.
+DETECTORS = (
+    "gpus_idle",
+    "stalled",
+    "throughput_low",
+    "startup_timeout",
+    "gpu_lost",
+    "gpu_probe_hung",
+    "gpu_access_lost",
+    "gpu_unreadable",
+    "gpu_degraded",
+    "progress_unreadable",
+)
+# Stops somebody asked for (an operator, the daemon's own shutdown), not a verdict on the job.
+REQUESTED_STOPS = frozenset({"operator", "shutdown"})
+# Events `watchdogctl timeline` marks (restarts and incidents, SPEC §13) and the ones that
+# explain a gap or a change of state.
+TIMELINE_EVENTS = frozenset(
+    {
+        "restart_scheduled",
+        "incident_saved",
+        "fatal",
+        "gpu_fault",
+        "job_completed",
+        "child_exited",
+        "daemon_started",
+        "daemon_reexecuted",
+    }
+)

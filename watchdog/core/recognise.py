@@ -37,69 +37,15 @@ Formats, as their sources print them (our own example lines are in tests/test_re
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
-# Recognisers see at most the last this many characters of a line (as the user pattern does):
-# framework progress text sits at the end of its line.
-MAX_LINE_CHARS = 4096
-MAX_STEP = 10**18 - 1  # a step fits in 64 bits; 18 digits at most
-# A recogniser looks at no more than this many occurrences of its keyword in one line: a real
-# progress line holds one; a line of thousands of near-misses costs no more than a few.
-MAX_TRIES = 8
-
-# ECMA-48: CSI (`ESC [ params intermediates final`), OSC (`ESC ] … BEL|ST`), two-char escapes.
-_ANSI = re.compile(
-    r"\x1b(?:\[[0-?]{0,64}[ -/]{0,8}[@-~]|\][^\x07\x1b]{0,512}(?:\x07|\x1b\\)?|[@-Z\\-_])"
-)
-_NUM = r"[0-9][0-9,]{0,24}(?:\.[0-9]{0,12})?"
-
-
-def strip_ansi(line: str) -> str:
-    """The line without ANSI colour and cursor codes (torchtitan colours its whole line)."""
-    return _ANSI.sub("", line) if "\x1b" in line else line
-
-
-@dataclass(frozen=True, slots=True)
-class Recognised:
-    """What one line says, before the tracker judges it against the run so far."""
-
-    source: str  # tqdm, megatron, torchtitan, deepspeed, nemo, hf_loss, tokens_per_s
-    step: int | None = None
-    total: int | None = None  # a bar's or an iteration counter's total, when printed
-    tokens_per_s: float | None = None
-    label: str = ""  # a tqdm bar's description ("Epoch 3", "Validation DataLoader 0", "")
-    epoch: int | None = None  # Lightning's `Epoch N:` prefix: its bar restarts every epoch
-    activity: bool = False  # the line itself says it is no training (eval results, validate)
-    first_draw: bool = False  # a tqdm bar drawn before its first update (rate `?it/s`)
-    # A tqdm bar's unit as its rate prints it, less an SI prefix: "it" (tqdm's default, the
-    # Trainer's, Lightning's), "examples", "ba", "B", "tokens" (datasets' map bars, downloads).
-    unit: str = ""
-
-
-def _int(text: str | None) -> int | None:
-    if text is None:
-        return None
-    cleaned = text.replace(",", "")
-    if not cleaned.isdigit() or len(cleaned) > 18:
-        return None
-    return int(cleaned)
-
-
-def _float(text: str | None) -> float | None:
-    if text is None:
-        return None
-    cleaned = text.replace(",", "").rstrip(".")
-    if not cleaned or len(cleaned) > 40:
-        return None
-    try:
-        value = float(cleaned)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
+from watchdog.core.frameworks import deepspeed, hf_loss, megatron, nemo, torchtitan
+from watchdog.core.recognised import MAX_LINE_CHARS as MAX_LINE_CHARS
+from watchdog.core.recognised import MAX_STEP as MAX_STEP
+from watchdog.core.recognised import MAX_TRIES, to_float, to_int, word_start
+from watchdog.core.recognised import Recognised as Recognised
+from watchdog.core.recognised import strip_ansi as strip_ansi
 
 # ---------------------------------------------------------------------------- tokens/s
 
@@ -109,23 +55,6 @@ _TOKENS_BEFORE = re.compile(r"(?<![0-9,.])([0-9][0-9,.]{0,30})[ \t]{0,8}\Z")
 # Per second (`/s`, `/sec`, `/second`, `/s/gpu`), not `tokens/step` or `tok/sample` (sizes a job
 # prints at start-up, before any step).
 _TOKENS_UNIT = re.compile(r"tok(?:ens)?/s(?:ec(?:ond)?)?(?![A-Za-z])")
-
-
-def _word_start(line: str, at: int) -> bool:
-    """No letter, digit or underscore right before `at` (a keyword starts there)."""
-    return at == 0 or not (line[at - 1].isalnum() or line[at - 1] == "_")
-
-
-def _first(pattern: re.Pattern[str], line: str) -> re.Match[str] | None:
-    """The first match of a keyword-led pattern whose keyword starts a word (a literal first
-    lets the engine skip to each occurrence; the word check is done here, not in a lookbehind
-    that would make it try every position)."""
-    for tries, match in enumerate(pattern.finditer(line)):
-        if _word_start(line, match.start()):
-            return match
-        if tries >= MAX_TRIES:
-            break
-    return None
 
 
 # The most common hand-written training log names its step before the figure: `step 5 | loss
@@ -146,8 +75,8 @@ def _step_before(line: str, end: int) -> int | None:
         if tries > MAX_TRIES:
             break
         at = match.start() - 1  # the word's first letter
-        if line[at] in ("Ss" if line[at + 3] == "p" else "Ii") and _word_start(line, at):
-            return _int(match.group(1))
+        if line[at] in ("Ss" if line[at + 3] == "p" else "Ii") and word_start(line, at):
+            return to_int(match.group(1))
     return None
 
 
@@ -161,7 +90,7 @@ def tokens_per_s(line: str) -> Recognised | None:
             break
         at = unit.start()
         match = _TOKENS_BEFORE.search(line, max(0, at - 40), at)
-        value = _float(match.group(1)) if match else None
+        value = to_float(match.group(1)) if match else None
         if value is not None and match is not None:
             step = _step_before(line, match.start(1))
             return Recognised("tokens_per_s", step=step, tokens_per_s=value)
@@ -232,7 +161,7 @@ def tqdm_bar(line: str) -> Recognised | None:
                 break
     if match is None or after is None:
         return None
-    step = _int(match.group("n"))
+    step = to_int(match.group("n"))
     if step is None:
         return None
     label = _tqdm_label(line[: match.start()])
@@ -241,148 +170,12 @@ def tqdm_bar(line: str) -> Recognised | None:
     return Recognised(
         "tqdm",
         step=step,
-        total=None if total_text in (None, "?") else _int(total_text),
+        total=None if total_text in (None, "?") else to_int(total_text),
         label=label,
         epoch=int(epoch_match.group(1)) if epoch_match else None,
         first_draw=after.group("rate") == "?",
         unit=_unit(after.group("unit")),
     )
-
-
-# ---------------------------------------------------------------------------- Megatron-LM
-
-_MEGATRON = re.compile(
-    r"iteration[ \t]{1,16}([0-9]{1,18})[ \t]{0,16}/[ \t]{0,16}([0-9]{1,18})[ \t]{0,16}\|"
-)
-
-
-# evaluate_and_print_results: ` validation loss at iteration 100 | lm loss value: … |` (also
-# `validation-0 loss at …`, `… at iteration 100 on test set |`): an evaluation's result, whose
-# iteration is the training's; evaluate() with verbose prints `Evaluating iter 3/10` per batch.
-_MEGATRON_EVAL = re.compile(r"loss at iteration[ \t]{1,4}[0-9]{1,18}(?![0-9])")
-_MEGATRON_EVAL_ITER = re.compile(r"Evaluating iter[ \t]{1,4}([0-9]{1,18})/([0-9]{1,18})")
-
-
-def megatron(line: str) -> Recognised | None:
-    """Megatron-LM's training_log: ` [2026-12-03 10:00:00] iteration      120/  500000 | …`;
-    its evaluation lines are activity."""
-    if "iter" not in line:
-        return None
-    match = _first(_MEGATRON, line) if "iteration" in line else None
-    if match is not None:
-        return Recognised("megatron", step=_int(match.group(1)), total=_int(match.group(2)))
-    if "validation" in line and _first(_MEGATRON_EVAL, line) is not None:
-        # No step: the iteration it names is the last trained one, neither lower nor higher.
-        return Recognised("megatron", activity=True)
-    if "Evaluating" in line:
-        found = _first(_MEGATRON_EVAL_ITER, line)
-        if found is not None:
-            n, total = _int(found.group(1)), _int(found.group(2))
-            return Recognised("megatron", step=n, total=total, activity=True)
-    return None
-
-
-# ---------------------------------------------------------------------------- torchtitan
-
-_TITAN_STEP = re.compile(r"step:[ \t]{0,16}([0-9]{1,18})(?![0-9])[ \t]{1,16}loss:")
-_TITAN_TPS = re.compile(r"\b[tw]ps:[ \t]{0,16}([0-9][0-9,]{0,24}(?:\.[0-9]{0,6})?)")
-
-
-def torchtitan(line: str) -> Recognised | None:
-    """torchtitan's metrics line: `step: 12  loss:  7.1234  …  tps: 1,234  tflops: …`."""
-    if "step:" not in line or "loss:" not in line:
-        return None
-    match = _first(_TITAN_STEP, line)
-    if match is None:
-        return None
-    tps = _TITAN_TPS.search(line, match.end())
-    return Recognised(
-        "torchtitan",
-        step=_int(match.group(1)),
-        tokens_per_s=_float(tps.group(1)) if tps else None,
-        # `validate step: 10  loss: …` is the validator's report, not a training step.
-        activity="validat" in line[: match.start()].lower(),
-    )
-
-
-# ---------------------------------------------------------------------------- DeepSpeed
-
-_DS_STEP = re.compile(r"step=([0-9]{1,18}),[ \t]{0,4}skipped=")
-_DS_GLOBAL = re.compile(r"global_step=([0-9]{1,18})(?![0-9])")
-_DS_PIPE = re.compile(r"steps:[ \t]{0,4}([0-9]{1,18})[ \t]{1,4}loss:")
-
-
-def deepspeed(line: str) -> Recognised | None:
-    """DeepSpeed's engine (`[Rank 0] step=10, skipped=0, lr=[…]`, engine._report_progress
-    through log_dist), its PipelineEngine (`steps: 10 loss: 2.3456 iter time (s): …`) or its
-    throughput timer (`epoch=0/micro_step=40/global_step=10, RunningAvgSamplesPerSec=…`,
-    timer.py through the logger): the timer counts from the process's start, not from the
-    checkpoint, so its `global_step` is activity, never the run's step."""
-    if "step=" in line:
-        match = _first(_DS_STEP, line)
-        if match is not None:
-            return Recognised("deepspeed", step=_int(match.group(1)))
-        match = _first(_DS_GLOBAL, line)
-        if match is not None:
-            return Recognised("deepspeed", step=_int(match.group(1)), activity=True)
-    if "steps:" in line and "loss:" in line:
-        match = _first(_DS_PIPE, line)
-        if match is not None:
-            return Recognised("deepspeed", step=_int(match.group(1)))
-    return None
-
-
-# ---------------------------------------------------------------------------- NeMo
-
-_NEMO = re.compile(r"global_step:[ \t]{0,16}([0-9]{1,18}(?:\.0)?)(?![0-9.])")
-_NEMO_ITER = re.compile(r"iteration[ \t]{1,4}[0-9]{1,18}/([0-9]{1,18})")
-
-
-# ProgressPrinter's validation and test counters: `Validation: iteration 5/10`, `Sanity checking
-# Validation: iteration 1/2`, `Testing: iteration 3/10` (the whole printed line).
-_NEMO_EVAL = re.compile(
-    r"(?:Validation|Testing):[ \t]iteration[ \t]([0-9]{1,18})/([0-9]{1,18})[ \t]{0,4}\Z"
-)
-
-
-def nemo(line: str) -> Recognised | None:
-    """NeMo's progress line: `Training epoch 0, iteration 49/99 | … | global_step: 49 | …`;
-    its `Validation: iteration 5/10` and `Testing: iteration 3/10` lines are activity."""
-    if "global_step:" not in line:
-        if ": iteration " not in line:
-            return None
-        found = _NEMO_EVAL.search(line, max(0, len(line) - 64))
-        if found is None:
-            return None
-        return Recognised(
-            "nemo", step=_int(found.group(1)), total=_int(found.group(2)), activity=True
-        )
-    match = _first(_NEMO, line)
-    if match is None:
-        return None
-    total = _NEMO_ITER.search(line, 0, match.start())
-    return Recognised(
-        "nemo",
-        step=_int(match.group(1).removesuffix(".0")),
-        total=_int(total.group(1)) if total else None,
-    )
-
-
-# ---------------------------------------------------------------------------- HF Trainer logs
-
-_HF_DICT = re.compile(r"\{[ \t]{0,4}['\"](loss|eval_[A-Za-z_]{1,40}|train_runtime)['\"]:")
-
-
-def hf_loss(line: str) -> Recognised | None:
-    """The Hugging Face Trainer's log dict: `{'loss': 2.3456, 'grad_norm': …, 'epoch': 0.12}`
-    is progress without a step; `{'eval_loss': …}` and the closing `{'train_runtime': …}` are
-    activity."""
-    if "{" not in line or ("loss" not in line and "_runtime" not in line):
-        return None
-    match = _HF_DICT.search(line)
-    if match is None:
-        return None
-    return Recognised("hf_loss", activity=match.group(1) != "loss")
 
 
 # ---------------------------------------------------------------------------- all of them

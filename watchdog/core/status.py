@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from watchdog.core.health import is_in_use
+from watchdog.core.gpupart import is_in_use
 from watchdog.core.policy import Snapshot, State
 from watchdog.core.samples import GpuSample, ProgressReading
 from watchdog.core.xid import host_fault_line
@@ -49,52 +49,22 @@ class StatusInputs:
 
 def build_status(i: StatusInputs) -> dict[str, Any]:
     snap = i.snap
-    reasons = sorted(snap.firing | i.host_warnings)
-    next_in = None if snap.next_restart_at is None else max(0.0, snap.next_restart_at - i.now)
+    host_fault = None if snap.host_fault is None else dict(snap.host_fault)
     return {
         "state": snap.state.value,
         "healthy": snap.state is State.RUNNING,
-        "reasons": reasons,
-        "job": {
-            "name": i.job_name,
-            "pid": snap.pid,
-            "uptime_s": None
-            if snap.spawned_at is None or snap.pid is None
-            else round(i.now - snap.spawned_at, 1),
-            "command": list(i.command),
-            "log_file": i.log_file,
-            "last_exit": _last_exit(snap),
-        },
+        "reasons": sorted(snap.firing | i.host_warnings),
+        "job": _job(i),
         "gpus": _gpus(i),
         "gpus_unverified": _gpus_unverified(i),
-        "host_fault": None if snap.host_fault is None else dict(snap.host_fault),
+        "host_fault": host_fault,
         # SPEC §13: the last run that ended well (job_completed's fields), until the next start
         "completed": None if snap.completed is None else dict(snap.completed),
-        "host_fault_line": host_fault_line(
-            None if snap.host_fault is None else dict(snap.host_fault)
-        ),
+        "host_fault_line": host_fault_line(None if host_fault is None else dict(host_fault)),
         "gpu_events": i.gpu_events,
         "gpu_access_lost": i.gpu_access_lost,
-        "progress": {
-            "tokens_per_s": i.progress.tokens_per_s if i.progress else None,
-            "step": i.progress.step if i.progress else None,
-            "last_progress_age_s": None
-            if i.last_progress_at is None
-            else round(i.now - i.last_progress_at, 1),
-            "checkpoint": _checkpoint(i),
-            "source": i.progress_source,
-            "last_activity_age_s": None
-            if i.last_activity_at is None
-            else round(i.now - i.last_activity_at, 1),
-        },
-        "restarts": {
-            "total": snap.restarts_total,
-            "in_window": snap.restarts_in_window,
-            "last_reason": snap.last_reason,
-            "next_restart_in_s": None if next_in is None else round(next_in, 1),
-            "consecutive_failures": snap.consecutive_failures,
-            "no_progress": snap.no_progress_restarts,
-        },
+        "progress": _progress(i),
+        "restarts": _restarts(snap, i.now),
         "paused": snap.paused,
         "incident": i.incident,
         "goodput": None if i.goodput is None else dict(i.goodput),
@@ -103,6 +73,46 @@ def build_status(i: StatusInputs) -> dict[str, Any]:
             "version": i.version,
             "uptime_s": round(i.now - i.daemon_started_at, 1),
         },
+    }
+
+
+def _age_s(now: float, at: float | None) -> float | None:
+    """Seconds since `at`, to a tenth; None when it never happened."""
+    return None if at is None else round(now - at, 1)
+
+
+def _job(i: StatusInputs) -> dict[str, Any]:
+    snap = i.snap
+    return {
+        "name": i.job_name,
+        "pid": snap.pid,
+        "uptime_s": None if snap.pid is None else _age_s(i.now, snap.spawned_at),
+        "command": list(i.command),
+        "log_file": i.log_file,
+        "last_exit": _last_exit(snap),
+    }
+
+
+def _progress(i: StatusInputs) -> dict[str, Any]:
+    return {
+        "tokens_per_s": i.progress.tokens_per_s if i.progress else None,
+        "step": i.progress.step if i.progress else None,
+        "last_progress_age_s": _age_s(i.now, i.last_progress_at),
+        "checkpoint": _checkpoint(i),
+        "source": i.progress_source,
+        "last_activity_age_s": _age_s(i.now, i.last_activity_at),
+    }
+
+
+def _restarts(snap: Snapshot, now: float) -> dict[str, Any]:
+    next_in = None if snap.next_restart_at is None else max(0.0, snap.next_restart_at - now)
+    return {
+        "total": snap.restarts_total,
+        "in_window": snap.restarts_in_window,
+        "last_reason": snap.last_reason,
+        "next_restart_in_s": None if next_in is None else round(next_in, 1),
+        "consecutive_failures": snap.consecutive_failures,
+        "no_progress": snap.no_progress_restarts,
     }
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from watchdog.config import parse_listen  # the one listen parser: config validates with it
+from watchdog.core import names
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -26,34 +27,12 @@ if TYPE_CHECKING:
 
 PREFIX = "train_watchdog"
 LOOPBACK = "127.0.0.1"
-STATES = (
-    "stopped",
-    "starting",
-    "running",
-    "unhealthy",
-    "stopping",
-    "backoff",
-    "fatal",
-    "paused",
-    "host_fault",
-    "completed",  # SPEC §13
-)
-# The detectors that can be "firing" (SPEC §4); `exited` is an instant, never a standing verdict.
-DETECTORS = (
-    "gpus_idle",
-    "stalled",
-    "throughput_low",
-    "startup_timeout",
-    "gpu_lost",
-    "gpu_probe_hung",
-    "gpu_access_lost",  # SPEC §13
-    "gpu_unreadable",
-    "gpu_degraded",
-    "progress_unreadable",  # SPEC §13
-)
+STATES = names.STATES
+# The detectors that can be "firing" (SPEC §4).
+DETECTORS = names.DETECTORS
 # Restart reasons reported from the start (at 0): PromQL's increase() misses the first
 # restart of a series that only appears with it.
-RESTART_REASONS = ("exited", "gpus_idle", "stalled", "startup_timeout", "operator")
+RESTART_REASONS = (*sorted(names.DEFAULT_RESTART_ON), "operator")
 MIB = 1024 * 1024
 REQUEST_TIMEOUT_S = 5.0  # a client that has not sent its request by then is dropped
 MAX_HEAD_BYTES = 8192

@@ -1,0 +1,55 @@
+"""PURE classification of one GPU sample for the health verdicts (SPEC §4): every expected GPU
+in use, all idle, a mix, missing (NVML cannot reach one) or unknown, and why. The verdicts
+(core/health.py), the drain before a start and the status read the same floor from here.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from watchdog.core.samples import GpuReading, GpuSample
+
+GpuPart = Literal["in_use", "idle", "partial", "missing", "unknown", "none_expected"]
+
+
+def gpu_part(
+    sample: GpuSample | None, idle_below_mib: float, require: str = "all"
+) -> tuple[GpuPart, str | None]:
+    """Classify one GPU sample: every known GPU in use, all idle, a mix, missing (an expected GPU
+    NVML cannot reach), or unknown (and why).
+
+    An expected GPU that cannot be read is not "in use" (issue 15): with `require: all` one such
+    GPU makes the part `missing`; with `any` only all of them do. `missing` never counts as idle:
+    the job did not let go of the GPU, the host did, and a restart cannot fix that (SPEC §4)."""
+    if sample is None:
+        return "unknown", "no GPU sample yet"
+    if sample.access_lost is not None:
+        return "unknown", f"GPU access lost: {sample.access_lost}"
+    if not sample.available:
+        return "unknown", sample.reason or "GPU probe unavailable"
+    if sample.hung:
+        return "unknown", sample.reason or "GPU probe hung"
+    unreadable = [g for g in sample.gpus if g.unreadable]
+    if unreadable and (require == "all" or len(unreadable) == len(sample.gpus)):
+        return "missing", "GPU " + ", ".join(unreadable_text(g) for g in unreadable)
+    known = [g for g in sample.gpus if g.used_mib is not None]
+    if not known:
+        return "unknown", "no GPU memory reading"
+    in_use = [g for g in known if is_in_use(g, idle_below_mib)]
+    if len(in_use) == len(known):
+        return "in_use", None
+    return ("idle", None) if not in_use else ("partial", None)
+
+
+def unreadable_text(g: GpuReading) -> str:
+    return f"{g.index if g.index >= 0 else g.uuid}:{g.error or 'lost'}"
+
+
+# memory-info v1 counts driver-reserved memory: an idle GPU reads 0.1-1 GiB there (notes/nvml.md),
+# so on drivers without v2 the idle floor is raised to at least this.
+V1_IDLE_FLOOR_MIB = 1536.0
+
+
+def is_in_use(g: GpuReading, idle_below_mib: float) -> bool:
+    floor = max(idle_below_mib, V1_IDLE_FLOOR_MIB) if g.memory_api == "v1" else idle_below_mib
+    return g.used_mib is not None and g.used_mib >= floor

@@ -1,0 +1,83 @@
+"""PURE what a recogniser returns (core/recognise.py), and the small parsers every recogniser
+shares: ANSI stripping, bounded number parsing, the first keyword that starts a word.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+# Recognisers see at most the last this many characters of a line (as the user pattern does):
+# framework progress text sits at the end of its line.
+MAX_LINE_CHARS = 4096
+MAX_STEP = 10**18 - 1  # a step fits in 64 bits; 18 digits at most
+# A recogniser looks at no more than this many occurrences of its keyword in one line: a real
+# progress line holds one; a line of thousands of near-misses costs no more than a few.
+MAX_TRIES = 8
+
+# ECMA-48: CSI (`ESC [ params intermediates final`), OSC (`ESC ] … BEL|ST`), two-char escapes.
+_ANSI = re.compile(
+    r"\x1b(?:\[[0-?]{0,64}[ -/]{0,8}[@-~]|\][^\x07\x1b]{0,512}(?:\x07|\x1b\\)?|[@-Z\\-_])"
+)
+
+
+def strip_ansi(line: str) -> str:
+    """The line without ANSI colour and cursor codes (torchtitan colours its whole line)."""
+    return _ANSI.sub("", line) if "\x1b" in line else line
+
+
+@dataclass(frozen=True, slots=True)
+class Recognised:
+    """What one line says, before the tracker judges it against the run so far."""
+
+    source: str  # tqdm, megatron, torchtitan, deepspeed, nemo, hf_loss, tokens_per_s
+    step: int | None = None
+    total: int | None = None  # a bar's or an iteration counter's total, when printed
+    tokens_per_s: float | None = None
+    label: str = ""  # a tqdm bar's description ("Epoch 3", "Validation DataLoader 0", "")
+    epoch: int | None = None  # Lightning's `Epoch N:` prefix: its bar restarts every epoch
+    activity: bool = False  # the line itself says it is no training (eval results, validate)
+    first_draw: bool = False  # a tqdm bar drawn before its first update (rate `?it/s`)
+    # A tqdm bar's unit as its rate prints it, less an SI prefix: "it" (tqdm's default, the
+    # Trainer's, Lightning's), "examples", "ba", "B", "tokens" (datasets' map bars, downloads).
+    unit: str = ""
+
+
+def to_int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    cleaned = text.replace(",", "")
+    if not cleaned.isdigit() or len(cleaned) > 18:
+        return None
+    return int(cleaned)
+
+
+def to_float(text: str | None) -> float | None:
+    if text is None:
+        return None
+    cleaned = text.replace(",", "").rstrip(".")
+    if not cleaned or len(cleaned) > 40:
+        return None
+    try:
+        value = float(cleaned)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def word_start(line: str, at: int) -> bool:
+    """No letter, digit or underscore right before `at` (a keyword starts there)."""
+    return at == 0 or not (line[at - 1].isalnum() or line[at - 1] == "_")
+
+
+def first(pattern: re.Pattern[str], line: str) -> re.Match[str] | None:
+    """The first match of a keyword-led pattern whose keyword starts a word (a literal first
+    lets the engine skip to each occurrence; the word check is done here, not in a lookbehind
+    that would make it try every position)."""
+    for tries, match in enumerate(pattern.finditer(line)):
+        if word_start(line, match.start()):
+            return match
+        if tries >= MAX_TRIES:
+            break
+    return None
