@@ -30,7 +30,7 @@ import psutil
 
 from watchdog import blocking
 from watchdog.process.child import WAITED_ELSEWHERE
-from watchdog.progress.follower import tail_lines
+from watchdog.progress.logfile import tail_lines
 from watchdog.progress.ranks import rank_label
 
 LOG_TAIL_LINES = 200
