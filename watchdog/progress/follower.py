@@ -394,4 +394,3 @@ class LogFollower:
                 found.source = seen.source
             else:
                 found.activity += 1
-
