@@ -115,7 +115,6 @@ def test_follower_starts_at_end_and_reads_appended_lines(log: Path) -> None:
     assert [n for _, n in result.readings] == [1, 3]
     assert result.lines == 3
     assert result.latest == ProgressReading(300.0, None)
-    assert result.last_lines == ("200 tok/s", "chatter", "300 tok/s")
 
 
 def test_follower_start_beginning_reads_existing_content(log: Path) -> None:
@@ -237,8 +236,6 @@ def test_follower_huge_line_buffers_only_its_tail(log: Path, follow: LogFollower
     append(log, b" 9,012 tok/s\nstep done at 100 tok/s\n")
     result = follow.poll()
     assert tps(result) == [9012.0, 100.0]
-    assert result.last_lines[0].endswith("x 9,012 tok/s")
-    assert len(result.last_lines[0]) == MAX_MATCH_CHARS
 
 
 def test_follower_huge_line_in_one_write_is_skipped_not_buffered(

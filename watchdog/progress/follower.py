@@ -36,8 +36,6 @@ MATCH_LAST_LINES = 64
 # When none of those held progress, keep looking further back (progress drowned in chatter), but
 # never run the regex more often than this per poll: it bounds CPU at 10,000 lines/s.
 MAX_SCAN_LINES = 4096
-# Newest lines of a poll handed back as text (for status and failure reports).
-LAST_LINES_KEPT = 10
 # One poll's matching time is bounded too: past the newest MATCH_LAST_LINES lines, the scan
 # further back stops once it has cost this much (a flood of pathological lines, issue 21).
 MAX_SCAN_S = 0.05
@@ -92,7 +90,6 @@ class FollowResult:
     readings: tuple[tuple[ProgressReading, int], ...] = ()
     lines: int = 0  # complete lines seen (a lone \r ends a line too: progress bars)
     skipped_bytes: int = 0  # jumped over because the job wrote more than max_read_bytes
-    last_lines: tuple[str, ...] = ()  # newest complete lines, oldest first, each ≤ MAX_MATCH_CHARS
     read_bytes: int = 0
     truncated: bool = False  # the file shrank below our offset (copytruncate): read from 0
     replaced: bool = False  # the path now names another file (rotate-and-create)
@@ -116,7 +113,6 @@ class _Found:
 
     def __init__(self) -> None:
         self.readings: list[tuple[ProgressReading, int]] = []
-        self.last_lines: list[str] = []
         self.lines = 0
         self.skipped_bytes = 0
         self.read_bytes = 0
@@ -132,7 +128,6 @@ class _Found:
             readings=tuple(self.readings[-MATCH_LAST_LINES:]),
             lines=self.lines,
             skipped_bytes=self.skipped_bytes,
-            last_lines=tuple(self.last_lines[-LAST_LINES_KEPT:]),
             read_bytes=self.read_bytes,
             truncated=self.truncated,
             replaced=self.replaced,
@@ -363,7 +358,6 @@ class LogFollower:
         self._line_no += len(lines)
         found.lines += len(lines)
         readings: list[tuple[Candidate, int]] = []
-        texts: list[str] = []
         reader = self.reader
         started = time.perf_counter()
         for i in range(len(lines) - 1, max(-1, len(lines) - 1 - MAX_SCAN_LINES), -1):
@@ -373,12 +367,9 @@ class LogFollower:
             ):
                 break
             text = lines[i][-MAX_LINE_BYTES:].decode("utf-8", errors="replace")
-            if len(texts) < LAST_LINES_KEPT:
-                texts.append(text[-MAX_MATCH_CHARS:])
             reading = parse_line(text, self._pattern) if reader is None else reader.candidate(text)
             if reading is not None:
                 readings.append((reading, base + i + 1))
-        found.last_lines.extend(reversed(texts))
         if reader is None:
             for item, line_no in reversed(readings):
                 if isinstance(item, ProgressReading):
