@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 
-from watchdog.outputs.eventlog import write_atomic
+from watchdog.state.files import write_atomic
 
 
 def _old_write(path: str, text: str) -> None:

@@ -502,33 +502,6 @@ def test_wait_healthy_request_answers_for_a_live_and_a_gone_pid(
         s.close()
 
 
-def test_log_follow_keeps_every_line_across_truncation_and_rotation(tmp_path: pathlib.Path) -> None:
-    """`logs --follow` reads: a half-written line completes, copytruncate restarts at 0, a
-    rotated file is drained before the new one, and a flood is skipped with a note."""
-    log = tmp_path / "job.log"
-    log.write_bytes(b"a\nb\npar")
-    follow = control._LogFollow(str(log))
-    try:
-        assert follow.tail(5) == ["a", "b"]
-        with open(log, "ab") as f:
-            f.write(b"tial\nc\n")
-        assert follow.poll() == ["partial", "c"]
-        with open(log, "wb") as f:  # copytruncate: same file, cut to 0, written again
-            f.write(b"d\n")
-        assert follow.poll() == ["d"]
-        log.rename(tmp_path / "job.log.1")
-        with open(tmp_path / "job.log.1", "ab") as f:
-            f.write(b"e\n")  # the job still writes to the rotated file
-        log.write_bytes(b"f\n")
-        assert follow.poll() == ["e", "f"]
-        with open(log, "ab") as f:
-            f.write(b"x" * (control.FOLLOW_MAX_BYTES + 10) + b"\ng\n")
-        got = follow.poll()
-        assert "bytes skipped" in got[0] and got[-1] == "g"
-    finally:
-        follow.close()
-
-
 FLOOD = """
 import json, socket, sys
 s = socket.socket(socket.AF_UNIX)

@@ -177,3 +177,35 @@ def test_incident_bundles_with_the_log_on_a_hung_mount_hold_one_thread_not_one_e
             assert (pathlib.Path(path) / "verdict.json").exists()
             assert "log tail: gave up" in (pathlib.Path(path) / "errors.txt").read_text()
         assert pool_threads == 0, f"{pool_threads} default-executor threads held by stuck reads"
+
+
+def test_logs_of_a_log_on_a_hung_mount_answers_unreadable_and_serves_on(
+    tmp_path: pathlib.Path,
+) -> None:
+    """`watchdogctl logs` while the job's log hangs: an error (`log_unreadable`) within the read
+    deadline, status still prompt, and `logs` works again once the mount answers (the stuck read
+    held one bounded worker, never the client, the loop or a thread per request)."""
+    with hung_mount(tmp_path) as mount:
+        job = write_script(tmp_path / "job.py", "import time\nwhile True:\n    time.sleep(1)\n")
+        cfg = base_config(tmp_path, [job])
+        cfg["job"]["log_file"] = str(mount.path / "job.log")
+        (mount.backing / "job.log").write_text("before the hang\n")
+        d = Daemon(tmp_path, cfg)
+        d.start()
+        try:
+            pid = d.wait_state("starting")["job"]["pid"]
+            rc, out, err = d.ctl("logs", "-n", "5")
+            assert rc == 0 and "before the hang" in out, (rc, out, err)
+            mount.hang()
+            for _ in range(2):  # the read that hangs, then one answered "hung" at once
+                t0 = time.monotonic()
+                rc, out, err = d.ctl("logs", "-n", "5", timeout=30)
+                assert rc not in (0, 4) and "cannot read" in out + err, (rc, out, err)
+                assert time.monotonic() - t0 < 9.0
+                assert _answers_promptly(d)
+            mount.unhang()
+            wait_until(lambda: "before the hang" in d.ctl("logs")[1], 30, "logs once it answers")
+            assert d.status()["job"]["pid"] == pid
+        finally:
+            mount.unhang()
+            d.stop()

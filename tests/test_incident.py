@@ -1,4 +1,4 @@
-"""Incident bundles (watchdog/incident.py, SPEC §10)."""
+"""Incident bundles (watchdog/outputs/incident.py and stacks.py, SPEC §10)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from watchdog.outputs import incident
 from watchdog.outputs.incident import BUNDLE_NAME_RE, write_bundle
+from watchdog.outputs.stacks import find_pyspy
 
 NOW = datetime(2026, 12, 2, 10, 15, 0, tzinfo=UTC)
 STUCK = """
@@ -108,7 +108,7 @@ def test_stacks_show_the_python_function_the_job_is_stuck_in(
     tmp_path: Path, stuck_child: subprocess.Popen[str]
 ) -> None:
     """py-spy's dump of a Python process in the tree names the function it is stuck in."""
-    if incident.find_pyspy() is None:
+    if find_pyspy() is None:
         pytest.skip("py-spy is not installed (the diagnostics extra)")
     path = Path(bundle(tmp_path, pids=[stuck_child.pid]))
     stacks = (path / "stacks.txt").read_text()
@@ -132,7 +132,7 @@ def test_pyspy_timeout_returns_promptly_with_a_note(
     tmp_path: Path, stuck_child: subprocess.Popen[str]
 ) -> None:
     """A py-spy that outlives pyspy_timeout_s is killed and noted; the bundle still returns."""
-    if incident.find_pyspy() is None:
+    if find_pyspy() is None:
         pytest.skip("py-spy is not installed (the diagnostics extra)")
     started = time.monotonic()
     path = Path(bundle(tmp_path, pids=[stuck_child.pid], pyspy_timeout_s=0.001))

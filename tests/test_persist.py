@@ -15,7 +15,7 @@ from conftest import DaemonFactory
 from harness import Daemon, wait_until, write_script
 from test_adopt import stepper
 
-from watchdog.outputs import eventlog
+from watchdog.state import files
 
 
 def crasher(tmp: pathlib.Path) -> str:
@@ -110,7 +110,7 @@ def test_write_atomic_fsyncs_file_and_directory(
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
-    eventlog.write_atomic(str(tmp_path / "f"), "x\n")
+    files.write_atomic(str(tmp_path / "f"), "x\n")
     assert calls == ["file", "rename", "dir"]
     assert (tmp_path / "f").read_text() == "x\n"
 
@@ -127,7 +127,7 @@ def test_write_atomic_leaves_no_temp_file_on_error(
 
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(OSError):
-        eventlog.write_atomic(str(target), "new\n")
+        files.write_atomic(str(target), "new\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
     assert target.read_text() == "old\n"
 

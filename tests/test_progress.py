@@ -18,7 +18,6 @@ from watchdog.progress.follower import (
     FollowResult,
     LogFollower,
     parse_line,
-    tail_lines,
 )
 
 DEFAULT = re.compile(r"(?P<tokens_per_s>[0-9][0-9,.]*)\s*tok(?:ens)?/s")
@@ -116,7 +115,6 @@ def test_follower_starts_at_end_and_reads_appended_lines(log: Path) -> None:
     assert [n for _, n in result.readings] == [1, 3]
     assert result.lines == 3
     assert result.latest == ProgressReading(300.0, None)
-    assert result.last_lines == ("200 tok/s", "chatter", "300 tok/s")
 
 
 def test_follower_start_beginning_reads_existing_content(log: Path) -> None:
@@ -238,8 +236,6 @@ def test_follower_huge_line_buffers_only_its_tail(log: Path, follow: LogFollower
     append(log, b" 9,012 tok/s\nstep done at 100 tok/s\n")
     result = follow.poll()
     assert tps(result) == [9012.0, 100.0]
-    assert result.last_lines[0].endswith("x 9,012 tok/s")
-    assert len(result.last_lines[0]) == MAX_MATCH_CHARS
 
 
 def test_follower_huge_line_in_one_write_is_skipped_not_buffered(
@@ -306,41 +302,3 @@ def test_follower_finds_progress_drowned_in_chatter(log: Path, follow: LogFollow
     """A progress line followed by 3,000 other lines in the same poll is still found."""
     append(log, b"700 tok/s\n" + b"debug: allreduce bucket ready\n" * 3000)
     assert tps(follow.poll()) == [700.0]
-
-
-# tail_lines
-
-
-def test_tail_lines_small_file(tmp_path: Path) -> None:
-    """The last n lines of a small file, without newlines."""
-    path = tmp_path / "small.log"
-    path.write_bytes(b"one\ntwo\r\nthree\nfour\n")
-    assert tail_lines(str(path), 3) == ["two", "three", "four"]
-    assert tail_lines(str(path), 100) == ["one", "two", "three", "four"]
-
-
-def test_tail_lines_without_trailing_newline(tmp_path: Path) -> None:
-    """An unfinished last line is returned as a line."""
-    path = tmp_path / "partial.log"
-    path.write_bytes(b"one\ntwo\nthr\xffee")
-    assert tail_lines(str(path), 2) == ["two", "thr\ufffdee"]
-
-
-def test_tail_lines_large_file_reads_only_the_end(tmp_path: Path) -> None:
-    """On a large file only whole lines from the last max_bytes come back, newest last."""
-    path = tmp_path / "large.log"
-    path.write_bytes(b"".join(b"line %07d\n" % i for i in range(500_000)))  # 6.5 MB
-    lines = tail_lines(str(path), 10**6, max_bytes=1 << 16)
-    assert lines[-1] == "line 0499999"
-    assert len(lines) == (1 << 16) // 13
-    assert all(re.fullmatch(r"line \d{7}", line) for line in lines)
-    assert tail_lines(str(path), 2) == ["line 0499998", "line 0499999"]
-
-
-def test_tail_lines_missing_or_empty_file(tmp_path: Path) -> None:
-    """A missing or empty file has no lines; n <= 0 asks for none."""
-    empty = tmp_path / "empty.log"
-    empty.write_bytes(b"")
-    assert tail_lines(str(tmp_path / "missing.log"), 5) == []
-    assert tail_lines(str(empty), 5) == []
-    assert tail_lines(str(empty), 0) == []

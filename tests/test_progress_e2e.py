@@ -19,7 +19,7 @@ from harness import Daemon, wait_until, write_script
 
 from watchdog.core.health import HealthConfig, HealthMonitor
 from watchdog.core.samples import ProgressReading
-from watchdog.outputs import incident
+from watchdog.outputs.stacks import find_pyspy
 
 STEP_PATTERN = r"step (?P<step>[0-9]+) (?P<tokens_per_s>[0-9][0-9,.]*) tok/s"
 # Long enough that a stopped job stays in backoff while the test reads status and the bundle:
@@ -110,7 +110,7 @@ def test_stalled_job_is_restarted_with_log_tail_and_pyspy_stack_in_its_incident(
     human = [line for line in out.splitlines() if "restart_scheduled" in line]
     assert rc == 0 and human and str(bundle) in out, out  # the path whole, ready to copy
 
-    if incident.find_pyspy() is None:
+    if find_pyspy() is None:
         pytest.skip("stack part not checked: py-spy is not installed (the diagnostics extra)")
     stacks = (bundle / "stacks.txt").read_text()
     assert f"=== pid {fired['pid']}:" in stacks, stacks

@@ -7,21 +7,22 @@ so `watchdogctl stop` can print "pid 4182 ignored SIGTERM: SIGKILLed after 60.0 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from watchdog.blocking import BoundedWorker, Hung
 from watchdog.core import policy, protocol, replies
 from watchdog.core.health import is_in_use
 from watchdog.daemon import reexec
-from watchdog.progress.follower import tail_lines
+from watchdog.progress import logfile
 
 if TYPE_CHECKING:
-    import concurrent.futures
     from collections.abc import Callable
 
     from watchdog.control.backend import Served
-    from watchdog.control.server import Peer
+    from watchdog.control.peers import Peer
 
 EVENTS_IN_RESULT = 50
 LOG_TAIL_LINES = 20
@@ -73,7 +74,7 @@ class Call:
 class Operations:
     """The commands that answer with one reply (every command but the streams)."""
 
-    def __init__(self, daemon: Served, files: concurrent.futures.Executor) -> None:
+    def __init__(self, daemon: Served, files: BoundedWorker) -> None:
         self.d = daemon
         self._bound = daemon.cfg.control  # the settings the socket was made with
         self._files = files  # for reading the job's log (see ControlServer)
@@ -254,11 +255,13 @@ class Operations:
 
     async def _log_tail(self, n: int) -> list[str]:
         path = self.d.cfg.job.log_file
-        try:  # off the loop: the log may sit on a slow network filesystem
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._files, tail_lines, path, n)
+        try:  # off the loop: the log may sit on a hung network filesystem
+            read = functools.partial(logfile.tail_lines, path, n)
+            return await self._files.call(read, logfile.READ_TIMEOUT_S, what=f"reading {path}")
         except OSError as e:
             return [f"(cannot read {path}: {e.strerror or e})"]
+        except Hung as e:
+            return [f"(cannot read {path}: {e})"]
 
 
 def _state_is(d: Served, state: policy.State) -> Callable[[], bool]:

@@ -7,28 +7,29 @@ capped, a silent connection is closed, a slow reader is dropped, junk gets an er
 stall the loop, the probes or the watchdog pings. Root always gets a connection slot.
 
 What the commands do (start, stop, restart, wait_healthy, reload, pause, resume, status) lives in
-operations.py; this module serves the socket and streams `events` and `logs`.
+commands.py, who may run them in peers.py, the socket file in socketfile.py; this module serves
+the socket and streams `events` and `logs` (read by progress/logfile.py, on a bounded worker: a
+log on a hung mount answers `log_unreadable`, it does not hold the client or a thread pool).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import grp
 import os
-import pwd
 import socket
-import stat
-import struct
 import time
-from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from watchdog.blocking import BoundedWorker, Hung
+from watchdog.control import socketfile
 from watchdog.control.commands import Call, ClientGone, CommandError, Operations
+from watchdog.control.peers import Peer, may_operate, peer_credentials
 from watchdog.core import protocol
 from watchdog.core.ratelimit import RateLimit
-from watchdog.outputs.eventlog import utc_now
+from watchdog.progress import logfile
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -42,52 +43,11 @@ ROOT_RESERVE = 32  # slots only root may use: an operator can always get in
 JUNK_DRAIN_S = 1.0  # after "too large", swallow the rest so the client can read its error
 FOLLOW_WAKE_S = 1.0  # a follower notices a client that went away within this
 FOLLOW_POLL_S = 0.25  # `logs --follow` looks at the file this often
-FOLLOW_MAX_BYTES = 1 << 20  # per poll; a job that writes faster has bytes skipped (and said so)
-# Linux ≥ 4.13 (socket(7)); Python's socket module does not name it.
-SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)
 _T = TypeVar("_T")
 
 
-@dataclass(frozen=True, slots=True)
-class Peer:
-    pid: int
-    uid: int
-    gid: int
-    groups: frozenset[int] | None  # supplementary groups at connect time; None: unknown
-
-
-def peer_credentials(sock: Any) -> Peer:
-    """Who is at the other end (unix(7) SO_PEERCRED, socket(7) SO_PEERGROUPS)."""
-    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, gid = struct.unpack("3i", raw)
-    groups: frozenset[int] | None = None
-    try:  # 1024 bytes is Python's limit: 256 groups; beyond that (ERANGE) /etc/group decides
-        raw = sock.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, 1024)
-        groups = frozenset(struct.unpack(f"{len(raw) // 4}I", raw[: len(raw) // 4 * 4]))
-    except OSError:
-        pass
-    return Peer(pid=pid, uid=uid, gid=gid, groups=groups)
-
-
-def may_operate(peer: Peer, operator_group: str | None) -> bool:
-    """Root (or the daemon's own user) always; members of `operator_group` too (SPEC §8).
-
-    The peer's groups are those of its process when it connected (SO_PEERGROUPS), so a shell
-    that dropped a group has dropped it here too; /etc/group is the fallback on older kernels."""
-    if peer.uid in (0, os.geteuid()):
-        return True
-    if operator_group is None:
-        return False
-    try:
-        want = grp.getgrnam(operator_group).gr_gid
-        if peer.gid == want or (peer.groups is not None and want in peer.groups):
-            return True
-        if peer.groups is not None:
-            return False
-        user = pwd.getpwuid(peer.uid)
-    except KeyError:
-        return False
-    return want in os.getgrouplist(user.pw_name, user.pw_gid)
+class LogUnreadable(Exception):
+    """The job's log could not be read for `logs` (an error, or a read that hung)."""
 
 
 class ControlServer:
@@ -98,9 +58,9 @@ class ControlServer:
         self._conns: dict[asyncio.Task[Any], Peer] = {}
         self._ident: tuple[int, int] | None = None
         self._listen_fd: int | None = None  # carried across a reexec
-        # File reads for `logs` run here, not in the loop's default executor: a log on a hung
-        # network filesystem may wedge these threads, never the ones pre_start and hooks use.
-        self._files = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="control-logs")
+        # Reads of the job's log (`logs`, `status`'s tail) run here: a log on a hung network
+        # filesystem wedges this one thread, and later reads are answered "hung" at once.
+        self._files = BoundedWorker("control-logs")
         self._ops = Operations(daemon, self._files)
         # Denied commands are logged with the caller's uid, but a reader must not be able to
         # flush the event history with them: a burst per uid, then a count (issue 15).
@@ -115,9 +75,9 @@ class ControlServer:
             os.set_inheritable(listening_fd, False)
         else:
             gid = grp.getgrnam(cfg.group).gr_gid if cfg.group else -1
-            _prepare_folder(os.path.dirname(self.path) or ".", gid)
-            _remove_stale_socket(self.path)
-            sock = _bind(self.path, gid)
+            socketfile.prepare_folder(os.path.dirname(self.path) or ".", gid)
+            socketfile.remove_stale_socket(self.path)
+            sock = socketfile.bind(self.path, gid)
         self._listen_fd = sock.fileno()
         st = os.stat(self.path)
         self._ident = (st.st_dev, st.st_ino)
@@ -149,7 +109,7 @@ class ControlServer:
             self._server.close()
         for t in list(self._conns):
             t.cancel()
-        self._files.shutdown(wait=False, cancel_futures=True)
+        self._files.close()
         with contextlib.suppress(OSError):
             st = os.stat(self.path)
             if (st.st_dev, st.st_ino) == self._ident:  # never remove a successor's socket
@@ -212,239 +172,123 @@ class ControlServer:
 
     async def _handle(self, call: Call, writer: asyncio.StreamWriter) -> bool:
         """Answer one request; False when the connection is done (after a stream)."""
-        req, peer = call.req, call.peer
-        spec = protocol.COMMANDS[req.cmd]
+        spec = protocol.COMMANDS[call.req.cmd]
         if spec.mutating:
-            allowed = may_operate(peer, self.d.cfg.control.operator_group)
-            suppressed = 0 if allowed else self._denied_log.admit(peer.uid, time.monotonic())
-            if suppressed is not None:
-                self.d.emit(
-                    "command_received",
-                    cmd=req.cmd,
-                    uid=peer.uid,
-                    peer_pid=peer.pid,
-                    allowed=allowed,
-                    args=req.args or None,
-                    denied_suppressed=suppressed or None,
-                )
-            if not allowed:
-                who = self.d.cfg.control.operator_group
-                msg = f"uid {peer.uid} may not {req.cmd}: only root" + (
-                    f" and members of group {who} (control.operator_group)" if who else ""
-                )
-                await _send(writer, protocol.error_reply(req.id, "permission_denied", msg))
+            if not await self._authorised(call, writer):
                 return True
             call.queue = self.d.events.subscribe()
         try:
             if spec.streams:
                 await self._stream(call, writer)
                 return False
-            try:
-                reply = protocol.ok_reply(req.id, await self._ops.run(call))
-            except CommandError as e:
-                reply = protocol.error_reply(req.id, e.type, e.message, e.result)
-            except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
-                # A bug or a surprise in one command: answer it, report it, serve on.
-                what = f"{type(e).__name__}: {e}"
-                self.d.emit("internal_error_caught", where=f"control {req.cmd}", error=what)
-                reply = protocol.error_reply(req.id, "internal_error", what)
-            await _send(writer, reply)
+            await _send(writer, await self._reply(call))
             return True
         finally:
             if call.queue is not None:
                 self.d.events.unsubscribe(call.queue)
 
-    async def _off_loop(self, func: Callable[..., _T], *args: Any) -> _T:
-        return await asyncio.get_running_loop().run_in_executor(self._files, func, *args)
+    async def _authorised(self, call: Call, writer: asyncio.StreamWriter) -> bool:
+        """A mutating command: logged with the caller's uid; False (answered) when refused."""
+        req, peer = call.req, call.peer
+        allowed = may_operate(peer, self.d.cfg.control.operator_group)
+        suppressed = 0 if allowed else self._denied_log.admit(peer.uid, time.monotonic())
+        if suppressed is not None:
+            self.d.emit(
+                "command_received",
+                cmd=req.cmd,
+                uid=peer.uid,
+                peer_pid=peer.pid,
+                allowed=allowed,
+                args=req.args or None,
+                denied_suppressed=suppressed or None,
+            )
+        if not allowed:
+            who = self.d.cfg.control.operator_group
+            msg = f"uid {peer.uid} may not {req.cmd}: only root" + (
+                f" and members of group {who} (control.operator_group)" if who else ""
+            )
+            await _send(writer, protocol.error_reply(req.id, "permission_denied", msg))
+        return allowed
+
+    async def _reply(self, call: Call) -> bytes:
+        """The one reply of a command that does not stream."""
+        req = call.req
+        try:
+            return protocol.ok_reply(req.id, await self._ops.run(call))
+        except CommandError as e:
+            return protocol.error_reply(req.id, e.type, e.message, e.result)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+            # A bug or a surprise in one command: answer it, report it, serve on.
+            what = f"{type(e).__name__}: {e}"
+            self.d.emit("internal_error_caught", where=f"control {req.cmd}", error=what)
+            return protocol.error_reply(req.id, "internal_error", what)
+
+    async def _read_log(self, fn: Callable[[], _T]) -> _T:
+        """`fn`'s reading of the job's log, on the bounded worker; LogUnreadable when it fails
+        or hangs (the client is told; the loop and the other clients are not held)."""
+        path = self.d.cfg.job.log_file
+        try:
+            return await self._files.call(fn, logfile.READ_TIMEOUT_S, what=f"reading {path}")
+        except OSError as e:
+            raise LogUnreadable(f"cannot read {path}: {e.strerror or e}") from e
+        except Hung as e:
+            raise LogUnreadable(f"cannot read {path}: {e}") from e
 
     # ------------------------------------------------------------------ streams
 
     async def _stream(self, call: Call, writer: asyncio.StreamWriter) -> None:
+        if call.req.cmd == "events":
+            await self._stream_events(call, writer)
+        else:
+            await self._stream_log(call, writer)
+
+    async def _stream_events(self, call: Call, writer: asyncio.StreamWriter) -> None:
         req = call.req
-        follow = bool(req.args.get("follow", False))
-        if req.cmd == "events":
-            n = req.args.get("n", 20)
-            q = self.d.events.subscribe() if follow else None  # before history: nothing is lost
-            try:
-                await _send(writer, protocol.ok_reply(req.id, {"events": self.d.events.history(n)}))
-                while q is not None and not call.reader.at_eof():
-                    try:
-                        batch = [await asyncio.wait_for(q.get(), FOLLOW_WAKE_S)]
-                    except TimeoutError:
-                        continue  # nothing new: look whether the client is still there
-                    while not q.empty():
-                        batch.append(q.get_nowait())
-                    if dropped := self.d.events.take_dropped(q):  # never lose events silently
-                        batch.append(_dropped_record(dropped))
-                    await _send(writer, protocol.ok_reply(req.id, {"events": batch}))
-            finally:
-                if q is not None:
-                    self.d.events.unsubscribe(q)
-            return
-        path = self.d.cfg.job.log_file
-        tail = _LogFollow(path, open_now=False)
+        events = self.d.events
+        q = events.subscribe() if req.args.get("follow", False) else None  # before history
         try:
-            try:
-                lines = await self._off_loop(tail.start, req.args.get("n", 50))
-            except OSError as e:
-                msg = f"cannot read {path}: {e.strerror or e}"
-                await _send(writer, protocol.error_reply(req.id, "log_unreadable", msg))
-                return
+            history = events.history(req.args.get("n", 20))
+            await _send(writer, protocol.ok_reply(req.id, {"events": history}))
+            while q is not None and not call.reader.at_eof():
+                try:
+                    batch = [await asyncio.wait_for(q.get(), FOLLOW_WAKE_S)]
+                except TimeoutError:
+                    continue  # nothing new: look whether the client is still there
+                while not q.empty():
+                    batch.append(q.get_nowait())
+                if dropped := events.take_dropped(q):  # never lose events silently
+                    batch.append(_dropped_record(dropped))
+                await _send(writer, protocol.ok_reply(req.id, {"events": batch}))
+        finally:
+            if q is not None:
+                events.unsubscribe(q)
+
+    async def _stream_log(self, call: Call, writer: asyncio.StreamWriter) -> None:
+        req = call.req
+        path = self.d.cfg.job.log_file
+        tail = logfile.LogTail(path, open_now=False)
+        try:
+            lines = await self._read_log(lambda: tail.start(req.args.get("n", 50)))
             await _send(writer, protocol.ok_reply(req.id, {"lines": lines}))
-            while follow and not call.reader.at_eof():
+            while req.args.get("follow", False) and not call.reader.at_eof():
                 await asyncio.sleep(FOLLOW_POLL_S)  # a follower's pace, not a synchronisation
-                new = await self._off_loop(tail.poll)
+                new = await self._read_log(tail.poll)
                 if new:
                     await _send(writer, protocol.ok_reply(req.id, {"lines": new}))
+        except LogUnreadable as e:
+            await _send(writer, protocol.error_reply(req.id, "log_unreadable", str(e)))
         finally:
-            tail.close()
+            self._files.when_idle(tail.close)  # never under a read still stuck on its fd
 
 
 def _dropped_record(n: int) -> dict[str, Any]:
     """Said in the stream where a follower that fell behind lost events."""
     return {
-        "ts": utc_now(),
+        "ts": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "event": "events_dropped",
         "count": n,
         "detail": "this follower fell behind; `watchdogctl events -n 1000` has the history",
     }
-
-
-# ---------------------------------------------------------------------- files and sockets
-
-
-class _LogFollow:
-    """`logs [--follow]`: the last lines, then every line appended, across truncation
-    (copytruncate) and rotation (a new file at the path: the old one is drained first)."""
-
-    def __init__(self, path: str, open_now: bool = True) -> None:
-        self.path = path
-        self._fd: int | None = None
-        self._ident: tuple[int, int] | None = None
-        self._offset = 0
-        self._partial = b""
-        if open_now:
-            self._open(at_end=True)
-
-    def start(self, n: int) -> list[str]:
-        """Open the file at its end; its last `n` lines."""
-        self._open(at_end=True)
-        return self.tail(n)
-
-    def _open(self, at_end: bool) -> None:
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return
-        self.close()
-        st = os.fstat(fd)
-        self._fd, self._ident = fd, (st.st_dev, st.st_ino)
-        self._offset, self._partial = (st.st_size if at_end else 0), b""
-
-    def tail(self, n: int) -> list[str]:
-        """The last `n` complete lines before where following starts."""
-        if self._fd is None:
-            return []
-        start = max(0, self._offset - FOLLOW_MAX_BYTES)
-        lines = os.pread(self._fd, self._offset - start, start).split(b"\n")
-        self._partial = lines.pop()  # a line still being written: poll() completes it
-        if start > 0:
-            lines = lines[1:]  # cut at the window's start
-        return [_text(line) for line in lines[-n:]] if n > 0 else []
-
-    def poll(self) -> list[str]:
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            return self._read()
-        if (st.st_dev, st.st_ino) == self._ident:
-            return self._read()
-        lines = self._read()
-        self._open(at_end=False)
-        return lines + self._read()
-
-    def _read(self) -> list[str]:
-        if self._fd is None:
-            return []
-        size = os.fstat(self._fd).st_size
-        if size < self._offset:  # truncated in place
-            self._offset, self._partial = 0, b""
-        out = []
-        if size - self._offset > FOLLOW_MAX_BYTES:
-            skipped = size - self._offset - FOLLOW_MAX_BYTES
-            out.append(f"[watchdogctl: {skipped} bytes skipped: the job writes faster than this]")
-            self._offset, self._partial = self._offset + skipped, b""
-        data = os.pread(self._fd, size - self._offset, self._offset)
-        self._offset += len(data)
-        *complete, self._partial = (self._partial + data).split(b"\n")
-        if len(self._partial) > protocol.MAX_LINE_BYTES:
-            complete.append(self._partial)
-            self._partial = b""
-        return out + [_text(line) for line in complete]
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-def _text(line: bytes) -> str:
-    return line.removesuffix(b"\r").decode("utf-8", errors="replace")
-
-
-def _prepare_folder(folder: str, gid: int) -> None:
-    """The socket's folder: 0750 and group `control.group`, when it is ours to set — one we
-    create, or systemd's RuntimeDirectory= — never a shared one such as /tmp or /run."""
-    if not os.path.isdir(folder):
-        os.makedirs(folder, mode=0o750)
-    elif not _is_runtime_directory(folder):
-        return
-    os.chmod(folder, 0o750)
-    if gid != -1:
-        os.chown(folder, -1, gid)
-
-
-def _is_runtime_directory(folder: str) -> bool:
-    for path in filter(None, os.environ.get("RUNTIME_DIRECTORY", "").split(":")):
-        with contextlib.suppress(OSError):
-            if os.path.samefile(path, folder):
-                return True
-    return False
-
-
-def _bind(path: str, gid: int) -> socket.socket:
-    """Bind owner-only, then open it to the group: nobody else can connect in between (Linux
-    takes a new socket file's mode from the socket's inode, which fchmod sets)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        os.fchmod(sock.fileno(), 0o600)
-        sock.bind(path)
-        os.chown(path, -1, gid)
-        os.chmod(path, 0o660)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def _remove_stale_socket(path: str) -> None:
-    """A socket left by a daemon that was SIGKILLed: remove it, unless somebody answers on it."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(st.st_mode):
-        raise RuntimeError(f"{path} exists and is not a socket")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.settimeout(1.0)
-        probe.connect(path)
-    except OSError:
-        os.unlink(path)  # refused or unreachable: nobody listens there any more
-        return
-    finally:
-        probe.close()
-    raise RuntimeError(f"another watchdogd answers on {path}")
 
 
 async def _send(writer: asyncio.StreamWriter, data: bytes) -> None:

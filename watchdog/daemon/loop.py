@@ -49,7 +49,8 @@ from watchdog.outputs.hooks import Hooks
 from watchdog.outputs.notify import Notifier
 from watchdog.outputs.proctitle import ProcTitle
 from watchdog.process import identity, reaping
-from watchdog.progress.follower import Follower, FollowResult, tail_lines
+from watchdog.progress.follower import Follower, FollowResult
+from watchdog.progress.logfile import tail_lines
 from watchdog.progress.ranks import RankLister
 from watchdog.state.folder import StateDir
 from watchdog.state.timeline_log import TimelineLog

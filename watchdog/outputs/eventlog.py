@@ -9,7 +9,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
-import os
 import sys
 import threading
 from collections import deque
@@ -22,6 +21,7 @@ import structlog
 from watchdog import blocking
 from watchdog.core import names
 from watchdog.outputs import journal
+from watchdog.state.files import write_atomic
 
 HISTORY = 1000
 # Event fields that get a dedicated journal field name (SPEC §9); all others are added too.
@@ -210,33 +210,3 @@ def _load_history(path: str) -> Iterable[dict[str, Any]]:
             if isinstance(obj, dict):
                 out.append(obj)
     return out
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Replace `path` with `text` so that a crash or power loss leaves the old or the new file,
-    whole: temp file, fsync, rename, fsync the directory (rename alone is not durable on ext4 or
-    xfs until the directory is). On error the temp file is removed and the old file is kept."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o640)
-        try:
-            data = text.encode("utf-8")
-            while data:
-                data = data[os.write(fd, data) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(os.path.dirname(path) or ".")
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -14,12 +14,10 @@ a second in all), and trouble with one part is written down, never raised. Readi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import re
 import shutil
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,8 +27,8 @@ from typing import TypeVar
 import psutil
 
 from watchdog import blocking
-from watchdog.process.reaping import WAITED_ELSEWHERE
-from watchdog.progress.follower import tail_lines
+from watchdog.outputs.stacks import MIN_STEP_S, dump_stacks
+from watchdog.progress.logfile import tail_lines
 from watchdog.progress.ranks import rank_label
 
 LOG_TAIL_LINES = 200
@@ -38,8 +36,6 @@ LOG_TAIL_LINES = 200
 BUNDLE_NAME_RE = re.compile(r"[0-9]{8}T[0-9]{6}Z-[a-z0-9_]+(?:-[0-9]+)?\Z")
 _PROCS_TIMEOUT_S = 0.3  # psutil over the job's tree: milliseconds unless /proc blocks
 _SLACK_S = 1.0  # the whole bundle: pyspy_timeout_s plus this
-_MIN_STEP_S = 0.1  # least time granted to a late step even when the deadline has passed
-_REAP_TIMEOUT_S = 0.3  # waiting for a SIGKILLed py-spy to be reaped
 # Each step of a bundle on its own bounded worker (blocking.py), never asyncio's default
 # executor (issue 23): a step stuck for good (the log tail on a hung mount, /proc of a tree
 # stuck in the driver) holds one thread, and the same step of a later bundle gives up at once
@@ -61,15 +57,6 @@ class _ProcInfo:
     is_python: bool = False
     error: str | None = None
     rank: str | None = None  # torchrun's RANK (and LOCAL_RANK) of a worker, from its environ
-
-
-def find_pyspy() -> str | None:
-    """py-spy on PATH, or next to this interpreter (installed with the `diagnostics` extra)."""
-    found = shutil.which("py-spy")
-    if found:
-        return found
-    beside = Path(sys.executable).parent / "py-spy"
-    return str(beside) if os.access(beside, os.X_OK) else None
 
 
 def _bundle_name(now_utc: datetime, reason: str) -> str:
@@ -187,93 +174,6 @@ def _format_tree(procs: Sequence[_ProcInfo]) -> str:
     return "\n".join(rows) + "\n"
 
 
-async def _dump_stacks(procs: Sequence[_ProcInfo], timeout_s: float) -> str:
-    """`py-spy dump` of every Python process, all at once, under one overall timeout."""
-    exe = find_pyspy()
-    if exe is None:
-        return (
-            f"py-spy not found: not on PATH and not next to {sys.executable} "
-            "(install train-watchdog[diagnostics])\n"
-        )
-    targets = [p for p in procs if p.is_python]
-    if not targets:
-        return "no Python process in the job's tree\n"
-    deadline = asyncio.get_running_loop().time() + max(timeout_s, 0.0)
-    started: dict[int, asyncio.subprocess.Process] = {}
-    sections: dict[int, str] = {}
-    for p in targets:
-        try:
-            started[p.pid] = proc = await asyncio.create_subprocess_exec(
-                exe,
-                "dump",
-                "--pid",
-                str(p.pid),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-            )
-            WAITED_ELSEWHERE.add(proc.pid)  # asyncio waits for it: the daemon's reaper must not
-        except OSError as exc:
-            sections[p.pid] = f"could not run py-spy: {exc}\n"
-    tasks = {pid: asyncio.create_task(proc.communicate()) for pid, proc in started.items()}
-    remaining = max(0.0, deadline - asyncio.get_running_loop().time())
-    if tasks:
-        await asyncio.wait(tasks.values(), timeout=remaining)
-    # Overrunning dumps are killed and reaped together, not one reap timeout after another.
-    finished = await asyncio.gather(
-        *(_finish_dump(started[p], t, timeout_s) for p, t in tasks.items())
-    )
-    sections.update(zip(tasks, finished, strict=True))
-    WAITED_ELSEWHERE.difference_update(proc.pid for proc in started.values())
-    version = await _pyspy_version(exe, max(0.0, deadline - asyncio.get_running_loop().time()))
-    head = f"# {version} ({exe})\n"
-    return head + "".join(
-        f"=== pid {p.pid}: {p.rank + ': ' if p.rank else ''}{p.cmdline} ===\n{sections[p.pid]}\n"
-        for p in targets
-    )
-
-
-async def _pyspy_version(exe: str, timeout_s: float) -> str:
-    """`py-spy 0.4.3`: which tool took the stacks (its output format changes between releases)."""
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            exe, "--version", stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE
-        )
-    except OSError as exc:
-        return f"py-spy (version unknown: {exc})"
-    WAITED_ELSEWHERE.add(proc.pid)
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), max(timeout_s, _MIN_STEP_S))
-        return out.decode("utf-8", errors="replace").strip() or "py-spy (version unknown)"
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
-        return "py-spy (version unknown: --version overran)"
-    finally:
-        WAITED_ELSEWHERE.discard(proc.pid)
-
-
-async def _finish_dump(
-    proc: asyncio.subprocess.Process,
-    task: asyncio.Task[tuple[bytes, bytes]],
-    timeout_s: float,
-) -> str:
-    """py-spy's output, or a note that it overran and was killed (by its pid)."""
-    if task.done():
-        output = task.result()[0].decode("utf-8", errors="replace")
-        status = "" if proc.returncode == 0 else f"(py-spy exited with {proc.returncode})\n"
-        return output + status
-    task.cancel()
-    with contextlib.suppress(ProcessLookupError):  # it ended between the timeout and the kill
-        proc.kill()
-    try:
-        await asyncio.wait_for(proc.wait(), _REAP_TIMEOUT_S)
-    except TimeoutError:
-        return f"py-spy overran {timeout_s:g}s: SIGKILL sent to pid {proc.pid}, not yet reaped\n"
-    return f"py-spy overran {timeout_s:g}s: killed (pid {proc.pid})\n"
-
-
 def prune(state_dir: str, keep: int, *, spare: str | None = None) -> list[str]:
     """Delete all but the newest `keep` bundle folders (by name); returns what went wrong.
 
@@ -323,9 +223,9 @@ async def _bounded(
     """Run blocking `func` on `worker`; None (and a note) if it outlives `timeout_s`, or if the
     same step of an earlier bundle is still stuck there."""
     try:
-        return await worker.call(func, max(timeout_s, _MIN_STEP_S), what=what)
+        return await worker.call(func, max(timeout_s, MIN_STEP_S), what=what)
     except blocking.Hung as e:
-        errors.append(f"{what}: gave up after {max(timeout_s, _MIN_STEP_S):.1f}s ({e})")
+        errors.append(f"{what}: gave up after {max(timeout_s, MIN_STEP_S):.1f}s ({e})")
         return None
 
 
@@ -347,6 +247,18 @@ async def _write_static(
     return errors
 
 
+async def _tree_and_stacks(
+    pids: Sequence[int], pyspy_timeout_s: float, errors: list[str]
+) -> tuple[str, str]:
+    """process_tree.txt and stacks.txt, or notes saying why they are missing."""
+    procs = await _bounded(
+        _PROCS_IO, lambda: _describe_all(pids), _PROCS_TIMEOUT_S, "process list", errors
+    )
+    if procs is None:
+        return "(process list unavailable: see errors.txt)\n", "(no process list)\n"
+    return _format_tree(procs), await dump_stacks(procs, pyspy_timeout_s)
+
+
 async def write_bundle(
     state_dir: str,
     reason: str,
@@ -363,30 +275,17 @@ async def write_bundle(
     """Write an incident bundle, prune old ones, and return the bundle's path.
 
     `log_path` is the job's log (log_tail.txt); `progress_path`, where the job writes its own
-    progress file (progress.file), is tailed into progress_tail.txt as well.
-    Takes at most about pyspy_timeout_s + 1 s. Raises OSError only when the bundle folder itself
-    cannot be created; any other failure is noted in errors.txt inside the bundle.
-    """
+    progress file (progress.file), is tailed into progress_tail.txt as well. Takes at most about
+    pyspy_timeout_s + 1 s. Raises OSError only when the bundle folder itself cannot be created;
+    any other failure is noted in errors.txt inside the bundle."""
     loop = asyncio.get_running_loop()
     hard_deadline = loop.time() + max(pyspy_timeout_s, 0.0) + _SLACK_S
     folder = _make_folder(state_dir, _bundle_name(now_utc, reason))
     errors: list[str] = []
-    static = asyncio.create_task(
-        _write_static(
-            folder,
-            (reason, now_utc, verdict, gpu_samples),
-            (log_path, progress_path),
-            hard_deadline,
-        )
-    )
+    what, logs = (reason, now_utc, verdict, gpu_samples), (log_path, progress_path)
+    static = asyncio.create_task(_write_static(folder, what, logs, hard_deadline))
     try:
-        procs = await _bounded(
-            _PROCS_IO, lambda: _describe_all(pids), _PROCS_TIMEOUT_S, "process list", errors
-        )
-        if procs is None:
-            tree, stacks = "(process list unavailable: see errors.txt)\n", "(no process list)\n"
-        else:
-            tree, stacks = _format_tree(procs), await _dump_stacks(procs, pyspy_timeout_s)
+        tree, stacks = await _tree_and_stacks(pids, pyspy_timeout_s, errors)
         errors.extend(await static or [])
     finally:
         static.cancel()  # when we are cancelled: no task left behind (a no-op once it is done)

@@ -1,9 +1,9 @@
 """Follow the job's log and find its progress lines (tokens/s, step).
 
-`parse_line()` is PURE. `LogFollower` and `tail_lines()` are the boundary: they only read the file
-(never lock it, never write it), so following can never slow the job down. No asyncio here: the
-daemon calls `LogFollower.poll()` once per sample tick, and one poll reads at most
-`max_read_bytes` per file.
+`parse_line()` is PURE. `LogFollower` is the boundary: it reads the file through logfile.py (the
+one reader of the job's log: never locked, never written, so following can never slow the job
+down). No asyncio here: the daemon calls `LogFollower.poll()` once per sample tick, and one poll
+reads at most `max_read_bytes` per file.
 """
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from __future__ import annotations
 import math
 import os
 import re
-import stat
 import time
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from watchdog.core.samples import ProgressReading
+from watchdog.progress import logfile
+from watchdog.progress.logfile import LogSource
 
 if TYPE_CHECKING:
     from watchdog.progress.reader import Candidate, LineReader
@@ -35,8 +36,6 @@ MATCH_LAST_LINES = 64
 # When none of those held progress, keep looking further back (progress drowned in chatter), but
 # never run the regex more often than this per poll: it bounds CPU at 10,000 lines/s.
 MAX_SCAN_LINES = 4096
-# Newest lines of a poll handed back as text (for status and failure reports).
-LAST_LINES_KEPT = 10
 # One poll's matching time is bounded too: past the newest MATCH_LAST_LINES lines, the scan
 # further back stops once it has cost this much (a flood of pathological lines, issue 21).
 MAX_SCAN_S = 0.05
@@ -91,7 +90,6 @@ class FollowResult:
     readings: tuple[tuple[ProgressReading, int], ...] = ()
     lines: int = 0  # complete lines seen (a lone \r ends a line too: progress bars)
     skipped_bytes: int = 0  # jumped over because the job wrote more than max_read_bytes
-    last_lines: tuple[str, ...] = ()  # newest complete lines, oldest first, each ≤ MAX_MATCH_CHARS
     read_bytes: int = 0
     truncated: bool = False  # the file shrank below our offset (copytruncate): read from 0
     replaced: bool = False  # the path now names another file (rotate-and-create)
@@ -110,24 +108,11 @@ class FollowResult:
         return self.readings[-1][0] if self.readings else None
 
 
-@dataclass(slots=True)
-class _Source:
-    """One open file being followed (the current one, or a rotated one still being drained)."""
-
-    fd: int
-    ident: tuple[int, int]  # (st_dev, st_ino)
-    offset: int = 0
-    partial: bytes = b""  # tail of a line still waiting for its newline, ≤ MAX_LINE_BYTES
-    drop_fragment: bool = False  # after a skip: the bytes up to the next newline are a fragment
-    after_cr: bool = False  # the last read ended in \r: a leading \n completes a \r\n
-
-
 class _Found:
     """Mutable accumulator of one poll, frozen into a FollowResult at the end."""
 
     def __init__(self) -> None:
         self.readings: list[tuple[ProgressReading, int]] = []
-        self.last_lines: list[str] = []
         self.lines = 0
         self.skipped_bytes = 0
         self.read_bytes = 0
@@ -143,7 +128,6 @@ class _Found:
             readings=tuple(self.readings[-MATCH_LAST_LINES:]),
             lines=self.lines,
             skipped_bytes=self.skipped_bytes,
-            last_lines=tuple(self.last_lines[-LAST_LINES_KEPT:]),
             read_bytes=self.read_bytes,
             truncated=self.truncated,
             replaced=self.replaced,
@@ -154,52 +138,9 @@ class _Found:
         )
 
 
-def _open_source(path: str) -> _Source | None:
-    """Open `path` for reading; None if it does not exist (yet)."""
-    try:
-        # O_NONBLOCK: a FIFO at the path must not block the daemon in open().
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            # Reading a FIFO or a tty would steal the bytes from their real reader.
-            raise OSError(f"{path}: not a regular file")
-    except BaseException:
-        os.close(fd)
-        raise
-    return _Source(fd=fd, ident=(st.st_dev, st.st_ino))
-
-
-def _pread_all(fd: int, length: int, offset: int) -> bytes:
-    """Read up to `length` bytes at `offset`: short only at end of file."""
-    parts: list[bytes] = []
-    while length > 0:
-        chunk = os.pread(fd, length, offset)
-        if not chunk:
-            break
-        parts.append(chunk)
-        length -= len(chunk)
-        offset += len(chunk)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-def _find_marker(src: _Source, marker: str, window: int) -> int | None:
-    """Offset just past the line holding the last `marker` in the file's last `window` bytes."""
-    size = os.fstat(src.fd).st_size
-    start = max(0, size - window)
-    data = _pread_all(src.fd, size - start, start)
-    at = data.rfind(marker.encode("utf-8", "replace"))
-    if at < 0:
-        return None
-    newline = data.find(b"\n", at)
-    return start + (newline + 1 if newline >= 0 else len(data))
-
-
 class Follower(Protocol):
     """What the daemon needs of a follower: LogFollower, or GlobFollower over the newest of
-    several files (progress_glob.py)."""
+    several files (newest.py)."""
 
     @property
     def path(self) -> str: ...
@@ -238,15 +179,15 @@ class LogFollower:
         self.reader = reader
         self._max_read_bytes = max_read_bytes
         self._line_no = 0
-        self._old: _Source | None = None  # a rotated file the job may still write to
-        self._cur: _Source | None = None
+        self._old: LogSource | None = None  # a rotated file the job may still write to
+        self._cur: LogSource | None = None
         try:
-            self._cur = _open_source(path)
+            self._cur = logfile.open_source(path)
         except OSError:
             return  # poll() retries and reports why
         if self._cur is None:
             return
-        found = _find_marker(self._cur, marker, max_read_bytes) if marker else None
+        found = logfile.find_marker(self._cur, marker, max_read_bytes) if marker else None
         if found is not None:
             self._cur.offset = found
         elif start == "end":
@@ -314,7 +255,7 @@ class LogFollower:
         if follower._cur is not None:
             os.close(follower._cur.fd)
         dev, ino = c["ident"]
-        follower._cur = _Source(
+        follower._cur = LogSource(
             fd=int(c["fd"]),
             ident=(int(dev), int(ino)),
             offset=int(c["offset"]),
@@ -346,13 +287,7 @@ class LogFollower:
 
     def _check_path(self, found: _Found) -> None:
         """Open the file if it appeared; switch to a new file that replaced it at the path."""
-        try:
-            st = os.stat(self._path)
-        except FileNotFoundError:
-            return  # deleted or renamed away: the job may still write to the file we hold
-        if self._cur is not None and (st.st_dev, st.st_ino) == self._cur.ident:
-            return
-        new = _open_source(self._path)
+        new = logfile.replacement(self._path, self._cur)
         if new is None:
             return
         if self._cur is None:
@@ -372,29 +307,19 @@ class LogFollower:
             os.close(self._old.fd)
             self._old = None
 
-    def _read(self, src: _Source, found: _Found) -> int:
+    def _read(self, src: LogSource, found: _Found) -> int:
         """Read `src`'s new bytes (skipping ahead when too far behind); returns the bytes read."""
         st = os.fstat(src.fd)
-        size = st.st_size
-        if size < src.offset:
-            src.offset, src.partial, src.drop_fragment, src.after_cr = 0, b"", False, False
-            found.truncated = True
+        found.truncated |= logfile.rewound_if_truncated(src, st.st_size)
         if self.reader is not None and self.reader.wants_header and src is self._cur:
-            first = _pread_all(src.fd, MAX_HEADER_BYTES, 0).split(b"\n", 1)
+            first = logfile.pread_all(src.fd, MAX_HEADER_BYTES, 0).split(b"\n", 1)
             if len(first) == 2 and self.reader.header(first[0].decode("utf-8", "replace")):
                 # Rewritten whole with a new header (Lightning's CSVLogger): read it again;
                 # rows read twice are no progress (their steps are not past the highest).
-                src.offset, src.partial, src.drop_fragment, src.after_cr = 0, b"", False, False
+                src.rewind()
                 found.truncated = True
-        pending = size - src.offset
-        if pending > self._max_read_bytes:
-            # Never fall behind a fast writer: the newest bytes hold the progress that matters.
-            skip = pending - self._max_read_bytes
-            src.offset += skip
-            found.skipped_bytes += skip
-            src.partial, src.drop_fragment, src.after_cr = b"", True, False
-        data = _pread_all(src.fd, size - src.offset, src.offset)
-        src.offset += len(data)
+        data, skipped = logfile.read_new(src, st.st_size, self._max_read_bytes)
+        found.skipped_bytes += skipped
         found.read_bytes += len(data)
         before = len(found.readings)
         self._consume(src, data, found)
@@ -404,7 +329,7 @@ class LogFollower:
             found.latest_mtime = st.st_mtime
         return len(data)
 
-    def _consume(self, src: _Source, data: bytes, found: _Found) -> None:
+    def _consume(self, src: LogSource, data: bytes, found: _Found) -> None:
         """Split `data` into complete lines (joined to the buffered partial one) and scan them."""
         if src.after_cr and data.startswith(b"\n"):
             data = data[1:]  # the \n of a \r\n split across two reads ends no new line
@@ -433,7 +358,6 @@ class LogFollower:
         self._line_no += len(lines)
         found.lines += len(lines)
         readings: list[tuple[Candidate, int]] = []
-        texts: list[str] = []
         reader = self.reader
         started = time.perf_counter()
         for i in range(len(lines) - 1, max(-1, len(lines) - 1 - MAX_SCAN_LINES), -1):
@@ -443,12 +367,9 @@ class LogFollower:
             ):
                 break
             text = lines[i][-MAX_LINE_BYTES:].decode("utf-8", errors="replace")
-            if len(texts) < LAST_LINES_KEPT:
-                texts.append(text[-MAX_MATCH_CHARS:])
             reading = parse_line(text, self._pattern) if reader is None else reader.candidate(text)
             if reading is not None:
                 readings.append((reading, base + i + 1))
-        found.last_lines.extend(reversed(texts))
         if reader is None:
             for item, line_no in reversed(readings):
                 if isinstance(item, ProgressReading):
@@ -464,31 +385,3 @@ class LogFollower:
                 found.source = seen.source
             else:
                 found.activity += 1
-
-
-def tail_lines(path: str, n: int, max_bytes: int = 1 << 20) -> list[str]:
-    """The last `n` lines of `path`, read from its end (at most `max_bytes` of it).
-
-    A missing file has no lines. Lines are split on \\n (a trailing \\r is dropped) and decoded
-    with errors="replace"; a line longer than `max_bytes` comes back as its tail.
-    """
-    if n <= 0 or max_bytes <= 0:
-        return []
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return []
-    try:
-        size = os.fstat(fd).st_size
-        start = max(0, size - max_bytes)
-        data = _pread_all(fd, size - start, start)
-    finally:
-        os.close(fd)
-    if not data:
-        return []
-    lines = data.split(b"\n")
-    if data.endswith(b"\n"):
-        lines.pop()  # the empty string after the final newline is no line
-    if start > 0 and len(lines) > 1:
-        lines = lines[1:]  # the first one is cut at the window's start
-    return [line.removesuffix(b"\r").decode("utf-8", errors="replace") for line in lines[-n:]]

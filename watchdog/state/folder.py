@@ -3,8 +3,8 @@
 `lock` keeps a second daemon (and so a second job) away; `instance` is the marker every job
 process carries; `state.json` names the current job's pid and start time (in clock ticks since
 boot, with the boot's id: adoption's proof) and holds the restart budget and what an operator
-decided (stop, pause) or a park (written by persist.StateWriter); `goodput.json` the
-accounting; `events.jsonl` the event history (written by logs.EventLog).
+decided (stop, pause) or a park (written by writers.StateWriter); `goodput.json` the
+accounting; `events.jsonl` the event history (written by outputs.eventlog.EventLog).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import secrets
 from typing import Any
 
 from watchdog.core import goodput
-from watchdog.outputs.eventlog import write_atomic
+from watchdog.state.files import write_atomic
 
 
 class StateDir:

@@ -1,7 +1,7 @@
 """Writes state.json (the job's pid and start time, and the Supervisor's durable part) off the
 event loop, coalesced: whatever changed while a write was under way goes out in the next one.
 
-Why off the loop: every write is temp file + fsync + rename + directory fsync (logs.write_atomic),
+Why off the loop: every write is temp file + fsync + rename + directory fsync (files.write_atomic),
 milliseconds on a slow disk, and the loop is also what notices the job's death and starts the
 next one (issue 11 measures that latency). The spawn never waits for a write.
 """
@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from watchdog.core.durable import Durable
-from watchdog.outputs.eventlog import write_atomic
 from watchdog.process import identity
+from watchdog.state.files import write_atomic
 from watchdog.state.folder import StateDir
 
 

@@ -1,0 +1,223 @@
+"""The one reader of the job's log (issue 23): every open and read of that file happens here.
+
+Three uses share it: the progress follower (follower.py: new bytes each sample tick), `watchdogctl
+logs [--follow]` (LogTail) and the incident bundle and `status` (tail_lines). All of them only
+read: the file is never locked or written, so reading can never slow the job down. They share the
+same answers to the file's troubles:
+
+- a FIFO or a tty at the path is opened without blocking and refused (reading it would steal the
+  bytes from their real reader);
+- a file that shrank below our offset was truncated in place (copytruncate): read from 0;
+- a new file at the path (rotate-and-create) is opened, and the old one drained first by whoever
+  follows;
+- a writer faster than the reader has the oldest bytes skipped, never the newest.
+
+No asyncio here: callers run these on a bounded worker (blocking.py), since a log on a hung
+network filesystem blocks every read.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+
+# A read of the job's log that takes longer than this is reported hung (a dead NFS server).
+READ_TIMEOUT_S = 5.0
+TAIL_MAX_BYTES = 1 << 20  # `logs`: bytes of the file's end its last lines are taken from
+FOLLOW_MAX_BYTES = 1 << 20  # `logs --follow`: per poll; a faster writer has bytes skipped
+# `logs --follow`: a line still unfinished past this is sent as it is (no unbounded buffer).
+FOLLOW_MAX_LINE_BYTES = 64 << 10
+
+
+@dataclass(slots=True)
+class LogSource:
+    """One open file being read (the current one, or a rotated one still being drained)."""
+
+    fd: int
+    ident: tuple[int, int]  # (st_dev, st_ino)
+    offset: int = 0
+    partial: bytes = b""  # tail of a line still waiting for its newline
+    drop_fragment: bool = False  # after a skip: the bytes up to the next newline are a fragment
+    after_cr: bool = False  # the last read ended in \r: a leading \n completes a \r\n
+
+    def rewind(self) -> None:
+        """Read the file again from its beginning (truncated in place, or rewritten whole)."""
+        self.offset, self.partial, self.drop_fragment, self.after_cr = 0, b"", False, False
+
+
+def open_source(path: str) -> LogSource | None:
+    """Open `path` for reading; None if it does not exist (yet). Raises OSError for a path that
+    is no regular file, or cannot be opened."""
+    try:
+        # O_NONBLOCK: a FIFO at the path must not block the daemon in open().
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            # Reading a FIFO or a tty would steal the bytes from their real reader.
+            raise OSError(f"{path}: not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return LogSource(fd=fd, ident=(st.st_dev, st.st_ino))
+
+
+def replacement(path: str, current: LogSource | None) -> LogSource | None:
+    """The file now at `path` when it is not `current` (it appeared, or rotate-and-create put a
+    new one there), opened from its beginning; None when `current` still is the file there or
+    the path is gone (deleted or renamed away: the job may still write to the file we hold)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    if current is not None and (st.st_dev, st.st_ino) == current.ident:
+        return None
+    return open_source(path)
+
+
+def pread_all(fd: int, length: int, offset: int) -> bytes:
+    """Read up to `length` bytes at `offset`: short only at end of file."""
+    parts: list[bytes] = []
+    while length > 0:
+        chunk = os.pread(fd, length, offset)
+        if not chunk:
+            break
+        parts.append(chunk)
+        length -= len(chunk)
+        offset += len(chunk)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def find_marker(src: LogSource, marker: str, window: int) -> int | None:
+    """Offset just past the line holding the last `marker` in the file's last `window` bytes."""
+    size = os.fstat(src.fd).st_size
+    start = max(0, size - window)
+    data = pread_all(src.fd, size - start, start)
+    at = data.rfind(marker.encode("utf-8", "replace"))
+    if at < 0:
+        return None
+    newline = data.find(b"\n", at)
+    return start + (newline + 1 if newline >= 0 else len(data))
+
+
+def rewound_if_truncated(src: LogSource, size: int) -> bool:
+    """Rewind `src` when the file shrank below its offset (copytruncate); True if it did."""
+    if size >= src.offset:
+        return False
+    src.rewind()
+    return True
+
+
+def read_new(src: LogSource, size: int, max_bytes: int) -> tuple[bytes, int]:
+    """The bytes appended up to `size` since the last read, and how many were skipped first to
+    keep to the newest `max_bytes` (a skip drops the partial line and marks the next fragment)."""
+    skipped = max(0, size - src.offset - max_bytes)
+    if skipped:
+        # Never fall behind a fast writer: the newest bytes hold what matters.
+        src.offset += skipped
+        src.partial, src.drop_fragment, src.after_cr = b"", True, False
+    data = pread_all(src.fd, size - src.offset, src.offset)
+    src.offset += len(data)
+    return data, skipped
+
+
+def tail_lines(path: str, n: int, max_bytes: int = TAIL_MAX_BYTES) -> list[str]:
+    """The last `n` lines of `path`, read from its end (at most `max_bytes` of it).
+
+    A missing file has no lines. Lines are split on \\n (a trailing \\r is dropped) and decoded
+    with errors="replace"; a line longer than `max_bytes` comes back as its tail.
+    """
+    if n <= 0 or max_bytes <= 0:
+        return []
+    src = open_source(path)
+    if src is None:
+        return []
+    try:
+        size = os.fstat(src.fd).st_size
+        start = max(0, size - max_bytes)
+        data = pread_all(src.fd, size - start, start)
+    finally:
+        os.close(src.fd)
+    if not data:
+        return []
+    lines = data.split(b"\n")
+    if data.endswith(b"\n"):
+        lines.pop()  # the empty string after the final newline is no line
+    if start > 0 and len(lines) > 1:
+        lines = lines[1:]  # the first one is cut at the window's start
+    return [_text(line) for line in lines[-n:]]
+
+
+class LogTail:
+    """`logs [--follow]`: the last lines, then every line appended, across truncation
+    (copytruncate) and rotation (a new file at the path: the old one is drained first)."""
+
+    def __init__(self, path: str, open_now: bool = True) -> None:
+        self.path = path
+        self._src: LogSource | None = None
+        if open_now:
+            self._open(at_end=True)
+
+    def start(self, n: int) -> list[str]:
+        """Open the file at its end; its last `n` lines."""
+        self._open(at_end=True)
+        return self.tail(n)
+
+    def tail(self, n: int) -> list[str]:
+        """The last `n` complete lines before where following starts."""
+        src = self._src
+        if src is None:
+            return []
+        start = max(0, src.offset - FOLLOW_MAX_BYTES)
+        lines = pread_all(src.fd, src.offset - start, start).split(b"\n")
+        src.partial = lines.pop()  # a line still being written: poll() completes it
+        if start > 0:
+            lines = lines[1:]  # cut at the window's start
+        return [_text(line) for line in lines[-n:]] if n > 0 else []
+
+    def poll(self) -> list[str]:
+        """Every line completed since the last call (a rotated file's rest first)."""
+        new = replacement(self.path, self._src)
+        if new is None:
+            return self._read()
+        lines = self._read()
+        self.close()
+        self._src = new
+        return lines + self._read()
+
+    def close(self) -> None:
+        if self._src is not None:
+            os.close(self._src.fd)
+            self._src = None
+
+    def _open(self, at_end: bool) -> None:
+        src = open_source(self.path)
+        if src is None:
+            return
+        self.close()
+        self._src = src
+        if at_end:
+            src.offset = os.fstat(src.fd).st_size
+
+    def _read(self) -> list[str]:
+        src = self._src
+        if src is None:
+            return []
+        size = os.fstat(src.fd).st_size
+        rewound_if_truncated(src, size)
+        data, skipped = read_new(src, size, FOLLOW_MAX_BYTES)
+        out = []
+        if skipped:
+            out.append(f"[watchdogctl: {skipped} bytes skipped: the job writes faster than this]")
+        *complete, src.partial = (src.partial + data).split(b"\n")
+        if len(src.partial) > FOLLOW_MAX_LINE_BYTES:
+            complete.append(src.partial)
+            src.partial = b""
+        return out + [_text(line) for line in complete]
+
+
+def _text(line: bytes) -> str:
+    return line.removesuffix(b"\r").decode("utf-8", errors="replace")
