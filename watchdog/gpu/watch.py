@@ -1,7 +1,8 @@
 """GPU side of the shell: NVML samples, host warnings, drained GPUs before every start.
 
-Decisions about the job stay in health.py/policy.py; this module reports what the GPUs say and
-makes sure a new job never starts into memory somebody else still holds (SPEC §4).
+Decisions about the job stay in health.py/policy.py, the verdicts on the samples (probe hung,
+GPU lost, access lost, slowdowns) in core/gpuwatch.py; this module samples, logs what those
+verdicts say and makes sure a new job never starts into memory somebody else still holds (SPEC §4).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import psutil
 
 from watchdog import blocking
 from watchdog.config import GpusConfig
-from watchdog.core.gpuhealth import ClockReading, DegradedTracker, throttle_names
+from watchdog.core.gpuhealth import DegradedTracker, throttle_names
+from watchdog.core.gpuwatch import GpuWatchState
 from watchdog.core.health import is_in_use
 from watchdog.core.samples import GpuSample
 from watchdog.gpu.holders import processes_using_nvidia_devices
@@ -35,14 +37,11 @@ class GpuWatch:
         self.expected = cfg.devices != ()
         self.last: GpuSample | None = None
         self.recent: deque[tuple[float, GpuSample]] = deque(maxlen=_history_len(cfg))
-        self._lost: set[int] = set()
-        self._hung = False
         self._probe: Any = None
         # SPEC §13: NVML access lost/restored goes to the core (it parks restarts meanwhile);
-        # hardware slowdowns are tracked here and named as gpu_degraded.
+        # the verdicts on the samples (probe hung, GPUs lost, slowdowns) come from the core.
         self._on_access = on_access
-        self.access_lost: str | None = None
-        self.degraded = DegradedTracker(cfg.degraded_after_s)
+        self._state = GpuWatchState(cfg.probe_timeout_s, cfg.degraded_after_s)
 
     async def start(self) -> None:
         if not self.expected:
@@ -66,14 +65,23 @@ class GpuWatch:
 
     @property
     def host_warnings(self) -> frozenset[str]:
-        out = set()
-        if self._lost:
-            out.add("gpu_lost")
-        if self._hung:
-            out.add("gpu_probe_hung")
-        if self.access_lost is not None:
-            out.add("gpu_access_lost")
-        return frozenset(out)
+        """The host's standing verdicts (gpu_lost, gpu_probe_hung, gpu_access_lost)."""
+        return self._state.host_warnings
+
+    @property
+    def access_lost(self) -> str | None:
+        """Why NVML access is lost (None: it works); the daemon sets the core's view after a
+        restore or a takeover, so that the next sample reports only a real change."""
+        return self._state.access_lost
+
+    @access_lost.setter
+    def access_lost(self, why: str | None) -> None:
+        self._state.access_lost = why
+
+    @property
+    def degraded(self) -> DegradedTracker:
+        """The hardware slowdown tracker (throttle seconds for the status)."""
+        return self._state.degraded
 
     async def sample(self, with_pids: bool = False) -> GpuSample | None:
         if self._probe is None:
@@ -85,53 +93,16 @@ class GpuWatch:
     def _record(self, s: GpuSample, judge_access: bool = True) -> None:
         self.last = s
         self.recent.append((time.time(), s))
-        if judge_access:
-            self._access(s)
-        if s.hung and not self._hung:
-            self._emit(
-                "gpu_probe_hung",
-                reason="gpu_probe_hung",
-                detail=s.reason,
-                timeout_s=self.cfg.probe_timeout_s,
-            )
-        elif self._hung and not s.hung:
-            self._emit("gpu_probe_recovered")
-        self._hung = s.hung
-        if s.hung:
-            return
-        lost = {g.index for g in s.gpus if g.lost}
-        for idx in sorted(lost - self._lost):
-            uuid = next((g.uuid for g in s.gpus if g.index == idx), "")
-            self._emit("gpu_lost", reason="gpu_lost", gpu=idx, uuid=uuid)
-        self._lost = lost
-        if s.available and s.access_lost is None:  # unread clocks are not clean clocks
-            self._clocks(s)
-
-    def _access(self, s: GpuSample) -> None:
-        """Tell the core when NVML access is lost or back (a hung probe says neither)."""
-        back = s.available and any(g.used_mib is not None for g in s.gpus)
-        if s.hung or s.access_lost == self.access_lost or (s.access_lost is None and not back):
-            return  # no news, or not proven back (a reading must come through)
-        was, self.access_lost = self.access_lost, s.access_lost
-        if self._on_access is None or (was is not None and s.access_lost is not None):
-            return  # still lost, for another reason: one event per loss
-        self._on_access(s.access_lost is not None, s.access_lost or "")
-
-    def _clocks(self, s: GpuSample) -> None:
-        self.degraded.degraded_after_s = self.cfg.degraded_after_s  # a reload applies at once
-        readings = [ClockReading(g.index, g.uuid, g.clocks_event_reasons) for g in s.gpus]
-        for change in self.degraded.observe(readings, time.monotonic()):
-            fields = {"gpu": change.gpu, "uuid": change.uuid, "reasons": list(change.reasons)}
-            if change.degraded:
-                self._emit(
-                    "gpu_degraded", reason="gpu_degraded", **fields, for_s=round(change.for_s, 1)
-                )
-            else:
-                self._emit("gpu_degraded_cleared", **fields, for_s=round(change.for_s, 1))
+        self._state.reconfigure(self.cfg.probe_timeout_s, self.cfg.degraded_after_s)
+        seen = self._state.observe(s, time.monotonic(), judge_access=judge_access)
+        if seen.access is not None and self._on_access is not None:
+            self._on_access(*seen.access)
+        for name, fields in seen.events:
+            self._emit(name, **fields)
 
     def degraded_now(self) -> dict[int, tuple[str, ...]]:
         """GPU -> hardware slowdown reasons of every degraded GPU (the health verdict)."""
-        return {gpu: reasons for gpu, (reasons, _) in self.degraded.degraded(0.0).items()}
+        return self._state.degraded_now()
 
     def recent_as_dicts(self) -> list[dict[str, Any]]:
         return [
