@@ -11,9 +11,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from watchdog import blocking
+from watchdog.control.backend import ReexecRefused
 from watchdog.core import policy, protocol
 from watchdog.core.health import is_in_use
-from watchdog.daemon import reexec
 from watchdog.progress.follower import tail_lines
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 EVENTS_IN_RESULT = 50
 LOG_TAIL_LINES = 20
 DEFAULT_TIMELINE_S = 86400.0  # `watchdogctl timeline` without --since (SPEC §13)
+LOG_TAIL_TIMEOUT_S = 5.0  # the job's log tail in a `wait_healthy` report
 KILL_GRACE_S = 5.0  # child.stop_tree's wait after SIGKILL
 _AT_REST = (
     policy.State.STOPPED,
@@ -73,10 +75,13 @@ class Call:
 class Operations:
     """The commands that answer with one reply (every command but the streams)."""
 
-    def __init__(self, daemon: Served, files: concurrent.futures.Executor) -> None:
+    def __init__(self, daemon: Served, files: concurrent.futures.Executor | None = None) -> None:
         self.d = daemon
         self._bound = daemon.cfg.control  # the settings the socket was made with
-        self._files = files  # for reading the job's log (see ControlServer)
+        # issue 23: the log tail leaves the loop on the bounded worker that reports "hung";
+        # `files` (the server's pool for `logs`) is no longer used here.
+        del files
+        self._tail_io = blocking.BoundedWorker("control-log-tail")
 
     async def run(self, call: Call) -> dict[str, Any]:
         d, args = self.d, call.req.args
@@ -87,7 +92,7 @@ class Operations:
                     st["recent_events"] = d.events.history(args["events"])
                 return st
             case "pause" | "resume":
-                return self._pause_resume(call)
+                return await self._pause_resume(call)
             case "reload":
                 return await self._reload()
             case "stop":
@@ -104,7 +109,7 @@ class Operations:
             case "reexec":
                 try:
                     await d.reexec(call.req.id, call.conn)
-                except reexec.Refused as e:
+                except ReexecRefused as e:
                     raise CommandError(e.type, e.message, {"status": d.status()}) from None
         raise CommandError("unknown_command", call.req.cmd)
 
@@ -116,14 +121,14 @@ class Operations:
             "events": call.events()[-EVENTS_IN_RESULT:],
         }
 
-    def _operate(self, call: Call, cmd: OperatorCmd) -> None:
-        for a in self.d.dispatch(policy.OperatorCommand(cmd, call.peer.uid)):
+    async def _operate(self, call: Call, cmd: OperatorCmd) -> None:
+        for a in await self.d.ask(policy.OperatorCommand(cmd, call.peer.uid)):
             if isinstance(a, policy.Refuse):
                 raise CommandError("refused", a.message, {"status": self.d.status()})
 
-    def _pause_resume(self, call: Call) -> dict[str, Any]:
+    async def _pause_resume(self, call: Call) -> dict[str, Any]:
         before = self.d.core.snapshot()
-        self._operate(call, cast(OperatorCmd, call.req.cmd))
+        await self._operate(call, cast(OperatorCmd, call.req.cmd))
         after = self.d.core.snapshot()
         if call.req.cmd == "pause":
             how = "was already paused" if before.paused else "paused"
@@ -145,7 +150,7 @@ class Operations:
 
     async def _stop(self, call: Call) -> dict[str, Any]:
         pid = self.d.core.snapshot().pid
-        self._operate(call, "stop")
+        await self._operate(call, "stop")
         budget = _start_budget(self.d)  # a start under way finishes before its child is stopped
         ok = await self._wait(call, _state_is(self.d, policy.State.STOPPED), call.t0 + budget)
         text = protocol.describe_stop(pid, call.events(), self._stop_signal(), call.elapsed())
@@ -181,7 +186,7 @@ class Operations:
 
     async def _begin(self, call: Call, cmd: OperatorCmd, deadline: float | None = None) -> int:
         """start/restart: until the new child is spawned (its pid), or CommandError saying why."""
-        self._operate(call, cmd)
+        await self._operate(call, cmd)
         d = self.d
         deadline = min(deadline or float("inf"), call.t0 + _start_budget(d))
 
@@ -254,9 +259,12 @@ class Operations:
 
     async def _log_tail(self, n: int) -> list[str]:
         path = self.d.cfg.job.log_file
-        try:  # off the loop: the log may sit on a slow network filesystem
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._files, tail_lines, path, n)
+        try:  # off the loop, bounded: the log may sit on a hung network filesystem
+            return await self._tail_io.call(
+                lambda: tail_lines(path, n), LOG_TAIL_TIMEOUT_S, what=f"reading {path}"
+            )
+        except blocking.Hung as e:
+            return [f"(cannot read {path}: {e})"]
         except OSError as e:
             return [f"(cannot read {path}: {e.strerror or e})"]
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +42,7 @@ async def previous_job(d: Daemon) -> int | None:
     if leader is None:
         await end_previous_tree(d)
     if durable is not None:
-        d.core.restore(durable, time.monotonic())
+        d.restore_core(durable)
     return leader
 
 
@@ -67,7 +66,7 @@ async def provable_leader(d: Daemon, previous: dict[str, Any], always: bool = Fa
         return None
 
 
-def attach(d: Daemon, pid: int) -> bool:
+async def attach(d: Daemon, pid: int) -> bool:
     """Watch the adopted job as if we had spawned it: its pidfd (exit status from waitpid
     when it is our child, `exit status unknown` when it is not), fresh detectors, the log
     followed from its end (sample_once opens it). False when it is already gone."""
@@ -79,7 +78,7 @@ def attach(d: Daemon, pid: int) -> bool:
     d.monitor = health.HealthMonitor(params.health_of(d.cfg))
     d.polled_at = time.monotonic()
     d.save_state(pid)
-    d.dispatch(policy.JobAdopted(pid))
+    await d.ask(policy.JobAdopted(pid))
     return True
 
 
@@ -114,7 +113,7 @@ def restore_budget(d: Daemon, previous: dict[str, Any]) -> None:
     is waited out. A record that cannot be trusted is reported and the budget starts afresh."""
     durable = _durable(d, previous)
     if durable is not None:
-        d.core.restore(durable, time.monotonic())
+        d.restore_core(durable)
 
 
 def _durable(d: Daemon, previous: dict[str, Any]) -> Durable | None:
@@ -135,7 +134,7 @@ async def take_over(d: Daemon, h: dict[str, Any]) -> tuple[bool, int | None]:
     except (ValueError, KeyError, TypeError, OSError) as e:
         why = f"{type(e).__name__}: {e}"
         reexec.close_carried(h)
-        d.core = policy.Supervisor(params.policy_of(d.cfg), random.random)
+        d.core = d.new_core(params.policy_of(d.cfg))
         d.exit_future, d.follower = None, None
         d.monitor = health.HealthMonitor(params.health_of(d.cfg))
         d.emit("reexec_resume_failed", error=why, old_version=h.get("old_version"))
@@ -150,7 +149,7 @@ async def take_over(d: Daemon, h: dict[str, Any]) -> tuple[bool, int | None]:
         return False, leader
     old = h.get("old_version")
     d.emit("daemon_reexecuted", old_version=old, new_version=__version__, daemon_pid=os.getpid())
-    d.dispatch(policy.Tick())  # arms the backoff or startup deadline it carried
+    await d.ask(policy.Tick())  # arms the backoff or startup deadline it carried
     summary = f"{d.cfg.job.name}: watchdogd {old} -> {__version__} in place (pid {os.getpid()})"
     result = {"summary": summary, "old_version": old, "new_version": __version__}
     reexec.reply(h, True, {**result, "status": d.status()})

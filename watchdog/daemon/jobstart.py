@@ -50,7 +50,7 @@ async def start(d: Daemon, attempt: int) -> None:
         # Otherwise the core waits for ChildSpawned for ever: no timeout, no stop, no exit.
         failed = policy.SpawnFailed("internal_error", f"{type(e).__name__}: {e}")
     if failed is not None:
-        d.dispatch(failed)
+        d.post(failed)
 
 
 async def prepare_start(d: Daemon) -> policy.SpawnFailed | None:
@@ -137,7 +137,7 @@ def spawn(d: Daemon, log_fd: int, follower: Follower | None) -> None:
         proc = child.spawn(job.command, cwd=job.cwd, log_fd=log_fd, env=env)
     except (OSError, ValueError) as e:
         why = e.strerror if isinstance(e, OSError) else str(e)
-        d.dispatch(policy.SpawnFailed("spawn_failed", f"{job.command[0]}: {why}"))
+        d.post(policy.SpawnFailed("spawn_failed", f"{job.command[0]}: {why}"))
         return
     finally:
         os.close(log_fd)
@@ -146,7 +146,7 @@ def spawn(d: Daemon, log_fd: int, follower: Follower | None) -> None:
         fut = d.reaper.watch(proc.pid)
     except Exception as e:  # no pidfd (EMFILE): an unwatched job must not run
         os.killpg(proc.pid, signal.SIGKILL)
-        d.dispatch(policy.SpawnFailed("spawn_failed", f"cannot watch the job: {e}"))
+        d.post(policy.SpawnFailed("spawn_failed", f"cannot watch the job: {e}"))
         return
     d.exit_future = fut
     fut.add_done_callback(d.on_exit)
@@ -156,7 +156,7 @@ def spawn(d: Daemon, log_fd: int, follower: Follower | None) -> None:
     d.save_state(proc.pid)
     if d.cluster is not None and d.epoch is not None:
         d.cluster.spawned(d.epoch)
-    d.dispatch(policy.ChildSpawned(proc.pid))
+    d.post(policy.ChildSpawned(proc.pid))
 
 
 async def our_pids(d: Daemon) -> set[int]:

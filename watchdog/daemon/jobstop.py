@@ -14,6 +14,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from watchdog import blocking
 from watchdog.core import policy
 from watchdog.daemon import sampling
 from watchdog.outputs import flight, incident
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from watchdog.daemon.loop import Daemon
 
 FLIGHT_DUMP_WAIT_S = 2.0  # for the ranks to notice their dump pipe and write the dump
+_FLIGHT_IO = blocking.BoundedWorker("flight-records")  # a stuck pipe or copy: at most one thread
 
 
 async def stop(d: Daemon, action: policy.KillTree) -> None:
@@ -31,7 +33,7 @@ async def stop(d: Daemon, action: policy.KillTree) -> None:
     if action.incident:
         try:
             if (path := await write_incident(d, action.reason)) is not None:
-                d.dispatch(policy.IncidentSaved(path))
+                d.post(policy.IncidentSaved(path))
         except Exception as e:  # evidence is a bonus; the stop must still happen
             d.emit("incident_failed", reason=action.reason, error=f"{type(e).__name__}: {e}")
     try:
@@ -55,9 +57,9 @@ async def stop(d: Daemon, action: policy.KillTree) -> None:
     finally:
         # Whatever happened, the core must hear the stop ended, or it waits for ever.
         if result is None:
-            d.dispatch(policy.TreeStopped(killed=True, leftovers=None, error=error))
+            d.post(policy.TreeStopped(killed=True, leftovers=None, error=error))
         else:
-            d.dispatch(policy.TreeStopped(result.killed, result.leftovers))
+            d.post(policy.TreeStopped(result.killed, result.leftovers))
 
 
 def kill_job_session(d: Daemon, pid: int | None) -> None:
@@ -104,9 +106,13 @@ async def flight_records(d: Daemon, bundle: str) -> list[str]:
     moment, copy what this run left into the bundle. Bounded: the kill waits on it."""
     prefix, pipes, since = d.flight
     try:
-        if await asyncio.wait_for(asyncio.to_thread(flight.trigger_dumps, pipes), 1.0):
+        what = "asking the ranks for their flight records"
+        if await _FLIGHT_IO.call(lambda: flight.trigger_dumps(pipes), 1.0, what=what):
             await asyncio.sleep(FLIGHT_DUMP_WAIT_S)  # the ranks poll their pipe: no reply
-        copied = asyncio.to_thread(flight.collect_flight_records, prefix, since, bundle)
-        return await asyncio.wait_for(copied, 2.0)
-    except TimeoutError:
+        return await _FLIGHT_IO.call(
+            lambda: flight.collect_flight_records(prefix, since, bundle),
+            2.0,
+            what="copying the flight records",
+        )
+    except blocking.Hung:
         return []

@@ -1,8 +1,9 @@
 """watchdogd: one asyncio loop that feeds the pure core and carries out its actions.
 
 Wiring only, no decisions: producers (child exit pidfds, the sample tick, the control server,
-signal handlers) call `dispatch()`; it asks `Supervisor.handle()` and executes the returned
-actions. Slow actions (start, stop, incident) run as tasks that dispatch their outcome.
+the cluster link, signal handlers) post inputs on one queue (inbox.py); one consumer task takes
+them in order, asks `Supervisor.handle()` and executes the returned actions. Slow actions
+(start, stop, incident) run as tasks that post their outcome: nothing re-enters the core.
 
 The parts: jobstart.py (the start sequence and the spawn), jobstop.py (incident, then the
 tree), sampling.py (the tick: GPUs, progress, ranks, checkpoint, the verdict), adoption.py
@@ -30,6 +31,7 @@ from watchdog import (
 from watchdog.cluster import link
 from watchdog.control.server import ControlServer
 from watchdog.core import goodput, health, policy, status
+from watchdog.core.durable import Durable
 from watchdog.core.ranks import RankTracker
 from watchdog.daemon import (
     adoption,
@@ -41,6 +43,8 @@ from watchdog.daemon import (
     sampling,
     scheduler,
 )
+from watchdog.daemon.inbox import Inbox, Posted, SignalReceived
+from watchdog.daemon.inputlog import InputLog
 from watchdog.gpu.faults import FaultWatch
 from watchdog.gpu.watch import GpuWatch
 from watchdog.outputs import metrics
@@ -57,6 +61,7 @@ from watchdog.state.writers import FileWriter, StateWriter
 
 EX_CONFIG = 78
 RELOAD_TIMEOUT_S = 5.0  # issue 23: under watchdogctl's 10 s, far under WatchdogSec
+FLUSH_TIMEOUT_S = 10.0  # the state files at exit or before a reexec
 GOODPUT_SAVE_EVERY_S = 10.0  # issue 8: persist goodput at most this often, and at exit
 
 
@@ -77,7 +82,10 @@ class Daemon:
         self.started_at = time.monotonic()
         self.state = StateDir(cfg.state_dir)
         self.events = EventLog(cfg.job.name, self.state.file("events.jsonl"))
-        self.core = policy.Supervisor(params.local_policy_of(cfg), random.random)
+        self.inbox = Inbox()  # the one way into the core (issue 23)
+        # every input of the core, for a replay of a bug report (inputlog.py)
+        self.inputs = InputLog(self.state.file("inputs.jsonl"), self._input_log_failed)
+        self.core = self.new_core(params.local_policy_of(cfg))
         self.reaper = child.Reaper(self.loop)
         self.gpus = GpuWatch(cfg.gpus, self.emit, self._gpu_access)
         self.faults = FaultWatch(cfg.gpus, self._gpu_fault, self.emit)
@@ -94,13 +102,14 @@ class Daemon:
         self.progress_io = blocking.BoundedWorker("progress-read")
         # A reload's checks (the config file, StrictModes stats, job.cwd) can hang on a mount.
         self.reload_io = blocking.BoundedWorker("config-reload")
+        # The state files at exit and before a reexec (an fsync on a busy or hung disk).
+        self.flush_io = blocking.BoundedWorker("state-flush")
         self.progress_hung = False
         # issue 23: what a progress read that outlived its deadline found when it returned
         # (its follower, its result): those lines were consumed, so the next poll uses them.
         self.progress_late: tuple[Follower, FollowResult] | None = None
         self.exit_future: asyncio.Future[child.ExitStatus] | None = None
         self.incident_path: str | None = None
-        self._timer: asyncio.TimerHandle | None = None
         self._start_task: asyncio.Task[None] | None = None
         self.epoch: int | None = None  # the cluster epoch the next spawn belongs to
         self.polled_at = 0.0  # the last look at the progress log (monotonic)
@@ -115,8 +124,9 @@ class Daemon:
         self.metrics_server: metrics.MetricsServer | None = None
         self.cluster: link.ClusterLink | None = None  # issue 14: several nodes, one epoch
         if cfg.cluster is not None:
-            restart = lambda reason: self.dispatch(policy.RestartRequested(reason))  # noqa: E731
-            self.cluster = link.ClusterLink(cfg.cluster, params.policy_of(cfg), self.emit, restart)
+            self.cluster = link.ClusterLink(
+                cfg.cluster, params.policy_of(cfg), self.emit, self.restart_for_cluster
+            )
         self.checkpoints = params.checkpoint_watch(cfg)
         self.checkpoint_read_at = 0.0
         # PyTorch's flight-recorder dump and pipe prefixes, and the spawn time (wall clock)
@@ -137,12 +147,12 @@ class Daemon:
         if (why := await self._start_metrics()) is not None:
             print(f"watchdogd: {why}", file=sys.stderr)
             return 1
+        consumer = self.spawn_task(self.consume())
         leader = None if self.handover is not None else await adoption.previous_job(self)
         child.make_subreaper()
         self.reaper.install()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self.loop.add_signal_handler(sig, self._stop_signal, sig)
-        self.loop.add_signal_handler(signal.SIGHUP, lambda: self.spawn_task(self.reload()))
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # handlers only post
+            self.loop.add_signal_handler(sig, self.post, SignalReceived(sig))
         self.forwarder.apply(self.cfg.job.forward_signals)  # SPEC §13
         await self.control.start(None if self.handover is None else self.handover["fds"]["control"])
         await self.gpus.start()
@@ -164,10 +174,10 @@ class Daemon:
                 config=self.cfg.source,
             )
         self.notifier.ready(status.status_line(self.status()))
-        if not taken_over and (leader is None or not adoption.attach(self, leader)):
+        if not taken_over and (leader is None or not await adoption.attach(self, leader)):
             if leader is not None:  # it died between the proof and the pidfd: end what is left
                 await adoption.end_previous_tree(self)
-            self.dispatch(policy.DaemonStarted(fresh_run=self.ending.enabled))
+            await self.inbox.ask(policy.DaemonStarted(fresh_run=self.ending.enabled))
             # SPEC §13: a park for lost access outlived the last daemon; as after a reexec,
             # only a reading that comes through tells the core access is back
             self.gpus.access_lost = self.core.access_lost
@@ -180,6 +190,7 @@ class Daemon:
         self.forwarder.close()
         ticker.cancel()
         pinger.cancel()
+        consumer.cancel()
         await self.control.close()
         if self.cluster is not None:
             await self.cluster.close()
@@ -195,9 +206,73 @@ class Daemon:
         self.emit("daemon_stopped", **({"exit_code": code} if self.ending.enabled else {}))
         return code
 
-    def dispatch(self, event: policy.Event) -> list[policy.Action]:
-        """The only door into the core."""
-        actions = self.core.handle(event, time.monotonic())
+    def post(self, event: policy.Event | SignalReceived) -> None:
+        """Hand an input to the consumer (any producer, any callback); returns at once."""
+        self.inbox.post(event)
+
+    async def ask(self, event: policy.Event) -> list[policy.Action]:
+        """Post `event` and wait for the core's actions (control commands: Refuse, the state)."""
+        return await self.inbox.ask(event)
+
+    def new_core(self, made: policy.Policy) -> policy.Supervisor:
+        """A fresh core; its jitter's seed is in the input log, so a replay is exact."""
+        seed = random.SystemRandom().randrange(1 << 32)
+        return self.inputs.supervisor(made, seed, time.monotonic())
+
+    def restore_core(self, durable: Durable) -> None:
+        """The previous daemon's restart budget (state.json), recorded as an input."""
+        now = time.monotonic()
+        self.inputs.restored(durable, now, time.time())
+        self.core.restore(durable, now)
+
+    def resume_core(self, carried: dict[str, Any]) -> None:
+        """The old code's core after a reexec, recorded as an input."""
+        now = time.monotonic()
+        self.inputs.resumed(carried, now)
+        self.core.resume(carried, now)
+
+    def _input_log_failed(self, error: str) -> None:
+        self.emit("state_write_failed", file="inputs.jsonl", error=error)
+
+    def restart_for_cluster(self, reason: str) -> None:
+        """The cluster link's StopLocal: posted, so a restart the link asks for while an input
+        is being handled (its KillTree told the link) is handled after it, never inside it."""
+        self.post(policy.RestartRequested(reason))
+
+    async def consume(self) -> None:
+        """The one consumer: each input in order, or Tick at the core's next deadline."""
+        while True:
+            deadline = self.core.next_deadline()
+            timeout_s = None if deadline is None else deadline - time.monotonic()
+            posted = await self.inbox.next(timeout_s)
+            try:
+                actions = self._take(posted or Posted(policy.Tick()))
+            except Exception as e:
+                # A watchdog bug must never kill a healthy job, nor stop the consumer.
+                error = f"{type(e).__name__}: {e}"
+                self.emit("internal_error_caught", where="dispatch", error=error)
+                actions = []
+            if posted is not None and posted.answer is not None and not posted.answer.done():
+                posted.answer.set_result(actions)
+            self.inputs.kick()
+
+    def _take(self, posted: Posted) -> list[policy.Action]:
+        match posted.input:
+            case SignalReceived(signum=signal.SIGHUP):
+                self.spawn_task(self.reload())
+                return []
+            case SignalReceived(signum=signum):
+                # SIGTERM/SIGINT: stop the job gracefully, then exit (128+signum, --exit-with-job)
+                self.ending.signal_received(signum)
+                return self._dispatch(policy.ShutdownRequested())
+            case event:
+                return self._dispatch(event)
+
+    def _dispatch(self, event: policy.Event) -> list[policy.Action]:
+        """The only door into the core: called by the consumer alone."""
+        now = time.monotonic()
+        self.inputs.event(event, now)
+        actions = self.core.handle(event, now)
         if self.cluster is not None:
             self._tell_cluster(event, actions)
         for action in actions:
@@ -206,7 +281,6 @@ class Daemon:
         self.writer.supervisor(self.core.durable())  # after the spawn: off its critical path
         snap = self.core.snapshot()
         self.title.show(self.cfg.job.name, snap.state.value, snap.pid)
-        self._arm_timer()
         self.account()
         self._changed.set()
         self._changed = asyncio.Event()
@@ -230,12 +304,7 @@ class Daemon:
                 if not self._done.done():
                     self._done.set_result(None)
             case policy.Refuse():
-                pass  # the caller (control server) reads it from dispatch()'s return value
-
-    def _stop_signal(self, signum: int) -> None:
-        """SIGTERM/SIGINT: stop the job gracefully, then exit (128+signum with --exit-with-job)."""
-        self.ending.signal_received(signum)
-        self.dispatch(policy.ShutdownRequested())
+                pass  # the caller (a control command) reads it from ask()'s answer
 
     def _job_ended_for_good(self) -> None:
         """--exit-with-job: once the job is completed, fatal or host_fault, the daemon exits
@@ -244,7 +313,7 @@ class Daemon:
         code = self.ending.job_ended(state, self.cfg.exit_codes)
         if code is not None:
             self.emit("daemon_exiting", state=state.value, exit_code=code)
-            self.loop.call_soon(self.dispatch, policy.ShutdownRequested())
+            self.post(policy.ShutdownRequested())
 
     def _tell_cluster(self, event: policy.Event, actions: list[policy.Action]) -> None:
         """A stop for a verdict the policy restarts on makes the whole cluster restart."""
@@ -256,15 +325,6 @@ class Daemon:
             if isinstance(a, policy.KillTree):
                 restart = a.reason in self.core.policy.restart_on and not paused
                 self.cluster.job_stopping(a.reason, restart)
-
-    def _arm_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        deadline = self.core.next_deadline()
-        if deadline is not None:
-            delay = max(0.0, deadline - time.monotonic())
-            self._timer = self.loop.call_later(delay, self.dispatch, policy.Tick())
 
     def spawn_task(self, coro: Any) -> asyncio.Task[Any]:
         task = self.loop.create_task(coro)
@@ -289,14 +349,14 @@ class Daemon:
         action = str(fields.get("action"))
         park = self.faults.parks(action)
         fault = policy.GpuFaultSeen(action, fields, park=park, gate=gate and park, quiet=quiet)
-        self.dispatch(fault)
+        self.post(fault)
 
     def _gpu_access(self, lost: bool, detail: str) -> None:
-        self.dispatch(policy.GpuAccessChanged(lost, detail))  # SPEC §13: the core decides
+        self.post(policy.GpuAccessChanged(lost, detail))  # SPEC §13: the core decides
 
     def on_exit(self, fut: asyncio.Future[child.ExitStatus]) -> None:
         st = fut.result()
-        self.dispatch(policy.ChildExited(st.pid, st.exit_code, st.signal))
+        self.post(policy.ChildExited(st.pid, st.exit_code, st.signal))
 
     async def _watchdog_loop(self) -> None:
         interval = self.notifier.watchdog_interval_s
@@ -393,7 +453,7 @@ class Daemon:
         self.monitor.reconfigure(params.health_of(new))
         if new.progress.checkpoint != old.progress.checkpoint:
             self.checkpoints = params.checkpoint_watch(new)
-        self.dispatch(policy.PolicyChanged(params.local_policy_of(new)))
+        await self.ask(policy.PolicyChanged(params.local_policy_of(new)))
         if self.cluster is not None:
             # the next proposal uses the new restart.*
             self.cluster.co.policy = params.policy_of(new)
@@ -425,8 +485,14 @@ class Daemon:
     async def flush_files(self) -> None:
         """state.json and goodput.json on disk now (at exit, before a reexec), off the loop."""
         self.timeline.save()
-        files = (self.writer.file, self.goodput_file, self.timeline.file)
-        for error in await asyncio.to_thread(lambda: [f.flush() for f in files]):
+        files = (self.writer.file, self.goodput_file, self.timeline.file, self.inputs)
+        try:
+            errors = await self.flush_io.call(
+                lambda: [f.flush() for f in files], FLUSH_TIMEOUT_S, what="flushing the state files"
+            )
+        except blocking.Hung as e:
+            errors = [str(e)]
+        for error in errors:
             if error is not None:
                 self.emit("state_write_failed", error=error)
 
@@ -474,7 +540,8 @@ class Daemon:
         self.account()
         self._save_goodput()
         await self.flush_files()
-        await asyncio.to_thread(self.events.flush)
+        with contextlib.suppress(blocking.Hung):  # the exec goes ahead; the history is a bonus
+            await self.flush_io.call(self.events.flush, FLUSH_TIMEOUT_S, what="the event history")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,6 +35,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__
+from watchdog.control.backend import ReexecRefused
 from watchdog.core import policy, protocol
 from watchdog.daemon import sampling
 
@@ -48,13 +49,8 @@ REPLY_TIMEOUT_S = 5.0
 DRAIN_S = 0.5  # requests under way on the old code get this long to be answered
 
 
-class Refused(Exception):
-    """The re-exec did not happen; the old code runs on. `type` is the protocol error type."""
-
-    def __init__(self, type_: str, message: str) -> None:
-        super().__init__(message)
-        self.type = type_
-        self.message = message
+# the control commands catch it through their backend Protocol, never importing this module
+Refused = ReexecRefused
 
 
 # ------------------------------------------------------------------------ the old code
@@ -228,9 +224,8 @@ def check_main(config_path: str) -> int:
 
 def resume(d: Daemon, state: dict[str, Any]) -> None:
     """Take the state over inside the new code (the control socket already serves)."""
-    now = time.monotonic()
     fds = state["fds"]
-    d.core.resume(state["supervisor"], now)
+    d.resume_core(state["supervisor"])
     d.monitor.resume(state["health"])
     pid = state["supervisor"]["pid"]
     if isinstance(pid, int):
