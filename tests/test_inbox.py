@@ -52,7 +52,7 @@ def test_cluster_restart_asked_while_handling_is_handled_after_it(tmp_path: path
 
         d.core.handle = recording_handle  # type: ignore[method-assign]
         d._execute = lambda a: order.append(f"execute {type(a).__name__}")  # type: ignore[method-assign]
-        consumer = asyncio.get_running_loop().create_task(d.consume())
+        consumer = asyncio.get_running_loop().create_task(d.consumer.run())
         await d.ask(policy.OperatorCommand("restart", 0))
         await d.ask(policy.Tick())  # the restart it asked for was queued before this
         consumer.cancel()

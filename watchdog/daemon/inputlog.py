@@ -165,7 +165,7 @@ class InputLog:
         except FileNotFoundError:
             full = False
         if full:
-            os.replace(self.path, self.path.replace(".jsonl", ".1.jsonl"))
+            os.replace(self.path, rotated(self.path))
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(lines)
 
@@ -181,10 +181,16 @@ class InputLog:
         return None
 
 
+def rotated(path: str) -> str:
+    """Where a full log goes: inputs.jsonl -> inputs.1.jsonl."""
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.1{ext}"
+
+
 def read(path: str) -> list[dict[str, Any]]:
     """The records of inputs.1.jsonl then inputs.jsonl (a bug report's log, for replay)."""
     out: list[dict[str, Any]] = []
-    for file in (path.replace(".jsonl", ".1.jsonl"), path):
+    for file in (rotated(path), path):
         if os.path.exists(file):
             with open(file, encoding="utf-8") as fh:
                 out.extend(json.loads(line) for line in fh if line.strip())
