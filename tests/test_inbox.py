@@ -99,3 +99,24 @@ def test_next_gives_none_at_the_deadline_when_nothing_came() -> None:
         assert await Inbox().next(0.01) is None
 
     asyncio.run(scenario())
+
+
+def test_only_the_consumer_calls_the_core() -> None:
+    """Outside the core, `.handle(` is called in daemon/consumer.py alone (and by the input
+    log's replay, which feeds a fresh core of its own): no producer enters the core directly."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent / "watchdog"
+    callers = set()
+    for path in root.rglob("*.py"):
+        if path.parent.name == "core":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "handle"
+            ):
+                callers.add(str(path.relative_to(root)))
+    assert callers == {"daemon/consumer.py", "daemon/inputlog.py"}
