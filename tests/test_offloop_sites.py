@@ -11,15 +11,7 @@ import pathlib
 WATCHDOG = pathlib.Path(__file__).resolve().parent.parent / "watchdog"
 
 # (module, function) -> why it is still on the default executor. Shrink it; never grow it.
-REMAINING = {
-    ("watchdog/cluster/link.py", "start"): "builds the etcd client (TLS context: CPU, not a read)",
-    ("watchdog/cluster/link.py", "read_then_feed"): "an adopted job's epoch: None on a hang would "
-    "take the job as stale and restart it, so it waits",
-    ("watchdog/daemon/loop.py", "flush_files"): "state files at exit and before a re-exec",
-    ("watchdog/daemon/loop.py", "prepare_reexec"): "the event history before a re-exec",
-    ("watchdog/daemon/jobstop.py", "flight_records"): "NCCL flight records into the bundle",
-    ("watchdog/state/writers.py", "_drain"): "the atomic state-file writer, one drain at a time",
-}
+REMAINING = {}
 
 
 def _is_default_executor(node: ast.AST) -> bool:

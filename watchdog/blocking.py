@@ -65,7 +65,10 @@ class Hung(Exception):
 
 
 class BoundedWorker:
-    """`await call(fn, timeout_s)`: fn's result, or `Hung`. One call at a time per worker."""
+    """`await call(fn, timeout_s)`: fn's result, or `Hung`. One call at a time per worker.
+
+    `timeout_s=None` waits as long as the call takes, for a caller to whom no answer is worse
+    than a late one (still on our own thread, never asyncio's default executor)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -83,7 +86,7 @@ class BoundedWorker:
     async def call(
         self,
         fn: Callable[[], _T],
-        timeout_s: float,
+        timeout_s: float | None,
         *,
         what: str = "",
         discard: Callable[[_T], None] | None = None,

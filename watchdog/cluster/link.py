@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from watchdog import blocking
 from watchdog.core import cluster as core
 from watchdog.core.policy import Emit, Policy
 
@@ -85,6 +86,7 @@ class ClusterLink:
         self._gate: asyncio.Future[int] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._io = blocking.BoundedWorker("cluster-io")  # issue 23: never the default executor
 
     # -------------------------------------------------------------------- lifecycle
 
@@ -94,7 +96,9 @@ class ClusterLink:
         # A request outlives no more than a third of the lease, so a keep-alive still lands.
         timeout_s = max(1.0, min(5.0, self.cfg.lease_ttl_s / 3))
         # httpx builds its TLS context when the client is made (tens of ms): not on the loop.
-        self.etcd = await asyncio.to_thread(Etcd, self.cfg.etcd, timeout_s)
+        self.etcd = await self._io.call(
+            lambda: Etcd(self.cfg.etcd, timeout_s), None, what="building the etcd client"
+        )
         loop = asyncio.get_running_loop()
         # Each loop is its own task, so no one step of the daemon's loop carries all of them; the
         # lease loop's first pass asks for the first read. Until it lands the gate stays shut.
@@ -153,7 +157,8 @@ class ClusterLink:
         """A job we did not spawn: read which epoch it runs (its environment), off the loop."""
 
         async def read_then_feed() -> None:
-            epoch = await asyncio.to_thread(job_epoch, pid)
+            # None on a hang would take the job as stale and restart it: so it waits
+            epoch = await self._io.call(lambda: job_epoch(pid), None, what="the job's epoch")
             self._feed(self.co.adopted(epoch, time.monotonic(), time.time()))
 
         self._tasks.append(asyncio.get_running_loop().create_task(read_then_feed()))

@@ -2,7 +2,8 @@
 
 control.py and operations.py depend on these few things, not on the whole `Daemon`: the
 config, the event log, the core's snapshot, the last GPU sample, the status object, and the one
-door into the core (`dispatch`). Anything else they reach for is a sign a decision is leaking
+door into the core (`ask`: the command is posted on the daemon's one queue and its actions come
+back once the consumer has handled it). Anything else they reach for is a sign a decision is leaking
 out of the core or the daemon.
 """
 
@@ -15,6 +16,15 @@ if TYPE_CHECKING:
     from watchdog.core import policy
     from watchdog.core.samples import GpuSample
     from watchdog.outputs.eventlog import EventLog
+
+
+class ReexecRefused(Exception):
+    """The re-exec did not happen; the old code runs on. `type` is the protocol error type."""
+
+    def __init__(self, type_: str, message: str) -> None:
+        super().__init__(message)
+        self.type = type_
+        self.message = message
 
 
 class SupportsSnapshot(Protocol):
@@ -43,7 +53,7 @@ class Served(Protocol):
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]: ...
 
-    def dispatch(self, event: policy.Event) -> list[policy.Action]: ...
+    async def ask(self, event: policy.Event) -> list[policy.Action]: ...
 
     async def reload(self) -> str | None: ...
 
@@ -52,5 +62,5 @@ class Served(Protocol):
     async def wait_changed(self, timeout_s: float) -> None: ...
 
     async def reexec(self, req_id: int | str | None, conn: Any) -> None:
-        """Run the installed code in place; returns only by raising reexec.Refused."""
+        """Run the installed code in place; returns only by raising ReexecRefused."""
         ...

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from watchdog.blocking import BoundedWorker, Hung
+from watchdog.control.backend import ReexecRefused
 from watchdog.core import policy, protocol, replies
 from watchdog.core.health import is_in_use
-from watchdog.daemon import reexec
 from watchdog.progress import logfile
 
 if TYPE_CHECKING:
@@ -77,7 +77,8 @@ class Operations:
     def __init__(self, daemon: Served, files: BoundedWorker) -> None:
         self.d = daemon
         self._bound = daemon.cfg.control  # the settings the socket was made with
-        self._files = files  # for reading the job's log (see ControlServer)
+        # issue 23: the log tail leaves the loop on the server's bounded worker ("hung")
+        self._files = files
 
     async def run(self, call: Call) -> dict[str, Any]:
         d, args = self.d, call.req.args
@@ -88,7 +89,7 @@ class Operations:
                     st["recent_events"] = d.events.history(args["events"])
                 return st
             case "pause" | "resume":
-                return self._pause_resume(call)
+                return await self._pause_resume(call)
             case "reload":
                 return await self._reload()
             case "stop":
@@ -105,7 +106,7 @@ class Operations:
             case "reexec":
                 try:
                     await d.reexec(call.req.id, call.conn)
-                except reexec.Refused as e:
+                except ReexecRefused as e:
                     raise CommandError(e.type, e.message, {"status": d.status()}) from None
         raise CommandError("unknown_command", call.req.cmd)
 
@@ -117,14 +118,14 @@ class Operations:
             "events": call.events()[-EVENTS_IN_RESULT:],
         }
 
-    def _operate(self, call: Call, cmd: OperatorCmd) -> None:
-        for a in self.d.dispatch(policy.OperatorCommand(cmd, call.peer.uid)):
+    async def _operate(self, call: Call, cmd: OperatorCmd) -> None:
+        for a in await self.d.ask(policy.OperatorCommand(cmd, call.peer.uid)):
             if isinstance(a, policy.Refuse):
                 raise CommandError("refused", a.message, {"status": self.d.status()})
 
-    def _pause_resume(self, call: Call) -> dict[str, Any]:
+    async def _pause_resume(self, call: Call) -> dict[str, Any]:
         before = self.d.core.snapshot()
-        self._operate(call, cast(OperatorCmd, call.req.cmd))
+        await self._operate(call, cast(OperatorCmd, call.req.cmd))
         after = self.d.core.snapshot()
         if call.req.cmd == "pause":
             how = "was already paused" if before.paused else "paused"
@@ -146,7 +147,7 @@ class Operations:
 
     async def _stop(self, call: Call) -> dict[str, Any]:
         pid = self.d.core.snapshot().pid
-        self._operate(call, "stop")
+        await self._operate(call, "stop")
         budget = _start_budget(self.d)  # a start under way finishes before its child is stopped
         ok = await self._wait(call, _state_is(self.d, policy.State.STOPPED), call.t0 + budget)
         text = replies.describe_stop(pid, call.events(), self._stop_signal(), call.elapsed())
@@ -182,7 +183,7 @@ class Operations:
 
     async def _begin(self, call: Call, cmd: OperatorCmd, deadline: float | None = None) -> int:
         """start/restart: until the new child is spawned (its pid), or CommandError saying why."""
-        self._operate(call, cmd)
+        await self._operate(call, cmd)
         d = self.d
         deadline = min(deadline or float("inf"), call.t0 + _start_budget(d))
 

@@ -10,24 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import time
 from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__, blocking
-from watchdog.core import health, policy
+from watchdog.core import health, policy, status
 from watchdog.core.durable import Durable
 from watchdog.daemon import params, reexec
+from watchdog.daemon.run import JobRun
 from watchdog.process import identity, tree
 from watchdog.state.writers import restore_durable
 
 if TYPE_CHECKING:
-    from watchdog.daemon.loop import Daemon
+    from watchdog.daemon.parts import Parts
 
 STARTUP_SCAN_TIMEOUT_S = 30.0  # the startup search for a previous daemon's job tree
 
 
-async def previous_job(d: Daemon) -> int | None:
+async def previous_job(d: Parts) -> int | None:
     """The previous daemon's job: its leader when it is adopted, else None (its tree, if any,
     is ended first). Its restart budget is restored either way.
 
@@ -43,11 +43,11 @@ async def previous_job(d: Daemon) -> int | None:
     if leader is None:
         await end_previous_tree(d)
     if durable is not None:
-        d.core.restore(durable, time.monotonic())
+        d.consumer.restore(durable)
     return leader
 
 
-async def provable_leader(d: Daemon, previous: dict[str, Any], always: bool = False) -> int | None:
+async def provable_leader(d: Parts, previous: dict[str, Any], always: bool = False) -> int | None:
     """The previous job's leader when job.on_daemon_restart is adopt (or `always`: a failed
     reexec never ends the job it was meant not to touch; an operator paused it) and it is
     provably ours (identity.py); None means: end the old tree as before."""
@@ -67,23 +67,23 @@ async def provable_leader(d: Daemon, previous: dict[str, Any], always: bool = Fa
         return None
 
 
-def attach(d: Daemon, pid: int) -> bool:
+async def attach(d: Parts, pid: int) -> bool:
     """Watch the adopted job as if we had spawned it: its pidfd (exit status from waitpid
     when it is our child, `exit status unknown` when it is not), fresh detectors, the log
     followed from its end (sample_once opens it). False when it is already gone."""
     try:
-        d.watch_job(pid, None)
+        exit_status = d.watch_job(pid, None)
     except OSError:
         return False
     tree.mark_adopted()
-    d.monitor = health.HealthMonitor(params.health_of(d.cfg))
-    d.polled_at = time.monotonic()
+    monitor = health.HealthMonitor(params.health_of(d.cfg))
+    d.begin_run(JobRun(monitor, pid=pid, exit_status=exit_status, polled_at=time.monotonic()))
     d.save_state(pid)
-    d.dispatch(policy.JobAdopted(pid))
+    await d.ask(policy.JobAdopted(pid))
     return True
 
 
-async def end_previous_tree(d: Daemon) -> None:
+async def end_previous_tree(d: Parts) -> None:
     """A previous daemon was killed while its job ran: end that tree before anything starts,
     so two jobs never run at once (verified by pid + start time and our marker, never by
     name). The scan reads /proc/*/environ, which can block: off the loop, and while it does
@@ -109,15 +109,15 @@ async def end_previous_tree(d: Daemon) -> None:
             await asyncio.sleep(0.02)
 
 
-def restore_budget(d: Daemon, previous: dict[str, Any]) -> None:
+def restore_budget(d: Parts, previous: dict[str, Any]) -> None:
     """The previous daemon's restart budget (issue 15 item 5): fatal stays fatal, a backoff
     is waited out. A record that cannot be trusted is reported and the budget starts afresh."""
     durable = _durable(d, previous)
     if durable is not None:
-        d.core.restore(durable, time.monotonic())
+        d.consumer.restore(durable)
 
 
-def _durable(d: Daemon, previous: dict[str, Any]) -> Durable | None:
+def _durable(d: Parts, previous: dict[str, Any]) -> Durable | None:
     """The Supervisor part of the previous state file; None when there is none or it cannot be
     trusted (reported as state_reset: the budget starts afresh)."""
     try:
@@ -127,7 +127,7 @@ def _durable(d: Daemon, previous: dict[str, Any]) -> Durable | None:
         return None
 
 
-async def take_over(d: Daemon, h: dict[str, Any]) -> tuple[bool, int | None]:
+async def take_over(d: Parts, h: dict[str, Any]) -> tuple[bool, int | None]:
     """The new code's side of `reexec`: (True, None) when the state was taken over, else
     (False, the job's leader to adopt instead, if it can be proven ours: the fallback)."""
     try:
@@ -135,9 +135,9 @@ async def take_over(d: Daemon, h: dict[str, Any]) -> tuple[bool, int | None]:
     except (ValueError, KeyError, TypeError, OSError) as e:
         why = f"{type(e).__name__}: {e}"
         reexec.close_carried(h)
-        d.core = policy.Supervisor(params.policy_of(d.cfg), random.random)
-        d.exit_future, d.follower = None, None
-        d.monitor = health.HealthMonitor(params.health_of(d.cfg))
+        d.consumer.new_core(params.policy_of(d.cfg))
+        # the carried follower's fd is closed already: the fresh run must not close it again
+        d.begin_run(JobRun(health.HealthMonitor(params.health_of(d.cfg))), close_follower=False)
         d.emit("reexec_resume_failed", error=why, old_version=h.get("old_version"))
         previous = d.state.load_job()
         leader = await provable_leader(d, previous, always=True)
@@ -150,8 +150,32 @@ async def take_over(d: Daemon, h: dict[str, Any]) -> tuple[bool, int | None]:
         return False, leader
     old = h.get("old_version")
     d.emit("daemon_reexecuted", old_version=old, new_version=__version__, daemon_pid=os.getpid())
-    d.dispatch(policy.Tick())  # arms the backoff or startup deadline it carried
+    await d.ask(policy.Tick())  # arms the backoff or startup deadline it carried
     summary = f"{d.cfg.job.name}: watchdogd {old} -> {__version__} in place (pid {os.getpid()})"
     result = {"summary": summary, "old_version": old, "new_version": __version__}
     reexec.reply(h, True, {**result, "status": d.status()})
     return True, None
+
+
+async def take_the_job(d: Parts, leader: int | None) -> None:
+    """The reexec's state taken over, the previous job adopted, or the job started."""
+    taken_over = False
+    if d.handover is not None:
+        taken_over, leader = await take_over(d, d.handover)
+        d.handover = None
+        # SPEC §13: a fresh NVML session cannot tell lost access from no access; the core
+        # carried it, so only a reading that comes through tells it access is back.
+        d.gpus.access_lost = d.core.access_lost
+    else:
+        version, daemon_pid = __version__, os.getpid()
+        d.emit("daemon_started", version=version, daemon_pid=daemon_pid, config=d.cfg.source)
+    d.notifier.ready(status.status_line(d.status()))
+    if not taken_over and (leader is None or not await attach(d, leader)):
+        if leader is not None:  # it died between the proof and the pidfd: end what is left
+            await end_previous_tree(d)
+        await d.ask(policy.DaemonStarted(fresh_run=d.ending.enabled))
+        # SPEC §13: a park for lost access outlived the last daemon; as after a reexec,
+        # only a reading that comes through tells the core access is back
+        d.gpus.access_lost = d.core.access_lost
+    if d.cluster is not None and (pid := d.core.snapshot().pid) is not None:
+        d.cluster.adopted(pid)  # a job we did not spawn: which epoch does it run?

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING
 from watchdog import blocking
 from watchdog.cluster import link
 from watchdog.core import health, policy
-from watchdog.core.ranks import RankTracker
 from watchdog.daemon import params, sampling
+from watchdog.daemon.run import Flight, JobRun
 from watchdog.outputs import flight
 from watchdog.process import launch, tree
 from watchdog.progress.follower import Follower
 
 if TYPE_CHECKING:
-    from watchdog.daemon.loop import Daemon
+    from watchdog.daemon.parts import Parts
 
 LOG_OPEN_TIMEOUT_S = 10.0  # opening the job's log and writing the start marker
 
@@ -33,15 +33,15 @@ class _GateRefused(Exception):
     """The health gate found a fault that parks: the start ends without a spawn."""
 
 
-async def start(d: Daemon, attempt: int) -> None:
+async def start(d: Parts, attempt: int) -> None:
     try:
-        failed = await prepare_start(d)
+        failed, epoch = await prepare_start(d)
         if failed is None:
             opened = await open_log(d, attempt)
             if isinstance(opened, policy.SpawnFailed):
                 failed = opened
             else:
-                spawn(d, *opened)
+                spawn(d, *opened, epoch)
     except asyncio.CancelledError:
         failed = policy.SpawnFailed("cancelled", "stopped before the job was spawned")
     except _GateRefused:
@@ -50,22 +50,34 @@ async def start(d: Daemon, attempt: int) -> None:
         # Otherwise the core waits for ChildSpawned for ever: no timeout, no stop, no exit.
         failed = policy.SpawnFailed("internal_error", f"{type(e).__name__}: {e}")
     if failed is not None:
-        d.dispatch(failed)
+        d.post(failed)
 
 
-async def prepare_start(d: Daemon) -> policy.SpawnFailed | None:
+async def prepare_start(d: Parts) -> tuple[policy.SpawnFailed | None, int | None]:
     """Drained GPUs, the health gate, then pre_start (SPEC §4, §12). Returns why the start
-    fails, or None. A gate fault that parks is handed to the core, which ends the start."""
-    job = d.cfg.job
+    fails, or None, and the cluster epoch the run will belong to. A gate fault that parks is
+    handed to the core, which ends the start."""
     await sampling.read_checkpoint(d)  # the baseline: not this run's progress
     why = await d.gpus.wait_drained(lambda: our_pids(d))
     if why is not None:
-        return policy.SpawnFailed("gpu_memory_held", why)
+        return policy.SpawnFailed("gpu_memory_held", why), None
     found = await d.faults.gate(d.gpus.probe) or []
     for fault in found:
         d.faults.seen(fault, gate=True)
     if any(d.faults.parks(str(f["action"])) for f in found):
         raise _GateRefused
+    if (failed := await run_pre_start(d)) is not None:
+        return failed, None
+    if d.cluster is not None:
+        # The barrier of docs/multi-node.md: if the epoch moves on while the log opens, the
+        # job is stopped as soon as that is seen, and nobody starts the new one before.
+        return None, await d.cluster.wait_gate()
+    return None, None
+
+
+async def run_pre_start(d: Parts) -> policy.SpawnFailed | None:
+    """Each pre_start command in order; the first that fails is why the start fails."""
+    job = d.cfg.job
     for argv in job.pre_start:
         code, out = await launch.run_command(
             d.reaper,
@@ -77,14 +89,10 @@ async def prepare_start(d: Daemon) -> policy.SpawnFailed | None:
         if code != 0:
             detail = f"{' '.join(argv)}: exit {code}: {out[-2000:]}"
             return policy.SpawnFailed("pre_start_failed", detail)
-    if d.cluster is not None:
-        # The barrier of docs/multi-node.md: if the epoch moves on while the log opens, the
-        # job is stopped as soon as that is seen, and nobody starts the new one before.
-        d.epoch = await d.cluster.wait_gate()
     return None
 
 
-async def open_log(d: Daemon, attempt: int) -> tuple[int, Follower | None] | policy.SpawnFailed:
+async def open_log(d: Parts, attempt: int) -> tuple[int, Follower | None] | policy.SpawnFailed:
     """Open the job's log and write the start marker, then open the progress follower:
     each off the loop and bounded (a log on a hung mount, or a FIFO, must not stall it).
     A follower that cannot be opened yet does not hold up the start (sample_once retries)."""
@@ -122,26 +130,16 @@ async def open_log(d: Daemon, attempt: int) -> tuple[int, Follower | None] | pol
         raise
 
 
-def spawn(d: Daemon, log_fd: int, follower: Follower | None) -> None:
+def spawn(d: Parts, log_fd: int, follower: Follower | None, epoch: int | None) -> None:
     """Spawn and watch. Synchronous on purpose: a cancel can never split it."""
     job = d.cfg.job
     try:
-        sampling.set_follower(d, follower)
-        extra = dict(job.env)
-        if d.epoch is not None:
-            extra[link.EPOCH_ENV] = str(d.epoch)
-        env = flight.with_torch_evidence(
-            launch.job_env(os.environ, extra, d.token), d.cfg.state_dir
-        )
-        d.flight = (
-            env.get(flight.FLIGHT_FILE_VAR),
-            env.get(flight.PIPE_FILE_VAR),
-            time.time(),
-        )
+        env, dumps = job_env(d, epoch)
         proc = launch.spawn(job.command, cwd=job.cwd, log_fd=log_fd, env=env)
     except (OSError, ValueError) as e:
+        d.job.use_follower(follower, d.progress_io.when_idle)  # as if it had run: the next one
         why = e.strerror if isinstance(e, OSError) else str(e)
-        d.dispatch(policy.SpawnFailed("spawn_failed", f"{job.command[0]}: {why}"))
+        d.post(policy.SpawnFailed("spawn_failed", f"{job.command[0]}: {why}"))
         return
     finally:
         os.close(log_fd)
@@ -150,19 +148,37 @@ def spawn(d: Daemon, log_fd: int, follower: Follower | None) -> None:
         fut = d.reaper.watch(proc.pid)
     except Exception as e:  # no pidfd (EMFILE): an unwatched job must not run
         os.killpg(proc.pid, signal.SIGKILL)
-        d.dispatch(policy.SpawnFailed("spawn_failed", f"cannot watch the job: {e}"))
+        d.job.use_follower(follower, d.progress_io.when_idle)
+        d.post(policy.SpawnFailed("spawn_failed", f"cannot watch the job: {e}"))
         return
-    d.exit_future = fut
     fut.add_done_callback(d.on_exit)
-    d.monitor = health.HealthMonitor(params.health_of(d.cfg))
-    d.rank_tracker = RankTracker()
-    d.polled_at = time.monotonic()
+    monitor = health.HealthMonitor(params.health_of(d.cfg))
+    run = JobRun(
+        monitor,
+        pid=proc.pid,
+        exit_status=fut,
+        flight=dumps,
+        epoch=epoch,
+        polled_at=time.monotonic(),
+    )
+    run.use_follower(follower, d.progress_io.when_idle)
+    d.begin_run(run)
     d.save_state(proc.pid)
-    if d.cluster is not None and d.epoch is not None:
-        d.cluster.spawned(d.epoch)
-    d.dispatch(policy.ChildSpawned(proc.pid))
+    if d.cluster is not None and epoch is not None:
+        d.cluster.spawned(epoch)
+    d.post(policy.ChildSpawned(proc.pid))
 
 
-async def our_pids(d: Daemon) -> set[int]:
+def job_env(d: Parts, epoch: int | None) -> tuple[dict[str, str], Flight]:
+    """The job's environment (its epoch, PyTorch's flight recorder on), and where the flight
+    recorder's dumps and pipes of this run go, with its start time."""
+    extra = dict(d.cfg.job.env)
+    if epoch is not None:
+        extra[link.EPOCH_ENV] = str(epoch)
+    env = flight.with_torch_evidence(launch.job_env(os.environ, extra, d.token), d.cfg.state_dir)
+    return env, (env.get(flight.FLIGHT_FILE_VAR), env.get(flight.PIPE_FILE_VAR), time.time())
+
+
+async def our_pids(d: Parts) -> set[int]:
     """Processes of our own previous job trees (by the instance marker)."""
     return {p.pid for p in await tree.find_tree_async(None, d.token) or []}

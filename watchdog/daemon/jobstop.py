@@ -14,24 +14,26 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from watchdog import blocking
 from watchdog.core import policy
 from watchdog.daemon import sampling
 from watchdog.outputs import flight, incident
 from watchdog.process import tree
 
 if TYPE_CHECKING:
-    from watchdog.daemon.loop import Daemon
+    from watchdog.daemon.parts import Parts
 
 FLIGHT_DUMP_WAIT_S = 2.0  # for the ranks to notice their dump pipe and write the dump
+_FLIGHT_IO = blocking.BoundedWorker("flight-records")  # a stuck pipe or copy: at most one thread
 
 
-async def stop(d: Daemon, action: policy.KillTree) -> None:
+async def stop(d: Parts, action: policy.KillTree) -> None:
     result: tree.StopResult | None = None
     error = "the stop was cancelled"
     if action.incident:
         try:
             if (path := await write_incident(d, action.reason)) is not None:
-                d.dispatch(policy.IncidentSaved(path))
+                d.post(policy.IncidentSaved(path))
         except Exception as e:  # evidence is a bonus; the stop must still happen
             d.emit("incident_failed", reason=action.reason, error=f"{type(e).__name__}: {e}")
     try:
@@ -40,10 +42,11 @@ async def stop(d: Daemon, action: policy.KillTree) -> None:
             d.token,
             stop_signal=d.cfg.job.stop_signal,
             timeout_s=d.cfg.job.stop_timeout_s,
-            leader_exit=d.exit_future,
+            leader_exit=d.job.exit_status,
             reaper=d.reaper,
         )
         d.save_state(None)
+        d.job.close()  # its rank listings end; its monitor stays for status until the next
         await sampling.read_checkpoint(d)  # all the run wrote, before the core judges the run
         if action.reason == "completed":  # its last lines: job_completed says where it got
             await sampling.sample_once(d, gpu=False)
@@ -55,27 +58,26 @@ async def stop(d: Daemon, action: policy.KillTree) -> None:
     finally:
         # Whatever happened, the core must hear the stop ended, or it waits for ever.
         if result is None:
-            d.dispatch(policy.TreeStopped(killed=True, leftovers=None, error=error))
+            d.post(policy.TreeStopped(killed=True, leftovers=None, error=error))
         else:
-            d.dispatch(policy.TreeStopped(result.killed, result.leftovers))
+            d.post(policy.TreeStopped(result.killed, result.leftovers))
 
 
-def kill_job_session(d: Daemon, pid: int | None) -> None:
+def kill_job_session(d: Parts, pid: int | None) -> None:
     """SIGKILL the job's leader (pidfd) and its process group: the group id is the leader's
     pid (a new session), safe to signal while the leader is not reaped."""
-    leader_reaped = d.exit_future is None or d.exit_future.done()
-    if pid is None or leader_reaped:
+    if pid is None or d.job.leader_reaped:
         return
     d.reaper.signal(pid, signal.SIGKILL)
     with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)
 
 
-async def write_incident(d: Daemon, reason: str) -> str | None:
+async def write_incident(d: Parts, reason: str) -> str | None:
     snap = d.core.snapshot()
-    leader = None if d.exit_future is not None and d.exit_future.done() else snap.pid
+    leader = None if d.job.exit_status is not None and d.job.exit_status.done() else snap.pid
     pids = [p.pid for p in await tree.find_tree_async(leader, d.token) or []]
-    verdict = d.monitor.assess(time.monotonic())
+    verdict = d.job.monitor.assess(time.monotonic())
     try:
         path = await incident.write_bundle(
             d.cfg.state_dir,
@@ -99,14 +101,18 @@ async def write_incident(d: Daemon, reason: str) -> str | None:
     return path
 
 
-async def flight_records(d: Daemon, bundle: str) -> list[str]:
+async def flight_records(d: Parts, bundle: str) -> list[str]:
     """PyTorch's own record of the hang (NCCL only): ask every rank to dump it, give them a
     moment, copy what this run left into the bundle. Bounded: the kill waits on it."""
-    prefix, pipes, since = d.flight
+    prefix, pipes, since = d.job.flight
     try:
-        if await asyncio.wait_for(asyncio.to_thread(flight.trigger_dumps, pipes), 1.0):
+        what = "asking the ranks for their flight records"
+        if await _FLIGHT_IO.call(lambda: flight.trigger_dumps(pipes), 1.0, what=what):
             await asyncio.sleep(FLIGHT_DUMP_WAIT_S)  # the ranks poll their pipe: no reply
-        copied = asyncio.to_thread(flight.collect_flight_records, prefix, since, bundle)
-        return await asyncio.wait_for(copied, 2.0)
-    except TimeoutError:
+        return await _FLIGHT_IO.call(
+            lambda: flight.collect_flight_records(prefix, since, bundle),
+            2.0,
+            what="copying the flight records",
+        )
+    except blocking.Hung:
         return []

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib
 import json
 import os
 import socket
@@ -34,27 +35,25 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from watchdog import __version__
+from watchdog import __version__, blocking
+from watchdog.control.backend import ReexecRefused
 from watchdog.core import policy, protocol
 from watchdog.daemon import sampling
+from watchdog.daemon.run import JobRun
 
 if TYPE_CHECKING:
-    from watchdog.daemon.loop import Daemon
+    from watchdog.daemon.parts import Parts
 
 STATE_ENV = "WATCHDOGD_REEXEC_FD"
 FORMAT = 1
 CHECK_TIMEOUT_S = 60.0
 REPLY_TIMEOUT_S = 5.0
+FLUSH_TIMEOUT_S = 10.0  # the event history before the exec
 DRAIN_S = 0.5  # requests under way on the old code get this long to be answered
 
 
-class Refused(Exception):
-    """The re-exec did not happen; the old code runs on. `type` is the protocol error type."""
-
-    def __init__(self, type_: str, message: str) -> None:
-        super().__init__(message)
-        self.type = type_
-        self.message = message
+# the control commands catch it through their backend Protocol, never importing this module
+Refused = ReexecRefused
 
 
 # ------------------------------------------------------------------------ the old code
@@ -67,7 +66,7 @@ def entry_argv() -> list[str]:
     return [os.path.abspath(sys.argv[0]), *sys.argv[1:]]
 
 
-def build_state(d: Daemon, req_id: int | str | None, conn: socket.socket | None) -> dict[str, Any]:
+def build_state(d: Parts, req_id: int | str | None, conn: socket.socket | None) -> dict[str, Any]:
     """Everything the new code needs; Refused while a start or stop is under way."""
     carried = d.core.carry()
     if carried is None:
@@ -76,16 +75,17 @@ def build_state(d: Daemon, req_id: int | str | None, conn: socket.socket | None)
     pidfd = d.reaper.pidfd_of(pid) if isinstance(pid, int) else None
     if isinstance(pid, int) and pidfd is None:
         raise Refused("busy", "the job's exit is being handled; try again")
-    follower = d.follower.carry() if d.follower is not None else None
+    run = d.job
+    follower = run.follower.carry() if run.follower is not None else None
     return {
         "format": FORMAT,
         "old_version": __version__,
         "daemon_started_at": d.started_at,
         "request_id": req_id,
         "incident_path": d.incident_path,
-        "polled_at": d.polled_at,
+        "polled_at": run.polled_at,
         "supervisor": carried,
-        "health": d.monitor.carry(),
+        "health": run.monitor.carry(),
         "follower": follower,
         "fds": {
             "control": None,  # the listener: set by perform() once accepting has stopped
@@ -96,7 +96,7 @@ def build_state(d: Daemon, req_id: int | str | None, conn: socket.socket | None)
     }
 
 
-async def perform(d: Daemon, req_id: int | str | None, conn: socket.socket | None) -> None:
+async def perform(d: Parts, req_id: int | str | None, conn: socket.socket | None) -> None:
     """Check the new code on the state, then exec it. Returns only by raising Refused."""
     entry = entry_argv()
     state = build_state(d, req_id, conn)
@@ -104,7 +104,7 @@ async def perform(d: Daemon, req_id: int | str | None, conn: socket.socket | Non
     build_state(d, req_id, conn)  # still a moment to hand over? (Refused if not)
     listener = await d.control.pause_for_handover(DRAIN_S)
     try:
-        await d.prepare_reexec()
+        await prepare(d)
         # Synchronous from here to the exec: nothing can change the state in between.
         state = build_state(d, req_id, conn)
         state["fds"]["control"] = listener
@@ -115,7 +115,18 @@ async def perform(d: Daemon, req_id: int | str | None, conn: socket.socket | Non
         raise
 
 
-async def _check_new_code(d: Daemon, entry: list[str], state: dict[str, Any]) -> str:
+async def prepare(d: Parts) -> None:
+    """Just before the exec: state, goodput and the event history on disk (the new code
+    reads them back; the fallback adopts the job from state.json)."""
+    d.save_state(d.core.snapshot().pid)
+    d.account()
+    d.books.save_goodput()
+    await d.flush_files()
+    with contextlib.suppress(blocking.Hung):  # the exec goes ahead; the history is a bonus
+        await d.flush_io.call(d.events.flush, FLUSH_TIMEOUT_S, what="the event history")
+
+
+async def _check_new_code(d: Parts, entry: list[str], state: dict[str, Any]) -> str:
     from watchdog.process import launch  # the daemon's own module; imported late like the daemon is
 
     code, out = await launch.run_command(
@@ -132,7 +143,7 @@ async def _check_new_code(d: Daemon, entry: list[str], state: dict[str, Any]) ->
     raise Refused("reexec_failed", f"the new code failed its check ({why}): {out[-1500:]}")
 
 
-def _exec(d: Daemon, entry: list[str], state: dict[str, Any]) -> None:
+def _exec(d: Parts, entry: list[str], state: dict[str, Any]) -> None:
     d.notifier.reloading()
     sys.stdout.flush()
     fds = [fd for fd in (*state["fds"].values(), _follower_fd(state)) if isinstance(fd, int)]
@@ -207,7 +218,8 @@ def check_main(config_path: str) -> int:
     """`watchdogd --check-reexec`: the new code, run by the old one on the state it is about to
     hand over. Imports everything the daemon runs, loads the config, takes the state over in
     throw-away objects. Prints {"version": ...} and exits 0, or says why not and exits 1."""
-    import watchdog.daemon.loop  # noqa: F401 (the check: everything the daemon runs imports)
+    # the check: everything the daemon runs imports (by name: this module is one of them)
+    importlib.import_module("watchdog.daemon.loop")
     from watchdog import config
     from watchdog.core import health
     from watchdog.daemon import params
@@ -226,22 +238,33 @@ def check_main(config_path: str) -> int:
     return 0
 
 
-def resume(d: Daemon, state: dict[str, Any]) -> None:
+def resume(d: Parts, state: dict[str, Any]) -> None:
     """Take the state over inside the new code (the control socket already serves)."""
-    now = time.monotonic()
+    from watchdog.core import health
+    from watchdog.daemon import params
+
     fds = state["fds"]
-    d.core.resume(state["supervisor"], now)
-    d.monitor.resume(state["health"])
+    d.consumer.resume(state["supervisor"])
+    monitor = health.HealthMonitor(params.health_of(d.cfg))
+    monitor.resume(state["health"])
     pid = state["supervisor"]["pid"]
+    exit_status = None
     if isinstance(pid, int):
         if isinstance(fds["pidfd"], int):
             os.set_inheritable(fds["pidfd"], False)  # back to close-on-exec for our helpers
-        d.watch_job(pid, fds["pidfd"])
+        exit_status = d.watch_job(pid, fds["pidfd"])
+    polled_at = float(state["polled_at"])
+    run = JobRun(
+        monitor,
+        pid=pid if isinstance(pid, int) else None,
+        exit_status=exit_status,
+        polled_at=polled_at,
+    )
     if isinstance(state["follower"], dict):
-        d.follower = sampling.resumed_follower(d, state["follower"])
+        run.use_follower(sampling.resumed_follower(d, state["follower"]), d.progress_io.when_idle)
+    d.begin_run(run)
     d.incident_path = state["incident_path"]
     d.started_at = float(state["daemon_started_at"])
-    d.polled_at = float(state["polled_at"])
 
 
 def reply(state: dict[str, Any], ok: bool, result: dict[str, Any], message: str = "") -> None:

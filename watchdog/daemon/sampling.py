@@ -20,13 +20,14 @@ from watchdog.progress.newest import GlobFollower, is_glob
 from watchdog.progress.reader import LineReader, reader_for
 
 if TYPE_CHECKING:
-    from watchdog.daemon.loop import Daemon
+    from watchdog.daemon.parts import Parts
+    from watchdog.daemon.run import JobRun
 
 PROGRESS_READ_TIMEOUT_S = 5.0  # one poll of the progress log
 CHECKPOINT_EVERY_S = 2.0  # status's view of progress.checkpoint; decisions read it afresh
 
 
-async def tick_loop(d: Daemon) -> None:
+async def tick_loop(d: Parts) -> None:
     """GPU samples at a fixed rate; in between, an extra look at the log exactly when a
     time-based verdict (stalled, throughput_low) comes due, so it fires on time instead of
     up to one interval late."""
@@ -42,60 +43,74 @@ async def tick_loop(d: Daemon) -> None:
         now = time.monotonic()
         if gpu_due:
             next_gpu = max(next_gpu + d.cfg.gpus.sample_interval_s, now)
-        due = d.monitor.next_due(now)
+        due = d.job.monitor.next_due(now)
         wake = next_gpu if due is None else min(next_gpu, due)
         await asyncio.sleep(max(0.0, wake - now))
 
 
-async def sample_once(d: Daemon, gpu: bool = True) -> None:
+async def sample_once(d: Parts, gpu: bool = True) -> None:
     sample = await d.gpus.sample() if gpu else None
-    monitor, pid = d.monitor, d.core.snapshot().pid
-    if d.follower is None and pid is not None:  # its first open did not answer
-        follower = await open_follower(d)
-        if monitor is d.monitor and d.follower is None:
-            d.follower = follower
-    follower = d.follower
-    found = await poll_progress(d, follower) if follower is not None else None
+    await look_at_progress(d)
     now = time.monotonic()
-    snap = d.core.snapshot()
-    if follower is d.follower and monitor is d.monitor:
-        monitor.progress_unreadable(found is None)
-        if found is not None:
-            if found.activity:
-                monitor.activity(now)  # SPEC §13: not a step, but not stalled either
-            if found.source is not None:
-                monitor.progress_source = found.source
-            if found.latest is not None:
-                mtime = found.latest_mtime
-                age_s = None if mtime is None else time.time() - mtime
-                monitor.progress_line(found.latest, now, age_s, d.polled_at)
-                if (at := monitor.last_progress_at) is not None:
-                    d.dispatch(policy.ProgressMarked("step", found.latest.step, at))
-            d.polled_at = now
+    snap, run = d.core.snapshot(), d.job
+    monitor = run.monitor
     if sample is not None:
-        d.monitor.gpu_sample(sample)
-    d.monitor.gpu_degraded(d.gpus.degraded_now())  # SPEC §13: a new run's monitor learns too
-    d.monitor.gpu_access_lost(d.gpus.access_lost)
-    progress_at = d.monitor.last_progress_at
-    d.timeline.sample(sample, d.cfg.gpus.idle_below_mib, d.monitor.last_progress, progress_at)
-    if d.checkpoints is not None and now - d.checkpoint_read_at >= CHECKPOINT_EVERY_S:
-        d.checkpoint_read_at = now
+        monitor.gpu_sample(sample)
+    monitor.gpu_degraded(d.gpus.degraded_now())  # SPEC §13: a new run's monitor learns too
+    monitor.gpu_access_lost(d.gpus.access_lost)
+    progress_at = monitor.last_progress_at
+    d.books.timeline.sample(sample, d.cfg.gpus.idle_below_mib, monitor.last_progress, progress_at)
+    if d.checkpoints is not None and run.checkpoint_due(now, CHECKPOINT_EVERY_S):
         d.spawn_task(read_checkpoint(d))
     if snap.pid is not None and gpu:
-        d.spawn_task(watch_ranks(d, snap.pid))
+        run.spawn_task(watch_ranks(d, run, snap.pid), d.task_done)
     if snap.pid is not None:
-        v = d.monitor.assess(now)
-        d.dispatch(policy.HealthAssessed(snap.pid, v.healthy, v.firing, v.evidence))
+        v = monitor.assess(now)
+        d.post(policy.HealthAssessed(snap.pid, v.healthy, v.firing, v.evidence))
     d.account()
     if d.notifier.enabled:  # building the status costs more than the rest of a tick
         d.notifier.status(status.status_line(d.status()))
 
 
-async def poll_progress(d: Daemon, follower: Follower) -> FollowResult | None:
+async def look_at_progress(d: Parts) -> None:
+    """One poll of the run's progress log, fed to its monitor unless the run changed since."""
+    run = d.job
+    if run.follower is None and d.core.snapshot().pid is not None:  # its first open hung
+        follower = await open_follower(d)
+        if run is not d.job:
+            return
+        if run.follower is None:
+            run.use_follower(follower, d.progress_io.when_idle)
+    follower = run.follower
+    found = await poll_progress(d, run, follower) if follower is not None else None
+    if run is not d.job or follower is not run.follower:
+        return
+    now = time.monotonic()
+    run.monitor.progress_unreadable(found is None)
+    if found is not None:
+        progress_found(d, run, found, now)
+        run.polled(now)
+
+
+def progress_found(d: Parts, run: JobRun, found: FollowResult, now: float) -> None:
+    monitor = run.monitor
+    if found.activity:
+        monitor.activity(now)  # SPEC §13: not a step, but not stalled either
+    if found.source is not None:
+        monitor.progress_source = found.source
+    if found.latest is not None:
+        mtime = found.latest_mtime
+        age_s = None if mtime is None else time.time() - mtime
+        monitor.progress_line(found.latest, now, age_s, run.polled_at)
+        if (at := monitor.last_progress_at) is not None:
+            d.post(policy.ProgressMarked("step", found.latest.step, at))
+
+
+async def poll_progress(d: Parts, run: JobRun, follower: Follower) -> FollowResult | None:
     """One poll of the progress log off the loop; None while the read does not answer."""
 
     def keep_late(late: FollowResult) -> None:  # on the worker's thread, before its next job
-        d.progress_late = (follower, late)
+        run.keep_late(follower, late)
 
     try:
         found = await d.progress_io.call(
@@ -107,9 +122,8 @@ async def poll_progress(d: Daemon, follower: Follower) -> FollowResult | None:
     except blocking.Hung as e:
         progress_read_hung(d, follower.path, e)
         return None
-    late, d.progress_late = d.progress_late, None
-    if late is not None and late[0] is follower:
-        found = with_late(late[1], found)
+    if (late := run.take_late(follower)) is not None:
+        found = with_late(late, found)
     if d.progress_hung:
         d.emit("progress_read_recovered", path=follower.path)
     d.progress_hung = False
@@ -131,19 +145,19 @@ def with_late(late: FollowResult, found: FollowResult) -> FollowResult:
     )
 
 
-def progress_read_hung(d: Daemon, path: str, e: blocking.Hung) -> None:
+def progress_read_hung(d: Parts, path: str, e: blocking.Hung) -> None:
     if not d.progress_hung:
         d.emit("progress_read_hung", path=path, detail=str(e))
     d.progress_hung = True
 
 
-def progress_reader(d: Daemon, path: str) -> LineReader:
+def progress_reader(d: Parts, path: str) -> LineReader:
     """One run's reader of its progress lines: the config's pattern, or progress.format."""
     p = d.cfg.progress
     return reader_for(p.format, p.pattern_set, p.pattern, path)
 
 
-def make_follower(d: Daemon, path: str) -> Follower:
+def make_follower(d: Parts, path: str) -> Follower:
     """The run's follower of `path`: a glob (SPEC §13) follows its newest match."""
     pattern = d.cfg.progress.pattern
     reader = progress_reader(d, path)
@@ -154,7 +168,7 @@ def make_follower(d: Daemon, path: str) -> Follower:
     return GlobFollower(path, make) if is_glob(path) else make(path, "end")
 
 
-def resumed_follower(d: Daemon, c: dict[str, Any]) -> Follower:
+def resumed_follower(d: Parts, c: dict[str, Any]) -> Follower:
     """The follower carried across an in-place re-exec (its descriptor, position, the run's
     highest step; with a glob, which match it was on)."""
     path, pattern = progress_path(d), d.cfg.progress.pattern
@@ -172,7 +186,7 @@ def resumed_follower(d: Daemon, c: dict[str, Any]) -> Follower:
     return GlobFollower.resumed(path, make, inner)
 
 
-async def open_follower(d: Daemon) -> Follower | None:
+async def open_follower(d: Parts) -> Follower | None:
     path = progress_path(d)
     try:
         return await d.progress_io.call(
@@ -190,35 +204,28 @@ def _close(follower: Follower) -> None:
     follower.close()
 
 
-def progress_path(d: Daemon) -> str:
+def progress_path(d: Parts) -> str:
     return d.cfg.progress.file or d.cfg.job.log_file
 
 
-def progress_file_now(d: Daemon) -> str | None:
+def progress_file_now(d: Parts) -> str | None:
     """progress.file as followed now: with a glob, the match being read (incident bundles)."""
     file = d.cfg.progress.file
-    if file is not None and is_glob(file) and d.follower is not None:
-        return d.follower.path
+    if file is not None and is_glob(file) and d.job.follower is not None:
+        return d.job.follower.path
     return file
 
 
-def set_follower(d: Daemon, follower: Follower | None) -> None:
-    old, d.follower = d.follower, follower
-    if old is not None:  # not under a poll that is still stuck reading it
-        d.progress_io.when_idle(old.close)
-
-
-async def watch_ranks(d: Daemon, pid: int) -> None:
+async def watch_ranks(d: Parts, run: JobRun, pid: int) -> None:
     """Tell the core when a worker of the tree (a torchrun rank) died (SPEC §12)."""
-    tracker = d.rank_tracker
     found = await d.ranks.list(pid, d.token)
-    if found is None or tracker is not d.rank_tracker:
+    if found is None or run is not d.job:
         return  # unknown, or a listing of a run that has ended since
-    for rank_pid, rank in tracker.observe(found):
-        d.dispatch(policy.RankExited(pid, rank_pid, rank))
+    for rank_pid, rank in run.rank_tracker.observe(found):
+        d.post(policy.RankExited(pid, rank_pid, rank))
 
 
-async def read_checkpoint(d: Daemon) -> None:
+async def read_checkpoint(d: Parts) -> None:
     """Read progress.checkpoint (in a thread, bounded) and tell the core what is there."""
     if (watch := d.checkpoints) is None:
         return
@@ -228,8 +235,8 @@ async def read_checkpoint(d: Daemon) -> None:
         d.emit("internal_error_caught", where="checkpoint", error=f"{type(e).__name__}: {e}")
         return
     if watch.wrote_since(found) and watch is d.checkpoints:
-        d.monitor.activity(time.monotonic())  # SPEC §13: a save under way is not a stall
+        d.job.monitor.activity(time.monotonic())  # SPEC §13: a save under way is not a stall
     if found.mark is not None and found.written_at is not None:
         # Its own mtime on the monotonic clock, however old: lost work counts from it.
         at = time.monotonic() - max(0.0, time.time() - found.written_at)
-        d.dispatch(policy.ProgressMarked("checkpoint", found.mark, at))
+        d.post(policy.ProgressMarked("checkpoint", found.mark, at))

@@ -16,10 +16,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from watchdog import blocking
 from watchdog.core.durable import Durable
 from watchdog.process import identity
 from watchdog.state.files import write_atomic
 from watchdog.state.folder import StateDir
+
+WRITE_TIMEOUT_S = 30.0  # one atomic write (temp file, fsync, rename, directory fsync)
 
 
 class FileWriter:
@@ -33,6 +36,9 @@ class FileWriter:
         self._written: str | None = None
         self._lock = threading.Lock()  # one writer at a time: they share the temp file's name
         self._task: asyncio.Task[None] | None = None
+        # issue 23: off the loop on our own bounded worker, never the default executor
+        self._io = blocking.BoundedWorker(f"write-{os.path.basename(path)}")
+        self._hung = False  # said once per stuck spell, not on every change
 
     def submit(self, text: str) -> None:
         self._latest = text
@@ -42,10 +48,18 @@ class FileWriter:
     async def _drain(self) -> None:
         while self._latest is not None and self._latest != self._written:
             try:
-                await asyncio.to_thread(self.flush_or_raise)
+                await self._io.call(
+                    self.flush_or_raise, WRITE_TIMEOUT_S, what=f"writing {self.path}"
+                )
+            except blocking.Hung as e:
+                if not self._hung:
+                    self._emit("state_write_failed", file=os.path.basename(self.path), error=str(e))
+                self._hung = True
+                return  # the next change tries again (at once Hung while the write is stuck)
             except OSError as e:
                 self._emit("state_write_failed", file=os.path.basename(self.path), error=str(e))
                 return  # the next change tries again
+            self._hung = False
 
     def flush_or_raise(self) -> None:
         """Write the newest text now if it is not on disk yet; any thread. Raises OSError."""

@@ -1,0 +1,122 @@
+"""The daemon's one queue (issue 23, item 1): inputs are handled one at a time, in order."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+from typing import Any
+
+import yaml
+from harness import base_config
+
+from watchdog import config
+from watchdog.core import policy
+from watchdog.daemon.inbox import Inbox
+from watchdog.daemon.loop import Daemon
+
+
+class ReenteringLink:
+    """A cluster link that, like the real one on StopLocal, asks for a restart synchronously
+    from inside the daemon's handling of the input that told it something."""
+
+    def __init__(self, restart: Any) -> None:
+        self.restart = restart
+
+    def operator_restart(self) -> None:
+        self.restart("cluster_restart")
+
+    def job_stopping(self, reason: str, restart: bool) -> None:
+        self.restart("cluster_restart")
+
+    def decorate(self, st: dict[str, Any]) -> None:
+        st["cluster"] = None
+
+
+def test_cluster_restart_asked_while_handling_is_handled_after_it(tmp_path: pathlib.Path) -> None:
+    """A restart the cluster link asks for while the daemon handles an input (here an operator's
+    restart) is handled after that input's actions are all carried out, never inside them."""
+    text = yaml.safe_dump(base_config(tmp_path, ["/bin/true"]))
+    cfg = config.parse_config(text, str(tmp_path / "watchdog.yaml"))
+    order: list[str] = []
+
+    async def scenario() -> None:
+        d = Daemon(cfg)
+        d.cluster = ReenteringLink(d.restart_for_cluster)  # type: ignore[assignment]
+        handle = d.core.handle
+
+        def recording_handle(event: policy.Event, now: float) -> list[policy.Action]:
+            order.append(f"handle {type(event).__name__}")
+            actions = handle(event, now)
+            order.append(f"handled {type(event).__name__}")
+            return actions
+
+        d.core.handle = recording_handle  # type: ignore[method-assign]
+        d._execute = lambda a: order.append(f"execute {type(a).__name__}")  # type: ignore[method-assign]
+        consumer = asyncio.get_running_loop().create_task(d.consumer.run())
+        await d.ask(policy.OperatorCommand("restart", 0))
+        await d.ask(policy.Tick())  # the restart it asked for was queued before this
+        consumer.cancel()
+
+    asyncio.run(scenario())
+    first_restart = order.index("handle RestartRequested")
+    operator_done = max(i for i, s in enumerate(order[:first_restart]) if s.startswith("execute"))
+    assert order[0] == "handle OperatorCommand"
+    assert order[1] == "handled OperatorCommand"
+    assert operator_done < first_restart
+    depth = 0
+    for step in order:  # never two inputs inside the core at once
+        depth += step.startswith("handle ") - step.startswith("handled ")
+        assert depth in (0, 1), order
+
+
+def test_ask_answers_with_the_actions_and_keeps_posting_order() -> None:
+    """ask() returns the actions of its own input, after every input posted before it."""
+
+    async def scenario() -> list[str]:
+        inbox, seen = Inbox(), []
+
+        async def consume() -> None:
+            while (posted := await inbox.next(None)) is not None:
+                seen.append(type(posted.input).__name__)
+                if posted.answer is not None:
+                    posted.answer.set_result([policy.Refuse("no")])
+
+        task = asyncio.get_running_loop().create_task(consume())
+        inbox.post(policy.Tick())
+        inbox.post(policy.ShutdownRequested())
+        actions = await inbox.ask(policy.OperatorCommand("stop", 0))
+        task.cancel()
+        assert actions == [policy.Refuse("no")]
+        return seen
+
+    assert asyncio.run(scenario()) == ["Tick", "ShutdownRequested", "OperatorCommand"]
+
+
+def test_next_gives_none_at_the_deadline_when_nothing_came() -> None:
+    """The consumer's wait ends at the core's next deadline (it then handles Tick)."""
+
+    async def scenario() -> None:
+        assert await Inbox().next(0.01) is None
+
+    asyncio.run(scenario())
+
+
+def test_only_the_consumer_calls_the_core() -> None:
+    """Outside the core, `.handle(` is called in daemon/consumer.py alone (and by the input
+    log's replay, which feeds a fresh core of its own): no producer enters the core directly."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent / "watchdog"
+    callers = set()
+    for path in root.rglob("*.py"):
+        if path.parent.name == "core":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "handle"
+            ):
+                callers.add(str(path.relative_to(root)))
+    assert callers == {"daemon/consumer.py", "daemon/inputlog.py"}

@@ -1,0 +1,77 @@
+"""What the job's time went to (issue 8's goodput, SPEC §13's timeline), kept and saved; and
+the metrics endpoint that serves it.
+
+The daemon charges the time since the last look to the state the job was in after every input
+and every sample tick; goodput.json is replaced at most every GOODPUT_SAVE_EVERY_S, off the loop
+(state/writers.py), and at exit; the timeline keeps its buckets in the state directory.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from watchdog.core import goodput, policy
+from watchdog.outputs import metrics
+from watchdog.state.folder import StateDir
+from watchdog.state.timeline_log import TimelineLog
+from watchdog.state.writers import FileWriter
+
+GOODPUT_SAVE_EVERY_S = 10.0  # issue 8: persist goodput at most this often, and at exit
+
+
+class Books:
+    def __init__(self, state: StateDir, bucket_s: float, emit: Callable[..., Any]) -> None:
+        self._emit = emit
+        self.goodput_file = FileWriter(state.file("goodput.json"), emit)
+        self.goodput = self._load(state)
+        self._saved_at = time.monotonic()
+        # SPEC §13: the history behind `watchdogctl timeline`, kept in the state directory
+        self.timeline = TimelineLog(state, bucket_s, emit)
+        self.timeline.load()
+
+    def account(self, snap: policy.Snapshot, last_progress_at: float | None) -> None:
+        """Charge the time since the last call to the state the job was in (goodput.py)."""
+        now = time.monotonic()
+        self.goodput.count_restarts(snap.restarts_total, snap.last_reason)
+        self.goodput.observe(
+            snap.state.value, snap.firing, last_progress_at, now, snap.completed_at
+        )
+        self.timeline.observe(snap.state.value, self.goodput.totals())
+        if now - self._saved_at >= GOODPUT_SAVE_EVERY_S:
+            self.save_goodput()
+
+    def save_goodput(self) -> None:
+        """Off the loop (state.writers.FileWriter): an fsync can take long on a busy disk."""
+        self._saved_at = time.monotonic()
+        self.goodput_file.submit(json.dumps(self.goodput.to_json()) + "\n")
+
+    def files(self) -> tuple[FileWriter, FileWriter]:
+        """The writers to flush at exit and before a reexec (the timeline's buckets saved)."""
+        self.timeline.save()
+        return self.goodput_file, self.timeline.file
+
+    def _load(self, state: StateDir) -> goodput.Goodput:
+        try:
+            return state.load_goodput()
+        except (OSError, ValueError) as e:  # JSONDecodeError is a ValueError
+            self._emit("goodput_reset", error=str(e), file=state.file("goodput.json"))
+            return goodput.Goodput()
+
+
+async def start_metrics(
+    listen: str | None, status: Callable[[], dict[str, Any]], emit: Callable[..., Any]
+) -> metrics.MetricsServer | str | None:
+    """Serve metrics.listen (loopback unless configured otherwise): the server, None when not
+    configured, or why it cannot serve."""
+    if listen is None:
+        return None
+    server = metrics.MetricsServer(listen, status)
+    try:
+        await server.start()
+    except OSError as e:
+        return f"metrics.listen {listen}: {e.strerror or e}"
+    emit("metrics_started", addresses=server.addresses)
+    return server

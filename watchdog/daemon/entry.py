@@ -1,0 +1,99 @@
+"""`watchdogd`'s command line, before the loop runs: the arguments, `--check`, the state a
+reexec handed over, the config, the state directory's lock and instance marker.
+
+loop.main() runs the daemon on what `prepare()` returns; every way out before that is an exit
+code here (78 for a config that cannot run, 1 for the rest)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from watchdog import __version__, config
+from watchdog.cluster import link
+from watchdog.daemon import reexec
+from watchdog.outputs import metrics
+from watchdog.outputs.proctitle import ProcTitle
+from watchdog.state.folder import StateDir
+
+EX_CONFIG = config.EX_CONFIG
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What the daemon starts with."""
+
+    cfg: config.Config
+    handover: dict[str, Any] | None
+    lock_fd: int
+    exit_with_job: bool
+
+
+def parse_args(argv: list[str] | None, description: str) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="watchdogd", description=description)
+    ap.add_argument("--config", default="/etc/train-watchdog/watchdog.yaml")
+    ap.add_argument("--check", action="store_true", help="validate the config and exit 0 or 78")
+    ap.add_argument("--version", action="version", version=__version__)
+    ap.add_argument("--check-reexec", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--exit-with-job",
+        action="store_true",
+        help="exit when the job ends for good: completed 0, fatal 93, host_fault 86 (config"
+        " exit_codes); SIGTERM/SIGINT stop the job, then exit 143/130 (for Slurm, Kubernetes)",
+    )
+    return ap.parse_args(argv)
+
+
+def prepare(argv: list[str] | None, description: str) -> Prepared | int:
+    """Everything before the loop; an exit code when the daemon must not run."""
+    args = parse_args(argv, description)
+    # First thing: a `pkill -f python3` from now on misses the daemon (SPEC §12).
+    ProcTitle().set("watchdogd: starting")
+    if args.check:
+        return config.check_main(args.config)
+    if args.check_reexec:
+        return reexec.check_main(args.config)
+    try:
+        handover = reexec.take()
+    except (ValueError, OSError) as e:
+        return _fail(f"the state handed over by reexec is unusable: {e}", 1)
+    cfg = load(args.config)
+    if isinstance(cfg, int):
+        return cfg
+    lock = lock_state_dir(cfg, handover)
+    if lock is None:
+        return _fail(f"another watchdogd holds {cfg.state_dir}/lock", 1)
+    return Prepared(cfg, handover, lock, args.exit_with_job)
+
+
+def load(path: str) -> config.Config | int:
+    """The config, with the extras it needs installed; else EX_CONFIG, said on stderr."""
+    try:
+        cfg = config.load_config(path)
+    except config.ConfigError as e:
+        return _fail(str(e), EX_CONFIG)
+    if cfg.metrics.listen is not None and (why := metrics.missing_extra()) is not None:
+        return _fail(f"metrics.listen: {why}", EX_CONFIG)
+    if cfg.cluster is not None and (why := link.missing_extra()) is not None:
+        return _fail(f"cluster: {why}", EX_CONFIG)
+    return cfg
+
+
+def lock_state_dir(cfg: config.Config, handover: dict[str, Any] | None) -> int | None:
+    """The state directory's lock (carried across a reexec), or None while another holds it.
+    The instance marker is written (fsynced) on the very first start: before the loop runs."""
+    lock = handover["fds"]["lock"] if handover is not None else StateDir(cfg.state_dir).lock()
+    if handover is not None and lock is not None:
+        os.set_inheritable(lock, False)
+    if lock is None:
+        return None
+    StateDir(cfg.state_dir).instance_token()
+    return int(lock)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"watchdogd: {message}", file=sys.stderr)
+    return code

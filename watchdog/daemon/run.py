@@ -1,0 +1,99 @@
+"""One run of the job (issue 23, item 3): what belongs to it, from its spawn (or adoption, or a
+reexec's resume) to the next one.
+
+The daemon holds the current run (`Daemon.job`); before the first spawn it is an idle run with no
+pid, whose monitor status reads. A new run replaces the old one, which is closed: its tasks (rank
+listings) are cancelled, so a late answer about an ended run cannot reach the new one; and code
+that awaited something checks `run is d.job` before it acts on what it found. Only the run's own
+methods change its fields.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from watchdog.core import health
+from watchdog.core.ranks import RankTracker
+from watchdog.process import reaping
+from watchdog.progress.follower import Follower, FollowResult
+
+# PyTorch's flight-recorder dump and pipe prefixes, and the spawn time (wall clock)
+Flight = tuple[str | None, str | None, float]
+
+
+class JobRun:
+    def __init__(
+        self,
+        monitor: health.HealthMonitor,
+        *,
+        pid: int | None = None,
+        exit_status: asyncio.Future[reaping.ExitStatus] | None = None,
+        flight: Flight = (None, None, 0.0),
+        epoch: int | None = None,
+        polled_at: float = 0.0,
+    ) -> None:
+        self.pid = pid
+        self.exit_status = exit_status  # done once the leader is reaped (its pidfd)
+        self.monitor = monitor  # this run's detectors
+        self.rank_tracker = RankTracker()
+        self.flight = flight
+        self.epoch = epoch  # the cluster epoch this run belongs to
+        self.polled_at = polled_at  # the last look at the progress log (monotonic)
+        self.checkpoint_read_at = 0.0
+        self.follower: Follower | None = None
+        # issue 23: what a progress read that outlived its deadline found when it returned
+        # (its follower, its result): those lines were consumed, so the next poll uses them.
+        self._late: tuple[Follower, FollowResult] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.closed = False
+
+    @property
+    def leader_reaped(self) -> bool:
+        """No leader to signal: none was watched, or its exit is already in."""
+        return self.exit_status is None or self.exit_status.done()
+
+    def use_follower(
+        self, follower: Follower | None, when_idle: Callable[[Callable[[], None]], None]
+    ) -> None:
+        """Follow the progress log with `follower`; the one it replaces is closed once no read
+        is stuck on it (`when_idle`: an fd in use must not be closed under the read)."""
+        old, self.follower = self.follower, follower
+        if old is not None and old is not follower:
+            when_idle(old.close)
+
+    def polled(self, now: float) -> None:
+        self.polled_at = now
+
+    def checkpoint_due(self, now: float, every_s: float) -> bool:
+        """True at most every `every_s` (status's view of progress.checkpoint)."""
+        if now - self.checkpoint_read_at < every_s:
+            return False
+        self.checkpoint_read_at = now
+        return True
+
+    def keep_late(self, follower: Follower, late: FollowResult) -> None:
+        """A stuck read of `follower` returned after its caller gave up (any thread)."""
+        self._late = (follower, late)
+
+    def take_late(self, follower: Follower) -> FollowResult | None:
+        """What a stuck read of this very follower found, once (else None)."""
+        late, self._late = self._late, None
+        return late[1] if late is not None and late[0] is follower else None
+
+    def spawn_task(
+        self, coro: Coroutine[Any, Any, Any], done: Callable[[asyncio.Task[Any]], None]
+    ) -> asyncio.Task[Any]:
+        """A task of this run: cancelled when the run is closed."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(done)
+        return task
+
+    def close(self) -> None:
+        """The run is over (a new one replaced it): its tasks end."""
+        self.closed = True
+        for task in list(self._tasks):
+            task.cancel()
