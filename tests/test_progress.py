@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from watchdog.core.pattern import MAX_MATCH_CHARS, parse_line
 from watchdog.core.samples import ProgressReading
 from watchdog.progress.follower import (
     MATCH_LAST_LINES,
     MAX_LINE_BYTES,
-    MAX_MATCH_CHARS,
     FollowResult,
     LogFollower,
-    parse_line,
 )
 
 DEFAULT = re.compile(r"(?P<tokens_per_s>[0-9][0-9,.]*)\s*tok(?:ens)?/s")

@@ -1,6 +1,6 @@
 """What the control server and the operator commands need of the daemon, as a small Protocol.
 
-control.py and operations.py depend on these few things, not on the whole `Daemon`: the
+server.py and commands.py depend on these few things, not on the whole `Daemon`: the
 config, the event log, the core's snapshot, the last GPU sample, the status object, and the one
 door into the core (`ask`: the command is posted on the daemon's one queue and its actions come
 back once the consumer has handled it). Anything else they reach for is a sign a decision is leaking
@@ -9,13 +9,13 @@ out of the core or the daemon.
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from watchdog.config import Config
     from watchdog.core import policy
     from watchdog.core.samples import GpuSample
-    from watchdog.outputs.eventlog import EventLog
 
 
 class ReexecRefused(Exception):
@@ -25,6 +25,18 @@ class ReexecRefused(Exception):
         super().__init__(message)
         self.type = type_
         self.message = message
+
+
+class EventFeed(Protocol):
+    """The event history and its live subscribers (outputs/eventlog.py's EventLog)."""
+
+    def history(self, n: int | None = None) -> list[dict[str, Any]]: ...
+
+    def subscribe(self) -> asyncio.Queue[dict[str, Any]]: ...
+
+    def unsubscribe(self, q: asyncio.Queue[dict[str, Any]]) -> None: ...
+
+    def take_dropped(self, q: asyncio.Queue[dict[str, Any]]) -> int: ...
 
 
 class SupportsSnapshot(Protocol):
@@ -41,7 +53,7 @@ class Served(Protocol):
     def cfg(self) -> Config: ...
 
     @property
-    def events(self) -> EventLog: ...
+    def events(self) -> EventFeed: ...
 
     @property
     def core(self) -> SupportsSnapshot: ...

@@ -80,7 +80,7 @@ class Daemon:
         self.faults = FaultWatch(cfg.gpus, self._gpu_fault, self.emit)
         self.control = ControlServer(self)
         self.token = self.state.instance_token()
-        self.writer = StateWriter(self.state, self.token, self.emit)
+        self.writer = StateWriter(self.state, self.token, identity.boot_id(), self.emit)
         # the current run of the job (or the last one; idle before the first spawn)
         self.job = JobRun(health.HealthMonitor(params.health_of(cfg)))
         self._make_workers()

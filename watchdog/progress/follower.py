@@ -1,6 +1,6 @@
 """Follow the job's log and find its progress lines (tokens/s, step).
 
-`parse_line()` is PURE. `LogFollower` is the boundary: it reads the file through logfile.py (the
+`LogFollower` is the boundary: it reads the file through logfile.py (the
 one reader of the job's log: never locked, never written, so following can never slow the job
 down). No asyncio here: the daemon calls `LogFollower.poll()` once per sample tick, and one poll
 reads at most `max_read_bytes` per file.
@@ -8,7 +8,6 @@ reads at most `max_read_bytes` per file.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import time
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from watchdog.core.pattern import MAX_MATCH_CHARS, parse_line
 from watchdog.core.samples import ProgressReading
 from watchdog.progress import logfile
 from watchdog.progress.logfile import LogSource
@@ -23,10 +23,6 @@ from watchdog.progress.logfile import LogSource
 if TYPE_CHECKING:
     from watchdog.progress.reader import Candidate, LineReader
 
-# A user's regex is only ever fed the last 4096 characters of a line: a pattern like `(.*)*x` on a
-# line of several MiB backtracks catastrophically and would eat the daemon's CPU for minutes
-# (the progress text of a training log sits at the end of its line anyway).
-MAX_MATCH_CHARS = 4096
 # Bytes kept of a line still waiting for its newline (and decoded of any complete line): enough
 # for MAX_MATCH_CHARS characters of UTF-8, so a 50 MiB line without a newline costs 16 KiB.
 MAX_LINE_BYTES = 4 * MAX_MATCH_CHARS
@@ -39,44 +35,6 @@ MAX_SCAN_LINES = 4096
 # One poll's matching time is bounded too: past the newest MATCH_LAST_LINES lines, the scan
 # further back stops once it has cost this much (a flood of pathological lines, issue 21).
 MAX_SCAN_S = 0.05
-
-_FLOAT_RE = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\Z")
-# A step fits in 64 bits (metrics, JSON); a longer run of digits is not a step counter.
-_INT_RE = re.compile(r"[0-9]{1,18}\Z")
-
-
-def _parse_float(text: str | None) -> float | None:
-    if text is None:
-        return None
-    # "9,012.5" is a thousands separator; a trailing dot is punctuation ("at 9012. tok/s").
-    cleaned = text.replace(",", "").rstrip(".")
-    if not _FLOAT_RE.match(cleaned):
-        return None
-    value = float(cleaned)
-    return value if math.isfinite(value) else None
-
-
-def _parse_int(text: str | None) -> int | None:
-    if text is None:
-        return None
-    cleaned = text.replace(",", "")
-    return int(cleaned) if _INT_RE.match(cleaned) else None
-
-
-def parse_line(line: str, pattern: re.Pattern[str]) -> ProgressReading | None:
-    """PURE: the progress a log line reports, or None when it reports none we can parse.
-
-    The pattern's named groups `tokens_per_s` and/or `step` are read; `9,012.5` → 9012.5.
-    """
-    match = pattern.search(line[-MAX_MATCH_CHARS:])
-    if match is None:
-        return None
-    groups = match.groupdict()
-    tokens_per_s = _parse_float(groups.get("tokens_per_s"))
-    step = _parse_int(groups.get("step"))
-    if tokens_per_s is None and step is None:
-        return None
-    return ProgressReading(tokens_per_s=tokens_per_s, step=step)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,10 +15,10 @@ import json
 import re
 from typing import Any
 
+from watchdog.core.pattern import parse_line
 from watchdog.core.progress_tracker import ProgressTracker, Seen
 from watchdog.core.recognise import Recognised, recognise, strip_ansi
 from watchdog.core.samples import ProgressReading
-from watchdog.progress.follower import parse_line
 
 Candidate = Recognised | ProgressReading
 

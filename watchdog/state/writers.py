@@ -18,7 +18,6 @@ from typing import Any
 
 from watchdog import blocking
 from watchdog.core.durable import Durable
-from watchdog.process import identity
 from watchdog.state.files import write_atomic
 from watchdog.state.folder import StateDir
 
@@ -81,7 +80,9 @@ class FileWriter:
 class StateWriter:
     """state.json: the job's pid and start time, and the Supervisor's durable part."""
 
-    def __init__(self, state: StateDir, token: str, emit: Callable[..., Any]) -> None:
+    def __init__(
+        self, state: StateDir, token: str, boot_id: str | None, emit: Callable[..., Any]
+    ) -> None:
         self.file = FileWriter(state.file("state.json"), emit)
         self._record: dict[str, Any] = {
             "daemon_pid": os.getpid(),
@@ -90,7 +91,7 @@ class StateWriter:
             "job_started_at": None,
             # SPEC §13: adoption's proof, the start in clock ticks since boot and the boot
             "job_start_ticks": None,
-            "boot_id": identity.boot_id(),
+            "boot_id": boot_id,
             "supervisor": None,
         }
         self._submitted: dict[str, Any] | None = None
