@@ -9,6 +9,7 @@ Scripts outside the project match on these names: add freely, rename nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 # syslog levels (journald PRIORITY)
 CRIT, ERR, WARNING, NOTICE, INFO = 2, 3, 4, 5, 6
@@ -173,3 +174,27 @@ def priority(event: str) -> int:
 
 
 HOOK_EVENTS = frozenset(name for name, e in EVENTS.items() if e.hook)
+
+
+class State(StrEnum):
+    """The supervisor's states (SPEC §3), as status and the history show them."""
+
+    STOPPED = "stopped"
+    STARTING = "starting"
+    RUNNING = "running"
+    UNHEALTHY = "unhealthy"
+    STOPPING = "stopping"
+    BACKOFF = "backoff"
+    FATAL = "fatal"
+    PAUSED = "paused"
+    HOST_FAULT = "host_fault"  # SPEC §12: a GPU needs a reset or a reboot; parked until an operator
+    COMPLETED = "completed"  # SPEC §13: the job exited with a success code; until an operator
+
+
+# Reasons whose restart is preceded by an incident bundle (SPEC §10).
+INCIDENT_REASONS = frozenset({"gpus_idle", "stalled", "startup_timeout", "gpu_degraded"})
+# SPEC §13: verdicts that say the GPUs cannot be verified, not that the job failed. While one
+# fires, a startup window that runs out is not a startup_timeout (that would stop the job for
+# our blindness); it is judged once the GPUs can be read again.
+UNVERIFIABLE = frozenset({"gpu_access_lost", "gpu_unreadable", "gpu_probe_hung"})
+UNVERIFIABLE |= frozenset({"progress_unreadable"})  # the same for a progress log that hangs
