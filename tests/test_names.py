@@ -62,15 +62,17 @@ def test_names_are_snake_case() -> None:
 
 def test_the_reasons_the_core_emits_are_registered() -> None:
     """Every `reason=` the core passes as a literal is a registered reason."""
-    tree = ast.parse((ROOT / "watchdog" / "core" / "policy.py").read_text())
+    core = ROOT / "watchdog" / "core"
+    supervisor = ["transitions", "runs", "verdicts", "parking", "operator_commands", "handover"]
+    trees = [ast.parse((core / f"{m}.py").read_text()) for m in supervisor]
     used = set()
-    for node in ast.walk(tree):
+    for node in (n for tree in trees for n in ast.walk(tree)):
         if isinstance(node, ast.Dict):
             for k, v in zip(node.keys, node.values, strict=True):
                 is_reason = isinstance(k, ast.Constant) and k.value == "reason"
                 if is_reason and isinstance(v, ast.Constant) and isinstance(v.value, str):
                     used.add(v.value)
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "_spawn":
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "spawn":
             for kw in node.keywords:
                 if kw.arg == "reason" and isinstance(kw.value, ast.Constant):
                     used.add(str(kw.value.value))

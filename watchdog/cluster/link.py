@@ -20,7 +20,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from watchdog.core import cluster as core
-from watchdog.core.policy import Emit, Policy
+from watchdog.core.budget import Policy
+from watchdog.core.events import Emit
 
 if TYPE_CHECKING:
     from watchdog.cluster.etcd import Etcd, KeyValue

@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from watchdog.config import Config
-    from watchdog.core import policy
+    from watchdog.core.events import Action, Event
+    from watchdog.core.jobstate import Snapshot
     from watchdog.core.samples import GpuSample
     from watchdog.outputs.eventlog import EventLog
 
 
 class SupportsSnapshot(Protocol):
-    def snapshot(self) -> policy.Snapshot: ...
+    def snapshot(self) -> Snapshot: ...
 
 
 class HasLastSample(Protocol):
@@ -43,7 +44,7 @@ class Served(Protocol):
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]: ...
 
-    def dispatch(self, event: policy.Event) -> list[policy.Action]: ...
+    def dispatch(self, event: Event) -> list[Action]: ...
 
     async def reload(self) -> str | None: ...
 

@@ -16,7 +16,7 @@ from watchdog.core.names import State
 
 
 def durable(s: JobState) -> Durable:
-    """What must outlive this process (the restart budget): see durable.py."""
+    """What must outlive this process (the restart budget): see budget.Durable."""
     backoff = s.state is State.BACKOFF
     return Durable(
         restart_times=tuple(s.restart_times),

@@ -15,8 +15,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__, blocking
-from watchdog.core import health, policy
-from watchdog.core.durable import Durable
+from watchdog.core import health
+from watchdog.core.budget import Durable
+from watchdog.core.events import JobAdopted, Tick
+from watchdog.core.supervisor import Supervisor
 from watchdog.daemon import params, reexec
 from watchdog.process import child, proof
 from watchdog.state.writers import restore_durable
@@ -79,7 +81,7 @@ def attach(d: Daemon, pid: int) -> bool:
     d.monitor = health.HealthMonitor(params.health_of(d.cfg))
     d.polled_at = time.monotonic()
     d.save_state(pid)
-    d.dispatch(policy.JobAdopted(pid))
+    d.dispatch(JobAdopted(pid))
     return True
 
 
@@ -135,7 +137,7 @@ async def take_over(d: Daemon, h: dict[str, Any]) -> tuple[bool, int | None]:
     except (ValueError, KeyError, TypeError, OSError) as e:
         why = f"{type(e).__name__}: {e}"
         reexec.close_carried(h)
-        d.core = policy.Supervisor(params.policy_of(d.cfg), random.random)
+        d.core = Supervisor(params.policy_of(d.cfg), random.random)
         d.exit_future, d.follower = None, None
         d.monitor = health.HealthMonitor(params.health_of(d.cfg))
         d.emit("reexec_resume_failed", error=why, old_version=h.get("old_version"))
@@ -150,7 +152,7 @@ async def take_over(d: Daemon, h: dict[str, Any]) -> tuple[bool, int | None]:
         return False, leader
     old = h.get("old_version")
     d.emit("daemon_reexecuted", old_version=old, new_version=__version__, daemon_pid=os.getpid())
-    d.dispatch(policy.Tick())  # arms the backoff or startup deadline it carried
+    d.dispatch(Tick())  # arms the backoff or startup deadline it carried
     summary = f"{d.cfg.job.name}: watchdogd {old} -> {__version__} in place (pid {os.getpid()})"
     result = {"summary": summary, "old_version": old, "new_version": __version__}
     reexec.reply(h, True, {**result, "status": d.status()})

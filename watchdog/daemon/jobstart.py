@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from watchdog import blocking
 from watchdog.cluster import link
-from watchdog.core import health, policy
+from watchdog.core import health
+from watchdog.core.events import ChildSpawned, SpawnFailed
 from watchdog.core.ranks import RankTracker
 from watchdog.daemon import params, sampling
 from watchdog.outputs import flight
@@ -38,29 +39,29 @@ async def start(d: Daemon, attempt: int) -> None:
         failed = await prepare_start(d)
         if failed is None:
             opened = await open_log(d, attempt)
-            if isinstance(opened, policy.SpawnFailed):
+            if isinstance(opened, SpawnFailed):
                 failed = opened
             else:
                 spawn(d, *opened)
     except asyncio.CancelledError:
-        failed = policy.SpawnFailed("cancelled", "stopped before the job was spawned")
+        failed = SpawnFailed("cancelled", "stopped before the job was spawned")
     except _GateRefused:
         failed = None  # the core already parked in host_fault (GpuFaultSeen with gate)
     except Exception as e:
         # Otherwise the core waits for ChildSpawned for ever: no timeout, no stop, no exit.
-        failed = policy.SpawnFailed("internal_error", f"{type(e).__name__}: {e}")
+        failed = SpawnFailed("internal_error", f"{type(e).__name__}: {e}")
     if failed is not None:
         d.dispatch(failed)
 
 
-async def prepare_start(d: Daemon) -> policy.SpawnFailed | None:
+async def prepare_start(d: Daemon) -> SpawnFailed | None:
     """Drained GPUs, the health gate, then pre_start (SPEC §4, §12). Returns why the start
     fails, or None. A gate fault that parks is handed to the core, which ends the start."""
     job = d.cfg.job
     await sampling.read_checkpoint(d)  # the baseline: not this run's progress
     why = await d.gpus.wait_drained(lambda: our_pids(d))
     if why is not None:
-        return policy.SpawnFailed("gpu_memory_held", why)
+        return SpawnFailed("gpu_memory_held", why)
     found = await d.faults.gate(d.gpus.probe) or []
     for fault in found:
         d.faults.seen(fault, gate=True)
@@ -76,7 +77,7 @@ async def prepare_start(d: Daemon) -> policy.SpawnFailed | None:
         )
         if code != 0:
             detail = f"{' '.join(argv)}: exit {code}: {out[-2000:]}"
-            return policy.SpawnFailed("pre_start_failed", detail)
+            return SpawnFailed("pre_start_failed", detail)
     if d.cluster is not None:
         # The barrier of docs/multi-node.md: if the epoch moves on while the log opens, the
         # job is stopped as soon as that is seen, and nobody starts the new one before.
@@ -84,7 +85,7 @@ async def prepare_start(d: Daemon) -> policy.SpawnFailed | None:
     return None
 
 
-async def open_log(d: Daemon, attempt: int) -> tuple[int, Follower | None] | policy.SpawnFailed:
+async def open_log(d: Daemon, attempt: int) -> tuple[int, Follower | None] | SpawnFailed:
     """Open the job's log and write the start marker, then open the progress follower:
     each off the loop and bounded (a log on a hung mount, or a FIFO, must not stall it).
     A follower that cannot be opened yet does not hold up the start (sample_once retries)."""
@@ -110,9 +111,9 @@ async def open_log(d: Daemon, attempt: int) -> tuple[int, Follower | None] | pol
             work, LOG_OPEN_TIMEOUT_S, what=f"opening {job.log_file}", discard=os.close
         )
     except blocking.Hung as e:
-        return policy.SpawnFailed("log_unwritable", f"{job.log_file}: {e}")
+        return SpawnFailed("log_unwritable", f"{job.log_file}: {e}")
     except OSError as e:
-        return policy.SpawnFailed("log_unwritable", f"{job.log_file}: {e.strerror}")
+        return SpawnFailed("log_unwritable", f"{job.log_file}: {e.strerror}")
     try:
         return fd, await sampling.open_follower(d)
     except BaseException:
@@ -137,7 +138,7 @@ def spawn(d: Daemon, log_fd: int, follower: Follower | None) -> None:
         proc = child.spawn(job.command, cwd=job.cwd, log_fd=log_fd, env=env)
     except (OSError, ValueError) as e:
         why = e.strerror if isinstance(e, OSError) else str(e)
-        d.dispatch(policy.SpawnFailed("spawn_failed", f"{job.command[0]}: {why}"))
+        d.dispatch(SpawnFailed("spawn_failed", f"{job.command[0]}: {why}"))
         return
     finally:
         os.close(log_fd)
@@ -146,7 +147,7 @@ def spawn(d: Daemon, log_fd: int, follower: Follower | None) -> None:
         fut = d.reaper.watch(proc.pid)
     except Exception as e:  # no pidfd (EMFILE): an unwatched job must not run
         os.killpg(proc.pid, signal.SIGKILL)
-        d.dispatch(policy.SpawnFailed("spawn_failed", f"cannot watch the job: {e}"))
+        d.dispatch(SpawnFailed("spawn_failed", f"cannot watch the job: {e}"))
         return
     d.exit_future = fut
     fut.add_done_callback(d.on_exit)
@@ -156,7 +157,7 @@ def spawn(d: Daemon, log_fd: int, follower: Follower | None) -> None:
     d.save_state(proc.pid)
     if d.cluster is not None and d.epoch is not None:
         d.cluster.spawned(d.epoch)
-    d.dispatch(policy.ChildSpawned(proc.pid))
+    d.dispatch(ChildSpawned(proc.pid))
 
 
 async def our_pids(d: Daemon) -> set[int]:

@@ -14,7 +14,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from watchdog.core import policy
+from watchdog.core.events import IncidentSaved, KillTree, TreeStopped
 from watchdog.daemon import sampling
 from watchdog.outputs import flight, incident
 from watchdog.process import child
@@ -25,13 +25,13 @@ if TYPE_CHECKING:
 FLIGHT_DUMP_WAIT_S = 2.0  # for the ranks to notice their dump pipe and write the dump
 
 
-async def stop(d: Daemon, action: policy.KillTree) -> None:
+async def stop(d: Daemon, action: KillTree) -> None:
     result: child.StopResult | None = None
     error = "the stop was cancelled"
     if action.incident:
         try:
             if (path := await write_incident(d, action.reason)) is not None:
-                d.dispatch(policy.IncidentSaved(path))
+                d.dispatch(IncidentSaved(path))
         except Exception as e:  # evidence is a bonus; the stop must still happen
             d.emit("incident_failed", reason=action.reason, error=f"{type(e).__name__}: {e}")
     try:
@@ -55,9 +55,9 @@ async def stop(d: Daemon, action: policy.KillTree) -> None:
     finally:
         # Whatever happened, the core must hear the stop ended, or it waits for ever.
         if result is None:
-            d.dispatch(policy.TreeStopped(killed=True, leftovers=None, error=error))
+            d.dispatch(TreeStopped(killed=True, leftovers=None, error=error))
         else:
-            d.dispatch(policy.TreeStopped(result.killed, result.leftovers))
+            d.dispatch(TreeStopped(result.killed, result.leftovers))
 
 
 def kill_job_session(d: Daemon, pid: int | None) -> None:

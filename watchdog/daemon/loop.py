@@ -29,8 +29,28 @@ from watchdog import (
 )
 from watchdog.cluster import link
 from watchdog.control.server import ControlServer
-from watchdog.core import goodput, health, policy, status
+from watchdog.core import goodput, health, status
+from watchdog.core.events import (
+    Action,
+    CancelStart,
+    ChildExited,
+    DaemonStarted,
+    Emit,
+    Event,
+    Exit,
+    GpuAccessChanged,
+    GpuFaultSeen,
+    KillTree,
+    OperatorCommand,
+    PolicyChanged,
+    Refuse,
+    RestartRequested,
+    ShutdownRequested,
+    SpawnChild,
+    Tick,
+)
 from watchdog.core.ranks import RankTracker
+from watchdog.core.supervisor import Supervisor
 from watchdog.daemon import (
     adoption,
     jobstart,
@@ -77,7 +97,7 @@ class Daemon:
         self.started_at = time.monotonic()
         self.state = StateDir(cfg.state_dir)
         self.events = EventLog(cfg.job.name, self.state.file("events.jsonl"))
-        self.core = policy.Supervisor(params.local_policy_of(cfg), random.random)
+        self.core = Supervisor(params.local_policy_of(cfg), random.random)
         self.reaper = child.Reaper(self.loop)
         self.gpus = GpuWatch(cfg.gpus, self.emit, self._gpu_access)
         self.faults = FaultWatch(cfg.gpus, self._gpu_fault, self.emit)
@@ -115,7 +135,7 @@ class Daemon:
         self.metrics_server: metrics.MetricsServer | None = None
         self.cluster: link.ClusterLink | None = None  # issue 14: several nodes, one epoch
         if cfg.cluster is not None:
-            restart = lambda reason: self.dispatch(policy.RestartRequested(reason))  # noqa: E731
+            restart = lambda reason: self.dispatch(RestartRequested(reason))  # noqa: E731
             self.cluster = link.ClusterLink(cfg.cluster, params.policy_of(cfg), self.emit, restart)
         self.checkpoints = params.checkpoint_watch(cfg)
         self.checkpoint_read_at = 0.0
@@ -167,7 +187,7 @@ class Daemon:
         if not taken_over and (leader is None or not adoption.attach(self, leader)):
             if leader is not None:  # it died between the proof and the pidfd: end what is left
                 await adoption.end_previous_tree(self)
-            self.dispatch(policy.DaemonStarted(fresh_run=self.ending.enabled))
+            self.dispatch(DaemonStarted(fresh_run=self.ending.enabled))
             # SPEC §13: a park for lost access outlived the last daemon; as after a reexec,
             # only a reading that comes through tells the core access is back
             self.gpus.access_lost = self.core.access_lost
@@ -195,7 +215,7 @@ class Daemon:
         self.emit("daemon_stopped", **({"exit_code": code} if self.ending.enabled else {}))
         return code
 
-    def dispatch(self, event: policy.Event) -> list[policy.Action]:
+    def dispatch(self, event: Event) -> list[Action]:
         """The only door into the core."""
         actions = self.core.handle(event, time.monotonic())
         if self.cluster is not None:
@@ -212,30 +232,30 @@ class Daemon:
         self._changed = asyncio.Event()
         return actions
 
-    def _execute(self, action: policy.Action) -> None:
+    def _execute(self, action: Action) -> None:
         match action:
-            case policy.Emit(event=name, fields=fields):
+            case Emit(event=name, fields=fields):
                 if name == "restart_scheduled":
                     self.goodput.count_lost_work(fields.get("lost_work_s"))
                 self.emit(name, **fields)
-            case policy.SpawnChild(attempt=attempt):
+            case SpawnChild(attempt=attempt):
                 self._start_task = self.spawn_task(jobstart.start(self, attempt))
-            case policy.KillTree():
+            case KillTree():
                 self.spawn_task(jobstop.stop(self, action))
-            case policy.CancelStart():
+            case CancelStart():
                 # Before the spawn only: the spawn itself never awaits, so a cancel cannot split it.
                 if self._start_task is not None and not self._start_task.done():
                     self._start_task.cancel()
-            case policy.Exit():
+            case Exit():
                 if not self._done.done():
                     self._done.set_result(None)
-            case policy.Refuse():
+            case Refuse():
                 pass  # the caller (control server) reads it from dispatch()'s return value
 
     def _stop_signal(self, signum: int) -> None:
         """SIGTERM/SIGINT: stop the job gracefully, then exit (128+signum with --exit-with-job)."""
         self.ending.signal_received(signum)
-        self.dispatch(policy.ShutdownRequested())
+        self.dispatch(ShutdownRequested())
 
     def _job_ended_for_good(self) -> None:
         """--exit-with-job: once the job is completed, fatal or host_fault, the daemon exits
@@ -244,16 +264,16 @@ class Daemon:
         code = self.ending.job_ended(state, self.cfg.exit_codes)
         if code is not None:
             self.emit("daemon_exiting", state=state.value, exit_code=code)
-            self.loop.call_soon(self.dispatch, policy.ShutdownRequested())
+            self.loop.call_soon(self.dispatch, ShutdownRequested())
 
-    def _tell_cluster(self, event: policy.Event, actions: list[policy.Action]) -> None:
+    def _tell_cluster(self, event: Event, actions: list[Action]) -> None:
         """A stop for a verdict the policy restarts on makes the whole cluster restart."""
         assert self.cluster is not None
-        if isinstance(event, policy.OperatorCommand) and event.cmd == "restart":
+        if isinstance(event, OperatorCommand) and event.cmd == "restart":
             self.cluster.operator_restart()
         paused = self.core.snapshot().paused
         for a in actions:
-            if isinstance(a, policy.KillTree):
+            if isinstance(a, KillTree):
                 restart = a.reason in self.core.policy.restart_on and not paused
                 self.cluster.job_stopping(a.reason, restart)
 
@@ -264,7 +284,7 @@ class Daemon:
         deadline = self.core.next_deadline()
         if deadline is not None:
             delay = max(0.0, deadline - time.monotonic())
-            self._timer = self.loop.call_later(delay, self.dispatch, policy.Tick())
+            self._timer = self.loop.call_later(delay, self.dispatch, Tick())
 
     def spawn_task(self, coro: Any) -> asyncio.Task[Any]:
         task = self.loop.create_task(coro)
@@ -288,15 +308,15 @@ class Daemon:
     def _gpu_fault(self, fields: dict[str, object], gate: bool, quiet: bool = False) -> None:
         action = str(fields.get("action"))
         park = self.faults.parks(action)
-        fault = policy.GpuFaultSeen(action, fields, park=park, gate=gate and park, quiet=quiet)
+        fault = GpuFaultSeen(action, fields, park=park, gate=gate and park, quiet=quiet)
         self.dispatch(fault)
 
     def _gpu_access(self, lost: bool, detail: str) -> None:
-        self.dispatch(policy.GpuAccessChanged(lost, detail))  # SPEC §13: the core decides
+        self.dispatch(GpuAccessChanged(lost, detail))  # SPEC §13: the core decides
 
     def on_exit(self, fut: asyncio.Future[child.ExitStatus]) -> None:
         st = fut.result()
-        self.dispatch(policy.ChildExited(st.pid, st.exit_code, st.signal))
+        self.dispatch(ChildExited(st.pid, st.exit_code, st.signal))
 
     async def _watchdog_loop(self) -> None:
         interval = self.notifier.watchdog_interval_s
@@ -393,7 +413,7 @@ class Daemon:
         self.monitor.reconfigure(params.health_of(new))
         if new.progress.checkpoint != old.progress.checkpoint:
             self.checkpoints = params.checkpoint_watch(new)
-        self.dispatch(policy.PolicyChanged(params.local_policy_of(new)))
+        self.dispatch(PolicyChanged(params.local_policy_of(new)))
         if self.cluster is not None:
             # the next proposal uses the new restart.*
             self.cluster.co.policy = params.policy_of(new)

@@ -35,7 +35,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__
-from watchdog.core import policy, protocol
+from watchdog.core import protocol
+from watchdog.core.supervisor import Supervisor
 from watchdog.daemon import sampling
 
 if TYPE_CHECKING:
@@ -216,7 +217,7 @@ def check_main(config_path: str) -> int:
         cfg = config.load_config(config_path)
         state = json.loads(sys.stdin.buffer.read())
         validate_format(state)
-        core = policy.Supervisor(params.policy_of(cfg), lambda: 0.5)
+        core = Supervisor(params.policy_of(cfg), lambda: 0.5)
         core.resume(state["supervisor"], time.monotonic())
         health.HealthMonitor(params.health_of(cfg)).resume(state["health"])
     except (config.ConfigError, ValueError, KeyError, TypeError) as e:

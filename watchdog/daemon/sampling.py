@@ -14,7 +14,8 @@ import time
 from typing import TYPE_CHECKING, Any, Literal
 
 from watchdog import blocking
-from watchdog.core import policy, status
+from watchdog.core import status
+from watchdog.core.events import HealthAssessed, ProgressMarked, RankExited
 from watchdog.progress.follower import Follower, FollowResult, LogFollower
 from watchdog.progress.newest import GlobFollower, is_glob
 from watchdog.progress.reader import LineReader, reader_for
@@ -70,7 +71,7 @@ async def sample_once(d: Daemon, gpu: bool = True) -> None:
                 age_s = None if mtime is None else time.time() - mtime
                 monitor.progress_line(found.latest, now, age_s, d.polled_at)
                 if (at := monitor.last_progress_at) is not None:
-                    d.dispatch(policy.ProgressMarked("step", found.latest.step, at))
+                    d.dispatch(ProgressMarked("step", found.latest.step, at))
             d.polled_at = now
     if sample is not None:
         d.monitor.gpu_sample(sample)
@@ -85,7 +86,7 @@ async def sample_once(d: Daemon, gpu: bool = True) -> None:
         d.spawn_task(watch_ranks(d, snap.pid))
     if snap.pid is not None:
         v = d.monitor.assess(now)
-        d.dispatch(policy.HealthAssessed(snap.pid, v.healthy, v.firing, v.evidence))
+        d.dispatch(HealthAssessed(snap.pid, v.healthy, v.firing, v.evidence))
     d.account()
     if d.notifier.enabled:  # building the status costs more than the rest of a tick
         d.notifier.status(status.status_line(d.status()))
@@ -215,7 +216,7 @@ async def watch_ranks(d: Daemon, pid: int) -> None:
     if found is None or tracker is not d.rank_tracker:
         return  # unknown, or a listing of a run that has ended since
     for rank_pid, rank in tracker.observe(found):
-        d.dispatch(policy.RankExited(pid, rank_pid, rank))
+        d.dispatch(RankExited(pid, rank_pid, rank))
 
 
 async def read_checkpoint(d: Daemon) -> None:
@@ -232,4 +233,4 @@ async def read_checkpoint(d: Daemon) -> None:
     if found.mark is not None and found.written_at is not None:
         # Its own mtime on the monotonic clock, however old: lost work counts from it.
         at = time.monotonic() - max(0.0, time.time() - found.written_at)
-        d.dispatch(policy.ProgressMarked("checkpoint", found.mark, at))
+        d.dispatch(ProgressMarked("checkpoint", found.mark, at))

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from watchdog.core.durable import Durable
+from watchdog.core.budget import Durable
 from watchdog.outputs.eventlog import write_atomic
 from watchdog.process import child
 from watchdog.state.folder import StateDir
