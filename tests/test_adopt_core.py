@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from test_policy import Driver, emitted, names
 
-from watchdog.core.events import ChildExited, DaemonStarted, HealthAssessed, JobAdopted, Tick
+from watchdog.core.events import (
+    ChildExited,
+    DaemonStarted,
+    HealthAssessed,
+    JobAdopted,
+    StateRestored,
+    Tick,
+)
 from watchdog.core.names import State
 
 
@@ -36,7 +43,7 @@ def test_adoption_keeps_the_restored_budget() -> None:
     d.crash(0.0)
     d.feed(Tick(), 1.0)
     d2 = Driver()
-    d2.sup.restore(d.sup.durable(), 2.0)
+    d2.sup.handle(StateRestored(d.sup.durable()), 2.0)
     d2.feed(JobAdopted(777), 2.0)
     assert d2.sup.snapshot().restarts_total == 1
 

@@ -6,7 +6,7 @@ import pytest
 from test_policy import Driver, emitted, names
 
 from watchdog.core import health
-from watchdog.core.events import DaemonStarted, OperatorCommand, Tick
+from watchdog.core.events import DaemonStarted, HandoverResumed, OperatorCommand, Tick
 from watchdog.core.names import State
 from watchdog.core.samples import ProgressReading
 
@@ -22,7 +22,7 @@ def test_running_supervisor_round_trips() -> None:
     carried = d.sup.carry()
     assert carried is not None
     d2 = Driver()
-    d2.sup.resume(carried, 3.0)
+    d2.sup.handle(HandoverResumed(carried), 3.0)
     a, b = d.sup.snapshot(), d2.sup.snapshot()
     assert b == a
     assert (b.state, b.pid, b.restarts_total) == (State.RUNNING, a.pid, 1)
@@ -47,7 +47,7 @@ def test_backoff_deadline_is_kept() -> None:
     carried = d.sup.carry()
     assert carried is not None
     d2 = Driver()
-    d2.sup.resume(carried, 0.5)
+    d2.sup.handle(HandoverResumed(carried), 0.5)
     assert d2.sup.next_deadline() == 1.0
     assert "SpawnChild" not in names(d2.feed(Tick(), 0.9))
     assert "SpawnChild" in names(d2.feed(Tick(), 1.0))
@@ -61,7 +61,7 @@ def test_a_carry_that_does_not_fit_is_refused(bad: dict[str, object]) -> None:
     carried = d.sup.carry()
     assert carried is not None
     with pytest.raises((ValueError, KeyError, TypeError)):
-        Driver().sup.resume({**carried, **bad}, 1.0)
+        Driver().sup.handle(HandoverResumed({**carried, **bad}), 1.0)
 
 
 def test_stall_window_keeps_its_age() -> None:

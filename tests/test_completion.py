@@ -15,11 +15,13 @@ from watchdog.core.events import (
     DaemonStarted,
     Emit,
     GpuFaultSeen,
+    HandoverResumed,
     OperatorCommand,
     ProgressMarked,
     Refuse,
     ShutdownRequested,
     SpawnChild,
+    StateRestored,
     Tick,
     TreeStopped,
 )
@@ -180,7 +182,7 @@ def test_a_completion_survives_a_daemon_restart() -> None:
     assert saved["completed"]["exit_code"] == 0
     back = Durable.from_dict(saved, mono_now=50.0, wall_now=2000.0)
     sup = Supervisor(FAST, lambda: 0.5)
-    sup.restore(back, 50.0)
+    sup.handle(StateRestored(back), 50.0)
     out = sup.handle(DaemonStarted(), 50.0)
     assert [a.event for a in out if isinstance(a, Emit)] == ["state_restored"]
     assert emitted(out, "state_restored").fields["state"] == "completed"
@@ -202,7 +204,7 @@ def test_a_fresh_run_starts_whatever_the_previous_daemon_left() -> None:
     starts anyway, with the budget afresh, and state_restored says what was found."""
     for left in (Durable(completed={"exit_code": 0}), Durable(fatal=True)):
         sup = Supervisor(FAST, lambda: 0.5)
-        sup.restore(left, 0.0)
+        sup.handle(StateRestored(left), 0.0)
         out = sup.handle(DaemonStarted(fresh_run=True), 0.0)
         assert emitted(out, "state_restored").fields["fresh_run"] is True
         assert any(isinstance(a, SpawnChild) for a in out)
@@ -220,7 +222,7 @@ def test_a_completed_state_survives_a_reexec() -> None:
     c = d.sup.carry()
     assert c is not None
     sup = Supervisor(FAST, lambda: 0.5)
-    sup.resume(c, 6.0)
+    sup.handle(HandoverResumed(c), 6.0)
     assert sup.snapshot().state is State.COMPLETED
     assert sup.snapshot().completed == d.sup.snapshot().completed
 
@@ -258,7 +260,7 @@ def _clearing_a_finished_run() -> tuple[Supervisor, float]:
 
 def _not_started_again(d: Durable) -> None:
     nxt = Supervisor(FAST, lambda: 0.5)
-    nxt.restore(d, 100.0)
+    nxt.handle(StateRestored(d), 100.0)
     assert not any(isinstance(a, SpawnChild) for a in nxt.handle(DaemonStarted(), 100.0))
     assert nxt.snapshot().state is State.COMPLETED
 

@@ -14,6 +14,7 @@ from watchdog.core.events import (
     HealthAssessed,
     JobAdopted,
     OperatorCommand,
+    StateRestored,
     Tick,
 )
 from watchdog.core.names import State
@@ -64,7 +65,7 @@ def test_fatal_survives_a_restart_of_the_core() -> None:
     saved = d.sup.durable()
     assert saved.fatal and len(saved.restart_times) == FAST.max_restarts
     d2 = Driver()
-    d2.sup.restore(saved, now + 1)
+    d2.sup.handle(StateRestored(saved), now + 1)
     out = d2.feed(DaemonStarted(), now + 1)
     assert names(out) == ["state_restored"]
     assert emitted(out, "state_restored").fields["state"] == "fatal"
@@ -85,7 +86,7 @@ def test_backoff_survives_a_restart_of_the_core() -> None:
     saved = d.sup.durable()
     assert saved.backoff_until == 3.0 and saved.failures == 2
     d2 = Driver()
-    d2.sup.restore(saved, 2.0)
+    d2.sup.handle(StateRestored(saved), 2.0)
     out = d2.feed(DaemonStarted(), 2.0)
     assert names(out) == ["state_restored"]
     assert emitted(out, "state_restored").fields["delay_s"] == 1.0
@@ -100,10 +101,10 @@ def test_backoff_already_over_spawns_at_once_and_a_far_deadline_is_capped() -> N
     """A backoff that ended while no daemon ran starts now; one beyond backoff_max_s (a wall clock
     that stepped back) is capped at backoff_max_s from now."""
     d = Driver()
-    d.sup.restore(Durable(failures=1, backoff_until=5.0), 6.0)
+    d.sup.handle(StateRestored(Durable(failures=1, backoff_until=5.0)), 6.0)
     assert "SpawnChild" in names(d.feed(DaemonStarted(), 6.0))
     d2 = Driver()
-    d2.sup.restore(Durable(failures=1, backoff_until=1e9), 0.0)
+    d2.sup.handle(StateRestored(Durable(failures=1, backoff_until=1e9)), 0.0)
     d2.feed(DaemonStarted(), 0.0)
     assert d2.sup.next_deadline() == FAST.backoff_max_s
 
@@ -111,14 +112,14 @@ def test_backoff_already_over_spawns_at_once_and_a_far_deadline_is_capped() -> N
 def test_nothing_restored_is_a_plain_start() -> None:
     """An empty Durable changes nothing: DaemonStarted spawns as before."""
     d = Driver()
-    d.sup.restore(Durable(), 0.0)
+    d.sup.handle(StateRestored(Durable()), 0.0)
     assert names(d.feed(DaemonStarted(), 0.0))[:2] == ["SpawnChild", "child_spawned"]
 
 
 def _restarted(saved: Durable, now: float) -> tuple[Driver, list[Action]]:
     """A fresh core restored from `saved` at `now` (the next daemon), then DaemonStarted."""
     d = Driver()
-    d.sup.restore(saved, now)
+    d.sup.handle(StateRestored(saved), now)
     return d, d.feed(DaemonStarted(), now)
 
 
@@ -161,7 +162,7 @@ def test_a_pause_outlives_the_core_an_adopted_job_stays_paused() -> None:
     saved = d.sup.durable()
     assert saved.paused and saved.adopts
     d2 = Driver()
-    d2.sup.restore(saved, 2.0)
+    d2.sup.handle(StateRestored(saved), 2.0)
     d2.feed(JobAdopted(555), 2.0)
     assert d2.sup.snapshot().state is State.PAUSED
     out = d2.feed(HealthAssessed(555, False, frozenset({"stalled"})), 3.0)
@@ -216,7 +217,7 @@ def test_a_scheduler_start_is_a_new_decision_over_a_stored_stop_and_pause() -> N
     d.feed(OperatorCommand("pause"), 0.5)
     d.feed(OperatorCommand("stop"), 1.0)
     d2 = Driver()
-    d2.sup.restore(d.sup.durable(), 2.0)
+    d2.sup.handle(StateRestored(d.sup.durable()), 2.0)
     out = d2.feed(DaemonStarted(fresh_run=True), 2.0)
     fields = emitted(out, "state_restored").fields
     assert (fields["state"], fields["paused"], fields["fresh_run"]) == ("stopped", True, True)

@@ -8,6 +8,7 @@ from watchdog.core.events import (
     DaemonStarted,
     Emit,
     GpuFaultSeen,
+    HandoverResumed,
     HealthAssessed,
     OperatorCommand,
     SpawnChild,
@@ -109,7 +110,7 @@ def test_host_fault_survives_a_reexec_hand_over() -> None:
     carried = d.sup.carry()
     assert carried is not None
     d2 = Driver()
-    d2.sup.resume(carried, 3.0)
+    d2.sup.handle(HandoverResumed(carried), 3.0)
     snap = d2.sup.snapshot()
     assert snap.state is State.HOST_FAULT and snap.host_fault == XID79
     assert d2.feed(Tick(), 1000.0) == []

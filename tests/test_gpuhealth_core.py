@@ -14,6 +14,7 @@ from watchdog.core.events import (
     Emit,
     GpuAccessChanged,
     GpuFaultSeen,
+    HandoverResumed,
     HealthAssessed,
     KillTree,
     OperatorCommand,
@@ -287,7 +288,7 @@ def test_a_reexec_carries_the_lost_access_and_its_park() -> None:
     carried = sup.carry()
     assert carried is not None
     new = Supervisor(Policy(backoff_initial_s=10.0, jitter=0.0), lambda: 0.5)
-    new.resume(carried, 4.0)
+    new.handle(HandoverResumed(carried), 4.0)
     assert new.snapshot().state is State.HOST_FAULT
     assert new.handle(GpuAccessChanged(True, "x"), 5.0) == []
     assert "restart_scheduled" in _names(new.handle(GpuAccessChanged(False), 6.0))

@@ -5,7 +5,15 @@ from __future__ import annotations
 from test_policy import Driver, emitted, names
 
 from watchdog.core.budget import Marker, NoProgressTally, Policy
-from watchdog.core.events import DaemonStarted, OperatorCommand, ProgressMarked, SpawnFailed, Tick
+from watchdog.core.events import (
+    DaemonStarted,
+    HandoverResumed,
+    OperatorCommand,
+    ProgressMarked,
+    SpawnFailed,
+    StateRestored,
+    Tick,
+)
 from watchdog.core.names import State
 
 
@@ -178,7 +186,7 @@ def test_the_count_and_the_best_mark_outlive_the_daemon() -> None:
     saved = Durable.from_dict(d.sup.durable().to_dict(now + 1, 1000.0), 0.0, 1000.0)
     assert (saved.no_progress, saved.best_mark) == (1, 7.0)
     d2 = Driver(policy(limit=2))
-    d2.sup.restore(saved, 0.0)
+    d2.sup.handle(StateRestored(saved), 0.0)
     d2.feed(DaemonStarted(), 0.0)
     if d2.sup.snapshot().pid is None:  # the old daemon's backoff is waited out first
         next_run(d2, 0.0)
@@ -202,10 +210,10 @@ def test_a_reexec_carries_the_tally_whole() -> None:
     carried = d.sup.carry()
     assert carried is not None
     d2 = Driver(policy(marker="checkpoint", limit=2))
-    d2.sup.resume(carried, 3.5)
+    d2.sup.handle(HandoverResumed(carried), 3.5)
     assert d2.sup.snapshot().best_mark == 4
     assert emitted(d2.crash(4.0), "restart_scheduled").fields["lost_work_s"] == 1.0
     older = {k: v for k, v in carried.items() if k != "no_progress"}
     d3 = Driver(policy())
-    d3.sup.resume(older, 3.5)
+    d3.sup.handle(HandoverResumed(older), 3.5)
     assert d3.sup.snapshot().best_mark is None

@@ -280,7 +280,7 @@ class SupervisorMachine(RuleBasedStateMachine):
             # completion is not this rule's to judge: it starts from what was kept
             self.completed = saved.completed is not None
         self.sup = self.supervisor_class(POLICY, lambda: self.u)
-        self.sup.restore(saved, self.now)
+        self.sup.handle(StateRestored(saved), self.now)
         self.pending_spawn = self.pending_kill = False  # a spawn under way made no job
         self.exited = self.gone = False
         self.operator_stopped = self.stopped_by_operator
@@ -317,7 +317,7 @@ class SupervisorMachine(RuleBasedStateMachine):
         assert not self.live and not self.pending_spawn and not self.pending_kill
         left = self.sup.durable()
         self.sup = self.supervisor_class(POLICY, lambda: self.u)
-        self.sup.restore(left, self.now)
+        self.sup.handle(StateRestored(left), self.now)
         self.exited = self.gone = False
         # a shutdown is no operator stop; an operator's stop, a pause and a park are kept in
         # the state file (SPEC §13) and hold the new daemon back, unless a scheduler's new

@@ -12,7 +12,7 @@ operator_commands.py and transitions.py; what outlives this object in handover.p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from watchdog.core import handover, parking, runs, verdicts
 from watchdog.core.budget import Durable, Policy
@@ -75,14 +75,6 @@ class Supervisor:
         """Everything, for an in-place re-exec (see handover.carry); None while a start or a
         stop is under way."""
         return handover.carry(self._s)
-
-    def restore(self, d: Durable, now: float) -> None:
-        """Deprecated: handle(StateRestored(d), now)."""
-        self.handle(StateRestored(d), now)
-
-    def resume(self, c: Mapping[str, object], now: float) -> None:
-        """Deprecated: handle(HandoverResumed(c), now)."""
-        self.handle(HandoverResumed(c), now)
 
     def handle(self, event: Event, now: float) -> list[Action]:
         """Every input of the core: the actions to execute, in order."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from watchdog import __version__, blocking
 from watchdog.core import health
 from watchdog.core.budget import Durable
-from watchdog.core.events import JobAdopted, Tick
+from watchdog.core.events import JobAdopted, StateRestored, Tick
 from watchdog.core.supervisor import Supervisor
 from watchdog.daemon import params, reexec
 from watchdog.process import child, proof
@@ -45,7 +45,7 @@ async def previous_job(d: Daemon) -> int | None:
     if leader is None:
         await end_previous_tree(d)
     if durable is not None:
-        d.core.restore(durable, time.monotonic())
+        d.core.handle(StateRestored(durable), time.monotonic())
     return leader
 
 
@@ -116,7 +116,7 @@ def restore_budget(d: Daemon, previous: dict[str, Any]) -> None:
     is waited out. A record that cannot be trusted is reported and the budget starts afresh."""
     durable = _durable(d, previous)
     if durable is not None:
-        d.core.restore(durable, time.monotonic())
+        d.core.handle(StateRestored(durable), time.monotonic())
 
 
 def _durable(d: Daemon, previous: dict[str, Any]) -> Durable | None:

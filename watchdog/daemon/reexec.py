@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__
 from watchdog.core import protocol
+from watchdog.core.events import HandoverResumed
 from watchdog.core.supervisor import Supervisor
 from watchdog.daemon import sampling
 
@@ -218,7 +219,7 @@ def check_main(config_path: str) -> int:
         state = json.loads(sys.stdin.buffer.read())
         validate_format(state)
         core = Supervisor(params.policy_of(cfg), lambda: 0.5)
-        core.resume(state["supervisor"], time.monotonic())
+        core.handle(HandoverResumed(state["supervisor"]), time.monotonic())
         health.HealthMonitor(params.health_of(cfg)).resume(state["health"])
     except (config.ConfigError, ValueError, KeyError, TypeError) as e:
         print(f"watchdogd --check-reexec: {type(e).__name__}: {e}", file=sys.stderr)
@@ -231,7 +232,7 @@ def resume(d: Daemon, state: dict[str, Any]) -> None:
     """Take the state over inside the new code (the control socket already serves)."""
     now = time.monotonic()
     fds = state["fds"]
-    d.core.resume(state["supervisor"], now)
+    d.core.handle(HandoverResumed(state["supervisor"]), now)
     d.monitor.resume(state["health"])
     pid = state["supervisor"]["pid"]
     if isinstance(pid, int):
