@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+import json
+import pathlib
 from dataclasses import replace
+from typing import Literal, get_args
 
 import pytest
 from hypothesis import settings
@@ -20,11 +24,17 @@ from watchdog.core.events import (
     Exit,
     GpuAccessChanged,
     GpuFaultSeen,
+    HandoverResumed,
     HealthAssessed,
+    IncidentSaved,
     JobAdopted,
     KillTree,
     OperatorCommand,
+    PolicyChanged,
+    ProgressMarked,
+    RankExited,
     Refuse,
+    RestartRequested,
     ShutdownRequested,
     SpawnChild,
     SpawnFailed,
@@ -34,6 +44,7 @@ from watchdog.core.events import (
 )
 from watchdog.core.names import State
 from watchdog.core.operator_commands import CANCEL_WINDOW_S
+from watchdog.core.records import from_record, to_record
 from watchdog.core.supervisor import Supervisor
 
 POLICY = Policy(
@@ -83,6 +94,7 @@ class SupervisorMachine(RuleBasedStateMachine):
         self.stopped_by_operator = False
         self.paused = False
         self.completed_at = 0.0  # when that run exited
+        self.next_incident = 0
         self.apply(DaemonStarted())
 
     def apply(self, ev: Event) -> list[Action]:
@@ -267,6 +279,61 @@ class SupervisorMachine(RuleBasedStateMachine):
         self.last_event = "access"
         self.apply(GpuAccessChanged(lost, "every GPU answers UNKNOWN"))
 
+    @precondition(lambda m: m.pending_kill)
+    @rule()
+    def incident_saved(self) -> None:
+        """The shell wrote the bundle of the stop under way (SPEC §10)."""
+        self.next_incident += 1
+        self.apply(IncidentSaved(f"incidents/{self.next_incident}"))
+
+    @rule(kind=st.sampled_from(["step", "checkpoint"]), value=st.none() | st.floats(0, 1e6))
+    def progress_marked(self, kind: Literal["step", "checkpoint"], value: float | None) -> None:
+        """A progress line without a step, or a checkpoint (not this policy's marker): the
+        no-progress model above (health counts as progress) still holds."""
+        if kind == "step":
+            value = None
+        self.apply(ProgressMarked(kind, value, self.now))
+
+    @precondition(lambda m: m.live)
+    @rule()
+    def rank_exits(self) -> None:
+        """A torchrun rank dies while the leader lives: `exited` for the whole job (SPEC §12)."""
+        pid = self.sup.snapshot().pid
+        if pid is not None and pid in self.live:
+            self.last_event = "crash"
+            self.apply(RankExited(pid, pid + 10_000, "1"))
+
+    @rule(jitter=st.floats(0.0, 0.5))
+    def policy_reloaded(self, jitter: float) -> None:
+        """SIGHUP with a new jitter: delays stay within [initial, cap] (the clamp)."""
+        self.apply(PolicyChanged(replace(POLICY, jitter=jitter)))
+
+    @precondition(lambda m: not m.paused and not m.access_lost)
+    @rule()
+    def cluster_restart(self) -> None:
+        """Another node moved the epoch (issue 14): stop and start again at once. The cluster
+        decided it, so the start is owed as an operator's is (a cluster restart while paused
+        or with NVML access lost is not drawn: the core starts the job then)."""
+        if self.sup.snapshot().pid is not None:
+            self.last_event = "cluster"
+            self.operator_start_owed = True
+            self.apply(RestartRequested("cluster_epoch"))
+            if self.sup.snapshot().state is not State.STOPPING:
+                self.operator_start_owed = False
+
+    @rule()
+    def reexec(self) -> None:
+        """An in-place re-exec: carry() through its JSON record, resumed by a fresh core
+        (same process, same children): nothing the core shows may change."""
+        carried = self.sup.carry()
+        if carried is None:
+            return  # a start or a stop under way: no moment to hand over
+        before = self.sup.snapshot()
+        record = json.loads(json.dumps(to_record(HandoverResumed(carried))))
+        self.sup = self.supervisor_class(self.sup.policy, lambda: self.u)
+        self.apply(from_record(record))
+        assert self.sup.snapshot() == before, "a re-exec changed the core"
+
     @rule(adoptable=st.booleans())
     def daemon_killed_and_restarted(self, adoptable: bool) -> None:
         """SIGKILL (or OOM) of the daemon, then a new one on the same state_dir (SPEC §12, §13):
@@ -383,6 +450,24 @@ class SupervisorMachine(RuleBasedStateMachine):
 
 
 TestSupervisorMachine = SupervisorMachine.TestCase
+
+
+def test_the_machine_draws_every_event_type() -> None:
+    """Each Event type is built by some rule of SupervisorMachine (or decoded from a record of
+    one it built): a new event type fails here until the machine draws it."""
+    tree = ast.parse(pathlib.Path(__file__).read_text())
+    machine = next(
+        n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SupervisorMachine"
+    )
+    built = {
+        n.func.id
+        for n in ast.walk(machine)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    }
+    missing = {cls.__name__ for cls in get_args(Event)} - built
+    assert not missing, f"events the machine never draws: {sorted(missing)}"
+
+
 TestSupervisorMachine.settings = settings(max_examples=300, stateful_step_count=80, deadline=None)
 
 
