@@ -306,7 +306,7 @@ def test_a_parking_fault_while_a_finished_runs_tree_is_cleared_keeps_the_complet
     finished before the GPU broke, so a scheduler must not requeue it (86)."""
     sup, later = _clearing_a_finished_run()
     fault = {"gpu": 0, "xid": 79, "action": "reboot_host"}
-    out = sup.handle(GpuFaultSeen("reboot_host", fault, park=True), later)
+    out = sup.handle(GpuFaultSeen("reboot_host", fault), later)
     assert names(out) == ["gpu_fault"]
     out = sup.handle(TreeStopped(killed=False), later + 1.0)
     assert names(out) == ["job_completed"]

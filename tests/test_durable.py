@@ -180,7 +180,7 @@ def test_a_park_outlives_the_core_until_an_operator_start() -> None:
     d = Driver()
     d.feed(DaemonStarted(), 0.0)
     fault = {"gpu": 3, "xid": 79, "action": "reboot_host"}
-    d.feed(GpuFaultSeen("reboot_host", fault, park=True), 1.0)
+    d.feed(GpuFaultSeen("reboot_host", fault), 1.0)
     saved = d.sup.durable()
     assert saved.host_fault == fault and not saved.adopts
     d2, out = _restarted(saved, 2.0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from test_policy import FAST, Driver, names
 
 from watchdog.core.events import (
@@ -34,7 +36,7 @@ def test_a_parking_fault_stops_the_job_into_host_fault_without_touching_the_budg
     """reboot_host with park: the job is stopped, state host_fault, no restart, budget as was."""
     d = Driver()
     running(d)
-    out = d.feed(GpuFaultSeen("reboot_host", XID79, park=True), 2.0)
+    out = d.feed(GpuFaultSeen("reboot_host", XID79), 2.0)
     assert names(out)[0] == "gpu_fault" and "KillTree" in names(out)
     snap = d.sup.snapshot()
     assert snap.state is State.HOST_FAULT and snap.pid is None
@@ -55,8 +57,8 @@ def test_restart_app_is_one_ordinary_restart_with_reason_gpu_fault() -> None:
 
 
 def test_a_warned_fault_only_reports() -> None:
-    """A reset_gpu fault under gpus.faults warn (park False): the event, nothing else."""
-    d = Driver()
+    """A reset_gpu fault under gpus.faults.on_reset_gpu warn: the event, nothing else."""
+    d = Driver(replace(FAST, on_reset_gpu="warn"))
     running(d)
     out = d.feed(GpuFaultSeen("reset_gpu", {**XID79, "action": "reset_gpu"}), 2.0)
     assert names(out) == ["gpu_fault"] and d.sup.snapshot().state is State.RUNNING
@@ -67,7 +69,7 @@ def test_the_health_gate_refuses_a_start_into_host_fault() -> None:
     sup = Supervisor(FAST, lambda: 0.5)
     assert isinstance(sup.handle(DaemonStarted(), 0.0)[0], SpawnChild)
     fields = {"gpu": 3, "kind": "row_remap_pending", "action": "reset_gpu", "message": "remap"}
-    out = sup.handle(GpuFaultSeen("reset_gpu", fields, park=True, gate=True), 0.5)
+    out = sup.handle(GpuFaultSeen("reset_gpu", fields, gate=True), 0.5)
     assert names(out) == ["gpu_fault"]
     assert sup.snapshot().state is State.HOST_FAULT
 
@@ -78,7 +80,7 @@ def test_a_fault_while_backing_off_cancels_the_restart() -> None:
     running(d)
     d.crash(2.0)
     assert d.sup.snapshot().state is State.BACKOFF
-    d.feed(GpuFaultSeen("reboot_host", XID79, park=True), 2.1)
+    d.feed(GpuFaultSeen("reboot_host", XID79), 2.1)
     assert d.sup.snapshot().state is State.HOST_FAULT
     assert d.feed(Tick(), 1000.0) == []
 
@@ -87,7 +89,7 @@ def test_an_operator_start_leaves_host_fault() -> None:
     """start after host_fault spawns again and clears the fault."""
     d = Driver()
     running(d)
-    d.feed(GpuFaultSeen("reboot_host", XID79, park=True), 2.0)
+    d.feed(GpuFaultSeen("reboot_host", XID79), 2.0)
     out = d.feed(OperatorCommand("start"), 3.0)
     assert "SpawnChild" in names(out)
     assert d.sup.snapshot().host_fault is None and d.sup.snapshot().state is State.STARTING
@@ -106,7 +108,7 @@ def test_host_fault_survives_a_reexec_hand_over() -> None:
     """carry()/resume() keep host_fault and its event: the new code stays parked."""
     d = Driver()
     running(d)
-    d.feed(GpuFaultSeen("reboot_host", XID79, park=True), 2.0)
+    d.feed(GpuFaultSeen("reboot_host", XID79), 2.0)
     carried = d.sup.carry()
     assert carried is not None
     d2 = Driver()
@@ -122,9 +124,9 @@ def test_a_quiet_repeat_that_changes_nothing_emits_nothing() -> None:
     running(d)
     warn = {**XID79, "xid": 54, "action": "warn"}
     assert d.feed(GpuFaultSeen("warn", warn, quiet=True), 1.5) == []
-    d.feed(GpuFaultSeen("reboot_host", XID79, park=True), 2.0)
+    d.feed(GpuFaultSeen("reboot_host", XID79), 2.0)
     assert d.sup.snapshot().state is State.HOST_FAULT
-    assert d.feed(GpuFaultSeen("reboot_host", XID79, park=True, quiet=True), 2.5) == []
+    assert d.feed(GpuFaultSeen("reboot_host", XID79, quiet=True), 2.5) == []
     assert d.sup.snapshot().state is State.HOST_FAULT
 
 
@@ -133,11 +135,11 @@ def test_a_quiet_repeat_still_parks_a_job_started_after_the_first() -> None:
     that parked the job parks it again, and says so with its gpu_fault event."""
     d = Driver()
     running(d)
-    d.feed(GpuFaultSeen("reboot_host", XID79, park=True), 2.0)
+    d.feed(GpuFaultSeen("reboot_host", XID79), 2.0)
     d.feed(OperatorCommand("start"), 3.0)
     pid = d.sup.snapshot().pid
     assert pid is not None
-    out = d.feed(GpuFaultSeen("reboot_host", XID79, park=True, quiet=True), 3.5)
+    out = d.feed(GpuFaultSeen("reboot_host", XID79, quiet=True), 3.5)
     assert names(out)[0] == "gpu_fault" and "KillTree" in names(out)
     assert d.sup.snapshot().state is State.HOST_FAULT and d.sup.snapshot().pid is None
 

@@ -271,7 +271,7 @@ def test_restored_access_never_lifts_a_park_for_a_gpu_fault() -> None:
     sup = _running()
     sup.handle(GpuAccessChanged(True, "x"), 2.0)
     fault = {"gpu": 3, "uuid": "GPU-3", "xid": 79, "action": "reboot_host", "message": "m"}
-    sup.handle(GpuFaultSeen("reboot_host", fault, park=True), 3.0)
+    sup.handle(GpuFaultSeen("reboot_host", fault), 3.0)
     sup.handle(ChildExited(7, None, 15), 3.5)
     sup.handle(TreeStopped(killed=False), 4.0)
     assert sup.snapshot().host_fault == fault

@@ -106,7 +106,11 @@ class SupervisorMachine(RuleBasedStateMachine):
             clearing = self.sup.snapshot().state is State.STOPPING
             if ev.cmd != "stop" or not clearing:
                 self.completed = False
-        if isinstance(ev, GpuFaultSeen) and ev.park and not self.operator_stopped:
+        if (
+            isinstance(ev, GpuFaultSeen)
+            and self.sup.policy.parks(ev.action)
+            and not self.operator_stopped
+        ):
             self.parked = True  # a GPU needs a reset or a reboot: the job must not come back
         if isinstance(ev, GpuAccessChanged):
             self.access_lost = ev.lost
@@ -271,7 +275,7 @@ class SupervisorMachine(RuleBasedStateMachine):
         if gate:
             self.pending_spawn = False  # the shell's start ends without a spawn
         self.last_event = "gpu_fault"
-        self.apply(GpuFaultSeen(action, {"gpu": 0, "action": action}, park=park, gate=gate))
+        self.apply(GpuFaultSeen(action, {"gpu": 0, "action": action}, gate=gate))
 
     @rule(lost=st.booleans())
     def gpu_access(self, lost: bool) -> None:

@@ -51,6 +51,16 @@ class Policy:
     # SPEC §13: an unexpected exit with one of these codes ends the run for good (`completed`),
     # unless restart_on holds "completed" (a job meant to run for ever: restarted as before).
     success_exit_codes: frozenset[int] = frozenset({0})
+    # SPEC §12, gpus.faults.on_reset_gpu / on_reboot_host: a fault whose action needs a GPU
+    # reset or a reboot parks the job in host_fault ("park"), or is only reported ("warn").
+    on_reset_gpu: Literal["park", "warn"] = "park"
+    on_reboot_host: Literal["park", "warn"] = "park"
+
+    def parks(self, action: str) -> bool:
+        """Whether a GPU fault with this action parks the job (SPEC §12)."""
+        return (action == "reset_gpu" and self.on_reset_gpu == "park") or (
+            action == "reboot_host" and self.on_reboot_host == "park"
+        )
 
     def backoff_delay(self, failures: int, u: float) -> float:
         """Delay before restart number `failures` (0-based); `u` in [0, 1) drives the jitter."""

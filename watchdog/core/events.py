@@ -122,13 +122,13 @@ class RankExited:
 @dataclass(frozen=True, slots=True)
 class GpuFaultSeen:
     """The GPU itself is broken (an Xid, a counter, the health gate; SPEC §12). `fields` is the
-    gpu_fault event (gpu, uuid, xid or kind, action, message). `park`: the action needs a GPU
-    reset or a reboot and gpus.faults says park; else restart_app restarts, anything else warns."""
+    gpu_fault event (gpu, uuid, xid or kind, action, message). The core decides from its
+    Policy (`Policy.parks`): an action that needs a GPU reset or a reboot parks, restart_app
+    restarts, anything else warns."""
 
     action: str
     fields: Mapping[str, object]
-    park: bool = False
-    gate: bool = False  # the health gate refused the start under way: nothing was spawned
+    gate: bool = False  # the health gate found it during the start under way
     # SPEC §13: a repeat of a (GPU, Xid) already reported in this window. It still acts (a park
     # or restart happens as for the first); only when it changes nothing is no event emitted.
     quiet: bool = False
@@ -219,6 +219,9 @@ class KillTree:
     pid: int | None
     reason: str
     incident: bool = False  # write an incident bundle before the kill (SPEC §10)
+    # issue 14: the stop is for a verdict the policy restarts on (and no pause holds it), so
+    # the whole cluster restarts for it; the shell forwards this to the cluster link
+    restart_cluster: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,4 +250,10 @@ class Exit:
     """The daemon may exit now (the job is stopped)."""
 
 
-Action = SpawnChild | KillTree | CancelStart | Emit | Refuse | Exit
+@dataclass(frozen=True, slots=True)
+class RestartCluster:
+    """An operator's `restart` (issue 14): the cluster's epoch moves and its budget starts
+    afresh; returned before the command's own actions, whatever they are."""
+
+
+Action = SpawnChild | KillTree | CancelStart | Emit | Refuse | Exit | RestartCluster

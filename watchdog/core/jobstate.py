@@ -82,6 +82,7 @@ class Snapshot:
     # on (also while its tree is cleared), for goodput: the run was productive to its end.
     completed: Mapping[str, object] | None = None
     completed_at: float | None = None
+    spawning: bool = False  # a start is under way: SpawnChild not yet answered
 
 
 def next_deadline(s: JobState) -> float | None:
@@ -119,4 +120,5 @@ def snapshot(s: JobState) -> Snapshot:
         # the completed state's record: null once the state leaves completed (status)
         completed=s.completed if s.state is State.COMPLETED else None,
         completed_at=s.completed_at,
+        spawning=s.spawning,
     )

@@ -4,7 +4,7 @@ daemon's own shutdown (SIGTERM/SIGINT), which an operator's stop always wins aga
 
 from __future__ import annotations
 
-from watchdog.core.events import Action, Emit, Exit, Refuse
+from watchdog.core.events import Action, Emit, Exit, Refuse, RestartCluster
 from watchdog.core.jobstate import JobState, snapshot
 from watchdog.core.names import INCIDENT_REASONS, State
 from watchdog.core.transitions import spawn, stop
@@ -20,7 +20,14 @@ CANCEL_WINDOW_S = 2.0
 
 
 def command(s: JobState, cmd: str, now: float) -> list[Action]:
-    """An operator's command: what it does now, or why it cannot (Refuse)."""
+    """An operator's command: what it does now, or why it cannot (Refuse). A `restart`
+    restarts the cluster too (issue 14), whatever this node does about it."""
+    if cmd == "restart":
+        return [RestartCluster(), *_command(s, cmd, now)]
+    return _command(s, cmd, now)
+
+
+def _command(s: JobState, cmd: str, now: float) -> list[Action]:
     if s.exiting:
         return [Refuse("the daemon is shutting down")]
     if cmd == "pause":

@@ -18,7 +18,7 @@ def gpu_fault(s: JobState, ev: GpuFaultSeen, now: float) -> list[Action]:
     and holds it in host_fault (never restarted by itself, the budget untouched)."""
     out: list[Action] = [Emit("gpu_fault", {"reason": "gpu_fault", **ev.fields})]
     live = s.state in (State.STARTING, State.RUNNING, State.UNHEALTHY)
-    if ev.park and not s.exiting:
+    if s.policy.parks(ev.action) and not s.exiting:
         s.host_fault = dict(ev.fields)
         s.backoff_until = None
         if ev.gate and s.spawning:  # the start under way ends without a spawn

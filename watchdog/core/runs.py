@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from watchdog.core.events import Action, ChildExited, Emit, KillTree, TreeStopped
+from watchdog.core.events import Action, ChildExited, Emit, TreeStopped
 from watchdog.core.jobstate import JobState
 from watchdog.core.names import State
-from watchdog.core.transitions import fail, finish_stop, park_unverified, spawn
+from watchdog.core.transitions import fail, finish_stop, kill_tree, park_unverified, spawn
 
 
 def started(s: JobState, now: float) -> list[Action]:
@@ -85,7 +85,7 @@ def spawned(s: JobState, pid: int, now: float) -> list[Action]:
     s.run_step = None
     s.tally.run_started(now)
     if s.state is State.STOPPING:  # a stop arrived while we were spawning: stop wins
-        return [KillTree(pid=pid, reason=s.stop_reason)]
+        return [kill_tree(s, pid, s.stop_reason)]
     return [Emit("child_spawned", {"pid": pid, "attempt": s.attempt})]
 
 
@@ -119,7 +119,7 @@ def exited(s: JobState, ev: ChildExited) -> list[Action]:
     return [
         Emit("child_exited", {**fields, "reason": "exited"}),
         Emit("detector_fired", {"reason": "exited", "pid": ev.pid}),
-        KillTree(pid=ev.pid, reason="exited"),
+        kill_tree(s, ev.pid, "exited"),
     ]
 
 
@@ -139,7 +139,7 @@ def exited_well(s: JobState, ev: ChildExited, fields: Mapping[str, object]) -> l
     s.completed = {"pid": ev.pid, "exit_code": ev.exit_code, "runtime_s": runtime}
     return [
         Emit("child_exited", {**fields, "reason": "completed"}),
-        KillTree(pid=ev.pid, reason="completed"),
+        kill_tree(s, ev.pid, "completed"),
     ]
 
 

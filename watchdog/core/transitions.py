@@ -37,7 +37,14 @@ def stop(s: JobState, reason: str, after: AfterStop, incident: bool = False) -> 
     if s.spawning:
         return [CancelStart()]  # or, if the spawn wins the race, _spawned() kills it
     emit = Emit("child_stopping", {"pid": s.pid, "reason": reason})
-    return [emit, KillTree(pid=s.pid, reason=reason, incident=incident)]
+    return [emit, kill_tree(s, s.pid, reason, incident)]
+
+
+def kill_tree(s: JobState, pid: int | None, reason: str, incident: bool = False) -> KillTree:
+    """The stop of the job's tree; with `cluster:` it restarts the cluster when the policy
+    restarts on its reason and no pause holds it (issue 14)."""
+    restart = reason in s.policy.restart_on and not s.paused
+    return KillTree(pid=pid, reason=reason, incident=incident, restart_cluster=restart)
 
 
 def take_incident(s: JobState) -> dict[str, str]:

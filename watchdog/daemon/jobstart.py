@@ -31,7 +31,7 @@ LOG_OPEN_TIMEOUT_S = 10.0  # opening the job's log and writing the start marker
 
 
 class _GateRefused(Exception):
-    """The health gate found a fault that parks: the start ends without a spawn."""
+    """The core ended the start on a gate fault that parks: nothing more to report."""
 
 
 async def start(d: Daemon, attempt: int) -> None:
@@ -65,8 +65,8 @@ async def prepare_start(d: Daemon) -> SpawnFailed | None:
     found = await d.faults.gate(d.gpus.probe) or []
     for fault in found:
         d.faults.seen(fault, gate=True)
-    if any(d.faults.parks(str(f["action"])) for f in found):
-        raise _GateRefused
+    if found and not d.core.snapshot().spawning:
+        raise _GateRefused  # the core ended the start (a fault that parks): nothing to report
     for argv in job.pre_start:
         code, out = await child.run_command(
             d.reaper,

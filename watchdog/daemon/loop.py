@@ -41,9 +41,9 @@ from watchdog.core.events import (
     GpuAccessChanged,
     GpuFaultSeen,
     KillTree,
-    OperatorCommand,
     PolicyChanged,
     Refuse,
+    RestartCluster,
     RestartRequested,
     ShutdownRequested,
     SpawnChild,
@@ -251,6 +251,8 @@ class Daemon:
                     self._done.set_result(None)
             case Refuse():
                 pass  # the caller (control server) reads it from dispatch()'s return value
+            case RestartCluster():
+                pass  # told to the cluster link before the actions run (_tell_cluster)
 
     def _stop_signal(self, signum: int) -> None:
         """SIGTERM/SIGINT: stop the job gracefully, then exit (128+signum with --exit-with-job)."""
@@ -269,13 +271,11 @@ class Daemon:
     def _tell_cluster(self, event: Event, actions: list[Action]) -> None:
         """A stop for a verdict the policy restarts on makes the whole cluster restart."""
         assert self.cluster is not None
-        if isinstance(event, OperatorCommand) and event.cmd == "restart":
-            self.cluster.operator_restart()
-        paused = self.core.snapshot().paused
-        for a in actions:
+        for a in actions:  # the core decides; forwarded in its order
+            if isinstance(a, RestartCluster):
+                self.cluster.operator_restart()
             if isinstance(a, KillTree):
-                restart = a.reason in self.core.policy.restart_on and not paused
-                self.cluster.job_stopping(a.reason, restart)
+                self.cluster.job_stopping(a.reason, a.restart_cluster)
 
     def _arm_timer(self) -> None:
         if self._timer is not None:
@@ -306,10 +306,7 @@ class Daemon:
     # -------------------------------------------------------------------- the job
 
     def _gpu_fault(self, fields: dict[str, object], gate: bool, quiet: bool = False) -> None:
-        action = str(fields.get("action"))
-        park = self.faults.parks(action)
-        fault = GpuFaultSeen(action, fields, park=park, gate=gate and park, quiet=quiet)
-        self.dispatch(fault)
+        self.dispatch(GpuFaultSeen(str(fields.get("action")), fields, gate=gate, quiet=quiet))
 
     def _gpu_access(self, lost: bool, detail: str) -> None:
         self.dispatch(GpuAccessChanged(lost, detail))  # SPEC §13: the core decides

@@ -27,6 +27,8 @@ def policy_of(cfg: config.Config) -> Policy:
         max_no_progress=r.max_no_progress,
         progress_marker="step" if cfg.progress.checkpoint is None else "checkpoint",
         success_exit_codes=frozenset(cfg.job.success_exit_codes),
+        on_reset_gpu=cfg.gpus.faults.on_reset_gpu,
+        on_reboot_host=cfg.gpus.faults.on_reboot_host,
     )
 
 
