@@ -12,10 +12,7 @@ WATCHDOG = pathlib.Path(__file__).resolve().parent.parent / "watchdog"
 
 # (module, function) -> why it is still on the default executor. Shrink it; never grow it.
 REMAINING = {
-    (
-        "watchdog/process/child.py",
-        "run_command",
-    ): "feeds a hook's stdin; one thread per hook (<= 4), "
+    ("watchdog/process/child.py", "run_command"): "feeds a hook's stdin; one thread per hook (<= 4), "
     "ended by EPIPE when the hook is killed at its timeout",
     ("watchdog/cluster/link.py", "start"): "builds the etcd client (TLS context: CPU, not a read)",
     ("watchdog/cluster/link.py", "read_then_feed"): "an adopted job's epoch: None on a hang would "
