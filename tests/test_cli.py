@@ -18,7 +18,9 @@ from conftest import DaemonFactory
 from harness import BIN, Daemon, write_script
 
 from watchdog import cli
-from watchdog.core import policy, status
+from watchdog.core import status
+from watchdog.core.jobstate import Snapshot
+from watchdog.core.names import State
 from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
 
 # ------------------------------------------------------------------------------ parsing
@@ -97,14 +99,14 @@ def test_usage_error_exits_2_and_help_exits_0(capsys: pytest.CaptureFixture[str]
 # ------------------------------------------------------------------------------ screen
 
 
-def make_status(state: policy.State, pid: int | None, gpus: int = 8, **snap: Any) -> dict[str, Any]:
+def make_status(state: State, pid: int | None, gpus: int = 8, **snap: Any) -> dict[str, Any]:
     """A status object from the real status.build_status, so the screen tests track its shape."""
     fields: dict[str, Any] = {
         "state": state,
         "pid": pid,
         "spawned_at": 100.0 if pid else None,
         "healthy_since": None,
-        "healthy": state is policy.State.RUNNING,
+        "healthy": state is State.RUNNING,
         "firing": frozenset(),
         "paused": False,
         "restarts_total": 2,
@@ -121,7 +123,7 @@ def make_status(state: policy.State, pid: int | None, gpus: int = 8, **snap: Any
     )
     return status.build_status(
         status.StatusInputs(
-            snap=policy.Snapshot(**fields),
+            snap=Snapshot(**fields),
             now=8080.0,
             job_name="dflash",
             command=["/opt/job/run.sh", "--config", "x" * 150],
@@ -142,7 +144,7 @@ def make_status(state: policy.State, pid: int | None, gpus: int = 8, **snap: Any
 
 def test_status_screen_shows_state_first_and_every_fact_within_100_columns() -> None:
     """State first, then pid, per-GPU memory, tok/s, progress age, restarts, reason, backoff."""
-    st = make_status(policy.State.BACKOFF, None, next_restart_at=8088.2)
+    st = make_status(State.BACKOFF, None, next_restart_at=8088.2)
     events = [{"ts": "2026-12-02T10:15:00.000Z", "event": "restart_scheduled", "z": "w" * 200}]
     text = cli.render_status(st, events)
     lines = text.splitlines()
@@ -161,7 +163,7 @@ def test_status_screen_shows_state_first_and_every_fact_within_100_columns() -> 
 
 def test_status_screen_for_many_gpus_stays_one_screen() -> None:
     """16 GPUs are shown two a line, so the screen still fits 24 × 100."""
-    st = make_status(policy.State.RUNNING, 4182, gpus=16)
+    st = make_status(State.RUNNING, 4182, gpus=16)
     st["incident"] = None
     text = cli.render_status(st, [])
     assert len(text.splitlines()) <= 24
@@ -172,20 +174,18 @@ def test_status_screen_for_many_gpus_stays_one_screen() -> None:
 @pytest.mark.parametrize(
     ("state", "pid", "paused", "code"),
     [
-        (policy.State.RUNNING, 1, False, 0),
-        (policy.State.STARTING, 1, False, 1),
-        (policy.State.STARTING, None, False, 1),
-        (policy.State.UNHEALTHY, 1, False, 1),
-        (policy.State.PAUSED, 1, True, 1),
-        (policy.State.STOPPING, 1, False, 1),
-        (policy.State.STOPPED, None, False, 3),
-        (policy.State.BACKOFF, None, False, 3),
-        (policy.State.FATAL, None, False, 3),
+        (State.RUNNING, 1, False, 0),
+        (State.STARTING, 1, False, 1),
+        (State.STARTING, None, False, 1),
+        (State.UNHEALTHY, 1, False, 1),
+        (State.PAUSED, 1, True, 1),
+        (State.STOPPING, 1, False, 1),
+        (State.STOPPED, None, False, 3),
+        (State.BACKOFF, None, False, 3),
+        (State.FATAL, None, False, 3),
     ],
 )
-def test_status_exit_code_per_state(
-    state: policy.State, pid: int | None, paused: bool, code: int
-) -> None:
+def test_status_exit_code_per_state(state: State, pid: int | None, paused: bool, code: int) -> None:
     """SPEC §7: 0 running and healthy · 1 alive but not verified healthy · 3 no job alive."""
     assert cli.status_exit(make_status(state, pid, paused=paused)) == code
 

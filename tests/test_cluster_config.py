@@ -14,7 +14,8 @@ from harness import BIN
 from test_policy import Driver, names
 
 from watchdog.config import Config, ConfigError, parse_config
-from watchdog.core import policy as P
+from watchdog.core.events import DaemonStarted, Emit, OperatorCommand, RestartRequested
+from watchdog.core.names import State
 from watchdog.daemon.params import local_policy_of, policy_of
 
 GOOD = """\
@@ -90,11 +91,11 @@ def test_cluster_mode_local_policy_has_no_backoff_nor_budget(tmp_path: Path) -> 
 def test_restart_requested_stops_then_starts_once() -> None:
     """RestartRequested (another node moved the epoch) stops the tree and spawns once, at once."""
     d = Driver()
-    d.feed(P.DaemonStarted(), 0.0)
+    d.feed(DaemonStarted(), 0.0)
     d.healthy(1.0)
-    out = d.feed(P.RestartRequested("cluster_restart"), 2.0)
+    out = d.feed(RestartRequested("cluster_restart"), 2.0)
     assert names(out).count("KillTree") == 1 and names(out).count("SpawnChild") == 1
-    stopping = next(a for a in out if isinstance(a, P.Emit) and a.event == "child_stopping")
+    stopping = next(a for a in out if isinstance(a, Emit) and a.event == "child_stopping")
     assert stopping.fields["reason"] == "cluster_restart"
     assert d.sup.snapshot().last_reason == "cluster_restart"
 
@@ -102,10 +103,10 @@ def test_restart_requested_stops_then_starts_once() -> None:
 def test_restart_requested_without_a_job_does_nothing() -> None:
     """No job alive (waiting at the gate, stopped by an operator): nothing to stop or spawn."""
     d = Driver()
-    d.feed(P.DaemonStarted(), 0.0)
-    d.feed(P.OperatorCommand("stop"), 1.0)
-    assert d.feed(P.RestartRequested("cluster_restart"), 2.0) == []
-    assert d.sup.snapshot().state is P.State.STOPPED
+    d.feed(DaemonStarted(), 0.0)
+    d.feed(OperatorCommand("stop"), 1.0)
+    assert d.feed(RestartRequested("cluster_restart"), 2.0) == []
+    assert d.sup.snapshot().state is State.STOPPED
 
 
 def test_cluster_without_the_extra_exits_78_naming_it(tmp_path: Path) -> None:

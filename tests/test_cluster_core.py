@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from watchdog.core import cluster as C
-from watchdog.core.policy import Emit, Policy
+from watchdog.core.budget import Policy
+from watchdog.core.events import Emit
 
 POLICY = Policy(
     backoff_initial_s=1.0, backoff_factor=2.0, backoff_max_s=8.0, jitter=0.0, max_restarts=3

@@ -8,14 +8,31 @@ from conftest import DaemonFactory
 from harness import Daemon, write_script
 from test_policy import FAST, Driver, emitted, names
 
-from watchdog.core import durable
-from watchdog.core import policy as P
+from watchdog.core.budget import Durable, Policy
+from watchdog.core.events import (
+    ChildExited,
+    ChildSpawned,
+    DaemonStarted,
+    Emit,
+    GpuFaultSeen,
+    HandoverResumed,
+    OperatorCommand,
+    ProgressMarked,
+    Refuse,
+    ShutdownRequested,
+    SpawnChild,
+    StateRestored,
+    Tick,
+    TreeStopped,
+)
 from watchdog.core.goodput import Goodput
-from watchdog.core.policy import State
+from watchdog.core.names import State
+from watchdog.core.operator_commands import CANCEL_WINDOW_S
+from watchdog.core.supervisor import Supervisor
 
 
 def _running(d: Driver, now: float = 0.0) -> int:
-    d.feed(P.DaemonStarted(), now)
+    d.feed(DaemonStarted(), now)
     d.healthy(now + 1.0)
     pid = d.sup.snapshot().pid
     assert pid is not None
@@ -26,8 +43,8 @@ def test_exit_zero_completes_the_run_without_a_restart() -> None:
     """Exit 0 clears the tree, then `completed` with job_completed and nothing scheduled."""
     d = Driver()
     pid = _running(d)
-    d.feed(P.ProgressMarked("step", 1200.0, 30.0), 30.0)
-    out = d.feed(P.ChildExited(pid, 0, None), 40.0)
+    d.feed(ProgressMarked("step", 1200.0, 30.0), 30.0)
+    out = d.feed(ChildExited(pid, 0, None), 40.0)
     assert names(out) == ["child_exited", "KillTree", "job_completed"]
     assert emitted(out, "child_exited").fields["reason"] == "completed"
     done = emitted(out, "job_completed").fields
@@ -36,19 +53,19 @@ def test_exit_zero_completes_the_run_without_a_restart() -> None:
     assert snap.state is State.COMPLETED and snap.pid is None
     assert snap.completed == done and snap.completed_at == 40.0
     assert d.sup.next_deadline() is None
-    assert "SpawnChild" not in names(d.feed(P.Tick(), 1e6))
+    assert "SpawnChild" not in names(d.feed(Tick(), 1e6))
 
 
 def test_completion_waits_for_the_tree_to_be_gone() -> None:
     """Until TreeStopped the run is `stopping`: leftovers of a finished job are still cleared."""
-    sup = P.Supervisor(FAST, lambda: 0.5)
-    sup.handle(P.DaemonStarted(), 0.0)
-    sup.handle(P.ChildSpawned(7), 0.0)
-    out = sup.handle(P.ChildExited(7, 0, None), 5.0)
+    sup = Supervisor(FAST, lambda: 0.5)
+    sup.handle(DaemonStarted(), 0.0)
+    sup.handle(ChildSpawned(7), 0.0)
+    out = sup.handle(ChildExited(7, 0, None), 5.0)
     assert [type(a).__name__ for a in out] == ["Emit", "KillTree"]
     assert sup.snapshot().state is State.STOPPING
     assert sup.snapshot().completed_at == 5.0  # goodput: the run ended well at its exit
-    out = sup.handle(P.TreeStopped(killed=False, leftovers=2), 6.0)
+    out = sup.handle(TreeStopped(killed=False, leftovers=2), 6.0)
     assert names(out) == ["leftovers_found", "job_completed"]
     assert sup.snapshot().state is State.COMPLETED
 
@@ -65,15 +82,15 @@ def test_a_signal_death_is_never_a_completion() -> None:
     """Killed by a signal (exit code None) is a failure even with 0 among the success codes."""
     d = Driver()
     pid = _running(d)
-    out = d.feed(P.ChildExited(pid, None, 9), 5.0)
+    out = d.feed(ChildExited(pid, None, 9), 5.0)
     assert "restart_scheduled" in names(out)
 
 
 def test_success_exit_codes_are_configurable() -> None:
     """With success_exit_codes [0, 3], exit 3 completes; exit 0 too."""
-    d = Driver(P.Policy(**{**_fast(), "success_exit_codes": frozenset({0, 3})}))
+    d = Driver(Policy(**{**_fast(), "success_exit_codes": frozenset({0, 3})}))
     pid = _running(d)
-    d.feed(P.ChildExited(pid, 3, None), 5.0)
+    d.feed(ChildExited(pid, 3, None), 5.0)
     assert d.sup.snapshot().state is State.COMPLETED
 
 
@@ -81,10 +98,10 @@ def test_a_graceful_exit_during_a_stop_is_not_a_completion() -> None:
     """A job that answers the stop signal with exit 0 was stopped, not completed."""
     d = Driver()
     pid = _running(d)
-    d.sup.handle(P.OperatorCommand("stop"), 5.0)
-    out = d.sup.handle(P.ChildExited(pid, 0, None), 5.5)
+    d.sup.handle(OperatorCommand("stop"), 5.0)
+    out = d.sup.handle(ChildExited(pid, 0, None), 5.5)
     assert emitted(out, "child_exited").fields["reason"] == "operator"
-    out = d.sup.handle(P.TreeStopped(killed=False), 6.0)
+    out = d.sup.handle(TreeStopped(killed=False), 6.0)
     assert names(out) == ["child_stopped"] and d.sup.snapshot().state is State.STOPPED
 
 
@@ -93,11 +110,11 @@ def test_completion_leaves_the_restart_budget_and_no_progress_tally_untouched() 
     d = Driver()
     _running(d)
     d.crash(1.0)
-    d.feed(P.Tick(), d.sup.next_deadline() or 0.0)
+    d.feed(Tick(), d.sup.next_deadline() or 0.0)
     before = d.sup.snapshot()
     pid = before.pid
     assert pid is not None
-    d.feed(P.ChildExited(pid, 0, None), 10.0)
+    d.feed(ChildExited(pid, 0, None), 10.0)
     after = d.sup.snapshot()
     assert after.state is State.COMPLETED
     assert (after.restarts_total, after.restarts_in_window) == (1, 1)
@@ -107,9 +124,9 @@ def test_completion_leaves_the_restart_budget_and_no_progress_tally_untouched() 
 
 def test_restart_on_completed_restarts_as_before() -> None:
     """`completed` in restart.on: a job meant to run for ever is restarted after a backoff."""
-    d = Driver(P.Policy(**{**_fast(), "restart_on": frozenset({"exited", "completed"})}))
+    d = Driver(Policy(**{**_fast(), "restart_on": frozenset({"exited", "completed"})}))
     pid = _running(d)
-    out = d.feed(P.ChildExited(pid, 0, None), 5.0)
+    out = d.feed(ChildExited(pid, 0, None), 5.0)
     assert emitted(out, "restart_scheduled").fields["reason"] == "completed"
     assert "job_completed" not in names(out)
     assert d.sup.snapshot().state is State.BACKOFF
@@ -120,8 +137,8 @@ def test_operator_start_leaves_completed_for_a_new_run() -> None:
     for cmd in ("start", "restart"):
         d = Driver()
         pid = _running(d)
-        d.feed(P.ChildExited(pid, 0, None), 5.0)
-        out = d.feed(P.OperatorCommand(cmd), 6.0)  # type: ignore[arg-type]
+        d.feed(ChildExited(pid, 0, None), 5.0)
+        out = d.feed(OperatorCommand(cmd), 6.0)  # type: ignore[arg-type]
         assert "SpawnChild" in names(out)
         snap = d.sup.snapshot()
         assert snap.state is State.STARTING and snap.completed is None and snap.completed_at is None
@@ -131,8 +148,8 @@ def test_operator_stop_in_completed_is_stopped() -> None:
     """`stop` in completed says stopped; nothing starts."""
     d = Driver()
     pid = _running(d)
-    d.feed(P.ChildExited(pid, 0, None), 5.0)
-    out = d.feed(P.OperatorCommand("stop"), 6.0)
+    d.feed(ChildExited(pid, 0, None), 5.0)
+    out = d.feed(OperatorCommand("stop"), 6.0)
     assert names(out) == ["child_stopped"] and d.sup.snapshot().state is State.STOPPED
 
 
@@ -141,8 +158,8 @@ def test_shutdown_in_completed_exits_at_once() -> None:
     the next daemon still says completed."""
     d = Driver()
     pid = _running(d)
-    d.feed(P.ChildExited(pid, 0, None), 5.0)
-    assert names(d.feed(P.ShutdownRequested(), 6.0)) == ["Exit"]
+    d.feed(ChildExited(pid, 0, None), 5.0)
+    assert names(d.feed(ShutdownRequested(), 6.0)) == ["Exit"]
     assert d.sup.durable().completed is not None
 
 
@@ -150,50 +167,50 @@ def test_completion_while_paused_is_still_completed() -> None:
     """Maintenance mode stops automatic actions, not facts: a run that ends well is done."""
     d = Driver()
     pid = _running(d)
-    d.feed(P.OperatorCommand("pause"), 2.0)
-    d.feed(P.ChildExited(pid, 0, None), 5.0)
+    d.feed(OperatorCommand("pause"), 2.0)
+    d.feed(ChildExited(pid, 0, None), 5.0)
     assert d.sup.snapshot().state is State.COMPLETED
-    assert "SpawnChild" not in names(d.feed(P.OperatorCommand("resume"), 6.0))
+    assert "SpawnChild" not in names(d.feed(OperatorCommand("resume"), 6.0))
 
 
 def test_a_completion_survives_a_daemon_restart() -> None:
     """The durable record keeps `completed`: the next daemon reports it and starts nothing."""
     d = Driver()
     pid = _running(d)
-    d.feed(P.ChildExited(pid, 0, None), 5.0)
+    d.feed(ChildExited(pid, 0, None), 5.0)
     saved = d.sup.durable().to_dict(mono_now=5.0, wall_now=1000.0)
     assert saved["completed"]["exit_code"] == 0
-    back = durable.Durable.from_dict(saved, mono_now=50.0, wall_now=2000.0)
-    sup = P.Supervisor(FAST, lambda: 0.5)
-    sup.restore(back, 50.0)
-    out = sup.handle(P.DaemonStarted(), 50.0)
-    assert [a.event for a in out if isinstance(a, P.Emit)] == ["state_restored"]
+    back = Durable.from_dict(saved, mono_now=50.0, wall_now=2000.0)
+    sup = Supervisor(FAST, lambda: 0.5)
+    sup.handle(StateRestored(back), 50.0)
+    out = sup.handle(DaemonStarted(), 50.0)
+    assert [a.event for a in out if isinstance(a, Emit)] == ["state_restored"]
     assert emitted(out, "state_restored").fields["state"] == "completed"
-    assert not any(isinstance(a, P.SpawnChild) for a in out)
+    assert not any(isinstance(a, SpawnChild) for a in out)
     snap = sup.snapshot()
     assert snap.state is State.COMPLETED and snap.completed == saved["completed"]
-    assert "SpawnChild" in names(sup.handle(P.OperatorCommand("start"), 51.0))
+    assert "SpawnChild" in names(sup.handle(OperatorCommand("start"), 51.0))
 
 
 def test_a_record_without_completed_reads_as_not_completed() -> None:
     """A state file written before SPEC §13 (no `completed` key) restores as before."""
-    saved = durable.Durable(fatal=True).to_dict(0.0, 0.0)
+    saved = Durable(fatal=True).to_dict(0.0, 0.0)
     del saved["completed"]
-    assert durable.Durable.from_dict(saved, 0.0, 0.0).completed is None
+    assert Durable.from_dict(saved, 0.0, 0.0).completed is None
 
 
 def test_a_fresh_run_starts_whatever_the_previous_daemon_left() -> None:
     """DaemonStarted(fresh_run=True) (--exit-with-job): completed or fatal restored, the job
     starts anyway, with the budget afresh, and state_restored says what was found."""
-    for left in (durable.Durable(completed={"exit_code": 0}), durable.Durable(fatal=True)):
-        sup = P.Supervisor(FAST, lambda: 0.5)
-        sup.restore(left, 0.0)
-        out = sup.handle(P.DaemonStarted(fresh_run=True), 0.0)
+    for left in (Durable(completed={"exit_code": 0}), Durable(fatal=True)):
+        sup = Supervisor(FAST, lambda: 0.5)
+        sup.handle(StateRestored(left), 0.0)
+        out = sup.handle(DaemonStarted(fresh_run=True), 0.0)
         assert emitted(out, "state_restored").fields["fresh_run"] is True
-        assert any(isinstance(a, P.SpawnChild) for a in out)
+        assert any(isinstance(a, SpawnChild) for a in out)
         assert sup.snapshot().state is State.STARTING
-    sup = P.Supervisor(FAST, lambda: 0.5)  # nothing left: no state_restored, a plain start
-    out = sup.handle(P.DaemonStarted(fresh_run=True), 0.0)
+    sup = Supervisor(FAST, lambda: 0.5)  # nothing left: no state_restored, a plain start
+    out = sup.handle(DaemonStarted(fresh_run=True), 0.0)
     assert [type(a).__name__ for a in out] == ["SpawnChild"]
 
 
@@ -201,11 +218,11 @@ def test_a_completed_state_survives_a_reexec() -> None:
     """carry()/resume() hand `completed` and its record to the new code."""
     d = Driver()
     pid = _running(d)
-    d.feed(P.ChildExited(pid, 0, None), 5.0)
+    d.feed(ChildExited(pid, 0, None), 5.0)
     c = d.sup.carry()
     assert c is not None
-    sup = P.Supervisor(FAST, lambda: 0.5)
-    sup.resume(c, 6.0)
+    sup = Supervisor(FAST, lambda: 0.5)
+    sup.handle(HandoverResumed(c), 6.0)
     assert sup.snapshot().state is State.COMPLETED
     assert sup.snapshot().completed == d.sup.snapshot().completed
 
@@ -231,20 +248,20 @@ def test_goodput_counts_a_completed_run_as_productive_to_its_end() -> None:
     assert failed.totals()["lost_s"]["detection_delay"] == 15.0
 
 
-def _clearing_a_finished_run() -> tuple[P.Supervisor, float]:
+def _clearing_a_finished_run() -> tuple[Supervisor, float]:
     """A run that exited 0 at 5.0 and whose tree is still being cleared (a leftover holds on)."""
-    sup = P.Supervisor(FAST, lambda: 0.5)
-    sup.handle(P.DaemonStarted(), 0.0)
-    sup.handle(P.ChildSpawned(7), 0.0)
-    sup.handle(P.ChildExited(7, 0, None), 5.0)
+    sup = Supervisor(FAST, lambda: 0.5)
+    sup.handle(DaemonStarted(), 0.0)
+    sup.handle(ChildSpawned(7), 0.0)
+    sup.handle(ChildExited(7, 0, None), 5.0)
     assert sup.snapshot().state is State.STOPPING
-    return sup, 5.0 + P.CANCEL_WINDOW_S + 1.0  # later than a cancel's own signal could land
+    return sup, 5.0 + CANCEL_WINDOW_S + 1.0  # later than a cancel's own signal could land
 
 
-def _not_started_again(d: durable.Durable) -> None:
-    nxt = P.Supervisor(FAST, lambda: 0.5)
-    nxt.restore(d, 100.0)
-    assert not any(isinstance(a, P.SpawnChild) for a in nxt.handle(P.DaemonStarted(), 100.0))
+def _not_started_again(d: Durable) -> None:
+    nxt = Supervisor(FAST, lambda: 0.5)
+    nxt.handle(StateRestored(d), 100.0)
+    assert not any(isinstance(a, SpawnChild) for a in nxt.handle(DaemonStarted(), 100.0))
     assert nxt.snapshot().state is State.COMPLETED
 
 
@@ -252,14 +269,14 @@ def test_a_shutdown_while_a_finished_runs_tree_is_cleared_keeps_the_completion()
     """SIGTERM while a completed run's leftovers are stopped: job_completed, then Exit, and the
     next daemon does not start the finished run again."""
     sup, later = _clearing_a_finished_run()
-    assert sup.handle(P.ShutdownRequested(), later) == []
-    out = sup.handle(P.TreeStopped(killed=False, leftovers=1), later + 1.0)
+    assert sup.handle(ShutdownRequested(), later) == []
+    out = sup.handle(TreeStopped(killed=False, leftovers=1), later + 1.0)
     assert names(out) == ["leftovers_found", "job_completed", "Exit"]
     assert sup.snapshot().state is State.COMPLETED
     assert sup.durable().completed is not None
     _not_started_again(sup.durable())
-    assert sup.handle(P.OperatorCommand("start"), later + 2.0) == [
-        P.Refuse("the daemon is shutting down")
+    assert sup.handle(OperatorCommand("start"), later + 2.0) == [
+        Refuse("the daemon is shutting down")
     ]
 
 
@@ -267,8 +284,8 @@ def test_a_stop_signal_right_after_a_success_exit_is_the_cancel_not_a_completion
     """scancel and systemctl stop signal the job and the daemon at once: an exit 0 seen less
     than CANCEL_WINDOW_S before the daemon's own SIGTERM was the cancel's doing, not the end."""
     sup, _ = _clearing_a_finished_run()
-    assert sup.handle(P.ShutdownRequested(), 5.0 + P.CANCEL_WINDOW_S / 2) == []
-    out = sup.handle(P.TreeStopped(killed=False), 6.0)
+    assert sup.handle(ShutdownRequested(), 5.0 + CANCEL_WINDOW_S / 2) == []
+    out = sup.handle(TreeStopped(killed=False), 6.0)
     assert names(out) == ["Exit"]
     snap = sup.snapshot()
     assert snap.state is State.STOPPED and snap.completed is None and snap.completed_at is None
@@ -278,8 +295,8 @@ def test_a_stop_signal_right_after_a_success_exit_is_the_cancel_not_a_completion
 def test_an_operator_stop_while_a_finished_runs_tree_is_cleared_keeps_the_completion() -> None:
     """`stop` during the clearing: the run still ended well (job_completed, state completed)."""
     sup, later = _clearing_a_finished_run()
-    assert sup.handle(P.OperatorCommand("stop"), later) == []
-    out = sup.handle(P.TreeStopped(killed=False), later + 1.0)
+    assert sup.handle(OperatorCommand("stop"), later) == []
+    out = sup.handle(TreeStopped(killed=False), later + 1.0)
     assert names(out) == ["job_completed"] and sup.snapshot().state is State.COMPLETED
     _not_started_again(sup.durable())
 
@@ -289,34 +306,34 @@ def test_a_parking_fault_while_a_finished_runs_tree_is_cleared_keeps_the_complet
     finished before the GPU broke, so a scheduler must not requeue it (86)."""
     sup, later = _clearing_a_finished_run()
     fault = {"gpu": 0, "xid": 79, "action": "reboot_host"}
-    out = sup.handle(P.GpuFaultSeen("reboot_host", fault, park=True), later)
+    out = sup.handle(GpuFaultSeen("reboot_host", fault), later)
     assert names(out) == ["gpu_fault"]
-    out = sup.handle(P.TreeStopped(killed=False), later + 1.0)
+    out = sup.handle(TreeStopped(killed=False), later + 1.0)
     assert names(out) == ["job_completed"]
     snap = sup.snapshot()
     assert snap.state is State.COMPLETED and snap.host_fault == fault
     _not_started_again(sup.durable())
-    sup.handle(P.ShutdownRequested(), later + 2.0)
+    sup.handle(ShutdownRequested(), later + 2.0)
     assert sup.durable().completed is not None
 
 
 def test_completed_is_cleared_when_the_state_leaves_completed() -> None:
     """Status's `completed` describes the completed state: null in backoff (restart.on
     completed) and after an operator stop from completed."""
-    d = Driver(P.Policy(**{**_fast(), "restart_on": frozenset({"exited", "completed"})}))
+    d = Driver(Policy(**{**_fast(), "restart_on": frozenset({"exited", "completed"})}))
     pid = _running(d)
-    d.feed(P.ChildExited(pid, 0, None), 5.0)
+    d.feed(ChildExited(pid, 0, None), 5.0)
     assert d.sup.snapshot().state is State.BACKOFF and d.sup.snapshot().completed is None
     d = Driver()
     pid = _running(d)
-    d.feed(P.ChildExited(pid, 0, None), 5.0)
+    d.feed(ChildExited(pid, 0, None), 5.0)
     assert d.sup.snapshot().completed is not None
-    d.feed(P.OperatorCommand("stop"), 6.0)
+    d.feed(OperatorCommand("stop"), 6.0)
     assert d.sup.snapshot().state is State.STOPPED and d.sup.snapshot().completed is None
 
 
 def _fast() -> dict[str, object]:
-    return {f: getattr(FAST, f) for f in P.Policy.__dataclass_fields__}
+    return {f: getattr(FAST, f) for f in Policy.__dataclass_fields__}
 
 
 # ------------------------------------------------------------------ end to end (real daemon)

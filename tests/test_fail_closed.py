@@ -20,8 +20,25 @@ import pytest
 from harness import BIN, Daemon, base_config, wait_until, write_script
 
 from watchdog import cli
-from watchdog.core import policy as P
-from watchdog.core.policy import State
+from watchdog.core.budget import Policy
+from watchdog.core.events import (
+    CancelStart,
+    ChildExited,
+    ChildSpawned,
+    DaemonStarted,
+    Emit,
+    Exit,
+    HealthAssessed,
+    IncidentSaved,
+    KillTree,
+    OperatorCommand,
+    ShutdownRequested,
+    SpawnChild,
+    Tick,
+    TreeStopped,
+)
+from watchdog.core.names import State
+from watchdog.core.supervisor import Supervisor
 from watchdog.process import launch, reaping, tree
 
 
@@ -120,56 +137,56 @@ def test_an_exit_status_reaped_elsewhere_is_unknown_not_an_invented_255(
 
 # ------------------------------------------------------------- the core's answer (pure)
 
-FAST = P.Policy(backoff_initial_s=1.0, jitter=0.0, max_restarts=5, window_s=1000.0)
+FAST = Policy(backoff_initial_s=1.0, jitter=0.0, max_restarts=5, window_s=1000.0)
 
 
-def _crashed_and_stopping() -> P.Supervisor:
-    sup = P.Supervisor(FAST, lambda: 0.5)
-    sup.handle(P.DaemonStarted(), 0.0)
-    sup.handle(P.ChildSpawned(41), 0.0)
-    sup.handle(P.ChildExited(41, 1, None), 1.0)  # -> KillTree of the leftovers
+def _crashed_and_stopping() -> Supervisor:
+    sup = Supervisor(FAST, lambda: 0.5)
+    sup.handle(DaemonStarted(), 0.0)
+    sup.handle(ChildSpawned(41), 0.0)
+    sup.handle(ChildExited(41, 1, None), 1.0)  # -> KillTree of the leftovers
     return sup
 
 
 @pytest.mark.parametrize(
     "stopped",
     [
-        P.TreeStopped(killed=True, leftovers=None),
-        P.TreeStopped(killed=True, leftovers=None, error="RuntimeError: boom"),
+        TreeStopped(killed=True, leftovers=None),
+        TreeStopped(killed=True, leftovers=None, error="RuntimeError: boom"),
     ],
 )
 def test_a_stop_that_cannot_be_verified_parks_instead_of_starting_a_second_job(
-    stopped: P.TreeStopped,
+    stopped: TreeStopped,
 ) -> None:
     """An unknown tree (scan timed out) or an internal error in the stop parks the job in
     `fatal` naming why; nothing is spawned beside a job that may still run."""
     sup = _crashed_and_stopping()
     out = sup.handle(stopped, 1.5)
-    assert not any(isinstance(a, P.SpawnChild) for a in out), out
+    assert not any(isinstance(a, SpawnChild) for a in out), out
     assert sup.snapshot().state is State.FATAL
-    fatal = next(a for a in out if isinstance(a, P.Emit) and a.event == "fatal")
+    fatal = next(a for a in out if isinstance(a, Emit) and a.event == "fatal")
     assert fatal.fields["reason"] == "stop_unverified"
     assert sup.next_deadline() is None
-    assert not any(isinstance(a, P.SpawnChild) for a in sup.handle(P.Tick(), 1000.0))
+    assert not any(isinstance(a, SpawnChild) for a in sup.handle(Tick(), 1000.0))
 
 
 def test_an_unverified_stop_at_shutdown_still_lets_the_daemon_exit() -> None:
     """SIGTERM to the daemon while the stop cannot be verified: it says so and exits."""
-    sup = P.Supervisor(FAST, lambda: 0.5)
-    sup.handle(P.DaemonStarted(), 0.0)
-    sup.handle(P.ChildSpawned(41), 0.0)
-    sup.handle(P.ShutdownRequested(), 1.0)
-    out = sup.handle(P.TreeStopped(killed=True, leftovers=None), 2.0)
-    assert any(isinstance(a, P.Exit) for a in out)
-    assert any(isinstance(a, P.Emit) and a.event == "stop_unverified" for a in out), out
+    sup = Supervisor(FAST, lambda: 0.5)
+    sup.handle(DaemonStarted(), 0.0)
+    sup.handle(ChildSpawned(41), 0.0)
+    sup.handle(ShutdownRequested(), 1.0)
+    out = sup.handle(TreeStopped(killed=True, leftovers=None), 2.0)
+    assert any(isinstance(a, Exit) for a in out)
+    assert any(isinstance(a, Emit) and a.event == "stop_unverified" for a in out), out
 
 
 def test_an_operator_start_leaves_the_parked_state() -> None:
     """`watchdogctl start` after an unverified stop starts the job again (the operator decides)."""
     sup = _crashed_and_stopping()
-    sup.handle(P.TreeStopped(killed=True, leftovers=None), 1.5)
-    out = sup.handle(P.OperatorCommand("start"), 2.0)
-    assert any(isinstance(a, P.SpawnChild) for a in out)
+    sup.handle(TreeStopped(killed=True, leftovers=None), 1.5)
+    out = sup.handle(OperatorCommand("start"), 2.0)
+    assert any(isinstance(a, SpawnChild) for a in out)
 
 
 # ------------------------------------------------------------- the daemon (end to end)
@@ -344,32 +361,32 @@ def test_an_incident_is_named_by_its_own_fatal_and_never_by_a_later_restart(
 
 def test_the_core_names_an_incident_only_in_the_failure_its_stop_leads_to() -> None:
     """IncidentSaved during a stop goes on that stop's restart_scheduled, and no later one."""
-    sup = P.Supervisor(FAST, lambda: 0.5)
-    sup.handle(P.DaemonStarted(), 0.0)
-    sup.handle(P.ChildSpawned(41), 0.0)
-    sup.handle(P.HealthAssessed(41, False, frozenset({"stalled"})), 1.0)  # -> KillTree
-    sup.handle(P.IncidentSaved("/state/incidents/x-stalled"), 1.1)
-    sup.handle(P.ChildExited(41, None, 15), 1.2)
-    out = sup.handle(P.TreeStopped(killed=False), 1.3)
-    first = next(a for a in out if isinstance(a, P.Emit) and a.event == "restart_scheduled")
+    sup = Supervisor(FAST, lambda: 0.5)
+    sup.handle(DaemonStarted(), 0.0)
+    sup.handle(ChildSpawned(41), 0.0)
+    sup.handle(HealthAssessed(41, False, frozenset({"stalled"})), 1.0)  # -> KillTree
+    sup.handle(IncidentSaved("/state/incidents/x-stalled"), 1.1)
+    sup.handle(ChildExited(41, None, 15), 1.2)
+    out = sup.handle(TreeStopped(killed=False), 1.3)
+    first = next(a for a in out if isinstance(a, Emit) and a.event == "restart_scheduled")
     assert first.fields["incident"] == "/state/incidents/x-stalled"
-    sup.handle(P.Tick(), 10.0)
-    sup.handle(P.ChildSpawned(42), 10.0)
-    sup.handle(P.ChildExited(42, 1, None), 11.0)
-    out = sup.handle(P.TreeStopped(killed=False), 11.1)
-    later = next(a for a in out if isinstance(a, P.Emit) and a.event == "restart_scheduled")
+    sup.handle(Tick(), 10.0)
+    sup.handle(ChildSpawned(42), 10.0)
+    sup.handle(ChildExited(42, 1, None), 11.0)
+    out = sup.handle(TreeStopped(killed=False), 11.1)
+    later = next(a for a in out if isinstance(a, Emit) and a.event == "restart_scheduled")
     assert "incident" not in later.fields
 
 
 def test_a_stop_while_the_start_still_waits_cancels_the_start() -> None:
     """Cancelling a start is the core's decision: a stop before ChildSpawned asks CancelStart
     (once), and a spawn that won the race anyway is killed."""
-    sup = P.Supervisor(FAST, lambda: 0.5)
-    sup.handle(P.DaemonStarted(), 0.0)
-    assert sup.handle(P.OperatorCommand("stop"), 0.5) == [P.CancelStart()]
-    assert sup.handle(P.ShutdownRequested(), 0.6) == []  # a stop is under way already
-    late = sup.handle(P.ChildSpawned(41), 0.7)
-    assert any(isinstance(a, P.KillTree) and a.pid == 41 for a in late)
+    sup = Supervisor(FAST, lambda: 0.5)
+    sup.handle(DaemonStarted(), 0.0)
+    assert sup.handle(OperatorCommand("stop"), 0.5) == [CancelStart()]
+    assert sup.handle(ShutdownRequested(), 0.6) == []  # a stop is under way already
+    late = sup.handle(ChildSpawned(41), 0.7)
+    assert any(isinstance(a, KillTree) and a.pid == 41 for a in late)
 
 
 HANGING_HISTORY_DISK = """

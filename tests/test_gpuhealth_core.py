@@ -5,11 +5,29 @@ and the verdicts and status that name them."""
 
 from __future__ import annotations
 
-from watchdog.core import policy as P
+from watchdog.core.budget import Policy
+from watchdog.core.events import (
+    Action,
+    ChildExited,
+    ChildSpawned,
+    DaemonStarted,
+    Emit,
+    GpuAccessChanged,
+    GpuFaultSeen,
+    HandoverResumed,
+    HealthAssessed,
+    KillTree,
+    OperatorCommand,
+    SpawnChild,
+    Tick,
+    TreeStopped,
+)
 from watchdog.core.gpuhealth import ClockReading, DegradedTracker, throttle_names
 from watchdog.core.health import HealthConfig, HealthMonitor
+from watchdog.core.names import State
 from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
 from watchdog.core.status import StatusInputs, build_status, status_line
+from watchdog.core.supervisor import Supervisor
 from watchdog.core.xid import host_fault_line
 
 SW_POWER_CAP, HW_SLOWDOWN, HW_THERMAL, HW_POWER_BRAKE = 0x4, 0x8, 0x40, 0x80
@@ -155,48 +173,48 @@ def test_a_degraded_gpu_fires_gpu_degraded_with_the_gpu_and_its_reasons() -> Non
 # ------------------------------------------------------------------ the supervisor
 
 
-def _running(pol: P.Policy | None = None) -> P.Supervisor:
-    sup = P.Supervisor(pol or P.Policy(backoff_initial_s=10.0, jitter=0.0), lambda: 0.5)
-    sup.handle(P.DaemonStarted(), 0.0)
-    sup.handle(P.ChildSpawned(pid=7), 0.0)
-    sup.handle(P.HealthAssessed(7, True), 1.0)
-    assert sup.snapshot().state is P.State.RUNNING
+def _running(pol: Policy | None = None) -> Supervisor:
+    sup = Supervisor(pol or Policy(backoff_initial_s=10.0, jitter=0.0), lambda: 0.5)
+    sup.handle(DaemonStarted(), 0.0)
+    sup.handle(ChildSpawned(pid=7), 0.0)
+    sup.handle(HealthAssessed(7, True), 1.0)
+    assert sup.snapshot().state is State.RUNNING
     return sup
 
 
-def _names(actions: list[P.Action]) -> list[str]:
-    return [a.event for a in actions if isinstance(a, P.Emit)]
+def _names(actions: list[Action]) -> list[str]:
+    return [a.event for a in actions if isinstance(a, Emit)]
 
 
-def _die(sup: P.Supervisor, now: float) -> list[P.Action]:
-    out = sup.handle(P.ChildExited(7, None, 9), now)
-    return out + sup.handle(P.TreeStopped(killed=False), now)
+def _die(sup: Supervisor, now: float) -> list[Action]:
+    out = sup.handle(ChildExited(7, None, 9), now)
+    return out + sup.handle(TreeStopped(killed=False), now)
 
 
 def test_access_lost_is_named_and_the_running_job_is_left_alone() -> None:
     """gpu_access_lost once (a second report adds nothing); no stop, no state change."""
     sup = _running()
-    out = sup.handle(P.GpuAccessChanged(True, "every GPU answers UNKNOWN"), 2.0)
+    out = sup.handle(GpuAccessChanged(True, "every GPU answers UNKNOWN"), 2.0)
     assert _names(out) == ["gpu_access_lost"]
     assert out[0].fields["detail"] == "every GPU answers UNKNOWN"  # type: ignore[union-attr]
-    assert not any(isinstance(a, P.KillTree) for a in out)
-    assert sup.handle(P.GpuAccessChanged(True, "again"), 3.0) == []
-    assert sup.snapshot().state is P.State.RUNNING and sup.snapshot().pid == 7
+    assert not any(isinstance(a, KillTree) for a in out)
+    assert sup.handle(GpuAccessChanged(True, "again"), 3.0) == []
+    assert sup.snapshot().state is State.RUNNING and sup.snapshot().pid == 7
 
 
 def test_death_while_access_is_lost_parks_in_host_fault_with_one_event() -> None:
     """The job dies meanwhile: host_fault (kind gpu_access_lost), one job_parked, no restart
     and nothing scheduled however long the loss lasts."""
     sup = _running()
-    sup.handle(P.GpuAccessChanged(True, "cannot open /dev/nvidiactl: EPERM"), 2.0)
+    sup.handle(GpuAccessChanged(True, "cannot open /dev/nvidiactl: EPERM"), 2.0)
     out = _die(sup, 3.0)
     assert "job_parked" in _names(out) and "restart_scheduled" not in _names(out)
-    assert not any(isinstance(a, P.SpawnChild) for a in out)
+    assert not any(isinstance(a, SpawnChild) for a in out)
     snap = sup.snapshot()
-    assert snap.state is P.State.HOST_FAULT and snap.restarts_total == 0
+    assert snap.state is State.HOST_FAULT and snap.restarts_total == 0
     assert snap.host_fault is not None and snap.host_fault["kind"] == "gpu_access_lost"
     assert sup.next_deadline() is None
-    assert sup.handle(P.Tick(), 10_000.0) == []
+    assert sup.handle(Tick(), 10_000.0) == []
     line = host_fault_line(dict(snap.host_fault))
     assert line is not None and "recreate the container" in line and len(line) <= 100
 
@@ -204,76 +222,76 @@ def test_death_while_access_is_lost_parks_in_host_fault_with_one_event() -> None
 def test_restored_access_lifts_the_park_and_restarts_as_the_policy_says() -> None:
     """gpu_access_restored clears host_fault and schedules the deferred restart (backoff)."""
     sup = _running()
-    sup.handle(P.GpuAccessChanged(True, "x"), 2.0)
+    sup.handle(GpuAccessChanged(True, "x"), 2.0)
     _die(sup, 3.0)
-    out = sup.handle(P.GpuAccessChanged(False), 50.0)
+    out = sup.handle(GpuAccessChanged(False), 50.0)
     assert _names(out) == ["gpu_access_restored", "restart_scheduled"]
     snap = sup.snapshot()
-    assert snap.state is P.State.BACKOFF and snap.host_fault is None
-    assert any(isinstance(a, P.SpawnChild) for a in sup.handle(P.Tick(), 60.0))
+    assert snap.state is State.BACKOFF and snap.host_fault is None
+    assert any(isinstance(a, SpawnChild) for a in sup.handle(Tick(), 60.0))
 
 
 def test_access_lost_during_backoff_parks_and_restored_access_starts_at_once() -> None:
     """A restart already scheduled is held too; when access is back the job starts."""
     sup = _running()
     _die(sup, 3.0)
-    assert sup.snapshot().state is P.State.BACKOFF
-    out = sup.handle(P.GpuAccessChanged(True, "x"), 4.0)
+    assert sup.snapshot().state is State.BACKOFF
+    out = sup.handle(GpuAccessChanged(True, "x"), 4.0)
     assert _names(out) == ["gpu_access_lost", "job_parked"]
-    assert sup.snapshot().state is P.State.HOST_FAULT and sup.next_deadline() is None
-    out = sup.handle(P.GpuAccessChanged(False), 100.0)
-    assert any(isinstance(a, P.SpawnChild) for a in out)
+    assert sup.snapshot().state is State.HOST_FAULT and sup.next_deadline() is None
+    out = sup.handle(GpuAccessChanged(False), 100.0)
+    assert any(isinstance(a, SpawnChild) for a in out)
 
 
 def test_a_restart_for_a_verdict_while_access_is_lost_parks_too() -> None:
     """A stalled job is stopped as configured, but not started again into unreachable GPUs."""
     sup = _running()
-    sup.handle(P.GpuAccessChanged(True, "x"), 2.0)
-    out = sup.handle(P.HealthAssessed(7, False, frozenset({"stalled"})), 3.0)
-    assert any(isinstance(a, P.KillTree) for a in out)
-    out = sup.handle(P.TreeStopped(killed=False), 4.0)
-    assert "job_parked" in _names(out) and sup.snapshot().state is P.State.HOST_FAULT
+    sup.handle(GpuAccessChanged(True, "x"), 2.0)
+    out = sup.handle(HealthAssessed(7, False, frozenset({"stalled"})), 3.0)
+    assert any(isinstance(a, KillTree) for a in out)
+    out = sup.handle(TreeStopped(killed=False), 4.0)
+    assert "job_parked" in _names(out) and sup.snapshot().state is State.HOST_FAULT
 
 
 def test_an_operator_start_leaves_the_access_park_and_a_later_restore_starts_nothing_more() -> None:
     """`watchdogctl start` during the park starts the job; access coming back then only says so."""
     sup = _running()
-    sup.handle(P.GpuAccessChanged(True, "x"), 2.0)
+    sup.handle(GpuAccessChanged(True, "x"), 2.0)
     _die(sup, 3.0)
-    out = sup.handle(P.OperatorCommand("start"), 5.0)
-    assert any(isinstance(a, P.SpawnChild) for a in out)
-    sup.handle(P.ChildSpawned(pid=8), 5.0)
-    out = sup.handle(P.GpuAccessChanged(False), 6.0)
+    out = sup.handle(OperatorCommand("start"), 5.0)
+    assert any(isinstance(a, SpawnChild) for a in out)
+    sup.handle(ChildSpawned(pid=8), 5.0)
+    out = sup.handle(GpuAccessChanged(False), 6.0)
     assert _names(out) == ["gpu_access_restored"]
-    assert not any(isinstance(a, P.SpawnChild) for a in out)
+    assert not any(isinstance(a, SpawnChild) for a in out)
 
 
 def test_restored_access_never_lifts_a_park_for_a_gpu_fault() -> None:
     """A GPU parked for a reset stays parked when NVML access comes back."""
     sup = _running()
-    sup.handle(P.GpuAccessChanged(True, "x"), 2.0)
+    sup.handle(GpuAccessChanged(True, "x"), 2.0)
     fault = {"gpu": 3, "uuid": "GPU-3", "xid": 79, "action": "reboot_host", "message": "m"}
-    sup.handle(P.GpuFaultSeen("reboot_host", fault, park=True), 3.0)
-    sup.handle(P.ChildExited(7, None, 15), 3.5)
-    sup.handle(P.TreeStopped(killed=False), 4.0)
+    sup.handle(GpuFaultSeen("reboot_host", fault), 3.0)
+    sup.handle(ChildExited(7, None, 15), 3.5)
+    sup.handle(TreeStopped(killed=False), 4.0)
     assert sup.snapshot().host_fault == fault
-    out = sup.handle(P.GpuAccessChanged(False), 5.0)
+    out = sup.handle(GpuAccessChanged(False), 5.0)
     assert _names(out) == ["gpu_access_restored"]
-    assert sup.snapshot().state is P.State.HOST_FAULT and sup.snapshot().host_fault == fault
+    assert sup.snapshot().state is State.HOST_FAULT and sup.snapshot().host_fault == fault
 
 
 def test_a_reexec_carries_the_lost_access_and_its_park() -> None:
     """carry()/resume(): the new code still knows access is lost and what the park deferred."""
     sup = _running()
-    sup.handle(P.GpuAccessChanged(True, "x"), 2.0)
+    sup.handle(GpuAccessChanged(True, "x"), 2.0)
     _die(sup, 3.0)
     carried = sup.carry()
     assert carried is not None
-    new = P.Supervisor(P.Policy(backoff_initial_s=10.0, jitter=0.0), lambda: 0.5)
-    new.resume(carried, 4.0)
-    assert new.snapshot().state is P.State.HOST_FAULT
-    assert new.handle(P.GpuAccessChanged(True, "x"), 5.0) == []
-    assert "restart_scheduled" in _names(new.handle(P.GpuAccessChanged(False), 6.0))
+    new = Supervisor(Policy(backoff_initial_s=10.0, jitter=0.0), lambda: 0.5)
+    new.handle(HandoverResumed(carried), 4.0)
+    assert new.snapshot().state is State.HOST_FAULT
+    assert new.handle(GpuAccessChanged(True, "x"), 5.0) == []
+    assert "restart_scheduled" in _names(new.handle(GpuAccessChanged(False), 6.0))
 
 
 # ------------------------------------------------------------------ status
@@ -330,34 +348,34 @@ def test_status_says_gpu_access_lost_and_why() -> None:
 def test_a_startup_window_that_ends_while_access_is_lost_stops_nothing() -> None:
     """Blind is not failed: the startup window running out while NVML access is lost fires no
     startup_timeout; once the GPUs can be read, a still unhealthy job is judged as usual."""
-    sup = P.Supervisor(P.Policy(startup_timeout_s=30.0, jitter=0.0), lambda: 0.5)
-    sup.handle(P.DaemonStarted(), 0.0)
-    sup.handle(P.ChildSpawned(pid=7), 0.0)
-    sup.handle(P.GpuAccessChanged(True, "x"), 5.0)
+    sup = Supervisor(Policy(startup_timeout_s=30.0, jitter=0.0), lambda: 0.5)
+    sup.handle(DaemonStarted(), 0.0)
+    sup.handle(ChildSpawned(pid=7), 0.0)
+    sup.handle(GpuAccessChanged(True, "x"), 5.0)
     lost = frozenset({"gpu_access_lost"})
-    sup.handle(P.HealthAssessed(7, False, lost), 6.0)
-    assert sup.handle(P.Tick(), 31.0) == [] and sup.next_deadline() is None
-    out = sup.handle(P.HealthAssessed(7, False, lost), 40.0)
-    assert not any(isinstance(a, P.KillTree) for a in out)
-    sup.handle(P.GpuAccessChanged(False), 50.0)
-    out = sup.handle(P.HealthAssessed(7, False), 51.0)
-    fired = [a.fields.get("reason") for a in out if isinstance(a, P.Emit)]
-    assert "startup_timeout" in fired and any(isinstance(a, P.KillTree) for a in out)
+    sup.handle(HealthAssessed(7, False, lost), 6.0)
+    assert sup.handle(Tick(), 31.0) == [] and sup.next_deadline() is None
+    out = sup.handle(HealthAssessed(7, False, lost), 40.0)
+    assert not any(isinstance(a, KillTree) for a in out)
+    sup.handle(GpuAccessChanged(False), 50.0)
+    out = sup.handle(HealthAssessed(7, False), 51.0)
+    fired = [a.fields.get("reason") for a in out if isinstance(a, Emit)]
+    assert "startup_timeout" in fired and any(isinstance(a, KillTree) for a in out)
 
 
 def test_a_gpu_nvml_cannot_read_never_times_a_startup_out() -> None:
     """gpu_unreadable through the startup window: no startup_timeout; healthy once readable."""
-    sup = P.Supervisor(P.Policy(startup_timeout_s=30.0), lambda: 0.5)
-    sup.handle(P.DaemonStarted(), 0.0)
-    sup.handle(P.ChildSpawned(pid=7), 0.0)
+    sup = Supervisor(Policy(startup_timeout_s=30.0), lambda: 0.5)
+    sup.handle(DaemonStarted(), 0.0)
+    sup.handle(ChildSpawned(pid=7), 0.0)
     unreadable = frozenset({"gpu_unreadable"})
-    sup.handle(P.HealthAssessed(7, False, unreadable), 29.0)
-    assert sup.handle(P.Tick(), 31.0) == []
+    sup.handle(HealthAssessed(7, False, unreadable), 29.0)
+    assert sup.handle(Tick(), 31.0) == []
     assert not any(
-        isinstance(a, P.KillTree) for a in sup.handle(P.HealthAssessed(7, False, unreadable), 40)
+        isinstance(a, KillTree) for a in sup.handle(HealthAssessed(7, False, unreadable), 40)
     )
-    out = sup.handle(P.HealthAssessed(7, True), 41.0)
-    assert "child_healthy" in _names(out) and sup.snapshot().state is P.State.RUNNING
+    out = sup.handle(HealthAssessed(7, True), 41.0)
+    assert "child_healthy" in _names(out) and sup.snapshot().state is State.RUNNING
 
 
 def test_a_hung_nvml_probe_is_not_a_pass() -> None:

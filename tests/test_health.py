@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from watchdog.core import policy as P
+from watchdog.core.budget import Policy
+from watchdog.core.events import ChildSpawned, DaemonStarted, HealthAssessed, KillTree, Tick
 from watchdog.core.health import HealthConfig, HealthMonitor
+from watchdog.core.names import State
 from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
+from watchdog.core.supervisor import Supervisor
 
 NO_GPUS = HealthConfig(expect_gpus=False, stall_after_s=10.0)
 
@@ -44,18 +47,18 @@ def test_a_stuck_read_of_the_log_is_unhealthy_with_progress_unreadable() -> None
 def test_progress_unreadable_never_stops_the_job_nor_times_its_startup_out() -> None:
     """A hung read of the progress log is warn-only (SPEC §13): no stop, through the startup
     window no startup_timeout; the job turns healthy once the log reads again."""
-    sup = P.Supervisor(P.Policy(startup_timeout_s=30.0), lambda: 0.5)
-    sup.handle(P.DaemonStarted(), 0.0)
-    sup.handle(P.ChildSpawned(pid=7), 0.0)
+    sup = Supervisor(Policy(startup_timeout_s=30.0), lambda: 0.5)
+    sup.handle(DaemonStarted(), 0.0)
+    sup.handle(ChildSpawned(pid=7), 0.0)
     unreadable = frozenset({"progress_unreadable"})
-    out = sup.handle(P.HealthAssessed(7, False, unreadable), 29.0)
-    assert not any(isinstance(a, P.KillTree) for a in out)
-    assert sup.handle(P.Tick(), 31.0) == []
-    out = sup.handle(P.HealthAssessed(7, False, unreadable), 40.0)
-    assert not any(isinstance(a, P.KillTree) for a in out)
+    out = sup.handle(HealthAssessed(7, False, unreadable), 29.0)
+    assert not any(isinstance(a, KillTree) for a in out)
+    assert sup.handle(Tick(), 31.0) == []
+    out = sup.handle(HealthAssessed(7, False, unreadable), 40.0)
+    assert not any(isinstance(a, KillTree) for a in out)
     assert sup.snapshot().firing == unreadable
-    out = sup.handle(P.HealthAssessed(7, True), 41.0)
-    assert sup.snapshot().state is P.State.RUNNING and not sup.snapshot().firing
+    out = sup.handle(HealthAssessed(7, True), 41.0)
+    assert sup.snapshot().state is State.RUNNING and not sup.snapshot().firing
 
 
 def test_a_progress_line_counts_from_when_its_file_was_written() -> None:
@@ -152,18 +155,17 @@ def test_a_gpu_memory_reading_nvml_refuses_is_unreadable_never_a_pass() -> None:
 
 def test_the_gpu_lost_verdict_marks_a_running_job_unhealthy_and_never_restarts_it() -> None:
     """The verdict above, fed to the supervisor: unhealthy (status healthy false), no stop."""
-    from watchdog.core import policy as P
 
-    sup = P.Supervisor(P.Policy(), lambda: 0.5)
-    sup.handle(P.DaemonStarted(), 0.0)
-    sup.handle(P.ChildSpawned(pid=7), 0.0)
-    sup.handle(P.HealthAssessed(7, True), 1.0)
+    sup = Supervisor(Policy(), lambda: 0.5)
+    sup.handle(DaemonStarted(), 0.0)
+    sup.handle(ChildSpawned(pid=7), 0.0)
+    sup.handle(HealthAssessed(7, True), 1.0)
     lost = _reading(1, None, error="GPU_IS_LOST", lost=True)
     v = _healthy_job(GPUS_ALL, _reading(0, 70000.0), lost).assess(2.0)
-    out = sup.handle(P.HealthAssessed(7, v.healthy, v.firing, v.evidence), 2.0)
-    assert not any(isinstance(a, P.KillTree) for a in out)
+    out = sup.handle(HealthAssessed(7, v.healthy, v.firing, v.evidence), 2.0)
+    assert not any(isinstance(a, KillTree) for a in out)
     snap = sup.snapshot()
-    assert snap.state is P.State.UNHEALTHY and not snap.healthy
+    assert snap.state is State.UNHEALTHY and not snap.healthy
 
 
 def test_progress_counts_as_activity_for_last_activity_at() -> None:

@@ -10,7 +10,7 @@ import yaml
 from harness import base_config
 
 from watchdog import config
-from watchdog.core import policy
+from watchdog.core.events import Action, Event, OperatorCommand, Refuse, ShutdownRequested, Tick
 from watchdog.daemon.inbox import Inbox
 from watchdog.daemon.loop import Daemon
 
@@ -44,7 +44,7 @@ def test_cluster_restart_asked_while_handling_is_handled_after_it(tmp_path: path
         d.cluster = ReenteringLink(d.restart_for_cluster)  # type: ignore[assignment]
         handle = d.core.handle
 
-        def recording_handle(event: policy.Event, now: float) -> list[policy.Action]:
+        def recording_handle(event: Event, now: float) -> list[Action]:
             order.append(f"handle {type(event).__name__}")
             actions = handle(event, now)
             order.append(f"handled {type(event).__name__}")
@@ -53,8 +53,8 @@ def test_cluster_restart_asked_while_handling_is_handled_after_it(tmp_path: path
         d.core.handle = recording_handle  # type: ignore[method-assign]
         d._execute = lambda a: order.append(f"execute {type(a).__name__}")  # type: ignore[method-assign]
         consumer = asyncio.get_running_loop().create_task(d.consumer.run())
-        await d.ask(policy.OperatorCommand("restart", 0))
-        await d.ask(policy.Tick())  # the restart it asked for was queued before this
+        await d.ask(OperatorCommand("restart", 0))
+        await d.ask(Tick())  # the restart it asked for was queued before this
         consumer.cancel()
 
     asyncio.run(scenario())
@@ -79,14 +79,14 @@ def test_ask_answers_with_the_actions_and_keeps_posting_order() -> None:
             while (posted := await inbox.next(None)) is not None:
                 seen.append(type(posted.input).__name__)
                 if posted.answer is not None:
-                    posted.answer.set_result([policy.Refuse("no")])
+                    posted.answer.set_result([Refuse("no")])
 
         task = asyncio.get_running_loop().create_task(consume())
-        inbox.post(policy.Tick())
-        inbox.post(policy.ShutdownRequested())
-        actions = await inbox.ask(policy.OperatorCommand("stop", 0))
+        inbox.post(Tick())
+        inbox.post(ShutdownRequested())
+        actions = await inbox.ask(OperatorCommand("stop", 0))
         task.cancel()
-        assert actions == [policy.Refuse("no")]
+        assert actions == [Refuse("no")]
         return seen
 
     assert asyncio.run(scenario()) == ["Tick", "ShutdownRequested", "OperatorCommand"]
@@ -103,7 +103,8 @@ def test_next_gives_none_at_the_deadline_when_nothing_came() -> None:
 
 def test_only_the_consumer_calls_the_core() -> None:
     """Outside the core, `.handle(` is called in daemon/consumer.py alone (and by the input
-    log's replay, which feeds a fresh core of its own): no producer enters the core directly."""
+    log's replay, and `watchdogd --check-reexec` in the new code's check process, each feeding
+    a fresh core of its own): no producer enters the daemon's core directly."""
     import ast
     import pathlib
 
@@ -119,4 +120,4 @@ def test_only_the_consumer_calls_the_core() -> None:
                 and node.func.attr == "handle"
             ):
                 callers.add(str(path.relative_to(root)))
-    assert callers == {"daemon/consumer.py", "daemon/inputlog.py"}
+    assert callers == {"daemon/consumer.py", "daemon/inputlog.py", "daemon/reexec.py"}

@@ -2,43 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import pathlib
 from typing import Any
 
 from conftest import DaemonFactory
 from harness import wait_until, write_script
 
-from watchdog.core import policy
+from watchdog.core.events import (
+    Action,
+    Emit,
+)
+from watchdog.core.supervisor import Supervisor
 from watchdog.daemon import inputlog
-
-EVERY_EVENT: list[policy.Event] = [
-    policy.DaemonStarted(fresh_run=True),
-    policy.JobAdopted(12),
-    policy.OperatorCommand("pause", 0),
-    policy.ShutdownRequested(),
-    policy.ChildSpawned(4182),
-    policy.SpawnFailed("pre_start_failed", "exit 1"),
-    policy.ChildExited(4182, None, 9),
-    policy.TreeStopped(killed=True, leftovers=None, error="boom"),
-    policy.HealthAssessed(4182, False, frozenset({"stalled", "gpus_idle"}), {"stalled": "60 s"}),
-    policy.IncidentSaved("/x/incident"),
-    policy.ProgressMarked("step", 12.0, 3.5),
-    policy.RankExited(4182, 4190, "3"),
-    policy.GpuFaultSeen("reboot", {"gpu": 0, "xid": 79}, park=True, gate=False, quiet=True),
-    policy.GpuAccessChanged(True, "NVML_ERROR_UNKNOWN"),
-    policy.PolicyChanged(policy.Policy(restart_on=frozenset({"exited"}), jitter=0.3)),
-    policy.Tick(),
-    policy.RestartRequested("cluster_restart"),
-]
-
-
-def test_every_event_survives_the_codec() -> None:
-    """Each core event type comes back equal from its JSON record (frozensets, the policy)."""
-    for event in EVERY_EVENT:
-        record = json.loads(json.dumps(inputlog.to_record(event, 1.25)))
-        assert inputlog.from_record(record) == event, record
-    assert {type(e) for e in EVERY_EVENT} == set(inputlog._EVENTS.values())
 
 
 def test_a_daemons_input_log_replays_to_the_state_and_restarts_status_shows(
@@ -53,7 +28,7 @@ def test_a_daemons_input_log_replays_to_the_state_and_restarts_status_shows(
     st = d.status()
     log = d.state_dir / "inputs.jsonl"
 
-    def replayed() -> policy.Supervisor | None:
+    def replayed() -> Supervisor | None:
         if not log.exists():
             return None
         core = inputlog.replay(inputlog.read(str(log)))
@@ -62,7 +37,7 @@ def test_a_daemons_input_log_replays_to_the_state_and_restarts_status_shows(
     core = wait_until(replayed, 10, "the input log to reach the daemon's state")
     assert st["state"] == "fatal"
     assert core.snapshot().restarts_total == st["restarts"]["total"] == 3
-    kinds = [r["type"] for r in inputlog.read(str(log))]
+    kinds = [r.get("type") or r["record"]["event"] for r in inputlog.read(str(log))]
     assert kinds[0] == "SupervisorMade"
     assert kinds.count("ChildSpawned") == 4 and kinds.count("ChildExited") == 4
     # the same jitter: the replay's restart delays are the ones the daemon reported
@@ -73,10 +48,10 @@ def test_a_daemons_input_log_replays_to_the_state_and_restarts_status_shows(
 
 def replay_delays(records: list[dict[str, Any]]) -> list[object]:
     """The delay_s of each restart_scheduled the replayed core emits."""
-    actions: list[policy.Action] = []
+    actions: list[Action] = []
     inputlog.replay(records, actions)
     return [
         a.fields["delay_s"]
         for a in actions
-        if isinstance(a, policy.Emit) and a.event == "restart_scheduled"
+        if isinstance(a, Emit) and a.event == "restart_scheduled"
     ]

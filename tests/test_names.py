@@ -62,15 +62,17 @@ def test_names_are_snake_case() -> None:
 
 def test_the_reasons_the_core_emits_are_registered() -> None:
     """Every `reason=` the core passes as a literal is a registered reason."""
-    tree = ast.parse((ROOT / "watchdog" / "core" / "policy.py").read_text())
+    core = ROOT / "watchdog" / "core"
+    supervisor = ["transitions", "runs", "verdicts", "parking", "operator_commands", "handover"]
+    trees = [ast.parse((core / f"{m}.py").read_text()) for m in supervisor]
     used = set()
-    for node in ast.walk(tree):
+    for node in (n for tree in trees for n in ast.walk(tree)):
         if isinstance(node, ast.Dict):
             for k, v in zip(node.keys, node.values, strict=True):
                 is_reason = isinstance(k, ast.Constant) and k.value == "reason"
                 if is_reason and isinstance(v, ast.Constant) and isinstance(v.value, str):
                     used.add(v.value)
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "_spawn":
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "spawn":
             for kw in node.keywords:
                 if kw.arg == "reason" and isinstance(kw.value, ast.Constant):
                     used.add(str(kw.value.value))
@@ -84,13 +86,7 @@ CLI_COPIES: dict[str, tuple[str, ...] | frozenset[str]] = {
     "watchdog/cli/render.py": names.ALIVE_STATES,
     "watchdog/core/goodput.py": names.JOB_VERDICTS,  # in order: goodput's charging order
 }
-# Literal sets still in core/policy.py, which is being split on another branch: they go once
-# the split refers to names.py (the stale check below then asks to drop them from here).
-PENDING = {
-    ("watchdog/core/policy.py", names.INCIDENT_REASONS),
-    ("watchdog/core/policy.py", frozenset({"gpu_access_lost", "gpu_unreadable", "gpu_probe_hung"})),
-    ("watchdog/core/policy.py", names.DEFAULT_RESTART_ON),
-}
+PENDING: set[tuple[str, frozenset[str]]] = set()  # none: every list refers to names.py
 KNOWN = set(names.EVENTS) | set(names.REASONS) | set(names.STATES)
 
 
@@ -155,10 +151,7 @@ def test_the_scan_finds_a_list_of_reasons_in_every_literal_shape(tmp_path: pathl
 
 def test_the_state_list_matches_the_supervisor() -> None:
     """names.STATES holds every state the supervisor can be in, once, and nothing else."""
-    from watchdog.core import policy
-
-    state = getattr(names, "State", None) or policy.State
-    assert {s.value for s in state} == set(names.STATES)
+    assert {s.value for s in names.State} == set(names.STATES)
     assert len(names.STATES) == len(set(names.STATES))
 
 

@@ -2,18 +2,52 @@
 
 from __future__ import annotations
 
+import ast
+import json
+import pathlib
 from dataclasses import replace
+from typing import Literal, get_args
 
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from watchdog.core import policy as P
-from watchdog.core.durable import Durable
-from watchdog.core.policy import State
+from watchdog.core.budget import Policy
+from watchdog.core.events import (
+    Action,
+    ChildExited,
+    ChildSpawned,
+    DaemonStarted,
+    Emit,
+    Event,
+    Exit,
+    GpuAccessChanged,
+    GpuFaultSeen,
+    HandoverResumed,
+    HealthAssessed,
+    IncidentSaved,
+    JobAdopted,
+    KillTree,
+    OperatorCommand,
+    PolicyChanged,
+    ProgressMarked,
+    RankExited,
+    Refuse,
+    RestartRequested,
+    ShutdownRequested,
+    SpawnChild,
+    SpawnFailed,
+    StateRestored,
+    Tick,
+    TreeStopped,
+)
+from watchdog.core.names import State
+from watchdog.core.operator_commands import CANCEL_WINDOW_S
+from watchdog.core.records import from_record, to_record
+from watchdog.core.supervisor import Supervisor
 
-POLICY = P.Policy(
+POLICY = Policy(
     backoff_initial_s=1.0,
     backoff_factor=3.0,
     backoff_max_s=20.0,
@@ -29,7 +63,7 @@ class SupervisorMachine(RuleBasedStateMachine):
     """The shell's side is simulated faithfully: children exist between ChildSpawned and
     ChildExited; a kill request is answered later (or never, if the rule is not drawn)."""
 
-    supervisor_class: type[P.Supervisor] = P.Supervisor  # tests below swap in broken cores
+    supervisor_class: type[Supervisor] = Supervisor  # tests below swap in broken cores
 
     def __init__(self) -> None:
         super().__init__()
@@ -60,26 +94,31 @@ class SupervisorMachine(RuleBasedStateMachine):
         self.stopped_by_operator = False
         self.paused = False
         self.completed_at = 0.0  # when that run exited
-        self.apply(P.DaemonStarted())
+        self.next_incident = 0
+        self.apply(DaemonStarted())
 
-    def apply(self, ev: P.Event) -> list[P.Action]:
+    def apply(self, ev: Event) -> list[Action]:
         before = (self.parked, self.completed)
-        if isinstance(ev, P.OperatorCommand) and ev.cmd in ("start", "restart", "stop"):
+        if isinstance(ev, OperatorCommand) and ev.cmd in ("start", "restart", "stop"):
             self.parked = False  # an operator's start leaves host_fault (SPEC §12)
             # ... and completed (SPEC §13), but a stop while a finished run's tree is still
             # cleared does not undo that it finished
             clearing = self.sup.snapshot().state is State.STOPPING
             if ev.cmd != "stop" or not clearing:
                 self.completed = False
-        if isinstance(ev, P.GpuFaultSeen) and ev.park and not self.operator_stopped:
+        if (
+            isinstance(ev, GpuFaultSeen)
+            and self.sup.policy.parks(ev.action)
+            and not self.operator_stopped
+        ):
             self.parked = True  # a GPU needs a reset or a reboot: the job must not come back
-        if isinstance(ev, P.GpuAccessChanged):
+        if isinstance(ev, GpuAccessChanged):
             self.access_lost = ev.lost
         actions = self.sup.handle(ev, self.now)
-        if any(isinstance(a, P.Refuse) for a in actions):
+        if any(isinstance(a, Refuse) for a in actions):
             self.parked, self.completed = before  # a refused command changes nothing
         for a in actions:
-            if isinstance(a, P.SpawnChild):
+            if isinstance(a, SpawnChild):
                 assert not self.completed, "a completed run was started again by itself"
                 assert not self.parked, "host_fault restarted by itself"
                 owed, self.operator_start_owed = self.operator_start_owed, False
@@ -89,9 +128,9 @@ class SupervisorMachine(RuleBasedStateMachine):
                 assert not self.operator_stopped, "a job came back after an operator stop"
                 assert not (self.paused and not owed), "a paused job was started by itself"
                 self.pending_spawn = True
-            elif isinstance(a, P.KillTree):
+            elif isinstance(a, KillTree):
                 self.pending_kill = True
-            elif isinstance(a, P.Emit):
+            elif isinstance(a, Emit):
                 if a.event == "child_spawned":
                     self.run_healthy = False
                 if a.event == "child_healthy":
@@ -125,7 +164,7 @@ class SupervisorMachine(RuleBasedStateMachine):
                     # fatal only through the budget: max_restarts within the window, spent
                     recent = [t for t in self.restarts_at if t > self.now - POLICY.window_s]
                     assert len(recent) >= POLICY.max_restarts, f"fatal after {recent}"
-            elif isinstance(a, P.Exit):
+            elif isinstance(a, Exit):
                 self.exited = True
                 self.gone = True
         return actions
@@ -137,7 +176,7 @@ class SupervisorMachine(RuleBasedStateMachine):
         deadline = self.sup.next_deadline()
         if deadline is not None and self.now >= deadline:
             self.last_event = "tick"
-            self.apply(P.Tick())
+            self.apply(Tick())
 
     @precondition(lambda m: m.pending_spawn)
     @rule(ok=st.booleans())
@@ -150,9 +189,9 @@ class SupervisorMachine(RuleBasedStateMachine):
             pid = self.next_pid
             self.next_pid += 1
             self.live.add(pid)
-            self.apply(P.ChildSpawned(pid))
+            self.apply(ChildSpawned(pid))
         else:
-            self.apply(P.SpawnFailed("pre_start_failed"))
+            self.apply(SpawnFailed("pre_start_failed"))
 
     @precondition(lambda m: m.live)
     @rule()
@@ -161,7 +200,7 @@ class SupervisorMachine(RuleBasedStateMachine):
             pid = max(self.live)
             self.live.discard(pid)
             self.last_event = "crash"
-            self.apply(P.ChildExited(pid, 1, None))
+            self.apply(ChildExited(pid, 1, None))
 
     @precondition(lambda m: m.live)
     @rule(code=st.sampled_from([0, 0, 1]))
@@ -182,7 +221,7 @@ class SupervisorMachine(RuleBasedStateMachine):
                 self.completed = True
                 self.completed_at = self.now
                 self.budget_at_exit = (before.restarts_total, before.no_progress_restarts)
-            self.apply(P.ChildExited(pid, code, None))
+            self.apply(ChildExited(pid, code, None))
 
     @precondition(lambda m: m.pending_kill and not m.pending_spawn)
     @rule()
@@ -191,10 +230,10 @@ class SupervisorMachine(RuleBasedStateMachine):
             return
         for pid in sorted(self.live):
             self.live.discard(pid)
-            self.apply(P.ChildExited(pid, None, 15))
+            self.apply(ChildExited(pid, None, 15))
         self.pending_kill = False
         self.last_event = "tree"
-        self.apply(P.TreeStopped(killed=False))
+        self.apply(TreeStopped(killed=False))
 
     @rule(
         healthy=st.booleans(),
@@ -204,7 +243,7 @@ class SupervisorMachine(RuleBasedStateMachine):
         pid = self.sup.snapshot().pid
         if pid is not None:
             self.last_event = "health"
-            self.apply(P.HealthAssessed(pid, healthy, frozenset(firing)))
+            self.apply(HealthAssessed(pid, healthy, frozenset(firing)))
 
     @rule(cmd=st.sampled_from(["start", "stop", "restart", "pause", "resume"]))
     def operator(self, cmd: str) -> None:
@@ -217,15 +256,15 @@ class SupervisorMachine(RuleBasedStateMachine):
         # a pause does not take back a start asked for before it (still under way)
         owed_before = self.operator_start_owed and cmd == "pause"
         self.operator_start_owed = cmd in ("start", "restart", "resume") or owed_before
-        out = self.apply(P.OperatorCommand(cmd))  # type: ignore[arg-type]
-        if not any(isinstance(a, P.Refuse) for a in out):
+        out = self.apply(OperatorCommand(cmd))  # type: ignore[arg-type]
+        if not any(isinstance(a, Refuse) for a in out):
             if cmd in ("stop", "start", "restart"):
                 self.stopped_by_operator = cmd == "stop"
             if cmd in ("pause", "resume"):
                 self.paused = cmd == "pause"
         if self.sup.snapshot().state is not State.STOPPING:
             self.operator_start_owed = False  # spawned already, refused, or nothing to start
-        if cmd in ("start", "restart") and not any(isinstance(a, P.Refuse) for a in out):
+        if cmd in ("start", "restart") and not any(isinstance(a, Refuse) for a in out):
             self.no_progress_streak = 0  # a start that is carried out grants the count anew
 
     @rule(action=st.sampled_from(["restart_app", "reset_gpu", "reboot_host"]), gate=st.booleans())
@@ -236,13 +275,68 @@ class SupervisorMachine(RuleBasedStateMachine):
         if gate:
             self.pending_spawn = False  # the shell's start ends without a spawn
         self.last_event = "gpu_fault"
-        self.apply(P.GpuFaultSeen(action, {"gpu": 0, "action": action}, park=park, gate=gate))
+        self.apply(GpuFaultSeen(action, {"gpu": 0, "action": action}, gate=gate))
 
     @rule(lost=st.booleans())
     def gpu_access(self, lost: bool) -> None:
         """NVML access lost or back (SPEC §13): never a stop, never a start into it."""
         self.last_event = "access"
-        self.apply(P.GpuAccessChanged(lost, "every GPU answers UNKNOWN"))
+        self.apply(GpuAccessChanged(lost, "every GPU answers UNKNOWN"))
+
+    @precondition(lambda m: m.pending_kill)
+    @rule()
+    def incident_saved(self) -> None:
+        """The shell wrote the bundle of the stop under way (SPEC §10)."""
+        self.next_incident += 1
+        self.apply(IncidentSaved(f"incidents/{self.next_incident}"))
+
+    @rule(kind=st.sampled_from(["step", "checkpoint"]), value=st.none() | st.floats(0, 1e6))
+    def progress_marked(self, kind: Literal["step", "checkpoint"], value: float | None) -> None:
+        """A progress line without a step, or a checkpoint (not this policy's marker): the
+        no-progress model above (health counts as progress) still holds."""
+        if kind == "step":
+            value = None
+        self.apply(ProgressMarked(kind, value, self.now))
+
+    @precondition(lambda m: m.live)
+    @rule()
+    def rank_exits(self) -> None:
+        """A torchrun rank dies while the leader lives: `exited` for the whole job (SPEC §12)."""
+        pid = self.sup.snapshot().pid
+        if pid is not None and pid in self.live:
+            self.last_event = "crash"
+            self.apply(RankExited(pid, pid + 10_000, "1"))
+
+    @rule(jitter=st.floats(0.0, 0.5))
+    def policy_reloaded(self, jitter: float) -> None:
+        """SIGHUP with a new jitter: delays stay within [initial, cap] (the clamp)."""
+        self.apply(PolicyChanged(replace(POLICY, jitter=jitter)))
+
+    @precondition(lambda m: not m.paused and not m.access_lost)
+    @rule()
+    def cluster_restart(self) -> None:
+        """Another node moved the epoch (issue 14): stop and start again at once. The cluster
+        decided it, so the start is owed as an operator's is (a cluster restart while paused
+        or with NVML access lost is not drawn: the core starts the job then)."""
+        if self.sup.snapshot().pid is not None:
+            self.last_event = "cluster"
+            self.operator_start_owed = True
+            self.apply(RestartRequested("cluster_epoch"))
+            if self.sup.snapshot().state is not State.STOPPING:
+                self.operator_start_owed = False
+
+    @rule()
+    def reexec(self) -> None:
+        """An in-place re-exec: carry() through its JSON record, resumed by a fresh core
+        (same process, same children): nothing the core shows may change."""
+        carried = self.sup.carry()
+        if carried is None:
+            return  # a start or a stop under way: no moment to hand over
+        before = self.sup.snapshot()
+        record = json.loads(json.dumps(to_record(HandoverResumed(carried))))
+        self.sup = self.supervisor_class(self.sup.policy, lambda: self.u)
+        self.apply(from_record(record))
+        assert self.sup.snapshot() == before, "a re-exec changed the core"
 
     @rule(adoptable=st.booleans())
     def daemon_killed_and_restarted(self, adoptable: bool) -> None:
@@ -257,7 +351,7 @@ class SupervisorMachine(RuleBasedStateMachine):
             # completion is not this rule's to judge: it starts from what was kept
             self.completed = saved.completed is not None
         self.sup = self.supervisor_class(POLICY, lambda: self.u)
-        self.sup.restore(saved, self.now)
+        self.sup.handle(StateRestored(saved), self.now)
         self.pending_spawn = self.pending_kill = False  # a spawn under way made no job
         self.exited = self.gone = False
         self.operator_stopped = self.stopped_by_operator
@@ -266,13 +360,13 @@ class SupervisorMachine(RuleBasedStateMachine):
         self.last_event = "restart"
         self.run_healthy = False  # an adopted job is judged afresh; an ended one is over
         if self.live and adoptable and saved.adopts:
-            self.apply(P.JobAdopted(max(self.live)))
+            self.apply(JobAdopted(max(self.live)))
             return
         self.live.clear()  # the previous tree is ended before anything starts
-        self.apply(P.DaemonStarted())
+        self.apply(DaemonStarted())
 
     @precondition(lambda m: not m.exited)  # one SIGTERM per daemon; after Exit it is over
-    @rule(after=st.floats(min_value=0.0, max_value=3 * P.CANCEL_WINDOW_S))
+    @rule(after=st.floats(min_value=0.0, max_value=3 * CANCEL_WINDOW_S))
     def shutdown(self, after: float) -> None:
         """SIGTERM, `after` s on (on either side of CANCEL_WINDOW_S after a job's exit)."""
         self.now += after
@@ -280,9 +374,9 @@ class SupervisorMachine(RuleBasedStateMachine):
         self.operator_stopped = True
         self.exited = True  # set before: nothing may start once a shutdown was asked for
         clearing = self.sup.snapshot().state is State.STOPPING
-        if self.completed and clearing and self.now - self.completed_at < P.CANCEL_WINDOW_S:
+        if self.completed and clearing and self.now - self.completed_at < CANCEL_WINDOW_S:
             self.completed = False  # the exit came with the cancel: no completion (SPEC §13)
-        self.apply(P.ShutdownRequested())
+        self.apply(ShutdownRequested())
 
     @precondition(lambda m: m.gone)
     @rule(fresh=st.booleans())
@@ -294,7 +388,7 @@ class SupervisorMachine(RuleBasedStateMachine):
         assert not self.live and not self.pending_spawn and not self.pending_kill
         left = self.sup.durable()
         self.sup = self.supervisor_class(POLICY, lambda: self.u)
-        self.sup.restore(left, self.now)
+        self.sup.handle(StateRestored(left), self.now)
         self.exited = self.gone = False
         # a shutdown is no operator stop; an operator's stop, a pause and a park are kept in
         # the state file (SPEC §13) and hold the new daemon back, unless a scheduler's new
@@ -309,7 +403,7 @@ class SupervisorMachine(RuleBasedStateMachine):
             self.restarts_at.clear()
             self.no_progress_streak = 0
         self.last_event = "daemon"
-        self.apply(P.DaemonStarted(fresh_run=fresh))
+        self.apply(DaemonStarted(fresh_run=fresh))
 
     @invariant()
     def never_two_children(self) -> None:
@@ -360,27 +454,49 @@ class SupervisorMachine(RuleBasedStateMachine):
 
 
 TestSupervisorMachine = SupervisorMachine.TestCase
+
+
+def test_the_machine_draws_every_event_type() -> None:
+    """Each Event type is built by some rule of SupervisorMachine (or decoded from a record of
+    one it built): a new event type fails here until the machine draws it."""
+    tree = ast.parse(pathlib.Path(__file__).read_text())
+    machine = next(
+        n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SupervisorMachine"
+    )
+    built = {
+        n.func.id
+        for n in ast.walk(machine)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    }
+    missing = {cls.__name__ for cls in get_args(Event)} - built
+    assert not missing, f"events the machine never draws: {sorted(missing)}"
+
+
 TestSupervisorMachine.settings = settings(max_examples=300, stateful_step_count=80, deadline=None)
 
 
 # ------------------------------------------------- the invariants can fail: broken cores
 
 
-class StopLosesToBackoff(P.Supervisor):
+class StopLosesToBackoff(Supervisor):
     """A core with a planted bug: an operator stop during backoff is ignored."""
 
-    def _operator(self, cmd: str, now: float) -> list[P.Action]:
-        if cmd == "stop" and self._state is State.BACKOFF:
+    def handle(self, event: Event, now: float) -> list[Action]:
+        if event == OperatorCommand("stop") and self.snapshot().state is State.BACKOFF:
             return []
-        return super()._operator(cmd, now)
+        return super().handle(event, now)
 
 
-class FatalTooSoon(P.Supervisor):
+class FatalTooSoon(Supervisor):
     """A core with a planted bug: one failure spends the whole restart budget."""
 
-    def _fail(self, reason: str, now: float) -> list[P.Action]:
-        self._restart_times.extend([now] * POLICY.max_restarts)
-        return super()._fail(reason, now)
+    def handle(self, event: Event, now: float) -> list[Action]:
+        out = super().handle(event, now)
+        if any(isinstance(a, Emit) and a.event == "restart_scheduled" for a in out):
+            # as if the budget had been spent before this failure
+            fields = {"reason": "exited", "restarts": POLICY.max_restarts}
+            return [Emit("fatal", fields)]
+        return out
 
 
 def _drive_into_backoff(m: SupervisorMachine) -> None:
@@ -420,11 +536,13 @@ def test_the_budget_invariant_catches_a_core_that_goes_fatal_too_soon() -> None:
     _drive_into_backoff(SupervisorMachine())  # the real core: a restart is scheduled
 
 
-class HostFaultRestarts(P.Supervisor):
+class HostFaultRestarts(Supervisor):
     """A core with a planted bug: a parking GPU fault restarts the job like any detector."""
 
-    def _gpu_fault(self, ev: P.GpuFaultSeen, now: float) -> list[P.Action]:
-        return super()._gpu_fault(P.GpuFaultSeen("restart_app", ev.fields), now)
+    def handle(self, event: Event, now: float) -> list[Action]:
+        if isinstance(event, GpuFaultSeen):
+            event = GpuFaultSeen("restart_app", event.fields)
+        return super().handle(event, now)
 
 
 def test_the_host_fault_invariant_catches_a_core_that_restarts_a_parked_job() -> None:
@@ -446,11 +564,13 @@ def test_the_host_fault_invariant_catches_a_core_that_restarts_a_parked_job() ->
     assert ok.sup.snapshot().state is State.HOST_FAULT and not ok.pending_spawn
 
 
-class IgnoresLostAccess(P.Supervisor):
+class IgnoresLostAccess(Supervisor):
     """A core with a planted bug: lost NVML access changes nothing (SPEC §13)."""
 
-    def _access_changed(self, ev: P.GpuAccessChanged, now: float) -> list[P.Action]:
-        return []
+    def handle(self, event: Event, now: float) -> list[Action]:
+        if isinstance(event, GpuAccessChanged):
+            return []
+        return super().handle(event, now)
 
 
 def test_the_access_invariant_catches_a_core_that_restarts_into_lost_access() -> None:
@@ -479,12 +599,13 @@ def test_the_access_invariant_catches_a_core_that_restarts_into_lost_access() ->
     assert ok.pending_spawn
 
 
-class CompletionRestarts(P.Supervisor):
+class CompletionRestarts(Supervisor):
     """A core with a planted bug: exit 0 is treated as a crash (the behaviour of issue 22)."""
 
-    def _exited(self, ev: P.ChildExited) -> list[P.Action]:
-        code = 1 if ev.exit_code == 0 else ev.exit_code
-        return super()._exited(P.ChildExited(ev.pid, code, ev.signal))
+    def handle(self, event: Event, now: float) -> list[Action]:
+        if isinstance(event, ChildExited) and event.exit_code == 0:
+            event = ChildExited(event.pid, 1, event.signal)
+        return super().handle(event, now)
 
 
 def test_the_completion_invariant_catches_a_core_that_restarts_a_finished_run() -> None:
@@ -509,12 +630,15 @@ def test_the_completion_invariant_catches_a_core_that_restarts_a_finished_run() 
     assert ok.sup.snapshot().state is State.COMPLETED and not ok.pending_spawn
 
 
-class RestoreForgetsDecisions(P.Supervisor):
+class RestoreForgetsDecisions(Supervisor):
     """A core with a planted bug: restore() drops an operator's stop and pause and the park
     (the behaviour of issue 23: the job came back after a daemon crash)."""
 
-    def restore(self, d: Durable, now: float) -> None:
-        super().restore(replace(d, stopped=False, paused=False, host_fault=None), now)
+    def handle(self, event: Event, now: float) -> list[Action]:
+        if isinstance(event, StateRestored):
+            d = event.durable
+            event = StateRestored(replace(d, stopped=False, paused=False, host_fault=None))
+        return super().handle(event, now)
 
 
 def test_the_restart_rule_catches_a_core_that_forgets_an_operators_decisions() -> None:
@@ -572,14 +696,20 @@ def test_the_restart_rule_adopts_a_paused_job_and_keeps_it_paused() -> None:
     assert m.pending_kill  # the verdict that fired during the pause is acted on now
 
 
-class ShutdownLosesCompletion(P.Supervisor):
+class ShutdownLosesCompletion(Supervisor):
     """A core with the bug of the first review of issue 22: a shutdown while a finished run's
     tree is cleared turns the completion into a plain stop."""
 
-    def _shutdown(self) -> list[P.Action]:
-        if self._state is State.STOPPING and self._after_stop == "completed":
-            return self._stop("shutdown", "exit")
-        return super()._shutdown()
+    def handle(self, event: Event, now: float) -> list[Action]:
+        snap = self.snapshot()
+        if (
+            isinstance(event, ShutdownRequested)
+            and snap.state is State.STOPPING
+            and snap.completed_at is not None
+        ):
+            # take the completion for a plain stop: the cancel rule, whatever the delay
+            return super().handle(ShutdownRequested(), (snap.completed_at or 0.0))
+        return super().handle(event, now)
 
 
 def test_the_completion_invariant_holds_across_a_shutdown_and_a_daemon_restart() -> None:
@@ -593,7 +723,7 @@ def test_the_completion_invariant_holds_across_a_shutdown_and_a_daemon_restart()
     def finish_then_sigterm(m: SupervisorMachine) -> None:
         m.shell_finishes_spawn(ok=True)
         m.child_exits_on_its_own(code=0)
-        m.shutdown(after=P.CANCEL_WINDOW_S + 1.0)
+        m.shutdown(after=CANCEL_WINDOW_S + 1.0)
         m.shell_finishes_kill()
 
     m = Machine()

@@ -14,8 +14,8 @@ import psutil
 from harness import wait_until
 from test_policy import FAST, Driver, emitted, names
 
-from watchdog.core import policy as P
-from watchdog.core.policy import State
+from watchdog.core.events import DaemonStarted, OperatorCommand, RankExited
+from watchdog.core.names import State
 from watchdog.core.ranks import RankTracker
 from watchdog.progress.ranks import RankLister
 
@@ -35,11 +35,11 @@ def test_rank_exited_restarts_the_whole_job_as_exited() -> None:
     """RankExited for the live job fires `exited` naming the rank and stops the whole tree, then
     restarts it with backoff like any exit; one for another pid is ignored."""
     d = Driver(FAST)
-    d.feed(P.DaemonStarted(), 0.0)
+    d.feed(DaemonStarted(), 0.0)
     pid = d.sup.snapshot().pid
     assert pid is not None
-    assert d.feed(P.RankExited(pid + 1, 5, "rank 1 (local 1)"), 1.0) == []
-    out = d.feed(P.RankExited(pid, 5, "rank 1 (local 1)"), 1.0)
+    assert d.feed(RankExited(pid + 1, 5, "rank 1 (local 1)"), 1.0) == []
+    out = d.feed(RankExited(pid, 5, "rank 1 (local 1)"), 1.0)
     fired = emitted(out, "detector_fired")
     assert fired.fields == {
         "reason": "exited",
@@ -55,11 +55,11 @@ def test_rank_exited_restarts_the_whole_job_as_exited() -> None:
 def test_rank_exited_while_paused_only_reports() -> None:
     """Paused (maintenance): the verdict is reported, the job is not touched."""
     d = Driver(FAST)
-    d.feed(P.DaemonStarted(), 0.0)
+    d.feed(DaemonStarted(), 0.0)
     pid = d.sup.snapshot().pid
     assert pid is not None
-    d.feed(P.OperatorCommand("pause"), 0.5)
-    out = d.feed(P.RankExited(pid, 5, "rank 0 (local 0)"), 1.0)
+    d.feed(OperatorCommand("pause"), 0.5)
+    out = d.feed(RankExited(pid, 5, "rank 0 (local 0)"), 1.0)
     assert names(out) == ["detector_fired"]
 
 

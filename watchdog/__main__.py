@@ -1,5 +1,5 @@
 """`python -m watchdog` runs the daemon (SPEC §2)."""
 
-from watchdog.daemon.loop import main
+from watchdog.daemon.watchdogd import main
 
 raise SystemExit(main())

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from watchdog import blocking
 from watchdog.core import cluster as core
-from watchdog.core.policy import Emit, Policy
+from watchdog.core.budget import Policy
+from watchdog.core.events import Emit
 
 if TYPE_CHECKING:
     from watchdog.cluster.etcd import Etcd, KeyValue

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from watchdog.config import Config
-    from watchdog.core import policy
+    from watchdog.core.events import Action, Event
+    from watchdog.core.jobstate import Snapshot
     from watchdog.core.samples import GpuSample
 
 
@@ -40,7 +41,7 @@ class EventFeed(Protocol):
 
 
 class SupportsSnapshot(Protocol):
-    def snapshot(self) -> policy.Snapshot: ...
+    def snapshot(self) -> Snapshot: ...
 
 
 class HasLastSample(Protocol):
@@ -65,7 +66,7 @@ class Served(Protocol):
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]: ...
 
-    async def ask(self, event: policy.Event) -> list[policy.Action]: ...
+    async def ask(self, event: Event) -> list[Action]: ...
 
     async def reload(self) -> str | None: ...
 

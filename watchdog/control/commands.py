@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from watchdog.blocking import BoundedWorker, Hung
 from watchdog.control.backend import ReexecRefused
-from watchdog.core import policy, protocol, replies
+from watchdog.core import protocol, replies
+from watchdog.core.events import OperatorCommand, Refuse
 from watchdog.core.health import is_in_use
+from watchdog.core.names import State
 from watchdog.progress import logfile
 
 if TYPE_CHECKING:
@@ -29,10 +31,10 @@ LOG_TAIL_LINES = 20
 DEFAULT_TIMELINE_S = 86400.0  # `watchdogctl timeline` without --since (SPEC §13)
 KILL_GRACE_S = 5.0  # child.stop_tree's wait after SIGKILL
 _AT_REST = (
-    policy.State.STOPPED,
-    policy.State.FATAL,
-    policy.State.BACKOFF,
-    policy.State.COMPLETED,  # SPEC §13
+    State.STOPPED,
+    State.FATAL,
+    State.BACKOFF,
+    State.COMPLETED,  # SPEC §13
 )
 OperatorCmd = Literal["start", "stop", "restart", "pause", "resume"]
 
@@ -119,8 +121,8 @@ class Operations:
         }
 
     async def _operate(self, call: Call, cmd: OperatorCmd) -> None:
-        for a in await self.d.ask(policy.OperatorCommand(cmd, call.peer.uid)):
-            if isinstance(a, policy.Refuse):
+        for a in await self.d.ask(OperatorCommand(cmd, call.peer.uid)):
+            if isinstance(a, Refuse):
                 raise CommandError("refused", a.message, {"status": self.d.status()})
 
     async def _pause_resume(self, call: Call) -> dict[str, Any]:
@@ -132,7 +134,7 @@ class Operations:
             text = f"{how}: detectors keep reporting, nothing is restarted automatically"
         else:
             text = "resumed" if before.paused else "was not paused"
-            if after.state is policy.State.STARTING and before.state is not after.state:
+            if after.state is State.STARTING and before.state is not after.state:
                 text += "; starting the job (it stopped while paused)"
         return self._result(call, f"{text}; state {after.state.value}")
 
@@ -149,7 +151,7 @@ class Operations:
         pid = self.d.core.snapshot().pid
         await self._operate(call, "stop")
         budget = _start_budget(self.d)  # a start under way finishes before its child is stopped
-        ok = await self._wait(call, _state_is(self.d, policy.State.STOPPED), call.t0 + budget)
+        ok = await self._wait(call, _state_is(self.d, State.STOPPED), call.t0 + budget)
         text = replies.describe_stop(pid, call.events(), self._stop_signal(), call.elapsed())
         if not ok:
             state = self.d.core.snapshot().state.value
@@ -265,7 +267,7 @@ class Operations:
             return [f"(cannot read {path}: {e})"]
 
 
-def _state_is(d: Served, state: policy.State) -> Callable[[], bool]:
+def _state_is(d: Served, state: State) -> Callable[[], bool]:
     return lambda: d.core.snapshot().state is state
 
 

@@ -9,6 +9,7 @@ Scripts outside the project match on these names: add freely, rename nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 # syslog levels (journald PRIORITY)
 CRIT, ERR, WARNING, NOTICE, INFO = 2, 3, 4, 5, 6
@@ -175,24 +176,35 @@ def priority(event: str) -> int:
 HOOK_EVENTS = frozenset(name for name, e in EVENTS.items() if e.hook)
 
 
+class State(StrEnum):
+    """The supervisor's states (SPEC §3), as status and the history show them."""
+
+    STOPPED = "stopped"
+    STARTING = "starting"
+    RUNNING = "running"
+    UNHEALTHY = "unhealthy"
+    STOPPING = "stopping"
+    BACKOFF = "backoff"
+    FATAL = "fatal"
+    PAUSED = "paused"
+    HOST_FAULT = "host_fault"  # SPEC §12: a GPU needs a reset or a reboot; parked until an operator
+    COMPLETED = "completed"  # SPEC §13: the job exited with a success code; until an operator
+
+
+# SPEC §13: verdicts that say the GPUs cannot be verified, not that the job failed. While one
+# fires, a startup window that runs out is not a startup_timeout (that would stop the job for
+# our blindness); it is judged once the GPUs can be read again.
+UNVERIFIABLE = frozenset({"gpu_access_lost", "gpu_unreadable", "gpu_probe_hung"})
+UNVERIFIABLE |= frozenset({"progress_unreadable"})  # the same for a progress log that hangs
+
+
 # ------------------------------------------------------------------- the named sets of names
 # Issue 23: each set of reasons, states or events that code tests against is written once, here;
 # config, metrics, the timeline and the replies refer to these (tests/test_names.py finds a
 # literal set of registered names anywhere else in watchdog/).
 
 # The supervisor's states (SPEC §7), in the order the metrics list them.
-STATES = (
-    "stopped",
-    "starting",
-    "running",
-    "unhealthy",
-    "stopping",
-    "backoff",
-    "fatal",
-    "paused",
-    "host_fault",
-    "completed",
-)
+STATES = tuple(s.value for s in State)
 # States in which a job is alive (or about to be) although the status may show no pid yet.
 ALIVE_STATES = frozenset({"starting", "unhealthy", "paused"})
 # Verdicts that blame the job, in the order goodput charges an unhealthy job's time to them.

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from watchdog.core.gpupart import is_in_use
-from watchdog.core.policy import Snapshot, State
+from watchdog.core.jobstate import Snapshot
+from watchdog.core.names import State
 from watchdog.core.samples import GpuSample, ProgressReading
 from watchdog.core.xid import host_fault_line
 

@@ -14,8 +14,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__, blocking
-from watchdog.core import health, policy, status
-from watchdog.core.durable import Durable
+from watchdog.core import health, status
+from watchdog.core.budget import Durable
+from watchdog.core.events import DaemonStarted, JobAdopted, Tick
 from watchdog.daemon import params, reexec
 from watchdog.daemon.run import JobRun
 from watchdog.process import identity, tree
@@ -79,7 +80,7 @@ async def attach(d: Parts, pid: int) -> bool:
     monitor = health.HealthMonitor(params.health_of(d.cfg))
     d.begin_run(JobRun(monitor, pid=pid, exit_status=exit_status, polled_at=time.monotonic()))
     d.save_state(pid)
-    await d.ask(policy.JobAdopted(pid))
+    await d.ask(JobAdopted(pid))
     return True
 
 
@@ -150,7 +151,7 @@ async def take_over(d: Parts, h: dict[str, Any]) -> tuple[bool, int | None]:
         return False, leader
     old = h.get("old_version")
     d.emit("daemon_reexecuted", old_version=old, new_version=__version__, daemon_pid=os.getpid())
-    await d.ask(policy.Tick())  # arms the backoff or startup deadline it carried
+    await d.ask(Tick())  # arms the backoff or startup deadline it carried
     summary = f"{d.cfg.job.name}: watchdogd {old} -> {__version__} in place (pid {os.getpid()})"
     result = {"summary": summary, "old_version": old, "new_version": __version__}
     reexec.reply(h, True, {**result, "status": d.status()})
@@ -173,7 +174,7 @@ async def take_the_job(d: Parts, leader: int | None) -> None:
     if not taken_over and (leader is None or not await attach(d, leader)):
         if leader is not None:  # it died between the proof and the pidfd: end what is left
             await end_previous_tree(d)
-        await d.ask(policy.DaemonStarted(fresh_run=d.ending.enabled))
+        await d.ask(DaemonStarted(fresh_run=d.ending.enabled))
         # SPEC §13: a park for lost access outlived the last daemon; as after a reexec,
         # only a reading that comes through tells the core access is back
         d.gpus.access_lost = d.core.access_lost

@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from watchdog.core import goodput, policy
+from watchdog.core import goodput
+from watchdog.core.jobstate import Snapshot
 from watchdog.outputs import metrics
 from watchdog.state.folder import StateDir
 from watchdog.state.timeline_log import TimelineLog
@@ -32,7 +33,7 @@ class Books:
         self.timeline = TimelineLog(state, bucket_s, emit)
         self.timeline.load()
 
-    def account(self, snap: policy.Snapshot, last_progress_at: float | None) -> None:
+    def account(self, snap: Snapshot, last_progress_at: float | None) -> None:
         """Charge the time since the last call to the state the job was in (goodput.py)."""
         now = time.monotonic()
         self.goodput.count_restarts(snap.restarts_total, snap.last_reason)

@@ -14,8 +14,9 @@ import random
 import time
 from typing import Any, Protocol
 
-from watchdog.core import policy
-from watchdog.core.durable import Durable
+from watchdog.core.budget import Durable, Policy
+from watchdog.core.events import Action, Event, HandoverResumed, StateRestored, Tick
+from watchdog.core.supervisor import Supervisor
 from watchdog.daemon.inbox import Inbox, Posted, SignalReceived
 from watchdog.daemon.inputlog import InputLog
 
@@ -23,24 +24,24 @@ from watchdog.daemon.inputlog import InputLog
 class Shell(Protocol):
     """What the consumer needs of the daemon around it."""
 
-    def carry_out(self, event: policy.Event, actions: list[policy.Action]) -> None:
+    def carry_out(self, event: Event, actions: list[Action]) -> None:
         """Execute the core's actions for `event` (tasks for the slow ones)."""
 
-    def signalled(self, signum: int) -> policy.Event | None:
+    def signalled(self, signum: int) -> Event | None:
         """A signal's input for the core, if any (SIGHUP starts a reload instead)."""
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]: ...
 
 
 class Consumer:
-    def __init__(self, inputs: InputLog, made: policy.Policy, shell: Shell) -> None:
+    def __init__(self, inputs: InputLog, made: Policy, shell: Shell) -> None:
         self.inbox = Inbox()
         self.inputs = inputs
         self._shell = shell
         self.core = self.new_core(made)
         self._changed = asyncio.Event()  # set after each input: commands wait on it
 
-    def new_core(self, made: policy.Policy) -> policy.Supervisor:
+    def new_core(self, made: Policy) -> Supervisor:
         """A fresh core (also after a failed reexec take-over); its jitter's seed is logged,
         so a replay draws the same delays."""
         seed = random.SystemRandom().randrange(1 << 32)
@@ -50,14 +51,16 @@ class Consumer:
     def restore(self, durable: Durable) -> None:
         """The previous daemon's restart budget (state.json), recorded as an input."""
         now = time.monotonic()
-        self.inputs.restored(durable, now, time.time())
-        self.core.restore(durable, now)
+        event = StateRestored(durable)
+        self.inputs.event(event, now)
+        self.core.handle(event, now)
 
     def resume(self, carried: dict[str, Any]) -> None:
         """The old code's core after a reexec, recorded as an input."""
         now = time.monotonic()
-        self.inputs.resumed(carried, now)
-        self.core.resume(carried, now)
+        event = HandoverResumed(carried)
+        self.inputs.event(event, now)
+        self.core.handle(event, now)
 
     async def wait_changed(self, timeout_s: float) -> None:
         """Until the next input is handled, or `timeout_s`."""
@@ -71,7 +74,7 @@ class Consumer:
             timeout_s = None if deadline is None else deadline - time.monotonic()
             posted = await self.inbox.next(timeout_s)
             try:
-                actions = self._take(posted or Posted(policy.Tick()))
+                actions = self._take(posted or Posted(Tick()))
             except Exception as e:
                 # A watchdog bug must never kill a healthy job, nor stop the consumer.
                 error = f"{type(e).__name__}: {e}"
@@ -81,7 +84,7 @@ class Consumer:
                 posted.answer.set_result(actions)
             self.inputs.kick()
 
-    def _take(self, posted: Posted) -> list[policy.Action]:
+    def _take(self, posted: Posted) -> list[Action]:
         event = posted.input
         if isinstance(event, SignalReceived):
             found = self._shell.signalled(event.signum)
@@ -90,7 +93,7 @@ class Consumer:
             event = found
         return self._dispatch(event)
 
-    def _dispatch(self, event: policy.Event) -> list[policy.Action]:
+    def _dispatch(self, event: Event) -> list[Action]:
         """The only door into the core."""
         now = time.monotonic()
         self.inputs.event(event, now)

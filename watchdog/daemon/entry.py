@@ -1,7 +1,7 @@
 """`watchdogd`'s command line, before the loop runs: the arguments, `--check`, the state a
 reexec handed over, the config, the state directory's lock and instance marker.
 
-loop.main() runs the daemon on what `prepare()` returns; every way out before that is an exit
+watchdogd.main() runs the daemon on what `prepare()` returns; every way out before that is an exit
 code here (78 for a config that cannot run, 1 for the rest)."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from watchdog.core import policy
+from watchdog.core.events import Action, Event
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,21 +26,21 @@ class SignalReceived:
 class Posted:
     """One input and, for `ask()`, the future its actions are handed to."""
 
-    input: policy.Event | SignalReceived
-    answer: asyncio.Future[list[policy.Action]] | None = field(default=None)
+    input: Event | SignalReceived
+    answer: asyncio.Future[list[Action]] | None = field(default=None)
 
 
 class Inbox:
     def __init__(self) -> None:
         self._queue: asyncio.Queue[Posted] = asyncio.Queue()
 
-    def post(self, event: policy.Event | SignalReceived) -> None:
+    def post(self, event: Event | SignalReceived) -> None:
         """Hand an input to the consumer; returns at once (safe from any callback)."""
         self._queue.put_nowait(Posted(event))
 
-    async def ask(self, event: policy.Event) -> list[policy.Action]:
+    async def ask(self, event: Event) -> list[Action]:
         """Post `event` and wait until the consumer has handled it: the core's actions."""
-        answer: asyncio.Future[list[policy.Action]] = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[list[Action]] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait(Posted(event, answer))
         return await asyncio.shield(answer)  # a caller that gives up leaves the input queued
 

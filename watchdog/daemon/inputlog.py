@@ -1,104 +1,54 @@
 """The core's inputs, recorded so a bug report can be replayed through the pure core (issue 23).
 
-Every input the consumer hands the core is appended with its `now`: the core's events, and the
-two calls that set it up from outside (`restore` from state.json, `resume` after a reexec). The
-first record of a Supervisor names its policy and the seed of its jitter, so a replay draws the
-same delays. The last KEEP records stay in memory; the file (inputs.jsonl in the state
-directory, moved to inputs.1.jsonl past MAX_FILE_BYTES) is written off the loop, on the bounded
-worker, and lines that find it stuck are counted, never queued without end.
+Every input the consumer hands the core is appended with its `now`: the core's events, those
+that set it up from outside included (StateRestored from state.json, HandoverResumed after a
+reexec). The first record of a Supervisor names its policy and the seed of its jitter, so a
+replay draws the same delays. The last KEEP records stay in memory; the file (inputs.jsonl in
+the state directory, moved to inputs.1.jsonl past MAX_FILE_BYTES) is written off the loop, on
+the bounded worker, and lines that find it stuck are counted, never queued without end.
 
-The codec here is minimal and local to the daemon until the core has its own
-(to_record/from_record, replay): dataclass fields as JSON, frozensets as sorted lists.
+The records are the core's own (core/records.py: exact JSON round trips of every event).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 import random
-import typing
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from watchdog import blocking
-from watchdog.core import policy
-from watchdog.core.durable import Durable
+from watchdog.core import records
+from watchdog.core.budget import Policy
+from watchdog.core.events import Action, Event, PolicyChanged
+from watchdog.core.supervisor import Supervisor
 
 KEEP = 1000  # records in memory
 MAX_FILE_BYTES = 4 << 20  # then inputs.jsonl becomes inputs.1.jsonl
 MAX_PENDING = 10_000  # lines waiting for the file while its write is stuck
 WRITE_TIMEOUT_S = 10.0
-_EVENTS: dict[str, type[Any]] = {cls.__name__: cls for cls in typing.get_args(policy.Event)}
 
 
-# ------------------------------------------------------------------------ the codec
+# ------------------------------------------------------------------------ the replay
 
 
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, frozenset | set):
-        return sorted(_plain(v) for v in value)
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _typed(hint: Any, value: Any) -> Any:
-    if value is None:
-        return None
-    if typing.get_origin(hint) is frozenset:
-        return frozenset(value)
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return _build(hint, value)
-    return value
-
-
-def _build(cls: type[Any], data: Mapping[str, Any]) -> Any:
-    hints = typing.get_type_hints(cls)
-    return cls(**{name: _typed(hints[name], value) for name, value in data.items()})
-
-
-def to_record(event: policy.Event, now: float) -> dict[str, Any]:
-    """One core event as a JSON-ready record."""
-    return {"now": now, "type": type(event).__name__, "fields": _plain(event)}
-
-
-def from_record(record: Mapping[str, Any]) -> policy.Event:
-    """The event a record of to_record() holds (KeyError for a type that is not an event)."""
-    event: policy.Event = _build(_EVENTS[record["type"]], record["fields"])
-    return event
-
-
-def replay(
-    records: Iterable[Mapping[str, Any]], actions: list[policy.Action] | None = None
-) -> policy.Supervisor:
-    """A fresh Supervisor fed the recorded inputs in order: where the daemon's core got to.
-    `actions`, when given, collects every action the core returned on the way."""
-    core: policy.Supervisor | None = None
-    for rec in records:
-        match rec["type"]:
-            case "SupervisorMade":
-                made = _build(policy.Policy, rec["policy"])
-                core = policy.Supervisor(made, random.Random(rec["seed"]).random)
-            case "Restored":
-                assert core is not None, "a log starts with SupervisorMade"
-                durable = Durable.from_dict(rec["durable"], rec["now"], rec["wall"])
-                core.restore(durable, rec["now"])
-            case "Resumed":
-                assert core is not None, "a log starts with SupervisorMade"
-                core.resume(rec["carried"], rec["now"])
-            case _:
-                assert core is not None, "a log starts with SupervisorMade"
-                done = core.handle(from_record(rec), rec["now"])
-                if actions is not None:
-                    actions.extend(done)
-    assert core is not None, "no SupervisorMade record"
+def replay(entries: Iterable[Mapping[str, Any]], actions: list[Action] | None = None) -> Supervisor:
+    """A fresh Supervisor fed the recorded inputs in order, from the last SupervisorMade record:
+    where the daemon's core got to. `actions`, when given, collects what the core returned."""
+    entries = list(entries)
+    starts = [i for i, e in enumerate(entries) if e.get("type") == "SupervisorMade"]
+    assert starts, "no SupervisorMade record"
+    head = entries[starts[-1]]
+    made = records.from_record(head["record"])
+    assert isinstance(made, PolicyChanged)
+    core = Supervisor(made.policy, random.Random(head["seed"]).random)
+    for entry in entries[starts[-1] + 1 :]:
+        done = core.handle(records.from_record(entry["record"]), float(entry["now"]))
+        if actions is not None:
+            actions.extend(done)
     return core
 
 
@@ -117,20 +67,14 @@ class InputLog:
         self._task: asyncio.Task[None] | None = None
         self._failing = False
 
-    def supervisor(self, made: policy.Policy, seed: int, now: float) -> policy.Supervisor:
+    def supervisor(self, made: Policy, seed: int, now: float) -> Supervisor:
         """A new core whose jitter draws from `seed`, recorded as the log's first input."""
-        self._add({"now": now, "type": "SupervisorMade", "seed": seed, "policy": _plain(made)})
-        return policy.Supervisor(made, random.Random(seed).random)
+        head = records.log_entry(PolicyChanged(made), now)
+        self._add({**head, "type": "SupervisorMade", "seed": seed})
+        return Supervisor(made, random.Random(seed).random)
 
-    def event(self, event: policy.Event, now: float) -> None:
-        self._add(to_record(event, now))
-
-    def restored(self, durable: Durable, now: float, wall: float) -> None:
-        record = {"now": now, "type": "Restored", "wall": wall}
-        self._add({**record, "durable": durable.to_dict(now, wall)})
-
-    def resumed(self, carried: Mapping[str, Any], now: float) -> None:
-        self._add({"now": now, "type": "Resumed", "carried": dict(carried)})
+    def event(self, event: Event, now: float) -> None:
+        self._add(records.log_entry(event, now))
 
     def _add(self, record: dict[str, Any]) -> None:
         self.recent.append(record)

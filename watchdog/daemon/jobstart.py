@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from watchdog import blocking
 from watchdog.cluster import link
-from watchdog.core import health, policy
+from watchdog.core import health
+from watchdog.core.events import ChildSpawned, SpawnFailed, Tick
 from watchdog.daemon import params, sampling
 from watchdog.daemon.run import Flight, JobRun
 from watchdog.outputs import flight
@@ -30,7 +31,7 @@ LOG_OPEN_TIMEOUT_S = 10.0  # opening the job's log and writing the start marker
 
 
 class _GateRefused(Exception):
-    """The health gate found a fault that parks: the start ends without a spawn."""
+    """The core ended the start on a gate fault that parks: nothing more to report."""
 
 
 async def start(d: Parts, attempt: int) -> None:
@@ -38,34 +39,36 @@ async def start(d: Parts, attempt: int) -> None:
         failed, epoch = await prepare_start(d)
         if failed is None:
             opened = await open_log(d, attempt)
-            if isinstance(opened, policy.SpawnFailed):
+            if isinstance(opened, SpawnFailed):
                 failed = opened
             else:
                 spawn(d, *opened, epoch)
     except asyncio.CancelledError:
-        failed = policy.SpawnFailed("cancelled", "stopped before the job was spawned")
+        failed = SpawnFailed("cancelled", "stopped before the job was spawned")
     except _GateRefused:
         failed = None  # the core already parked in host_fault (GpuFaultSeen with gate)
     except Exception as e:
         # Otherwise the core waits for ChildSpawned for ever: no timeout, no stop, no exit.
-        failed = policy.SpawnFailed("internal_error", f"{type(e).__name__}: {e}")
+        failed = SpawnFailed("internal_error", f"{type(e).__name__}: {e}")
     if failed is not None:
         d.post(failed)
 
 
-async def prepare_start(d: Parts) -> tuple[policy.SpawnFailed | None, int | None]:
+async def prepare_start(d: Parts) -> tuple[SpawnFailed | None, int | None]:
     """Drained GPUs, the health gate, then pre_start (SPEC §4, §12). Returns why the start
     fails, or None, and the cluster epoch the run will belong to. A gate fault that parks is
     handed to the core, which ends the start."""
     await sampling.read_checkpoint(d)  # the baseline: not this run's progress
     why = await d.gpus.wait_drained(lambda: our_pids(d))
     if why is not None:
-        return policy.SpawnFailed("gpu_memory_held", why), None
+        return SpawnFailed("gpu_memory_held", why), None
     found = await d.faults.gate(d.gpus.probe) or []
     for fault in found:
-        d.faults.seen(fault, gate=True)
-    if any(d.faults.parks(str(f["action"])) for f in found):
-        raise _GateRefused
+        d.faults.seen(fault, gate=True)  # posted: the core decides whether it parks the job
+    if found:
+        await d.ask(Tick())  # the queue is in order: the faults above are judged by now
+        if not d.core.snapshot().spawning:
+            raise _GateRefused  # the core ended the start (a fault that parks): nothing to report
     if (failed := await run_pre_start(d)) is not None:
         return failed, None
     if d.cluster is not None:
@@ -75,7 +78,7 @@ async def prepare_start(d: Parts) -> tuple[policy.SpawnFailed | None, int | None
     return None, None
 
 
-async def run_pre_start(d: Parts) -> policy.SpawnFailed | None:
+async def run_pre_start(d: Parts) -> SpawnFailed | None:
     """Each pre_start command in order; the first that fails is why the start fails."""
     job = d.cfg.job
     for argv in job.pre_start:
@@ -88,11 +91,11 @@ async def run_pre_start(d: Parts) -> policy.SpawnFailed | None:
         )
         if code != 0:
             detail = f"{' '.join(argv)}: exit {code}: {out[-2000:]}"
-            return policy.SpawnFailed("pre_start_failed", detail)
+            return SpawnFailed("pre_start_failed", detail)
     return None
 
 
-async def open_log(d: Parts, attempt: int) -> tuple[int, Follower | None] | policy.SpawnFailed:
+async def open_log(d: Parts, attempt: int) -> tuple[int, Follower | None] | SpawnFailed:
     """Open the job's log and write the start marker, then open the progress follower:
     each off the loop and bounded (a log on a hung mount, or a FIFO, must not stall it).
     A follower that cannot be opened yet does not hold up the start (sample_once retries)."""
@@ -120,9 +123,9 @@ async def open_log(d: Parts, attempt: int) -> tuple[int, Follower | None] | poli
             work, LOG_OPEN_TIMEOUT_S, what=f"opening {job.log_file}", discard=os.close
         )
     except blocking.Hung as e:
-        return policy.SpawnFailed("log_unwritable", f"{job.log_file}: {e}")
+        return SpawnFailed("log_unwritable", f"{job.log_file}: {e}")
     except OSError as e:
-        return policy.SpawnFailed("log_unwritable", f"{job.log_file}: {e.strerror}")
+        return SpawnFailed("log_unwritable", f"{job.log_file}: {e.strerror}")
     try:
         return fd, await sampling.open_follower(d)
     except BaseException:
@@ -139,7 +142,7 @@ def spawn(d: Parts, log_fd: int, follower: Follower | None, epoch: int | None) -
     except (OSError, ValueError) as e:
         d.job.use_follower(follower, d.progress_io.when_idle)  # as if it had run: the next one
         why = e.strerror if isinstance(e, OSError) else str(e)
-        d.post(policy.SpawnFailed("spawn_failed", f"{job.command[0]}: {why}"))
+        d.post(SpawnFailed("spawn_failed", f"{job.command[0]}: {why}"))
         return
     finally:
         os.close(log_fd)
@@ -149,7 +152,7 @@ def spawn(d: Parts, log_fd: int, follower: Follower | None, epoch: int | None) -
     except Exception as e:  # no pidfd (EMFILE): an unwatched job must not run
         os.killpg(proc.pid, signal.SIGKILL)
         d.job.use_follower(follower, d.progress_io.when_idle)
-        d.post(policy.SpawnFailed("spawn_failed", f"cannot watch the job: {e}"))
+        d.post(SpawnFailed("spawn_failed", f"cannot watch the job: {e}"))
         return
     fut.add_done_callback(d.on_exit)
     monitor = health.HealthMonitor(params.health_of(d.cfg))
@@ -166,7 +169,7 @@ def spawn(d: Parts, log_fd: int, follower: Follower | None, epoch: int | None) -
     d.save_state(proc.pid)
     if d.cluster is not None and epoch is not None:
         d.cluster.spawned(epoch)
-    d.post(policy.ChildSpawned(proc.pid))
+    d.post(ChildSpawned(proc.pid))
 
 
 def job_env(d: Parts, epoch: int | None) -> tuple[dict[str, str], Flight]:

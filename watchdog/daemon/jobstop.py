@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from watchdog import blocking
-from watchdog.core import policy
+from watchdog.core.events import IncidentSaved, KillTree, TreeStopped
 from watchdog.daemon import sampling
 from watchdog.outputs import flight, incident
 from watchdog.process import tree
@@ -27,13 +27,13 @@ FLIGHT_DUMP_WAIT_S = 2.0  # for the ranks to notice their dump pipe and write th
 _FLIGHT_IO = blocking.BoundedWorker("flight-records")  # a stuck pipe or copy: at most one thread
 
 
-async def stop(d: Parts, action: policy.KillTree) -> None:
+async def stop(d: Parts, action: KillTree) -> None:
     result: tree.StopResult | None = None
     error = "the stop was cancelled"
     if action.incident:
         try:
             if (path := await write_incident(d, action.reason)) is not None:
-                d.post(policy.IncidentSaved(path))
+                d.post(IncidentSaved(path))
         except Exception as e:  # evidence is a bonus; the stop must still happen
             d.emit("incident_failed", reason=action.reason, error=f"{type(e).__name__}: {e}")
     try:
@@ -58,9 +58,9 @@ async def stop(d: Parts, action: policy.KillTree) -> None:
     finally:
         # Whatever happened, the core must hear the stop ended, or it waits for ever.
         if result is None:
-            d.post(policy.TreeStopped(killed=True, leftovers=None, error=error))
+            d.post(TreeStopped(killed=True, leftovers=None, error=error))
         else:
-            d.post(policy.TreeStopped(result.killed, result.leftovers))
+            d.post(TreeStopped(result.killed, result.leftovers))
 
 
 def kill_job_session(d: Parts, pid: int | None) -> None:

@@ -14,7 +14,6 @@ consumer.py (the one consumer), run.py (one run of the job), books.py (goodput, 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sys
 import time
@@ -23,13 +22,28 @@ from typing import Any
 from watchdog import blocking, config
 from watchdog.cluster import link
 from watchdog.control.server import ControlServer
-from watchdog.core import health, policy
+from watchdog.core import health
+from watchdog.core.events import (
+    Action,
+    CancelStart,
+    ChildExited,
+    Emit,
+    Event,
+    Exit,
+    GpuAccessChanged,
+    GpuFaultSeen,
+    KillTree,
+    Refuse,
+    RestartCluster,
+    RestartRequested,
+    ShutdownRequested,
+    SpawnChild,
+)
+from watchdog.core.supervisor import Supervisor
 from watchdog.daemon import (
     adoption,
-    entry,
     jobstart,
     jobstop,
-    loopcheck,
     params,
     reexec,
     reloading,
@@ -45,7 +59,7 @@ from watchdog.daemon.run import JobRun
 from watchdog.gpu.faults import FaultWatch
 from watchdog.gpu.watch import GpuWatch
 from watchdog.outputs import metrics
-from watchdog.outputs.eventlog import EventLog, configure_structlog
+from watchdog.outputs.eventlog import EventLog
 from watchdog.outputs.hooks import Hooks
 from watchdog.outputs.notify import Notifier
 from watchdog.outputs.proctitle import ProcTitle
@@ -181,15 +195,15 @@ class Daemon:
         return code
 
     @property
-    def core(self) -> policy.Supervisor:
+    def core(self) -> Supervisor:
         """The pure core; only the consumer feeds it (consumer.py)."""
         return self.consumer.core
 
-    def post(self, event: policy.Event | SignalReceived) -> None:
+    def post(self, event: Event | SignalReceived) -> None:
         """Hand an input to the consumer (any producer, any callback); returns at once."""
         self.consumer.inbox.post(event)
 
-    async def ask(self, event: policy.Event) -> list[policy.Action]:
+    async def ask(self, event: Event) -> list[Action]:
         """Post `event` and wait for the core's actions (control commands: Refuse, the state)."""
         return await self.consumer.inbox.ask(event)
 
@@ -199,21 +213,21 @@ class Daemon:
     def restart_for_cluster(self, reason: str) -> None:
         """The cluster link's StopLocal: posted, so a restart the link asks for while an input
         is being handled (its KillTree told the link) is handled after it, never inside it."""
-        self.post(policy.RestartRequested(reason))
+        self.post(RestartRequested(reason))
 
-    def signalled(self, signum: int) -> policy.Event | None:
+    def signalled(self, signum: int) -> Event | None:
         """SIGHUP reloads; SIGTERM/SIGINT stop the job gracefully, then exit (128+signum with
         --exit-with-job). The handlers only posted; this runs in the consumer."""
         if signum == signal.SIGHUP:
             self.spawn_task(self.reload())
             return None
         self.ending.signal_received(signum)
-        return policy.ShutdownRequested()
+        return ShutdownRequested()
 
-    def carry_out(self, event: policy.Event, actions: list[policy.Action]) -> None:
+    def carry_out(self, event: Event, actions: list[Action]) -> None:
         """The core's actions for `event`, then what follows every input."""
         if self.cluster is not None:
-            self._tell_cluster(event, actions)
+            self._tell_cluster(actions)
         for action in actions:
             self._execute(action)
         self._job_ended_for_good()
@@ -222,25 +236,27 @@ class Daemon:
         self.title.show(self.cfg.job.name, snap.state.value, snap.pid)
         self.account()
 
-    def _execute(self, action: policy.Action) -> None:
+    def _execute(self, action: Action) -> None:
         match action:
-            case policy.Emit(event=name, fields=fields):
+            case Emit(event=name, fields=fields):
                 if name == "restart_scheduled":
                     self.books.goodput.count_lost_work(fields.get("lost_work_s"))
                 self.emit(name, **fields)
-            case policy.SpawnChild(attempt=attempt):
+            case SpawnChild(attempt=attempt):
                 self._start_task = self.spawn_task(jobstart.start(self, attempt))
-            case policy.KillTree():
+            case KillTree():
                 self.spawn_task(jobstop.stop(self, action))
-            case policy.CancelStart():
+            case CancelStart():
                 # Before the spawn only: the spawn itself never awaits, so a cancel cannot split it.
                 if self._start_task is not None and not self._start_task.done():
                     self._start_task.cancel()
-            case policy.Exit():
+            case Exit():
                 if not self._done.done():
                     self._done.set_result(None)
-            case policy.Refuse():
+            case Refuse():
                 pass  # the caller (a control command) reads it from ask()'s answer
+            case RestartCluster():
+                pass  # told to the cluster link before the actions run (_tell_cluster)
 
     def _job_ended_for_good(self) -> None:
         """--exit-with-job: once the job is completed, fatal or host_fault, the daemon exits
@@ -249,18 +265,17 @@ class Daemon:
         code = self.ending.job_ended(state, self.cfg.exit_codes)
         if code is not None:
             self.emit("daemon_exiting", state=state.value, exit_code=code)
-            self.post(policy.ShutdownRequested())
+            self.post(ShutdownRequested())
 
-    def _tell_cluster(self, event: policy.Event, actions: list[policy.Action]) -> None:
-        """A stop for a verdict the policy restarts on makes the whole cluster restart."""
+    def _tell_cluster(self, actions: list[Action]) -> None:
+        """What the core decided for the cluster: an operator's restart restarts every node;
+        a stop whose verdict the policy restarts on (KillTree.restart_cluster) too."""
         assert self.cluster is not None
-        if isinstance(event, policy.OperatorCommand) and event.cmd == "restart":
-            self.cluster.operator_restart()
-        paused = self.core.snapshot().paused
         for a in actions:
-            if isinstance(a, policy.KillTree):
-                restart = a.reason in self.core.policy.restart_on and not paused
-                self.cluster.job_stopping(a.reason, restart)
+            if isinstance(a, RestartCluster):
+                self.cluster.operator_restart()
+            elif isinstance(a, KillTree):
+                self.cluster.job_stopping(a.reason, a.restart_cluster)
 
     def spawn_task(self, coro: Any) -> asyncio.Task[Any]:
         task = self.loop.create_task(coro)
@@ -282,17 +297,15 @@ class Daemon:
     # -------------------------------------------------------------------- the job
 
     def _gpu_fault(self, fields: dict[str, object], gate: bool, quiet: bool = False) -> None:
-        action = str(fields.get("action"))
-        park = self.faults.parks(action)
-        fault = policy.GpuFaultSeen(action, fields, park=park, gate=gate and park, quiet=quiet)
-        self.post(fault)
+        # the core decides whether the fault parks the job (Policy.parks)
+        self.post(GpuFaultSeen(str(fields.get("action")), fields, gate=gate, quiet=quiet))
 
     def _gpu_access(self, lost: bool, detail: str) -> None:
-        self.post(policy.GpuAccessChanged(lost, detail))  # SPEC §13: the core decides
+        self.post(GpuAccessChanged(lost, detail))  # SPEC §13: the core decides
 
     def on_exit(self, fut: asyncio.Future[reaping.ExitStatus]) -> None:
         st = fut.result()
-        self.post(policy.ChildExited(st.pid, st.exit_code, st.signal))
+        self.post(ChildExited(st.pid, st.exit_code, st.signal))
 
     async def _watchdog_loop(self) -> None:
         interval = self.notifier.watchdog_interval_s
@@ -368,27 +381,3 @@ class Daemon:
 
     async def reexec(self, req_id: int | str | None, conn: Any) -> None:
         await reexec.perform(self, req_id, conn)
-
-
-def main(argv: list[str] | None = None) -> int:
-    prepared = entry.prepare(argv, __doc__.splitlines()[0])
-    if isinstance(prepared, int):
-        return prepared
-    configure_structlog()
-    made: list[Daemon] = []
-
-    async def amain() -> int:
-        loop = asyncio.get_running_loop()
-        if loop.get_debug():  # PYTHONASYNCIODEBUG=1 (the end-to-end tests): report any callback
-            loopcheck.install(loop)  # that holds the loop (loopcheck.py says how it counts)
-        p = prepared
-        daemon = Daemon(p.cfg, p.handover, p.lock_fd, exit_with_job=p.exit_with_job)
-        made.append(daemon)
-        return await daemon.run()
-
-    code = asyncio.run(amain())
-    for daemon in made:  # off the loop, bounded: the history file gets every event first
-        daemon.events.flush()
-    sys.stdout.flush()
-    # A thread stuck inside a wedged NVML call must not hold the exit (notes/nvml.md).
-    os._exit(code)

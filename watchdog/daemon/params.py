@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from watchdog import config
 from watchdog.cluster import link
-from watchdog.core import health, policy
+from watchdog.core import health
+from watchdog.core.budget import Policy
 from watchdog.progress.checkpoint import CheckpointWatch
 
 
-def policy_of(cfg: config.Config) -> policy.Policy:
+def policy_of(cfg: config.Config) -> Policy:
     r = cfg.restart
-    return policy.Policy(
+    return Policy(
         backoff_initial_s=r.backoff_initial_s,
         backoff_factor=r.backoff_factor,
         backoff_max_s=r.backoff_max_s,
@@ -26,10 +27,12 @@ def policy_of(cfg: config.Config) -> policy.Policy:
         max_no_progress=r.max_no_progress,
         progress_marker="step" if cfg.progress.checkpoint is None else "checkpoint",
         success_exit_codes=frozenset(cfg.job.success_exit_codes),
+        on_reset_gpu=cfg.gpus.faults.on_reset_gpu,
+        on_reboot_host=cfg.gpus.faults.on_reboot_host,
     )
 
 
-def local_policy_of(cfg: config.Config) -> policy.Policy:
+def local_policy_of(cfg: config.Config) -> Policy:
     """With `cluster:` the backoff and budget are the cluster's (issue 14)."""
     p = policy_of(cfg)
     return p if cfg.cluster is None else link.local_policy(p)

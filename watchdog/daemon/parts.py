@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from watchdog import blocking, config
     from watchdog.cluster.link import ClusterLink
     from watchdog.control.server import ControlServer
-    from watchdog.core import policy
+    from watchdog.core.events import Action, Event
+    from watchdog.core.supervisor import Supervisor
     from watchdog.daemon.books import Books
     from watchdog.daemon.consumer import Consumer
     from watchdog.daemon.run import JobRun
@@ -60,11 +61,11 @@ class Parts(Protocol):
     progress_hung: bool
 
     @property
-    def core(self) -> policy.Supervisor: ...
+    def core(self) -> Supervisor: ...
 
-    def post(self, event: policy.Event) -> None: ...
+    def post(self, event: Event) -> None: ...
 
-    async def ask(self, event: policy.Event) -> list[policy.Action]: ...
+    async def ask(self, event: Event) -> list[Action]: ...
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]: ...
 

@@ -37,7 +37,9 @@ from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__, blocking
 from watchdog.control.backend import ReexecRefused
-from watchdog.core import policy, protocol
+from watchdog.core import protocol
+from watchdog.core.events import HandoverResumed
+from watchdog.core.supervisor import Supervisor
 from watchdog.daemon import sampling
 from watchdog.daemon.run import JobRun
 
@@ -219,7 +221,7 @@ def check_main(config_path: str) -> int:
     hand over. Imports everything the daemon runs, loads the config, takes the state over in
     throw-away objects. Prints {"version": ...} and exits 0, or says why not and exits 1."""
     # the check: everything the daemon runs imports (by name: this module is one of them)
-    importlib.import_module("watchdog.daemon.loop")
+    importlib.import_module("watchdog.daemon.watchdogd")
     from watchdog import config
     from watchdog.core import health
     from watchdog.daemon import params
@@ -228,8 +230,8 @@ def check_main(config_path: str) -> int:
         cfg = config.load_config(config_path)
         state = json.loads(sys.stdin.buffer.read())
         validate_format(state)
-        core = policy.Supervisor(params.policy_of(cfg), lambda: 0.5)
-        core.resume(state["supervisor"], time.monotonic())
+        core = Supervisor(params.policy_of(cfg), lambda: 0.5)
+        core.handle(HandoverResumed(state["supervisor"]), time.monotonic())
         health.HealthMonitor(params.health_of(cfg)).resume(state["health"])
     except (config.ConfigError, ValueError, KeyError, TypeError) as e:
         print(f"watchdogd --check-reexec: {type(e).__name__}: {e}", file=sys.stderr)

@@ -14,7 +14,8 @@ import time
 from typing import TYPE_CHECKING, Any, Literal
 
 from watchdog import blocking
-from watchdog.core import policy, status
+from watchdog.core import status
+from watchdog.core.events import HealthAssessed, ProgressMarked, RankExited
 from watchdog.progress.follower import Follower, FollowResult, LogFollower
 from watchdog.progress.newest import GlobFollower, is_glob
 from watchdog.progress.reader import LineReader, reader_for
@@ -66,7 +67,7 @@ async def sample_once(d: Parts, gpu: bool = True) -> None:
         run.spawn_task(watch_ranks(d, run, snap.pid), d.task_done)
     if snap.pid is not None:
         v = monitor.assess(now)
-        d.post(policy.HealthAssessed(snap.pid, v.healthy, v.firing, v.evidence))
+        d.post(HealthAssessed(snap.pid, v.healthy, v.firing, v.evidence))
     d.account()
     if d.notifier.enabled:  # building the status costs more than the rest of a tick
         d.notifier.status(status.status_line(d.status()))
@@ -103,7 +104,7 @@ def progress_found(d: Parts, run: JobRun, found: FollowResult, now: float) -> No
         age_s = None if mtime is None else time.time() - mtime
         monitor.progress_line(found.latest, now, age_s, run.polled_at)
         if (at := monitor.last_progress_at) is not None:
-            d.post(policy.ProgressMarked("step", found.latest.step, at))
+            d.post(ProgressMarked("step", found.latest.step, at))
 
 
 async def poll_progress(d: Parts, run: JobRun, follower: Follower) -> FollowResult | None:
@@ -222,7 +223,7 @@ async def watch_ranks(d: Parts, run: JobRun, pid: int) -> None:
     if found is None or run is not d.job:
         return  # unknown, or a listing of a run that has ended since
     for rank_pid, rank in run.rank_tracker.observe(found):
-        d.post(policy.RankExited(pid, rank_pid, rank))
+        d.post(RankExited(pid, rank_pid, rank))
 
 
 async def read_checkpoint(d: Parts) -> None:
@@ -239,4 +240,4 @@ async def read_checkpoint(d: Parts) -> None:
     if found.mark is not None and found.written_at is not None:
         # Its own mtime on the monotonic clock, however old: lost work counts from it.
         at = time.monotonic() - max(0.0, time.time() - found.written_at)
-        d.post(policy.ProgressMarked("checkpoint", found.mark, at))
+        d.post(ProgressMarked("checkpoint", found.mark, at))

@@ -21,10 +21,10 @@ from collections.abc import Callable
 from typing import Any
 
 from watchdog import config
-from watchdog.core import policy
+from watchdog.core.names import State
 
 # The states in which the job has ended for good: nothing restarts it but an operator.
-END_STATES = frozenset({policy.State.COMPLETED, policy.State.FATAL, policy.State.HOST_FAULT})
+END_STATES = frozenset({State.COMPLETED, State.FATAL, State.HOST_FAULT})
 
 
 class ExitWithJob:
@@ -41,15 +41,15 @@ class ExitWithJob:
         if self.signalled is None:
             self.signalled = signum
 
-    def job_ended(self, state: policy.State, codes: config.ExitCodesConfig) -> int | None:
+    def job_ended(self, state: State, codes: config.ExitCodesConfig) -> int | None:
         """The exit code if `state` ends the job for good and nothing decided it before.
 
         After a stop signal only `completed` still counts: the core records a completion
-        after a SIGTERM only when the run ended well before it (policy.CANCEL_WINDOW_S), and
+        after a SIGTERM only when the run ended well before it (CANCEL_WINDOW_S), and
         a run that finished must not be requeued because the daemon was told to stop."""
         if not self.enabled or self.code is not None or state not in END_STATES:
             return None
-        if self.signalled is not None and state is not policy.State.COMPLETED:
+        if self.signalled is not None and state is not State.COMPLETED:
             return None
         self.code = int(getattr(codes, state.value))
         return self.code

@@ -1,6 +1,6 @@
 """GPU hardware faults in the shell (SPEC §12): the NVML event watcher, the health gate before
 every start, and the faults seen per GPU for status. Decisions are the core's (core/xid.py
-classifies, core/policy.py reacts); this module only carries facts to it.
+classifies, core/parking.py decides whether a fault parks); this module only carries facts.
 """
 
 from __future__ import annotations
@@ -65,12 +65,6 @@ class FaultWatch:
         return [
             {"gpu": g, "xid": x, "action": a, "count": n} for (g, x, a), n in self._counts.items()
         ]
-
-    def parks(self, action: str) -> bool:
-        f = self.cfg.faults
-        return (action == "reset_gpu" and f.on_reset_gpu == "park") or (
-            action == "reboot_host" and f.on_reboot_host == "park"
-        )
 
     def seen(self, fields: dict[str, object], gate: bool = False) -> None:
         """A fault from an event or the gate: counted, remembered for status, handed to the core.

@@ -1,8 +1,9 @@
 """GPU side of the shell: NVML samples, host warnings, drained GPUs before every start.
 
-Decisions about the job stay in health.py/policy.py, the verdicts on the samples (probe hung,
-GPU lost, access lost, slowdowns) in core/gpuwatch.py; this module samples, logs what those
-verdicts say and makes sure a new job never starts into memory somebody else still holds (SPEC §4).
+Decisions about the job stay in the core (health.py, the supervisor), the verdicts on the
+samples (probe hung, GPU lost, access lost, slowdowns) in core/gpuwatch.py; this module
+samples, logs what those verdicts say and makes sure a new job never starts into memory
+somebody else still holds (SPEC §4).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from watchdog import blocking
-from watchdog.core.durable import Durable
+from watchdog.core.budget import Durable
 from watchdog.state.files import write_atomic
 from watchdog.state.folder import StateDir
 

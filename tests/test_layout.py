@@ -1,0 +1,136 @@
+"""The shell's layout (issue 23, STYLE.md): one folder per part, each with one import rule, no
+import cycle, and modules and functions within the budgets the models meet without trying."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+WATCHDOG = pathlib.Path(__file__).resolve().parent.parent / "watchdog"
+MODULE_MAX_LINES = 400
+FUNCTION_MAX_LINES = 40
+
+# What each part may import besides itself. Arrows go down and inward: the daemon wires every
+# part; a part reaches a sibling only where this says so (the reason is beside it).
+BASE = {"core", "config", "blocking"}
+ALLOWED: dict[str, set[str]] = {
+    "core": set(),  # pure: tests/test_policy.py also bans os, time, asyncio, ...
+    "config": {"core"},
+    "blocking": set(),
+    "process": BASE,
+    "state": BASE,
+    "cluster": BASE,
+    "gpu": BASE | {"process"},  # who holds a GPU: the processes of the job's tree
+    "progress": BASE | {"process"},  # a rank's processes, found in the job's tree
+    "control": BASE | {"progress"},  # `logs` tails and follows through the one log reader
+    "outputs": BASE | {"process", "state", "progress"},  # hooks run, files written, log tails
+    "cli": {"core"},  # watchdogctl starts fast: the protocol and the texts, nothing else
+    "daemon": {"*"},
+    "__main__": {"daemon"},
+}
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    found = {}
+    for path in WATCHDOG.rglob("*.py"):
+        parts = path.relative_to(WATCHDOG.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def _part(module: str) -> str:
+    """watchdog.gpu.nvml.probe -> gpu; watchdog.blocking -> blocking; watchdog -> watchdog."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "watchdog"
+
+
+def _imports(module: str, path: pathlib.Path, known: set[str]) -> set[str]:
+    """Every module of ours it imports, TYPE_CHECKING blocks and function bodies included."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, *([node.module] if node.module else [])])
+            # `from pkg import submodule` imports the submodule; `from mod import name` the module
+            subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known]
+            names = subs if len(subs) == len(node.names) else [*subs, base]
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name and name != "watchdog" and name != module:
+                out.add(name)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    return {m: _imports(m, p, set(mods)) for m, p in mods.items()}
+
+
+def test_every_part_imports_only_what_its_rule_allows() -> None:
+    """A part imports only itself and the parts its rule names (the daemon anything)."""
+    bad = []
+    for module, deps in sorted(_graph().items()):
+        part = _part(module)
+        if part == "watchdog":
+            continue  # watchdog/__init__.py: the version only
+        allowed = ALLOWED.get(part)
+        assert allowed is not None, f"{module}: part {part!r} has no import rule in this test"
+        if "*" in allowed:
+            continue
+        for dep in sorted(deps):
+            if _part(dep) not in allowed | {part, "watchdog"}:
+                bad.append(f"{module} -> {dep}")
+    assert not bad, "imports across the parts' rules:\n" + "\n".join(bad)
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    """No module of watchdog/ reaches itself through its imports (TYPE_CHECKING ones count)."""
+    graph = _graph()
+    done: set[str] = set()
+    cycles = []
+
+    def visit(m: str, path: list[str], on_path: set[str]) -> None:
+        for dep in sorted(graph[m]):
+            if dep in on_path:
+                cycles.append(" -> ".join([*path[path.index(dep) :], dep]))
+            elif dep not in done:
+                on_path.add(dep)
+                visit(dep, [*path, dep], on_path)
+                on_path.discard(dep)
+        done.add(m)
+
+    for m in sorted(graph):
+        if m not in done:
+            visit(m, [m], {m})
+    assert not cycles, "import cycles:\n" + "\n".join(cycles[:10])
+
+
+def test_no_module_over_the_budget() -> None:
+    """Every module of watchdog/ is at most MODULE_MAX_LINES lines (STYLE.md)."""
+    over = {
+        str(p.relative_to(WATCHDOG.parent)): n
+        for p in WATCHDOG.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MODULE_MAX_LINES
+    }
+    assert not over, over
+
+
+def test_no_function_over_the_budget() -> None:
+    """Every function of watchdog/ (nested ones apart) is at most FUNCTION_MAX_LINES lines."""
+    over = []
+    for path in sorted(WATCHDOG.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                assert node.end_lineno is not None
+                if (n := node.end_lineno - node.lineno + 1) > FUNCTION_MAX_LINES:
+                    where = f"{path.relative_to(WATCHDOG.parent)}:{node.lineno}"
+                    over.append(f"{where} {node.name} {n}")
+    assert not over, "\n".join(over)

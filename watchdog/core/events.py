@@ -1,0 +1,259 @@
+"""PURE vocabulary of the supervisor core: every event it handles and every action it returns.
+
+Events are past-tense facts the shell feeds to `Supervisor.handle(event, now)`; actions are the
+imperatives it returns, executed in order by the shell (SPEC §3, §5). `records.py` turns events
+into JSON records and back, so an input log can be replayed through the core in a test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from watchdog.core.budget import Durable, Marker, Policy
+
+# ---------------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonStarted:
+    """The daemon is up: start the job.
+
+    `fresh_run` (SPEC §13, `watchdogd --exit-with-job`): a scheduler started this daemon, so
+    this start is a new run that the scheduler (or a human releasing a held job) decided on: an
+    end state a previous daemon left in the state file (completed, fatal, host_fault, a backoff)
+    does not hold it back, and the budget starts afresh, as after an operator's `start`."""
+
+    fresh_run: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class JobAdopted:
+    """The daemon is up and re-attached to its previous job, still running (SPEC §12): watch it
+    instead of starting one."""
+
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorCommand:
+    """An operator's start/stop/restart/pause/resume (from the control socket)."""
+
+    cmd: Literal["start", "stop", "restart", "pause", "resume"]
+    uid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownRequested:
+    """SIGTERM/SIGINT: stop the job gracefully, then exit."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSpawned:
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnFailed:
+    """The start did not produce a child: pre_start failed, exec failed, GPUs never drained."""
+
+    reason: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ChildExited:
+    pid: int
+    exit_code: int | None
+    signal: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TreeStopped:
+    """The stop sequence finished: the job's whole tree is verified gone (or `leftovers` remain).
+
+    `leftovers=None` means the tree could not be verified (a scan that timed out), and `error`
+    that the stop itself failed inside the watchdog: either way nothing may start beside a job
+    that may still run, so the core parks (fail closed)."""
+
+    killed: bool  # SIGKILL was needed
+    leftovers: int | None = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HealthAssessed:
+    """health.py's verdicts for the current child: `healthy` and the detectors firing."""
+
+    pid: int
+    healthy: bool
+    firing: frozenset[str] = frozenset()
+    evidence: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentSaved:
+    """The bundle written before the current stop (SPEC §10): the restart_scheduled or fatal
+    that this stop leads to names it, and nothing later does."""
+
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressMarked:
+    """A progress line (kind "step", value = its step or None) or a checkpoint read (kind
+    "checkpoint", value = its iteration or mtime), written at `at` (monotonic)."""
+
+    kind: Marker
+    value: float | None
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class RankExited:
+    """A worker of the job's tree (a torchrun rank) died while the job's leader lives."""
+
+    pid: int  # the job's leader (the agent)
+    rank_pid: int
+    rank: str
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFaultSeen:
+    """The GPU itself is broken (an Xid, a counter, the health gate; SPEC §12). `fields` is the
+    gpu_fault event (gpu, uuid, xid or kind, action, message). The core decides from its
+    Policy (`Policy.parks`): an action that needs a GPU reset or a reboot parks, restart_app
+    restarts, anything else warns."""
+
+    action: str
+    fields: Mapping[str, object]
+    gate: bool = False  # the health gate found it during the start under way
+    # SPEC §13: a repeat of a (GPU, Xid) already reported in this window. It still acts (a park
+    # or restart happens as for the first); only when it changes nothing is no event emitted.
+    quiet: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GpuAccessChanged:
+    """NVML access that worked is lost (`lost`, with why in `detail`), or back (SPEC §13).
+    Lost access never stops the job; a restart while it lasts parks in host_fault instead of
+    starting a job into GPUs it cannot open, and restored access resumes it."""
+
+    lost: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyChanged:
+    policy: Policy
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """A deadline the core asked for has passed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RestartRequested:
+    """Another node moved the cluster's epoch (issue 14): stop this job's tree and start again;
+    the start waits at the cluster's barrier, so no backoff and no budget of our own."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class StateRestored:
+    """A previous daemon's budget and decisions, read from the state file before DaemonStarted
+    (SPEC §12, §13). Instants from the future (a wall clock that stepped back while no daemon
+    ran) are pulled in to `now`, a backoff to at most backoff_max_s."""
+
+    durable: Durable
+
+
+@dataclass(frozen=True, slots=True)
+class HandoverResumed:
+    """An in-place re-exec: the previous code's `Supervisor.carry()` (same process, same
+    monotonic clock). `handle` raises ValueError (or KeyError/TypeError) for one that does not
+    fit: the shell refuses the hand-over."""
+
+    carry: Mapping[str, object]
+
+
+Event = (
+    DaemonStarted
+    | JobAdopted
+    | OperatorCommand
+    | ShutdownRequested
+    | ChildSpawned
+    | SpawnFailed
+    | ChildExited
+    | TreeStopped
+    | HealthAssessed
+    | IncidentSaved
+    | ProgressMarked
+    | RankExited
+    | GpuFaultSeen
+    | GpuAccessChanged
+    | PolicyChanged
+    | Tick
+    | RestartRequested
+    | StateRestored
+    | HandoverResumed
+)
+
+# --------------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnChild:
+    """Drain GPUs, run pre_start, spawn. Answer with ChildSpawned or SpawnFailed."""
+
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class KillTree:
+    """Stop the job's whole tree (stop_signal, SIGKILL after the timeout). Answer: TreeStopped."""
+
+    pid: int | None
+    reason: str
+    incident: bool = False  # write an incident bundle before the kill (SPEC §10)
+    # issue 14: the stop is for a verdict the policy restarts on (and no pause holds it), so
+    # the whole cluster restarts for it; the shell forwards this to the cluster link
+    restart_cluster: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CancelStart:
+    """A stop arrived while the start still waits (drained GPUs, pre_start): cancel it before
+    the spawn. The start answers SpawnFailed("cancelled"), or ChildSpawned if it was too late."""
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """A structured event for the log, the journal, the history and hooks (SPEC §9)."""
+
+    event: str
+    fields: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """An operator command that cannot be carried out now, and why."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Exit:
+    """The daemon may exit now (the job is stopped)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RestartCluster:
+    """An operator's `restart` (issue 14): the cluster's epoch moves and its budget starts
+    afresh; returned before the command's own actions, whatever they are."""
+
+
+Action = SpawnChild | KillTree | CancelStart | Emit | Refuse | Exit | RestartCluster

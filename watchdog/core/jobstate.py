@@ -1,0 +1,124 @@
+"""PURE: the supervisor's state, one mutable record, and the views of it (SPEC §3).
+
+`JobState` is what the transitions (runs, stopping, parking, operator commands, verdicts) and
+the hand-over read and write; only `Supervisor.handle` calls them, so the record still has one
+writer. `Snapshot` is the frozen view status shows.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from watchdog.core.budget import NoProgressTally, Policy
+from watchdog.core.names import State
+
+AfterStop = Literal["stop", "restart", "start", "exit", "host_fault", "completed"]
+
+
+@dataclass(slots=True)
+class JobState:
+    """Everything the supervisor knows; see `Supervisor` for who writes it."""
+
+    policy: Policy
+    rng: Callable[[], float]  # jitter source, u in [0, 1)
+    state: State = State.STOPPED
+    pid: int | None = None
+    spawning: bool = False
+    spawned_at: float | None = None
+    healthy_since: float | None = None
+    firing: frozenset[str] = frozenset()
+    paused: bool = False
+    after_stop: AfterStop = "stop"
+    stop_reason: str = ""
+    stop_incident: str | None = None  # the bundle of the stop under way
+    restart_times: deque[float] = field(default_factory=deque)
+    restarts_total: int = 0
+    failures: int = 0
+    last_reason: str | None = None
+    backoff_until: float | None = None
+    last_exit: tuple[int | None, int | None] | None = None
+    attempt: int = 0
+    want_running: bool = False
+    exiting: bool = False  # Exit was returned: nothing may start any more
+    exit_after_completion: bool = False  # a shutdown waits for a completion to be recorded
+    leader_exited: bool = False  # the child is reaped; its tree may still be stopping
+    startup_expired: bool = False  # startup_timeout fired and the child was never healthy
+    tally: NoProgressTally = field(default_factory=NoProgressTally)
+    host_fault: Mapping[str, object] | None = None
+    access_lost: str | None = None  # why NVML access is lost (SPEC §13), or None
+    # What a park for lost access deferred: ("fail", reason) or ("spawn", reason).
+    access_resume: tuple[str, str] | None = None
+    completed: Mapping[str, object] | None = None  # SPEC §13, see Snapshot
+    completed_at: float | None = None
+    run_step: float | None = None  # the current run's latest step (job_completed)
+    operator_stopped: bool = False  # SPEC §13: an operator's stop, until a start/restart
+    now: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    state: State
+    pid: int | None
+    spawned_at: float | None
+    healthy_since: float | None
+    healthy: bool
+    firing: frozenset[str]
+    paused: bool
+    restarts_total: int
+    restarts_in_window: int
+    last_reason: str | None
+    next_restart_at: float | None
+    consecutive_failures: int
+    last_exit: tuple[int | None, int | None] | None  # (exit_code, signal)
+    no_progress_restarts: int = 0  # automatic restarts in a row without progress (SPEC §12)
+    best_mark: float | None = None  # the highest step or checkpoint seen
+    best_mark_at: float | None = None  # when it was written
+    host_fault: Mapping[str, object] | None = None  # the gpu_fault event that parked the job
+    # SPEC §13: the job_completed event (pid, exit_code, runtime_s, step) of the last run that
+    # ended well, kept until the next start; and when that run ended (monotonic), from its exit
+    # on (also while its tree is cleared), for goodput: the run was productive to its end.
+    completed: Mapping[str, object] | None = None
+    completed_at: float | None = None
+    spawning: bool = False  # a start is under way: SpawnChild not yet answered
+
+
+def next_deadline(s: JobState) -> float | None:
+    """When the core wants a Tick: end of backoff, or end of the startup window."""
+    if s.state is State.BACKOFF:
+        return s.backoff_until
+    if s.state is State.STARTING and s.pid is not None and s.spawned_at is not None:
+        return s.spawned_at + s.policy.startup_timeout_s
+    return None
+
+
+def snapshot(s: JobState) -> Snapshot:
+    """The immutable view status shows (`Supervisor.snapshot`)."""
+    in_window = sum(1 for t in s.restart_times if t > s.now - s.policy.window_s)
+    alive_states = (State.STARTING, State.RUNNING, State.UNHEALTHY)
+    shown = State.PAUSED if s.paused and s.state in alive_states else s.state
+    return Snapshot(
+        state=shown,
+        pid=None if s.leader_exited else s.pid,
+        spawned_at=s.spawned_at,
+        healthy_since=s.healthy_since,
+        healthy=s.state is State.RUNNING,
+        firing=s.firing,
+        paused=s.paused,
+        restarts_total=s.restarts_total,
+        restarts_in_window=in_window,
+        last_reason=s.last_reason,
+        next_restart_at=s.backoff_until if s.state is State.BACKOFF else None,
+        consecutive_failures=s.failures,
+        last_exit=s.last_exit,
+        no_progress_restarts=s.tally.in_a_row,
+        best_mark=s.tally.best,
+        best_mark_at=s.tally.best_at,
+        host_fault=s.host_fault,
+        # the completed state's record: null once the state leaves completed (status)
+        completed=s.completed if s.state is State.COMPLETED else None,
+        completed_at=s.completed_at,
+        spawning=s.spawning,
+    )

@@ -1,0 +1,120 @@
+"""PURE: an operator's commands (start, stop, restart, pause, resume; SPEC §5, §13) and the
+daemon's own shutdown (SIGTERM/SIGINT), which an operator's stop always wins against.
+"""
+
+from __future__ import annotations
+
+from watchdog.core.events import Action, Emit, Exit, Refuse, RestartCluster
+from watchdog.core.jobstate import JobState, snapshot
+from watchdog.core.names import INCIDENT_REASONS, State
+from watchdog.core.transitions import spawn, stop
+
+# SPEC §13: scancel, `systemctl stop` (KillMode=control-group) and the like send SIGTERM to the
+# job and to the daemon at once. A job that exits 0 on SIGTERM may be seen to exit before the
+# daemon handles its own signal; a SIGTERM/SIGINT that arrives less than this long after an
+# exit with a success code, while the run's tree is still being cleared, means that exit was
+# the cancel's doing: the run did not complete. Later, the completion stands (the daemon exits
+# once it is recorded). Misjudging a real end costs a rerun; misjudging a cancel would mark an
+# interrupted run as done for good, so the window errs wide of any signal-handling delay.
+CANCEL_WINDOW_S = 2.0
+
+
+def command(s: JobState, cmd: str, now: float) -> list[Action]:
+    """An operator's command: what it does now, or why it cannot (Refuse). A `restart`
+    restarts the cluster too (issue 14), whatever this node does about it."""
+    if cmd == "restart":
+        return [RestartCluster(), *_command(s, cmd, now)]
+    return _command(s, cmd, now)
+
+
+def _command(s: JobState, cmd: str, now: float) -> list[Action]:
+    if s.exiting:
+        return [Refuse("the daemon is shutting down")]
+    if cmd == "pause":
+        s.paused = True
+        paused: list[Action] = [Emit("job_paused", {})]
+        if s.state is State.BACKOFF:  # a scheduled restart is an automatic action too
+            s.state, s.backoff_until = State.STOPPED, None
+            paused.append(Emit("child_stopped", {"reason": "paused"}))
+        return paused
+    if cmd == "resume":
+        return _resume(s, now)
+    if cmd == "stop":
+        return _stop(s)
+    return _start(s, cmd, now)
+
+
+def _resume(s: JobState, now: float) -> list[Action]:
+    if not s.paused:
+        return []  # nothing to resume: a job stopped on purpose stays stopped
+    s.paused = False
+    out: list[Action] = [Emit("job_resumed", {})]
+    if (
+        s.state is State.STOPPING
+        and s.after_stop == "stop"
+        and s.stop_reason == "exited"
+        and "exited" in s.policy.restart_on
+    ):
+        s.after_stop = "restart"  # it died while paused; its cleanup is under way
+    if s.state is State.STOPPED and s.want_running:
+        return out + spawn(s, now, "resumed")
+    # Verdicts that fired during the pause are acted on now.
+    act_on = sorted(s.firing & s.policy.restart_on)
+    if act_on and s.state in (State.STARTING, State.RUNNING, State.UNHEALTHY):
+        reason = act_on[0]
+        out += stop(s, reason, "restart", incident=reason in INCIDENT_REASONS)
+    return out
+
+
+def _stop(s: JobState) -> list[Action]:
+    s.backoff_until = None
+    s.want_running = False
+    s.operator_stopped = True
+    if s.state is State.STOPPING:
+        if s.after_stop not in ("exit", "completed"):  # a run that ended well
+            s.after_stop = "stop"  # stays completed (SPEC §13)
+        return []
+    if s.pid is None and not s.spawning:
+        s.state = State.STOPPED
+        s.host_fault = None
+        return [Emit("child_stopped", {"reason": "operator"})]
+    return stop(s, "operator", "stop")
+
+
+def _start(s: JobState, cmd: str, now: float) -> list[Action]:
+    """start / restart: an operator always leaves fatal and resets the budget (SPEC §5)."""
+    alive = s.pid is not None or s.spawning
+    if s.state is State.STOPPING and s.after_stop == "exit":
+        return [Refuse("the daemon is shutting down")]
+    if cmd == "start" and alive and s.state is not State.STOPPING:
+        return [Refuse(f"already {snapshot(s).state.value}")]
+    s.restart_times.clear()
+    s.failures = 0
+    s.tally.reset()
+    s.host_fault = None  # an operator's start leaves host_fault (SPEC §12)
+    s.operator_stopped = False  # ... and an operator's stop (SPEC §13)
+    if alive or s.state is State.STOPPING:
+        return stop(s, "operator", "start")
+    s.last_reason = "operator" if cmd == "restart" else s.last_reason
+    return spawn(s, now, "operator")
+
+
+def shutdown(s: JobState) -> list[Action]:
+    s.backoff_until = None
+    if s.state is State.STOPPING and s.after_stop == "completed":
+        done_at = s.completed_at
+        if done_at is None or s.now - done_at >= CANCEL_WINDOW_S:
+            # The run ended well before this signal: record it, then exit (_finish_stop).
+            s.exit_after_completion = True
+            s.exiting = True  # nothing may start any more
+            return []
+        # The same cancel stopped the job: its exit was no completion (CANCEL_WINDOW_S).
+        s.completed = s.completed_at = None
+    if s.pid is None and not s.spawning and s.state is not State.STOPPING:
+        # An end state is what the next daemon must find in the state file (SPEC §5, §13):
+        # a clean exit (systemctl restart) in fatal or completed does not forget it.
+        if s.state not in (State.COMPLETED, State.FATAL, State.HOST_FAULT):
+            s.state = State.STOPPED
+        s.exiting = True
+        return [Exit()]
+    return stop(s, "shutdown", "exit")

@@ -1,0 +1,73 @@
+"""PURE: parking on GPU faults and on lost NVML access (SPEC §12, §13).
+
+A fault whose action needs a GPU reset or a reboot stops the job and holds it in host_fault
+until an operator's start; lost NVML access never stops a running job, but a restart it would
+need parks (kind gpu_access_lost) until access is back.
+"""
+
+from __future__ import annotations
+
+from watchdog.core.events import Action, Emit, GpuAccessChanged, GpuFaultSeen
+from watchdog.core.jobstate import JobState
+from watchdog.core.names import State
+from watchdog.core.transitions import fail, finish_stop, park_access, spawn, stop
+
+
+def gpu_fault(s: JobState, ev: GpuFaultSeen, now: float) -> list[Action]:
+    """SPEC §12: restart_app restarts as any detector would; a parking fault stops the job
+    and holds it in host_fault (never restarted by itself, the budget untouched)."""
+    out: list[Action] = [Emit("gpu_fault", {"reason": "gpu_fault", **ev.fields})]
+    live = s.state in (State.STARTING, State.RUNNING, State.UNHEALTHY)
+    if s.policy.parks(ev.action) and not s.exiting:
+        s.host_fault = dict(ev.fields)
+        s.backoff_until = None
+        if ev.gate and s.spawning:  # the start under way ends without a spawn
+            s.spawning = False
+            if s.state is State.STOPPING:  # a stop came first: stop and exit win
+                if s.after_stop in ("restart", "start"):
+                    s.after_stop = "host_fault"
+                return out + finish_stop(s, now)
+            s.state = State.HOST_FAULT
+            return out
+        if live or s.state is State.STOPPING:
+            if s.state is State.STOPPING and s.after_stop in ("exit", "completed"):
+                return out  # a run that ended well stays completed, the fault recorded
+            return out + stop(s, "gpu_fault", "host_fault")
+        if s.state in (State.BACKOFF, State.STOPPED, State.FATAL) and s.want_running:
+            s.state = State.HOST_FAULT
+        return out
+    if ev.action == "restart_app" and live and s.pid is not None and not s.paused:
+        return out + stop(s, "gpu_fault", "restart")
+    return out
+
+
+def access_changed(s: JobState, ev: GpuAccessChanged, now: float) -> list[Action]:
+    """SPEC §13: lost access is named, never acted on against a running job. A pending
+    restart parks in host_fault (kind gpu_access_lost) until access is back."""
+    if ev.lost:
+        if s.access_lost is not None:
+            return []
+        s.access_lost = ev.detail or "NVML access lost"
+        fields = {"reason": "gpu_access_lost", "detail": s.access_lost, "pid": s.pid}
+        out: list[Action] = [Emit("gpu_access_lost", fields)]
+        if s.state is State.BACKOFF and not s.exiting:
+            out += park_access(s, "spawn", s.last_reason or "backoff")
+        return out
+    if s.access_lost is None:
+        return []
+    s.access_lost = None
+    out = [Emit("gpu_access_restored", {"reason": "gpu_access_restored", "pid": s.pid})]
+    resume, s.access_resume = s.access_resume, None
+    fault = s.host_fault
+    if s.state is not State.HOST_FAULT or fault is None or fault.get("kind") != "gpu_access_lost":
+        return out
+    s.host_fault = None  # restored access clears its own park, and nothing else
+    s.state = State.STOPPED
+    if resume is None or s.exiting:
+        return out
+    how, reason = resume
+    if how == "fail":
+        return out + fail(s, reason, now)
+    if s.paused:
+        return out  # `resume` starts it (the job is still wanted)
+    return out + spawn(s, now, reason)

@@ -1,0 +1,111 @@
+"""PURE JSON records of the core's inputs, and their replay (issue 23 item 1).
+
+The shell appends every event it feeds to `Supervisor.handle` to a bounded input log, as
+`log_entry(event, now)`: a JSON object. A bug report's log is replayed through a fresh core in a
+test by `replay(policy, seed_or_draws, entries)`. Exact: `from_record(to_record(e)) == e` for
+every event, and the jitter draws are the shell's own (it builds the core with
+`random.Random(seed).random` and logs the seed; or the draws themselves are given).
+
+Values are tagged where JSON would lose their type: {"$frozenset": [...]}, {"$tuple": [...]},
+{"$dict": {...}}, and the dataclasses an event carries ({"$Policy": {...}}, {"$Durable": {...}}).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, get_args
+
+from watchdog.core.budget import Durable, Policy
+from watchdog.core.events import Event
+from watchdog.core.supervisor import Supervisor
+
+EVENT_TYPES: dict[str, type[Any]] = {cls.__name__: cls for cls in get_args(Event)}
+_CARRIED: dict[str, type[Any]] = {"Policy": Policy, "Durable": Durable}
+
+
+def to_record(event: Event) -> dict[str, Any]:
+    """The event as a JSON-ready object: {"event": its class name, its fields...}."""
+    fields = {f.name: _encode(getattr(event, f.name)) for f in dataclasses.fields(event)}
+    return {"event": type(event).__name__, **fields}
+
+
+def from_record(record: Mapping[str, Any]) -> Event:
+    """The inverse of to_record. Raises ValueError for a record that is not an event."""
+    cls = EVENT_TYPES.get(str(record.get("event")))
+    if cls is None:
+        raise ValueError(f"not an event record: {record.get('event')!r}")
+    fields = {k: _decode(v) for k, v in record.items() if k != "event"}
+    try:
+        event: Event = cls(**fields)
+    except TypeError as e:
+        raise ValueError(f"{cls.__name__}: {e}") from e
+    return event
+
+
+def log_entry(event: Event, now: float) -> dict[str, Any]:
+    """One line of the input log: when the core was given the event, and the event."""
+    return {"now": now, "record": to_record(event)}
+
+
+def replay(
+    policy: Policy, seed_or_draws: int | Sequence[float], entries: Iterable[Mapping[str, Any]]
+) -> Supervisor:
+    """A fresh core fed the logged inputs in order, as the daemon fed them (pure)."""
+    sup = Supervisor(policy, _jitter(seed_or_draws))
+    for entry in entries:
+        sup.handle(from_record(entry["record"]), float(entry["now"]))
+    return sup
+
+
+def _jitter(seed_or_draws: int | Sequence[float]) -> Callable[[], float]:
+    if isinstance(seed_or_draws, int):
+        return random.Random(seed_or_draws).random
+    draws: Iterator[float] = iter(seed_or_draws)
+
+    def draw() -> float:
+        try:
+            return next(draws)
+        except StopIteration:
+            raise ValueError("the log's jitter draws ran out") from None
+
+    return draw
+
+
+def _encode(value: object) -> Any:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, frozenset):
+        return {"$frozenset": sorted(_encode(v) for v in value)}
+    if isinstance(value, tuple):
+        return {"$tuple": [_encode(v) for v in value]}
+    if isinstance(value, list):
+        return [_encode(v) for v in value]
+    if isinstance(value, Mapping):
+        return {"$dict": {str(k): _encode(v) for k, v in value.items()}}
+    name = type(value).__name__
+    if name in _CARRIED and dataclasses.is_dataclass(value):
+        fields = dataclasses.fields(value)
+        return {f"${name}": {f.name: _encode(getattr(value, f.name)) for f in fields}}
+    raise ValueError(f"cannot record {value!r}")
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if len(value) != 1:
+        raise ValueError(f"not a tagged value: {value!r}")
+    ((tag, inner),) = value.items()
+    if tag == "$frozenset":
+        return frozenset(_decode(v) for v in inner)
+    if tag == "$tuple":
+        return tuple(_decode(v) for v in inner)
+    if tag == "$dict":
+        return {k: _decode(v) for k, v in inner.items()}
+    cls = _CARRIED.get(str(tag).removeprefix("$"))
+    if cls is None:
+        raise ValueError(f"unknown tag {tag!r}")
+    return cls(**{k: _decode(v) for k, v in inner.items()})

@@ -1,0 +1,158 @@
+"""PURE: the transitions of one run of the job: the daemon's start (or a fresh run), adoption,
+spawn and its failure, the leader's exit (a failure, or a completion: SPEC §13), and the end of
+the stop that clears its tree (SPEC §3, §5, §12).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from watchdog.core.events import Action, ChildExited, Emit, TreeStopped
+from watchdog.core.jobstate import JobState
+from watchdog.core.names import State
+from watchdog.core.transitions import fail, finish_stop, kill_tree, park_unverified, spawn
+
+
+def started(s: JobState, now: float) -> list[Action]:
+    """Start the job, unless a restored budget says it is fatal or still backing off."""
+    restored = {"restarts": len(s.restart_times), "reason": s.last_reason}
+    if s.state is State.FATAL:
+        s.want_running = True
+        return [Emit("state_restored", {"state": "fatal", **restored})]
+    if s.state is State.COMPLETED:  # SPEC §13: done; only an operator starts it again
+        return [Emit("state_restored", {"state": "completed", **restored})]
+    if s.state is State.HOST_FAULT:  # SPEC §13: parked; an operator (or access) lifts it
+        s.want_running = not s.operator_stopped
+        kind = (s.host_fault or {}).get("kind")
+        return [Emit("state_restored", {"state": "host_fault", "kind": kind, **restored})]
+    if s.operator_stopped:  # SPEC §13: stopped on purpose; only a start starts it
+        return [Emit("state_restored", {"state": "stopped", **restored})]
+    if s.paused:  # SPEC §13: no automatic action, a start included, until `resume`
+        s.want_running = True
+        return [Emit("state_restored", {"state": "paused", **restored})]
+    until = s.backoff_until
+    if until is not None and until > now:
+        s.want_running = True
+        s.state = State.BACKOFF
+        fields = {"state": "backoff", "delay_s": round(until - now, 3), **restored}
+        return [Emit("state_restored", fields)]
+    return spawn(s, now, reason="daemon_started")
+
+
+def fresh_run(s: JobState, now: float) -> list[Action]:
+    """DaemonStarted(fresh_run=True): whatever a previous daemon left, start anew (see
+    DaemonStarted). What was found is said in state_restored, then the job is spawned."""
+    found = s.state
+    backoff = s.backoff_until is not None
+    paused = s.paused
+    decided = s.operator_stopped or paused  # SPEC §13: a new allocation decides anew
+    s.restart_times.clear()
+    s.failures = 0
+    s.tally.reset()
+    s.host_fault = None
+    s.backoff_until = None
+    s.state = State.STOPPED
+    s.operator_stopped = s.paused = False
+    s.access_lost = s.access_resume = None
+    out: list[Action] = []
+    if found is not State.STOPPED or backoff or decided:
+        shown = "backoff" if found is State.STOPPED and backoff else found.value
+        fields = {"state": shown, "reason": s.last_reason, "fresh_run": True}
+        out.append(Emit("state_restored", fields | ({"paused": True} if paused else {})))
+    return out + spawn(s, now, reason="daemon_started")
+
+
+def adopted(s: JobState, pid: int, now: float) -> list[Action]:
+    if s.pid is not None or s.spawning or s.exiting:
+        return []  # never two jobs
+    # STARTING until its first healthy verdict; the startup window counts from the adoption.
+    s.want_running = True
+    s.state = State.STARTING
+    s.backoff_until = None
+    s.after_stop = "stop"
+    s.firing = frozenset()
+    spawned(s, pid, now)
+    return [Emit("job_adopted", {"pid": pid})]
+
+
+def spawned(s: JobState, pid: int, now: float) -> list[Action]:
+    s.spawning = False
+    s.pid = pid
+    s.spawned_at = now
+    s.healthy_since = None
+    s.leader_exited = False
+    s.startup_expired = False
+    s.run_step = None
+    s.tally.run_started(now)
+    if s.state is State.STOPPING:  # a stop arrived while we were spawning: stop wins
+        return [kill_tree(s, pid, s.stop_reason)]
+    return [Emit("child_spawned", {"pid": pid, "attempt": s.attempt})]
+
+
+def spawn_failed(s: JobState, reason: str, detail: str, now: float) -> list[Action]:
+    if not s.spawning:
+        return []  # a late failure report for a child that exists: it stays watched
+    s.spawning = False
+    emit = Emit("child_start_failed", {"reason": reason, "detail": detail})
+    if s.state is State.STOPPING:
+        return [emit, *finish_stop(s, now)]
+    s.tally.run_started(now)  # an empty run: it counts against max_no_progress too
+    return [emit, *fail(s, reason, now)]
+
+
+def exited(s: JobState, ev: ChildExited) -> list[Action]:
+    if ev.pid != s.pid:
+        return []
+    s.last_exit = (ev.exit_code, ev.signal)
+    s.leader_exited = True
+    fields = {"pid": ev.pid, "exit_code": ev.exit_code, "signal": ev.signal}
+    if s.state is State.STOPPING:
+        return [Emit("child_exited", {**fields, "reason": s.stop_reason})]
+    if ev.signal is None and ev.exit_code in s.policy.success_exit_codes:
+        return exited_well(s, ev, fields)
+    # An unexpected death: clear leftovers of the tree first, then decide (in _tree_stopped).
+    s.state = State.STOPPING
+    s.stop_incident = None
+    s.stop_reason = "exited"
+    restart = "exited" in s.policy.restart_on and not s.paused
+    s.after_stop = "restart" if restart else "stop"
+    return [
+        Emit("child_exited", {**fields, "reason": "exited"}),
+        Emit("detector_fired", {"reason": "exited", "pid": ev.pid}),
+        kill_tree(s, ev.pid, "exited"),
+    ]
+
+
+def exited_well(s: JobState, ev: ChildExited, fields: Mapping[str, object]) -> list[Action]:
+    """SPEC §13: an exit code in job.success_exit_codes is the end of the run, not a
+    failure: clear what is left of its tree, then `completed` (no restart, the budget and
+    the no-progress tally untouched). With `completed` in restart.on it restarts as any
+    failure would (a job meant to run for ever)."""
+    now = s.now
+    s.state = State.STOPPING
+    s.stop_incident = None
+    s.stop_reason = "completed"
+    s.after_stop = "restart" if "completed" in s.policy.restart_on else "completed"
+    runtime = None if s.spawned_at is None else round(now - s.spawned_at, 3)
+    s.completed_at = now
+    # the step is filled in when the tree is gone: the shell reads the run's last lines
+    s.completed = {"pid": ev.pid, "exit_code": ev.exit_code, "runtime_s": runtime}
+    return [
+        Emit("child_exited", {**fields, "reason": "completed"}),
+        kill_tree(s, ev.pid, "completed"),
+    ]
+
+
+def tree_stopped(s: JobState, ev: TreeStopped, now: float) -> list[Action]:
+    if s.state is not State.STOPPING or s.spawning:
+        return []
+    out: list[Action] = []
+    if ev.killed:
+        fields = {"pid": s.pid, "reason": s.stop_reason, "signal": 9}  # SIGKILL
+        out.append(Emit("child_killed", fields))
+    if ev.leftovers is None or ev.error is not None:
+        return out + park_unverified(s, ev)
+    if ev.leftovers:
+        out.append(Emit("leftovers_found", {"count": ev.leftovers, "reason": s.stop_reason}))
+    s.pid = None
+    return out + finish_stop(s, now)

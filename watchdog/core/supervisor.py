@@ -1,0 +1,139 @@
+"""PURE supervisor core: the restart state machine (SPEC §3, §5, §12, §13).
+
+No I/O and no clock: time comes in as `now` (monotonic seconds). The shell feeds every input as
+an event to `Supervisor.handle(event, now)` (events.py), executes the actions it returns in
+order, and wakes the core at `next_deadline()` with a `Tick`. Every decision is returned as an
+`Emit` action, so the shell logs all transitions in one place (model: h11 / aioquic, sans-IO).
+
+Detector verdicts arrive as `HealthAssessed` events computed by `health.py`; the core never looks
+at GPUs or logs itself. The transitions live by reason in runs.py, verdicts.py, parking.py,
+operator_commands.py and transitions.py; what outlives this object in handover.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from watchdog.core import handover, parking, runs, verdicts
+from watchdog.core.budget import Durable, Policy
+from watchdog.core.events import (
+    Action,
+    ChildExited,
+    ChildSpawned,
+    DaemonStarted,
+    Event,
+    GpuAccessChanged,
+    GpuFaultSeen,
+    HandoverResumed,
+    HealthAssessed,
+    IncidentSaved,
+    JobAdopted,
+    OperatorCommand,
+    PolicyChanged,
+    ProgressMarked,
+    RankExited,
+    RestartRequested,
+    ShutdownRequested,
+    SpawnFailed,
+    StateRestored,
+    Tick,
+    TreeStopped,
+)
+from watchdog.core.jobstate import JobState, Snapshot, next_deadline, snapshot
+from watchdog.core.names import State
+from watchdog.core.operator_commands import command, shutdown
+from watchdog.core.transitions import stop
+
+
+class Supervisor:
+    """The restart state machine. The only writer is the shell's event loop, through handle()."""
+
+    def __init__(self, policy: Policy, rng: Callable[[], float]) -> None:
+        self._s = JobState(policy=policy, rng=rng)
+
+    def next_deadline(self) -> float | None:
+        """When the core wants a Tick: end of backoff, or end of the startup window."""
+        return next_deadline(self._s)
+
+    def snapshot(self) -> Snapshot:
+        return snapshot(self._s)
+
+    @property
+    def policy(self) -> Policy:
+        return self._s.policy
+
+    @property
+    def access_lost(self) -> str | None:
+        """Why NVML access is lost (SPEC §13), or None: a re-exec'd shell starts from it."""
+        return self._s.access_lost
+
+    def durable(self) -> Durable:
+        """What must outlive this process (the restart budget): see budget.Durable."""
+        return handover.durable(self._s)
+
+    def carry(self) -> dict[str, object] | None:
+        """Everything, for an in-place re-exec (see handover.carry); None while a start or a
+        stop is under way."""
+        return handover.carry(self._s)
+
+    def handle(self, event: Event, now: float) -> list[Action]:
+        """Every input of the core: the actions to execute, in order."""
+        s = self._s
+        s.now = now
+        match event:
+            case DaemonStarted(fresh_run=fresh):
+                return runs.fresh_run(s, now) if fresh else runs.started(s, now)
+            case JobAdopted(pid=pid):
+                return runs.adopted(s, pid, now)
+            case ChildSpawned(pid=pid):
+                return runs.spawned(s, pid, now)
+            case SpawnFailed(reason=reason, detail=detail):
+                return runs.spawn_failed(s, reason, detail, now)
+            case ChildExited():
+                return runs.exited(s, event)
+            case TreeStopped():
+                return runs.tree_stopped(s, event, now)
+            case StateRestored(durable=durable):
+                handover.restore(s, durable, now)
+                return []
+            case HandoverResumed(carry=carry):
+                handover.resume(s, carry, now)
+                return []
+        return self._handle_more(event, now)
+
+    def _handle_more(self, event: Event, now: float) -> list[Action]:
+        s = self._s
+        match event:
+            case OperatorCommand(cmd=cmd):
+                return command(s, cmd, now)
+            case ShutdownRequested():
+                return shutdown(s)
+            case HealthAssessed():
+                return verdicts.assessed(s, event, now)
+            case GpuFaultSeen():
+                before = s.state
+                out = parking.gpu_fault(s, event, now)
+                if event.quiet and len(out) == 1 and s.state is before:
+                    return []  # a repeat that changes nothing: counted by the shell, not logged
+                return out
+            case GpuAccessChanged():
+                return parking.access_changed(s, event, now)
+            case IncidentSaved(path=path):
+                if s.state is State.STOPPING:
+                    s.stop_incident = path
+                return []
+            case ProgressMarked():
+                verdicts.marked(s, event)
+                return []
+            case RankExited():
+                return verdicts.rank_exited(s, event)
+            case PolicyChanged(policy=policy):
+                s.policy = policy
+                return []
+            case Tick():
+                return verdicts.tick(s, now)
+            case RestartRequested(reason=reason):
+                if s.pid is None or s.exiting or s.state is State.STOPPING:
+                    return []  # nothing runs, or a stop is under way: the next start waits
+                return stop(s, reason, "start")
+        return []

@@ -1,0 +1,188 @@
+"""PURE: the supervisor's primitive transitions, shared by every group of transitions.
+
+Start a run (`spawn`), stop one (`stop`, then `finish_stop` once its tree is gone), answer a
+failure with a restart after backoff or with `fatal` (`fail`, the budget of budget.py), and park
+when a stop cannot be verified or NVML access is lost (SPEC §5, §12, §13).
+"""
+
+from __future__ import annotations
+
+from watchdog.core.budget import prune_window
+from watchdog.core.events import Action, CancelStart, Emit, Exit, KillTree, SpawnChild, TreeStopped
+from watchdog.core.jobstate import AfterStop, JobState
+from watchdog.core.names import State
+
+
+def spawn(s: JobState, now: float, reason: str) -> list[Action]:
+    if s.pid is not None or s.spawning or s.exiting:
+        return []  # never two children, and nothing new once the daemon exits
+    s.want_running = True
+    s.attempt += 1
+    s.spawning = True
+    s.completed = s.completed_at = None  # a new run: the last one's end is history
+    s.state = State.STARTING
+    s.firing = frozenset()
+    s.backoff_until = None
+    s.after_stop = "stop"
+    return [SpawnChild(attempt=s.attempt)]
+
+
+def stop(s: JobState, reason: str, after: AfterStop, incident: bool = False) -> list[Action]:
+    s.stop_reason = reason
+    s.after_stop = after
+    if s.state is State.STOPPING:
+        return []  # a stop is under way; only where it leads changes
+    s.state = State.STOPPING
+    s.stop_incident = None
+    if s.spawning:
+        return [CancelStart()]  # or, if the spawn wins the race, _spawned() kills it
+    emit = Emit("child_stopping", {"pid": s.pid, "reason": reason})
+    return [emit, kill_tree(s, s.pid, reason, incident)]
+
+
+def kill_tree(s: JobState, pid: int | None, reason: str, incident: bool = False) -> KillTree:
+    """The stop of the job's tree; with `cluster:` it restarts the cluster when the policy
+    restarts on its reason and no pause holds it (issue 14)."""
+    restart = reason in s.policy.restart_on and not s.paused
+    return KillTree(pid=pid, reason=reason, incident=incident, restart_cluster=restart)
+
+
+def take_incident(s: JobState) -> dict[str, str]:
+    path, s.stop_incident = s.stop_incident, None
+    return {} if path is None else {"incident": path}
+
+
+def finish_stop(s: JobState, now: float) -> list[Action]:
+    after, reason = s.after_stop, s.stop_reason
+    if after != "restart":
+        s.stop_incident = None  # only the failure this stop leads to may name it
+    s.pid = None
+    s.leader_exited = False
+    s.firing = frozenset()
+    s.state = State.STOPPED
+    if after == "exit":
+        s.exiting = True
+        return [Exit()]
+    if after == "start":
+        s.restarts_total += 1
+        s.last_reason = reason
+        return spawn(s, now, reason)
+    if after == "restart":
+        if s.access_lost is not None and not s.paused:
+            return park_access(s, "fail", reason)  # SPEC §13: never into unreachable GPUs
+        return fail(s, reason, now)
+    if after == "host_fault":
+        s.state = State.HOST_FAULT  # no restart, the budget untouched (SPEC §12)
+    if after == "completed" and s.completed is not None:
+        s.state = State.COMPLETED  # no restart, the budget untouched (SPEC §13)
+        s.want_running = False
+        s.healthy_since = None
+        step = s.run_step
+        step = int(step) if step is not None and float(step).is_integer() else step
+        s.completed = {**s.completed, "step": step}
+        done: list[Action] = [Emit("job_completed", dict(s.completed))]
+        if s.exit_after_completion:  # a shutdown came while the tree was cleared
+            s.exiting = True
+            done.append(Exit())
+        return done
+    return [Emit("child_stopped", {"reason": reason})]
+
+
+def fail(s: JobState, reason: str, now: float) -> list[Action]:
+    """A failure that the policy answers with a restart after backoff, or with `fatal`."""
+    p = s.policy
+    s.last_reason = reason
+    s.pid = None
+    if s.paused:
+        s.state = State.STOPPED
+        return [Emit("child_stopped", {"reason": reason, "paused": True})]
+    if s.healthy_since is not None and now - s.healthy_since >= p.reset_after_s:
+        s.failures = 0
+    was_healthy, s.healthy_since = s.healthy_since is not None, None
+    prune_window(s.restart_times, now, p.window_s)
+    incident = take_incident(s)
+    marker = p.progress_marker
+    if not s.tally.restart_allowed(marker, was_healthy, p.max_no_progress):
+        s.state, s.last_reason = State.FATAL, "no_progress"
+        fields: dict[str, object] = {"reason": "no_progress", "last_reason": reason}
+        fields |= {"restarts": s.tally.in_a_row, "marker": marker, **incident}
+        return [Emit("fatal", fields | {"best": s.tally.best})]
+    if len(s.restart_times) >= p.max_restarts:
+        s.state = State.FATAL
+        fields = {"reason": reason, "restarts": len(s.restart_times), "window_s": p.window_s}
+        return [Emit("fatal", fields | incident)]
+    return _schedule_restart(s, reason, now, incident)
+
+
+def _schedule_restart(
+    s: JobState, reason: str, now: float, incident: dict[str, str]
+) -> list[Action]:
+    """Backoff, then a spawn at the Tick that `next_deadline` asks for."""
+    p = s.policy
+    delay = p.backoff_delay(s.failures, s.rng())
+    s.failures += 1
+    s.restart_times.append(now)
+    s.restarts_total += 1
+    s.state = State.BACKOFF
+    s.backoff_until = now + delay
+    fields: dict[str, object] = {
+        "reason": reason,
+        "delay_s": round(delay, 3),
+        "attempt": s.failures,
+        **incident,
+        "lost_work_s": _round(s.tally.lost_work_s(p.progress_marker)),
+        "no_progress": s.tally.in_a_row,
+    }
+    return [Emit("restart_scheduled", fields)]
+
+
+def park_access(s: JobState, resume: str, reason: str) -> list[Action]:
+    """Hold the restart that `reason` asked for until NVML access is back (SPEC §13)."""
+    s.access_resume = (resume, reason)
+    s.backoff_until = None
+    s.state = State.HOST_FAULT
+    detail = s.access_lost or "NVML access lost"
+    s.host_fault = {
+        "kind": "gpu_access_lost",
+        "gpu": None,
+        "uuid": None,
+        "action": "recreate_container",
+        "message": f"NVML access lost: {detail}",
+        "detail": detail,
+        "deferred": reason,
+    }
+    fields = {"reason": "gpu_access_lost", "deferred": reason, "detail": detail}
+    return [Emit("job_parked", fields | {"last_exit": exit_fields(s)})]
+
+
+def park_unverified(s: JobState, ev: TreeStopped) -> list[Action]:
+    """The stop could not be verified: never start a second job beside one that may still
+    run. Park in `fatal` (an operator's start leaves it), or exit if the daemon is exiting."""
+    fields = {
+        "pid": s.pid,
+        "reason": "stop_unverified",
+        "stop_reason": s.stop_reason,
+        "error": ev.error or "the job's process tree could not be scanned in time",
+        **take_incident(s),
+    }
+    s.pid = None
+    s.leader_exited = False
+    s.firing = frozenset()
+    s.backoff_until = None
+    if s.after_stop == "exit" or s.exit_after_completion:
+        s.state = State.STOPPED
+        s.exiting = True
+        return [Emit("stop_unverified", fields), Exit()]
+    s.state = State.FATAL
+    s.last_reason = "stop_unverified"
+    return [Emit("fatal", fields)]
+
+
+def exit_fields(s: JobState) -> dict[str, int | None] | None:
+    if s.last_exit is None:
+        return None
+    return {"exit_code": s.last_exit[0], "signal": s.last_exit[1]}
+
+
+def _round(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 1)

@@ -1,0 +1,108 @@
+"""PURE: the verdicts on a live run: health.py's assessment, a dead rank, progress marks, and
+the deadlines (end of backoff, end of the startup window: the one verdict the core owns,
+`startup_timeout`, a pure function of the spawn time and the clock).
+"""
+
+from __future__ import annotations
+
+from watchdog.core.events import Action, Emit, HealthAssessed, ProgressMarked, RankExited
+from watchdog.core.jobstate import JobState, next_deadline
+from watchdog.core.names import INCIDENT_REASONS, UNVERIFIABLE, State
+from watchdog.core.transitions import park_access, spawn, stop
+
+
+def assessed(s: JobState, ev: HealthAssessed, now: float) -> list[Action]:
+    live = (State.STARTING, State.RUNNING, State.UNHEALTHY)
+    if ev.pid != s.pid or s.state not in live:
+        return []
+    firing = ev.firing
+    blind = bool(ev.firing & UNVERIFIABLE) or s.access_lost is not None
+    if s.startup_expired and s.healthy_since is None and not ev.healthy and not blind:
+        firing = firing | {"startup_timeout"}  # still not healthy: the verdict stands
+    ev = HealthAssessed(ev.pid, ev.healthy, firing, ev.evidence)
+    out: list[Action] = []
+    for reason in sorted(ev.firing - s.firing):
+        out.append(Emit("detector_fired", {"reason": reason, "pid": ev.pid, **ev.evidence}))
+    for reason in sorted(s.firing - ev.firing):
+        out.append(Emit("detector_cleared", {"reason": reason, "pid": ev.pid}))
+    s.firing = ev.firing
+    act_on = sorted(ev.firing & s.policy.restart_on)
+    if act_on and not s.paused:
+        reason = act_on[0]
+        return out + stop(s, reason, "restart", incident=reason in INCIDENT_REASONS)
+    if ev.firing:
+        if s.state is not State.STARTING:
+            s.state = State.UNHEALTHY
+    elif ev.healthy and s.state is not State.RUNNING:
+        if s.healthy_since is None:
+            s.healthy_since = now
+            assert s.spawned_at is not None
+            out.append(
+                Emit(
+                    "child_healthy",
+                    {"pid": ev.pid, "after_s": round(now - s.spawned_at, 3)},
+                )
+            )
+        s.state = State.RUNNING
+    return out
+
+
+def rank_exited(s: JobState, ev: RankExited) -> list[Action]:
+    """A dead rank is a verdict on the whole job (SPEC §12): `exited`, as if the leader
+    died, whatever the launcher would do about it itself."""
+    if ev.pid != s.pid or s.state not in (
+        State.STARTING,
+        State.RUNNING,
+        State.UNHEALTHY,
+    ):
+        return []
+    fired = Emit(
+        "detector_fired",
+        {"reason": "exited", "pid": ev.pid, "rank_pid": ev.rank_pid, "rank": ev.rank},
+    )
+    if "exited" not in s.policy.restart_on or s.paused:
+        return [fired]
+    return [fired, *stop(s, "exited", "restart")]
+
+
+def marked(s: JobState, ev: ProgressMarked) -> None:
+    """Feed the no-progress tally; only the configured marker moves the high-water mark."""
+    marker = s.policy.progress_marker
+    if ev.kind == "step":
+        s.tally.progress_line(ev.at)
+        if ev.value is not None:
+            s.run_step = ev.value  # job_completed reports where the run got
+    if ev.value is None or ev.kind != marker:
+        return
+    if s.tally.mark(ev.value, ev.at) and ev.kind == "checkpoint":
+        s.tally.checkpoint_written(ev.at)
+
+
+def tick(s: JobState, now: float) -> list[Action]:
+    until = s.backoff_until
+    if s.state is State.BACKOFF and until is not None and now >= until:
+        if s.access_lost is not None and not s.paused:
+            return park_access(s, "spawn", s.last_reason or "backoff")
+        return spawn(s, now, s.last_reason or "backoff")
+    deadline = next_deadline(s)
+    blind = bool(s.firing & UNVERIFIABLE) or s.access_lost is not None
+    if s.state is State.STARTING and deadline is not None and now >= deadline and blind:
+        s.startup_expired = True  # judged at the first verdict that can see the GPUs
+        s.state = State.UNHEALTHY
+        return []
+    if s.state is State.STARTING and deadline is not None and now >= deadline:
+        fired = Emit(
+            "detector_fired",
+            {
+                "reason": "startup_timeout",
+                "pid": s.pid,
+                "timeout_s": s.policy.startup_timeout_s,
+            },
+        )
+        s.firing = s.firing | {"startup_timeout"}
+        s.startup_expired = True
+        if "startup_timeout" in s.policy.restart_on and not s.paused:
+            return [fired, *stop(s, "startup_timeout", "restart", incident=True)]
+        s.state = State.UNHEALTHY
+        return [fired]
+    return []
