@@ -119,7 +119,7 @@ def _is_copy(path: str, items: tuple[str, ...]) -> bool:
 def test_no_list_of_reasons_or_states_outside_names() -> None:
     """names.py is the only list of reasons, states and events (issue 23): a literal set of
     registered names elsewhere in watchdog/ fails, save watchdogctl's copies equal to their
-    registry set and the ones pending on core/policy.py's split."""
+    registry set."""
     found = _literal_name_sets(ROOT)
     stray = [
         (f, line, items)

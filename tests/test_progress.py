@@ -1,4 +1,4 @@
-"""Progress parsing and log following (watchdog/probes/progress.py)."""
+"""Progress parsing and log following (watchdog/progress/follower.py, core/pattern.py)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ The loop must never block: under systemd a loop stalled for `WatchdogSec` gets t
 SIGABRTed, and with it the job (KillMode=control-group). Reading a file on a hung NFS mount, or
 `/proc/<pid>/environ` of a process stuck in the driver, can block for ever, and such a read
 cannot be cancelled. So every such read runs on a `Worker`: one daemon thread per purpose, fed
-by a queue, as the NVML probe does it (probes/nvml.py says why a thread and not a process).
+by a queue, as the NVML probe does it (gpu/nvml/probe.py says why a thread and not a process).
 
 While a call is stuck no new call is issued: `BoundedWorker.call()` raises `Hung` at once, so at
 most one thread per worker is ever stuck, and the caller decides what "unknown" means for it
