@@ -220,10 +220,17 @@ def status_of(pid: int | None, gpus: list[dict[str, object]], age: float | None)
     }
 
 
+def why_not_healthy(
+    pid: int, st: dict[str, Any], history: list[dict[str, Any]], waited_s: float, used: set[int]
+) -> str:
+    """The reason line of not_healthy_report()."""
+    return str(R.not_healthy_report(pid, st, history, waited_s, used)["reason"])
+
+
 def test_why_not_healthy_reports_a_death_with_its_code() -> None:
     """A job that exited by itself during startup: 'died during startup (exit code 3)'."""
     hist = [ev("child_spawned", pid=9), ev("child_exited", pid=9, exit_code=3, reason="exited")]
-    why = R.why_not_healthy(9, status_of(None, [], None), hist, 1.0, set())
+    why = why_not_healthy(9, status_of(None, [], None), hist, 1.0, set())
     assert why == "the job died during startup (exit code 3)"
 
 
@@ -234,7 +241,7 @@ def test_why_not_healthy_reports_the_detector_that_stopped_it() -> None:
         ev("child_stopping", pid=9, reason="startup_timeout"),
         ev("child_exited", pid=9, signal=15, reason="startup_timeout"),
     ]
-    why = R.why_not_healthy(9, status_of(None, [], None), hist, 1.0, set())
+    why = why_not_healthy(9, status_of(None, [], None), hist, 1.0, set())
     assert why == "startup_timeout: stopped by the watchdog, killed by SIGTERM"
     gpus = [{"index": i, "used_mib": 0, "idle": True} for i in range(8)]
     report = R.not_healthy_report(9, status_of(None, gpus, None), hist, 1.0, set())
@@ -255,7 +262,7 @@ def test_why_not_healthy_at_the_deadline_names_idle_gpus_and_missing_progress() 
     assert report["reason"] == ("not healthy after 2.0 s: 1/2 GPUs hold memory; no progress line")
     assert report["verdict"] == "gpus_not_in_use"
     assert P.gpu_figures_text(report["gpu_figures"]) == "GPU 0 0 MiB · GPU 1 70,000 MiB (in use)"
-    why = R.why_not_healthy(9, status_of(9, gpus, 0.5), [], 2.0, {0, 1})
+    why = why_not_healthy(9, status_of(9, gpus, 0.5), [], 2.0, {0, 1})
     assert why == "not healthy after 2.0 s: state starting"  # both seen in use while waiting
 
 

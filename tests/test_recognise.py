@@ -12,7 +12,7 @@ import time
 import pytest
 
 from watchdog.core.progress_tracker import QUIET_S, ProgressTracker, Seen
-from watchdog.core.recognise import FORMATS, Recognised, recognise, strip_ansi
+from watchdog.core.recognise import RECOGNISERS, Recognised, recognise, strip_ansi
 from watchdog.core.samples import ProgressReading
 
 # ---------------------------------------------------------------------------- one per format
@@ -299,7 +299,9 @@ def test_only_restricts_recognition_to_one_format() -> None:
     line = "  5%|▌         | 9760/100000 [00:23<21:56, 68.54it/s]"
     assert recognise(line, only="megatron") is None
     assert recognise(line, only="tqdm") is not None
-    assert {"tqdm", "megatron", "torchtitan", "deepspeed", "nemo", "hf_loss"} <= FORMATS
+    assert {"tqdm", "megatron", "torchtitan", "deepspeed", "nemo", "hf_loss"} <= {
+        n for n, _ in RECOGNISERS
+    }
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 
 VERSION = 1
 MAX_LINE_BYTES = 64 * 1024  # a request is small; anything larger is junk or an attack
-MAX_EVENTS = 1000  # the daemon keeps this many (SPEC §9)
 MAX_LOG_LINES = 10_000
 MAX_TIMEOUT_S = 7 * 86400.0
 

@@ -193,7 +193,6 @@ RECOGNISERS: tuple[tuple[str, Recogniser], ...] = (
     ("hf_loss", hf_loss),
     ("tokens_per_s", tokens_per_s),
 )
-FORMATS = frozenset(name for name, _ in RECOGNISERS)
 
 
 def recognise(line: str, only: str | None = None) -> Recognised | None:

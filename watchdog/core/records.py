@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, get_args
 
 from watchdog.core.budget import Durable, Policy
-from watchdog.core.events import Event
+from watchdog.core.events import Action, Event
 from watchdog.core.supervisor import Supervisor
 
 EVENT_TYPES: dict[str, type[Any]] = {cls.__name__: cls for cls in get_args(Event)}
@@ -50,12 +50,18 @@ def log_entry(event: Event, now: float) -> dict[str, Any]:
 
 
 def replay(
-    policy: Policy, seed_or_draws: int | Sequence[float], entries: Iterable[Mapping[str, Any]]
+    policy: Policy,
+    seed_or_draws: int | Sequence[float],
+    entries: Iterable[Mapping[str, Any]],
+    actions: list[Action] | None = None,
 ) -> Supervisor:
-    """A fresh core fed the logged inputs in order, as the daemon fed them (pure)."""
+    """A fresh core fed the logged inputs in order, as the daemon fed them (pure). `actions`,
+    when given, collects every action the core returned on the way."""
     sup = Supervisor(policy, _jitter(seed_or_draws))
     for entry in entries:
-        sup.handle(from_record(entry["record"]), float(entry["now"]))
+        done = sup.handle(from_record(entry["record"]), float(entry["now"]))
+        if actions is not None:
+            actions.extend(done)
     return sup
 
 

@@ -63,13 +63,6 @@ def describe_stop(
     return text if elapsed_s is None else f"{text} in {elapsed_s:.1f} s"
 
 
-def why_not_healthy(
-    pid: int, st: dict[str, Any], history: list[dict[str, Any]], waited_s: float, used: set[int]
-) -> str:
-    """The reason line of not_healthy_report()."""
-    return str(not_healthy_report(pid, st, history, waited_s, used)["reason"])
-
-
 def not_healthy_report(
     pid: int, st: dict[str, Any], history: list[dict[str, Any]], waited_s: float, used: set[int]
 ) -> dict[str, Any]:

@@ -29,15 +29,6 @@ from typing import Literal
 
 Action = Literal["restart_app", "reset_gpu", "reboot_host", "ignore", "warn"]
 
-# The order operators escalate in: a fault's action is the worst one seen.
-SEVERITY: dict[str, int] = {
-    "ignore": 0,
-    "warn": 1,
-    "restart_app": 2,
-    "reset_gpu": 3,
-    "reboot_host": 4,
-}
-
 # What a person does about each action (status's HOST FAULT line).
 ADVICE: dict[str, str] = {
     "restart_app": "restart the job",
@@ -169,11 +160,6 @@ RECOVERY_ACTIONS: dict[int, tuple[str, Action]] = {
 def recovery_action(value: int) -> tuple[str, Action]:
     """NVML's recovery action value -> (its words, our action); unknown values warn."""
     return RECOVERY_ACTIONS.get(value, (f"recovery action {value}", "warn"))
-
-
-def worst(actions: list[str]) -> str:
-    """The most severe of `actions` ("ignore" for none)."""
-    return max(actions, key=lambda a: SEVERITY.get(a, 1), default="ignore")
 
 
 def fault(

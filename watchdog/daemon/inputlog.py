@@ -44,12 +44,7 @@ def replay(entries: Iterable[Mapping[str, Any]], actions: list[Action] | None = 
     head = entries[starts[-1]]
     made = records.from_record(head["record"])
     assert isinstance(made, PolicyChanged)
-    core = Supervisor(made.policy, random.Random(head["seed"]).random)
-    for entry in entries[starts[-1] + 1 :]:
-        done = core.handle(records.from_record(entry["record"]), float(entry["now"]))
-        if actions is not None:
-            actions.extend(done)
-    return core
+    return records.replay(made.policy, head["seed"], entries[starts[-1] + 1 :], actions)
 
 
 # ------------------------------------------------------------------------ the log

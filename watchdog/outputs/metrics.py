@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
 PREFIX = "train_watchdog"
-LOOPBACK = "127.0.0.1"
 STATES = names.STATES
 # The detectors that can be "firing" (SPEC §4).
 DETECTORS = names.DETECTORS

@@ -61,7 +61,6 @@ class Reaper:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._owned: dict[int, tuple[int, asyncio.Future[ExitStatus]]] = {}
-        self._sid = os.getsid(0)
 
     def install(self) -> None:
         self._loop.add_signal_handler(signal.SIGCHLD, self.reap_orphans)
