@@ -12,7 +12,7 @@ BENCH_VENV := bench/out/installed
 BENCH_WHEELS := bench/out/wheel
 BENCH_INSTALLED := $(BENCH_VENV)/.installed-stamp
 
-.PHONY: bench bench-quick bench-installed
+.PHONY: bench bench-quick bench-installed bench-ab
 
 # watchdogd and watchdogctl are measured as users run them (mk/install.mk): a wheel of this tree,
 # installed non-editable into a fresh venv by that venv's own pip. The editable dev install
@@ -32,3 +32,12 @@ bench: $(STAMP) $(FAKE_NVML) $(BENCH_INSTALLED)
 
 bench-quick: $(STAMP) $(FAKE_NVML) $(BENCH_INSTALLED)
 	BENCH_INSTALLED_VENV=$(CURDIR)/$(BENCH_VENV) $(BIN)/python -m bench --quick $(BENCH_ARGS)
+
+# A/B against another build, interleaved (bench/ab.py): BENCH_OLD is a venv holding the other
+# build's wheel, e.g. `git worktree add /tmp/old <commit> && make -C /tmp/old bench-installed`,
+# then `make bench-ab BENCH_OLD=/tmp/old/bench/out/installed`. Writes bench/out/ab.md.
+BENCH_OLD ?=
+bench-ab: $(STAMP) $(FAKE_NVML) $(BENCH_INSTALLED)
+	@test -n "$(BENCH_OLD)" || { echo "make bench-ab BENCH_OLD=<venv of the other build>" >&2; exit 2; }
+	BENCH_INSTALLED_VENV=$(CURDIR)/$(BENCH_VENV) $(BIN)/python -m bench.ab $(BENCH_OLD) \
+		$(CURDIR)/$(BENCH_VENV) $(BENCH_ARGS)
