@@ -83,6 +83,7 @@ class Snapshot:
     completed: Mapping[str, object] | None = None
     completed_at: float | None = None
     spawning: bool = False  # a start is under way: SpawnChild not yet answered
+    attempt: int = 0  # the latest SpawnChild's: a start task checks it is still the one wanted
 
 
 def next_deadline(s: JobState) -> float | None:
@@ -121,4 +122,5 @@ def snapshot(s: JobState) -> Snapshot:
         completed=s.completed if s.state is State.COMPLETED else None,
         completed_at=s.completed_at,
         spawning=s.spawning,
+        attempt=s.attempt,
     )

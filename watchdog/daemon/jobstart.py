@@ -18,6 +18,7 @@ from watchdog import blocking
 from watchdog.cluster import link
 from watchdog.core import health
 from watchdog.core.events import ChildSpawned, SpawnFailed, Tick
+from watchdog.core.jobstate import Snapshot
 from watchdog.daemon import params, sampling
 from watchdog.daemon.run import Flight, JobRun
 from watchdog.outputs import flight
@@ -36,11 +37,13 @@ class _GateRefused(Exception):
 
 async def start(d: Parts, attempt: int) -> None:
     try:
-        failed, epoch = await prepare_start(d)
+        failed, epoch = await prepare_start(d, attempt)
         if failed is None:
             opened = await open_log(d, attempt)
             if isinstance(opened, SpawnFailed):
                 failed = opened
+            elif not still_wanted(d.core.snapshot(), attempt):
+                _drop(*opened)  # superseded while the log opened: another start runs now
             else:
                 spawn(d, *opened, epoch)
     except asyncio.CancelledError:
@@ -54,7 +57,19 @@ async def start(d: Parts, attempt: int) -> None:
         d.post(failed)
 
 
-async def prepare_start(d: Parts) -> tuple[SpawnFailed | None, int | None]:
+def still_wanted(snap: Snapshot, attempt: int) -> bool:
+    """Whether the core still waits for start `attempt`: on the queue, the core may have parked
+    it (a gate fault) and an operator started `attempt + 1` before this task looks again."""
+    return snap.spawning and snap.attempt == attempt
+
+
+def _drop(log_fd: int, follower: Follower | None) -> None:
+    os.close(log_fd)
+    if follower is not None:
+        follower.close()
+
+
+async def prepare_start(d: Parts, attempt: int) -> tuple[SpawnFailed | None, int | None]:
     """Drained GPUs, the health gate, then pre_start (SPEC §4, §12). Returns why the start
     fails, or None, and the cluster epoch the run will belong to. A gate fault that parks is
     handed to the core, which ends the start."""
@@ -67,7 +82,7 @@ async def prepare_start(d: Parts) -> tuple[SpawnFailed | None, int | None]:
         d.faults.seen(fault, gate=True)  # posted: the core decides whether it parks the job
     if found:
         await d.ask(Tick())  # the queue is in order: the faults above are judged by now
-        if not d.core.snapshot().spawning:
+        if not still_wanted(d.core.snapshot(), attempt):
             raise _GateRefused  # the core ended the start (a fault that parks): nothing to report
     if (failed := await run_pre_start(d)) is not None:
         return failed, None

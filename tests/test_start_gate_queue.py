@@ -1,0 +1,68 @@
+"""The start's health gate on the one queue (issue 23): the start task reads the core's verdict
+on its own gate faults, never a later start's (review of the queue redesign)."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+from typing import Any
+
+from watchdog.core.budget import Policy
+from watchdog.core.events import (
+    Action,
+    DaemonStarted,
+    Event,
+    GpuFaultSeen,
+    OperatorCommand,
+    SpawnChild,
+    Tick,
+)
+from watchdog.daemon import jobstart
+from watchdog.daemon.consumer import Consumer
+from watchdog.daemon.inbox import Posted
+from watchdog.daemon.inputlog import InputLog
+
+
+class Shell:
+    """The consumer's shell side, recording the spawns the core asks for."""
+
+    def __init__(self) -> None:
+        self.spawns: list[SpawnChild] = []
+
+    def carry_out(self, event: Event, actions: list[Action]) -> None:
+        self.spawns += [a for a in actions if isinstance(a, SpawnChild)]
+
+    def signalled(self, signum: int) -> Event | None:
+        return None
+
+    def emit(self, event: str, **fields: Any) -> dict[str, Any]:
+        return {}
+
+
+def test_a_start_whose_gate_parked_is_over_even_when_an_operator_start_follows(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Start 1's gate fault parks the job, and an operator's `start` queued right behind the
+    gate's barrier starts attempt 2: start 1 must see that it is no longer wanted (it went on
+    to spawn a second job beside attempt 2's when it only read `spawning`)."""
+
+    async def scenario() -> None:
+        shell = Shell()
+        consumer = Consumer(InputLog(str(tmp_path / "inputs.jsonl"), print), Policy(), shell)
+        task = asyncio.create_task(consumer.run())
+        try:
+            await consumer.inbox.ask(DaemonStarted(fresh_run=False))  # SpawnChild(attempt=1)
+            fault = {"action": "reboot_host", "gpu": 0, "xid": 79}
+            consumer.inbox.post(GpuFaultSeen("reboot_host", fault, gate=True))
+            barrier = asyncio.get_running_loop().create_future()
+            consumer.inbox._queue.put_nowait(Posted(Tick(), barrier))  # start 1's ask(Tick())
+            consumer.inbox.post(OperatorCommand("start", 0))  # the same loop turn
+            await barrier
+            assert [s.attempt for s in shell.spawns] == [1, 2]
+            snap = consumer.core.snapshot()
+            assert not jobstart.still_wanted(snap, 1), "start 1 would spawn a second job"
+            assert jobstart.still_wanted(snap, 2)
+        finally:
+            task.cancel()
+
+    asyncio.run(scenario())
