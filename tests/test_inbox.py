@@ -102,9 +102,9 @@ def test_next_gives_none_at_the_deadline_when_nothing_came() -> None:
 
 
 def test_only_the_consumer_calls_the_core() -> None:
-    """Outside the core, `.handle(` is called in daemon/consumer.py alone (and by the input
-    log's replay, and `watchdogd --check-reexec` in the new code's check process, each feeding
-    a fresh core of its own): no producer enters the daemon's core directly."""
+    """Outside the core, `.handle(` is called in daemon/consumer.py alone (and by `watchdogd
+    --check-reexec` in the new code's check process, on a fresh core of its own; the input
+    log's replay is core/records.py's): no producer enters the daemon's core directly."""
     import ast
     import pathlib
 
@@ -120,4 +120,4 @@ def test_only_the_consumer_calls_the_core() -> None:
                 and node.func.attr == "handle"
             ):
                 callers.add(str(path.relative_to(root)))
-    assert callers == {"daemon/consumer.py", "daemon/inputlog.py", "daemon/reexec.py"}
+    assert callers == {"daemon/consumer.py", "daemon/reexec.py"}

@@ -136,7 +136,7 @@ async def take_over(d: Parts, h: dict[str, Any]) -> tuple[bool, int | None]:
     except (ValueError, KeyError, TypeError, OSError) as e:
         why = f"{type(e).__name__}: {e}"
         reexec.close_carried(h)
-        d.consumer.new_core(params.policy_of(d.cfg))
+        d.consumer.new_core(params.local_policy_of(d.cfg))
         # the carried follower's fd is closed already: the fresh run must not close it again
         d.begin_run(JobRun(health.HealthMonitor(params.health_of(d.cfg))), close_follower=False)
         d.emit("reexec_resume_failed", error=why, old_version=h.get("old_version"))
@@ -158,12 +158,18 @@ async def take_over(d: Parts, h: dict[str, Any]) -> tuple[bool, int | None]:
     return True, None
 
 
-async def take_the_job(d: Parts, leader: int | None) -> None:
+async def previous_state(d: Parts) -> tuple[bool, int | None]:
+    """What the last code or daemon left, taken in before anything is served: a reexec's
+    state (True when taken over), else the previous daemon's budget and its job's leader."""
+    if d.handover is None:
+        return False, await previous_job(d)
+    return await take_over(d, d.handover)
+
+
+async def take_the_job(d: Parts, leader: int | None, taken_over: bool) -> None:
     """The reexec's state taken over, the previous job adopted, or the job started."""
-    taken_over = False
     if d.handover is not None:
-        taken_over, leader = await take_over(d, d.handover)
-        d.handover = None
+        d.handover = None  # served from here on: the carried listener is the control socket's
         # SPEC §13: a fresh NVML session cannot tell lost access from no access; the core
         # carried it, so only a reading that comes through tells it access is back.
         d.gpus.access_lost = d.core.access_lost

@@ -44,6 +44,10 @@ class Inbox:
         self._queue.put_nowait(Posted(event, answer))
         return await asyncio.shield(answer)  # a caller that gives up leaves the input queued
 
+    def waiting(self) -> int:
+        """Inputs posted and not yet taken by the consumer."""
+        return self._queue.qsize()
+
     async def next(self, timeout_s: float | None) -> Posted | None:
         """The next input, or None once `timeout_s` (the core's next deadline) has passed."""
         if not self._queue.empty() or timeout_s is None:

@@ -152,9 +152,11 @@ class Daemon:
             return 1
         self.metrics_server = server
         consumer = self.spawn_task(self.consumer.run())
-        leader = None if self.handover is not None else await adoption.previous_job(self)
+        # Before anything is served (the control socket, the watchers): a command the daemon
+        # answers meets the job's state, carried by a reexec or restored, never a blank core.
+        taken_over, leader = await adoption.previous_state(self)
         await self._start_parts()
-        await adoption.take_the_job(self, leader)
+        await adoption.take_the_job(self, leader, taken_over)
         ticker = self.spawn_task(sampling.tick_loop(self))
         pinger = self.spawn_task(self._watchdog_loop())
         await self._done
@@ -202,6 +204,10 @@ class Daemon:
     def post(self, event: Event | SignalReceived) -> None:
         """Hand an input to the consumer (any producer, any callback); returns at once."""
         self.consumer.inbox.post(event)
+
+    def inputs_waiting(self) -> int:
+        """Inputs posted and not yet handled (a reexec carries the state only with none)."""
+        return self.consumer.inbox.waiting()
 
     async def ask(self, event: Event) -> list[Action]:
         """Post `event` and wait for the core's actions (control commands: Refuse, the state)."""

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from watchdog import __version__, blocking
 from watchdog.control.backend import ReexecRefused
 from watchdog.core import protocol
-from watchdog.core.events import HandoverResumed
+from watchdog.core.events import HandoverResumed, Tick
 from watchdog.core.supervisor import Supervisor
 from watchdog.daemon import sampling
 from watchdog.daemon.run import JobRun
@@ -107,7 +107,10 @@ async def perform(d: Parts, req_id: int | str | None, conn: socket.socket | None
     listener = await d.control.pause_for_handover(DRAIN_S)
     try:
         await prepare(d)
+        await d.ask(Tick())  # in order: every input posted before now is judged, then carried
         # Synchronous from here to the exec: nothing can change the state in between.
+        if d.inputs_waiting():
+            raise Refused("busy", "inputs are still being handled; try again")
         state = build_state(d, req_id, conn)
         state["fds"]["control"] = listener
         state["checked_version"] = check
