@@ -121,3 +121,41 @@ def test_only_the_consumer_calls_the_core() -> None:
             ):
                 callers.add(str(path.relative_to(root)))
     assert callers == {"daemon/consumer.py", "daemon/reexec.py"}
+
+
+def test_only_the_links_apply_calls_the_cluster_coordinator() -> None:
+    """Outside the core, the cluster Coordinator's mutators are called in cluster/link.py's
+    `_step` alone (reached only through `ClusterLink.apply`, which the consumer calls): the
+    link's tasks and timer post their inputs on the daemon's queue instead."""
+    import ast
+    import inspect
+    import pathlib
+
+    from watchdog.core.cluster import Coordinator
+
+    queries = {"epoch", "waiting", "next_deadline", "present", "missing", "waiting_for"}
+    queries |= {"snapshot"}
+    mutators = {
+        name
+        for name, member in inspect.getmembers(Coordinator)
+        if not name.startswith("_") and name not in queries and callable(member)
+    }
+    assert {"observe", "tick", "gate_reached", "adopted", "spawned"} <= mutators
+    root = pathlib.Path(__file__).resolve().parent.parent / "watchdog"
+    callers = set()
+    for path in root.rglob("*.py"):
+        if path.parent.name == "core":
+            continue
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in mutators
+                    and isinstance(receiver := node.func.value, ast.Name | ast.Attribute)
+                    and (receiver.id if isinstance(receiver, ast.Name) else receiver.attr) == "co"
+                ):
+                    callers.add(f"{path.relative_to(root)}::{fn.name}")
+    assert callers == {"cluster/link.py::_step"}

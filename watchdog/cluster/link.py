@@ -4,7 +4,8 @@ Four small tasks on the daemon's loop: the lease (grant, keep-alive every third 
 watch (only a trigger), the reader (the whole job prefix, read after every trigger and every
 keep-alive, handed to the coordinator as a `View`) and the writer (our member key, latest value
 wins). The daemon calls in at four points: a job tree being stopped, an operator restart, the
-start gate, the spawn. Protocol and failure cases: docs/multi-node.md.
+start gate, the spawn. Every input to the coordinator goes through the daemon's queue and comes
+back to `apply`, its one caller (inputs.py). Protocol and failure cases: docs/multi-node.md.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from watchdog import blocking
+from watchdog.cluster import inputs as given
 from watchdog.core import cluster as core
 from watchdog.core.budget import Policy
 from watchdog.core.events import Emit
@@ -71,6 +73,7 @@ class ClusterLink:
         policy: Policy,
         emit: Callable[..., Any],
         restart_local: Callable[[str], object],
+        post: Callable[[given.ClusterInput], object],
     ) -> None:
         self.cfg = cfg
         self.prefix = f"{KEY_ROOT}/{cfg.job_id}/"
@@ -80,6 +83,7 @@ class ClusterLink:
         self.etcd: Etcd | None = None  # made in start(): off the loop
         self._emit = emit
         self._restart_local = restart_local
+        self._post = post  # onto the daemon's queue: its consumer hands it back to apply()
         self._lease = 0
         self._member = core.Member(cfg.node_rank, host=socket.gethostname(), pid=os.getpid())
         self._read_wanted = asyncio.Event()
@@ -132,40 +136,77 @@ class ClusterLink:
     # -------------------------------------------------------------------- the daemon's hooks
 
     def job_stopping(self, reason: str, restart: bool) -> None:
-        """A KillTree is being carried out; `restart`: the cluster must restart for it."""
-        self._feed(self.co.job_stopping(reason, restart, time.monotonic(), time.time()))
+        """A KillTree is being carried out (in the consumer); `restart`: the cluster must too."""
+        self.apply(given.ClusterJobStopping(reason, restart), time.monotonic(), time.time())
 
     def operator_restart(self) -> None:
-        self._feed(self.co.operator_restart(time.monotonic(), time.time()))
+        """An operator's restart (in the consumer): every node restarts."""
+        self.apply(given.ClusterOperatorRestart(), time.monotonic(), time.time())
 
     async def wait_gate(self) -> int:
         """Wait at the barrier; the epoch to start (current when this returns)."""
         loop = asyncio.get_running_loop()
         while True:
-            self._gate = loop.create_future()
-            self._feed(self.co.gate_reached(time.monotonic(), time.time()))
+            opened: asyncio.Future[int] = loop.create_future()
+            self._post(given.ClusterGateReached(opened))
             try:
-                epoch = await self._gate
+                epoch = await opened
             except asyncio.CancelledError:
-                self._feed(self.co.gate_left())
+                self._post(given.ClusterGateLeft())
                 raise
-            finally:
-                self._gate = None
             if self.co.epoch == epoch:
                 return epoch
 
     def adopted(self, pid: int) -> None:
         """A job we did not spawn: read which epoch it runs (its environment), off the loop."""
 
-        async def read_then_feed() -> None:
+        async def read_then_post() -> None:
             # None on a hang would take the job as stale and restart it: so it waits
             epoch = await self._io.call(lambda: job_epoch(pid), None, what="the job's epoch")
-            self._feed(self.co.adopted(epoch, time.monotonic(), time.time()))
+            self._post(given.ClusterEpochRead(epoch))
 
-        self._tasks.append(asyncio.get_running_loop().create_task(read_then_feed()))
+        self._tasks.append(asyncio.get_running_loop().create_task(read_then_post()))
 
     def spawned(self, epoch: int) -> None:
-        self._feed(self.co.spawned(epoch))
+        """The start task spawned the job into `epoch`: posted, in order before its
+        ChildSpawned."""
+        self._post(given.ClusterJobSpawned(epoch))
+
+    # -------------------------------------------------------------------- the one feeding method
+
+    def apply(self, event: given.ClusterInput, now: float, wall_now: float) -> None:
+        """Hand one input to the coordinator and carry out its actions. Called by the daemon's
+        consumer (and its hooks, which run inside it) only: nothing else enters the
+        coordinator (tests/test_inbox.py)."""
+        if isinstance(event, given.ClusterGateReached):
+            self._gate = event.opened  # before gate_reached: it may open the gate at once
+        elif isinstance(event, given.ClusterGateLeft):
+            self._gate = None
+        self._feed(self._step(event, now, wall_now))
+
+    def _step(self, event: given.ClusterInput, now: float, wall_now: float) -> list[core.Action]:
+        co = self.co
+        match event:
+            case given.ClusterViewRead(view=view):
+                return co.observe(view, now, wall_now)
+            case given.ClusterTimerFired():
+                return co.tick(now, wall_now)
+            case given.ClusterProposalFailed():
+                co.proposal_failed()
+                return []
+            case given.ClusterGateReached():
+                return co.gate_reached(now, wall_now)
+            case given.ClusterGateLeft():
+                return co.gate_left()
+            case given.ClusterEpochRead(epoch=epoch):
+                return co.adopted(epoch, now, wall_now)
+            case given.ClusterJobSpawned(epoch=epoch):
+                return co.spawned(epoch)
+            case given.ClusterJobStopping(reason=reason, restart=restart):
+                return co.job_stopping(reason, restart, now, wall_now)
+            case given.ClusterOperatorRestart():
+                return co.operator_restart(now, wall_now)
+        raise TypeError(f"not a cluster input: {event!r}")
 
     def decorate(self, st: dict[str, Any]) -> None:
         """Add the `cluster` object to a status (SPEC §12); `waiting_nodes` while at the gate."""
@@ -205,7 +246,7 @@ class ClusterLink:
 
     def _tick(self) -> None:
         self._timer = None
-        self._feed(self.co.tick(time.monotonic(), time.time()))
+        self._post(given.ClusterTimerFired())
 
     async def _cas(self, p: core.Propose) -> None:
         from watchdog.cluster.etcd import EtcdUnavailable
@@ -214,7 +255,7 @@ class ClusterLink:
         try:
             await self._etcd.compare_and_swap(self.prefix + "epoch", value, p.revision)
         except EtcdUnavailable:
-            self.co.proposal_failed()
+            self._post(given.ClusterProposalFailed())  # before the read it asks for below
         self._read_wanted.set()
 
     # -------------------------------------------------------------------- loops
@@ -261,7 +302,7 @@ class ClusterLink:
             view = core.View(reachable=False)
         else:
             view = self._view(kvs)
-        self._feed(self.co.observe(view, time.monotonic(), time.time()))
+        self._post(given.ClusterViewRead(view))
 
     def _view(self, kvs: list[KeyValue]) -> core.View:
         record, revision, members = None, 0, {}

@@ -14,6 +14,7 @@ import random
 import time
 from typing import Any, Protocol
 
+from watchdog.cluster.inputs import ClusterInput
 from watchdog.core.budget import Durable, Policy
 from watchdog.core.events import Action, Event, HandoverResumed, StateRestored, Tick
 from watchdog.core.supervisor import Supervisor
@@ -31,6 +32,9 @@ class Shell(Protocol):
         """A signal's input for the core, if any (SIGHUP starts a reload instead)."""
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]: ...
+
+    def cluster_input(self, event: ClusterInput) -> None:
+        """Hand an input of the cluster link back to it (its coordinator's one feeding method)."""
 
 
 class Consumer:
@@ -86,6 +90,9 @@ class Consumer:
 
     def _take(self, posted: Posted) -> list[Action]:
         event = posted.input
+        if isinstance(event, ClusterInput):
+            self._shell.cluster_input(event)  # the cluster's coordinator, fed in the same order
+            return []
         if isinstance(event, SignalReceived):
             found = self._shell.signalled(event.signum)
             if found is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from watchdog.cluster.inputs import ClusterInput
 from watchdog.core.events import Action, Event
 
 
@@ -26,7 +27,7 @@ class SignalReceived:
 class Posted:
     """One input and, for `ask()`, the future its actions are handed to."""
 
-    input: Event | SignalReceived
+    input: Event | SignalReceived | ClusterInput  # the last: for the cluster link's coordinator
     answer: asyncio.Future[list[Action]] | None = field(default=None)
 
 
@@ -34,7 +35,7 @@ class Inbox:
     def __init__(self) -> None:
         self._queue: asyncio.Queue[Posted] = asyncio.Queue()
 
-    def post(self, event: Event | SignalReceived) -> None:
+    def post(self, event: Event | SignalReceived | ClusterInput) -> None:
         """Hand an input to the consumer; returns at once (safe from any callback)."""
         self._queue.put_nowait(Posted(event))
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from watchdog import blocking, config
 from watchdog.cluster import link
+from watchdog.cluster.inputs import ClusterInput
 from watchdog.control.server import ControlServer
 from watchdog.core import health
 from watchdog.core.events import (
@@ -141,7 +142,9 @@ class Daemon:
         if self.cfg.cluster is None:
             return None
         made = params.policy_of(self.cfg)
-        return link.ClusterLink(self.cfg.cluster, made, self.emit, self.restart_for_cluster)
+        return link.ClusterLink(
+            self.cfg.cluster, made, self.emit, self.restart_for_cluster, self.post
+        )
 
     # -------------------------------------------------------------------- running
 
@@ -201,7 +204,7 @@ class Daemon:
         """The pure core; only the consumer feeds it (consumer.py)."""
         return self.consumer.core
 
-    def post(self, event: Event | SignalReceived) -> None:
+    def post(self, event: Event | SignalReceived | ClusterInput) -> None:
         """Hand an input to the consumer (any producer, any callback); returns at once."""
         self.consumer.inbox.post(event)
 
@@ -220,6 +223,11 @@ class Daemon:
         """The cluster link's StopLocal: posted, so a restart the link asks for while an input
         is being handled (its KillTree told the link) is handled after it, never inside it."""
         self.post(RestartRequested(reason))
+
+    def cluster_input(self, event: ClusterInput) -> None:
+        """The cluster link's input, taken from the queue by the consumer: back to the link."""
+        if self.cluster is not None:
+            self.cluster.apply(event, time.monotonic(), time.time())
 
     def signalled(self, signum: int) -> Event | None:
         """SIGHUP reloads; SIGTERM/SIGINT stop the job gracefully, then exit (128+signum with

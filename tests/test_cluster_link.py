@@ -1,0 +1,86 @@
+"""The cluster link's inputs (issue 23, item 1): its tasks, timer and start gate only post;
+the coordinator changes when the consumer hands an input back to `ClusterLink.apply`. No
+etcd here: the client is never made (tests/test_cluster_e2e.py runs a real cluster)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from watchdog.cluster import inputs as given
+from watchdog.cluster.link import ClusterLink
+from watchdog.config import ClusterConfig
+from watchdog.core import cluster as core
+from watchdog.core.budget import Policy
+
+POLICY = Policy(backoff_initial_s=1.0, backoff_factor=2.0, backoff_max_s=8.0, jitter=0.0)
+EPOCH_ONE = core.EpochRecord(1, None, "cluster_started")
+
+
+def lone_link(posted: list[given.ClusterInput]) -> ClusterLink:
+    """A one-node link whose posts land in `posted` (the daemon's queue stand-in)."""
+    cfg = ClusterConfig(etcd=("http://127.0.0.1:9",), job_id="job", node_rank=0, nodes=1)
+
+    def emit(event: str, **fields: Any) -> None:
+        pass
+
+    return ClusterLink(cfg, POLICY, emit, lambda reason: None, posted.append)
+
+
+async def until(done: Callable[[], bool]) -> None:
+    """Let the loop's other tasks take their steps until `done()` (a bounded number)."""
+    for _ in range(100):
+        if done():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("never came")
+
+
+def apply_all(link: ClusterLink, inputs: list[given.ClusterInput]) -> None:
+    for event in inputs:
+        link.apply(event, 10.0, 1010.0)
+
+
+def test_timer_and_spawn_only_post_until_applied() -> None:
+    """The link's timer and the start task's spawn post their inputs; the coordinator learns
+    the spawned epoch only when the consumer applies the input."""
+
+    async def scenario() -> None:
+        posted: list[given.ClusterInput] = []
+        link = lone_link(posted)
+        link._tick()
+        link.spawned(1)
+        assert posted == [given.ClusterTimerFired(), given.ClusterJobSpawned(1)]
+        assert link.co.snapshot()["job_epoch"] is None
+        apply_all(link, posted)
+        assert link.co.snapshot()["job_epoch"] == 1
+        await link.close()
+
+    asyncio.run(scenario())
+
+
+def test_start_cancelled_at_the_gate_posts_left_and_the_next_start_opens() -> None:
+    """A start cancelled before its ClusterGateReached was handled posts ClusterGateLeft; the
+    next start, handled after both, opens (with the epoch) once every node is ready."""
+
+    async def scenario() -> None:
+        posted: list[given.ClusterInput] = [given.ClusterViewRead(core.View(True, EPOCH_ONE, 5))]
+        link = lone_link(posted)
+        cancelled = asyncio.get_running_loop().create_task(link.wait_gate())
+        await until(lambda: len(posted) == 2)
+        cancelled.cancel()
+        await asyncio.gather(cancelled, return_exceptions=True)
+        assert isinstance(posted[-1], given.ClusterGateLeft)
+        start = asyncio.get_running_loop().create_task(link.wait_gate())
+        await until(lambda: len(posted) == 4)
+        apply_all(link, posted)
+        assert not start.done() and link.co.waiting  # nobody has read our ready key yet
+        ready = core.View(True, EPOCH_ONE, 5, {0: link._member})
+        link.apply(given.ClusterViewRead(ready), 11.0, 1011.0)
+        assert await asyncio.wait_for(start, 5.0) == 1
+        first = posted[1]
+        assert isinstance(first, given.ClusterGateReached) and first.opened.cancelled()
+        await link.close()
+
+    asyncio.run(scenario())
