@@ -159,3 +159,64 @@ def test_only_the_links_apply_calls_the_cluster_coordinator() -> None:
                 ):
                     callers.add(f"{path.relative_to(root)}::{fn.name}")
     assert callers == {"cluster/link.py::_step"}
+
+
+MONITOR_MUTATORS = {
+    "gpu_sample",
+    "gpu_degraded",
+    "gpu_access_lost",
+    "progress_unreadable",
+    "progress_line",
+    "progress",
+    "activity",
+    "assess",
+}
+GOODPUT_MUTATORS = {"count_restarts", "count_lost_work"}
+
+
+def mutator_calls() -> dict[str, set[str]]:
+    """Each mutator of HealthMonitor, RankTracker, Goodput and the timeline called outside the
+    core, with the `file:function` places that call it."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent / "watchdog"
+    found: dict[str, set[str]] = {}
+    for path in root.rglob("*.py"):
+        if path.parent.name == "core":
+            continue
+        tree = ast.parse(path.read_text())
+        for func in ast.walk(tree):
+            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(func):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                    continue
+                name, owner = node.func.attr, ast.unparse(node.func.value)
+                if (
+                    name in MONITOR_MUTATORS | GOODPUT_MUTATORS
+                    or (name == "observe" and owner.endswith(("rank_tracker", "goodput")))
+                    or (name in ("sample", "observe") and owner.endswith("timeline"))
+                ):
+                    where = f"{path.relative_to(root)}:{func.name}"
+                    found.setdefault(f"{owner.rsplit('.', 1)[-1]}.{name}", set()).add(where)
+    return found
+
+
+def test_only_the_consumer_feeds_the_runs_detectors_and_the_books() -> None:
+    """The sampler only reads and posts (issue 23): the run's HealthMonitor and RankTracker
+    and the timeline's samples are fed by daemon/consumer.py alone; goodput is charged by the
+    books (books.py), which the consumer's handling of each input reaches, and lost work is
+    counted while the consumer carries out a restart_scheduled (loop.py's _execute)."""
+    calls = mutator_calls()
+    places = {where for wheres in calls.values() for where in wheres}
+    outside = {
+        where
+        for where in places
+        if not where.startswith(("daemon/consumer.py:", "daemon/books.py:account"))
+    }
+    assert outside == {"daemon/loop.py:_execute"}, calls
+    assert calls["goodput.count_lost_work"] == {"daemon/loop.py:_execute"}
+    assert calls["rank_tracker.observe"] == {"daemon/consumer.py:_ranks_listed"}
+    assert calls["timeline.sample"] == {"daemon/consumer.py:_sample_taken"}
+    assert calls["monitor.progress_line"] == {"daemon/consumer.py:_progress_looked"}

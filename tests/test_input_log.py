@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 from typing import Any
 
 from conftest import DaemonFactory
 from harness import wait_until, write_script
 
+from watchdog.core import stateimage
+from watchdog.core.budget import Policy
 from watchdog.core.events import (
     Action,
+    ChildExited,
+    ChildSpawned,
+    DaemonStarted,
     Emit,
+    Event,
+    HealthAssessed,
+    KillTree,
+    SpawnChild,
+    Tick,
+    TreeStopped,
 )
 from watchdog.core.supervisor import Supervisor
 from watchdog.daemon import inputlog
@@ -55,3 +67,69 @@ def replay_delays(records: list[dict[str, Any]]) -> list[object]:
         for a in actions
         if isinstance(a, Emit) and a.event == "restart_scheduled"
     ]
+
+
+class LoggedCore:
+    """A core fed the way the consumer feeds it (each input logged, then handled), its log
+    written after every input; what the core returned, per input."""
+
+    def __init__(self, log: inputlog.InputLog, core: Supervisor) -> None:
+        self.log, self.core = log, core
+        self.actions: list[list[Action]] = []
+
+    def feed(self, event: Event, now: float) -> list[Action]:
+        self.log.event(event, now)
+        actions = self.core.handle(event, now)
+        self.actions.append(actions)
+        assert self.log.flush() is None
+        return actions
+
+
+def crash_loop(fed: LoggedCore, runs: int) -> float:
+    """`runs` runs of a job that becomes healthy, then crashes; restarted after each jittered
+    backoff. The time after the last input."""
+    now, pid = 0.0, 1000
+    actions = fed.feed(DaemonStarted(), now)
+    for _ in range(runs):
+        assert any(isinstance(a, SpawnChild) for a in actions), actions
+        pid += 1
+        fed.feed(ChildSpawned(pid), now)
+        now += 1.0
+        fed.feed(HealthAssessed(pid, True), now)
+        now += 5.0
+        if any(isinstance(a, KillTree) for a in fed.feed(ChildExited(pid, 1, None), now)):
+            fed.feed(TreeStopped(killed=False), now)  # its tree cleared
+        deadline = fed.core.next_deadline()
+        assert deadline is not None
+        now = deadline
+        actions = fed.feed(Tick(), now)
+    return now
+
+
+def test_a_rotated_log_replays_from_the_new_file_alone_exactly(
+    tmp_path: pathlib.Path, monkeypatch: Any
+) -> None:
+    """After inputs.jsonl is moved to inputs.1.jsonl, the new file starts with the core's whole
+    state and its jitter generator's: replaying that file alone gives the live core's state and
+    the very actions (jittered delays included) it returned, and it goes on drawing the same."""
+    monkeypatch.setattr(inputlog, "MAX_FILE_BYTES", 4000)
+    path = tmp_path / "inputs.jsonl"
+    log = inputlog.InputLog(str(path), lambda error: None)
+    policy = Policy(backoff_initial_s=1, backoff_max_s=30, jitter=0.5, max_restarts=1000)
+    fed = LoggedCore(log, log.supervisor(policy, 1234, 0.0))
+    now = crash_loop(fed, 60)
+    heads = [r for r in log.recent if r.get("type") == "SupervisorState"]
+    assert len(heads) >= 2  # rotated more than once
+    assert (tmp_path / "inputs.1.jsonl").exists()
+    with open(path, encoding="utf-8") as fh:
+        newest = [json.loads(line) for line in fh]
+    assert newest[0]["type"] == "SupervisorState"
+    replayed_actions: list[Action] = []
+    replayed = inputlog.replay(newest, replayed_actions)
+    inputs_after_head = len(newest) - 1
+    assert replayed_actions == [a for acts in fed.actions[-inputs_after_head:] for a in acts]
+    assert stateimage.image(replayed) == stateimage.image(fed.core)
+    # the same jitter from here on: one more crash draws the same delay in both
+    for event in (ChildSpawned(9999), ChildExited(9999, 1, None), TreeStopped(killed=False)):
+        assert replayed.handle(event, now) == fed.core.handle(event, now)
+    assert replayed.next_deadline() == fed.core.next_deadline() is not None

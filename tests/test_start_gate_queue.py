@@ -58,6 +58,7 @@ def test_a_start_whose_gate_parked_is_over_even_when_an_operator_start_follows(
             consumer.inbox._queue.put_nowait(Posted(Tick(), barrier))  # start 1's ask(Tick())
             consumer.inbox.post(OperatorCommand("start", 0))  # the same loop turn
             await barrier
+            await consumer.inbox.ask(Tick())  # the worst order: `start` judged before start 1 looks
             assert [s.attempt for s in shell.spawns] == [1, 2]
             snap = consumer.core.snapshot()
             assert not jobstart.still_wanted(snap, 1), "start 1 would spawn a second job"
@@ -66,3 +67,4 @@ def test_a_start_whose_gate_parked_is_over_even_when_an_operator_start_follows(
             task.cancel()
 
     asyncio.run(scenario())
+

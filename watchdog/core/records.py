@@ -27,7 +27,7 @@ _CARRIED: dict[str, type[Any]] = {"Policy": Policy, "Durable": Durable}
 
 def to_record(event: Event) -> dict[str, Any]:
     """The event as a JSON-ready object: {"event": its class name, its fields...}."""
-    fields = {f.name: _encode(getattr(event, f.name)) for f in dataclasses.fields(event)}
+    fields = {f.name: encode(getattr(event, f.name)) for f in dataclasses.fields(event)}
     return {"event": type(event).__name__, **fields}
 
 
@@ -36,7 +36,7 @@ def from_record(record: Mapping[str, Any]) -> Event:
     cls = EVENT_TYPES.get(str(record.get("event")))
     if cls is None:
         raise ValueError(f"not an event record: {record.get('event')!r}")
-    fields = {k: _decode(v) for k, v in record.items() if k != "event"}
+    fields = {k: decode(v) for k, v in record.items() if k != "event"}
     try:
         event: Event = cls(**fields)
     except TypeError as e:
@@ -57,7 +57,13 @@ def replay(
 ) -> Supervisor:
     """A fresh core fed the logged inputs in order, as the daemon fed them (pure). `actions`,
     when given, collects every action the core returned on the way."""
-    sup = Supervisor(policy, _jitter(seed_or_draws))
+    return feed(Supervisor(policy, _jitter(seed_or_draws)), entries, actions)
+
+
+def feed(
+    sup: Supervisor, entries: Iterable[Mapping[str, Any]], actions: list[Action] | None = None
+) -> Supervisor:
+    """`sup` (a fresh core, or one rebuilt from a log's state record) fed the logged inputs."""
     for entry in entries:
         done = sup.handle(from_record(entry["record"]), float(entry["now"]))
         if actions is not None:
@@ -79,39 +85,39 @@ def _jitter(seed_or_draws: int | Sequence[float]) -> Callable[[], float]:
     return draw
 
 
-def _encode(value: object) -> Any:
+def encode(value: object) -> Any:
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, frozenset):
-        return {"$frozenset": sorted(_encode(v) for v in value)}
+        return {"$frozenset": sorted(encode(v) for v in value)}
     if isinstance(value, tuple):
-        return {"$tuple": [_encode(v) for v in value]}
+        return {"$tuple": [encode(v) for v in value]}
     if isinstance(value, list):
-        return [_encode(v) for v in value]
+        return [encode(v) for v in value]
     if isinstance(value, Mapping):
-        return {"$dict": {str(k): _encode(v) for k, v in value.items()}}
+        return {"$dict": {str(k): encode(v) for k, v in value.items()}}
     name = type(value).__name__
     if name in _CARRIED and dataclasses.is_dataclass(value):
         fields = dataclasses.fields(value)
-        return {f"${name}": {f.name: _encode(getattr(value, f.name)) for f in fields}}
+        return {f"${name}": {f.name: encode(getattr(value, f.name)) for f in fields}}
     raise ValueError(f"cannot record {value!r}")
 
 
-def _decode(value: Any) -> Any:
+def decode(value: Any) -> Any:
     if isinstance(value, list):
-        return [_decode(v) for v in value]
+        return [decode(v) for v in value]
     if not isinstance(value, dict):
         return value
     if len(value) != 1:
         raise ValueError(f"not a tagged value: {value!r}")
     ((tag, inner),) = value.items()
     if tag == "$frozenset":
-        return frozenset(_decode(v) for v in inner)
+        return frozenset(decode(v) for v in inner)
     if tag == "$tuple":
-        return tuple(_decode(v) for v in inner)
+        return tuple(decode(v) for v in inner)
     if tag == "$dict":
-        return {k: _decode(v) for k, v in inner.items()}
+        return {k: decode(v) for k, v in inner.items()}
     cls = _CARRIED.get(str(tag).removeprefix("$"))
     if cls is None:
         raise ValueError(f"unknown tag {tag!r}")
-    return cls(**{k: _decode(v) for k, v in inner.items()})
+    return cls(**{k: decode(v) for k, v in inner.items()})

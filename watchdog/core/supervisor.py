@@ -51,6 +51,10 @@ class Supervisor:
     def __init__(self, policy: Policy, rng: Callable[[], float]) -> None:
         self._s = JobState(policy=policy, rng=rng)
 
+    def record(self) -> JobState:
+        """The whole mutable record: for the input log's state image (stateimage.py) only."""
+        return self._s
+
     def next_deadline(self) -> float | None:
         """When the core wants a Tick: end of backoff, or end of the startup window."""
         return next_deadline(self._s)

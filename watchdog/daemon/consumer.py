@@ -4,6 +4,11 @@ It takes each input in order (inbox.py), or sends Tick when the core's next dead
 first, records it with its `now` in the input log (inputlog.py), calls `Supervisor.handle`, and
 hands the actions to the shell, which carries them out and posts whatever they produce later.
 A command that asked for the answer gets it once the actions are carried out.
+
+It is also the one writer of what the core's verdicts are made from: the sampler only reads
+(the GPUs, the progress log, the checkpoint, the ranks) and posts what it read; the consumer
+feeds it to the run's HealthMonitor and RankTracker and to the books (goodput, timeline), then
+hands HealthAssessed / ProgressMarked / RankExited to the core like any other input.
 """
 
 from __future__ import annotations
@@ -12,18 +17,51 @@ import asyncio
 import contextlib
 import random
 import time
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog.cluster.inputs import ClusterInput
+from watchdog.core import health
 from watchdog.core.budget import Durable, Policy
-from watchdog.core.events import Action, Event, HandoverResumed, StateRestored, Tick
+from watchdog.core.events import (
+    Action,
+    Event,
+    HandoverResumed,
+    HealthAssessed,
+    ProgressMarked,
+    RankExited,
+    StateRestored,
+    Tick,
+)
 from watchdog.core.supervisor import Supervisor
-from watchdog.daemon.inbox import Inbox, Posted, SignalReceived
+from watchdog.daemon.inbox import (
+    Inbox,
+    Posted,
+    ProgressLooked,
+    RanksListed,
+    SampleTaken,
+    SaveSeen,
+    SignalReceived,
+)
 from watchdog.daemon.inputlog import InputLog
+
+if TYPE_CHECKING:
+    from watchdog import config
+    from watchdog.daemon.books import Books
+    from watchdog.daemon.run import JobRun
 
 
 class Shell(Protocol):
     """What the consumer needs of the daemon around it."""
+
+    cfg: config.Config
+    books: Books
+
+    @property
+    def job(self) -> JobRun:
+        """The job's current run (readings about any other are dropped)."""
+
+    def account(self) -> None:
+        """Charge the time since the last look to the job's state (books.py)."""
 
     def carry_out(self, event: Event, actions: list[Action]) -> None:
         """Execute the core's actions for `event` (tasks for the slow ones)."""
@@ -74,24 +112,40 @@ class Consumer:
     async def run(self) -> None:
         """Each input in order, or Tick at the core's next deadline; for ever."""
         while True:
-            deadline = self.core.next_deadline()
-            timeout_s = None if deadline is None else deadline - time.monotonic()
-            posted = await self.inbox.next(timeout_s)
+            posted = await self.inbox.next(self._timeout_s()) or Posted(Tick())
             try:
-                actions = self._take(posted or Posted(Tick()))
+                actions = self._take(posted)
             except Exception as e:
                 # A watchdog bug must never kill a healthy job, nor stop the consumer.
+                where = "sample" if isinstance(posted.input, SampleTaken) else "dispatch"
                 error = f"{type(e).__name__}: {e}"
-                self._shell.emit("internal_error_caught", where="dispatch", error=error)
+                self._shell.emit("internal_error_caught", where=where, error=error)
                 actions = []
-            if posted is not None and posted.answer is not None and not posted.answer.done():
+            if posted.answer is not None and not posted.answer.done():
                 posted.answer.set_result(actions)
             self.inputs.kick()
+
+    def _timeout_s(self) -> float | None:
+        """Until the core's next deadline; a core that cannot say is reported, not fatal."""
+        try:
+            deadline = self.core.next_deadline()
+        except Exception as e:
+            self._shell.emit("internal_error_caught", where="deadline", error=f"{e!r}")
+            return None
+        return None if deadline is None else deadline - time.monotonic()
 
     def _take(self, posted: Posted) -> list[Action]:
         event = posted.input
         if isinstance(event, ClusterInput):
             self._shell.cluster_input(event)  # the cluster's coordinator, fed in the same order
+            return []
+        if isinstance(event, SampleTaken):
+            return self._sample_taken(event)
+        if isinstance(event, RanksListed):
+            return self._ranks_listed(event)
+        if isinstance(event, SaveSeen):
+            if event.run is self._shell.job:
+                event.run.monitor.activity(event.at)  # SPEC §13: a save under way is no stall
             return []
         if isinstance(event, SignalReceived):
             found = self._shell.signalled(event.signum)
@@ -99,6 +153,67 @@ class Consumer:
                 return []
             event = found
         return self._dispatch(event)
+
+    def next_due(self, now: float) -> float | None:
+        """When the current run's next time-based verdict (stalled, throughput_low) comes due:
+        the sampler looks at the log again exactly then, so it fires on time."""
+        return self._shell.job.monitor.next_due(now)
+
+    def verdict(self, now: float) -> health.Verdict:
+        """The current run's verdict now (an incident's verdict.json)."""
+        return self._shell.job.monitor.assess(now)
+
+    # ------------------------------------------------------------ the sampler's readings
+
+    def _sample_taken(self, taken: SampleTaken) -> list[Action]:
+        """One tick's readings into the run's monitor and the books; the verdict to the core."""
+        run = taken.run
+        if run is not self._shell.job:
+            return []  # a late reading of a run that has been replaced since
+        if taken.progress is not None:
+            self._progress_looked(run, taken.progress)
+        monitor = run.monitor
+        if taken.gpu_sample is not None:
+            monitor.gpu_sample(taken.gpu_sample)
+        monitor.gpu_degraded(taken.degraded)  # SPEC §13: a new run's monitor learns too
+        monitor.gpu_access_lost(taken.access_lost)
+        idle_below_mib = self._shell.cfg.gpus.idle_below_mib
+        progress = monitor.last_progress
+        books = self._shell.books
+        books.timeline.sample(taken.gpu_sample, idle_below_mib, progress, monitor.last_progress_at)
+        if taken.pid is None:
+            self._shell.account()
+            return []
+        v = monitor.assess(time.monotonic())
+        self._shell.account()  # as the tick always did: before its verdict is handled
+        return self._dispatch(HealthAssessed(taken.pid, v.healthy, v.firing, v.evidence))
+
+    def _progress_looked(self, run: JobRun, looked: ProgressLooked) -> None:
+        monitor, found, now = run.monitor, looked.found, looked.at
+        monitor.progress_unreadable(found is None)
+        if found is None:
+            return
+        if found.activity:
+            monitor.activity(now)  # SPEC §13: not a step, but not stalled either
+        if found.source is not None:
+            monitor.progress_source = found.source
+        if found.latest is not None:
+            mtime = found.latest_mtime
+            age_s = None if mtime is None else time.time() - mtime
+            monitor.progress_line(found.latest, now, age_s, run.polled_at)
+            if (at := monitor.last_progress_at) is not None:
+                self._dispatch(ProgressMarked("step", found.latest.step, at))
+        run.polled(now)
+
+    def _ranks_listed(self, listed: RanksListed) -> list[Action]:
+        """Tell the core when a worker of the tree (a torchrun rank) died (SPEC §12)."""
+        run = listed.run
+        if run is not self._shell.job or run.closed:
+            return []  # a listing of a run that has ended since
+        actions: list[Action] = []
+        for rank_pid, rank in run.rank_tracker.observe(listed.ranks):
+            actions += self._dispatch(RankExited(listed.pid, rank_pid, rank))
+        return actions
 
     def _dispatch(self, event: Event) -> list[Action]:
         """The only door into the core."""

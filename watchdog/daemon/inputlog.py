@@ -7,12 +7,18 @@ replay draws the same delays. The last KEEP records stay in memory; the file (in
 the state directory, moved to inputs.1.jsonl past MAX_FILE_BYTES) is written off the loop, on
 the bounded worker, and lines that find it stuck are counted, never queued without end.
 
+A file that replaced a full one starts with a SupervisorState record: the core's whole state
+before the file's first input (core/stateimage.py) and its jitter generator's, so a replay can
+start there once the older file is gone. The rotation is decided on the loop, between two
+inputs, where that state is the core's; the worker only moves the file where it is told.
+
 The records are the core's own (core/records.py: exact JSON round trips of every event).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -21,12 +27,14 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from watchdog import blocking
-from watchdog.core import records
+from watchdog.core import records, stateimage
 from watchdog.core.budget import Policy
 from watchdog.core.events import Action, Event, PolicyChanged
 from watchdog.core.supervisor import Supervisor
 
 KEEP = 1000  # records in memory
+HEADS = ("SupervisorMade", "SupervisorState")  # where a replay can start
+ROTATE = ""  # in the lines to write: move the file to inputs.1.jsonl here (a line is never "")
 MAX_FILE_BYTES = 4 << 20  # then inputs.jsonl becomes inputs.1.jsonl
 MAX_PENDING = 10_000  # lines waiting for the file while its write is stuck
 WRITE_TIMEOUT_S = 10.0
@@ -36,15 +44,25 @@ WRITE_TIMEOUT_S = 10.0
 
 
 def replay(entries: Iterable[Mapping[str, Any]], actions: list[Action] | None = None) -> Supervisor:
-    """A fresh Supervisor fed the recorded inputs in order, from the last SupervisorMade record:
-    where the daemon's core got to. `actions`, when given, collects what the core returned."""
+    """A core fed the recorded inputs in order, from the last head record (SupervisorMade: a
+    fresh core; SupervisorState: the core where a rotated file starts): where the daemon's core
+    got to. `actions`, when given, collects what the core returned."""
     entries = list(entries)
-    starts = [i for i, e in enumerate(entries) if e.get("type") == "SupervisorMade"]
-    assert starts, "no SupervisorMade record"
-    head = entries[starts[-1]]
+    starts = [i for i, e in enumerate(entries) if e.get("type") in HEADS]
+    assert starts, "no SupervisorMade or SupervisorState record"
+    return records.feed(_core_at(entries[starts[-1]]), entries[starts[-1] + 1 :], actions)
+
+
+def _core_at(head: Mapping[str, Any]) -> Supervisor:
+    """The core a head record describes."""
+    if head["type"] == "SupervisorState":
+        rng = random.Random()
+        version, internal, gauss = head["jitter"]
+        rng.setstate((version, tuple(internal), gauss))
+        return stateimage.restored(head["state"], rng.random)
     made = records.from_record(head["record"])
     assert isinstance(made, PolicyChanged)
-    return records.replay(made.policy, head["seed"], entries[starts[-1] + 1 :], actions)
+    return Supervisor(made.policy, random.Random(head["seed"]).random)
 
 
 # ------------------------------------------------------------------------ the log
@@ -58,6 +76,8 @@ class InputLog:
         self.recent: deque[dict[str, Any]] = deque(maxlen=KEEP)
         self._report = report  # the write failed or stuck: said once per stuck spell
         self._pending: deque[str] = deque(maxlen=MAX_PENDING)
+        self._bytes: int | None = None  # the file's size with what is pending (once known)
+        self._core: tuple[Supervisor, random.Random] | None = None  # the core being logged
         self._io = blocking.BoundedWorker("input-log")
         self._task: asyncio.Task[None] | None = None
         self._failing = False
@@ -65,15 +85,44 @@ class InputLog:
     def supervisor(self, made: Policy, seed: int, now: float) -> Supervisor:
         """A new core whose jitter draws from `seed`, recorded as the log's first input."""
         head = records.log_entry(PolicyChanged(made), now)
-        self._add({**head, "type": "SupervisorMade", "seed": seed})
-        return Supervisor(made, random.Random(seed).random)
+        self._add({**head, "type": "SupervisorMade", "seed": seed}, is_head=True)
+        rng = random.Random(seed)
+        core = Supervisor(made, rng.random)
+        self._core = (core, rng)
+        return core
 
     def event(self, event: Event, now: float) -> None:
+        """`event` is handed to the core at `now` next (before its handle(): see _add)."""
         self._add(records.log_entry(event, now))
 
-    def _add(self, record: dict[str, Any]) -> None:
+    def _add(self, record: dict[str, Any], is_head: bool = False) -> None:
+        line = json.dumps(record) + "\n"
+        if self._bytes is not None and self._bytes + len(line) > MAX_FILE_BYTES:
+            self._pending.append(ROTATE)
+            if not is_head and self._core is not None:
+                state = self._state_record(float(record["now"]))
+                self._keep(state, json.dumps(state) + "\n")
+            self._bytes = 0  # the inputs after the head count: a file never holds only a head
+        self._keep(record, line)
+
+    def _keep(self, record: dict[str, Any], line: str) -> None:
         self.recent.append(record)
-        self._pending.append(json.dumps(record) + "\n")
+        self._pending.append(line)
+        if self._bytes is not None:
+            self._bytes += len(line)  # ASCII: json.dumps escapes the rest
+
+    def _state_record(self, now: float) -> dict[str, Any]:
+        """The core as it is now, between two inputs, and its jitter generator."""
+        assert self._core is not None
+        core, rng = self._core
+        version, internal, gauss = rng.getstate()
+        jitter = [version, list(internal), gauss]
+        return {
+            "type": "SupervisorState",
+            "now": now,
+            "state": stateimage.image(core),
+            "jitter": jitter,
+        }
 
     def kick(self) -> None:
         """Start writing what is pending unless a write is under way (it takes the rest)."""
@@ -82,39 +131,52 @@ class InputLog:
 
     async def _drain(self) -> None:
         while self._pending:
-            lines = "".join(self._pending)
+            chunks = list(self._pending)
             self._pending.clear()
-            await self._write(lines)
+            size = await self._write(chunks)
+            if size is not None and self._bytes is None:  # no ROTATE is pending before this
+                self._bytes = size + sum(len(line) for line in self._pending)
 
-    async def _write(self, lines: str) -> None:
+    async def _write(self, chunks: list[str]) -> int | None:
+        """The file's size after writing `chunks`; None when the write failed or is stuck."""
         try:
             what = f"writing {self.path}"
-            await self._io.call(lambda: self.append(lines), WRITE_TIMEOUT_S, what=what)
+            size = await self._io.call(lambda: self.append(chunks), WRITE_TIMEOUT_S, what=what)
         except (OSError, blocking.Hung) as e:
             if not self._failing:
                 self._report(str(e))
             self._failing = True
-            return
+            return None
         self._failing = False
+        return size
 
-    def append(self, lines: str) -> None:
-        """Append to the file, moving it to inputs.1.jsonl first when it is full (any thread)."""
-        try:
-            full = os.path.getsize(self.path) >= MAX_FILE_BYTES
-        except FileNotFoundError:
-            full = False
-        if full:
-            os.replace(self.path, rotated(self.path))
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(lines)
+    def append(self, chunks: list[str]) -> int:
+        """Append the lines to the file, moving it to inputs.1.jsonl at each ROTATE (any
+        thread); the file's size after."""
+        files: list[list[str]] = [[]]
+        for chunk in chunks:
+            if chunk == ROTATE:
+                files.append([])
+            else:
+                files[-1].append(chunk)
+        size = 0
+        for i, lines in enumerate(files):
+            if i > 0:
+                with contextlib.suppress(FileNotFoundError):
+                    os.replace(self.path, rotated(self.path))
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write("".join(lines))
+                size = fh.tell()
+        return size
 
     def flush(self) -> str | None:
         """What is pending, written now on the calling thread (at exit); the error or None."""
-        lines = "".join(self._pending)
+        chunks = list(self._pending)
         self._pending.clear()
         try:
-            if lines:
-                self.append(lines)
+            if chunks:
+                size = self.append(chunks)
+                self._bytes = size if self._bytes is None else self._bytes
         except OSError as e:
             return f"{os.path.basename(self.path)}: {e}"
         return None

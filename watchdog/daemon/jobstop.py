@@ -77,7 +77,7 @@ async def write_incident(d: Parts, reason: str) -> str | None:
     snap = d.core.snapshot()
     leader = None if d.job.exit_status is not None and d.job.exit_status.done() else snap.pid
     pids = [p.pid for p in await tree.find_tree_async(leader, d.token) or []]
-    verdict = d.job.monitor.assess(time.monotonic())
+    verdict = d.consumer.verdict(time.monotonic())
     try:
         path = await incident.write_bundle(
             d.cfg.state_dir,

@@ -1,8 +1,9 @@
 """The sampling side of watchdogd (SPEC §3, §4): each tick looks at the progress log, takes a
 GPU sample when one is due (the job's ranks are read with it), reads the checkpoint at most every
-CHECKPOINT_EVERY_S, then hands the health verdict to the core. Reads that can block (the log on
-a hung mount, NVML) run off the loop and bounded: while one does not answer the tick goes on,
-and our own blind spot is never a stall of the job.
+CHECKPOINT_EVERY_S, and posts what it read (inbox.SampleTaken, RanksListed, SaveSeen): the
+consumer feeds the run's monitor with it and hands the verdict to the core. Reads that can
+block (the log on a hung mount, NVML) run off the loop and bounded: while one does not answer
+the tick goes on, and our own blind spot is never a stall of the job.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from watchdog import blocking
 from watchdog.core import status
-from watchdog.core.events import HealthAssessed, ProgressMarked, RankExited
+from watchdog.core.events import ProgressMarked
+from watchdog.daemon.inbox import ProgressLooked, RanksListed, SampleTaken, SaveSeen
 from watchdog.progress.follower import Follower, FollowResult, LogFollower
 from watchdog.progress.newest import GlobFollower, is_glob
 from watchdog.progress.reader import LineReader, reader_for
@@ -31,12 +33,15 @@ CHECKPOINT_EVERY_S = 2.0  # status's view of progress.checkpoint; decisions read
 async def tick_loop(d: Parts) -> None:
     """GPU samples at a fixed rate; in between, an extra look at the log exactly when a
     time-based verdict (stalled, throughput_low) comes due, so it fires on time instead of
-    up to one interval late."""
+    up to one interval late. Each tick waits until the consumer has taken its readings: the
+    next due time it then gives counts them."""
     next_gpu = time.monotonic()
     while True:
         gpu_due = time.monotonic() >= next_gpu
         try:
-            await sample_once(d, gpu=gpu_due)
+            await d.consumer.inbox.ask(await take_sample(d, gpu=gpu_due))
+            if d.notifier.enabled:  # building the status costs more than the rest of a tick
+                d.notifier.status(status.status_line(d.status()))
         except Exception as e:
             # A watchdog bug must never kill a healthy job, nor stop the sampling: say so.
             with contextlib.suppress(OSError):
@@ -44,67 +49,46 @@ async def tick_loop(d: Parts) -> None:
         now = time.monotonic()
         if gpu_due:
             next_gpu = max(next_gpu + d.cfg.gpus.sample_interval_s, now)
-        due = d.job.monitor.next_due(now)
+        due = d.consumer.next_due(now)
         wake = next_gpu if due is None else min(next_gpu, due)
         await asyncio.sleep(max(0.0, wake - now))
 
 
 async def sample_once(d: Parts, gpu: bool = True) -> None:
+    """One tick's readings, posted: the consumer handles them in order with the other inputs
+    (a stop's last look at the log is in before the stop's end is)."""
+    d.consumer.inbox.post(await take_sample(d, gpu))
+
+
+async def take_sample(d: Parts, gpu: bool = True) -> SampleTaken:
+    """Read what one tick looks at (I/O only: the consumer feeds the run's monitor with it);
+    start the checkpoint read and the rank listing when due."""
     sample = await d.gpus.sample() if gpu else None
-    await look_at_progress(d)
+    progress = await look_at_progress(d)
     now = time.monotonic()
     snap, run = d.core.snapshot(), d.job
-    monitor = run.monitor
-    if sample is not None:
-        monitor.gpu_sample(sample)
-    monitor.gpu_degraded(d.gpus.degraded_now())  # SPEC §13: a new run's monitor learns too
-    monitor.gpu_access_lost(d.gpus.access_lost)
-    progress_at = monitor.last_progress_at
-    d.books.timeline.sample(sample, d.cfg.gpus.idle_below_mib, monitor.last_progress, progress_at)
     if d.checkpoints is not None and run.checkpoint_due(now, CHECKPOINT_EVERY_S):
         d.spawn_task(read_checkpoint(d))
     if snap.pid is not None and gpu:
         run.spawn_task(watch_ranks(d, run, snap.pid), d.task_done)
-    if snap.pid is not None:
-        v = monitor.assess(now)
-        d.post(HealthAssessed(snap.pid, v.healthy, v.firing, v.evidence))
-    d.account()
-    if d.notifier.enabled:  # building the status costs more than the rest of a tick
-        d.notifier.status(status.status_line(d.status()))
+    degraded, access_lost = d.gpus.degraded_now(), d.gpus.access_lost
+    return SampleTaken(run, snap.pid, sample, degraded, access_lost, progress)
 
 
-async def look_at_progress(d: Parts) -> None:
-    """One poll of the run's progress log, fed to its monitor unless the run changed since."""
+async def look_at_progress(d: Parts) -> ProgressLooked | None:
+    """One poll of the run's progress log; None when the run changed meanwhile (not its log)."""
     run = d.job
     if run.follower is None and d.core.snapshot().pid is not None:  # its first open hung
         follower = await open_follower(d)
         if run is not d.job:
-            return
+            return None
         if run.follower is None:
             run.use_follower(follower, d.progress_io.when_idle)
     follower = run.follower
     found = await poll_progress(d, run, follower) if follower is not None else None
     if run is not d.job or follower is not run.follower:
-        return
-    now = time.monotonic()
-    run.monitor.progress_unreadable(found is None)
-    if found is not None:
-        progress_found(d, run, found, now)
-        run.polled(now)
-
-
-def progress_found(d: Parts, run: JobRun, found: FollowResult, now: float) -> None:
-    monitor = run.monitor
-    if found.activity:
-        monitor.activity(now)  # SPEC §13: not a step, but not stalled either
-    if found.source is not None:
-        monitor.progress_source = found.source
-    if found.latest is not None:
-        mtime = found.latest_mtime
-        age_s = None if mtime is None else time.time() - mtime
-        monitor.progress_line(found.latest, now, age_s, run.polled_at)
-        if (at := monitor.last_progress_at) is not None:
-            d.post(ProgressMarked("step", found.latest.step, at))
+        return None
+    return ProgressLooked(found, time.monotonic())
 
 
 async def poll_progress(d: Parts, run: JobRun, follower: Follower) -> FollowResult | None:
@@ -218,12 +202,10 @@ def progress_file_now(d: Parts) -> str | None:
 
 
 async def watch_ranks(d: Parts, run: JobRun, pid: int) -> None:
-    """Tell the core when a worker of the tree (a torchrun rank) died (SPEC §12)."""
+    """List the workers of the tree (torchrun's ranks, SPEC §12) for the consumer to check."""
     found = await d.ranks.list(pid, d.token)
-    if found is None or run is not d.job:
-        return  # unknown, or a listing of a run that has ended since
-    for rank_pid, rank in run.rank_tracker.observe(found):
-        d.post(RankExited(pid, rank_pid, rank))
+    if found is not None:  # None: unknown
+        d.consumer.inbox.post(RanksListed(run, pid, found))
 
 
 async def read_checkpoint(d: Parts) -> None:
@@ -236,7 +218,7 @@ async def read_checkpoint(d: Parts) -> None:
         d.emit("internal_error_caught", where="checkpoint", error=f"{type(e).__name__}: {e}")
         return
     if watch.wrote_since(found) and watch is d.checkpoints:
-        d.job.monitor.activity(time.monotonic())  # SPEC §13: a save under way is not a stall
+        d.consumer.inbox.post(SaveSeen(d.job, time.monotonic()))  # SPEC §13: not a stall
     if found.mark is not None and found.written_at is not None:
         # Its own mtime on the monotonic clock, however old: lost work counts from it.
         at = time.monotonic() - max(0.0, time.time() - found.written_at)

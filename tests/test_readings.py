@@ -1,0 +1,117 @@
+"""The sampler's readings (issue 23): the consumer feeds them to the run they name, and only it."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import time
+from collections.abc import Awaitable, Callable
+
+import yaml
+from harness import base_config
+
+from watchdog import config
+from watchdog.core import health
+from watchdog.core.events import Action, Event
+from watchdog.core.samples import ProgressReading
+from watchdog.daemon.inbox import ProgressLooked, RanksListed, SampleTaken, SaveSeen
+from watchdog.daemon.loop import Daemon
+from watchdog.daemon.run import JobRun
+from watchdog.progress.follower import FollowResult
+
+Scenario = Callable[[Daemon], Awaitable[None]]
+
+
+def run_daemon(tmp_path: pathlib.Path, scenario: Scenario) -> list[Event]:
+    """Run `scenario` against a daemon whose consumer runs and whose actions are not carried
+    out; the inputs its core handled, in order."""
+    text = yaml.safe_dump(base_config(tmp_path, ["/bin/true"]))
+    cfg = config.parse_config(text, str(tmp_path / "watchdog.yaml"))
+    handled: list[Event] = []
+
+    async def main() -> None:
+        d = Daemon(cfg)
+        handle = d.core.handle
+
+        def recording_handle(event: Event, now: float) -> list[Action]:
+            handled.append(event)
+            return handle(event, now)
+
+        d.core.handle = recording_handle  # type: ignore[method-assign]
+        d._execute = lambda a: None  # type: ignore[method-assign]
+        consumer = asyncio.get_running_loop().create_task(d.consumer.run())
+        try:
+            await scenario(d)
+        finally:
+            consumer.cancel()
+
+    asyncio.run(main())
+    return handled
+
+
+def new_run(d: Daemon, pid: int) -> JobRun:
+    """A run of the job with leader `pid`, made the daemon's current one."""
+    run = JobRun(health.HealthMonitor(health.HealthConfig()), pid=pid)
+    d.begin_run(run)
+    return run
+
+
+def step_read(step: int) -> ProgressLooked:
+    """A poll of the progress log that found one line at `step`, just now."""
+    found = FollowResult(readings=((ProgressReading(1000.0, step), 1),), lines=1)
+    return ProgressLooked(found, time.monotonic())
+
+
+def test_a_sample_of_the_current_run_feeds_its_monitor_then_the_core(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A SampleTaken of the current run puts its progress line into that run's monitor, then
+    hands the core ProgressMarked and the monitor's verdict (HealthAssessed) for its pid."""
+    runs: list[JobRun] = []
+
+    async def scenario(d: Daemon) -> None:
+        run = new_run(d, 4242)
+        runs.append(run)
+        taken = SampleTaken(run, 4242, None, {}, None, step_read(7))
+        await d.consumer.inbox.ask(taken)
+
+    handled = run_daemon(tmp_path, scenario)
+    progress = runs[0].monitor.last_progress
+    assert progress is not None and progress.step == 7
+    names = [type(e).__name__ for e in handled]
+    assert names == ["ProgressMarked", "HealthAssessed"]
+    assert getattr(handled[1], "pid", None) == 4242
+
+
+def test_a_late_sample_of_a_replaced_run_is_dropped(tmp_path: pathlib.Path) -> None:
+    """Readings tagged with a run that has been replaced since feed neither run's monitor and
+    give the core nothing (no verdict about the old leader)."""
+    runs: list[JobRun] = []
+
+    async def scenario(d: Daemon) -> None:
+        old = new_run(d, 4242)
+        runs.extend([old, new_run(d, 4343)])
+        await d.consumer.inbox.ask(SampleTaken(old, 4242, None, {}, None, step_read(7)))
+        await d.consumer.inbox.ask(SaveSeen(old, time.monotonic()))
+
+    assert run_daemon(tmp_path, scenario) == []
+    assert all(run.monitor.last_progress is None for run in runs)
+    assert all(run.monitor.last_activity_at is None for run in runs)
+
+
+def test_a_vanished_rank_is_told_to_the_core_unless_its_run_ended(tmp_path: pathlib.Path) -> None:
+    """RanksListed: a worker seen before and gone now is a RankExited for the core; a listing of
+    a run that was closed since (its stop has begun) is dropped."""
+
+    async def scenario(d: Daemon) -> None:
+        run = new_run(d, 4242)
+        both = {(5001, 1.0): "0", (5002, 1.0): "1"}
+        await d.consumer.inbox.ask(RanksListed(run, 4242, both))
+        await d.consumer.inbox.ask(RanksListed(run, 4242, {(5001, 1.0): "0"}))
+        run.close()
+        await d.consumer.inbox.ask(RanksListed(run, 4242, {}))
+
+    handled = run_daemon(tmp_path, scenario)
+    assert [(type(e).__name__, getattr(e, "rank_pid", None)) for e in handled] == [
+        ("RankExited", 5002)
+    ]
