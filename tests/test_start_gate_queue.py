@@ -68,3 +68,31 @@ def test_a_start_whose_gate_parked_is_over_even_when_an_operator_start_follows(
 
     asyncio.run(scenario())
 
+
+def test_a_burst_of_inputs_does_not_hold_the_loop_in_one_step(tmp_path: pathlib.Path) -> None:
+    """1,000 inputs queued at once (an Xid storm) are handled with the loop's other callbacks
+    (the control socket, a pidfd) running in between, not in one step that holds the loop."""
+
+    async def scenario() -> None:
+        handled: list[int] = []
+        seen_at: list[int] = []
+        loop = asyncio.get_running_loop()
+
+        class Counting(Shell):
+            def carry_out(self, event: Event, actions: list[Action]) -> None:
+                if not handled:  # another callback gets ready as the burst starts
+                    loop.call_soon(lambda: seen_at.append(len(handled)))
+                handled.append(1)
+
+        consumer = Consumer(InputLog(str(tmp_path / "inputs.jsonl"), print), Policy(), Counting())
+        for _ in range(1000):
+            consumer.inbox.post(Tick())
+        task = asyncio.create_task(consumer.run())
+        try:
+            await consumer.inbox.ask(Tick())  # behind the burst: all handled after this
+            assert len(handled) == 1001
+            assert seen_at and seen_at[0] < 1000, seen_at  # ran while the burst was handled
+        finally:
+            task.cancel()
+
+    asyncio.run(scenario())

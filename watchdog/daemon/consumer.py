@@ -124,6 +124,8 @@ class Consumer:
             if posted.answer is not None and not posted.answer.done():
                 posted.answer.set_result(actions)
             self.inputs.kick()
+            if self.inbox.waiting():
+                await asyncio.sleep(0)  # a burst (an Xid storm) never holds the loop in one step
 
     def _timeout_s(self) -> float | None:
         """Until the core's next deadline; a core that cannot say is reported, not fatal."""
