@@ -6,7 +6,7 @@ them in order, asks `Supervisor.handle()` and executes the returned actions. Slo
 (start, stop, incident) run as tasks that post their outcome: nothing re-enters the core.
 
 The parts: jobstart.py (the start sequence and the spawn), jobstop.py (incident, then the
-tree), sampling.py (the tick: GPUs, progress, ranks, checkpoint, the verdict), adoption.py
+tree), sampling.py (the tick: reads GPUs, progress, ranks, checkpoint; posts them), adoption.py
 (a job we did not spawn: adoption, reexec), params.py (config into the core's parameters),
 consumer.py (the one consumer), run.py (one run of the job), books.py (goodput, timeline).
 """
