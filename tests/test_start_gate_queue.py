@@ -55,7 +55,7 @@ def test_a_start_whose_gate_parked_is_over_even_when_an_operator_start_follows(
             fault = {"action": "reboot_host", "gpu": 0, "xid": 79}
             consumer.inbox.post(GpuFaultSeen("reboot_host", fault, gate=True))
             barrier = asyncio.get_running_loop().create_future()
-            consumer.inbox._queue.put_nowait(Posted(Tick(), barrier))  # start 1's ask(Tick())
+            consumer.inbox._put(Posted(Tick(), barrier))  # start 1's ask(Tick())
             consumer.inbox.post(OperatorCommand("start", 0))  # the same loop turn
             await barrier
             await consumer.inbox.ask(Tick())  # the worst order: `start` judged before start 1 looks

@@ -220,8 +220,10 @@ class Consumer:
     def _dispatch(self, event: Event) -> list[Action]:
         """The only door into the core."""
         now = time.monotonic()
-        self.inputs.event(event, now)
-        actions = self.core.handle(event, now)
+        try:
+            actions = self.core.handle(event, now)
+        finally:  # logged after, off the path to the actions, and even when handle() raised
+            self.inputs.event(event, now)
         self._shell.carry_out(event, actions)
         self._changed.set()
         self._changed = asyncio.Event()

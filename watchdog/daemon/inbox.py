@@ -10,6 +10,7 @@ place, one input at a time, in the order the inputs came, and nothing can re-ent
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -87,28 +88,48 @@ class Posted:
 
 
 class Inbox:
+    """A FIFO with one waiter (the consumer). Not asyncio.Queue: waiting for the next input or
+    the core's deadline with `wait_for(queue.get())` costs a task and extra loop turns on every
+    input, on the path from a job's death to its restart (bench/ab.py measured it)."""
+
     def __init__(self) -> None:
-        self._queue: asyncio.Queue[Posted] = asyncio.Queue()
+        self._items: deque[Posted] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def _put(self, posted: Posted) -> None:
+        self._items.append(posted)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     def post(self, event: Input) -> None:
         """Hand an input to the consumer; returns at once (safe from any callback)."""
-        self._queue.put_nowait(Posted(event))
+        self._put(Posted(event))
 
     async def ask(self, event: Event | Reading) -> list[Action]:
         """Post `event` and wait until the consumer has handled it: the core's actions."""
         answer: asyncio.Future[list[Action]] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(Posted(event, answer))
+        self._put(Posted(event, answer))
         return await asyncio.shield(answer)  # a caller that gives up leaves the input queued
 
     def waiting(self) -> int:
         """Inputs posted and not yet taken by the consumer."""
-        return self._queue.qsize()
+        return len(self._items)
 
     async def next(self, timeout_s: float | None) -> Posted | None:
         """The next input, or None once `timeout_s` (the core's next deadline) has passed."""
-        if not self._queue.empty() or timeout_s is None:
-            return await self._queue.get()
-        try:
-            return await asyncio.wait_for(self._queue.get(), max(0.0, timeout_s))
-        except TimeoutError:
-            return None
+        if not self._items and (timeout_s is None or timeout_s > 0):
+            loop = asyncio.get_running_loop()
+            self._waiter = waiter = loop.create_future()
+            timer = None if timeout_s is None else loop.call_later(timeout_s, _wake, waiter)
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+                if timer is not None:
+                    timer.cancel()
+        return self._items.popleft() if self._items else None
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

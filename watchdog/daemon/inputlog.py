@@ -38,6 +38,7 @@ ROTATE = ""  # in the lines to write: move the file to inputs.1.jsonl here (a li
 MAX_FILE_BYTES = 4 << 20  # then inputs.jsonl becomes inputs.1.jsonl
 MAX_PENDING = 10_000  # lines waiting for the file while its write is stuck
 WRITE_TIMEOUT_S = 10.0
+WRITE_DELAY_S = 0.2  # pending lines are written together, this long after the first
 
 
 # ------------------------------------------------------------------------ the replay
@@ -125,11 +126,14 @@ class InputLog:
         }
 
     def kick(self) -> None:
-        """Start writing what is pending unless a write is under way (it takes the rest)."""
+        """Write what is pending WRITE_DELAY_S from now, unless a write is under way or due (it
+        takes the rest): a burst of inputs is one write, and a job's death and its restart are
+        never delayed by the writer thread (bench/ab.py)."""
         if self._pending and (self._task is None or self._task.done()):
             self._task = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
+        await asyncio.sleep(WRITE_DELAY_S)
         while self._pending:
             chunks = list(self._pending)
             self._pending.clear()
