@@ -70,18 +70,22 @@ def replay_delays(records: list[dict[str, Any]]) -> list[object]:
 
 
 class LoggedCore:
-    """A core fed the way the consumer feeds it (each input logged, then handled), its log
-    written after every input; what the core returned, per input."""
+    """A core fed the way the consumer feeds it (`before`, the core handles the input, then
+    the input is logged), its log written after every input unless the writer is `stuck`;
+    what the core returned, per input."""
 
     def __init__(self, log: inputlog.InputLog, core: Supervisor) -> None:
         self.log, self.core = log, core
         self.actions: list[list[Action]] = []
+        self.stuck = False
 
     def feed(self, event: Event, now: float) -> list[Action]:
-        self.log.event(event, now)
+        self.log.before(now)
         actions = self.core.handle(event, now)
+        self.log.event(event, now)
         self.actions.append(actions)
-        assert self.log.flush() is None
+        if not self.stuck:
+            assert self.log.flush() is None
         return actions
 
 
@@ -133,3 +137,35 @@ def test_a_rotated_log_replays_from_the_new_file_alone_exactly(
     for event in (ChildSpawned(9999), ChildExited(9999, 1, None), TreeStopped(killed=False)):
         assert replayed.handle(event, now) == fed.core.handle(event, now)
     assert replayed.next_deadline() == fed.core.next_deadline() is not None
+
+
+def test_inputs_dropped_while_the_writer_was_stuck_are_counted_and_the_log_replays_after(
+    tmp_path: pathlib.Path, monkeypatch: Any
+) -> None:
+    """A writer stuck long enough that inputs are dropped: the file says how many, then starts
+    a new stretch with the core's whole state, so a replay from it is exact (before, the
+    oldest lines were dropped silently, the head among them)."""
+    monkeypatch.setattr(inputlog, "MAX_PENDING", 8)
+    path = tmp_path / "inputs.jsonl"
+    log = inputlog.InputLog(str(path), lambda error: None)
+    policy = Policy(backoff_initial_s=1, backoff_max_s=30, jitter=0.5, max_restarts=1000)
+    fed = LoggedCore(log, log.supervisor(policy, 99, 0.0))
+    fed.stuck = True
+    now = crash_loop(fed, 6)  # far more inputs than MAX_PENDING, none written
+    fed.stuck = False
+    now = crash_loop_more(fed, now)
+    written = inputlog.read(str(path))
+    gaps = [r for r in written if r.get("type") == "InputsDropped"]
+    assert gaps and gaps[0]["count"] > 0
+    assert written[written.index(gaps[0]) + 1]["type"] == "SupervisorState"
+    assert stateimage.image(inputlog.replay(written)) == stateimage.image(fed.core)
+
+
+def crash_loop_more(fed: LoggedCore, now: float) -> float:
+    """One more run after crash_loop: spawned, healthy, crashed, its restart due."""
+    pid = 5000
+    fed.feed(ChildSpawned(pid), now)
+    fed.feed(HealthAssessed(pid, True), now + 1.0)
+    if any(isinstance(a, KillTree) for a in fed.feed(ChildExited(pid, 1, None), now + 6.0)):
+        fed.feed(TreeStopped(killed=False), now + 6.0)
+    return now + 6.0

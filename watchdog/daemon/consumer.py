@@ -94,6 +94,7 @@ class Consumer:
         """The previous daemon's restart budget (state.json), recorded as an input."""
         now = time.monotonic()
         event = StateRestored(durable)
+        self.inputs.before(now)
         self.inputs.event(event, now)
         self.core.handle(event, now)
 
@@ -101,6 +102,7 @@ class Consumer:
         """The old code's core after a reexec, recorded as an input."""
         now = time.monotonic()
         event = HandoverResumed(carried)
+        self.inputs.before(now)
         self.inputs.event(event, now)
         self.core.handle(event, now)
 
@@ -220,6 +222,7 @@ class Consumer:
     def _dispatch(self, event: Event) -> list[Action]:
         """The only door into the core."""
         now = time.monotonic()
+        self.inputs.before(now)  # a head record first when the log must start a new stretch
         try:
             actions = self.core.handle(event, now)
         finally:  # logged after, off the path to the actions, and even when handle() raised

@@ -76,7 +76,8 @@ class InputLog:
         self.path = path
         self.recent: deque[dict[str, Any]] = deque(maxlen=KEEP)
         self._report = report  # the write failed or stuck: said once per stuck spell
-        self._pending: deque[str] = deque(maxlen=MAX_PENDING)
+        self._pending: deque[str] = deque()  # at most MAX_PENDING: the rest is counted
+        self._dropped = 0  # inputs not written while the writer was stuck
         self._bytes: int | None = None  # the file's size with what is pending (once known)
         self._core: tuple[Supervisor, random.Random] | None = None  # the core being logged
         self._io = blocking.BoundedWorker("input-log")
@@ -86,28 +87,45 @@ class InputLog:
     def supervisor(self, made: Policy, seed: int, now: float) -> Supervisor:
         """A new core whose jitter draws from `seed`, recorded as the log's first input."""
         head = records.log_entry(PolicyChanged(made), now)
-        self._add({**head, "type": "SupervisorMade", "seed": seed}, is_head=True)
+        if self._bytes is not None and self._bytes >= MAX_FILE_BYTES:
+            self._rotate()
+        self._dropped = 0  # a new core's head starts afresh
+        self._keep({**head, "type": "SupervisorMade", "seed": seed})
         rng = random.Random(seed)
         core = Supervisor(made, rng.random)
         self._core = (core, rng)
         return core
 
+    def before(self, now: float) -> None:
+        """Called before each input is handled (the record itself is written after: `event`).
+        When the file is full, or inputs were dropped while its writer was stuck, the next
+        stretch starts with the core as it is now, before this input: a replay from it is
+        exact (the dropped ones are counted in an InputsDropped record before it)."""
+        if self._core is None:
+            return
+        if self._dropped and len(self._pending) < MAX_PENDING - 2:
+            self._keep({"type": "InputsDropped", "now": now, "count": self._dropped})
+            self._dropped = 0
+            self._keep(self._state_record(now))
+        elif self._bytes is not None and self._bytes >= MAX_FILE_BYTES:
+            self._rotate()
+            self._keep(self._state_record(now))
+
     def event(self, event: Event, now: float) -> None:
-        """`event` is handed to the core at `now` next (before its handle(): see _add)."""
-        self._add(records.log_entry(event, now))
+        """`event`, handed to the core at `now` (logged after its handle(): off the respawn
+        path; `before` was called first)."""
+        self._keep(records.log_entry(event, now))
 
-    def _add(self, record: dict[str, Any], is_head: bool = False) -> None:
-        line = json.dumps(record) + "\n"
-        if self._bytes is not None and self._bytes + len(line) > MAX_FILE_BYTES:
-            self._pending.append(ROTATE)
-            if not is_head and self._core is not None:
-                state = self._state_record(float(record["now"]))
-                self._keep(state, json.dumps(state) + "\n")
-            self._bytes = 0  # the inputs after the head count: a file never holds only a head
-        self._keep(record, line)
+    def _rotate(self) -> None:
+        self._pending.append(ROTATE)
+        self._bytes = 0  # the inputs after the head count: a file never holds only a head
 
-    def _keep(self, record: dict[str, Any], line: str) -> None:
+    def _keep(self, record: dict[str, Any]) -> None:
         self.recent.append(record)
+        if len(self._pending) >= MAX_PENDING:
+            self._dropped += 1  # the writer is stuck: counted, and healed by `before`
+            return
+        line = json.dumps(record) + "\n"
         self._pending.append(line)
         if self._bytes is not None:
             self._bytes += len(line)  # ASCII: json.dumps escapes the rest
