@@ -27,8 +27,14 @@ def test_closing_a_run_cancels_its_tasks() -> None:
 
     async def scenario() -> bool:
         run = JobRun(health.HealthMonitor(health.HealthConfig()), pid=42)
-        task = run.spawn_task(asyncio.sleep(60), lambda _t: None)
-        await asyncio.sleep(0)
+        started, never = asyncio.Event(), asyncio.Event()
+
+        async def listing() -> None:
+            started.set()
+            await never.wait()
+
+        task = run.spawn_task(listing(), lambda _t: None)
+        await asyncio.wait_for(started.wait(), 5)
         run.close()
         await asyncio.gather(task, return_exceptions=True)
         return task.cancelled() and run.closed

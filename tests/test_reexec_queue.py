@@ -59,15 +59,18 @@ def test_an_input_posted_as_the_reexec_is_prepared_is_not_lost(
 
 
 SLOW_NEW_GPU_START = """
-import asyncio, os, pathlib
+import asyncio, os, pathlib, time
 if os.environ.get("WATCHDOGD_REEXEC_FD"):  # the new code only
     from watchdog.gpu import watch
 
     _start = watch.GpuWatch.start
 
     async def start(self):
+        # a slow NVML init: held until the test has had its answer (at most 20 s)
         pathlib.Path(os.environ["TEST_WINDOW_MARK"]).write_text("in the window")
-        await asyncio.sleep(2.0)
+        release, deadline = pathlib.Path(os.environ["TEST_WINDOW_RELEASE"]), time.monotonic() + 20
+        while not release.exists() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
         await _start(self)
 
     watch.GpuWatch.start = start
@@ -80,8 +83,9 @@ def test_a_stop_the_new_code_answers_before_its_take_over_ends_stops_the_job(
     """A `stop` answered by the new code while its parts still start (a slow NVML init) stops
     the carried job (it met a blank core, said "no job was running", and the job ran on)."""
     job = write_script(tmp_path / "job.py", HEALTHY_JOB)
-    mark = tmp_path / "window"
+    mark, release = tmp_path / "window", tmp_path / "release"
     env = {**_injected(tmp_path, SLOW_NEW_GPU_START), "TEST_WINDOW_MARK": str(mark)}
+    env["TEST_WINDOW_RELEASE"] = str(release)
     d = make_daemon([job], env=env)
     pid = d.wait_state("running", timeout=15)["job"]["pid"]
     done: list[tuple[int, str, str]] = []
@@ -93,6 +97,7 @@ def test_a_stop_the_new_code_answers_before_its_take_over_ends_stops_the_job(
         assert rc == 0, (out, err)
         assert "no job was running" not in out, out
     finally:
+        release.write_text("go on")
         upgrade.join(timeout=60)
     assert done and done[0][0] == 0, done
     d.wait_state("stopped", timeout=20)
