@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import psutil
 
-from watchdog.core.health import V1_IDLE_FLOOR_MIB, is_in_use
+from watchdog.core.gpupart import V1_IDLE_FLOOR_MIB, is_in_use
 from watchdog.core.samples import GpuReading
 from watchdog.process import launch, reaping
 

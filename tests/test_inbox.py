@@ -220,3 +220,19 @@ def test_only_the_consumer_feeds_the_runs_detectors_and_the_books() -> None:
     assert calls["rank_tracker.observe"] == {"daemon/consumer.py:_ranks_listed"}
     assert calls["timeline.sample"] == {"daemon/consumer.py:_sample_taken"}
     assert calls["monitor.progress_line"] == {"daemon/consumer.py:_progress_looked"}
+
+
+def test_a_fresh_core_after_a_failed_take_over_keeps_the_daemons_policy(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The core made anew when a reexec's state cannot be taken over has the policy the
+    consumer was made with (the daemon's local one), never one chosen at the call site (the
+    fallback once built the cluster's policy there)."""
+    from watchdog.core.budget import Policy
+    from watchdog.daemon.consumer import Consumer
+    from watchdog.daemon.inputlog import InputLog
+
+    made = Policy(backoff_initial_s=3.0, max_restarts=7, restart_on=frozenset({"exited"}))
+    consumer = Consumer(InputLog(str(tmp_path / "inputs.jsonl"), print), made, None)  # type: ignore[arg-type]
+    first = consumer.core
+    assert consumer.new_core() is not first and consumer.core.policy == made

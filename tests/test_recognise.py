@@ -12,7 +12,8 @@ import time
 import pytest
 
 from watchdog.core.progress_tracker import QUIET_S, ProgressTracker, Seen
-from watchdog.core.recognise import RECOGNISERS, Recognised, recognise, strip_ansi
+from watchdog.core.recognise import RECOGNISERS, recognise
+from watchdog.core.recognised import Recognised, strip_ansi
 from watchdog.core.samples import ProgressReading
 
 # ---------------------------------------------------------------------------- one per format

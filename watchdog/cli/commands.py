@@ -30,7 +30,7 @@ from watchdog.cli.render import (
     status_exit,
     wrap,
 )
-from watchdog.core import protocol
+from watchdog.core import jsoncodec, protocol
 
 TYPE_CHECKING = False  # mypy treats this name as true; at run time `typing` is never imported
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def cmd_status(c: Client, o: dict[str, Any]) -> int:
         return failed(reply, o, EXIT_UNREACHABLE)
     st = reply["result"]
     events = st.pop("recent_events", [])
-    out(protocol.dumps(st) if o["json"] else render_status(st, events))
+    out(jsoncodec.dumps(st) if o["json"] else render_status(st, events))
     return status_exit(st)
 
 
@@ -64,7 +64,7 @@ def cmd_operate(c: Client, o: dict[str, Any]) -> int:
         return failed(reply, o, EXIT_REFUSED if o["cmd"] in ("start", "stop") else EXIT_NOT_HEALTHY)
     res = reply["result"]
     if o["json"]:
-        out(protocol.dumps(reply))
+        out(jsoncodec.dumps(reply))
     if res.get("healthy") is False:
         if not o["json"]:
             # The reason first (issue 11), then its figures, then the log; in 100 columns.
@@ -83,7 +83,7 @@ def cmd_operate(c: Client, o: dict[str, Any]) -> int:
 def failed(reply: dict[str, Any], o: dict[str, Any], default: int) -> int:
     error = reply["error"]
     if o["json"]:
-        out(protocol.dumps(reply))
+        out(jsoncodec.dumps(reply))
     else:
         err(f"watchdogctl: {o['cmd']}: {error['message']}")
         print_log_tail(reply.get("result") or {})
@@ -105,7 +105,7 @@ def cmd_stream(c: Client, o: dict[str, Any]) -> int:
             return failed(reply, o, EXIT_NOT_HEALTHY)
         for item in reply["result"][key]:
             if o["json"]:
-                out(protocol.dumps(item))
+                out(jsoncodec.dumps(item))
             else:
                 out(format_event(item) if key == "events" else item)
         if not follow:
@@ -121,7 +121,7 @@ def cmd_timeline(c: Client, o: dict[str, Any]) -> int:
     if not reply["ok"]:
         return failed(reply, o, EXIT_NOT_HEALTHY)
     res = reply["result"]
-    out(protocol.dumps(res) if o["json"] else timeline.render(res, timeline.use_color(sys.stdout)))
+    out(jsoncodec.dumps(res) if o["json"] else timeline.render(res, timeline.use_color(sys.stdout)))
     return EXIT_OK
 
 

@@ -16,7 +16,7 @@ from watchdog.blocking import BoundedWorker, Hung
 from watchdog.control.backend import ReexecRefused
 from watchdog.core import protocol, replies
 from watchdog.core.events import OperatorCommand, Refuse
-from watchdog.core.health import is_in_use
+from watchdog.core.gpupart import is_in_use
 from watchdog.core.names import State
 from watchdog.progress import logfile
 

@@ -25,11 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from watchdog.core.gpupart import V1_IDLE_FLOOR_MIB as V1_IDLE_FLOOR_MIB
-from watchdog.core.gpupart import GpuPart as GpuPart
-from watchdog.core.gpupart import gpu_part as gpu_part
-from watchdog.core.gpupart import is_in_use as is_in_use
-from watchdog.core.gpupart import unreadable_text
+from watchdog.core.gpupart import GpuPart, gpu_part, unreadable_text
 from watchdog.core.samples import GpuSample, ProgressReading
 
 

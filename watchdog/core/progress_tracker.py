@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from watchdog.core.recognise import MAX_STEP, Recognised
+from watchdog.core.recognised import MAX_STEP, Recognised
 from watchdog.core.samples import ProgressReading
 
 Kind = Literal["progress", "activity"]

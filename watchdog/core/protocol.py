@@ -11,8 +11,7 @@ server makes of a command's events in core/replies.py (which `watchdogctl` never
 
 from __future__ import annotations
 
-from watchdog.core.jsoncodec import dumps as dumps
-from watchdog.core.jsoncodec import loads as loads
+from watchdog.core.jsoncodec import dumps, loads
 
 TYPE_CHECKING = False  # mypy treats this name as true; at run time `typing` is never imported
 if TYPE_CHECKING:

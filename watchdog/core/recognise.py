@@ -41,11 +41,15 @@ import re
 from collections.abc import Callable
 
 from watchdog.core.frameworks import deepspeed, hf_loss, megatron, nemo, torchtitan
-from watchdog.core.recognised import MAX_LINE_CHARS as MAX_LINE_CHARS
-from watchdog.core.recognised import MAX_STEP as MAX_STEP
-from watchdog.core.recognised import MAX_TRIES, to_float, to_int, word_start
-from watchdog.core.recognised import Recognised as Recognised
-from watchdog.core.recognised import strip_ansi as strip_ansi
+from watchdog.core.recognised import (
+    MAX_LINE_CHARS,
+    MAX_TRIES,
+    Recognised,
+    strip_ansi,
+    to_float,
+    to_int,
+    word_start,
+)
 
 # ---------------------------------------------------------------------------- tokens/s
 

@@ -29,10 +29,9 @@ from watchdog.core.timeline_bucket import (
     Bucket,
     event_time,
     figures_only,
+    rfc3339,
     span_goodput,
 )
-from watchdog.core.timeline_bucket import parse_rfc3339 as parse_rfc3339
-from watchdog.core.timeline_bucket import rfc3339 as rfc3339
 
 FORMAT_VERSION = 1
 BUCKET_S = 60.0

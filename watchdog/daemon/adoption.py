@@ -136,7 +136,7 @@ async def take_over(d: Parts, h: dict[str, Any]) -> tuple[bool, int | None]:
     except (ValueError, KeyError, TypeError, OSError) as e:
         why = f"{type(e).__name__}: {e}"
         reexec.close_carried(h)
-        d.consumer.new_core(params.local_policy_of(d.cfg))
+        d.consumer.new_core()
         # the carried follower's fd is closed already: the fresh run must not close it again
         d.begin_run(JobRun(health.HealthMonitor(params.health_of(d.cfg))), close_follower=False)
         d.emit("reexec_resume_failed", error=why, old_version=h.get("old_version"))

@@ -80,14 +80,15 @@ class Consumer:
         self.inbox = Inbox()
         self.inputs = inputs
         self._shell = shell
-        self.core = self.new_core(made)
+        self._made = made  # the daemon's policy: a fresh core after a failed take-over gets it
+        self.core = self.new_core()
         self._changed = asyncio.Event()  # set after each input: commands wait on it
 
-    def new_core(self, made: Policy) -> Supervisor:
-        """A fresh core (also after a failed reexec take-over); its jitter's seed is logged,
-        so a replay draws the same delays."""
+    def new_core(self) -> Supervisor:
+        """A fresh core with the daemon's policy (also after a failed reexec take-over); its
+        jitter's seed is logged, so a replay draws the same delays."""
         seed = random.SystemRandom().randrange(1 << 32)
-        self.core = self.inputs.supervisor(made, seed, time.monotonic())
+        self.core = self.inputs.supervisor(self._made, seed, time.monotonic())
         return self.core
 
     def restore(self, durable: Durable) -> None:

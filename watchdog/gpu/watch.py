@@ -22,8 +22,8 @@ import psutil
 from watchdog import blocking
 from watchdog.config import GpusConfig
 from watchdog.core.gpuhealth import DegradedTracker, throttle_names
+from watchdog.core.gpupart import is_in_use
 from watchdog.core.gpuwatch import GpuWatchState
-from watchdog.core.health import is_in_use
 from watchdog.core.samples import GpuSample
 from watchdog.gpu.holders import processes_using_nvidia_devices
 

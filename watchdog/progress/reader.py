@@ -17,7 +17,8 @@ from typing import Any
 
 from watchdog.core.pattern import parse_line
 from watchdog.core.progress_tracker import ProgressTracker, Seen
-from watchdog.core.recognise import Recognised, recognise, strip_ansi
+from watchdog.core.recognise import recognise
+from watchdog.core.recognised import Recognised, strip_ansi
 from watchdog.core.samples import ProgressReading
 
 Candidate = Recognised | ProgressReading

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from watchdog.core.health import is_in_use
+from watchdog.core.gpupart import is_in_use
 from watchdog.core.samples import GpuSample, ProgressReading
 from watchdog.core.timeline import Timeline
 from watchdog.state.folder import StateDir
