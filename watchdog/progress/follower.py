@@ -117,6 +117,8 @@ class LogFollower:
     line holding that text (so lines the job wrote before the first poll are not lost), else at the
     end of the file (`start="end"`) or at its beginning. A file that does not exist yet is read
     from its beginning once it appears, as is a new file that replaces it at the same path.
+    Given `fd` (the job's log as the job writes it, joblog.py; owned from then on), it reads
+    that file whatever its name becomes and never looks at the path.
     """
 
     def __init__(
@@ -128,6 +130,7 @@ class LogFollower:
         max_read_bytes: int = 4 << 20,
         start: Literal["end", "beginning"] = "end",
         reader: LineReader | None = None,
+        fd: int | None = None,
     ) -> None:
         if max_read_bytes < 1:
             raise ValueError("max_read_bytes must be positive")
@@ -139,9 +142,12 @@ class LogFollower:
         self._line_no = 0
         self._old: LogSource | None = None  # a rotated file the job may still write to
         self._cur: LogSource | None = None
+        self._pinned = fd is not None  # the descriptor is followed, never the path
         try:
-            self._cur = logfile.open_source(path)
+            self._cur = logfile.open_source(path) if fd is None else logfile.source_of(fd)
         except OSError:
+            if fd is not None:
+                os.close(fd)
             return  # poll() retries and reports why
         if self._cur is None:
             return
@@ -195,6 +201,7 @@ class LogFollower:
             "drop_fragment": cur.drop_fragment,
             "after_cr": cur.after_cr,
             "line_no": self._line_no,
+            "pinned": self._pinned,
             "reader": None if self.reader is None else self.reader.carry(),
         }
 
@@ -222,6 +229,7 @@ class LogFollower:
             after_cr=c["after_cr"] is True,
         )
         follower._line_no = int(c["line_no"])
+        follower._pinned = c.get("pinned") is True  # absent from older code: by path as it did
         os.set_inheritable(follower._cur.fd, False)
         return follower
 
@@ -245,6 +253,8 @@ class LogFollower:
 
     def _check_path(self, found: _Found) -> None:
         """Open the file if it appeared; switch to a new file that replaced it at the path."""
+        if self._pinned:
+            return
         new = logfile.replacement(self._path, self._cur)
         if new is None:
             return

@@ -1,0 +1,241 @@
+"""The job's log rotated under a running job (docs/logrotate.md): the daemon reads the file the job
+writes, not the path, so the real `logrotate` in either mode, or plain renames, lose no progress,
+fire no `stalled`, and `watchdogctl logs`, status and incident tails show the newest lines."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+from typing import Any
+
+import pytest
+
+from conftest import DaemonFactory
+from harness import Daemon, wait_until, write_script
+
+STEP_PATTERN = r"step (?P<step>[0-9]+) (?P<tokens_per_s>[0-9][0-9,.]*) tok/s"
+STEP_RE = re.compile(r"step ([0-9]+) ")
+STALL_AFTER_S = 2  # a follower that lost the job's file fires `stalled` this long after
+STEP_PERIOD_S = 0.05
+# Steps a job must be seen past a rotation: 3 s of writing, longer than STALL_AFTER_S.
+STEPS_PAST = int(1.5 * STALL_AFTER_S / STEP_PERIOD_S)
+LOGROTATE = shutil.which("logrotate") or "/usr/sbin/logrotate"
+
+# The job: one progress line every STEP_PERIOD_S on stdout (its log, as the daemon opened it).
+JOB = f"""
+import sys, time
+step = 0
+while True:
+    step += 1
+    print(f"step {{step}} 1,000.0 tok/s", flush=True)
+    if step % 20 == 0:
+        print(f"chatter after step {{step}}", file=sys.stderr, flush=True)
+    time.sleep({STEP_PERIOD_S})
+"""
+
+
+def _start(make_daemon: DaemonFactory, tmp_path: pathlib.Path, **over: Any) -> Daemon:
+    job = write_script(tmp_path / "train.py", JOB)
+    progress = {"stall_after_s": STALL_AFTER_S, "pattern": STEP_PATTERN, **over}
+    d = make_daemon([job], {"progress": progress, "incidents": {"pyspy_timeout_s": 1}})
+    d.wait_state("running", timeout=20)
+    return d
+
+
+def _step(d: Daemon) -> int:
+    step = d.status()["progress"]["step"]
+    return int(step) if step is not None else 0
+
+
+def _progress_goes_on(d: Daemon, pid: int, steps: int = STEPS_PAST) -> int:
+    """Wait until status shows `steps` more steps than now (longer than the stall window), with
+    the same job, no restart and no `stalled`; returns the step reached."""
+    target = _step(d) + steps
+    reached = wait_until(lambda: (s := _step(d)) >= target and s, 40, f"step {target}")
+    st = d.status()
+    assert st["job"]["pid"] == pid, "the job was restarted"
+    assert st["restarts"]["total"] == 0, st["restarts"]
+    fired = [e for e in d.events() if e["event"] == "detector_fired"]
+    assert not fired, fired
+    return int(reached)
+
+
+def _logs_show_newest(d: Daemon, step: int) -> None:
+    """`watchdogctl logs` ends with lines the job wrote after status saw `step`."""
+
+    def newest() -> bool:
+        rc, out, err = d.ctl("logs", "-n", "5")
+        assert rc == 0, err
+        seen = [int(m.group(1)) for m in STEP_RE.finditer(out)]
+        return bool(seen) and max(seen) >= step
+
+    wait_until(newest, 20, f"`logs` showing step {step} or later")
+
+
+def _logrotate(tmp_path: pathlib.Path, log: pathlib.Path, mode: str) -> None:
+    """`logrotate -f` with its own state file, as cron would run it on a rotation night."""
+    conf = tmp_path / f"logrotate-{mode}.conf"
+    conf.write_text(f"{log} {{\n    {mode}\n    rotate 5\n    missingok\n    nocompress\n}}\n")
+    conf.chmod(0o644)
+    state = tmp_path / "logrotate.state"
+    r = subprocess.run(
+        [LOGROTATE, "-f", "-s", str(state), str(conf)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.fixture
+def logrotate_cmd() -> str:
+    if not os.access(LOGROTATE, os.X_OK):
+        if os.geteuid() == 0:
+            pytest.fail("logrotate is missing (Debian package logrotate; .ci/run installs it)")
+        pytest.skip("logrotate is not installed (Debian package logrotate); CI as root has it")
+    return LOGROTATE
+
+
+def test_real_logrotate_create_twice_then_copytruncate_loses_no_progress(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path, logrotate_cmd: str
+) -> None:
+    """logrotate forced twice in `create` mode, then once with `copytruncate`, under a running
+    job: the same job runs on, no `stalled`, steps keep coming, `logs` shows the newest line."""
+    d = _start(make_daemon, tmp_path)
+    log = tmp_path / "job.log"
+    pid = d.status()["job"]["pid"]
+    _progress_goes_on(d, pid, steps=5)
+    for night in (1, 2):
+        _logrotate(tmp_path, log, "create")
+        assert (tmp_path / f"job.log.{night}").exists()
+        assert log.stat().st_size == 0  # the new file the job never opens
+        step = _progress_goes_on(d, pid)
+        _logs_show_newest(d, step)
+    _logrotate(tmp_path, log, "copytruncate")
+    step = _progress_goes_on(d, pid)
+    _logs_show_newest(d, step)
+    assert "train-watchdog: start" in (tmp_path / "job.log.3").read_text()  # the first file
+
+
+def test_log_renamed_away_ten_times_without_a_new_file(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """The log renamed ten times (no file created at the path): progress is never lost and
+    `logs` and status's log tail show the newest lines of the file the job writes."""
+    d = _start(make_daemon, tmp_path)
+    pid = d.status()["job"]["pid"]
+    current = tmp_path / "job.log"
+    for n in range(10):
+        renamed = tmp_path / f"moved-{n}.log"
+        current.rename(renamed)
+        current = renamed
+        step = _progress_goes_on(d, pid, steps=10)
+        _logs_show_newest(d, step)
+    _progress_goes_on(d, pid)
+    rc, out, err = d.ctl("status")  # its log tail is read from the same file
+    assert rc == 0, err
+    assert not (tmp_path / "job.log").exists()
+
+
+def test_logs_follow_keeps_the_job_file_across_rename_and_create(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """`logs -f` started before a rotate-and-create goes on with the lines the job writes to the
+    renamed file, in order, none lost."""
+    d = _start(make_daemon, tmp_path)
+    follow = subprocess.Popen(
+        [str(d.bin / "watchdogctl"), "--socket", d.socket, "logs", "-f", "-n", "1"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert follow.stdout is not None
+        first = _next_step(follow)
+        (tmp_path / "job.log").rename(tmp_path / "job.log.1")
+        (tmp_path / "job.log").write_text("")
+        seen = [first]
+        while len(seen) < STEPS_PAST:
+            seen.append(_next_step(follow))
+        assert seen == list(range(first, first + len(seen))), seen  # none lost, none twice
+    finally:
+        os.killpg(follow.pid, signal.SIGKILL)
+        follow.wait(10)
+
+
+def _next_step(follow: subprocess.Popen[str]) -> int:
+    assert follow.stdout is not None
+    while line := follow.stdout.readline():
+        if m := STEP_RE.search(line):
+            return int(m.group(1))
+    raise AssertionError("`logs -f` ended")
+
+
+def test_incident_tail_and_next_start_after_rotate_and_create(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """A job that stalls after a rotate-and-create has its last lines, from the renamed file, in
+    the incident's log tail; the restarted job writes to the new file at the path."""
+    marker = tmp_path / "stall-now"
+    job = write_script(
+        tmp_path / "train.py",
+        f"""
+        import os, time
+        step = 0
+        while not os.path.exists({str(marker)!r}):
+            step += 1
+            print(f"step {{step}} 1,000.0 tok/s", flush=True)
+            time.sleep({STEP_PERIOD_S})
+        os.unlink({str(marker)!r})
+        print("stuck in the all-reduce", flush=True)
+        time.sleep(3600)
+        """,
+    )
+    progress = {"stall_after_s": STALL_AFTER_S, "pattern": STEP_PATTERN}
+    d = make_daemon(
+        [job],
+        {
+            "progress": progress,
+            "incidents": {"pyspy_timeout_s": 1},
+            "restart": {"backoff_initial_s": 30, "backoff_max_s": 30},
+        },
+    )
+    d.wait_state("running", timeout=20)
+    wait_until(lambda: _step(d) > 0, 20, "a first step")
+    log = tmp_path / "job.log"
+    log.rename(tmp_path / "job.log.1")
+    log.write_text("")
+    marker.touch()
+    scheduled = d.wait_event("restart_scheduled", timeout=30, reason="stalled")[0]
+    tail = (pathlib.Path(scheduled["incident"]) / "log_tail.txt").read_text()
+    assert "stuck in the all-reduce" in tail, tail
+    assert log.read_text() == ""  # nothing was written at the path by this run
+    assert d.ctl("restart")[0] == 0
+    wait_until(lambda: "train-watchdog: start" in log.read_text(), 30, "the new run's marker")
+    wait_until(lambda: STEP_RE.search(log.read_text()), 30, "the new run writing at the path")
+
+
+def test_adopted_job_is_followed_by_its_stdout_after_a_rotation(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """After the daemon is killed and the log rotated (rename + create), the next daemon adopts
+    the job and reads the file the job writes (its stdout), not the empty one at the path."""
+    job = write_script(tmp_path / "train.py", JOB)
+    progress = {"stall_after_s": STALL_AFTER_S, "pattern": STEP_PATTERN}
+    over = {"progress": progress, "job": {"on_daemon_restart": "adopt"}}
+    d = make_daemon([job], over)
+    d.wait_state("running", timeout=20)
+    pid = d.status()["job"]["pid"]
+    d.kill()
+    log = tmp_path / "job.log"
+    log.rename(tmp_path / "job.log.1")
+    log.write_text("")
+    d.start()
+    d.wait_event("job_adopted", timeout=30)
+    assert d.status()["job"]["pid"] == pid
+    step = _progress_goes_on(d, pid)
+    _logs_show_newest(d, step)
