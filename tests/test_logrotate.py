@@ -92,10 +92,8 @@ def _logrotate(tmp_path: pathlib.Path, log: pathlib.Path, mode: str) -> None:
 
 @pytest.fixture
 def logrotate_cmd() -> str:
-    if not os.access(LOGROTATE, os.X_OK):
-        if os.geteuid() == 0:
-            pytest.fail("logrotate is missing (Debian package logrotate; .ci/run installs it)")
-        pytest.skip("logrotate is not installed (Debian package logrotate); CI as root has it")
+    if not os.access(LOGROTATE, os.X_OK):  # under CI as root a skip fails (ci_no_skip.py)
+        pytest.skip("logrotate is not installed (Debian package logrotate; .ci/run installs it)")
     return LOGROTATE
 
 
