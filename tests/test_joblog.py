@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 
 from harness import wait_until
+from hungfs import hung_mount
 
 from watchdog.process import launch
 from watchdog.progress import joblog
-from watchdog.progress.follower import LogFollower
+from watchdog.progress.follower import INLINE_MAX_BYTES, LogFollower
 from watchdog.progress.logfile import LogTail, tail_lines, tail_of_job
 
 
@@ -160,3 +161,38 @@ def test_of_process_finds_an_adopted_job_file_after_a_rename(tmp_path: Path) -> 
         for p in (job, other):
             p.kill()
             p.wait(10)
+
+
+def test_a_local_job_file_with_little_new_is_read_on_the_loop(tmp_path: Path) -> None:
+    """ready_inline: the job's file by descriptor on a local filesystem with at most
+    INLINE_MAX_BYTES new may be polled on the loop; a flood, or a file followed by path, not."""
+    path = tmp_path / "job.log"
+    path.write_bytes(b"")
+    pattern = re.compile(r"step (?P<step>[0-9]+)")
+    pinned = LogFollower(str(path), pattern, fd=os.open(path, os.O_RDONLY))
+    by_path = LogFollower(str(path), pattern)
+    try:
+        assert joblog.on_local_fs(path.stat().st_dev), "the test's tmp dir is on a local disk"
+        _append(path, b"step 1\n")
+        assert pinned.ready_inline() and not by_path.ready_inline()
+        _append(path, b"x" * INLINE_MAX_BYTES)
+        assert not pinned.ready_inline()  # too much new: the worker reads it
+        pinned.poll()
+        assert pinned.ready_inline()
+    finally:
+        pinned.close()
+        by_path.close()
+
+
+def test_a_job_file_on_a_fuse_mount_is_never_read_on_the_loop(tmp_path: Path) -> None:
+    """A FUSE mount (which can hang, as a dead server does) is no local filesystem: a follower
+    of the job's file there always polls on the bounded worker."""
+    with hung_mount(tmp_path) as mount:
+        (mount.backing / "job.log").write_bytes(b"step 1\n")
+        path = mount.path / "job.log"
+        assert not joblog.on_local_fs(path.stat().st_dev)
+        follower = LogFollower(str(path), re.compile("x"), fd=os.open(path, os.O_RDONLY))
+        try:
+            assert not follower.ready_inline()
+        finally:
+            follower.close()

@@ -93,21 +93,25 @@ async def look_at_progress(d: Parts) -> ProgressLooked | None:
 
 
 async def poll_progress(d: Parts, run: JobRun, follower: Follower) -> FollowResult | None:
-    """One poll of the progress log off the loop; None while the read does not answer."""
+    """One poll of the progress log: off the loop, or on it for a local file with little new
+    (follower.ready_inline); None while a read off the loop does not answer."""
 
     def keep_late(late: FollowResult) -> None:  # on the worker's thread, before its next job
         run.keep_late(follower, late)
 
-    try:
-        found = await d.progress_io.call(
-            follower.poll,
-            PROGRESS_READ_TIMEOUT_S,
-            what=f"reading {follower.path}",
-            discard=keep_late,
-        )
-    except blocking.Hung as e:
-        progress_read_hung(d, follower.path, e)
-        return None
+    if d.progress_io.idle and follower.ready_inline():
+        found = follower.poll()  # a local file, a few lines: a pread, no thread hand-off
+    else:
+        try:
+            found = await d.progress_io.call(
+                follower.poll,
+                PROGRESS_READ_TIMEOUT_S,
+                what=f"reading {follower.path}",
+                discard=keep_late,
+            )
+        except blocking.Hung as e:
+            progress_read_hung(d, follower.path, e)
+            return None
     if (late := run.take_late(follower)) is not None:
         found = with_late(late, found)
     if d.progress_hung:

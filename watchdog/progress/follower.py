@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from watchdog.core.pattern import MAX_MATCH_CHARS, parse_line
 from watchdog.core.samples import ProgressReading
-from watchdog.progress import logfile
+from watchdog.progress import joblog, logfile
 from watchdog.progress.logfile import LogSource
 
 if TYPE_CHECKING:
@@ -32,6 +32,8 @@ MATCH_LAST_LINES = 64
 # When none of those held progress, keep looking further back (progress drowned in chatter), but
 # never run the regex more often than this per poll: it bounds CPU at 10,000 lines/s.
 MAX_SCAN_LINES = 4096
+# A poll runs on the loop (no thread hand-off) only with at most this much new to read.
+INLINE_MAX_BYTES = 64 << 10
 # One poll's matching time is bounded too: past the newest MATCH_LAST_LINES lines, the scan
 # further back stops once it has cost this much (a flood of pathological lines, issue 21).
 MAX_SCAN_S = 0.05
@@ -105,6 +107,8 @@ class Follower(Protocol):
 
     def poll(self) -> FollowResult: ...
 
+    def ready_inline(self) -> bool: ...
+
     def carry(self) -> dict[str, object] | None: ...
 
     def close(self) -> None: ...
@@ -143,6 +147,7 @@ class LogFollower:
         self._old: LogSource | None = None  # a rotated file the job may still write to
         self._cur: LogSource | None = None
         self._pinned = fd is not None  # the descriptor is followed, never the path
+        self._local = False  # pinned to a file on a filesystem that cannot hang (joblog.py)
         try:
             self._cur = logfile.open_source(path) if fd is None else logfile.source_of(fd)
         except OSError:
@@ -151,6 +156,7 @@ class LogFollower:
             return  # poll() retries and reports why
         if self._cur is None:
             return
+        self._local = self._pinned and joblog.on_local_fs(self._cur.ident[0])
         found = logfile.find_marker(self._cur, marker, max_read_bytes) if marker else None
         if found is not None:
             self._cur.offset = found
@@ -184,6 +190,15 @@ class LogFollower:
         except OSError as exc:
             found.error = str(exc) if exc.filename is None else f"{exc.filename}: {exc.strerror}"
         return found.result()
+
+    def ready_inline(self) -> bool:
+        """Whether a poll now may run on the event loop: the job's file followed by descriptor,
+        on a local filesystem (joblog.LOCAL_FS), with at most INLINE_MAX_BYTES new. Then the
+        poll costs a pread, not a hand-off to a worker thread and back (docs/logrotate.md)."""
+        cur = self._cur
+        if not self._local or cur is None or self._old is not None:
+            return False
+        return os.fstat(cur.fd).st_size - cur.offset <= INLINE_MAX_BYTES
 
     def carry(self) -> dict[str, object] | None:
         """The current file's descriptor and position, for an in-place re-exec: the new code
@@ -230,6 +245,7 @@ class LogFollower:
         )
         follower._line_no = int(c["line_no"])
         follower._pinned = c.get("pinned") is True  # absent from older code: by path as it did
+        follower._local = follower._pinned and joblog.on_local_fs(follower._cur.ident[0])
         os.set_inheritable(follower._cur.fd, False)
         return follower
 

@@ -26,6 +26,13 @@ import stat
 import threading
 
 _READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
+# Filesystems whose reads of what was just written cannot hang the way a dead server or a FUSE
+# daemon does (page cache, local block devices): the job's log on one of these is read on the
+# loop, without a hand-off to a worker thread per poll (docs/logrotate.md). Anything else (nfs,
+# cifs, ceph, lustre, fuse.*, …) stays on the bounded worker.
+LOCAL_FS = frozenset(
+    {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs", "f2fs", "zfs", "overlay"}
+)
 
 
 class JobLog:
@@ -92,3 +99,18 @@ def _is_log(pid: int, st: os.stat_result, path: str) -> bool:
         pass  # renamed away and nothing created at the path: judge by name
     name = os.readlink(f"/proc/{pid}/fd/1").removesuffix(" (deleted)")
     return os.path.basename(name).startswith(os.path.basename(path))
+
+
+def on_local_fs(dev: int) -> bool:
+    """Whether device `dev` (st_dev) is mounted with a filesystem in LOCAL_FS; False when it
+    cannot be told (/proc/self/mountinfo unreadable, or not found there)."""
+    want = f"{os.major(dev)}:{os.minor(dev)}"
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 2 and fields[2] == want and " - " in line:
+                    return line.split(" - ", 1)[1].split()[0] in LOCAL_FS
+    except OSError:
+        pass
+    return False
