@@ -278,11 +278,15 @@ class LogFollower:
             self._cur = new
             return
         # Rotate-and-create: keep draining the old file, since a job whose stdout points at it
-        # keeps writing there until it reopens (a second rotation retires the oldest one).
+        # keeps writing there until it reopens.
         if self._old is not None:
-            self._read(self._old, found)
-            self._retire_old()
-        self._old, self._cur = self._cur, new
+            # Still two: the writer never moved on to the file in between (else the old one
+            # would be retired), so that one is done, not the old one the job still writes.
+            self._read(self._cur, found)
+            os.close(self._cur.fd)
+            self._cur = new
+        else:
+            self._old, self._cur = self._cur, new
         found.replaced = True
 
     def _retire_old(self) -> None:
