@@ -7,9 +7,11 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import select
 import shutil
 import signal
 import subprocess
+import time
 from typing import Any
 
 import pytest
@@ -142,32 +144,76 @@ def test_logs_follow_keeps_the_job_file_across_rename_and_create(
     """`logs -f` started before a rotate-and-create goes on with the lines the job writes to the
     renamed file, in order, none lost."""
     d = _start(make_daemon, tmp_path)
-    follow = subprocess.Popen(
-        [str(d.bin / "watchdogctl"), "--socket", d.socket, "logs", "-f", "-n", "1"],
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    follow = _logs_follow(d)
     try:
-        assert follow.stdout is not None
-        first = _next_step(follow)
+        lines = _Lines(follow)
+        first = lines.step()
         (tmp_path / "job.log").rename(tmp_path / "job.log.1")
         (tmp_path / "job.log").write_text("")
         seen = [first]
         while len(seen) < STEPS_PAST:
-            seen.append(_next_step(follow))
+            seen.append(lines.step())
         assert seen == list(range(first, first + len(seen))), seen  # none lost, none twice
     finally:
         os.killpg(follow.pid, signal.SIGKILL)
         follow.wait(10)
 
 
-def _next_step(follow: subprocess.Popen[str]) -> int:
-    assert follow.stdout is not None
-    while line := follow.stdout.readline():
-        if m := STEP_RE.search(line):
-            return int(m.group(1))
-    raise AssertionError("`logs -f` ended")
+def test_logs_follow_goes_on_with_the_next_run_after_a_rotation(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """`logs -f` across a rename-and-create and then a restart: it shows the old run's lines from
+    the renamed file, then the new run's start marker and lines from the new file at the path."""
+    d = _start(make_daemon, tmp_path)
+    follow = _logs_follow(d)
+    try:
+        lines = _Lines(follow)
+        lines.step()
+        (tmp_path / "job.log").rename(tmp_path / "job.log.1")
+        (tmp_path / "job.log").write_text("")
+        lines.step()
+        assert d.ctl("restart")[0] == 0
+        while "train-watchdog: start" not in lines.next():
+            pass
+        assert lines.step() == 1  # the new run, from its first line
+        assert "train-watchdog: start" in (tmp_path / "job.log").read_text()
+    finally:
+        os.killpg(follow.pid, signal.SIGKILL)
+        follow.wait(10)
+
+
+class _Lines:
+    """The lines of `watchdogctl logs -f`, each waited for with a deadline (never for ever)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        self.fd = proc.stdout.fileno()
+        self.buf = b""
+
+    def next(self, timeout: float = 30) -> str:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            assert left > 0, f"no line from `logs -f` within {timeout} s"
+            if select.select([self.fd], [], [], left)[0]:
+                chunk = os.read(self.fd, 65536)
+                assert chunk, "`logs -f` ended"
+                self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode(errors="replace")
+
+    def step(self) -> int:
+        while not (m := STEP_RE.search(self.next())):
+            pass
+        return int(m.group(1))
+
+
+def _logs_follow(d: Daemon) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [str(d.bin / "watchdogctl"), "--socket", d.socket, "logs", "-f", "-n", "1"],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
 
 
 def test_incident_tail_and_next_start_after_rotate_and_create(
