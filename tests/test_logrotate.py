@@ -20,7 +20,7 @@ from harness import ROOT, Daemon, wait_until, write_script
 
 STEP_PATTERN = r"step (?P<step>[0-9]+) (?P<tokens_per_s>[0-9][0-9,.]*) tok/s"
 STEP_RE = re.compile(r"step ([0-9]+) ")
-STALL_AFTER_S = 2  # a follower that lost the job's file fires `stalled` this long after
+STALL_AFTER_S = 3  # a follower that lost the job's file fires `stalled` this long after
 STEP_PERIOD_S = 0.05
 # Steps a job must be seen past a rotation: 3 s of writing, longer than STALL_AFTER_S.
 STEPS_PAST = int(1.5 * STALL_AFTER_S / STEP_PERIOD_S)
