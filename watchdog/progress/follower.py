@@ -198,7 +198,10 @@ class LogFollower:
         cur = self._cur
         if not self._local or cur is None or self._old is not None:
             return False
-        return os.fstat(cur.fd).st_size - cur.offset <= INLINE_MAX_BYTES
+        try:
+            return os.fstat(cur.fd).st_size - cur.offset <= INLINE_MAX_BYTES
+        except OSError:
+            return False  # poll() on the worker says what is wrong
 
     def carry(self) -> dict[str, object] | None:
         """The current file's descriptor and position, for an in-place re-exec: the new code
