@@ -1,4 +1,4 @@
-# make install / make uninstall, run as root (see README, operator guide).
+# make install / make uninstall, run as root (see docs/operator-guide.md).
 #
 #   make install [PREFIX=/opt/train-watchdog] [SYSCONFDIR=/etc/train-watchdog]
 #                [UNITDIR=/etc/systemd/system] [WHEELS=dir]   WHEELS: install offline from wheels
