@@ -269,16 +269,19 @@ def test_install_puts_man_pages_and_completion_where_they_are_found(tmp_path: pa
     )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "completions" / "watchdogctl").read_text() == COMPLETION.read_text()
+    man_program = shutil.which("man")
     for page, section in (("watchdogd", "8"), ("watchdogctl", "1"), ("watchdog.yaml", "5")):
         assert (tmp_path / "man" / f"man{section}" / f"{page}.{section}").is_file()
-        if shutil.which("man"):
+        if man_program is not None:  # without man-db the files alone are checked (said below)
             found = subprocess.run(
-                ["man", "-M", str(tmp_path / "man"), "-w", section, page],
+                [man_program, "-M", str(tmp_path / "man"), "-w", section, page],
                 capture_output=True,
                 text=True,
                 timeout=30,
             )
             assert found.returncode == 0, found.stderr
+    if man_program is None:
+        print("man is not installed (apt-get install man-db): `man -w` was not tried")
     done = subprocess.run(
         [*run, "uninstall-docs", *where], capture_output=True, text=True, timeout=60
     )
