@@ -346,3 +346,33 @@ def test_readme_is_a_front_page() -> None:
     assert "make demo" in readme and "make test" in readme
     for page in sorted((ROOT / "docs").glob("*.md")):
         assert f"docs/{page.name}" in readme, f"README.md does not link docs/{page.name}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Rule:
+    name: str
+    pattern: str = "x"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Sub:
+    limit: int = dataclasses.field(default=2, metadata={"ge": 1})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Top:
+    rules: tuple[_Rule, ...] = (_Rule(name="oom"),)
+    sub: _Sub = dataclasses.field(default_factory=_Sub)
+    maybe: _Sub | None = None
+
+
+def test_reference_walks_lists_of_rules_and_optional_sections() -> None:
+    """A list of dataclasses (a key like `causes: [{name, pattern, class}]`) is one key with its
+    items' fields named; a section is walked into; a null section is marked optional."""
+    found = {k.path: k for k in reference.all_keys(_Top)}
+    assert list(found) == ["rules", "sub", "sub.limit", "maybe", "maybe.limit"]
+    assert found["rules"].kind == "list of {name, pattern}" and not found["rules"].section
+    assert found["rules"].default == "[{name: oom, pattern: x}]"
+    assert found["sub"].section and not found["sub"].optional_section
+    assert found["sub.limit"].kind == "integer, ≥ 1" and found["sub.limit"].default == "2"
+    assert found["maybe"].optional_section and found["maybe"].default == "null"

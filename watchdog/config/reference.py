@@ -43,9 +43,16 @@ class Key:
 
 
 def _dataclass_of(hint: Any) -> type | None:
-    args = [a for a in get_args(hint) if a is not type(None)] if get_origin(hint) else [hint]
-    found = [a for a in args if isinstance(a, type) and dataclasses.is_dataclass(a)]
+    """The section's dataclass for `Section` or `Section | None`; None for anything else (a list
+    of dataclasses is one key, its items described by their fields' names)."""
+    origin = get_origin(hint)
+    args = [a for a in get_args(hint) if a is not type(None)] if origin is types.UnionType else []
+    found = [a for a in (args if origin else [hint]) if _is_dataclass(a)]
     return found[0] if found else None
+
+
+def _is_dataclass(hint: Any) -> bool:
+    return isinstance(hint, type) and dataclasses.is_dataclass(hint)
 
 
 def _is_key(f: dataclasses.Field[Any]) -> bool:
@@ -109,6 +116,10 @@ def _type_words(hint: Any) -> str:
     if origin is Literal:
         return " | ".join(str(a) for a in args)
     if origin in (tuple, frozenset, list):
+        items = [a for a in args if _is_dataclass(a)]
+        if items:  # e.g. causes: [{name, pattern, class}]
+            names = ", ".join(f.name for f in dataclasses.fields(items[0]) if _is_key(f))
+            return f"list of {{{names}}}"
         return "list"
     if origin is Mapping or hint is Mapping:
         return "mapping of strings"
@@ -144,6 +155,9 @@ def _yaml_value(value: object) -> str:
         return "{" + ", ".join(f"{_yaml_str(k)}: {_yaml_value(v)}" for k, v in value.items()) + "}"
     if isinstance(value, re.Pattern):
         return _yaml_str(value.pattern)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = [f for f in dataclasses.fields(value) if _is_key(f)]
+        return _yaml_value({f.name: getattr(value, f.name) for f in fields})
     raise TypeError(f"no YAML form for the default {value!r}: teach watchdog/config/reference.py")
 
 
