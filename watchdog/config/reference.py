@@ -13,15 +13,45 @@ import textwrap
 import types
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from watchdog.config.fields import parse_forward_signals, parse_pattern, parse_signal
+from watchdog.config.fields import (
+    PROGRESS_FORMATS,
+    RESERVED_EXIT_CODES,
+    daemon_exit_code,
+    parse_command,
+    parse_devices,
+    parse_etcd_urls,
+    parse_exit_codes,
+    parse_format,
+    parse_forward_signals,
+    parse_listen_node,
+    parse_pattern,
+    parse_pre_start,
+    parse_reasons,
+    parse_signal,
+)
 from watchdog.config.keydocs import DOCS
 from watchdog.config.schema import Config
 
 NO_DOC = "(no description yet: add one to watchdog/config/keydocs.py)"
 _KIND = {str: "string", int: "integer", float: "number", bool: "boolean"}
 _BOUND_WORDS = (("gt", ">"), ("ge", "≥"), ("le", "≤"))
+# What a key with its own parser takes, in words (the parsers are in watchdog.config.fields).
+_PARSED: dict[object, str] = {
+    parse_command: "argv list, or a string for /bin/sh -c",
+    parse_pre_start: "list of commands (argv lists or strings)",
+    parse_signal: "signal name or number",
+    parse_forward_signals: "list of signal names or numbers",
+    parse_exit_codes: "list of exit codes 0-255",
+    daemon_exit_code: "exit code 0-255, not " + ", ".join(map(str, RESERVED_EXIT_CODES)),
+    parse_devices: "all, or a list of GPU indices and UUIDs",
+    parse_pattern: "regular expression or null",
+    parse_format: " | ".join(PROGRESS_FORMATS),
+    parse_reasons: "list of verdict reasons",
+    parse_listen_node: "host:port or null",
+    parse_etcd_urls: "list of etcd URLs",
+}
 
 
 @dataclass(frozen=True)
@@ -94,10 +124,8 @@ def stale_docs() -> list[str]:
 
 def _kind(hint: Any, meta: Mapping[str, Any]) -> str:
     parse = meta.get("parse")
-    if parse is parse_signal:
-        words = "signal name or number"
-    elif parse is parse_pattern:
-        words = "regular expression or null"
+    if parse in _PARSED:
+        words = _PARSED[parse]
     elif get_origin(hint) is Literal:
         words = " | ".join(get_args(hint))
     else:
@@ -110,7 +138,7 @@ def _kind(hint: Any, meta: Mapping[str, Any]) -> str:
 
 def _type_words(hint: Any) -> str:
     origin, args = get_origin(hint), get_args(hint)
-    if origin is types.UnionType:
+    if origin in (types.UnionType, Union):
         inner = [_type_words(a) for a in args if a is not type(None)]
         return " | ".join(inner) + (" or null" if type(None) in args else "")
     if origin is Literal:
@@ -230,7 +258,7 @@ def markdown(version: str) -> str:
     ]
     for k in all_keys():
         if k.depth == 0:
-            out += ["", f"## `{k.path}`", "", k.doc + ".", ""]
+            out += ["", f"## `{k.path}`", "", k.doc[:1].upper() + k.doc[1:] + ".", ""]
             if not k.section:
                 out += _table_head()
                 out.append(_table_row(k))
