@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-stamp
 FAKE_NVML := tests/fake_nvml/build/libnvidia-ml.so.1
 DEMO := $(CURDIR)/.demo
 
-.PHONY: all demo test lint fmt fake-nvml venv clean
+.PHONY: all demo demo-reset test lint fmt fake-nvml venv clean docs man
 
 all: test
 
@@ -37,11 +37,24 @@ $(FAKE_NVML): tests/fake_nvml/fake_nvml.c tests/fake_nvml/Makefile
 
 fake-nvml: $(FAKE_NVML)
 
+# Every `make demo` starts fresh: the last one's state (a job parked in fatal, say), its run
+# counter, log and GPUs are removed first, so the demo shows the same story each time.
 demo: $(BASE_STAMP) $(FAKE_NVML)
+	$(MAKE) --no-print-directory demo-reset
 	mkdir -p $(DEMO)
 	$(BIN)/python tests/fakegpu.py gpus -n 8 $(DEMO)/gpus >/dev/null
 	FAKE_NVML_DIR=$(DEMO)/gpus LD_LIBRARY_PATH=$(CURDIR)/tests/fake_nvml/build \
 		$(BIN)/watchdogd --config etc/demo.yaml
+
+demo-reset:
+	rm -rf $(DEMO)/state $(DEMO)/gpus $(DEMO)/demo_runs $(DEMO)/job.log
+
+# docs/config.md, the man pages (man/) and watchdogctl's completion (completions/) are made from
+# the code (python -m watchdog.docgen) and committed; tests/test_docs.py says when to run this.
+docs: $(BASE_STAMP)
+	$(BIN)/python -m watchdog.docgen
+
+man: docs
 
 test: $(STAMP) $(FAKE_NVML)
 	$(BIN)/python -m pytest -q

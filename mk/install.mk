@@ -1,4 +1,4 @@
-# make install / make uninstall, run as root (see README, operator guide).
+# make install / make uninstall, run as root (see docs/operator-guide.md).
 #
 #   make install [PREFIX=/opt/train-watchdog] [SYSCONFDIR=/etc/train-watchdog]
 #                [UNITDIR=/etc/systemd/system] [WHEELS=dir]   WHEELS: install offline from wheels
@@ -7,6 +7,8 @@
 #   make upgrade   [PREFIX=...] [WHEELS=dir]   install the new code into PREFIX, then run it in
 #                  place with `watchdogctl reexec` (same daemon pid, the job untouched)
 #   make uninstall                                              keeps the config and the state
+#   make install-docs [MANDIR=...] [COMPLETIONSDIR=...]   only the man pages and the completion
+#                  (make install does this too; the files are committed: nothing is built)
 #
 # Included by the top-level Makefile; it also works alone: make -f mk/install.mk install
 
@@ -30,9 +32,29 @@ INSTALL_DOCDIR = $(PREFIX)/share/train-watchdog
 INSTALL_PIP_SOURCE = $(if $(WHEELS),--no-index --find-links $(abspath $(WHEELS)))
 INSTALL_TARGET = '$(INSTALL_SRCDIR)$(if $(EXTRAS),[$(EXTRAS)])'
 
-.PHONY: install uninstall upgrade
+# The man pages go where man finds them without a MANPATH: /usr/local/share/man is on man-db's
+# default path. With MANDIR=$(PREFIX)/share/man instead, add it: MANPATH=$(PREFIX)/share/man:
+# (the trailing colon keeps the system's pages).
+MANDIR ?= /usr/local/share/man
+# bash-completion loads completions/<command> when the command is first completed.
+COMPLETIONSDIR ?= $(or $(shell pkg-config --variable=completionsdir bash-completion 2>/dev/null),\
+	/usr/share/bash-completion/completions)
+INSTALL_MANPAGES := man1/watchdogctl.1 man5/watchdog.yaml.5 man8/watchdogd.8
 
-install:
+.PHONY: install uninstall upgrade install-docs uninstall-docs
+
+install-docs:
+	install -d -m 0755 $(MANDIR)/man1 $(MANDIR)/man5 $(MANDIR)/man8 $(COMPLETIONSDIR)
+	$(foreach page,$(INSTALL_MANPAGES),install -m 0644 $(INSTALL_SRCDIR)/man/$(notdir $(page)) \
+		$(MANDIR)/$(page) &&) true
+	install -m 0644 $(INSTALL_SRCDIR)/completions/watchdogctl.bash $(COMPLETIONSDIR)/watchdogctl
+	@case ":$$(manpath 2>/dev/null):" in *":$(MANDIR):"*) ;; \
+	*) echo "man pages in $(MANDIR): MANPATH=$(MANDIR): man watchdogd";; esac
+
+uninstall-docs:
+	rm -f $(addprefix $(MANDIR)/,$(INSTALL_MANPAGES)) $(COMPLETIONSDIR)/watchdogctl
+
+install: install-docs
 	$(PYTHON) -m venv $(PREFIX)
 	$(PREFIX)/bin/python -m pip install --disable-pip-version-check $(INSTALL_PIP_SOURCE) \
 		$(INSTALL_TARGET)
@@ -76,7 +98,7 @@ upgrade:
 
 # Removes what install added; the config ($(SYSCONFDIR)) and the state (/var/lib/train-watchdog)
 # stay. A running service is stopped first: its program is about to disappear.
-uninstall:
+uninstall: uninstall-docs
 	@# rm -rf only what is recognisably our virtual environment (PREFIX= or PREFIX=/ would be fatal).
 	@if [ -e "$(PREFIX)" ] && ! { [ -f "$(PREFIX)/pyvenv.cfg" ] && [ -e "$(PREFIX)/bin/watchdogd" ]; }; \
 	then \

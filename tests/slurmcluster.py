@@ -24,7 +24,7 @@ SBIN = ("munged", "mungekey", "slurmctld", "slurmd")
 BIN = ("sbatch", "scontrol", "scancel", "squeue")
 PACKAGES = "Debian: apt-get install slurmctld slurmd slurm-client munge"
 
-# The exit codes the generated slurm.conf requeues on (README "Under a scheduler"): 86 → the job
+# The exit codes the generated slurm.conf requeues on (docs/scheduler.md): 86 → the job
 # goes back to the queue (a host fault: run it elsewhere), 93 → requeued but held for a human.
 REQUEUE_EXIT = 86
 REQUEUE_EXIT_HOLD = 93

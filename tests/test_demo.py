@@ -7,6 +7,7 @@ import shutil
 import subprocess
 
 import fakegpu
+import pytest
 from harness import ROOT, Daemon, wait_until
 
 
@@ -52,3 +53,73 @@ def test_make_demo_installs_only_what_the_demo_runs() -> None:
     assert demo and all("[" not in line and "torch" not in line for line in demo), demo
     test = _dry_run("test")
     assert "-e '.[torch,frameworks]'" in test and "-e '.[dev," in test
+
+
+def _demo_daemon(tmp_path: pathlib.Path) -> Daemon:
+    """The shipped demo config in a copy of the tree's demo files, its state under tmp/.demo."""
+    shutil.copytree(ROOT / "etc" / "demo", tmp_path / "etc" / "demo", dirs_exist_ok=True)
+    shutil.copy(ROOT / "etc" / "demo.yaml", tmp_path / "etc" / "demo.yaml")
+    gpus = tmp_path / ".demo" / "gpus"
+    fakegpu.build_fake_nvml()
+    fakegpu.write_gpus(gpus, n=8)
+    where = {
+        "control": {"socket": str(tmp_path / ".demo" / "control.sock")},
+        "state_dir": str(tmp_path / ".demo" / "state"),
+    }
+    return Daemon(
+        tmp_path, where, fakegpu.fake_env(gpus), config_path=tmp_path / "etc" / "demo.yaml"
+    )
+
+
+def _demo_reset(demo: pathlib.Path) -> None:
+    done = subprocess.run(
+        ["make", "-s", "demo-reset", f"DEMO={demo}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_make_demo_resets_its_state_before_the_daemon_starts(tmp_path: pathlib.Path) -> None:
+    """`make demo` first removes the last demo's state (a fatal park), run counter, log and
+    GPUs, and only then starts the daemon; the reset leaves nothing else of the folder touched."""
+    demo = tmp_path / ".demo"
+    for rel in ("state/state.json", "gpus/0", "demo_runs", "job.log", "keep.txt"):
+        (demo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (demo / rel).write_text("x")
+    _demo_reset(demo)
+    assert sorted(p.name for p in demo.iterdir()) == ["keep.txt"]
+    steps = _dry_run("demo").splitlines()
+    reset = next(i for i, line in enumerate(steps) if "rm -rf" in line and "/state" in line)
+    daemon = next(i for i, line in enumerate(steps) if "watchdogd --config" in line)
+    assert reset < daemon, steps
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)  # the story takes about 2 minutes; more on a loaded machine
+def test_demo_shows_restarts_gpus_idle_and_fatal_then_starts_fresh(tmp_path: pathlib.Path) -> None:
+    """The demo's story, as the README tells it: a crash and a restart, `gpus_idle` with an
+    incident bundle, the park in `fatal` (no_progress); after `make demo`'s reset a second demo
+    runs its job again instead of restoring `fatal`."""
+    d = _demo_daemon(tmp_path)
+    try:
+        d.start()
+        d.wait_event("restart_scheduled", timeout=60, reason="exited")
+        d.wait_event("incident_saved", timeout=90, reason="gpus_idle")
+        st = d.wait_state("fatal", timeout=300)
+        assert "no_progress" in str(st), st
+    finally:
+        d.stop()
+    wait_until(lambda: not d.job_processes(), 10, "the demo job to be gone")
+    _demo_reset(tmp_path / ".demo")
+    fakegpu.write_gpus(tmp_path / ".demo" / "gpus", n=8)
+    again = _demo_daemon(tmp_path)
+    try:
+        again.start()
+        again.wait_state("running", timeout=30)
+        assert not [e for e in again.events() if e["event"] == "state_restored"]
+    finally:
+        again.stop()
+    wait_until(lambda: not again.job_processes(), 10, "the demo job to be gone")

@@ -26,6 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "outputs": BASE | {"process", "state", "progress"},  # hooks run, files written, log tails
     "cli": {"core"},  # watchdogctl starts fast: the protocol and the texts, nothing else
     "daemon": {"*"},
+    "docgen": {"core", "config", "cli", "daemon"},  # the man pages and completion: made from them
     "__main__": {"daemon"},
 }
 

@@ -189,6 +189,16 @@ def test_install_keeps_config_and_points_unit_at_prefix(container: Container) ->
     assert pyspy.stdout.startswith("py-spy "), pyspy.stdout
 
 
+def test_install_adds_man_pages_and_completion(container: Container) -> None:
+    """`make install` puts the three man pages under /usr/local/share/man (man's default path)
+    and watchdogctl's completion in bash-completion's folder, where it is loaded by name."""
+    for page in ("man1/watchdogctl.1", "man5/watchdog.yaml.5", "man8/watchdogd.8"):
+        container.run(["test", "-f", f"/usr/local/share/man/{page}"])
+    completion = "/usr/share/bash-completion/completions/watchdogctl"
+    found = container.run(["bash", "-c", f"source {completion} && complete -p watchdogctl"])
+    assert "_watchdogctl" in found.stdout, found.stdout
+
+
 def test_unit_verifies_without_any_output(container: Container) -> None:
     """`systemd-analyze verify` prints nothing at all for the installed unit and its drop-ins."""
     done = container.run(["systemd-analyze", "verify", f"/etc/systemd/system/{UNIT}"], check=False)
@@ -449,7 +459,12 @@ def test_uninstall_keeps_config_and_state(container: Container) -> None:
         f"cd {src} && if [ -f Makefile ]; then make uninstall; "
         "else make -f mk/install.mk uninstall; fi"
     )
-    for gone in ("/opt/train-watchdog", f"/etc/systemd/system/{UNIT}"):
+    for gone in (
+        "/opt/train-watchdog",
+        f"/etc/systemd/system/{UNIT}",
+        "/usr/local/share/man/man8/watchdogd.8",
+        "/usr/share/bash-completion/completions/watchdogctl",
+    ):
         assert container.run(["test", "-e", gone], check=False).returncode == 1, gone
     assert container.run(["cat", CONFIG]).stdout == GOOD_CONFIG
     container.run(["test", "-f", "/var/lib/train-watchdog/events.jsonl"])

@@ -32,10 +32,21 @@ class Prepared:
     exit_with_job: bool
 
 
-def parse_args(argv: list[str] | None, description: str) -> argparse.Namespace:
+def build_parser(description: str) -> argparse.ArgumentParser:
+    """watchdogd's options; watchdogd(8) is made from this parser (watchdog.docgen)."""
     ap = argparse.ArgumentParser(prog="watchdogd", description=description)
-    ap.add_argument("--config", default="/etc/train-watchdog/watchdog.yaml")
+    ap.add_argument(
+        "--config",
+        default="/etc/train-watchdog/watchdog.yaml",
+        metavar="PATH",
+        help="the config file (default: %(default)s)",
+    )
     ap.add_argument("--check", action="store_true", help="validate the config and exit 0 or 78")
+    ap.add_argument(
+        "--print-defaults",
+        action="store_true",
+        help="print every config key with its default and a comment, as YAML, and exit",
+    )
     ap.add_argument("--version", action="version", version=__version__)
     ap.add_argument("--check-reexec", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument(
@@ -44,7 +55,11 @@ def parse_args(argv: list[str] | None, description: str) -> argparse.Namespace:
         help="exit when the job ends for good: completed 0, fatal 93, host_fault 86 (config"
         " exit_codes); SIGTERM/SIGINT stop the job, then exit 143/130 (for Slurm, Kubernetes)",
     )
-    return ap.parse_args(argv)
+    return ap
+
+
+def parse_args(argv: list[str] | None, description: str) -> argparse.Namespace:
+    return build_parser(description).parse_args(argv)
 
 
 def prepare(argv: list[str] | None, description: str) -> Prepared | int:
@@ -52,6 +67,11 @@ def prepare(argv: list[str] | None, description: str) -> Prepared | int:
     args = parse_args(argv, description)
     # First thing: a `pkill -f python3` from now on misses the daemon (SPEC §12).
     ProcTitle().set("watchdogd: starting")
+    if args.print_defaults:
+        from watchdog.config import reference  # only this option needs the descriptions
+
+        sys.stdout.write(reference.defaults_yaml(__version__))
+        return 0
     if args.check:
         return config.check_main(args.config)
     if args.check_reexec:

@@ -1,4 +1,4 @@
-"""Running under a scheduler (SPEC §13, README "Under a scheduler"): `watchdogd --exit-with-job`
+"""Running under a scheduler (SPEC §13, docs/scheduler.md): `watchdogd --exit-with-job`
 and `job.forward_signals`.
 
 Under Slurm or a Kubernetes Job the daemon is the job step: it ends when the job ends for good

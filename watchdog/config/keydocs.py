@@ -1,0 +1,112 @@
+"""One line per config key (SPEC §6): what it does, true to the code. `watchdogd --print-defaults`,
+docs/config.md and watchdog.yaml(5) are made from the schema (watchdog.config.schema: the keys,
+their types, defaults and bounds) and these lines; tests/test_docs.py fails when a key has no line
+or a line names a key the schema no longer has. After adding a key: a line here, then `make docs`.
+"""
+
+from __future__ import annotations
+
+DOCS: dict[str, str] = {
+    "job": "the training job the daemon owns",
+    "job.name": "the job's name in events, status and the journal (JOB=)",
+    "job.command": "the job: an argv list, exec'd directly, or a string run with /bin/sh -c",
+    "job.cwd": "working folder of the job and of pre_start; null: the daemon's",
+    "job.env": "added to the daemon's environment (NOTIFY_SOCKET and WATCHDOG_* are removed)",
+    "job.log_file": "the job's stdout and stderr, appended, with a marker line per start",
+    "job.pre_start": "commands run before each start (argv lists or shell strings); "
+    "one that fails fails the start",
+    "job.pre_start_timeout_s": "deadline of each pre_start command",
+    "job.stop_signal": "sent to the job's whole tree to stop it (a name or a number)",
+    "job.stop_timeout_s": "SIGKILL to the tree when it outlives stop_signal this long",
+    "job.on_daemon_restart": "a daemon started again that finds its previous job alive and "
+    "provably its own: adopt it, or restart it (a paused job is adopted; after an operator's "
+    "stop or in host_fault it is ended)",
+    "job.success_exit_codes": "exit codes that end the run (state completed, no restart, the "
+    "budget untouched); []: every exit is a failure",
+    "job.forward_signals": "signals (e.g. [SIGUSR1]) passed on to the job's leader and nothing "
+    "else; the daemon's own (TERM, INT, HUP), KILL, STOP, CHLD and fault signals are refused",
+    "gpus": "the GPUs watched through NVML",
+    "gpus.devices": "GPUs watched: all, [] (no GPU expected), indices or UUIDs",
+    "gpus.sample_interval_s": "how often the GPUs and the progress are sampled",
+    "gpus.idle_below_mib": "a GPU holding less memory than this (MiB) is idle",
+    "gpus.idle_samples": "idle samples in a row before gpus_idle fires",
+    "gpus.require": "all: one idle GPU is enough to fire gpus_idle; any: all must be idle",
+    "gpus.reclaim_timeout_s": "how long a start waits for leftover GPU memory to be freed",
+    "gpus.probe_timeout_s": "deadline of one NVML sample (gpu_probe_hung past it)",
+    "gpus.faults": "what a GPU hardware fault (Xid) does to the job",
+    "gpus.faults.on_reset_gpu": "a fault that needs a GPU reset: park (stop the job, state "
+    "host_fault) or warn",
+    "gpus.faults.on_reboot_host": "a fault that needs a host reboot (e.g. Xid 79): park or warn",
+    "gpus.faults.repeat_summary_s": "a (GPU, Xid) that repeats: the first is a gpu_fault, the "
+    "repeats one gpu_fault_repeated count per this many seconds",
+    "gpus.degraded_after_s": "a hardware slowdown held this long on one GPU, its peers clean: "
+    "gpu_degraded",
+    "gpus.on_degraded": "a degraded GPU: warn (name it, leave the job alone) or restart the job",
+    "progress": "how the job's progress is read and judged (docs/progress.md)",
+    "progress.file": "follow this file instead of job.log_file: a glob follows its newest match; "
+    ".csv and .jsonl files are read as tables",
+    "progress.pattern": "a regular expression with named groups tokens_per_s and/or step; set, "
+    "it replaces format; null leaves format in charge",
+    "progress.format": "how progress lines are recognised: auto tries every known framework's "
+    "output; one recogniser's name uses it alone; csv or jsonl read progress.file as a table",
+    "progress.stall_after_s": "stalled after this long without progress or other activity",
+    "progress.min_tokens_per_s": "absolute floor for throughput_low; null: none",
+    "progress.min_fraction": "throughput_low below this fraction of the rolling median",
+    "progress.low_for_s": "how long throughput must stay low before throughput_low fires",
+    "progress.checkpoint": "the newest complete checkpoint is the progress mark; null: none",
+    "progress.checkpoint.path": "the checkpoint folder, or Megatron's tracker file",
+    "progress.checkpoint.kind": "how the newest complete checkpoint is found",
+    "startup": "the start of each run",
+    "startup.timeout_s": "from spawn to healthy (GPUs in use and a first progress line)",
+    "restart": "when and how soon the job is restarted",
+    "restart.on": "verdicts that restart the job; add completed to restart it even after a "
+    "success exit",
+    "restart.backoff_initial_s": "the first restart's delay",
+    "restart.backoff_factor": "each restart in a row waits this many times longer",
+    "restart.backoff_max_s": "the longest delay (at least backoff_initial_s)",
+    "restart.jitter": "± this fraction of randomness (the delay stays within initial..max)",
+    "restart.reset_after_s": "healthy running this long resets the backoff",
+    "restart.max_restarts": "restarts allowed within window_s; spent: fatal",
+    "restart.window_s": "the restart budget's sliding window",
+    "restart.max_no_progress": "automatic restarts in a row that get no further than the step "
+    "(or checkpoint) reached before: fatal, reason no_progress",
+    "incidents": "the incident bundles saved under state_dir",
+    "incidents.keep": "newest incident bundles kept",
+    "incidents.pyspy_timeout_s": "bound on the py-spy stack dumps taken before a kill",
+    "hooks": "a program told about important events",
+    "hooks.on_event": "an executable given restart_scheduled, fatal, gpu_fault, job_completed, "
+    "... as JSON on stdin (at most 4 at once)",
+    "hooks.timeout_s": "a hook running longer is killed (hook_failed)",
+    "control": "watchdogctl's socket and who may use it",
+    "control.socket": "the control socket (mode 0660) that watchdogctl talks to",
+    "control.group": "the socket's group: its members may read status, events, logs",
+    "control.operator_group": "its members may also start, stop, restart, pause, resume, "
+    "reload and reexec",
+    "metrics": "the Prometheus endpoint (off by default; docs/metrics.md)",
+    "metrics.listen": "host:port of the Prometheus text endpoint, e.g. 127.0.0.1:9842 "
+    "(needs the metrics extra)",
+    "cluster": "one job on several nodes (docs/multi-node.md); null: this node alone",
+    "cluster.etcd": "etcd client URLs, tried in order (http://host:2379)",
+    "cluster.job_id": "the same id on every node of the job (no /)",
+    "cluster.node_rank": "this node's rank, 0..nodes-1, unique",
+    "cluster.nodes": "how many nodes run the job",
+    "cluster.lease_ttl_s": "a node silent this long is lost (whole seconds)",
+    "exit_codes": "the daemon's exit codes under --exit-with-job, read by a scheduler "
+    "(docs/scheduler.md)",
+    "exit_codes.completed": "the daemon's exit code when the job ends completed",
+    "exit_codes.fatal": "the daemon's exit code when the job ends fatal",
+    "exit_codes.host_fault": "the daemon's exit code when the job is parked in host_fault",
+    "timeline": "watchdogctl timeline's history",
+    "timeline.bucket_s": "width of the newest buckets (read at the daemon's start); older "
+    "ones are merged, a week is kept",
+    "state_dir": "state file, event history, incidents, timeline.json, inputs.jsonl",
+    # SPEC §14 keys other branches add; uncomment each once its key is in the schema:
+    # "causes": "exit causes of your own, tried before the built-in ones: {name, pattern, class}",
+    # "restart.same_cause_limit": "failures in a row with the same deterministic cause and no "
+    # "step gained between them: fatal, reason repeated_cause",
+    # "progress.stall_window": "auto: learn the stall window from the gaps between steps; "
+    # "fixed: stall_after_s",
+    # "progress.learn_steps": "gaps between steps seen before the learned window is used",
+    # "progress.stall_factor": "the learned window is this many times the p99 gap",
+    # "progress.stall_floor_s": "the learned window is never shorter than this",
+}
