@@ -2,6 +2,7 @@
 #
 #   make install [PREFIX=/opt/train-watchdog] [SYSCONFDIR=/etc/train-watchdog]
 #                [UNITDIR=/etc/systemd/system] [WHEELS=dir]   WHEELS: install offline from wheels
+#                [LOGROTATEDIR=/etc/logrotate.d]             the job log's rotation (docs/logrotate.md)
 #                [EXTRAS=diagnostics]                        EXTRAS= installs the bare daemon
 #   make upgrade   [PREFIX=...] [WHEELS=dir]   install the new code into PREFIX, then run it in
 #                  place with `watchdogctl reexec` (same daemon pid, the job untouched)
@@ -14,6 +15,7 @@
 PREFIX ?= /opt/train-watchdog
 SYSCONFDIR ?= /etc/train-watchdog
 UNITDIR ?= /etc/systemd/system
+LOGROTATEDIR ?= /etc/logrotate.d
 WHEELS ?=
 PYTHON ?= python3
 # py-spy (the diagnostics extra) by default: without it every incident bundle of an installed
@@ -72,6 +74,14 @@ install: install-docs
 	else \
 		echo "keeping existing $(SYSCONFDIR)/watchdog.yaml"; \
 	fi
+	@# The job log's rotation (docs/logrotate.md): logrotate wants it root-owned, not writable
+	@# by others; an operator's edited copy is kept like the config.
+	install -d -m 0755 $(LOGROTATEDIR)
+	if [ ! -e $(LOGROTATEDIR)/train-watchdog ]; then \
+		install -m 0644 $(INSTALL_SRCDIR)/etc/logrotate.d/train-watchdog $(LOGROTATEDIR)/train-watchdog; \
+	else \
+		echo "keeping existing $(LOGROTATEDIR)/train-watchdog"; \
+	fi
 	if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 
 # Install the new code over the existing virtual environment, then hand the running daemon
@@ -98,5 +108,9 @@ uninstall: uninstall-docs
 		systemctl disable --now $(INSTALL_UNIT); \
 	fi
 	rm -f "$(UNITDIR)/$(INSTALL_UNIT)"
+	@# The logrotate snippet goes only as shipped; an edited one is the operator's, like the config.
+	if cmp -s $(INSTALL_SRCDIR)/etc/logrotate.d/train-watchdog $(LOGROTATEDIR)/train-watchdog; then \
+		rm -f $(LOGROTATEDIR)/train-watchdog; \
+	fi
 	rm -rf "$(PREFIX)"
 	if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi

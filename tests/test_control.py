@@ -373,6 +373,7 @@ class StubDaemon:
             job=SimpleNamespace(name="stub", log_file=str(sock.parent / "job.log")),
         )
         self.events = EventLog("stub", None)
+        self.job = SimpleNamespace(log=None)  # no run: `logs` reads the path
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
         return self.events.emit(event, **fields)

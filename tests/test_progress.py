@@ -188,6 +188,27 @@ def test_follower_keeps_reading_rotated_file_the_job_still_writes(
     assert tps(follow.poll()) == [400.0]
 
 
+def test_follower_by_path_keeps_the_written_file_across_two_rotations(
+    log: Path, follow: LogFollower
+) -> None:
+    """progress.file renamed and recreated twice while the job keeps writing to its first file:
+    the second rotation retires the file in between that nobody wrote, not the job's."""
+    append(log, b"100 tok/s\n")
+    follow.poll()
+    first = log.with_suffix(".log.1")
+    log.rename(first)
+    log.write_bytes(b"")
+    append(first, b"200 tok/s\n")
+    assert tps(follow.poll()) == [200.0]
+    first.rename(log.with_suffix(".log.2"))
+    log.rename(first)
+    log.write_bytes(b"")
+    append(log.with_suffix(".log.2"), b"300 tok/s\n")  # the job's file, twice renamed
+    assert tps(follow.poll()) == [300.0]
+    append(log.with_suffix(".log.2"), b"400 tok/s\n")
+    assert tps(follow.poll()) == [400.0]
+
+
 def _fds_on(path: Path) -> list[str]:
     fds = Path("/proc/self/fd")
     found = []

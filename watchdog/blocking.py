@@ -83,6 +83,11 @@ class BoundedWorker:
     def stuck(self) -> bool:
         return self._inflight is not None and not self._inflight.done()
 
+    @property
+    def idle(self) -> bool:
+        """No call in flight or waiting its turn: work done on the loop now cannot overlap one."""
+        return not self.stuck and (self._lock is None or not self._lock.locked())
+
     async def call(
         self,
         fn: Callable[[], _T],

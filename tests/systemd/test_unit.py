@@ -189,6 +189,15 @@ def test_install_keeps_config_and_points_unit_at_prefix(container: Container) ->
     assert pyspy.stdout.startswith("py-spy "), pyspy.stdout
 
 
+def test_install_adds_the_logrotate_snippet(container: Container) -> None:
+    """`make install` puts the job log's rotation (docs/logrotate.md) in /etc/logrotate.d, as
+    shipped, root-owned and 0644 (logrotate skips a snippet others can write)."""
+    snippet = "/etc/logrotate.d/train-watchdog"
+    found = container.run(["stat", "-c", "%U %a", snippet]).stdout.split()
+    assert found == ["root", "644"], found
+    container.run(["cmp", snippet, f"{PAYLOAD}/src/etc/logrotate.d/train-watchdog"])
+
+
 def test_install_adds_man_pages_and_completion(container: Container) -> None:
     """`make install` puts the three man pages under /usr/local/share/man (man's default path)
     and watchdogctl's completion in bash-completion's folder, where it is loaded by name."""
@@ -464,6 +473,7 @@ def test_uninstall_keeps_config_and_state(container: Container) -> None:
         f"/etc/systemd/system/{UNIT}",
         "/usr/local/share/man/man8/watchdogd.8",
         "/usr/share/bash-completion/completions/watchdogctl",
+        "/etc/logrotate.d/train-watchdog",  # as shipped: removed (an edited one is kept)
     ):
         assert container.run(["test", "-e", gone], check=False).returncode == 1, gone
     assert container.run(["cat", CONFIG]).stdout == GOOD_CONFIG

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from watchdog.core.events import Action, Event
     from watchdog.core.jobstate import Snapshot
     from watchdog.core.samples import GpuSample
+    from watchdog.progress.joblog import JobLog
 
 
 class ReexecRefused(Exception):
@@ -49,6 +50,13 @@ class HasLastSample(Protocol):
     def last(self) -> GpuSample | None: ...
 
 
+class HasJobLog(Protocol):
+    """The job's current run: the file its job writes (progress/joblog.py), when known."""
+
+    @property
+    def log(self) -> JobLog | None: ...
+
+
 class Served(Protocol):
     @property
     def cfg(self) -> Config: ...
@@ -61,6 +69,9 @@ class Served(Protocol):
 
     @property
     def gpus(self) -> HasLastSample: ...
+
+    @property
+    def job(self) -> HasJobLog: ...
 
     def status(self) -> dict[str, Any]: ...
 

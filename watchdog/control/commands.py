@@ -259,7 +259,7 @@ class Operations:
     async def _log_tail(self, n: int) -> list[str]:
         path = self.d.cfg.job.log_file
         try:  # off the loop: the log may sit on a hung network filesystem
-            read = functools.partial(logfile.tail_lines, path, n)
+            read = functools.partial(logfile.tail_of_job, path, self.d.job.log, n)
             return await self._files.call(read, logfile.READ_TIMEOUT_S, what=f"reading {path}")
         except OSError as e:
             return [f"(cannot read {path}: {e.strerror or e})"]

@@ -264,14 +264,20 @@ class ControlServer:
                 events.unsubscribe(q)
 
     async def _stream_log(self, call: Call, writer: asyncio.StreamWriter) -> None:
+        """The job's log as the job writes it (docs/logrotate.md): the current run's file
+        whatever its name now, then the next run's once one starts; by path without a run."""
         req = call.req
-        path = self.d.cfg.job.log_file
-        tail = logfile.LogTail(path, open_now=False)
+        path, log = self.d.cfg.job.log_file, self.d.job.log
+        tail = logfile.LogTail(path, open_now=False, fd=None if log is None else log.dup())
         try:
             lines = await self._read_log(lambda: tail.start(req.args.get("n", 50)))
             await _send(writer, protocol.ok_reply(req.id, {"lines": lines}))
             while req.args.get("follow", False) and not call.reader.at_eof():
                 await asyncio.sleep(FOLLOW_POLL_S)  # a follower's pace, not a synchronisation
+                if (now := self.d.job.log) is not log and now is not None:
+                    log = now
+                    if (fd := now.dup()) is not None:
+                        tail.follow(fd)  # a new run: its file, once the old one is drained
                 new = await self._read_log(tail.poll)
                 if new:
                     await _send(writer, protocol.ok_reply(req.id, {"lines": new}))

@@ -20,12 +20,14 @@ from watchdog.core.events import DaemonStarted, JobAdopted, Tick
 from watchdog.daemon import params, reexec
 from watchdog.daemon.run import JobRun
 from watchdog.process import identity, tree
+from watchdog.progress import joblog
 from watchdog.state.writers import restore_durable
 
 if TYPE_CHECKING:
     from watchdog.daemon.parts import Parts
 
 STARTUP_SCAN_TIMEOUT_S = 30.0  # the startup search for a previous daemon's job tree
+LOG_FIND_TIMEOUT_S = 10.0  # reopening an adopted job's stdout (its log may sit on a hung mount)
 
 
 async def previous_job(d: Parts) -> int | None:
@@ -78,10 +80,31 @@ async def attach(d: Parts, pid: int) -> bool:
         return False
     tree.mark_adopted()
     monitor = health.HealthMonitor(params.health_of(d.cfg))
-    d.begin_run(JobRun(monitor, pid=pid, exit_status=exit_status, polled_at=time.monotonic()))
+    run = JobRun(monitor, pid=pid, exit_status=exit_status, polled_at=time.monotonic())
+    d.begin_run(run)
     d.save_state(pid)
+    await find_log(d, run, pid)
     await d.ask(JobAdopted(pid))
     return True
+
+
+async def find_log(d: Parts, run: JobRun, pid: int) -> None:
+    """The file an adopted job writes (its stdout, docs/logrotate.md): nothing from the daemon
+    before survived, and the path may name a newer file since a rotation. Off the loop and
+    bounded; not found, readers use the path as before."""
+    if run.log is not None:
+        return
+    path = d.cfg.job.log_file
+    try:
+        log = await d.log_io.call(
+            lambda: joblog.of_process(pid, path),
+            LOG_FIND_TIMEOUT_S,
+            what=f"finding {path} of pid {pid}",
+            discard=lambda late: late.close() if late is not None else None,
+        )
+    except blocking.Hung:
+        return
+    run.use_log(log)
 
 
 async def end_previous_tree(d: Parts) -> None:
@@ -149,6 +172,8 @@ async def take_over(d: Parts, h: dict[str, Any]) -> tuple[bool, int | None]:
         msg = f"the new code could not take the state over ({why}); it adopted the job"
         reexec.reply(h, False, {"status": d.status()}, msg)
         return False, leader
+    if (pid := d.core.snapshot().pid) is not None:
+        await find_log(d, d.job, pid)  # an older code carried none: the job's stdout
     old = h.get("old_version")
     d.emit("daemon_reexecuted", old_version=old, new_version=__version__, daemon_pid=os.getpid())
     await d.ask(Tick())  # arms the backoff or startup deadline it carried

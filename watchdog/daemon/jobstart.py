@@ -23,7 +23,9 @@ from watchdog.daemon import params, sampling
 from watchdog.daemon.run import Flight, JobRun
 from watchdog.outputs import flight
 from watchdog.process import launch, tree
+from watchdog.progress import joblog
 from watchdog.progress.follower import Follower
+from watchdog.progress.joblog import JobLog
 
 if TYPE_CHECKING:
     from watchdog.daemon.parts import Parts
@@ -63,8 +65,10 @@ def still_wanted(snap: Snapshot, attempt: int) -> bool:
     return snap.spawning and snap.attempt == attempt
 
 
-def _drop(log_fd: int, follower: Follower | None) -> None:
+def _drop(log_fd: int, log: JobLog | None, follower: Follower | None) -> None:
     os.close(log_fd)
+    if log is not None:
+        log.close()
     if follower is not None:
         follower.close()
 
@@ -110,15 +114,20 @@ async def run_pre_start(d: Parts) -> SpawnFailed | None:
     return None
 
 
-async def open_log(d: Parts, attempt: int) -> tuple[int, Follower | None] | SpawnFailed:
+Opened = tuple[int, JobLog | None, Follower | None]
+
+
+async def open_log(d: Parts, attempt: int) -> Opened | SpawnFailed:
     """Open the job's log and write the start marker, then open the progress follower:
     each off the loop and bounded (a log on a hung mount, or a FIFO, must not stall it).
-    A follower that cannot be opened yet does not hold up the start (sample_once retries)."""
+    A follower that cannot be opened yet does not hold up the start (sample_once retries).
+    Returns the job's descriptor, the daemon's reader of that same file (joblog.py), the
+    follower."""
     job = d.cfg.job
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     marker = f"=== train-watchdog: start {attempt} at {stamp} ===\n".encode()
 
-    def work() -> int:
+    def work() -> tuple[int, JobLog | None]:
         # PyTorch writes no flight-recorder dump into a folder that does not exist
         flight.prepare_flight_dir(
             flight.with_torch_evidence(
@@ -128,36 +137,41 @@ async def open_log(d: Parts, attempt: int) -> tuple[int, Follower | None] | Spaw
         fd = launch.open_log(job.log_file)
         try:
             os.write(fd, marker)
+            return fd, joblog.reader_of(fd, job.log_file)
         except BaseException:
             os.close(fd)
             raise
-        return fd
 
     try:
-        fd = await d.log_io.call(
-            work, LOG_OPEN_TIMEOUT_S, what=f"opening {job.log_file}", discard=os.close
+        fd, log = await d.log_io.call(
+            work, LOG_OPEN_TIMEOUT_S, what=f"opening {job.log_file}", discard=_drop_opened
         )
     except blocking.Hung as e:
         return SpawnFailed("log_unwritable", f"{job.log_file}: {e}")
     except OSError as e:
         return SpawnFailed("log_unwritable", f"{job.log_file}: {e.strerror}")
     try:
-        return fd, await sampling.open_follower(d)
+        return fd, log, await sampling.open_follower(d, log)
     except BaseException:
-        os.close(fd)
+        _drop(fd, log, None)
         raise
 
 
-def spawn(d: Parts, log_fd: int, follower: Follower | None, epoch: int | None) -> None:
+def _drop_opened(opened: tuple[int, JobLog | None]) -> None:
+    _drop(*opened, None)
+
+
+def spawn(
+    d: Parts, log_fd: int, log: JobLog | None, follower: Follower | None, epoch: int | None
+) -> None:
     """Spawn and watch. Synchronous on purpose: a cancel can never split it."""
     job = d.cfg.job
     try:
         env, dumps = job_env(d, epoch)
         proc = launch.spawn(job.command, cwd=job.cwd, log_fd=log_fd, env=env)
     except (OSError, ValueError) as e:
-        d.job.use_follower(follower, d.progress_io.when_idle)  # as if it had run: the next one
         why = e.strerror if isinstance(e, OSError) else str(e)
-        d.post(SpawnFailed("spawn_failed", f"{job.command[0]}: {why}"))
+        _not_spawned(d, log, follower, f"{job.command[0]}: {why}")
         return
     finally:
         os.close(log_fd)
@@ -166,8 +180,7 @@ def spawn(d: Parts, log_fd: int, follower: Follower | None, epoch: int | None) -
         fut = d.reaper.watch(proc.pid)
     except Exception as e:  # no pidfd (EMFILE): an unwatched job must not run
         os.killpg(proc.pid, signal.SIGKILL)
-        d.job.use_follower(follower, d.progress_io.when_idle)
-        d.post(SpawnFailed("spawn_failed", f"cannot watch the job: {e}"))
+        _not_spawned(d, log, follower, f"cannot watch the job: {e}")
         return
     fut.add_done_callback(d.on_exit)
     monitor = health.HealthMonitor(params.health_of(d.cfg))
@@ -178,6 +191,7 @@ def spawn(d: Parts, log_fd: int, follower: Follower | None, epoch: int | None) -
         flight=dumps,
         epoch=epoch,
         polled_at=time.monotonic(),
+        log=log,
     )
     run.use_follower(follower, d.progress_io.when_idle)
     d.begin_run(run)
@@ -185,6 +199,13 @@ def spawn(d: Parts, log_fd: int, follower: Follower | None, epoch: int | None) -
     if d.cluster is not None and epoch is not None:
         d.cluster.spawned(epoch)
     d.post(ChildSpawned(proc.pid))
+
+
+def _not_spawned(d: Parts, log: JobLog | None, follower: Follower | None, why: str) -> None:
+    if log is not None:
+        log.close()
+    d.job.use_follower(follower, d.progress_io.when_idle)  # as if it had run: the next one
+    d.post(SpawnFailed("spawn_failed", why))
 
 
 def job_env(d: Parts, epoch: int | None) -> tuple[dict[str, str], Flight]:

@@ -86,6 +86,7 @@ async def write_incident(d: Parts, reason: str) -> str | None:
             # verdict.json holds {reason, time, evidence: <this>}
             verdict={**verdict.evidence, "pid": snap.pid, "firing": sorted(snap.firing)},
             log_path=d.cfg.job.log_file,  # tracebacks land here even with progress.file
+            job_log=d.job.log,  # the file the job writes, whatever its name (docs/logrotate.md)
             progress_path=sampling.progress_file_now(d),
             gpu_samples=d.gpus.recent_as_dicts(),
             pids=pids,

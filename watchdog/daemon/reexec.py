@@ -42,6 +42,7 @@ from watchdog.core.events import HandoverResumed, Tick
 from watchdog.core.supervisor import Supervisor
 from watchdog.daemon import sampling
 from watchdog.daemon.run import JobRun
+from watchdog.progress.joblog import JobLog
 
 if TYPE_CHECKING:
     from watchdog.daemon.parts import Parts
@@ -94,6 +95,7 @@ def build_state(d: Parts, req_id: int | str | None, conn: socket.socket | None) 
             "lock": d.lock_fd,
             "conn": None if conn is None else conn.fileno(),
             "pidfd": pidfd,
+            "joblog": run.log.fd if run.log is not None else None,  # the file the job writes
         },
     }
 
@@ -267,6 +269,10 @@ def resume(d: Parts, state: dict[str, Any]) -> None:
     )
     if isinstance(state["follower"], dict):
         run.use_follower(sampling.resumed_follower(d, state["follower"]), d.progress_io.when_idle)
+    if isinstance(log_fd := fds.get("joblog"), int):
+        os.set_inheritable(log_fd, False)
+        fds["joblog"] = None  # the run owns it now: a failed take-over must not close it twice
+        run.use_log(JobLog(log_fd, d.cfg.job.log_file))
     d.begin_run(run)
     d.incident_path = state["incident_path"]
     d.started_at = float(state["daemon_started_at"])
@@ -293,7 +299,7 @@ def reply(state: dict[str, Any], ok: bool, result: dict[str, Any], message: str 
 
 def close_carried(state: dict[str, Any]) -> None:
     """After a failed take-over: the job's pidfd and the follower's fd are not used."""
-    for fd in (state["fds"].get("pidfd"), _follower_fd(state)):
+    for fd in (state["fds"].get("pidfd"), state["fds"].get("joblog"), _follower_fd(state)):
         if isinstance(fd, int):
             with contextlib.suppress(OSError):
                 os.close(fd)

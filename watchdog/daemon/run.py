@@ -18,6 +18,7 @@ from watchdog.core import health
 from watchdog.core.ranks import RankTracker
 from watchdog.process import reaping
 from watchdog.progress.follower import Follower, FollowResult
+from watchdog.progress.joblog import JobLog
 
 # PyTorch's flight-recorder dump and pipe prefixes, and the spawn time (wall clock)
 Flight = tuple[str | None, str | None, float]
@@ -33,6 +34,7 @@ class JobRun:
         flight: Flight = (None, None, 0.0),
         epoch: int | None = None,
         polled_at: float = 0.0,
+        log: JobLog | None = None,
     ) -> None:
         self.pid = pid
         self.exit_status = exit_status  # done once the leader is reaped (its pidfd)
@@ -43,6 +45,9 @@ class JobRun:
         self.polled_at = polled_at  # the last look at the progress log (monotonic)
         self.checkpoint_read_at = 0.0
         self.follower: Follower | None = None
+        # The file this run's job writes (docs/logrotate.md): `logs`, status and incidents read
+        # it, not the path. Closed with the run; None before a spawn, or where it was not found.
+        self.log = log
         # issue 23: what a progress read that outlived its deadline found when it returned
         # (its follower, its result): those lines were consumed, so the next poll uses them.
         self._late: tuple[Follower, FollowResult] | None = None
@@ -62,6 +67,15 @@ class JobRun:
         old, self.follower = self.follower, follower
         if old is not None and old is not follower:
             when_idle(old.close)
+
+    def use_log(self, log: JobLog | None) -> None:
+        """The file the job writes, found after the run began (an adopted job's stdout)."""
+        if self.closed and log is not None:
+            log.close()  # the run ended while it was looked for
+            return
+        old, self.log = self.log, log
+        if old is not None and old is not log:
+            old.close()
 
     def polled(self, now: float) -> None:
         self.polled_at = now
@@ -93,7 +107,11 @@ class JobRun:
         return task
 
     def close(self) -> None:
-        """The run is over (a new one replaced it): its tasks end."""
+        """The run is over (stopped, or a new one replaced it): its tasks end, and its log
+        descriptor is closed (readers hold their own dups; `logs` reads the path from now)."""
         self.closed = True
+        if self.log is not None:
+            self.log.close()
+            self.log = None
         for task in list(self._tasks):
             task.cancel()

@@ -25,6 +25,7 @@ from watchdog.progress.reader import LineReader, reader_for
 if TYPE_CHECKING:
     from watchdog.daemon.parts import Parts
     from watchdog.daemon.run import JobRun
+    from watchdog.progress.joblog import JobLog
 
 PROGRESS_READ_TIMEOUT_S = 5.0  # one poll of the progress log
 CHECKPOINT_EVERY_S = 2.0  # status's view of progress.checkpoint; decisions read it afresh
@@ -79,7 +80,7 @@ async def look_at_progress(d: Parts) -> ProgressLooked | None:
     """One poll of the run's progress log; None when the run changed meanwhile (not its log)."""
     run = d.job
     if run.follower is None and d.core.snapshot().pid is not None:  # its first open hung
-        follower = await open_follower(d)
+        follower = await open_follower(d, run.log)
         if run is not d.job:
             return None
         if run.follower is None:
@@ -92,21 +93,25 @@ async def look_at_progress(d: Parts) -> ProgressLooked | None:
 
 
 async def poll_progress(d: Parts, run: JobRun, follower: Follower) -> FollowResult | None:
-    """One poll of the progress log off the loop; None while the read does not answer."""
+    """One poll of the progress log: off the loop, or on it for a local file with little new
+    (follower.ready_inline); None while a read off the loop does not answer."""
 
     def keep_late(late: FollowResult) -> None:  # on the worker's thread, before its next job
         run.keep_late(follower, late)
 
-    try:
-        found = await d.progress_io.call(
-            follower.poll,
-            PROGRESS_READ_TIMEOUT_S,
-            what=f"reading {follower.path}",
-            discard=keep_late,
-        )
-    except blocking.Hung as e:
-        progress_read_hung(d, follower.path, e)
-        return None
+    if d.progress_io.idle and follower.ready_inline():
+        found = follower.poll()  # a local file, a few lines: a pread, no thread hand-off
+    else:
+        try:
+            found = await d.progress_io.call(
+                follower.poll,
+                PROGRESS_READ_TIMEOUT_S,
+                what=f"reading {follower.path}",
+                discard=keep_late,
+            )
+        except blocking.Hung as e:
+            progress_read_hung(d, follower.path, e)
+            return None
     if (late := run.take_late(follower)) is not None:
         found = with_late(late, found)
     if d.progress_hung:
@@ -142,10 +147,13 @@ def progress_reader(d: Parts, path: str) -> LineReader:
     return reader_for(p.format, p.pattern_set, p.pattern, path)
 
 
-def make_follower(d: Parts, path: str) -> Follower:
-    """The run's follower of `path`: a glob (SPEC §13) follows its newest match."""
+def make_follower(d: Parts, path: str, log: JobLog | None = None) -> Follower:
+    """The run's follower of `path`: a glob (SPEC §13) follows its newest match; the job's own
+    log is followed by the file the job writes (`log`), not by the path (docs/logrotate.md)."""
     pattern = d.cfg.progress.pattern
     reader = progress_reader(d, path)
+    if log is not None and path == log.path and (fd := log.dup()) is not None:
+        return LogFollower(path, pattern, start="end", reader=reader, fd=fd)
 
     def make(file: str, start: Literal["end", "beginning"]) -> LogFollower:
         return LogFollower(file, pattern, start=start, reader=reader)
@@ -171,11 +179,11 @@ def resumed_follower(d: Parts, c: dict[str, Any]) -> Follower:
     return GlobFollower.resumed(path, make, inner)
 
 
-async def open_follower(d: Parts) -> Follower | None:
+async def open_follower(d: Parts, log: JobLog | None) -> Follower | None:
     path = progress_path(d)
     try:
         return await d.progress_io.call(
-            lambda: make_follower(d, path),
+            lambda: make_follower(d, path, log),
             PROGRESS_READ_TIMEOUT_S,
             what=f"opening {path}",
             discard=_close,

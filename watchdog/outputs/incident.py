@@ -28,7 +28,8 @@ import psutil
 
 from watchdog import blocking
 from watchdog.outputs.stacks import MIN_STEP_S, dump_stacks
-from watchdog.progress.logfile import tail_lines
+from watchdog.progress.joblog import JobLog
+from watchdog.progress.logfile import tail_of_job
 from watchdog.progress.ranks import rank_label
 
 LOG_TAIL_LINES = 200
@@ -91,12 +92,13 @@ def _to_json(value: object) -> str:
     return json.dumps(value, indent=2, default=str, ensure_ascii=False) + "\n"
 
 
-def _tail_text(path: str | None, errors: list[str], part: str) -> str:
-    """The last LOG_TAIL_LINES lines of `path` as text, or a note saying why there are none."""
+def _tail_text(path: str | None, errors: list[str], part: str, log: JobLog | None = None) -> str:
+    """The last LOG_TAIL_LINES lines of `path` (of `log`, the file the job writes, when known)
+    as text, or a note saying why there are none."""
     if path is None:
         return "(no log file configured)\n"
     try:
-        lines = tail_lines(path, LOG_TAIL_LINES)
+        lines = tail_of_job(path, log, LOG_TAIL_LINES)
     except OSError as exc:
         errors.append(f"{part}: {exc}")
         return f"({path}: unreadable: {exc})\n"
@@ -118,15 +120,20 @@ def _write_verdict(
     return errors
 
 
-def _write_tails(folder: Path, logs: tuple[str | None, str | None]) -> list[str]:
+Logs = tuple[str | None, str | None, JobLog | None]
+
+
+def _write_tails(folder: Path, logs: Logs) -> list[str]:
     """The log tails; returns what went wrong.
 
-    `logs` is (job log, progress file): a job that writes its own progress file has its
-    tracebacks in the job log and its training lines in the file, and both tell the story.
+    `logs` is (job log, progress file, the file the job writes): a job that writes its own
+    progress file has its tracebacks in the job log and its training lines in the file, and
+    both tell the story.
     """
     errors: list[str] = []
-    log_path, progress_path = logs
-    _write(folder, "log_tail.txt", _tail_text(log_path, errors, "log_tail.txt"), errors)
+    log_path, progress_path, job_log = logs
+    tail = _tail_text(log_path, errors, "log_tail.txt", job_log)
+    _write(folder, "log_tail.txt", tail, errors)
     if progress_path is not None and progress_path != log_path:
         tail = _tail_text(progress_path, errors, "progress_tail.txt")
         _write(folder, "progress_tail.txt", tail, errors)
@@ -232,7 +239,7 @@ async def _bounded(
 async def _write_static(
     folder: Path,
     what: tuple[str, datetime, Mapping[str, object], Sequence[Mapping[str, object]]],
-    logs: tuple[str | None, str | None],
+    logs: Logs,
     deadline: float,
 ) -> list[str]:
     """The parts known without looking at processes, each step on its own worker: a log on a
@@ -271,18 +278,20 @@ async def write_bundle(
     pyspy_timeout_s: float,
     keep: int,
     progress_path: str | None = None,
+    job_log: JobLog | None = None,
 ) -> str:
     """Write an incident bundle, prune old ones, and return the bundle's path.
 
     `log_path` is the job's log (log_tail.txt); `progress_path`, where the job writes its own
-    progress file (progress.file), is tailed into progress_tail.txt as well. Takes at most about
+    progress file (progress.file), is tailed into progress_tail.txt as well; `job_log` (the file
+    the job writes, docs/logrotate.md) is read instead of the path. At most about
     pyspy_timeout_s + 1 s. Raises OSError only when the bundle folder itself cannot be created;
     any other failure is noted in errors.txt inside the bundle."""
     loop = asyncio.get_running_loop()
     hard_deadline = loop.time() + max(pyspy_timeout_s, 0.0) + _SLACK_S
     folder = _make_folder(state_dir, _bundle_name(now_utc, reason))
     errors: list[str] = []
-    what, logs = (reason, now_utc, verdict, gpu_samples), (log_path, progress_path)
+    what, logs = (reason, now_utc, verdict, gpu_samples), (log_path, progress_path, job_log)
     static = asyncio.create_task(_write_static(folder, what, logs, hard_deadline))
     try:
         tree, stacks = await _tree_and_stacks(pids, pyspy_timeout_s, errors)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from watchdog.core.pattern import MAX_MATCH_CHARS, parse_line
 from watchdog.core.samples import ProgressReading
-from watchdog.progress import logfile
+from watchdog.progress import joblog, logfile
 from watchdog.progress.logfile import LogSource
 
 if TYPE_CHECKING:
@@ -32,6 +32,8 @@ MATCH_LAST_LINES = 64
 # When none of those held progress, keep looking further back (progress drowned in chatter), but
 # never run the regex more often than this per poll: it bounds CPU at 10,000 lines/s.
 MAX_SCAN_LINES = 4096
+# A poll runs on the loop (no thread hand-off) only with at most this much new to read.
+INLINE_MAX_BYTES = 64 << 10
 # One poll's matching time is bounded too: past the newest MATCH_LAST_LINES lines, the scan
 # further back stops once it has cost this much (a flood of pathological lines, issue 21).
 MAX_SCAN_S = 0.05
@@ -105,6 +107,8 @@ class Follower(Protocol):
 
     def poll(self) -> FollowResult: ...
 
+    def ready_inline(self) -> bool: ...
+
     def carry(self) -> dict[str, object] | None: ...
 
     def close(self) -> None: ...
@@ -117,6 +121,8 @@ class LogFollower:
     line holding that text (so lines the job wrote before the first poll are not lost), else at the
     end of the file (`start="end"`) or at its beginning. A file that does not exist yet is read
     from its beginning once it appears, as is a new file that replaces it at the same path.
+    Given `fd` (the job's log as the job writes it, joblog.py; owned from then on), it reads
+    that file whatever its name becomes and never looks at the path.
     """
 
     def __init__(
@@ -128,6 +134,7 @@ class LogFollower:
         max_read_bytes: int = 4 << 20,
         start: Literal["end", "beginning"] = "end",
         reader: LineReader | None = None,
+        fd: int | None = None,
     ) -> None:
         if max_read_bytes < 1:
             raise ValueError("max_read_bytes must be positive")
@@ -139,12 +146,17 @@ class LogFollower:
         self._line_no = 0
         self._old: LogSource | None = None  # a rotated file the job may still write to
         self._cur: LogSource | None = None
+        self._pinned = fd is not None  # the descriptor is followed, never the path
+        self._local = False  # pinned to a file on a filesystem that cannot hang (joblog.py)
         try:
-            self._cur = logfile.open_source(path)
+            self._cur = logfile.open_source(path) if fd is None else logfile.source_of(fd)
         except OSError:
+            if fd is not None:
+                os.close(fd)
             return  # poll() retries and reports why
         if self._cur is None:
             return
+        self._local = self._pinned and joblog.on_local_fs(self._cur.ident[0])
         found = logfile.find_marker(self._cur, marker, max_read_bytes) if marker else None
         if found is not None:
             self._cur.offset = found
@@ -179,6 +191,18 @@ class LogFollower:
             found.error = str(exc) if exc.filename is None else f"{exc.filename}: {exc.strerror}"
         return found.result()
 
+    def ready_inline(self) -> bool:
+        """Whether a poll now may run on the event loop: the job's file followed by descriptor,
+        on a local filesystem (joblog.LOCAL_FS), with at most INLINE_MAX_BYTES new. Then the
+        poll costs a pread, not a hand-off to a worker thread and back (docs/logrotate.md)."""
+        cur = self._cur
+        if not self._local or cur is None or self._old is not None:
+            return False
+        try:
+            return os.fstat(cur.fd).st_size - cur.offset <= INLINE_MAX_BYTES
+        except OSError:
+            return False  # poll() on the worker says what is wrong
+
     def carry(self) -> dict[str, object] | None:
         """The current file's descriptor and position, for an in-place re-exec: the new code
         reads on from the very byte the old one stopped at (no progress line skipped or read
@@ -195,6 +219,7 @@ class LogFollower:
             "drop_fragment": cur.drop_fragment,
             "after_cr": cur.after_cr,
             "line_no": self._line_no,
+            "pinned": self._pinned,
             "reader": None if self.reader is None else self.reader.carry(),
         }
 
@@ -222,6 +247,8 @@ class LogFollower:
             after_cr=c["after_cr"] is True,
         )
         follower._line_no = int(c["line_no"])
+        follower._pinned = c.get("pinned") is True  # absent from older code: by path as it did
+        follower._local = follower._pinned and joblog.on_local_fs(follower._cur.ident[0])
         os.set_inheritable(follower._cur.fd, False)
         return follower
 
@@ -245,6 +272,8 @@ class LogFollower:
 
     def _check_path(self, found: _Found) -> None:
         """Open the file if it appeared; switch to a new file that replaced it at the path."""
+        if self._pinned:
+            return
         new = logfile.replacement(self._path, self._cur)
         if new is None:
             return
@@ -252,11 +281,15 @@ class LogFollower:
             self._cur = new
             return
         # Rotate-and-create: keep draining the old file, since a job whose stdout points at it
-        # keeps writing there until it reopens (a second rotation retires the oldest one).
+        # keeps writing there until it reopens.
         if self._old is not None:
-            self._read(self._old, found)
-            self._retire_old()
-        self._old, self._cur = self._cur, new
+            # Still two: the writer never moved on to the file in between (else the old one
+            # would be retired), so that one is done, not the old one the job still writes.
+            self._read(self._cur, found)
+            os.close(self._cur.fd)
+            self._cur = new
+        else:
+            self._old, self._cur = self._cur, new
         found.replaced = True
 
     def _retire_old(self) -> None:

@@ -8,8 +8,9 @@ same answers to the file's troubles:
 - a FIFO or a tty at the path is opened without blocking and refused (reading it would steal the
   bytes from their real reader);
 - a file that shrank below our offset was truncated in place (copytruncate): read from 0;
-- a new file at the path (rotate-and-create) is opened, and the old one drained first by whoever
-  follows;
+- the job's own log is read through the descriptor of the file the job writes (joblog.py), so a
+  rename (logrotate's `create`) changes nothing; a file read by path (progress.file) that gets a
+  new file at the path is switched to, the old one drained first by whoever follows;
 - a writer faster than the reader has the oldest bytes skipped, never the newest.
 
 No asyncio here: callers run these on a bounded worker (blocking.py), since a log on a hung
@@ -21,6 +22,10 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from watchdog.progress.joblog import JobLog
 
 # A read of the job's log that takes longer than this is reported hung (a dead NFS server).
 READ_TIMEOUT_S = 5.0
@@ -62,6 +67,12 @@ def open_source(path: str) -> LogSource | None:
     except BaseException:
         os.close(fd)
         raise
+    return LogSource(fd=fd, ident=(st.st_dev, st.st_ino))
+
+
+def source_of(fd: int) -> LogSource:
+    """A source over a descriptor already open (owned by the source from now on)."""
+    st = os.fstat(fd)
     return LogSource(fd=fd, ident=(st.st_dev, st.st_ino))
 
 
@@ -124,23 +135,43 @@ def read_new(src: LogSource, size: int, max_bytes: int) -> tuple[bytes, int]:
     return data, skipped
 
 
-def tail_lines(path: str, n: int, max_bytes: int = TAIL_MAX_BYTES) -> list[str]:
-    """The last `n` lines of `path`, read from its end (at most `max_bytes` of it).
+def tail_lines(
+    path: str, n: int, max_bytes: int = TAIL_MAX_BYTES, fd: int | None = None
+) -> list[str]:
+    """The last `n` lines of `path`, or of the file behind `fd` (the caller's, left open: the
+    job's log as the job writes it), read from its end (at most `max_bytes` of it).
 
     A missing file has no lines. Lines are split on \\n (a trailing \\r is dropped) and decoded
     with errors="replace"; a line longer than `max_bytes` comes back as its tail.
     """
     if n <= 0 or max_bytes <= 0:
         return []
+    if fd is not None:
+        return _tail_of(fd, n, max_bytes)
     src = open_source(path)
     if src is None:
         return []
     try:
-        size = os.fstat(src.fd).st_size
-        start = max(0, size - max_bytes)
-        data = pread_all(src.fd, size - start, start)
+        return _tail_of(src.fd, n, max_bytes)
     finally:
         os.close(src.fd)
+
+
+def tail_of_job(path: str, log: JobLog | None, n: int) -> list[str]:
+    """The last `n` lines the job wrote: of the file the job writes (`log`, the run's), else
+    of `path` (no run, or its file not known)."""
+    fd = None if log is None else log.dup()
+    try:
+        return tail_lines(path, n, fd=fd)
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _tail_of(fd: int, n: int, max_bytes: int) -> list[str]:
+    size = os.fstat(fd).st_size
+    start = max(0, size - max_bytes)
+    data = pread_all(fd, size - start, start)
     if not data:
         return []
     lines = data.split(b"\n")
@@ -153,11 +184,15 @@ def tail_lines(path: str, n: int, max_bytes: int = TAIL_MAX_BYTES) -> list[str]:
 
 class LogTail:
     """`logs [--follow]`: the last lines, then every line appended, across truncation
-    (copytruncate) and rotation (a new file at the path: the old one is drained first)."""
+    (copytruncate) and rotation. Given a descriptor (`fd`, the job's log as the job writes it)
+    it reads that file whatever its name becomes, and `follow()` hands it the next run's file;
+    else it reads the path and switches to a new file there (the old one drained first)."""
 
-    def __init__(self, path: str, open_now: bool = True) -> None:
+    def __init__(self, path: str, open_now: bool = True, fd: int | None = None) -> None:
         self.path = path
         self._src: LogSource | None = None
+        self._pinned = fd is not None
+        self._next = fd  # a descriptor handed over, taken by the next start() or poll()
         if open_now:
             self._open(at_end=True)
 
@@ -165,6 +200,13 @@ class LogTail:
         """Open the file at its end; its last `n` lines."""
         self._open(at_end=True)
         return self.tail(n)
+
+    def follow(self, fd: int) -> None:
+        """Read the file behind `fd` (owned from now on) once the current one is drained: a new
+        run's log. The same file as now (no rotation in between) is read on where it was."""
+        if self._next is not None:
+            os.close(self._next)
+        self._next, self._pinned = fd, True
 
     def tail(self, n: int) -> list[str]:
         """The last `n` complete lines before where following starts."""
@@ -180,24 +222,41 @@ class LogTail:
 
     def poll(self) -> list[str]:
         """Every line completed since the last call (a rotated file's rest first)."""
-        new = replacement(self.path, self._src)
+        new = self._take_next() if self._pinned else replacement(self.path, self._src)
         if new is None:
             return self._read()
         lines = self._read()
-        self.close()
+        self._close_src()
         self._src = new
         return lines + self._read()
 
     def close(self) -> None:
+        self._close_src()
+        if self._next is not None:
+            os.close(self._next)
+            self._next = None
+
+    def _close_src(self) -> None:
         if self._src is not None:
             os.close(self._src.fd)
             self._src = None
 
+    def _take_next(self) -> LogSource | None:
+        """The handed-over file, unless it is the one being read already (then closed)."""
+        fd, self._next = self._next, None
+        if fd is None:
+            return None
+        src = source_of(fd)
+        if self._src is not None and self._src.ident == src.ident:
+            os.close(fd)
+            return None
+        return src
+
     def _open(self, at_end: bool) -> None:
-        src = open_source(self.path)
+        src = self._take_next() if self._pinned else open_source(self.path)
         if src is None:
             return
-        self.close()
+        self._close_src()
         self._src = src
         if at_end:
             src.offset = os.fstat(src.fd).st_size

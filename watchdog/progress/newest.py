@@ -70,6 +70,10 @@ class GlobFollower:
         """The file followed now, or the glob while nothing matches."""
         return self._inner.path if self._inner is not None else self.pattern
 
+    def ready_inline(self) -> bool:
+        """Never: finding the newest match lists folders, which may sit on a hung mount."""
+        return False
+
     def poll(self) -> FollowResult:
         """Switch to a newer match if one appeared, then read what is new (never raises for
         file trouble: see FollowResult.error)."""
