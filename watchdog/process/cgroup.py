@@ -169,9 +169,18 @@ def _alone(own: str, base: str) -> str | None:
     others = set(members(own, recursive=False)) - {os.getpid()}
     if own == base:
         others |= set(members(os.path.join(own, SUPERVISOR_LEAF), recursive=False))
+    others = {p for p in others if _parent(p) != os.getpid()}  # our hooks, after a reexec
     if others:
         return f"{own} holds other processes too ({len(others)}): it is not delegated to us"
     return None
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _write(path: str, text: str) -> None:
