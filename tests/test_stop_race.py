@@ -220,7 +220,7 @@ def test_a_stop_that_leaves_a_process_is_stop_unverified_and_start_refuses(
             d.start()
             stuck = wait_until(lambda: _blocked_reader(d), 20, "the reader blocked on the mount")
             rc, out, err = d.ctl("stop")
-            assert rc != 0, out + err
+            assert rc == 2, out + err  # not done (SPEC §7), never 0
             assert "stop_unverified" in out + err and str(stuck) in out + err, out + err
             assert "survived" not in out + err
             st = d.status()
@@ -228,7 +228,7 @@ def test_a_stop_that_leaves_a_process_is_stop_unverified_and_start_refuses(
             fatal = d.wait_event("fatal", reason="stop_unverified")[-1]
             assert stuck in fatal["pids"], fatal
             rc, out, err = d.ctl("start")
-            assert rc != 0 and "stop_unverified" in out + err, out + err
+            assert rc == 2 and "stop_unverified" in out + err, out + err
             assert [p.pid for p in d.job_processes()] == [stuck], "a job started beside it"
             mount.unhang()  # the read returns, the pending SIGKILL lands
             # the failed start is retried after its backoff: once the reader is gone, it runs
