@@ -98,6 +98,7 @@ def test_a_forking_tree_is_gone_after_every_stop_by_sigkill_passes(tmp_path: pat
     try:
         d.start()
         assert d.status()["job"]["stop_mode"] == "signals"
+        assert "stop mode signals" in d.ctl("status")[1]  # the human status says it too
         _stop_mid_fork_rounds(d)
         assert not [e for e in d.events() if e["event"] in ("leftovers_found", "fatal")]
     finally:
@@ -155,6 +156,7 @@ def test_a_forking_tree_is_gone_after_every_stop_by_cgroup_kill(tmp_path: pathli
             st = d.status()
             assert st["job"]["stop_mode"] == "cgroup", st["cgroup"]
             assert st["cgroup"]["path"] == str(path)
+            assert "stop mode cgroup" in d.ctl("status")[1]
             assert cgroup.members(str(path / "supervisor")) == [d.proc.pid]  # type: ignore[union-attr]
             wait_until(lambda: cgroup.populated(str(path / "job-1")), 15, "the run in job-1")
             _stop_mid_fork_rounds(d)
