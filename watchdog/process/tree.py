@@ -208,7 +208,10 @@ async def stop_tree(
     # of 20 ms later, which was most of the time from a death to the next start (issue 11).
     # A scan that timed out (None) is unknown, never empty.
     empty = 1 if reaped and tree == [] else 0
-    if await _wait_gone(lead, token, timeout_s, scan, empty) and not await _in_cgroups(delegation):
+    if (
+        await _wait_gone(lead, token, timeout_s, scan, empty)
+        and await _in_cgroups(delegation) == []
+    ):
         return StopResult(killed=False, leftovers=0, signalled=signalled)
     return await _kill_tree(lead, token, kill_grace_s, scan, signalled, delegation)
 
@@ -234,26 +237,27 @@ async def _kill_tree(
             lead.reaper.reap_orphans()
         found = await scan(lead.live(), token)
         in_cgroup = await _in_cgroups(delegation)
-        if found == [] and not in_cgroup and lead.live() is None:
+        if found == [] and in_cgroup == [] and lead.live() is None:
             empty += 1
             if empty >= 2:
                 return StopResult(killed=True, leftovers=0, signalled=signalled)
         else:
             empty = 0
-            await _kill_cgroups(delegation if in_cgroup else None)
+            await _kill_cgroups(None if in_cgroup == [] else delegation)
             with contextlib.suppress(blocking.Hung):
                 await _SCANNER.call(functools.partial(kill_pass, found or []), KILL_PASS_TIMEOUT_S)
         if time.monotonic() >= deadline:
             break
         await asyncio.sleep(0.01)
-    left = await scan(lead.live(), token)
-    pids = {p.pid for p in left or []} | set(await _in_cgroups(delegation))
-    count = None if left is None else len(pids)
+    left, in_cgroup = await scan(lead.live(), token), await _in_cgroups(delegation)
+    pids = {p.pid for p in left or []} | set(in_cgroup or [])
+    count = None if left is None or in_cgroup is None else len(pids)
     return StopResult(killed=True, leftovers=count, signalled=signalled, pids=tuple(sorted(pids)))
 
 
-async def _in_cgroups(delegation: cgroup.Delegation | None) -> list[int]:
-    """The pids still in the job's cgroups ([] in signals mode)."""
+async def _in_cgroups(delegation: cgroup.Delegation | None) -> list[int] | None:
+    """The pids still in the job's cgroups ([] in signals mode); None when cgroupfs did not
+    answer in time: unknown, never empty."""
     if delegation is None or delegation.base is None:
         return []
 
@@ -263,7 +267,7 @@ async def _in_cgroups(delegation: cgroup.Delegation | None) -> list[int]:
     try:
         return await _SCANNER.call(members, KILL_PASS_TIMEOUT_S, what="cgroup members")
     except blocking.Hung:
-        return []
+        return None
 
 
 async def _kill_cgroups(delegation: cgroup.Delegation | None) -> None:
@@ -287,11 +291,11 @@ async def end_leftovers(
     job cgroups. `signalled`: how many were found."""
     found = await find_tree_async(None, token, marker=True)
     in_cgroup = await _in_cgroups(delegation)
-    if found == [] and not in_cgroup:
+    if found == [] and in_cgroup == []:
         result = StopResult(killed=False, leftovers=0, signalled=0)
     else:
         lead = _Leader(None, None, reaper)
-        n = len({p.pid for p in found or []} | set(in_cgroup))
+        n = len({p.pid for p in found or []} | set(in_cgroup or []))
         result = await _kill_tree(lead, token, bound_s, _marker_scan, n, delegation)
     if delegation is not None and result.leftovers == 0:
         remove_runs(delegation)
