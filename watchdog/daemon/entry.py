@@ -42,7 +42,12 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         metavar="PATH",
         help="the config file (default: %(default)s)",
     )
-    ap.add_argument("--check", action="store_true", help="validate the config and exit 0 or 78")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="validate the config, say how a stop would end the job (stop mode: cgroup or"
+        " signals, and why), and exit 0 or 78",
+    )
     ap.add_argument(
         "--print-defaults",
         action="store_true",
