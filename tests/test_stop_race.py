@@ -23,7 +23,7 @@ import pytest
 from harness import BIN, Daemon, base_config, merge, wait_until, write_script
 from hungfs import hung_mount
 
-from watchdog.process import cgroup
+from watchdog.process import cgroup, launch
 
 ROUNDS = 10
 CHAINS = 20
@@ -165,6 +165,36 @@ def test_a_forking_tree_is_gone_after_every_stop_by_cgroup_kill(tmp_path: pathli
         finally:
             d.stop()
             _kill_marked(d)
+
+
+def test_without_cgroup_kill_the_freeze_fallback_ends_a_forking_tree(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Kernels before 5.14 have no cgroup.kill: freezing the run's cgroup, SIGKILL to each
+    member, then thawing ends the forking tree in one go, ten times in a row."""
+    cmd = write_script(tmp_path / "forker.py", FORKER)
+    base = pathlib.Path(_v2_cgroup_or_skip()) / f"twtest-{uuid.uuid4().hex[:12]}"
+    base.mkdir()
+    how = cgroup.Delegation("cgroup", str(base), "a kernel without cgroup.kill", kill_file=False)
+    try:
+        for n in range(ROUNDS):
+            run = how.new_run()
+            assert run is not None
+            fd = cgroup.open_procs(run)
+            try:
+                env = launch.job_env(os.environ, {}, "no-daemon-here")
+                proc = launch.spawn([cmd], cwd=str(tmp_path), env=env, log_fd=2, cgroup_fd=fd)
+            finally:
+                os.close(fd)
+            wait_until(lambda r=run: len(cgroup.members(r)) > CHAINS, 30, f"round {n}: forking")
+            assert cgroup.kill(run, kill_file=False) == "cgroup.freeze"
+            wait_until(lambda r=run: not cgroup.populated(r), 10, f"round {n}: emptied")
+            proc.wait(10)
+            assert cgroup.remove(run), f"round {n}: {run} not removed"
+    finally:
+        (base / "cgroup.kill").write_text("1")
+        wait_until(lambda: not cgroup.populated(str(base)), 10, "the test cgroup to empty")
+        assert cgroup.remove(str(base))
 
 
 def test_watchdogd_check_says_which_stop_mode_it_would_use(tmp_path: pathlib.Path) -> None:

@@ -18,12 +18,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from dataclasses import dataclass
 from typing import Literal
 
 Mode = Literal["cgroup", "signals"]
 SUPERVISOR_LEAF = "supervisor"
 JOB_PREFIX = "job-"
+FREEZE_WAIT_S = 1.0  # for a freezing cgroup to report frozen (kernels without cgroup.kill)
 
 
 class CgroupUnusable(Exception):
@@ -229,12 +231,28 @@ def kill(path: str, kill_file: bool = True) -> str:
             pass  # the kernel is older than 5.14
     with contextlib.suppress(OSError):
         _write(os.path.join(path, "cgroup.freeze"), "1")
+    _wait_frozen(path)
     for pid in members(path):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(OSError):
         _write(os.path.join(path, "cgroup.freeze"), "0")
     return "cgroup.freeze"
+
+
+def _wait_frozen(path: str, timeout_s: float = FREEZE_WAIT_S) -> None:
+    """Until cgroup.events says `frozen 1` (a fork under way has finished and its child is
+    frozen too, so the member list is complete), for at most `timeout_s`: a process in
+    uninterruptible sleep never freezes, and the caller's next pass looks again."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with open(os.path.join(path, "cgroup.events")) as f:
+                if "frozen 1" in f.read().splitlines():
+                    return
+        except OSError:
+            return
+        time.sleep(0.005)
 
 
 def remove(path: str) -> bool:
