@@ -159,7 +159,8 @@ def park_unverified(s: JobState, ev: TreeStopped) -> list[Action]:
     """The stop could not be verified, or left processes (SPEC §14): never start a second job
     beside one that may still run. Park in `fatal` (an operator's start ends the leftovers
     first), or exit if the daemon is exiting."""
-    left = f"{ev.leftovers} processes of the job still alive after the stop: pids {list(ev.pids)}"
+    what = "1 process" if ev.leftovers == 1 else f"{ev.leftovers} processes"
+    left = f"{what} of the job still alive after the stop: pids {list(ev.pids)}"
     fields = {
         "pid": s.pid,
         "reason": "stop_unverified",
