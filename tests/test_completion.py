@@ -65,8 +65,10 @@ def test_completion_waits_for_the_tree_to_be_gone() -> None:
     assert [type(a).__name__ for a in out] == ["Emit", "KillTree"]
     assert sup.snapshot().state is State.STOPPING
     assert sup.snapshot().completed_at == 5.0  # goodput: the run ended well at its exit
-    out = sup.handle(TreeStopped(killed=False, leftovers=2), 6.0)
-    assert names(out) == ["leftovers_found", "job_completed"]
+    out = sup.handle(TreeStopped(killed=False, leftovers=2, pids=(8, 9)), 6.0)
+    # SPEC §14: what it left is never passed over in silence, but the run did complete
+    assert names(out) == ["leftovers_found", "stop_unverified", "job_completed"]
+    assert out[1].fields["pids"] == [8, 9]  # type: ignore[attr-defined]
     assert sup.snapshot().state is State.COMPLETED
 
 
@@ -271,7 +273,7 @@ def test_a_shutdown_while_a_finished_runs_tree_is_cleared_keeps_the_completion()
     sup, later = _clearing_a_finished_run()
     assert sup.handle(ShutdownRequested(), later) == []
     out = sup.handle(TreeStopped(killed=False, leftovers=1), later + 1.0)
-    assert names(out) == ["leftovers_found", "job_completed", "Exit"]
+    assert names(out) == ["leftovers_found", "stop_unverified", "job_completed", "Exit"]
     assert sup.snapshot().state is State.COMPLETED
     assert sup.durable().completed is not None
     _not_started_again(sup.durable())

@@ -26,6 +26,7 @@ SAMPLES: list[E.Event] = [
     E.SpawnFailed("pre_start_failed", "exit 3"),
     E.ChildExited(pid=4183, exit_code=None, signal=9),
     E.TreeStopped(killed=True, leftovers=None, error="scan timed out"),
+    E.TreeStopped(killed=True, leftovers=2, pids=(41, 42)),  # SPEC §14: the leftovers' pids
     E.HealthAssessed(4183, False, frozenset({"stalled", "gpus_idle"}), {"idle_s": "61.5"}),
     E.IncidentSaved("/state/incidents/1"),
     E.ProgressMarked("checkpoint", 1.5e9, 123.25),

@@ -303,6 +303,27 @@ def test_killed_job_is_restarted_by_the_daemon(container: Container) -> None:
     assert job_pids(container) == [new["pid"]]
 
 
+def test_the_unit_delegates_a_cgroup_and_each_run_lives_in_its_own(container: Container) -> None:
+    """Delegate=yes (SPEC §14): the daemon moves into <unit>/supervisor, the job runs in
+    <unit>/job-<n>, status says cgroup mode, and an operator stop ends the job and removes
+    its cgroup."""
+    job = ensure_running(container)
+    st = status(container)
+    assert (st["job"]["stop_mode"], st["cgroup"]["mode"]) == ("cgroup", "cgroup"), st["cgroup"]
+    unit_cgroup = show(container, "ControlGroup")
+    main_pid = show(container, "MainPID")
+    daemon_cg = container.run(["cat", f"/proc/{main_pid}/cgroup"]).stdout
+    job_cg = container.run(["cat", f"/proc/{job}/cgroup"]).stdout
+    assert f"0::{unit_cgroup}/supervisor" in daemon_cg.splitlines(), daemon_cg
+    assert re.search(rf"^0::{re.escape(unit_cgroup)}/job-\d+$", job_cg, re.M), job_cg
+    container.run([*CTL, "stop"])
+    assert job_pids(container) == []
+    left = container.run(["ls", st["cgroup"]["path"]]).stdout.split()
+    assert not [n for n in left if n.startswith("job-")], left
+    container.run([*CTL, "start"])
+    running_job(container)
+
+
 def test_bad_config_on_reload_keeps_the_old_one(container: Container) -> None:
     """`systemctl reload` with an invalid file keeps the daemon, its job and its config running."""
     job = ensure_running(container)

@@ -104,7 +104,8 @@ def render_status(st: dict[str, Any], events: list[dict[str, Any]]) -> str:
     if ck := pr.get("checkpoint"):
         lines.append(f"     Ckpt: {_checkpoint_text(ck)}")
     lines += _restart_lines(st)
-    lines.append(f"   Daemon: pid {dm['pid']} · v{dm['version']} · up {_dur(dm['uptime_s'])}")
+    mode = f" · stop mode {job['stop_mode']}" if job.get("stop_mode") else ""  # SPEC §14
+    lines.append(f"   Daemon: pid {dm['pid']} · v{dm['version']} · up {_dur(dm['uptime_s'])}{mode}")
     if events:
         lines += ["", "Recent events:"] + [format_event(e, whole_paths=False) for e in events]
     # Everything is cut to 100 columns but the incident path: it is there to be copied.

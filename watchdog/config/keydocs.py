@@ -17,7 +17,11 @@ DOCS: dict[str, str] = {
     "one that fails fails the start",
     "job.pre_start_timeout_s": "deadline of each pre_start command",
     "job.stop_signal": "sent to the job's whole tree to stop it (a name or a number)",
-    "job.stop_timeout_s": "SIGKILL to the tree when it outlives stop_signal this long",
+    "job.stop_timeout_s": "SIGKILL to the tree when it outlives stop_signal this long; the "
+    "SIGKILL passes that follow are bounded by it too",
+    "job.stop_mode": "how a stop ends the whole tree (docs/stopping.md): cgroup (each start in "
+    "its own delegated cgroup v2, ended with cgroup.kill; refuses to start without one), signals "
+    "(SIGKILL passes until one finds nothing), auto: cgroup where one is delegated",
     "job.on_daemon_restart": "a daemon started again that finds its previous job alive and "
     "provably its own: adopt it, or restart it (a paused job is adopted; after an operator's "
     "stop or in host_fault it is ended)",

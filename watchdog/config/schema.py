@@ -57,6 +57,9 @@ class JobConfig:
     pre_start_timeout_s: float = field(default=120.0, metadata=_m(gt=0))
     stop_signal: int = field(default=int(signal.SIGTERM), metadata=_m(parse=parse_signal))
     stop_timeout_s: float = field(default=60.0, metadata=_m(gt=0))
+    # SPEC §14, docs/stopping.md: end each run in its own delegated cgroup v2 (cgroup.kill),
+    # or by repeated SIGKILL passes; `auto` takes the cgroup where one is delegated.
+    stop_mode: Literal["auto", "cgroup", "signals"] = "auto"
     # A restarted daemon that finds its previous job alive and provably its own (SPEC §12).
     on_daemon_restart: Literal["adopt", "restart"] = "adopt"
     # SPEC §13: an exit with one of these codes is the run's end (state completed), not a crash.

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 EVENTS_IN_RESULT = 50
 LOG_TAIL_LINES = 20
 DEFAULT_TIMELINE_S = 86400.0  # `watchdogctl timeline` without --since (SPEC §13)
-KILL_GRACE_S = 5.0  # child.stop_tree's wait after SIGKILL
+KILL_GRACE_S = 5.0  # slack for the stop's scans and the incident around its two bounds
 _AT_REST = (
     State.STOPPED,
     State.FATAL,
@@ -151,8 +151,11 @@ class Operations:
         pid = self.d.core.snapshot().pid
         await self._operate(call, "stop")
         budget = _start_budget(self.d)  # a start under way finishes before its child is stopped
-        ok = await self._wait(call, _state_is(self.d, State.STOPPED), call.t0 + budget)
+        stopped = _state_is(self.d, State.STOPPED)
+        ok = await self._wait(call, lambda: stopped() or _unverified(call), call.t0 + budget)
         text = replies.describe_stop(pid, call.events(), self._stop_signal(), call.elapsed())
+        if _unverified(call):  # SPEC §14: never "stopped" while a process of the job lives
+            raise CommandError("stop_unverified", text, self._result(call, text))
         if not ok:
             state = self.d.core.snapshot().state.value
             result = self._result(call, text)
@@ -267,6 +270,11 @@ class Operations:
             return [f"(cannot read {path}: {e})"]
 
 
+def _unverified(call: Call) -> bool:
+    """The stop left processes, or could not be verified (the core parked: SPEC §14)."""
+    return any(e.get("reason") == "stop_unverified" for e in call.events())
+
+
 def _state_is(d: Served, state: State) -> Callable[[], bool]:
     return lambda: d.core.snapshot().state is state
 
@@ -274,6 +282,7 @@ def _state_is(d: Served, state: State) -> Callable[[], bool]:
 def _start_budget(d: Served) -> float:
     """How long a stop and start may take before the daemon's own deadlines are all spent."""
     c = d.cfg
-    stop = c.job.stop_timeout_s + KILL_GRACE_S + c.incidents.pyspy_timeout_s
+    # stop_signal, then SIGKILL passes: each bounded by stop_timeout_s (SPEC §14)
+    stop = 2 * c.job.stop_timeout_s + KILL_GRACE_S + c.incidents.pyspy_timeout_s
     start = c.gpus.reclaim_timeout_s + 2 * c.gpus.probe_timeout_s
     return stop + start + c.job.pre_start_timeout_s * len(c.job.pre_start) + 15

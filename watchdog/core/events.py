@@ -80,6 +80,7 @@ class TreeStopped:
     killed: bool  # SIGKILL was needed
     leftovers: int | None = 0
     error: str | None = None
+    pids: tuple[int, ...] = ()  # the leftovers' pids (SPEC §14: stop_unverified names them)
 
 
 @dataclass(frozen=True, slots=True)

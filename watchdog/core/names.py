@@ -65,7 +65,7 @@ EVENTS: dict[str, EventName] = {
     "child_exited": EventName("the job's leader exited: code or signal, or unknown", WARNING),
     "child_killed": EventName("SIGKILL was needed to end the tree", WARNING),
     "child_stopped": EventName("the job is stopped and stays stopped"),
-    "leftovers_found": EventName("processes survived even SIGKILL", ERR),
+    "leftovers_found": EventName("processes of the job were still alive after the stop", ERR),
     "stop_unverified": EventName("the tree could not be verified gone at shutdown", ERR),
     "job_paused": EventName("maintenance mode: detectors report, nothing acts"),
     "job_resumed": EventName("maintenance mode ended"),

@@ -57,9 +57,12 @@ def describe_stop(
     how = exit_text(exited) if exited else "gone"
     killed = any(e["event"] == "child_killed" for e in events)
     text = f"pid {pid} ignored {stop_signal}: SIGKILLed ({how})" if killed else f"pid {pid} {how}"
-    left = sum(int(e.get("count", 0)) for e in events if e["event"] == "leftovers_found")
-    if left:
-        text += f"; {left} processes survived SIGKILL"
+    left = [e for e in events if e["event"] == "leftovers_found"]
+    if left:  # SPEC §14: still alive after the stop, which may be since a fork after the kill
+        pids = [p for e in left for p in e.get("pids", [])]
+        n = sum(int(e.get("count", 0)) for e in left)
+        text += f"; {n} process{'es' if n != 1 else ''} still alive after"
+        text += f" the stop (pids {pids}): stop_unverified" if pids else " the stop"
     return text if elapsed_s is None else f"{text} in {elapsed_s:.1f} s"
 
 

@@ -150,9 +150,15 @@ def tree_stopped(s: JobState, ev: TreeStopped, now: float) -> list[Action]:
     if ev.killed:
         fields = {"pid": s.pid, "reason": s.stop_reason, "signal": 9}  # SIGKILL
         out.append(Emit("child_killed", fields))
+    if ev.leftovers:  # SPEC §14: a stop that left a process is never a success
+        left: dict[str, object] = {"count": ev.leftovers, "pids": list(ev.pids)}
+        out.append(Emit("leftovers_found", {**left, "reason": s.stop_reason}))
+        if s.after_stop == "completed" and ev.error is None:
+            # The run did end well (SPEC §13); what it left is reported, and `start` ends it
+            out.append(Emit("stop_unverified", {**left, "reason": "stop_unverified"}))
+        else:
+            return out + park_unverified(s, ev)
     if ev.leftovers is None or ev.error is not None:
         return out + park_unverified(s, ev)
-    if ev.leftovers:
-        out.append(Emit("leftovers_found", {"count": ev.leftovers, "reason": s.stop_reason}))
     s.pid = None
     return out + finish_stop(s, now)

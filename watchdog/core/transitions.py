@@ -156,13 +156,18 @@ def park_access(s: JobState, resume: str, reason: str) -> list[Action]:
 
 
 def park_unverified(s: JobState, ev: TreeStopped) -> list[Action]:
-    """The stop could not be verified: never start a second job beside one that may still
-    run. Park in `fatal` (an operator's start leaves it), or exit if the daemon is exiting."""
+    """The stop could not be verified, or left processes (SPEC §14): never start a second job
+    beside one that may still run. Park in `fatal` (an operator's start ends the leftovers
+    first), or exit if the daemon is exiting."""
+    what = "1 process" if ev.leftovers == 1 else f"{ev.leftovers} processes"
+    left = f"{what} of the job still alive after the stop: pids {list(ev.pids)}"
     fields = {
         "pid": s.pid,
         "reason": "stop_unverified",
         "stop_reason": s.stop_reason,
-        "error": ev.error or "the job's process tree could not be scanned in time",
+        "error": ev.error
+        or (left if ev.leftovers else "the job's process tree could not be scanned in time"),
+        "pids": list(ev.pids),
         **take_incident(s),
     }
     s.pid = None

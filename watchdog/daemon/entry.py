@@ -17,6 +17,7 @@ from watchdog.cluster import link
 from watchdog.daemon import reexec
 from watchdog.outputs import metrics
 from watchdog.outputs.proctitle import ProcTitle
+from watchdog.process import cgroup
 from watchdog.state.folder import StateDir
 
 EX_CONFIG = config.EX_CONFIG
@@ -41,7 +42,12 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         metavar="PATH",
         help="the config file (default: %(default)s)",
     )
-    ap.add_argument("--check", action="store_true", help="validate the config and exit 0 or 78")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="validate the config, say how a stop would end the job (stop mode: cgroup or"
+        " signals, and why), and exit 0 or 78",
+    )
     ap.add_argument(
         "--print-defaults",
         action="store_true",
@@ -73,7 +79,7 @@ def prepare(argv: list[str] | None, description: str) -> Prepared | int:
         sys.stdout.write(reference.defaults_yaml(__version__))
         return 0
     if args.check:
-        return config.check_main(args.config)
+        return check(args.config)
     if args.check_reexec:
         return reexec.check_main(args.config)
     try:
@@ -99,7 +105,22 @@ def load(path: str) -> config.Config | int:
         return _fail(f"metrics.listen: {why}", EX_CONFIG)
     if cfg.cluster is not None and (why := link.missing_extra()) is not None:
         return _fail(f"cluster: {why}", EX_CONFIG)
+    try:
+        cgroup.probe(cfg.job.stop_mode, take=False)
+    except cgroup.CgroupUnusable as e:
+        return _fail(f"{cfg.source}: job.stop_mode: cgroup: {e}", EX_CONFIG)
     return cfg
+
+
+def check(path: str) -> int:
+    """`watchdogd --check`: the config, then how this daemon would stop the job (SPEC §14)."""
+    code = config.check_main(path)
+    cfg = load(path) if code == 0 else code
+    if isinstance(cfg, int):
+        return cfg
+    how = cgroup.probe(cfg.job.stop_mode, take=False)
+    print(f"stop mode: {how.mode} ({how.base or how.reason})")
+    return 0
 
 
 def lock_state_dir(cfg: config.Config, handover: dict[str, Any] | None) -> int | None:

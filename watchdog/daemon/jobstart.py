@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -22,7 +23,7 @@ from watchdog.core.jobstate import Snapshot
 from watchdog.daemon import params, sampling
 from watchdog.daemon.run import Flight, JobRun
 from watchdog.outputs import flight
-from watchdog.process import launch, tree
+from watchdog.process import cgroup, launch, tree
 from watchdog.progress import joblog
 from watchdog.progress.follower import Follower
 from watchdog.progress.joblog import JobLog
@@ -78,6 +79,8 @@ async def prepare_start(d: Parts, attempt: int) -> tuple[SpawnFailed | None, int
     fails, or None, and the cluster epoch the run will belong to. A gate fault that parks is
     handed to the core, which ends the start."""
     await sampling.read_checkpoint(d)  # the baseline: not this run's progress
+    if (left := await end_leftovers(d)) is not None:
+        return left, None
     why = await d.gpus.wait_drained(lambda: our_pids(d))
     if why is not None:
         return SpawnFailed("gpu_memory_held", why), None
@@ -95,6 +98,19 @@ async def prepare_start(d: Parts, attempt: int) -> tuple[SpawnFailed | None, int
         # job is stopped as soon as that is seen, and nobody starts the new one before.
         return None, await d.cluster.wait_gate()
     return None, None
+
+
+async def end_leftovers(d: Parts) -> SpawnFailed | None:
+    """SPEC §14: what an earlier run left (our instance marker, a job cgroup still populated)
+    is ended before a spawn, never run beside the new job; if it cannot be, nothing starts."""
+    found = await tree.end_leftovers(d.token, d.reaper, d.cgroups, d.cfg.job.stop_timeout_s)
+    if found.signalled:
+        d.emit("stale_tree_killed", count=found.signalled, pid=None, reason="start")
+    if found.leftovers == 0:
+        return None
+    left = "unknown (the scan did not answer)" if found.leftovers is None else found.leftovers
+    detail = f"processes of an earlier run still alive: {left}, pids {list(found.pids)}"
+    return SpawnFailed("stop_unverified", detail)
 
 
 async def run_pre_start(d: Parts) -> SpawnFailed | None:
@@ -168,8 +184,8 @@ def spawn(
     job = d.cfg.job
     try:
         env, dumps = job_env(d, epoch)
-        proc = launch.spawn(job.command, cwd=job.cwd, log_fd=log_fd, env=env)
-    except (OSError, ValueError) as e:
+        proc = spawn_in_cgroup(d, env, log_fd)
+    except (OSError, ValueError, subprocess.SubprocessError) as e:
         why = e.strerror if isinstance(e, OSError) else str(e)
         _not_spawned(d, log, follower, f"{job.command[0]}: {why}")
         return
@@ -206,6 +222,19 @@ def _not_spawned(d: Parts, log: JobLog | None, follower: Follower | None, why: s
         log.close()
     d.job.use_follower(follower, d.progress_io.when_idle)  # as if it had run: the next one
     d.post(SpawnFailed("spawn_failed", why))
+
+
+def spawn_in_cgroup(d: Parts, env: dict[str, str], log_fd: int) -> subprocess.Popen[bytes]:
+    """The spawn, in the run's own cgroup where one is delegated (SPEC §14). cgroupfs is
+    in-kernel: its mkdir and open never wait on a disk."""
+    job = d.cfg.job
+    path = d.cgroups.new_run()
+    fd = None if path is None else cgroup.open_procs(path)
+    try:
+        return launch.spawn(job.command, cwd=job.cwd, log_fd=log_fd, env=env, cgroup_fd=fd)
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def job_env(d: Parts, epoch: int | None) -> tuple[dict[str, str], Flight]:

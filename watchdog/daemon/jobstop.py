@@ -18,7 +18,7 @@ from watchdog import blocking
 from watchdog.core.events import IncidentSaved, KillTree, TreeStopped
 from watchdog.daemon import sampling
 from watchdog.outputs import flight, incident
-from watchdog.process import tree
+from watchdog.process import cgroup, tree
 
 if TYPE_CHECKING:
     from watchdog.daemon.parts import Parts
@@ -44,7 +44,11 @@ async def stop(d: Parts, action: KillTree) -> None:
             timeout_s=d.cfg.job.stop_timeout_s,
             leader_exit=d.job.exit_status,
             reaper=d.reaper,
+            kill_grace_s=d.cfg.job.stop_timeout_s,  # SPEC §14: the SIGKILL passes' bound
+            delegation=d.cgroups,
         )
+        if result.leftovers == 0:
+            tree.remove_runs(d.cgroups)  # the run's empty cgroup (cgroupfs: never blocks)
         d.save_state(None)
         d.job.close()  # its rank listings end; its monitor stays for status until the next
         await sampling.read_checkpoint(d)  # all the run wrote, before the core judges the run
@@ -60,12 +64,16 @@ async def stop(d: Parts, action: KillTree) -> None:
         if result is None:
             d.post(TreeStopped(killed=True, leftovers=None, error=error))
         else:
-            d.post(TreeStopped(result.killed, result.leftovers))
+            d.post(TreeStopped(result.killed, result.leftovers, pids=result.pids))
 
 
 def kill_job_session(d: Parts, pid: int | None) -> None:
     """SIGKILL the job's leader (pidfd) and its process group: the group id is the leader's
-    pid (a new session), safe to signal while the leader is not reaped."""
+    pid (a new session), safe to signal while the leader is not reaped; and the job's
+    cgroups whole (SPEC §14)."""
+    for path in d.cgroups.runs():
+        with contextlib.suppress(OSError):
+            cgroup.kill(path, d.cgroups.kill_file)
     if pid is None or d.job.leader_reaped:
         return
     d.reaper.signal(pid, signal.SIGKILL)

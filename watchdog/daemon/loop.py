@@ -64,7 +64,7 @@ from watchdog.outputs.eventlog import EventLog
 from watchdog.outputs.hooks import Hooks
 from watchdog.outputs.notify import Notifier
 from watchdog.outputs.proctitle import ProcTitle
-from watchdog.process import identity, reaping
+from watchdog.process import cgroup, identity, reaping
 from watchdog.progress.ranks import RankLister
 from watchdog.state.folder import StateDir
 from watchdog.state.writers import StateWriter
@@ -95,6 +95,7 @@ class Daemon:
         self.faults = FaultWatch(cfg.gpus, self._gpu_fault, self.emit)
         self.control = ControlServer(self)
         self.token = self.state.instance_token()
+        self.cgroups = cgroup.probe(cfg.job.stop_mode)  # SPEC §14: how a stop ends the tree
         self.writer = StateWriter(self.state, self.token, identity.boot_id(), self.emit)
         # the current run of the job (or the last one; idle before the first spawn)
         self.job = JobRun(health.HealthMonitor(params.health_of(cfg)))

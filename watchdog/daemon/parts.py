@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from watchdog.outputs.eventlog import EventLog
     from watchdog.outputs.hooks import Hooks
     from watchdog.outputs.notify import Notifier
-    from watchdog.process import reaping
+    from watchdog.process import cgroup, reaping
     from watchdog.progress.checkpoint import CheckpointWatch
     from watchdog.progress.ranks import RankLister
     from watchdog.state.folder import StateDir
@@ -37,6 +37,7 @@ class Parts(Protocol):
     events: EventLog
     token: str
     reaper: reaping.Reaper
+    cgroups: cgroup.Delegation  # SPEC §14: each run's own cgroup, or SIGKILL passes
     gpus: GpuWatch
     faults: FaultWatch
     notifier: Notifier

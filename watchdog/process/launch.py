@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -47,9 +48,17 @@ def open_log(path: str) -> int:
 
 
 def spawn(
-    argv: Iterable[str], *, cwd: str | None, env: Mapping[str, str], log_fd: int
+    argv: Iterable[str],
+    *,
+    cwd: str | None,
+    env: Mapping[str, str],
+    log_fd: int,
+    cgroup_fd: int | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start the job in a new session (s6/runit habit: group signals aimed at us never hit it)."""
+    """Start the job in a new session (s6/runit habit: group signals aimed at us never hit it),
+    in the cgroup whose cgroup.procs `cgroup_fd` is open on: the child moves itself there
+    before its exec ("0" is the writer itself), so nothing of the job runs outside it."""
+    join = None if cgroup_fd is None else functools.partial(os.write, cgroup_fd, b"0")
     return subprocess.Popen(
         list(argv),
         cwd=cwd,
@@ -58,6 +67,7 @@ def spawn(
         stdout=log_fd,
         stderr=log_fd,
         start_new_session=True,
+        preexec_fn=join,
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import time
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 import psutil
 
 from watchdog import blocking
-from watchdog.process import identity, reaping
+from watchdog.process import cgroup, identity, reaping
 from watchdog.process.reaping import ExitStatus, Reaper
 
 # Set when this daemon adopted a job tree (adoption): its processes orphaned while no daemon
@@ -34,17 +35,18 @@ def mark_adopted() -> None:
     _adopted = True
 
 
-def find_tree(leader: int | None, token: str) -> list[psutil.Process]:
+def find_tree(leader: int | None, token: str, marker: bool = False) -> list[psutil.Process]:
     """Every live process of the job: the leader and its descendants, the daemon's descendants
-    outside its own session (orphans re-parented to us, the subreaper), and — only where the
-    kernel refused the subreaper — anything carrying our instance marker. Zombies are not
-    counted. Cheap: it follows /proc/<pid>/task/*/children instead of scanning all of /proc."""
+    outside its own session (orphans re-parented to us, the subreaper), and — where the kernel
+    refused the subreaper, or `marker` asks — anything carrying our instance marker. Zombies
+    are not counted. Cheap: it follows /proc/<pid>/task/*/children instead of scanning all of
+    /proc (unless the marker is looked for)."""
     pids: set[int] = set()
     if leader is not None:
         pids |= {leader, *_descendants(leader)}
     my_sid = os.getsid(0)
     pids |= {p for p in _descendants(os.getpid()) if _session_of(p) not in (my_sid, None)}
-    scan_marker = not reaping.is_subreaper() or _adopted
+    scan_marker = marker or not reaping.is_subreaper() or _adopted
     found = {p.pid: p for p in _marked(token)} if scan_marker else {}
     for pid in pids - set(found) - {os.getpid()}:
         with contextlib.suppress(psutil.Error):
@@ -53,13 +55,19 @@ def find_tree(leader: int | None, token: str) -> list[psutil.Process]:
 
 
 def _session_of(pid: int) -> int | None:
+    ids = _group_and_session(pid)
+    return None if ids is None else ids[1]
+
+
+def _group_and_session(pid: int) -> tuple[int, int] | None:
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
     except OSError:
         return None
     # Fields after the parenthesised command name: state ppid pgrp session ...
-    return int(stat.rsplit(")", 1)[1].split()[3])
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[2]), int(fields[3])
 
 
 def _descendants(root: int) -> list[int]:
@@ -109,13 +117,36 @@ def signal_tree(procs: Iterable[psutil.Process], signum: int) -> int:
     return n
 
 
+def kill_pass(procs: Iterable[psutil.Process]) -> None:
+    """One SIGKILL pass (SPEC §14): the process groups and the sessions of what a scan found,
+    then each process. A group kill reaches a child forked since the scan (the kernel aborts a
+    fork whose parent has a fatal signal pending); what a pass still misses, the next finds.
+    The daemon's own group and session are never signalled. Blocking (/proc reads)."""
+    procs = list(procs)
+    mine = {os.getpgrp(), os.getsid(0)}
+    ids = [i for i in (_group_and_session(p.pid) for p in procs) if i is not None]
+    for group in {g for g, _ in ids} - mine:
+        with contextlib.suppress(OSError):
+            os.killpg(group, signal.SIGKILL)
+    sessions = {s for _, s in ids} - mine
+    if sessions:
+        for pid in psutil.pids():
+            found = _group_and_session(pid)
+            if found is not None and found[1] in sessions and pid != os.getpid():
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+    signal_tree(procs, signal.SIGKILL)
+
+
 @dataclass(frozen=True, slots=True)
 class StopResult:
     killed: bool  # SIGKILL was needed
-    # Processes that survived even SIGKILL (uninterruptible sleep); None when the tree could not
-    # be scanned in time: unknown, which the core must never read as "none left".
+    # Processes still alive when the SIGKILL passes ran out of time (uninterruptible sleep, or
+    # forked after the last pass); None when the tree could not be scanned in time: unknown,
+    # which the core must never read as "none left".
     leftovers: int | None
     signalled: int
+    pids: tuple[int, ...] = ()  # the leftovers, when they are known
 
 
 Scan = Callable[[int | None, str], Awaitable["list[psutil.Process] | None"]]
@@ -153,8 +184,11 @@ async def stop_tree(
     reaper: Reaper | None = None,
     kill_grace_s: float = 5.0,
     scan: Scan | None = None,
+    delegation: cgroup.Delegation | None = None,
 ) -> StopResult:
-    """stop_signal to every process of the tree, SIGKILL after `timeout_s`, then verify.
+    """stop_signal to every process of the tree, SIGKILL passes after `timeout_s` until one
+    finds nothing (for at most `kill_grace_s`), then verify. With a `delegation` in cgroup mode
+    the run's cgroup is ended with cgroup.kill as well, even after a graceful stop.
 
     The leader is signalled through its pidfd first, whatever the scan finds: the pidfd cannot
     hit a reused pid, and a scan that times out (None) must not leave the leader running beside
@@ -174,36 +208,123 @@ async def stop_tree(
     # of 20 ms later, which was most of the time from a death to the next start (issue 11).
     # A scan that timed out (None) is unknown, never empty.
     empty = 1 if reaped and tree == [] else 0
-    if await _wait_gone(lead, token, timeout_s, scan, empty):
+    if (
+        await _wait_gone(lead, token, timeout_s, scan, empty)
+        and await _in_cgroups(delegation) == []
+    ):
         return StopResult(killed=False, leftovers=0, signalled=signalled)
-    return await _kill_tree(lead, token, kill_grace_s, scan, signalled)
+    return await _kill_tree(lead, token, kill_grace_s, scan, signalled, delegation)
 
 
 async def _kill_tree(
-    lead: _Leader, token: str, kill_grace_s: float, scan: Scan, signalled: int
+    lead: _Leader,
+    token: str,
+    bound_s: float,
+    scan: Scan,
+    signalled: int,
+    delegation: cgroup.Delegation | None = None,
 ) -> StopResult:
-    """SIGKILL whatever outlived the stop signal, then count what survived even that."""
+    """SIGKILL passes until two scans in a row find nothing (proc(5): one may skip a child),
+    for at most `bound_s`: a child forked after one pass is found by the next, so a tree
+    that keeps forking cannot outrun the stop (SPEC §14). What is left then is reported with
+    its pids, never as gone."""
     lead.signal(signal.SIGKILL)
-    signal_tree(await scan(lead.live(), token) or [], signal.SIGKILL)
-    if await _wait_gone(lead, token, kill_grace_s, scan):
-        return StopResult(killed=True, leftovers=0, signalled=signalled)
-    left = await scan(lead.live(), token)
-    return StopResult(
-        killed=True, leftovers=None if left is None else len(left), signalled=signalled
-    )
+    await _kill_cgroups(delegation)
+    deadline = time.monotonic() + bound_s
+    empty = 0
+    while True:
+        if lead.reaper is not None:
+            lead.reaper.reap_orphans()
+        found = await scan(lead.live(), token)
+        in_cgroup = await _in_cgroups(delegation)
+        if found == [] and in_cgroup == [] and lead.live() is None:
+            empty += 1
+            if empty >= 2:
+                return StopResult(killed=True, leftovers=0, signalled=signalled)
+        else:
+            empty = 0
+            await _kill_cgroups(None if in_cgroup == [] else delegation)
+            with contextlib.suppress(blocking.Hung):
+                await _SCANNER.call(functools.partial(kill_pass, found or []), KILL_PASS_TIMEOUT_S)
+        if time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(0.01)
+    left, in_cgroup = await scan(lead.live(), token), await _in_cgroups(delegation)
+    pids = {p.pid for p in left or []} | set(in_cgroup or [])
+    count = None if left is None or in_cgroup is None else len(pids)
+    return StopResult(killed=True, leftovers=count, signalled=signalled, pids=tuple(sorted(pids)))
+
+
+async def _in_cgroups(delegation: cgroup.Delegation | None) -> list[int] | None:
+    """The pids still in the job's cgroups ([] in signals mode); None when cgroupfs did not
+    answer in time: unknown, never empty."""
+    if delegation is None or delegation.base is None:
+        return []
+
+    def members() -> list[int]:
+        return [p for path in delegation.runs() for p in cgroup.members(path)]
+
+    try:
+        return await _SCANNER.call(members, KILL_PASS_TIMEOUT_S, what="cgroup members")
+    except blocking.Hung:
+        return None
+
+
+async def _kill_cgroups(delegation: cgroup.Delegation | None) -> None:
+    """cgroup.kill on every job cgroup (SPEC §14): the kernel ends the whole subtree at once."""
+    if delegation is None or delegation.base is None:
+        return
+
+    def kill_all() -> None:
+        for path in delegation.runs():
+            cgroup.kill(path, delegation.kill_file)
+
+    with contextlib.suppress(blocking.Hung):
+        await _SCANNER.call(kill_all, KILL_PASS_TIMEOUT_S, what="cgroup.kill")
+
+
+async def end_leftovers(
+    token: str, reaper: Reaper | None, delegation: cgroup.Delegation | None, bound_s: float
+) -> StopResult:
+    """Before a start (SPEC §14): SIGKILL every process that carries our instance marker, and
+    every job cgroup's members, until none is left (for at most `bound_s`); remove the empty
+    job cgroups. `signalled`: how many were found."""
+    found = await find_tree_async(None, token, marker=True)
+    in_cgroup = await _in_cgroups(delegation)
+    if found == [] and in_cgroup == []:
+        result = StopResult(killed=False, leftovers=0, signalled=0)
+    else:
+        lead = _Leader(None, None, reaper)
+        n = len({p.pid for p in found or []} | set(in_cgroup or []))
+        result = await _kill_tree(lead, token, bound_s, _marker_scan, n, delegation)
+    if delegation is not None and result.leftovers == 0:
+        remove_runs(delegation)
+    return result
+
+
+async def _marker_scan(leader: int | None, token: str) -> list[psutil.Process] | None:
+    return await find_tree_async(leader, token, marker=True)
+
+
+def remove_runs(delegation: cgroup.Delegation) -> None:
+    """rmdir the job cgroups that are empty (a run that ended leaves its folder)."""
+    for path in delegation.runs():
+        if not cgroup.populated(path):
+            cgroup.remove(path)
 
 
 _SCANNER = blocking.BoundedWorker("proc-scan")
+KILL_PASS_TIMEOUT_S = 5.0
 
 
 async def find_tree_async(
-    leader: int | None, token: str, timeout_s: float = 5.0
+    leader: int | None, token: str, timeout_s: float = 5.0, marker: bool = False
 ) -> list[psutil.Process] | None:
     """find_tree() off the loop: reading /proc of a process wedged in a driver can block. None
     when the scan did not finish in time, or an earlier one is still stuck (the tree is
     unknown, never empty)."""
     try:
-        return await _SCANNER.call(lambda: find_tree(leader, token), timeout_s, what="scan")
+        return await _SCANNER.call(lambda: find_tree(leader, token, marker), timeout_s, what="scan")
     except blocking.Hung:
         return None
 
