@@ -121,6 +121,7 @@ _LINE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
 )
 
+_DATALOADER = dict(_LINE_RULES)["dataloader_killed"]
 _STARTUP_EXCEPTIONS = frozenset(
     {
         "SyntaxError",
@@ -205,7 +206,7 @@ def classify(facts: ExitFacts) -> Cause:
     for rule in facts.rules:
         if (hit := _newest(lines, rule.pattern)) is not None:
             return Cause(rule.name, rule.cause_class, short(hit))
-    if facts.oom_killed:
+    if facts.oom_killed and _oom_shaped(facts, lines):
         limit = f" ({facts.oom_limit})" if facts.oom_limit else ""
         return _cause("host_oom", f"killed by the kernel's OOM killer{limit}")
     if facts.gpu_faults:
@@ -214,6 +215,13 @@ def classify(facts: ExitFacts) -> Cause:
         if (hit := _newest(lines, pattern)) is not None:
             return _cause(name, hit, _exception_of(hit))
     return _by_status(facts, lines)
+
+
+def _oom_shaped(facts: ExitFacts, lines: list[str]) -> bool:
+    """The OOM killer's SIGKILL reached the leader (directly, or as a shell's 137), or a
+    DataLoader worker: the cgroup may hold more than the job (the daemon's own, on cgroup v1)."""
+    killed = facts.signal == _SIGKILL or (facts.signal is None and facts.exit_code == 128 + 9)
+    return killed or _newest(lines, _DATALOADER) is not None
 
 
 def _by_status(facts: ExitFacts, lines: list[str]) -> Cause:

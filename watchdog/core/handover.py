@@ -81,6 +81,7 @@ def carry(s: JobState) -> dict[str, object] | None:
         "operator_stopped": s.operator_stopped,
         "last_cause": None if s.last_cause is None else dict(s.last_cause),
         "cause_streak": None if s.cause_streak is None else list(s.cause_streak),
+        "exit_step": s.exit_step,
     }
 
 
@@ -128,6 +129,7 @@ def _resume_cause(s: JobState, c: Mapping[str, object]) -> None:
     cause, streak = c.get("last_cause"), c.get("cause_streak")  # absent before SPEC §14
     if isinstance(cause, Mapping):
         s.last_cause = {str(k): str(v) for k, v in cause.items()}
+    s.exit_step = _opt_float(c.get("exit_step"))
     if isinstance(streak, list) and len(streak) == 2:
         s.cause_streak = (str(streak[0]), int(_num(streak[1])))
 

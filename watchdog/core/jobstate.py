@@ -59,6 +59,7 @@ class JobState:
     # failures in a row with one deterministic cause and no step gained: (cause, count)
     last_cause: Mapping[str, str] | None = None
     cause_streak: tuple[str, int] | None = None
+    exit_step: float | None = None  # the step the last exit's run got to (status)
     now: float = 0.0
 
 
@@ -89,6 +90,7 @@ class Snapshot:
     spawning: bool = False  # a start is under way: SpawnChild not yet answered
     attempt: int = 0  # the latest SpawnChild's: a start task checks it is still the one wanted
     last_cause: Mapping[str, str] | None = None  # SPEC §14: why the last failed run died
+    exit_step: float | None = None  # ... and the step its run got to
 
 
 def next_deadline(s: JobState) -> float | None:
@@ -129,4 +131,5 @@ def snapshot(s: JobState) -> Snapshot:
         spawning=s.spawning,
         attempt=s.attempt,
         last_cause=s.last_cause,
+        exit_step=s.exit_step,
     )

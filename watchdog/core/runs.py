@@ -109,6 +109,7 @@ def exited(s: JobState, ev: ChildExited) -> list[Action]:
     if ev.pid != s.pid:
         return []
     s.last_exit = (ev.exit_code, ev.signal)
+    s.exit_step = s.run_step
     s.leader_exited = True
     fields: dict[str, object] = {"pid": ev.pid, "exit_code": ev.exit_code, "signal": ev.signal}
     if s.state is State.STOPPING:
