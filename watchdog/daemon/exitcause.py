@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -110,7 +111,7 @@ async def _gather(d: Parts, run: JobRun) -> tuple[list[str], oomrecord.OomReadin
         return [], oomrecord.OomReading(None, None, why=f"unreadable: {e}")
 
 
-async def _write_cause(d: Parts, path: str, record: dict[str, object]) -> None:
+async def _write_cause(d: Parts, path: str, record: Mapping[str, object]) -> None:
     text = json.dumps(record, indent=2, default=str, ensure_ascii=False) + "\n"
 
     def write() -> None:
