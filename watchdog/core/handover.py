@@ -82,6 +82,7 @@ def carry(s: JobState) -> dict[str, object] | None:
         "last_cause": None if s.last_cause is None else dict(s.last_cause),
         "cause_streak": None if s.cause_streak is None else list(s.cause_streak),
         "exit_step": s.exit_step,
+        "failures_by_cause": dict(s.failures_by_cause),
     }
 
 
@@ -130,6 +131,9 @@ def _resume_cause(s: JobState, c: Mapping[str, object]) -> None:
     if isinstance(cause, Mapping):
         s.last_cause = {str(k): str(v) for k, v in cause.items()}
     s.exit_step = _opt_float(c.get("exit_step"))
+    counts = c.get("failures_by_cause")
+    if isinstance(counts, Mapping):
+        s.failures_by_cause = {str(k): int(_num(v)) for k, v in counts.items()}
     if isinstance(streak, list) and len(streak) == 2:
         s.cause_streak = (str(streak[0]), int(_num(streak[1])))
 

@@ -60,6 +60,7 @@ class JobState:
     last_cause: Mapping[str, str] | None = None
     cause_streak: tuple[str, int] | None = None
     exit_step: float | None = None  # the step the last exit's run got to (status)
+    failures_by_cause: dict[str, int] = field(default_factory=dict)  # since the daemon started
     now: float = 0.0
 
 
@@ -91,6 +92,7 @@ class Snapshot:
     attempt: int = 0  # the latest SpawnChild's: a start task checks it is still the one wanted
     last_cause: Mapping[str, str] | None = None  # SPEC §14: why the last failed run died
     exit_step: float | None = None  # ... and the step its run got to
+    failures_by_cause: Mapping[str, int] = field(default_factory=dict)  # the metric's counter
 
 
 def next_deadline(s: JobState) -> float | None:
@@ -132,4 +134,5 @@ def snapshot(s: JobState) -> Snapshot:
         attempt=s.attempt,
         last_cause=s.last_cause,
         exit_step=s.exit_step,
+        failures_by_cause=dict(s.failures_by_cause),
     )

@@ -102,6 +102,7 @@ def spawn_failed(s: JobState, reason: str, detail: str, now: float) -> list[Acti
         line = f"{reason}: {detail}"[:300]
         klass = "deterministic"
         s.last_cause = {"cause": "startup_error", "cause_class": klass, "cause_line": line}
+        count_failure(s)
     return [emit, *fail(s, reason, now)]
 
 
@@ -121,6 +122,7 @@ def exited(s: JobState, ev: ChildExited) -> list[Action]:
     s.state = State.STOPPING
     s.stop_incident = ev.incident  # SPEC §14: every failed run leaves a bundle
     s.last_cause = causes_of(ev)
+    count_failure(s)
     fields |= {**s.last_cause, **({"incident": ev.incident} if ev.incident else {})}
     s.stop_reason = "exited"
     restart = "exited" in s.policy.restart_on and not s.paused
@@ -140,6 +142,12 @@ def causes_of(ev: ChildExited) -> dict[str, str]:
         "cause_class": ev.cause_class or "unknown",
         "cause_line": ev.cause_line or status,
     }
+
+
+def count_failure(s: JobState) -> None:
+    """train_watchdog_job_failures_total{cause} (SPEC §14)."""
+    cause = (s.last_cause or {}).get("cause", "unknown")
+    s.failures_by_cause[cause] = s.failures_by_cause.get(cause, 0) + 1
 
 
 def stopped_cause(s: JobState, ev: ChildExited) -> dict[str, str]:

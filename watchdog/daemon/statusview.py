@@ -47,5 +47,6 @@ def build(d: Parts) -> dict[str, Any]:
         )
     )
     st["gpu_faults_total"] = faults.counts()  # the metrics endpoint's counter
+    st["job_failures_total"] = dict(snap.failures_by_cause)  # SPEC §14, by cause
     st["gpu_throttle_seconds_total"] = gpus.degraded.seconds()  # SPEC §13
     return st
