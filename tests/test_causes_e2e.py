@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import pathlib
+import signal
 import sys
 from typing import Any
 
 import pytest
-from harness import ROOT, Daemon, base_config, merge
+from harness import ROOT, Daemon, base_config, merge, wait_until
 
 pytestmark = [
     pytest.mark.slow,
@@ -139,6 +141,44 @@ def test_nccl_timeout_before_abort_is_retried_while_it_gains_steps(
         assert all(e["signal"] == 6 for e in named)
         check_named(d, "nccl_timeout", "transient", "Watchdog caught collective operation timeout")
         assert not [e for e in d.events() if e["event"] == "fatal"]
+    finally:
+        d.stop()
+    assert not d.job_processes()
+
+
+def test_hf_trainer_killed_mid_checkpoint_is_checkpoint_unreadable_and_parked(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A real HF Trainer SIGKILLed as its checkpoint folder appears (before trainer_state.json),
+    resumed by the Trainer's own pick of the newest folder: `Can't find a valid checkpoint`
+    names the torn folder, checkpoint_unreadable, parked within 2 starts after the kill."""
+    pytest.importorskip("transformers", reason="transformers not installed (`frameworks` extra)")
+    from test_frameworks import JOBS, framework_config
+
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {"RESUME": "naive", "SAVE_STEPS": "20"}
+    command = [sys.executable, str(JOBS / "hf_trainer_job.py"), str(work)]
+    cfg = merge(base_config(tmp_path, command), framework_config(work, env))
+    d = Daemon(tmp_path, cfg).start()
+    out = work / "out"
+    try:
+        pid = wait_until(lambda: d.status()["job"]["pid"], 60, "the job's pid")
+
+        def torn() -> pathlib.Path | None:
+            found = sorted(out.glob("checkpoint-*")) if out.is_dir() else []
+            return found[0] if found else None
+
+        folder = wait_until(torn, 180, "the first checkpoint folder", interval=0.002)
+        os.killpg(pid, signal.SIGKILL)  # the job leads its own session and group
+        assert not (folder / "trainer_state.json").exists(), "the save finished before the kill"
+        fatal = d.wait_event("fatal", timeout=240)[0]
+        assert (fatal["reason"], fatal["cause"]) == ("repeated_cause", "checkpoint_unreadable")
+        assert f"Can't find a valid checkpoint at {folder}" in fatal["cause_line"], fatal
+        assert spawns(d) == 3  # the killed run, then two that cannot resume
+        first = exits(d)[0]
+        assert (first["cause"], first["signal"]) == ("killed", 9), first
+        check_named(d, "checkpoint_unreadable", "deterministic", str(folder))
     finally:
         d.stop()
     assert not d.job_processes()
