@@ -67,7 +67,7 @@ _LINE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"PytorchStreamReader failed",  # torch.load of a torn zip
             r"Error\(s\) in loading state_dict",  # nn.Module.load_state_dict, strict
             r"Error while deserializing header",  # safetensors
-            r"EOFError: Ran out of input",  # pickle.load of an empty file
+            r"^EOFError(?:$|: Ran out of input)",  # torch.load / pickle.load of an empty file
             r"pickle data was truncated",
             r"unexpected EOF",
             r"Unable to load weights from pytorch checkpoint",  # transformers
@@ -133,6 +133,7 @@ _STARTUP_EXCEPTIONS = frozenset(
     }
 )
 _TRACEBACK = "Traceback (most recent call last):"
+_SYNTAX = re.compile(r"^(?:SyntaxError|IndentationError|TabError): ")
 # `pkg.mod.SomeError: message` or `SomeError` alone, at the start of a (prefix-stripped) line.
 _EXC_LINE = re.compile(r"((?:[A-Za-z_]\w{0,100}\.){0,8}[A-Za-z_]\w{0,100})(?::\s|:$|$)")
 _ARGPARSE_ERROR = re.compile(r"^[\w.\-]{1,200}: error: ")  # `prog: error: …`, exit 2
@@ -279,8 +280,9 @@ def _last_exception(lines: list[str]) -> tuple[str, str] | None:
         if lines[i].startswith(_TRACEBACK):
             start = i
             break
-    if start is None:
-        return None
+    if start is None:  # a SyntaxError of the main script has no traceback header
+        hit = _newest(lines, _SYNTAX)
+        return None if hit is None else (hit.split(":", 1)[0], hit)
     for line in lines[start + 1 :]:
         if line.startswith(("File ", "^", "~")) or line[0] in " \t":
             continue
