@@ -387,17 +387,18 @@ _NASTY = st.sampled_from(
 )
 
 
-def _time_per_char(lines: list[str]) -> float:
-    size = sum(len(x) for x in lines) or 1
+def _seconds(lines: list[str]) -> float:
     best = float("inf")
     for _ in range(3):  # the best of three: a shared machine's noise only ever adds
         start = time.perf_counter()
         classify(ExitFacts(1, None, lines))
         best = min(best, time.perf_counter() - start)
-    return best / size
+    return best
 
 
-BASELINE = _time_per_char(["step 12 | loss 2.31 | 9,012 tok/s " * 3] * 200)
+_ORDINARY = ["step 12 | loss 2.31 | 9,012 tok/s " * 3] * 200
+PER_CHAR = _seconds(_ORDINARY) / sum(len(x) for x in _ORDINARY)
+FIXED_S = 0.002  # a call's own overhead, whatever its size
 
 
 @settings(max_examples=60, deadline=None)
@@ -407,4 +408,5 @@ def test_no_input_is_slower_than_linear(pieces: list[str], lines: int, repeat: i
     an ordinary tail, within a generous factor (no regex backtracks)."""
     line = "".join(pieces) * repeat
     tail = [line] * lines
-    assert _time_per_char(tail) <= max(BASELINE, 2e-8) * 60, (len(line), lines)
+    size = len(line) * lines
+    assert _seconds(tail) <= FIXED_S + size * max(PER_CHAR, 2e-8) * 60, (len(line), lines)
