@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from test_noprogress import next_run, policy
 from test_policy import Driver, emitted, names
 
+from watchdog.config import ConfigError, load_config, parse_config
 from watchdog.core.events import (
     Action,
     ChildExited,
+    ChildSpawned,
     DaemonStarted,
+    Event,
     OperatorCommand,
     ProgressMarked,
     SpawnFailed,
     Tick,
+    TreeStopped,
 )
 from watchdog.core.names import State
+from watchdog.core.records import log_entry, replay
+from watchdog.core.supervisor import Supervisor
 
 OOM = ("cuda_oom", "deterministic", "torch.OutOfMemoryError: CUDA out of memory.")
 NCCL = ("nccl_timeout", "transient", "Watchdog caught collective operation timeout")
@@ -146,3 +155,52 @@ def test_a_run_we_stopped_takes_the_stop_reason_as_its_cause() -> None:
     out = d.feed(OperatorCommand("stop"), 1.0)
     ev = emitted(out, "child_exited")
     assert ev.fields["cause"] == "operator" and ev.fields["cause_class"] == "unknown"
+
+
+def test_the_input_log_replays_a_repeated_cause() -> None:
+    """The cause rides on ChildExited: a replay of the logged inputs reaches the same fatal."""
+    sup = Supervisor(policy(limit=10), lambda: 0.5)  # jitter 0: the draws do not matter
+    entries: list[dict[str, object]] = []
+
+    def feed(ev: Event, now: float) -> None:
+        entries.append(log_entry(ev, now))
+        sup.handle(ev, now)
+
+    feed(DaemonStarted(), 0.0)
+    feed(ChildSpawned(101), 0.0)
+    feed(ChildExited(101, 1, None, *OOM), 1.0)
+    feed(TreeStopped(killed=False), 1.0)
+    when = sup.next_deadline()
+    assert when is not None
+    feed(Tick(), when)
+    feed(ChildSpawned(102), when)
+    feed(ChildExited(102, 1, None, *OOM), when + 1)
+    feed(TreeStopped(killed=False), when + 1)
+    assert sup.snapshot().last_reason == "repeated_cause"
+    again = replay(policy(limit=10), 0, entries)
+    assert again.snapshot().state is State.FATAL
+    assert again.snapshot().last_reason == "repeated_cause"
+    assert again.snapshot().last_cause == sup.snapshot().last_cause
+
+
+def test_a_bad_user_cause_is_a_config_error_naming_key_and_line(tmp_path: Path) -> None:
+    """causes[0].pattern that does not compile: ConfigError with the file, line and key path."""
+    path = tmp_path / "watchdog.yaml"
+    path.write_text(
+        "job:\n  command: [/bin/true]\ncauses:\n  - name: lost_shard\n"
+        "    pattern: 'shard (\\\\d+ missing'\n    class: deterministic\n"
+    )
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path))
+    assert str(err.value).startswith(f"{path}:5: causes[0].pattern: invalid regular expression")
+
+
+def test_user_causes_load_in_order() -> None:
+    """A valid causes: list is parsed into rules, in order, with their classes."""
+    cfg = parse_config(
+        "job: {command: [/bin/true]}\ncauses:\n"
+        "  - {name: a, pattern: 'x', class: host}\n  - {name: b, pattern: 'y', class: transient}\n",
+        "/etc/train-watchdog/watchdog.yaml",
+        check_paths=False,
+    )
+    assert [(r.name, r.cause_class) for r in cfg.causes] == [("a", "host"), ("b", "transient")]

@@ -312,7 +312,7 @@ class Daemon:
 
     def _gpu_fault(self, fields: dict[str, object], gate: bool, quiet: bool = False) -> None:
         # the core decides whether the fault parks the job (Policy.parks)
-        if not gate:  # SPEC §14: a fault while the run ran is evidence of why it died
+        if not gate and fields.get("action") in ("reset_gpu", "reboot_host"):  # SPEC §14
             self.job.fault_seen(str(fields.get("message") or fields.get("xid") or "GPU fault"))
         self.post(GpuFaultSeen(str(fields.get("action")), fields, gate=gate, quiet=quiet))
 
