@@ -116,7 +116,7 @@ def test_a_kernel_oom_kill_is_host_oom_and_parks(
         )
         assert sum(1 for e in d.events() if e["event"] == "child_spawned") == 1
         rc, human, _ = d.ctl("status")
-        assert rc == 3 and "OOM killer" in human, human
+        assert rc == 3 and "HOST FAULT: killed by the kernel's OOM killer" in human, human
     finally:
         d.stop()
     assert not d.job_processes()

@@ -62,7 +62,9 @@ EVENTS: dict[str, EventName] = {
     "child_start_failed": EventName("a start produced no job (pre_start, exec, GPUs)", WARNING),
     "child_healthy": EventName("the job became healthy: GPUs in use and progress seen"),
     "child_stopping": EventName("the job's tree is being stopped, and why"),
-    "child_exited": EventName("the job's leader exited: code or signal, or unknown", WARNING),
+    "child_exited": EventName(
+        "the job's leader exited: code or signal, or unknown; why (cause, SPEC §14)", WARNING
+    ),
     "child_killed": EventName("SIGKILL was needed to end the tree", WARNING),
     "child_stopped": EventName("the job is stopped and stays stopped"),
     "leftovers_found": EventName("processes survived even SIGKILL", ERR),
