@@ -106,7 +106,7 @@ def test_the_same_cuda_oom_at_the_same_step_is_parked_within_two_starts(
 
 def test_a_killed_dataloader_worker_is_transient_and_restarted(tmp_path: pathlib.Path) -> None:
     """A DataLoader worker SIGKILLed: dataloader_killed (transient), restarted by the budget."""
-    d = run_daemon(tmp_path, "dataloader")
+    d = run_daemon(tmp_path, "dataloader", backoff_initial_s=20, backoff_max_s=20)  # one exit
     try:
         scheduled = d.wait_event("restart_scheduled", timeout=120)[0]
         assert scheduled["reason"] == "exited"
@@ -118,7 +118,7 @@ def test_a_killed_dataloader_worker_is_transient_and_restarted(tmp_path: pathlib
 
 def test_a_null_dereference_is_a_segfault(tmp_path: pathlib.Path) -> None:
     """ctypes.string_at(0) after three steps: SIGSEGV, named segfault (transient)."""
-    d = run_daemon(tmp_path, "segv")
+    d = run_daemon(tmp_path, "segv", backoff_initial_s=20, backoff_max_s=20)  # one exit
     try:
         d.wait_event("restart_scheduled", timeout=120)
         ev = check_named(d, "segfault", "transient", "SIGSEGV")
