@@ -83,6 +83,7 @@ def sample_status() -> dict[str, Any]:
         "gpus": [{"index": 0, "uuid": "GPU-0", "used_mib": 70000, "total_mib": 143771}],
         "gpu_faults_total": [{"gpu": 0, "xid": 79, "action": "reboot_host", "count": 1}],
         "gpu_throttle_seconds_total": [{"gpu": 0, "reason": "hw_thermal", "seconds": 5.0}],
+        "job_failures_total": {"cuda_oom": 2},
         "progress": {"tokens_per_s": 9000.0, "step": 5, "last_progress_age_s": 2.0},
         "goodput": {
             "productive_s": 1.0,

@@ -68,6 +68,16 @@ def test_a_crash_loop_restarts_inside_the_allocation_then_exits_93(
     assert "fatal" in names and d.history()[-1]["exit_code"] == 93
 
 
+def test_a_repeated_cause_park_exits_93(make_daemon: DaemonFactory, tmp_path: pathlib.Path) -> None:
+    """SPEC §14: the same startup_error twice → fatal repeated_cause → watchdogd exits 93."""
+    job = write_script(tmp_path / "typo.py", "import nosuch_module_for_watchdog_tests\n")
+    d = _flagged(make_daemon, [job], {"restart": {"backoff_initial_s": 0.1}})
+    assert d.wait_exit(40) == 93, d.output()
+    fatal = next(e for e in d.history() if e["event"] == "fatal")
+    assert (fatal["reason"], fatal["cause"]) == ("repeated_cause", "startup_error"), fatal
+    assert [e["event"] for e in d.history()].count("child_spawned") == 2
+
+
 def test_a_daemon_that_is_started_again_runs_the_job_again(
     make_daemon: DaemonFactory, tmp_path: pathlib.Path
 ) -> None:

@@ -330,7 +330,7 @@ def test_an_incident_is_named_by_its_own_fatal_and_never_by_a_later_restart(
     tmp_path: pathlib.Path,
 ) -> None:
     """The bundle of a stop that ends in `fatal` is named by that `fatal`; a later, unrelated
-    `restart_scheduled` (a plain exit) carries no incident path."""
+    `restart_scheduled` (a plain exit) names only its own run's bundle (SPEC §14), never it."""
     flag = tmp_path / "exit-now"
     job = write_script(
         tmp_path / "job.py",
@@ -353,8 +353,11 @@ def test_an_incident_is_named_by_its_own_fatal_and_never_by_a_later_restart(
         assert fatal.get("incident") == saved[-1]["path"], fatal
         flag.write_text("")
         assert d.ctl("start")[0] != 4
-        later = d.wait_event("restart_scheduled", reason="exited")[-1]
-        assert "incident" not in later, later
+        later = d.wait_event("restart_scheduled", reason="exited")[0]
+        events = d.events()
+        before = events[: events.index(later)]
+        exited = [e for e in before if e["event"] == "child_exited" and e.get("incident")]
+        assert later["incident"] == exited[-1]["incident"] != saved[-1]["path"], later
     finally:
         d.stop()
 

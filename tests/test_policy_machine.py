@@ -59,6 +59,16 @@ POLICY = Policy(
 )
 
 
+# SPEC §14: a classified exit of each class, and one the shell could not classify
+CRASH_CAUSES = [
+    None,
+    ("cuda_oom", "deterministic"),
+    ("startup_error", "deterministic"),
+    ("nccl_timeout", "transient"),
+    ("host_oom", "host"),
+]
+
+
 class SupervisorMachine(RuleBasedStateMachine):
     """The shell's side is simulated faithfully: children exist between ChildSpawned and
     ChildExited; a kill request is answered later (or never, if the rule is not drawn)."""
@@ -95,6 +105,10 @@ class SupervisorMachine(RuleBasedStateMachine):
         self.paused = False
         self.completed_at = 0.0  # when that run exited
         self.next_incident = 0
+        # SPEC §14: the cause of the latest unexpected exit, and the streak of failures in a row
+        # with one deterministic cause and no progress between them: (cause, count)
+        self.crash_cause: tuple[str, str] | None = None
+        self.cause_streak: tuple[str, int] | None = None
         self.apply(DaemonStarted())
 
     def apply(self, ev: Event) -> list[Action]:
@@ -117,6 +131,8 @@ class SupervisorMachine(RuleBasedStateMachine):
         actions = self.sup.handle(ev, self.now)
         if any(isinstance(a, Refuse) for a in actions):
             self.parked, self.completed = before  # a refused command changes nothing
+        elif isinstance(ev, OperatorCommand) and ev.cmd in ("start", "restart"):
+            self.cause_streak = None  # SPEC §14: an operator's start counts afresh
         for a in actions:
             if isinstance(a, SpawnChild):
                 assert not self.completed, "a completed run was started again by itself"
@@ -140,6 +156,20 @@ class SupervisorMachine(RuleBasedStateMachine):
                     # no restart counted, the no-progress tally untouched
                     s = self.sup.snapshot()
                     assert (s.restarts_total, s.no_progress_restarts) == self.budget_at_exit
+                if a.event == "job_parked" and a.fields["reason"] == "host_oom":
+                    assert self.crash_cause == ("host_oom", "host"), a.fields
+                    self.parked = True  # SPEC §14: a host cause parks as a GPU fault does
+                if a.event == "restart_scheduled" or (
+                    a.event == "fatal" and a.fields["reason"] == "repeated_cause"
+                ):
+                    self.count_cause(str(a.fields.get("reason", a.fields.get("last_reason"))))
+                if a.event == "fatal" and a.fields["reason"] == "repeated_cause":
+                    # SPEC §14: same_cause_limit failures in a row, one deterministic cause
+                    assert self.cause_streak is not None, a.fields
+                    assert self.cause_streak[1] >= POLICY.same_cause_limit, a.fields
+                    assert a.fields["cause"] == self.cause_streak[0], a.fields
+                if a.event == "restart_scheduled" and self.cause_streak is not None:
+                    assert self.cause_streak[1] < POLICY.same_cause_limit, "a repeat restarted"
                 if a.event == "restart_scheduled":
                     assert not self.parked, "a parked job was scheduled for a restart"
                     delay = float(str(a.fields["delay_s"]))
@@ -152,7 +182,7 @@ class SupervisorMachine(RuleBasedStateMachine):
                     # the other way into fatal: max_no_progress restarts in a row got nowhere
                     assert self.no_progress_streak == POLICY.max_no_progress, a.fields
                     assert not self.run_healthy
-                elif a.event == "fatal":
+                elif a.event == "fatal" and a.fields["reason"] != "repeated_cause":
                     assert self.last_event in (
                         "crash",
                         "spawn_failed",
@@ -168,6 +198,18 @@ class SupervisorMachine(RuleBasedStateMachine):
                 self.exited = True
                 self.gone = True
         return actions
+
+    def count_cause(self, reason: str) -> None:
+        """The model of SPEC §14's streak, at each failure the core decided on."""
+        cause = self.crash_cause if reason == "exited" else None
+        if cause is None or cause[1] != "deterministic":
+            self.cause_streak = None
+            return
+        same = self.cause_streak is not None and self.cause_streak[0] == cause[0]
+        count = (
+            self.cause_streak[1] + 1 if same and not self.run_healthy and self.cause_streak else 1
+        )
+        self.cause_streak = (cause[0], count)
 
     @rule(dt=st.floats(min_value=0.0, max_value=40.0), u=st.floats(0.0, 0.999))
     def time_passes(self, dt: float, u: float) -> None:
@@ -194,13 +236,16 @@ class SupervisorMachine(RuleBasedStateMachine):
             self.apply(SpawnFailed("pre_start_failed"))
 
     @precondition(lambda m: m.live)
-    @rule()
-    def child_crashes(self) -> None:
+    @rule(cause=st.sampled_from(CRASH_CAUSES))
+    def child_crashes(self, cause: tuple[str, str] | None = None) -> None:
+        """The job dies; the shell classified why (SPEC §14), or could not (None)."""
         if self.live:
             pid = max(self.live)
             self.live.discard(pid)
             self.last_event = "crash"
-            self.apply(ChildExited(pid, 1, None))
+            self.crash_cause = cause
+            name, klass = cause if cause is not None else (None, None)
+            self.apply(ChildExited(pid, 1, None, name, klass, name and f"{name} line"))
 
     @precondition(lambda m: m.live)
     @rule(code=st.sampled_from([0, 0, 1]))
@@ -355,6 +400,7 @@ class SupervisorMachine(RuleBasedStateMachine):
             self.completed = saved.completed is not None
         self.sup = self.supervisor_class(POLICY, lambda: self.u)
         self.sup.handle(StateRestored(saved), self.now)
+        self.cause_streak = None  # not in the state file: a new daemon counts afresh
         self.pending_spawn = self.pending_kill = False  # a spawn under way made no job
         self.exited = self.gone = False
         self.operator_stopped = self.stopped_by_operator
@@ -393,6 +439,7 @@ class SupervisorMachine(RuleBasedStateMachine):
         self.sup = self.supervisor_class(POLICY, lambda: self.u)
         self.sup.handle(StateRestored(left), self.now)
         self.exited = self.gone = False
+        self.cause_streak = None  # not in the state file: a new daemon counts afresh
         # a shutdown is no operator stop; an operator's stop, a pause and a park are kept in
         # the state file (SPEC §13) and hold the new daemon back, unless a scheduler's new
         # allocation (`fresh`, --exit-with-job) decided on a new run

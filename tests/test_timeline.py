@@ -191,18 +191,20 @@ def test_timeline_without_a_tty_draws_plain_marks_and_lists_the_restarts(
     make_daemon: DaemonFactory, tmp_path: pathlib.Path
 ) -> None:
     """Piped (no TTY): no escape codes, ≤ 100 columns, the state band, the tok/s sparkline,
-    GPUs in use, restart marks, both restarts listed with their exit code, and the goodput."""
+    GPUs in use, restart marks, both restarts listed with their cause and exit code, and the
+    goodput."""
     d = start_crashing(make_daemon, tmp_path)
     rc, out, err = d.ctl("timeline", "--since", "10m")
     assert rc == 0, err
     assert "\x1b" not in out
-    lines = check_screen(out)
+    lines = check_screen(out, {str(tmp_path / "state" / "incidents")})  # each exit's bundle
     assert "R" in row(lines, "marks")
     assert "█" in row(lines, "state")  # running
     assert set(row(lines, "tok/s")) <= set("▁▂▃▄▅▆▇█ ")
     assert "2" in row(lines, "GPUs")  # 2 of 2 GPUs in use while it ran
     restarts = [line for line in lines if re.match(r"\s+\d\d:\d\d:\d\d\s+restart\s", line)]
-    assert len(restarts) == 2 and all("exited (code 3)" in r for r in restarts), out
+    # SPEC §14: each restart with why the run died (a bare `exit 3` names no cause)
+    assert len(restarts) == 2 and all("exited (unknown, code 3)" in r for r in restarts), out
     assert "Restarts 2" in out and "Goodput of the span:" in out
 
 
@@ -253,7 +255,7 @@ def test_timeline_in_a_real_terminal_is_coloured_and_fits(
             plain = [ESC.sub("", line).strip() for line in screen]
             begin = max(i for i, line in enumerate(plain) if line.endswith(f"BEGIN-{n}"))
             printed = screen[begin + 1 : plain.index(done)]
-            lines = check_screen("\n".join(printed))
+            lines = check_screen("\n".join(printed), {str(tmp_path / "state" / "incidents")})
             assert "R" in row(lines, "marks")
             assert any("\x1b[" in line for line in printed) == (n == 0), printed
     finally:

@@ -269,3 +269,11 @@ def test_profiling_pass_runs_only_for_missed_respawn_or_cpu_goals(tmp_path: Path
     assert run._where_time_goes(r) == "No respawn or CPU goal was missed."
     r.goals.append(report.Goal("3 CPU at 10,000 lines/s", "", "", False))
     assert run._missed(r, "3 CPU at 10,000") and not run._missed(r, "3 CPU at 10 lines")
+
+
+def test_bench_causes_a_200_line_tail_is_named_within_five_ms() -> None:
+    """SPEC §14: classifying a failed run's 200-line tail never delays a restart (≤ 5 ms CPU)."""
+    from bench import bench_causes
+
+    for facts in bench_causes.TAILS.values():
+        assert bench_causes.cpu_ms(facts, budget_s=0.2) <= bench_causes.GOAL_MS

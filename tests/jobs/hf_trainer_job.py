@@ -12,7 +12,8 @@ Knobs (environment): SAVE_STEPS (default 20), LOGGING_STEPS (default 10), EVAL_S
 evaluation; else an eval phase with its own bar every N steps) over EVAL_ROWS rows (default 400,
 4 a batch), each taking at least EVAL_ROW_S seconds to load (default 0: a slow disk, for an
 evaluation that outlasts the watchdog's stall_after_s); TRAIN_ROW_S, the same for training rows
-(default 0; 0.3 makes a step of 4 rows last over a second: the bar reads `s/it`).
+(default 0; 0.3 makes a step of 4 rows last over a second: the bar reads `s/it`); RESUME=naive
+resumes as `resume_from_checkpoint=get_last_checkpoint(out)` does, torn folder or not.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ warnings.filterwarnings("ignore")  # the CPU wheel's numpy notices are not the j
 
 import torch  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments  # noqa: E402
+from transformers.trainer_utils import get_last_checkpoint  # noqa: E402
 
 VOCAB = 64
 SEQ = 16
@@ -101,7 +103,12 @@ def main() -> None:
         if eval_steps
         else None,
     )
-    trainer.train(resume_from_checkpoint=newest_complete_checkpoint(out))
+    if os.environ.get("RESUME") == "naive":  # the Trainer's own pick: the highest checkpoint-N
+        trainer.train(
+            resume_from_checkpoint=get_last_checkpoint(out) if os.path.isdir(out) else None
+        )
+    else:
+        trainer.train(resume_from_checkpoint=newest_complete_checkpoint(out))
 
 
 if __name__ == "__main__":

@@ -132,6 +132,8 @@ def _restart_lines(st: dict[str, Any]) -> list[str]:
         f" Restarts: {rs['total']} ({rs['in_window']} in window) · "
         f"last reason {rs['last_reason'] or '-'}{last_exit}"
     ]
+    if ex and ex.get("cause"):
+        lines.append(f"Last exit: {cause_text(ex)}")
     if rs["next_restart_in_s"] is not None:
         lines.append(f"  Backoff: next start in {rs['next_restart_in_s']:.1f} s")
     if st.get("cluster"):
@@ -139,6 +141,14 @@ def _restart_lines(st: dict[str, Any]) -> list[str]:
     if st.get("incident"):
         lines.append(f" Incident: {st['incident']}")
     return lines
+
+
+def cause_text(ex: dict[str, Any]) -> str:
+    """SPEC §14: `cuda_oom (step 1,204) — torch.OutOfMemoryError: CUDA out of memory. …`."""
+    step = ex.get("step")
+    where = f" (step {step:,})" if isinstance(step, int) else ""
+    line = ex.get("cause_line")
+    return f"{ex['cause']}{where}" + (f" — {line}" if line else "")
 
 
 def completed_line(c: dict[str, Any]) -> str:
@@ -196,10 +206,14 @@ def _health(st: dict[str, Any]) -> str:
         words = ["maintenance: detectors report, nothing restarts automatically"]
     elif state == "fatal" and st["restarts"]["last_reason"] == "no_progress":
         words = ["restarts got no further (max_no_progress); `watchdogctl start` tries again"]
+    elif state == "fatal" and st["restarts"]["last_reason"] == "repeated_cause":
+        words = ["the same deterministic cause again (docs/causes.md); fix it, then `start`"]
     elif state == "fatal":
         words = ["restart budget spent; `watchdogctl start` tries again"]
     elif state == "host_fault" and (st.get("host_fault") or {}).get("kind") == "gpu_access_lost":
         words = ["parked until NVML access is back"]  # then it restarts by itself
+    elif state == "host_fault" and (st.get("host_fault") or {}).get("kind") == "host_oom":
+        words = ["parked: the kernel's OOM killer killed the job; `watchdogctl start` after"]
     elif state == "host_fault":
         words = ["parked on a GPU hardware fault; `watchdogctl start` after the repair"]
     elif state == "completed":

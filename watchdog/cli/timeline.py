@@ -46,8 +46,9 @@ UNKNOWN_STATE = ("?", "0")
 MARKS: dict[str, tuple[str, str, str]] = {
     "fatal": ("F", "31;1", "fatal"),
     "gpu_fault": ("G", "31;1", "GPU fault"),
-    "incident_saved": ("I", "33;1", "incident"),
+    # every failed run leaves a bundle (SPEC §14): the restart it led to is the more telling
     "restart_scheduled": ("R", "33", "restart"),
+    "incident_saved": ("I", "33;1", "incident"),
     "job_completed": ("C", "32", "completed"),
     "daemon_started": ("D", "2", "daemon up"),
     "daemon_reexecuted": ("D", "2", "reexec"),
@@ -229,6 +230,8 @@ def _list_entry(e: dict[str, Any], exited: dict[str, Any] | None, span_s: float)
     detail = str(e.get("reason") or "")
     if name == "restart_scheduled" and detail == "exited" and exited is not None:
         detail += f" ({_exit_text(exited)})"
+    elif name == "fatal" and e.get("cause"):
+        detail += f" ({e['cause']})"  # SPEC §14: repeated_cause names the cause
     if e.get("delay_s") is not None:
         detail += f", next start in {float(e['delay_s']):.1f} s"
     if name == "gpu_fault":
@@ -243,6 +246,8 @@ def _list_entry(e: dict[str, Any], exited: dict[str, Any] | None, span_s: float)
 
 
 def _exit_text(e: dict[str, Any]) -> str:
+    if e.get("cause"):  # SPEC §14: why it died, then its status
+        return f"{e['cause']}, {_exit_text({**e, 'cause': None})}"
     if e.get("signal") is not None:
         return f"signal {e['signal']}"
     if e.get("exit_code") is not None:

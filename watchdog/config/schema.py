@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from watchdog.config.causes import parse_causes
 from watchdog.config.fields import (
     DEFAULT_REGEX,
     DEFAULT_RESTART_ON,
@@ -33,6 +34,7 @@ from watchdog.config.fields import (
     parse_reasons,
     parse_signal,
 )
+from watchdog.core.causes import UserRule
 
 _NO_ENV: Mapping[str, str] = types.MappingProxyType({})
 
@@ -137,6 +139,8 @@ class RestartConfig:
     max_restarts: int = field(default=10, metadata=_m(ge=1))
     window_s: float = field(default=3600.0, metadata=_m(gt=0))
     max_no_progress: int = field(default=3, metadata=_m(ge=1))
+    # SPEC §14: failures in a row with the same deterministic cause and no step gained → fatal
+    same_cause_limit: int = field(default=2, metadata=_m(ge=1))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -205,5 +209,7 @@ class Config:
     cluster: ClusterConfig | None = None
     exit_codes: ExitCodesConfig = field(default_factory=ExitCodesConfig)
     timeline: TimelineConfig = field(default_factory=TimelineConfig)
+    # SPEC §14: the user's exit causes, tried before the built-in ones (docs/causes.md)
+    causes: tuple[UserRule, ...] = field(default=(), metadata=_m(parse=parse_causes))
     state_dir: str = field(default="/var/lib/train-watchdog", metadata=_m(path=True))
     source: str = field(metadata=_m(internal=True))  # the config file's absolute path

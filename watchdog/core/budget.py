@@ -49,6 +49,7 @@ class Policy:
     restart_on: frozenset[str] = names.DEFAULT_RESTART_ON
     startup_timeout_s: float = 1200.0
     max_no_progress: int = 3  # SPEC §12: automatic restarts in a row without progress
+    same_cause_limit: int = 2  # SPEC §14: same deterministic cause in a row, no step gained
     progress_marker: Marker = "step"  # "checkpoint" with progress.checkpoint
     # SPEC §13: an unexpected exit with one of these codes ends the run for good (`completed`),
     # unless restart_on holds "completed" (a job meant to run for ever: restarted as before).

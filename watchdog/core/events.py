@@ -64,9 +64,18 @@ class SpawnFailed:
 
 @dataclass(frozen=True, slots=True)
 class ChildExited:
+    """The leader was reaped. `cause`, `cause_class`, `cause_line`: why it died (SPEC §14),
+    classified by the shell from the run's last lines and the kernel's OOM record (core/causes.py)
+    and carried here, so a replay of the input log reproduces every decision; None for an exit
+    nobody classified. `incident`: the bundle the shell saved for this failed run."""
+
     pid: int
     exit_code: int | None
     signal: int | None
+    cause: str | None = None
+    cause_class: str | None = None
+    cause_line: str | None = None
+    incident: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

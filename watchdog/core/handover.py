@@ -79,6 +79,10 @@ def carry(s: JobState) -> dict[str, object] | None:
         "completed_at": s.completed_at,
         "run_step": s.run_step,
         "operator_stopped": s.operator_stopped,
+        "last_cause": None if s.last_cause is None else dict(s.last_cause),
+        "cause_streak": None if s.cause_streak is None else list(s.cause_streak),
+        "exit_step": s.exit_step,
+        "failures_by_cause": dict(s.failures_by_cause),
     }
 
 
@@ -119,6 +123,19 @@ def resume(s: JobState, c: Mapping[str, object], now: float) -> None:
     if stopped is None:
         stopped = state is State.STOPPED and not s.want_running and s.completed is None
     s.operator_stopped = stopped is True
+    _resume_cause(s, c)
+
+
+def _resume_cause(s: JobState, c: Mapping[str, object]) -> None:
+    cause, streak = c.get("last_cause"), c.get("cause_streak")  # absent before SPEC §14
+    if isinstance(cause, Mapping):
+        s.last_cause = {str(k): str(v) for k, v in cause.items()}
+    s.exit_step = _opt_float(c.get("exit_step"))
+    counts = c.get("failures_by_cause")
+    if isinstance(counts, Mapping):
+        s.failures_by_cause = {str(k): int(_num(v)) for k, v in counts.items()}
+    if isinstance(streak, list) and len(streak) == 2:
+        s.cause_streak = (str(streak[0]), int(_num(streak[1])))
 
 
 def restore(s: JobState, d: Durable, now: float) -> None:

@@ -127,6 +127,11 @@ class HealthMonitor:
         if self._last_activity_at is None or now > self._last_activity_at:
             self._last_activity_at = now
 
+    @property
+    def progressed(self) -> bool:
+        """This run printed a progress line (SPEC §14: a startup_error comes before one)."""
+        return self._first_progress_at is not None
+
     def progress(self, reading: ProgressReading, now: float) -> None:
         if self._first_progress_at is None:
             self._first_progress_at = now

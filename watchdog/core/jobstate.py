@@ -55,6 +55,12 @@ class JobState:
     completed_at: float | None = None
     run_step: float | None = None  # the current run's latest step (job_completed)
     operator_stopped: bool = False  # SPEC §13: an operator's stop, until a start/restart
+    # SPEC §14: the last failed run's cause (cause, cause_class, cause_line), and the streak of
+    # failures in a row with one deterministic cause and no step gained: (cause, count)
+    last_cause: Mapping[str, str] | None = None
+    cause_streak: tuple[str, int] | None = None
+    exit_step: float | None = None  # the step the last exit's run got to (status)
+    failures_by_cause: dict[str, int] = field(default_factory=dict)  # since the daemon started
     now: float = 0.0
 
 
@@ -84,6 +90,9 @@ class Snapshot:
     completed_at: float | None = None
     spawning: bool = False  # a start is under way: SpawnChild not yet answered
     attempt: int = 0  # the latest SpawnChild's: a start task checks it is still the one wanted
+    last_cause: Mapping[str, str] | None = None  # SPEC §14: why the last failed run died
+    exit_step: float | None = None  # ... and the step its run got to
+    failures_by_cause: Mapping[str, int] = field(default_factory=dict)  # the metric's counter
 
 
 def next_deadline(s: JobState) -> float | None:
@@ -123,4 +132,7 @@ def snapshot(s: JobState) -> Snapshot:
         completed_at=s.completed_at,
         spawning=s.spawning,
         attempt=s.attempt,
+        last_cause=s.last_cause,
+        exit_step=s.exit_step,
+        failures_by_cause=dict(s.failures_by_cause),
     )

@@ -62,7 +62,9 @@ EVENTS: dict[str, EventName] = {
     "child_start_failed": EventName("a start produced no job (pre_start, exec, GPUs)", WARNING),
     "child_healthy": EventName("the job became healthy: GPUs in use and progress seen"),
     "child_stopping": EventName("the job's tree is being stopped, and why"),
-    "child_exited": EventName("the job's leader exited: code or signal, or unknown", WARNING),
+    "child_exited": EventName(
+        "the job's leader exited: code or signal, or unknown; why (cause, SPEC §14)", WARNING
+    ),
     "child_killed": EventName("SIGKILL was needed to end the tree", WARNING),
     "child_stopped": EventName("the job is stopped and stays stopped"),
     "leftovers_found": EventName("processes of the job were still alive after the stop", ERR),
@@ -152,6 +154,9 @@ REASONS: dict[str, str] = {
     "stop_unverified": "the job's tree could not be verified gone: parked, never doubled",
     "no_progress": "restart.max_no_progress restarts in a row got no further: parked (SPEC §12)",
     "completed": "the job exited with a code in job.success_exit_codes: done (SPEC §13)",
+    "repeated_cause": "restart.same_cause_limit failures in a row with the same deterministic"
+    " cause and no step gained: parked (SPEC §14)",
+    "host_oom": "the kernel's OOM killer killed the job (its memory cgroup): parked (SPEC §14)",
     # why a start failed
     "gpu_memory_held": "the GPUs did not drain in gpus.reclaim_timeout_s",
     "pre_start_failed": "a pre_start command failed",
@@ -231,6 +236,8 @@ DETECTORS = (
     "gpu_degraded",
     "progress_unreadable",
 )
+# SPEC §14: the failures whose cause the shell classified (an exit, an exec that failed).
+CAUSED_FAILURES = frozenset({"exited", "spawn_failed"})
 # Stops somebody asked for (an operator, the daemon's own shutdown), not a verdict on the job.
 REQUESTED_STOPS = frozenset({"operator", "shutdown"})
 # Events `watchdogctl timeline` marks (restarts and incidents, SPEC §13) and the ones that

@@ -91,6 +91,7 @@ def _start(s: JobState, cmd: str, now: float) -> list[Action]:
     s.restart_times.clear()
     s.failures = 0
     s.tally.reset()
+    s.cause_streak = None  # SPEC §14: like the budget, an operator's start starts it afresh
     s.host_fault = None  # an operator's start leaves host_fault (SPEC §12)
     s.operator_stopped = False  # ... and an operator's stop (SPEC §13)
     if alive or s.state is State.STOPPING:

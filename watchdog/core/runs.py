@@ -49,6 +49,7 @@ def fresh_run(s: JobState, now: float) -> list[Action]:
     s.restart_times.clear()
     s.failures = 0
     s.tally.reset()
+    s.cause_streak = None
     s.host_fault = None
     s.backoff_until = None
     s.state = State.STOPPED
@@ -97,6 +98,11 @@ def spawn_failed(s: JobState, reason: str, detail: str, now: float) -> list[Acti
     if s.state is State.STOPPING:
         return [emit, *finish_stop(s, now)]
     s.tally.run_started(now)  # an empty run: it counts against max_no_progress too
+    if reason == "spawn_failed":  # SPEC §14: an exec failure is a startup_error, counted alike
+        line = f"{reason}: {detail}"[:300]
+        klass = "deterministic"
+        s.last_cause = {"cause": "startup_error", "cause_class": klass, "cause_line": line}
+        count_failure(s)
     return [emit, *fail(s, reason, now)]
 
 
@@ -104,15 +110,20 @@ def exited(s: JobState, ev: ChildExited) -> list[Action]:
     if ev.pid != s.pid:
         return []
     s.last_exit = (ev.exit_code, ev.signal)
+    s.exit_step = s.run_step
     s.leader_exited = True
-    fields = {"pid": ev.pid, "exit_code": ev.exit_code, "signal": ev.signal}
+    fields: dict[str, object] = {"pid": ev.pid, "exit_code": ev.exit_code, "signal": ev.signal}
     if s.state is State.STOPPING:
-        return [Emit("child_exited", {**fields, "reason": s.stop_reason})]
+        s.last_cause = stopped_cause(s, ev)
+        return [Emit("child_exited", {**fields, "reason": s.stop_reason, **s.last_cause})]
     if ev.signal is None and ev.exit_code in s.policy.success_exit_codes:
         return exited_well(s, ev, fields)
     # An unexpected death: clear leftovers of the tree first, then decide (in _tree_stopped).
     s.state = State.STOPPING
-    s.stop_incident = None
+    s.stop_incident = ev.incident  # SPEC §14: every failed run leaves a bundle
+    s.last_cause = causes_of(ev)
+    count_failure(s)
+    fields |= {**s.last_cause, **({"incident": ev.incident} if ev.incident else {})}
     s.stop_reason = "exited"
     restart = "exited" in s.policy.restart_on and not s.paused
     s.after_stop = "restart" if restart else "stop"
@@ -121,6 +132,31 @@ def exited(s: JobState, ev: ChildExited) -> list[Action]:
         Emit("detector_fired", {"reason": "exited", "pid": ev.pid}),
         kill_tree(s, ev.pid, "exited"),
     ]
+
+
+def causes_of(ev: ChildExited) -> dict[str, str]:
+    """SPEC §14's three fields of an unexpected exit; `unknown` where the shell gave none."""
+    status = f"exit {ev.exit_code}" if ev.signal is None else f"signal {ev.signal}"
+    return {
+        "cause": ev.cause or "unknown",
+        "cause_class": ev.cause_class or "unknown",
+        "cause_line": ev.cause_line or status,
+    }
+
+
+def count_failure(s: JobState) -> None:
+    """train_watchdog_job_failures_total{cause} (SPEC §14)."""
+    cause = (s.last_cause or {}).get("cause", "unknown")
+    s.failures_by_cause[cause] = s.failures_by_cause.get(cause, 0) + 1
+
+
+def stopped_cause(s: JobState, ev: ChildExited) -> dict[str, str]:
+    """A run we stopped died of the stop: its cause is the stop's reason (a verdict, an
+    operator), unless its log names something more specific (the shell classified it)."""
+    if ev.cause is not None and ev.cause not in ("killed", "unknown", "python_exception"):
+        return causes_of(ev)
+    line = f"stopped by the watchdog ({s.stop_reason})"
+    return {"cause": s.stop_reason, "cause_class": "unknown", "cause_line": line}
 
 
 def exited_well(s: JobState, ev: ChildExited, fields: Mapping[str, object]) -> list[Action]:

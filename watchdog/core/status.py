@@ -126,10 +126,14 @@ def _checkpoint(i: StatusInputs) -> dict[str, Any] | None:
     return {**i.checkpoint, "age_s": age}
 
 
-def _last_exit(snap: Snapshot) -> dict[str, int | None] | None:
+def _last_exit(snap: Snapshot) -> dict[str, object] | None:
     if snap.last_exit is None:
         return None
-    return {"exit_code": snap.last_exit[0], "signal": snap.last_exit[1]}
+    found: dict[str, object] = {"exit_code": snap.last_exit[0], "signal": snap.last_exit[1]}
+    if snap.last_cause is not None:  # SPEC §14: why it died, and how far its run got
+        step = snap.exit_step
+        found |= {**snap.last_cause, "step": int(step) if step is not None else None}
+    return found
 
 
 def _gpus(i: StatusInputs) -> list[dict[str, Any]]:

@@ -42,7 +42,9 @@ COMPACT_EVERY = 16  # base buckets between two merges (each is a pass over all b
 # the ones that explain a gap or a change of state.
 KEPT_EVENTS = names.TIMELINE_EVENTS
 # Fields of a kept event that say what happened (the rest stays in `watchdogctl events`).
-KEPT_FIELDS = ("reason", "path", "pid", "exit_code", "signal", "delay_s", "gpu", "action", "xid")
+# SPEC §14: `cause`, so that each restart is listed with why the run died
+KEPT_FIELDS: tuple[str, ...] = ("reason", "path", "pid", "exit_code", "signal", "delay_s")
+KEPT_FIELDS += ("gpu", "action", "xid", "cause")
 
 
 class Timeline:

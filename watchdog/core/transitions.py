@@ -7,6 +7,7 @@ when a stop cannot be verified or NVML access is lost (SPEC §5, §12, §13).
 
 from __future__ import annotations
 
+from watchdog.core import repeats
 from watchdog.core.budget import prune_window
 from watchdog.core.events import Action, CancelStart, Emit, Exit, KillTree, SpawnChild, TreeStopped
 from watchdog.core.jobstate import AfterStop, JobState
@@ -102,6 +103,9 @@ def fail(s: JobState, reason: str, now: float) -> list[Action]:
     prune_window(s.restart_times, now, p.window_s)
     incident = take_incident(s)
     marker = p.progress_marker
+    judged = repeats.judge(s, reason, s.tally.advanced(marker, was_healthy), incident)
+    if judged is not None:
+        return judged  # SPEC §14: a repeated deterministic cause, or a host cause
     if not s.tally.restart_allowed(marker, was_healthy, p.max_no_progress):
         s.state, s.last_reason = State.FATAL, "no_progress"
         fields: dict[str, object] = {"reason": "no_progress", "last_reason": reason}

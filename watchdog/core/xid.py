@@ -38,6 +38,8 @@ ADVICE: dict[str, str] = {
     "warn": "check the catalog and dmesg",
     # SPEC §13: the container's device access was revoked (a device cgroup re-applied)
     "recreate_container": "recreate the container (or restore its device access)",
+    # SPEC §14: a host cause of the job's death (the kernel's OOM killer, a user's host cause)
+    "check_host": "see docs/causes.md",
 }
 
 
@@ -226,6 +228,8 @@ def host_fault_line(f: dict[str, object] | None) -> str | None:
         return f"HOST FAULT: NVML access lost ({short}): recreate the container"
     what = f"Xid {f['xid']} ({f.get('message')})" if f.get("xid") is not None else f.get("message")
     advice = ADVICE.get(str(f.get("action")), str(f.get("action")))
+    if f.get("action") == "check_host":  # no GPU: why the job died (SPEC §14)
+        return f"HOST FAULT: {what} — {advice}"
     uuid = str(f.get("uuid") or "?")
     short = uuid if len(uuid) <= 13 else uuid[:12] + "…"  # the line fits 100 columns (SPEC §7)
     return f"HOST FAULT: GPU {f.get('gpu')} ({short}) {what}: {advice}"

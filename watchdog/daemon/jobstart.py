@@ -20,7 +20,7 @@ from watchdog.cluster import link
 from watchdog.core import health
 from watchdog.core.events import ChildSpawned, SpawnFailed, Tick
 from watchdog.core.jobstate import Snapshot
-from watchdog.daemon import params, sampling
+from watchdog.daemon import exitcause, params, sampling
 from watchdog.daemon.run import Flight, JobRun
 from watchdog.outputs import flight
 from watchdog.process import cgroup, launch, tree
@@ -211,6 +211,7 @@ def spawn(
     )
     run.use_follower(follower, d.progress_io.when_idle)
     d.begin_run(run)
+    run.spawn_task(exitcause.read_baseline(run, proc.pid), d.task_done)  # SPEC §14
     d.save_state(proc.pid)
     if d.cluster is not None and epoch is not None:
         d.cluster.spawned(epoch)

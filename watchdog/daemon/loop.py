@@ -27,7 +27,6 @@ from watchdog.core import health
 from watchdog.core.events import (
     Action,
     CancelStart,
-    ChildExited,
     Emit,
     Event,
     Exit,
@@ -43,6 +42,7 @@ from watchdog.core.events import (
 from watchdog.core.supervisor import Supervisor
 from watchdog.daemon import (
     adoption,
+    exitcause,
     jobstart,
     jobstop,
     params,
@@ -313,14 +313,15 @@ class Daemon:
 
     def _gpu_fault(self, fields: dict[str, object], gate: bool, quiet: bool = False) -> None:
         # the core decides whether the fault parks the job (Policy.parks)
+        if not gate and fields.get("action") in ("reset_gpu", "reboot_host"):  # SPEC §14
+            self.job.fault_seen(str(fields.get("message") or fields.get("xid") or "GPU fault"))
         self.post(GpuFaultSeen(str(fields.get("action")), fields, gate=gate, quiet=quiet))
 
     def _gpu_access(self, lost: bool, detail: str) -> None:
         self.post(GpuAccessChanged(lost, detail))  # SPEC §13: the core decides
 
     def on_exit(self, fut: asyncio.Future[reaping.ExitStatus]) -> None:
-        st = fut.result()
-        self.post(ChildExited(st.pid, st.exit_code, st.signal))
+        exitcause.on_exit(self, fut)  # SPEC §14: why it died, then ChildExited
 
     async def _watchdog_loop(self) -> None:
         interval = self.notifier.watchdog_interval_s

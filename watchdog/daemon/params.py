@@ -25,6 +25,7 @@ def policy_of(cfg: config.Config) -> Policy:
         restart_on=r.on | ({"gpu_degraded"} if cfg.gpus.on_degraded == "restart" else set()),
         startup_timeout_s=cfg.startup.timeout_s,
         max_no_progress=r.max_no_progress,
+        same_cause_limit=r.same_cause_limit,
         progress_marker="step" if cfg.progress.checkpoint is None else "checkpoint",
         success_exit_codes=frozenset(cfg.job.success_exit_codes),
         on_reset_gpu=cfg.gpus.faults.on_reset_gpu,

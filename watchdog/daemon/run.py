@@ -16,7 +16,7 @@ from typing import Any
 
 from watchdog.core import health
 from watchdog.core.ranks import RankTracker
-from watchdog.process import reaping
+from watchdog.process import oomrecord, reaping
 from watchdog.progress.follower import Follower, FollowResult
 from watchdog.progress.joblog import JobLog
 
@@ -53,6 +53,10 @@ class JobRun:
         self._late: tuple[Follower, FollowResult] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed = False
+        # SPEC §14: the OOM counter of the job's memory cgroup at spawn, and the messages of
+        # the GPU faults seen while it ran (daemon/exitcause.py)
+        self.oom_before: oomrecord.OomReading | None = None
+        self.faults_seen: list[str] = []
 
     @property
     def leader_reaped(self) -> bool:
@@ -76,6 +80,13 @@ class JobRun:
         old, self.log = self.log, log
         if old is not None and old is not log:
             old.close()
+
+    def oom_baseline(self, reading: oomrecord.OomReading) -> None:
+        self.oom_before = reading
+
+    def fault_seen(self, message: str) -> None:
+        if len(self.faults_seen) < 20:  # bounded: the newest few name the cause
+            self.faults_seen.append(message)
 
     def polled(self, now: float) -> None:
         self.polled_at = now

@@ -47,6 +47,7 @@ def build(d: Parts) -> dict[str, Any]:
         )
     )
     st["gpu_faults_total"] = faults.counts()  # the metrics endpoint's counter
+    st["job_failures_total"] = dict(snap.failures_by_cause)  # SPEC §14, by cause
     st["gpu_throttle_seconds_total"] = gpus.degraded.seconds()  # SPEC §13
     st["job"]["stop_mode"] = d.cgroups.mode  # SPEC §14: cgroup or signals
     st["cgroup"] = d.cgroups.as_dict()  # which cgroup, and why that mode

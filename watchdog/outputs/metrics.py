@@ -137,6 +137,20 @@ def _gpu_families(st: Mapping[str, Any]) -> Iterator[Metric]:
     for t in st.get("gpu_throttle_seconds_total") or ():
         throttle.add_metric([str(t["gpu"]), str(t["reason"])], t["seconds"])
     yield throttle
+    yield _failures_family(st)
+
+
+def _failures_family(st: Mapping[str, Any]) -> Metric:
+    from prometheus_client.core import CounterMetricFamily
+
+    failures = CounterMetricFamily(
+        f"{PREFIX}_job_failures",
+        "Failed runs of the job since the daemon started, by cause (SPEC §14, docs/causes.md).",
+        labels=["cause"],
+    )
+    for cause, count in sorted((st.get("job_failures_total") or {}).items()):
+        failures.add_metric([str(cause)], count)
+    return failures
 
 
 def _progress_families(st: Mapping[str, Any], wall_now: float) -> Iterator[Metric]:

@@ -1,0 +1,162 @@
+"""Why the run died (SPEC §14): the shell's half. At spawn, the job's memory cgroup and its
+OOM-kill counter (process/oomrecord.py); at the leader's exit, the run's last lines, the counter
+again and the GPU faults of the run, classified by the pure core (core/causes.py), an incident
+bundle with `cause.json`, then `ChildExited` carrying the cause, so the input log replays it.
+
+Every read runs on a bounded worker: a log on a hung mount delays the exit's report by at most
+`GATHER_TIMEOUT_S`, then the exit is reported with what is known. An exit during our own stop
+is reported at once, unclassified: the core names it by the stop's reason, and the stop that
+waits on it is never held up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from watchdog import blocking
+from watchdog.core import causes
+from watchdog.core.events import ChildExited
+from watchdog.core.names import State
+from watchdog.daemon import sampling
+from watchdog.outputs import incident
+from watchdog.process import oomrecord, reaping, tree
+from watchdog.progress.logfile import tail_lines, tail_of_job
+
+if TYPE_CHECKING:
+    from watchdog.daemon.parts import Parts
+    from watchdog.daemon.run import JobRun
+
+GATHER_TIMEOUT_S = 3.0
+_IO = blocking.BoundedWorker("exit-cause")  # its own thread: a stuck read holds only this one
+
+
+async def read_baseline(run: JobRun, pid: int) -> None:
+    """The OOM counter of the job's memory cgroup before it can have run out of memory."""
+
+    def work() -> oomrecord.OomReading:
+        return oomrecord.read(oomrecord.find_memory_cgroup(pid))
+
+    try:
+        run.oom_baseline(await _IO.call(work, GATHER_TIMEOUT_S, what="reading the OOM counter"))
+    except blocking.Hung as e:
+        run.oom_baseline(oomrecord.OomReading(None, None, why=f"cgroup read hung: {e}"))
+
+
+def on_exit(d: Parts, fut: asyncio.Future[reaping.ExitStatus]) -> None:
+    """The leader was reaped: the current run's exit is classified first; any other (a run
+    already replaced) goes to the core as it is."""
+    st = fut.result()
+    if d.job.exit_status is not fut:
+        d.post(ChildExited(st.pid, st.exit_code, st.signal))
+        return
+    d.spawn_task(report(d, d.job, st))
+
+
+async def report(d: Parts, run: JobRun, st: reaping.ExitStatus) -> None:
+    """Classify the exit of `run`'s leader, save its bundle, then post ChildExited."""
+    plain = ChildExited(st.pid, st.exit_code, st.signal)
+    snap = d.core.snapshot()
+    ours = snap.state is State.STOPPING or snap.pid != st.pid
+    if ours or (st.signal is None and st.exit_code in d.cfg.job.success_exit_codes):
+        d.post(plain)  # our stop, a success, or a run the core no longer watches
+        return
+    try:
+        found, after = await _gather(d, run)
+        facts = causes.ExitFacts(
+            st.exit_code,
+            st.signal,
+            lines=found,
+            oom_killed=oomrecord.killed(run.oom_before, after),
+            oom_limit=after.limit,
+            gpu_faults=tuple(run.faults_seen),
+            progressed=run.monitor.progressed,
+            rules=d.cfg.causes,
+        )
+        cause = causes.classify(facts)
+        path = await _bundle(d, run, cause, facts, oomrecord.describe(run.oom_before, after))
+    except Exception as e:  # the cause is a bonus: the exit must reach the core
+        d.emit("internal_error_caught", error=f"exit cause: {type(e).__name__}: {e}")
+        d.post(plain)
+        return
+    name, klass, line = cause.cause, cause.cause_class, cause.cause_line
+    d.post(ChildExited(st.pid, st.exit_code, st.signal, name, klass, line, path))
+
+
+async def _gather(d: Parts, run: JobRun) -> tuple[list[str], oomrecord.OomReading]:
+    log, progress = d.cfg.job.log_file, sampling.progress_file_now(d)
+    cgroup = run.oom_before.cgroup if run.oom_before is not None else None
+
+    def work() -> tuple[list[str], oomrecord.OomReading]:
+        lines = tail_of_job(log, run.log, causes.MAX_LINES)  # the file the job writes
+        if progress is not None and progress != log:
+            lines += tail_lines(progress, causes.MAX_LINES // 4)
+        why = "no memory cgroup was read at spawn"
+        after = (
+            oomrecord.read(cgroup)
+            if cgroup is not None
+            else oomrecord.OomReading(
+                None, None, why=run.oom_before.why if run.oom_before is not None else why
+            )
+        )
+        return lines, after
+
+    try:
+        return await _IO.call(work, GATHER_TIMEOUT_S, what="reading the run's last lines")
+    except (blocking.Hung, OSError) as e:
+        return [], oomrecord.OomReading(None, None, why=f"unreadable: {e}")
+
+
+async def _write_cause(d: Parts, path: str, record: Mapping[str, object]) -> None:
+    text = json.dumps(record, indent=2, default=str, ensure_ascii=False) + "\n"
+
+    def write() -> None:
+        with open(os.path.join(path, "cause.json"), "w", encoding="utf-8") as f:
+            f.write(text)
+
+    try:
+        await _IO.call(write, GATHER_TIMEOUT_S, what="writing cause.json")
+    except (blocking.Hung, OSError) as e:
+        d.emit("incident_failed", reason=str(record.get("cause")), error=f"cause.json: {e}")
+
+
+async def _bundle(
+    d: Parts, run: JobRun, cause: causes.Cause, facts: causes.ExitFacts, oom: dict[str, object]
+) -> str | None:
+    """SPEC §14: every failed run leaves a bundle: its log tail, cause.json, and what is left
+    of its tree (the leader is gone; its descendants, if any, are listed)."""
+    left = await tree.find_tree_async(None, d.token, timeout_s=1.0) or []
+    record = {
+        **cause.fields(),
+        "exception": cause.exception,
+        "exit_code": facts.exit_code,
+        "signal": facts.signal,
+        "progressed": facts.progressed,
+        "gpu_faults": list(facts.gpu_faults),
+        "oom_record": oom,
+    }
+    try:
+        path = await incident.write_bundle(
+            d.cfg.state_dir,
+            cause.cause,
+            now_utc=datetime.now(UTC),
+            verdict={"reason": "exited", **record},
+            log_path=d.cfg.job.log_file,
+            job_log=run.log,  # the file the job writes, whatever its name (docs/logrotate.md)
+            progress_path=sampling.progress_file_now(d),
+            gpu_samples=d.gpus.recent_as_dicts(),
+            pids=[p.pid for p in left],
+            pyspy_timeout_s=min(d.cfg.incidents.pyspy_timeout_s, 2.0),
+            keep=d.cfg.incidents.keep,
+        )
+    except OSError as e:
+        d.emit("incident_failed", reason=cause.cause, error=str(e))
+        return None
+    await _write_cause(d, path, record)
+    d.incident_path = path
+    d.emit("incident_saved", reason=cause.cause, path=path, flight_records=0)
+    return path
