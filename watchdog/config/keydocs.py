@@ -105,9 +105,10 @@ DOCS: dict[str, str] = {
     "ones are merged, a week is kept",
     "state_dir": "state file, event history, incidents, timeline.json, inputs.jsonl",
     # SPEC §14 keys other branches add; uncomment each once its key is in the schema:
-    # "causes": "exit causes of your own, tried before the built-in ones: {name, pattern, class}",
-    # "restart.same_cause_limit": "failures in a row with the same deterministic cause and no "
-    # "step gained between them: fatal, reason repeated_cause",
+    "causes": "exit causes of your own, tried before the built-in ones: {name, pattern, class} "
+    "(docs/causes.md)",
+    "restart.same_cause_limit": "failures in a row with the same deterministic cause and no "
+    "step gained between them: fatal, reason repeated_cause",
     # "progress.stall_window": "auto: learn the stall window from the gaps between steps; "
     # "fixed: stall_after_s",
     # "progress.learn_steps": "gaps between steps seen before the learned window is used",
