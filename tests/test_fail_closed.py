@@ -271,6 +271,8 @@ def _hung_poll(self):
     time.sleep(3600)  # what a read on a hung NFS mount does
 
 watchdog.progress.follower.LogFollower.poll = _hung_poll
+# a network mount: never read on the loop (docs/logrotate.md, "what the daemon reads and when")
+watchdog.progress.follower.LogFollower.ready_inline = lambda self: False
 """
 
 
