@@ -12,8 +12,8 @@ built wheels) is made once, as in a serial run; modules that share something out
 fixed path, host-wide state) take one group name. A test whose module has a module- or
 session-scoped fixture of its own but is not listed fails, saying so. The scheduling is done here
 (pytest_xdist_make_scheduler), not by `xdist_group` marks: pytest 9.2's node ids ignore the
-suffix pytest-xdist 3.8 writes, so those marks silently group nothing (pytest-xdist issue 1386);
-a test carrying one fails, pointing here.
+suffix pytest-xdist 3.8 writes, so those marks silently group nothing
+(github.com/pytest-dev/pytest-xdist/issues/1386); a test carrying one fails, pointing here.
 """
 
 from __future__ import annotations
@@ -94,7 +94,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         )
     if item.get_closest_marker("xdist_group") is not None:
         pytest.fail(
-            "xdist_group marks group nothing with this pytest (pytest-xdist issue 1386): "
+            "xdist_group marks group nothing with this pytest "
+            "(github.com/pytest-dev/pytest-xdist/issues/1386): "
             f"list {module} in tests/tiers.py GROUPS instead",
             pytrace=False,
         )
