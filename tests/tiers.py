@@ -26,8 +26,43 @@ import pytest
 # Test modules (paths from the rootdir) whose every test starts no process: the `make check` tier.
 PURE_MODULES = frozenset(
     {
+        "bench/tests/test_ab.py",
+        "tests/test_adopt_core.py",
+        "tests/test_carry.py",
+        "tests/test_checkpoint.py",
+        "tests/test_cluster_core.py",
+        "tests/test_cluster_link.py",
+        "tests/test_config.py",
+        "tests/test_config_adopt.py",
+        "tests/test_config_checkpoint.py",
+        "tests/test_core_decisions.py",
+        "tests/test_durable.py",
+        "tests/test_evidence.py",
+        "tests/test_goodput.py",
+        "tests/test_gpu_faults_core.py",
+        "tests/test_gpuhealth_core.py",
+        "tests/test_gpuwatch_core.py",
+        "tests/test_gpuwatch_shell.py",
+        "tests/test_health.py",
+        "tests/test_inbox.py",
+        "tests/test_jobrun.py",
         "tests/test_layout.py",
+        "tests/test_logfile.py",
         "tests/test_names.py",
+        "tests/test_noprogress.py",
+        "tests/test_offloop_sites.py",
+        "tests/test_policy.py",
+        "tests/test_policy_machine.py",
+        "tests/test_progress.py",
+        "tests/test_ratelimit.py",
+        "tests/test_readings.py",
+        "tests/test_recognise.py",
+        "tests/test_recognition.py",
+        "tests/test_records.py",
+        "tests/test_start_gate_queue.py",
+        "tests/test_strictmodes.py",
+        "tests/test_timeline_core.py",
+        "tests/test_xid.py",
     }
 )
 
@@ -71,7 +106,7 @@ def _own_wide_fixture(item: pytest.Item) -> str | None:
     suite (not one of pytest's own, like tmp_path_factory), or None."""
     info = getattr(item, "_fixtureinfo", None)
     for name, defs in getattr(info, "name2fixturedefs", {}).items():
-        if any(d.scope != "function" and d.baseid for d in defs):
+        if any(d.scope in ("module", "package", "session") and d.baseid for d in defs):
             return str(name)
     return None
 
