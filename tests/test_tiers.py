@@ -5,6 +5,7 @@ worker fails it, a selection of no test is exit 5, a module's costly fixture is 
 from __future__ import annotations
 
 import pathlib
+import subprocess
 
 import pytest
 from harness import ROOT
@@ -107,3 +108,24 @@ def test_an_xdist_group_mark_fails_naming_groups(pytester: pytest.Pytester) -> N
     result = _run(pytester, "-q")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*xdist_group marks group nothing*tiers.py GROUPS*"])
+
+
+def _dry_run(target: str) -> list[str]:
+    """The commands `make <target>` would run on a fresh clone, none executed."""
+    r = subprocess.run(
+        ["make", "-n", "-B", target], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout.splitlines()
+
+
+def test_make_test_runs_on_workers_listing_the_slowest_10_and_check_runs_the_pure_tier() -> None:
+    """`make test` runs pytest on several workers with the grouping scheduler and prints the 10
+    slowest tests; `make check` runs the linters, then the pure tier."""
+    (run,) = [line for line in _dry_run("test") if "-m pytest" in line]
+    assert all(opt in run for opt in (" -n ", "--dist loadgroup", "--durations=10")), run
+    check = _dry_run("check")
+    ruff = next(i for i, line in enumerate(check) if "ruff check" in line)
+    mypy = next(i for i, line in enumerate(check) if "mypy --strict" in line)
+    pure = next(i for i, line in enumerate(check) if "-m pytest" in line and "-m pure" in line)
+    assert ruff < mypy < pure, check
