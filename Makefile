@@ -1,5 +1,10 @@
 # train-watchdog — `make demo` runs the daemon on a demo job over 8 simulated GPUs;
 # `make test` runs every test. Both set up what they need themselves (.venv, the C stand-in).
+#
+#   make test        every test, TEST_WORKERS at a time (pytest-xdist), the slowest 10 listed
+#   make test-fast   the same without the `slow` ones (a Slurm cluster, the HF Trainer, Lightning)
+#   make check       lint and the pure tests (they start no process): under a minute
+#   make test TEST_WORKERS=0    one at a time, as before; PYTEST_ARGS='-k name' narrows any of them
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,7 +15,7 @@ STAMP := $(VENV)/.installed-stamp
 FAKE_NVML := tests/fake_nvml/build/libnvidia-ml.so.1
 DEMO := $(CURDIR)/.demo
 
-.PHONY: all demo demo-reset test lint fmt fake-nvml venv clean docs man
+.PHONY: all demo demo-reset test test-fast check lint fmt fake-nvml venv clean docs man
 
 all: test
 
@@ -56,8 +61,21 @@ docs: $(BASE_STAMP)
 
 man: docs
 
+# Most tests wait on real processes, so twice as many workers as cores pays (up to 8; 4 on the
+# 2-core machines the suite is timed on: docs/testing.md). --dist loadgroup keeps each module of
+# tests/tiers.py GROUPS on one worker. Exit 5 (no test ran) and a crashed worker fail the run.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$((n * 2 > 8 ? 8 : n * 2)))
+PYTEST_ARGS ?=
+PYTEST_RUN = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=10
+
 test: $(STAMP) $(FAKE_NVML)
-	$(BIN)/python -m pytest -q
+	$(PYTEST_RUN) $(PYTEST_ARGS)
+
+test-fast: $(STAMP) $(FAKE_NVML)
+	$(PYTEST_RUN) -m "not slow" $(PYTEST_ARGS)
+
+check: lint
+	$(BIN)/python -m pytest -q -m pure $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check watchdog tests bench

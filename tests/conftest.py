@@ -13,7 +13,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
 from harness import Daemon, base_config, merge
 
-pytest_plugins = ["ci_no_skip"]  # under CI as root a skip fails (tests/ci_no_skip.py)
+# ci_no_skip: under CI as root a skip fails; tiers: the `pure` tier and the xdist groups.
+pytest_plugins = ["ci_no_skip", "tiers", "pytester"]
 
 DaemonFactory = Callable[..., Daemon]
 

@@ -11,7 +11,7 @@ from typing import Any
 import fakegpu
 import pytest
 from conftest import DaemonFactory
-from harness import ROOT, wait_until
+from harness import ROOT, Daemon, wait_until
 
 GPUJOB = str(ROOT / "tests" / "jobs" / "gpujob.py")
 GPU_CFG: dict[str, Any] = {
@@ -98,20 +98,29 @@ def test_gpu_lost_warns_and_the_job_keeps_running(
     assert not any(e["event"] in ("restart_scheduled", "child_stopping") for e in d.events())
 
 
+def _timed_status(d: Daemon) -> float:
+    """Seconds a `watchdogctl status --json` took, which must answer (exit 0 or 1)."""
+    t0 = time.monotonic()
+    rc, _, err = d.ctl("status", "--json")
+    assert rc in (0, 1), err
+    return time.monotonic() - t0
+
+
 def test_nvml_hang_reports_probe_hung_and_status_stays_fast(
     make_daemon: DaemonFactory, gpus: pathlib.Path
 ) -> None:
     """An 8 s NVML hang → gpu_probe_hung, not healthy but never restarted; watchdogctl status
-    still answers in under a second."""
+    still answers in under a second more than before the hang."""
     d = make_daemon(job(), cfg(), env=fakegpu.fake_env(gpus))
     pid = d.wait_state("running", timeout=15)["job"]["pid"]
+    # What a status costs on this machine now: on a loaded one watchdogctl's own start takes
+    # part of a second.
+    calm = max(_timed_status(d) for _ in range(3))
     fakegpu.set_faults(gpus, ["func=nvmlDeviceGetMemoryInfo_v2 gpu=* delay_ms=8000"])
     d.wait_event("gpu_probe_hung", timeout=10)
     for _ in range(5):
-        t0 = time.monotonic()
-        rc, _, err = d.ctl("status", "--json")
-        assert time.monotonic() - t0 < 1.0
-        assert rc in (0, 1), err
+        took = _timed_status(d)
+        assert took < calm + 1.0, f"status took {took:.1f} s in the hang, {calm:.1f} s before"
     st = d.wait_state("unhealthy", timeout=10)  # unread GPUs are never a pass (SPEC §13)
     assert "gpu_probe_hung" in st["reasons"] and st["job"]["pid"] == pid
     assert st["healthy"] is False

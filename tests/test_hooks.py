@@ -17,7 +17,7 @@ import time
 import fakegpu
 import psutil
 from conftest import DaemonFactory
-from harness import ROOT, wait_until, write_script
+from harness import ROOT, Daemon, wait_until, write_script
 
 
 def write_hook(path: pathlib.Path, body: str) -> str:
@@ -102,6 +102,13 @@ def test_hook_gets_gpu_lost_from_the_nvml_probe(
     assert record == lost and record["gpu"] == 2
 
 
+def _timed_running(d: Daemon) -> float:
+    """Seconds a status took, which must say `running`."""
+    t0 = time.monotonic()
+    assert d.status()["state"] == "running"
+    return time.monotonic() - t0
+
+
 def test_hook_past_its_timeout_is_killed_while_the_daemon_keeps_answering(
     make_daemon: DaemonFactory, tmp_path: pathlib.Path
 ) -> None:
@@ -109,27 +116,26 @@ def test_hook_past_its_timeout_is_killed_while_the_daemon_keeps_answering(
     the hook is killed and `hook_failed` says it timed out."""
     pid_file = tmp_path / "hook.pid"
     hook = write_hook(tmp_path / "sleepy.sh", f"echo $$ > '{pid_file}'\nexec sleep 60\n")
-    d = make_daemon([crash_once(tmp_path)], {"hooks": {"on_event": hook, "timeout_s": 3}})
+    # 10 s: the checks below must run inside the hook's life even on a loaded machine.
+    d = make_daemon([crash_once(tmp_path)], {"hooks": {"on_event": hook, "timeout_s": 10}})
     hook_pid = int(
         wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), 10, "the hook's pid")
     )
     try:
         assert alive(hook_pid)
         st = d.wait_state("running", timeout=10)  # the restarted job, while the hook still sleeps
-        answered = []
-        for _ in range(3):
-            t0 = time.monotonic()
-            assert d.status()["state"] == "running"
-            answered.append(time.monotonic() - t0)
+        answered = [_timed_running(d) for _ in range(3)]
         assert alive(hook_pid), "the hook should still be sleeping: the checks above ran inside it"
-        assert max(answered) < 1.0, answered
         assert st["restarts"]["total"] == 1
-        failed = d.wait_event("hook_failed", timeout=10)[0]
+        failed = d.wait_event("hook_failed", timeout=30)[0]
         assert failed["for_event"] == "restart_scheduled" and failed["hook"] == hook
-        assert "timed out after 3 s" in failed["output"]
+        assert "timed out after 10 s" in failed["output"]
         assert "exit_code" not in failed  # it never exited by itself
         wait_until(lambda: not alive(hook_pid), 5, "the timed-out hook to be gone")
-        assert d.status()["state"] == "running"
+        # Against a status with no hook running: on a loaded machine watchdogctl's own start
+        # takes part of a second.
+        calm = max(_timed_running(d) for _ in range(3))
+        assert max(answered) < calm + 1.0, (answered, calm)
     finally:
         if alive(hook_pid):
             with contextlib.suppress(ProcessLookupError):

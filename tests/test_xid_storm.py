@@ -14,7 +14,7 @@ from typing import Any
 
 import fakegpu
 from conftest import DaemonFactory
-from harness import wait_until
+from harness import Daemon, wait_until
 from test_gpu_faults import cfg, job
 from test_gpu_faults import gpus as gpus  # the 8-GPU fixture, shared
 
@@ -89,25 +89,33 @@ def start_daemon(make_daemon: DaemonFactory, gpus: pathlib.Path, hook: str, **fa
     return d
 
 
+def _timed_status(d: Daemon) -> float:
+    """Seconds a `watchdogctl status --json` took, which must answer (exit 0 or 1)."""
+    t0 = time.monotonic()
+    rc, _, err = d.ctl("status", "--json")
+    assert rc in (0, 1), err
+    return time.monotonic() - t0
+
+
 def test_an_xid_storm_floods_neither_history_nor_hooks_and_status_stays_fast(
     make_daemon: DaemonFactory, gpus: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
     """1,500 ignorable and warn Xids: one gpu_fault per (GPU, Xid), hooks only for the warn
-    ones and never more than 4 at once, status under 1.5 s throughout, every fault counted."""
+    ones and never more than 4 at once, status never 1.5 s slower than before the storm, every
+    fault counted."""
     log = tmp_path / "hooks.log"
     d = start_daemon(make_daemon, gpus, write_recording_hook(tmp_path / "hook.sh", log))
     before = len(d.events())
+    calm = max(_timed_status(d) for _ in range(3))  # what a status costs on this machine now
     assert fakegpu.inject_events(gpus, storm_events()) == STORM
     slowest = 0.0
     rounds = 0
     while rounds < 3 or faults_counted(d) < STORM:  # asked while the storm is being taken
-        t0 = time.monotonic()
-        rc, _, err = d.ctl("status", "--json")
-        slowest = max(slowest, time.monotonic() - t0)
-        assert rc in (0, 1), err
+        slowest = max(slowest, _timed_status(d))
         rounds += 1
         assert rounds < 200, f"only {faults_counted(d)} of {STORM} faults counted"
-    assert slowest < 1.5, f"status took {slowest:.1f} s during the storm"
+    # Against the calm figure: on a loaded machine watchdogctl's own start takes part of 1.5 s.
+    assert slowest < calm + 1.5, f"status took {slowest:.1f} s in the storm, {calm:.1f} s before"
     keys = {(g, x) for g, x in storm_events()}
     warned = {(g, x) for g, x in keys if x in WARNED}
     wait_until(lambda: len((h := HookLog(log)).starts) >= len(warned) and h.settled(), 60, "hooks")

@@ -1,0 +1,164 @@
+"""pytest plugin: the test tiers and what keeps the parallel run (pytest-xdist) honest.
+
+`pure` (the `make check` tier): the modules in PURE_MODULES, whose tests start no process. The
+marker is applied here, by module, so a new test file lands in the full run only until someone
+lists it. A pure test that starts a process anyway (subprocess, fork, exec, posix_spawn: the
+interpreter's audit events) fails at that call, in every run, naming this list: the tier cannot
+silently grow slow. docs/testing.md says how to add a module.
+
+GROUPS (with `--dist loadgroup`, as `make test` runs): every test of a listed module runs on one
+worker, one after another, so a costly module-scoped fixture (a booted container, a Slurm cluster,
+built wheels) is made once, as in a serial run; modules that share something outside tmp_path (a
+fixed path, host-wide state) take one group name. A test whose module has a module- or
+session-scoped fixture of its own but is not listed fails, saying so. The scheduling is done here
+(pytest_xdist_make_scheduler), not by `xdist_group` marks: pytest 9.2's node ids ignore the
+suffix pytest-xdist 3.8 writes, so those marks silently group nothing
+(github.com/pytest-dev/pytest-xdist/issues/1386); a test carrying one fails, pointing here.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+
+# Test modules (paths from the rootdir) whose every test starts no process: the `make check` tier.
+PURE_MODULES = frozenset(
+    {
+        "bench/tests/test_ab.py",
+        "tests/test_adopt_core.py",
+        "tests/test_carry.py",
+        "tests/test_checkpoint.py",
+        "tests/test_cluster_core.py",
+        "tests/test_cluster_link.py",
+        "tests/test_config.py",
+        "tests/test_config_adopt.py",
+        "tests/test_config_checkpoint.py",
+        "tests/test_core_decisions.py",
+        "tests/test_durable.py",
+        "tests/test_evidence.py",
+        "tests/test_goodput.py",
+        "tests/test_gpu_faults_core.py",
+        "tests/test_gpuhealth_core.py",
+        "tests/test_gpuwatch_core.py",
+        "tests/test_gpuwatch_shell.py",
+        "tests/test_health.py",
+        "tests/test_inbox.py",
+        "tests/test_jobrun.py",
+        "tests/test_layout.py",
+        "tests/test_logfile.py",
+        "tests/test_names.py",
+        "tests/test_noprogress.py",
+        "tests/test_offloop_sites.py",
+        "tests/test_policy.py",
+        "tests/test_policy_machine.py",
+        "tests/test_progress.py",
+        "tests/test_ratelimit.py",
+        "tests/test_readings.py",
+        "tests/test_recognise.py",
+        "tests/test_recognition.py",
+        "tests/test_records.py",
+        "tests/test_start_gate_queue.py",
+        "tests/test_strictmodes.py",
+        "tests/test_timeline_core.py",
+        "tests/test_xid.py",
+    }
+)
+
+# Modules whose tests run on one worker, by group name (see above).
+GROUPS: dict[str, str] = {
+    "tests/systemd/test_unit.py": "nspawn",  # one booted container, one fixed root file system
+    "tests/test_slurm.py": "slurm",  # one Slurm cluster
+    "tests/test_reexec.py": "reexec-wheels",  # two wheels of this tree
+    "tests/test_cli_startup.py": "installed-wheel",  # a venv holding a wheel of this tree
+}
+
+_SPAWN_EVENTS = frozenset(
+    {"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.system"}
+)
+_running_pure: list[str] = []  # the nodeid of the pure test now running, if any
+
+
+class PureTestSpawned(RuntimeError):
+    pass
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if _running_pure and event in _SPAWN_EVENTS:
+        raise PureTestSpawned(
+            f"{_running_pure[0]} is in the pure tier (tests/tiers.py PURE_MODULES) but started a "
+            f"process ({event}): take its module off that list, or start no process"
+        )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "pure: starts no process (`make check` runs these)")
+    sys.addaudithook(_audit)
+
+
+def _module_path(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def _own_wide_fixture(item: pytest.Item) -> str | None:
+    """The name of a module/package/session fixture the test uses that is defined in the test
+    suite (not one of pytest's own, like tmp_path_factory), or None."""
+    info = getattr(item, "_fixtureinfo", None)
+    for name, defs in getattr(info, "name2fixturedefs", {}).items():
+        if any(d.scope in ("module", "package", "session") and d.baseid for d in defs):
+            return str(name)
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _module_path(item.nodeid) in PURE_MODULES:
+            item.add_marker(pytest.mark.pure)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    module = _module_path(item.nodeid)
+    wide = _own_wide_fixture(item)
+    if wide is not None and module not in GROUPS:
+        pytest.fail(
+            f"{module} has the module- or session-scoped fixture {wide!r}: list the module in "
+            "tests/tiers.py GROUPS so that its tests share one worker under `make test`",
+            pytrace=False,
+        )
+    if item.get_closest_marker("xdist_group") is not None:
+        pytest.fail(
+            "xdist_group marks group nothing with this pytest "
+            "(github.com/pytest-dev/pytest-xdist/issues/1386): "
+            f"list {module} in tests/tiers.py GROUPS instead",
+            pytrace=False,
+        )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ByGroups(LoadGroupScheduling):  # type: ignore[misc]
+        """loadgroup, with the groups of GROUPS; every other test is a unit of its own."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            group = GROUPS.get(_module_path(nodeid))
+            return group if group is not None else str(super()._split_scope(nodeid))
+
+    return ByGroups(config, log)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    pure = item.get_closest_marker("pure") is not None
+    if pure:
+        _running_pure.append(item.nodeid)
+    try:
+        yield
+    finally:
+        if pure:
+            _running_pure.clear()
