@@ -271,7 +271,7 @@ def _hung_poll(self):
     time.sleep(3600)  # what a read on a hung NFS mount does
 
 watchdog.progress.follower.LogFollower.poll = _hung_poll
-# a network mount: never read on the loop (docs/logrotate.md, "what the daemon reads and when")
+# a network mount: never read on the loop (docs/logrotate.md, "Reading on the loop, or on a worker")
 watchdog.progress.follower.LogFollower.ready_inline = lambda self: False
 """
 
