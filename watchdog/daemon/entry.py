@@ -17,6 +17,7 @@ from watchdog.cluster import link
 from watchdog.daemon import reexec
 from watchdog.outputs import metrics
 from watchdog.outputs.proctitle import ProcTitle
+from watchdog.state import folder
 from watchdog.state.folder import StateDir
 
 EX_CONFIG = config.EX_CONFIG
@@ -53,7 +54,7 @@ def prepare(argv: list[str] | None, description: str) -> Prepared | int:
     # First thing: a `pkill -f python3` from now on misses the daemon (SPEC §12).
     ProcTitle().set("watchdogd: starting")
     if args.check:
-        return config.check_main(args.config)
+        return check(args.config)
     if args.check_reexec:
         return reexec.check_main(args.config)
     try:
@@ -63,10 +64,28 @@ def prepare(argv: list[str] | None, description: str) -> Prepared | int:
     cfg = load(args.config)
     if isinstance(cfg, int):
         return cfg
-    lock = lock_state_dir(cfg, handover)
+    # SPEC §14: a state directory that cannot be created, locked or written is one line and
+    # EX_CONFIG (the unit does not restart into it), never a traceback
+    if handover is None and (why := folder.unusable(cfg.state_dir)) is not None:
+        return _fail(why, EX_CONFIG)
+    try:
+        lock = lock_state_dir(cfg, handover)
+    except OSError as e:
+        return _fail(f"state_dir {cfg.state_dir}: {folder.describe(e)}", EX_CONFIG)
     if lock is None:
         return _fail(f"another watchdogd holds {cfg.state_dir}/lock", 1)
     return Prepared(cfg, handover, lock, args.exit_with_job)
+
+
+def check(path: str) -> int:
+    """`watchdogd --check`: the config, then the state directory as a start would try it."""
+    code = config.check_main(path)
+    if code != 0:
+        return code
+    cfg = config.load_config(path)
+    if (why := folder.unusable(cfg.state_dir)) is not None:
+        return _fail(why, EX_CONFIG)
+    return 0
 
 
 def load(path: str) -> config.Config | int:

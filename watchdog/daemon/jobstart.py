@@ -178,6 +178,7 @@ def spawn(d: Parts, log_fd: int, follower: Follower | None, epoch: int | None) -
         flight=dumps,
         epoch=epoch,
         polled_at=time.monotonic(),
+        command=tuple(job.command),
     )
     run.use_follower(follower, d.progress_io.when_idle)
     d.begin_run(run)

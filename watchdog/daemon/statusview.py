@@ -16,12 +16,13 @@ if TYPE_CHECKING:
 
 def build(d: Parts) -> dict[str, Any]:
     monitor, gpus, faults, snap = d.job.monitor, d.gpus, d.faults, d.core.snapshot()
+    running = d.job.command if snap.pid is not None else None
     st = status.build_status(
         status.StatusInputs(
             snap=snap,
             now=time.monotonic(),
             job_name=d.cfg.job.name,
-            command=d.cfg.job.command,
+            command=d.cfg.job.command if running is None else running,
             gpu_sample=gpus.last,
             gpus_expected=gpus.expected,
             idle_below_mib=d.cfg.gpus.idle_below_mib,
@@ -48,4 +49,8 @@ def build(d: Parts) -> dict[str, Any]:
     )
     st["gpu_faults_total"] = faults.counts()  # the metrics endpoint's counter
     st["gpu_throttle_seconds_total"] = gpus.degraded.seconds()  # SPEC §13
+    # SPEC §14: a reload's command applies at the next start; until then it is pending
+    pending = running is not None and list(running) != list(d.cfg.job.command)
+    st["job"]["pending"] = {"command": list(d.cfg.job.command)} if pending else None
+    st["state_writes"] = d.write_health.view()  # SPEC §14: failing since …, how many
     return st
