@@ -145,7 +145,7 @@ def _pending_lines(st: dict[str, Any]) -> list[str]:
     """SPEC §14: a reloaded command not yet in effect; state writes that fail."""
     lines = []
     if pending := (st["job"].get("pending") or {}).get("command"):
-        lines.append(f"  Pending: {' '.join(pending)} (reloaded: at the next start)")
+        lines.append(f"  Pending: at the next start (reloaded) · {' '.join(pending)}")
     sw = st.get("state_writes") or {}
     if sw.get("ok") is False:
         lines.append(
