@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import subprocess
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -276,3 +277,60 @@ def test_both_generations_unusable_start_from_nothing_and_say_so(
     assert [r["file"].rsplit("/", 1)[1] for r in resets] == ["state.json", "state.json.prev"]
     assert {r["fallback"] for r in resets} == {"nothing: starting afresh"}
     d2.wait_state("running", timeout=30)
+
+
+@pytest.mark.parametrize("name", ["goodput.json", "timeline.json"])
+def test_every_state_file_falls_back_to_its_previous_generation(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path, name: str
+) -> None:
+    """goodput.json or timeline.json emptied while no daemon runs: state_reset names it and the
+    previous generation is used (no goodput_reset / timeline_reset: nothing was lost)."""
+    d = make_daemon([sleeper(tmp_path)])
+    d.wait_state("running", timeout=30)
+    assert d.stop() == 0
+    path = d.state_dir / name
+    assert json.loads(path.read_text()) == json.loads((d.state_dir / f"{name}.prev").read_text())
+    path.write_bytes(b"")
+    d2 = make_daemon([sleeper(tmp_path)])
+    reset = d2.wait_event("state_reset", timeout=20, file=str(path))[0]
+    assert reset["error"] == "empty" and reset["fallback"].endswith(f"{name}.prev"), reset
+    assert not [e for e in d2.events() if e["event"] in ("goodput_reset", "timeline_reset")]
+
+
+def stepper(tmp: pathlib.Path) -> str:
+    return write_script(
+        tmp / "stepper.py",
+        """
+        import time
+        step = 0
+        while True:
+            step += 1
+            print(f"step {step} 9,000.0 tok/s", flush=True)
+            time.sleep(0.05)
+        """,
+    )
+
+
+def test_steps_alone_do_not_rewrite_state_json_and_the_mark_is_kept_at_exit(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """A job printing 20 steps a second: state.json is not replaced for each new high step
+    (docs/state.md), and the highest step is on disk once the daemon has exited."""
+    pattern = r"step (?P<step>\d+) (?P<tokens_per_s>[0-9,.]+) tok/s"
+    d = make_daemon([stepper(tmp_path)], {"progress": {"pattern": pattern}})
+    d.wait_state("running", timeout=30)
+    state_json = d.state_dir / "state.json"
+    wait_until(lambda: json.loads(state_json.read_text())["supervisor"]["best_mark"], 20, "a mark")
+    first_step = d.status()["progress"]["step"]
+    inodes = set()
+    deadline = time.monotonic() + 3.0  # an observation window, not a synchronisation
+    while time.monotonic() < deadline:
+        with contextlib.suppress(FileNotFoundError):
+            inodes.add(os.stat(state_json).st_ino)
+        time.sleep(0.01)
+    last_step = d.status()["progress"]["step"]
+    assert last_step - first_step >= 20, (first_step, last_step)
+    assert len(inodes) <= 2, f"state.json replaced {len(inodes) - 1} times in 3 s"
+    assert d.stop() == 0
+    saved = json.loads(state_json.read_text())["supervisor"]["best_mark"]
+    assert saved >= last_step, (saved, last_step)
