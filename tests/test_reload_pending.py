@@ -42,3 +42,21 @@ def test_a_reloaded_command_is_pending_until_the_next_start(
         lambda: (j := d.status()["job"])["pid"] not in (None, pid) and j, 30, "the new run"
     )
     assert (job["command"], job["pending"]) == ([new], None)
+
+
+def test_the_running_command_and_the_pending_one_outlive_a_reexec(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """A reload's pending command, then `watchdogctl reexec`: the new code still shows the
+    running job's command beside its pid and the reloaded one as pending."""
+    old = write_script(tmp_path / "old.py", BODY)
+    new = write_script(tmp_path / "new.py", BODY)
+    d = make_daemon([old])
+    pid = d.wait_state("running", timeout=30)["job"]["pid"]
+    d.cfg["job"]["command"] = [new]
+    d.config_path.write_text(yaml.safe_dump(d.cfg))
+    assert d.ctl("reload")[0] == 0
+    rc, out, err = d.ctl("reexec")
+    assert rc == 0, (out, err)
+    job = d.status()["job"]
+    assert (job["pid"], job["command"], job["pending"]) == (pid, [old], {"command": [new]})
