@@ -124,7 +124,13 @@ class FileWriter:
         with self._lock:
             text = self._latest
             if text is not None and text != self._written:
-                write_generation(self.path, text)
+                try:
+                    write_generation(self.path, text)
+                except OSError:
+                    # what is on disk is unknown now: the next try writes, even the same text
+                    # (a change undone while the disk failed still ends the spell once it works)
+                    self._written = None
+                    raise
                 self._written = text
 
     def flush(self) -> str | None:
