@@ -99,6 +99,7 @@ def render_status(st: dict[str, Any], events: list[dict[str, Any]]) -> str:
         lines.append(f"      Job: pid {job['pid']} · up {_dur(job['uptime_s'])} · {cmd}")
     else:
         lines.append(f"      Job: not running · {cmd}")
+    lines += _pending_lines(st)
     lines += _gpu_lines(st)
     lines.append(_progress_line(pr))
     if ck := pr.get("checkpoint"):
@@ -149,6 +150,20 @@ def cause_text(ex: dict[str, Any]) -> str:
     where = f" (step {step:,})" if isinstance(step, int) else ""
     line = ex.get("cause_line")
     return f"{ex['cause']}{where}" + (f" — {line}" if line else "")
+
+
+def _pending_lines(st: dict[str, Any]) -> list[str]:
+    """SPEC §14: a reloaded command not yet in effect; state writes that fail."""
+    lines = []
+    if pending := (st["job"].get("pending") or {}).get("command"):
+        lines.append(f"  Pending: at the next start (reloaded) · {' '.join(pending)}")
+    sw = st.get("state_writes") or {}
+    if sw.get("ok") is False:
+        lines.append(
+            f"    State: writes failing since {sw.get('failing_since')} · "
+            f"{sw.get('failed_writes')} failed · {sw.get('error')}"
+        )
+    return lines
 
 
 def completed_line(c: dict[str, Any]) -> str:

@@ -44,7 +44,13 @@ EVENTS: dict[str, EventName] = {
     "command_received": EventName("a mutating control command, with the caller's uid"),
     "metrics_started": EventName("the Prometheus endpoint listens"),
     "internal_error_caught": EventName("a watchdog bug, caught; supervision goes on", ERR),
-    "state_write_failed": EventName("a state file could not be written", WARNING),
+    "state_write_failed": EventName(
+        "a state file could not be written: the first of a spell, then a count each minute",
+        WARNING,
+    ),
+    "state_write_resumed": EventName(
+        "state file writes work again: failed_writes, failing_for_s (SPEC §14)", NOTICE
+    ),
     "goodput_reset": EventName("goodput.json was unreadable and starts from zero", WARNING),
     "timeline_reset": EventName("timeline.json was unreadable: the picture starts afresh", WARNING),
     "history_write_failed": EventName("the event history file could not be written", WARNING),
@@ -53,7 +59,10 @@ EVENTS: dict[str, EventName] = {
         " (state stopped, paused, host_fault) was restored",
         NOTICE,
     ),
-    "state_reset": EventName("state.json was unreadable: the budget starts afresh", WARNING),
+    "state_reset": EventName(
+        "a state file was unusable (error): its previous generation or nothing (fallback) used",
+        WARNING,
+    ),
     "stale_tree_killed": EventName("a previous daemon's orphaned job tree was ended", WARNING),
     "startup_scan_hung": EventName("the start-up /proc scan did not answer; nothing starts", ERR),
     # the job

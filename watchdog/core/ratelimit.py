@@ -93,6 +93,11 @@ class RepeatSummary:
             self._open[key] = _Repeats(window_end=now + self.window_s)
         return out
 
+    def forget(self, key: object) -> None:
+        """The spell of `key` is over (what it counted was told otherwise): its next event is a
+        first again."""
+        self._open.pop(key, None)
+
     def next_due(self) -> float | None:
         """When `due()` next has something to hand out (None: no repeat is waiting)."""
         ends = [w.window_end for w in self._open.values() if w.count]

@@ -37,7 +37,9 @@ async def previous_job(d: Parts) -> int | None:
     SPEC §13: after an operator's stop, or while a GPU is parked, a job that survived is never
     adopted (it is ended, nothing started); after an operator's pause a provable job is adopted
     even with job.on_daemon_restart: restart (ending and restarting it would act on it)."""
-    previous = d.state.load_job()
+    previous, resets = d.state.load_job_checked()
+    for r in resets:  # SPEC §14: never silent; the previous generation (or nothing) is used
+        d.emit("state_reset", file=r.file, error=r.error, fallback=r.fallback)
     durable = _durable(d, previous)
     leader = None
     if durable is None or durable.adopts:
@@ -80,7 +82,14 @@ async def attach(d: Parts, pid: int) -> bool:
         return False
     tree.mark_adopted()
     monitor = health.HealthMonitor(params.health_of(d.cfg))
-    run = JobRun(monitor, pid=pid, exit_status=exit_status, polled_at=time.monotonic())
+    # its command: the best we know is the config it was adopted under
+    run = JobRun(
+        monitor,
+        pid=pid,
+        exit_status=exit_status,
+        polled_at=time.monotonic(),
+        command=tuple(d.cfg.job.command),
+    )
     d.begin_run(run)
     d.save_state(pid)
     await find_log(d, run, pid)
@@ -147,7 +156,7 @@ def _durable(d: Parts, previous: dict[str, Any]) -> Durable | None:
     try:
         return restore_durable(previous)
     except ValueError as e:
-        d.emit("state_reset", file=d.state.file("state.json"), error=str(e))
+        d.emit("state_reset", file=d.state.file("state.json"), error=str(e), fallback="nothing")
         return None
 
 

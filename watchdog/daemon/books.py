@@ -18,19 +18,21 @@ from watchdog.core.jobstate import Snapshot
 from watchdog.outputs import metrics
 from watchdog.state.folder import StateDir
 from watchdog.state.timeline_log import TimelineLog
-from watchdog.state.writers import FileWriter
+from watchdog.state.writers import FileWriter, WriteHealth
 
 GOODPUT_SAVE_EVERY_S = 10.0  # issue 8: persist goodput at most this often, and at exit
 
 
 class Books:
-    def __init__(self, state: StateDir, bucket_s: float, emit: Callable[..., Any]) -> None:
+    def __init__(
+        self, state: StateDir, bucket_s: float, emit: Callable[..., Any], health: WriteHealth
+    ) -> None:
         self._emit = emit
-        self.goodput_file = FileWriter(state.file("goodput.json"), emit)
+        self.goodput_file = FileWriter(state.file("goodput.json"), health)
         self.goodput = self._load(state)
         self._saved_at = time.monotonic()
         # SPEC §13: the history behind `watchdogctl timeline`, kept in the state directory
-        self.timeline = TimelineLog(state, bucket_s, emit)
+        self.timeline = TimelineLog(state, bucket_s, emit, health)
         self.timeline.load()
 
     def account(self, snap: Snapshot, last_progress_at: float | None) -> None:
@@ -55,11 +57,15 @@ class Books:
         return self.goodput_file, self.timeline.file
 
     def _load(self, state: StateDir) -> goodput.Goodput:
-        try:
-            return state.load_goodput()
-        except (OSError, ValueError) as e:  # JSONDecodeError is a ValueError
-            self._emit("goodput_reset", error=str(e), file=state.file("goodput.json"))
-            return goodput.Goodput()
+        """SPEC §14: an unusable generation is a state_reset; goodput_reset when neither
+        generation could be used (the totals start from zero)."""
+        totals, resets = state.load_goodput()
+        for r in resets:
+            self._emit("state_reset", file=r.file, error=r.error, fallback=r.fallback)
+        if resets and resets[-1].fallback.startswith("nothing"):
+            errors = "; ".join(f"{r.file}: {r.error}" for r in resets)
+            self._emit("goodput_reset", error=errors, file=state.file("goodput.json"))
+        return totals
 
 
 async def start_metrics(

@@ -18,6 +18,7 @@ from watchdog.daemon import reexec
 from watchdog.outputs import metrics
 from watchdog.outputs.proctitle import ProcTitle
 from watchdog.process import cgroup
+from watchdog.state import folder
 from watchdog.state.folder import StateDir
 
 EX_CONFIG = config.EX_CONFIG
@@ -89,7 +90,14 @@ def prepare(argv: list[str] | None, description: str) -> Prepared | int:
     cfg = load(args.config)
     if isinstance(cfg, int):
         return cfg
-    lock = lock_state_dir(cfg, handover)
+    # SPEC §14: a state directory that cannot be created, locked or written is one line and
+    # EX_CONFIG (the unit does not restart into it), never a traceback
+    if handover is None and (why := folder.unusable(cfg.state_dir)) is not None:
+        return _fail(why, EX_CONFIG)
+    try:
+        lock = lock_state_dir(cfg, handover)
+    except OSError as e:
+        return _fail(f"state_dir {cfg.state_dir}: {folder.describe(e)}", EX_CONFIG)
     if lock is None:
         return _fail(f"another watchdogd holds {cfg.state_dir}/lock", 1)
     return Prepared(cfg, handover, lock, args.exit_with_job)
@@ -113,11 +121,14 @@ def load(path: str) -> config.Config | int:
 
 
 def check(path: str) -> int:
-    """`watchdogd --check`: the config, then how this daemon would stop the job (SPEC §14)."""
+    """`watchdogd --check`: the config, the state directory as a start would try it, then how
+    this daemon would stop the job (SPEC §14)."""
     code = config.check_main(path)
     cfg = load(path) if code == 0 else code
     if isinstance(cfg, int):
         return cfg
+    if (why := folder.unusable(cfg.state_dir)) is not None:
+        return _fail(why, EX_CONFIG)
     how = cgroup.probe(cfg.job.stop_mode, take=False)
     print(f"stop mode: {how.mode} ({how.base or how.reason})")
     return 0

@@ -208,6 +208,7 @@ def spawn(
         epoch=epoch,
         polled_at=time.monotonic(),
         log=log,
+        command=tuple(job.command),
     )
     run.use_follower(follower, d.progress_io.when_idle)
     d.begin_run(run)

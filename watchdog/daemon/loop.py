@@ -67,7 +67,7 @@ from watchdog.outputs.proctitle import ProcTitle
 from watchdog.process import cgroup, identity, reaping
 from watchdog.progress.ranks import RankLister
 from watchdog.state.folder import StateDir
-from watchdog.state.writers import StateWriter
+from watchdog.state.writers import StateWriter, WriteHealth
 
 FLUSH_TIMEOUT_S = 10.0  # the state files at exit or before a reexec
 
@@ -81,8 +81,7 @@ class Daemon:
         exit_with_job: bool = False,
     ) -> None:
         self.cfg = cfg
-        # SPEC §13: under a scheduler, exit when the job ends for good, saying how
-        self.ending = scheduler.ExitWithJob(exit_with_job)
+        self.ending = scheduler.ExitWithJob(exit_with_job)  # SPEC §13: under a scheduler
         self.handover = handover  # the state a `reexec` of the previous code carried over
         self.lock_fd = lock_fd
         self.loop = asyncio.get_running_loop()
@@ -96,7 +95,8 @@ class Daemon:
         self.control = ControlServer(self)
         self.token = self.state.instance_token()
         self.cgroups = cgroup.probe(cfg.job.stop_mode)  # SPEC §14: how a stop ends the tree
-        self.writer = StateWriter(self.state, self.token, identity.boot_id(), self.emit)
+        self.write_health = WriteHealth(self.emit)  # SPEC §14: failed writes, rate-limited
+        self.writer = StateWriter(self.state, self.token, identity.boot_id(), self.write_health)
         # the current run of the job (or the last one; idle before the first spawn)
         self.job = JobRun(health.HealthMonitor(params.health_of(cfg)))
         self._make_workers()
@@ -117,7 +117,7 @@ class Daemon:
         self.title = ProcTitle()
         self.hooks = Hooks(self.cfg.hooks, self.reaper, self.emit, self.spawn_task)
         self.events.add_hook(self.hooks)
-        self.books = Books(self.state, self.cfg.timeline.bucket_s, self.emit)
+        self.books = Books(self.state, self.cfg.timeline.bucket_s, self.emit, self.write_health)
         self.events.add_hook(self.books.timeline.event)
         self.metrics_server: metrics.MetricsServer | None = None
 
@@ -362,6 +362,7 @@ class Daemon:
 
     async def flush_files(self) -> None:
         """state.json and goodput.json on disk now (at exit, before a reexec), off the loop."""
+        self.writer.settle()  # a high mark that waited goes out with the rest
         files = (self.writer.file, *self.books.files(), self.inputs)
         try:
             errors = await self.flush_io.call(

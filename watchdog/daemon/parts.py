@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from watchdog.progress.checkpoint import CheckpointWatch
     from watchdog.progress.ranks import RankLister
     from watchdog.state.folder import StateDir
+    from watchdog.state.writers import WriteHealth
 
 
 class Parts(Protocol):
@@ -44,6 +45,7 @@ class Parts(Protocol):
     control: ControlServer
     hooks: Hooks
     books: Books
+    write_health: WriteHealth
     forwarder: SignalForwarder
     ending: ExitWithJob
     cluster: ClusterLink | None

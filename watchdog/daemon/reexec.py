@@ -87,6 +87,9 @@ def build_state(d: Parts, req_id: int | str | None, conn: socket.socket | None) 
         "request_id": req_id,
         "incident_path": d.incident_path,
         "polled_at": run.polled_at,
+        # SPEC §14: the running job's command, which a reload may have made differ from the
+        # config's (status shows it, and the config's as pending)
+        "command": None if run.command is None else list(run.command),
         "supervisor": carried,
         "health": run.monitor.carry(),
         "follower": follower,
@@ -261,11 +264,13 @@ def resume(d: Parts, state: dict[str, Any]) -> None:
             os.set_inheritable(fds["pidfd"], False)  # back to close-on-exec for our helpers
         exit_status = d.watch_job(pid, fds["pidfd"])
     polled_at = float(state["polled_at"])
+    command = state.get("command")  # absent in the state of older code
     run = JobRun(
         monitor,
         pid=pid if isinstance(pid, int) else None,
         exit_status=exit_status,
         polled_at=polled_at,
+        command=tuple(command) if isinstance(command, list) else None,
     )
     if isinstance(state["follower"], dict):
         run.use_follower(sampling.resumed_follower(d, state["follower"]), d.progress_io.when_idle)

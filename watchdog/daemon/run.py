@@ -35,8 +35,12 @@ class JobRun:
         epoch: int | None = None,
         polled_at: float = 0.0,
         log: JobLog | None = None,
+        command: tuple[str, ...] | None = None,
     ) -> None:
         self.pid = pid
+        # SPEC §14: the command this run was started with (a reload changes the config's at
+        # once, the running job's only at its next start); None when not known (a resume)
+        self.command = command
         self.exit_status = exit_status  # done once the leader is reaped (its pidfd)
         self.monitor = monitor  # this run's detectors
         self.rank_tracker = RankTracker()

@@ -16,12 +16,13 @@ if TYPE_CHECKING:
 
 def build(d: Parts) -> dict[str, Any]:
     monitor, gpus, faults, snap = d.job.monitor, d.gpus, d.faults, d.core.snapshot()
+    running = d.job.command if snap.pid is not None else None
     st = status.build_status(
         status.StatusInputs(
             snap=snap,
             now=time.monotonic(),
             job_name=d.cfg.job.name,
-            command=d.cfg.job.command,
+            command=d.cfg.job.command if running is None else running,
             gpu_sample=gpus.last,
             gpus_expected=gpus.expected,
             idle_below_mib=d.cfg.gpus.idle_below_mib,
@@ -51,4 +52,8 @@ def build(d: Parts) -> dict[str, Any]:
     st["gpu_throttle_seconds_total"] = gpus.degraded.seconds()  # SPEC §13
     st["job"]["stop_mode"] = d.cgroups.mode  # SPEC §14: cgroup or signals
     st["cgroup"] = d.cgroups.as_dict()  # which cgroup, and why that mode
+    # SPEC §14: a reload's command applies at the next start; until then it is pending
+    pending = running is not None and list(running) != list(d.cfg.job.command)
+    st["job"]["pending"] = {"command": list(d.cfg.job.command)} if pending else None
+    st["state_writes"] = d.write_health.view()  # SPEC §14: failing since …, how many
     return st

@@ -9,6 +9,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
+import os
 import sys
 import threading
 from collections import deque
@@ -143,6 +144,8 @@ class _HistoryWriter:
         self._pending = 0
         self._dropped = 0
         self._since_compact = 0  # counted on the loop
+        # SPEC §14: after a failed append (or at first), check the file ends with a newline
+        self._check_end = True
 
     def append(self, record: dict[str, Any], history: deque[dict[str, Any]]) -> None:
         with self._lock:
@@ -163,8 +166,7 @@ class _HistoryWriter:
 
     def _write(self, line: str, snapshot: list[dict[str, Any]] | None) -> None:
         try:
-            with open(self._path, "a", encoding="utf-8") as f:
-                f.write(line)
+            self._append(line.encode("utf-8"))
             if snapshot is not None:
                 text = "".join(json.dumps(r, default=str) + "\n" for r in snapshot)
                 write_atomic(self._path, text)
@@ -174,6 +176,27 @@ class _HistoryWriter:
         finally:
             with self._lock:
                 self._pending -= 1
+
+    def _append(self, data: bytes) -> None:
+        """Append whole lines, never leaving a torn one (SPEC §14): a write that fails part way
+        (ENOSPC) is cut back off; a file that still ends mid-line (a crash, a cut that failed)
+        gets a newline first, so the next event is never swallowed by the torn one."""
+        fd = os.open(self._path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+        try:
+            size = os.fstat(fd).st_size
+            if self._check_end and size and os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + data
+            self._check_end = True
+            try:
+                while data:
+                    data = data[os.write(fd, data) :]
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)
+                raise
+            self._check_end = False
+        finally:
+            os.close(fd)
 
     def flush(self, timeout_s: float) -> bool:
         done = self._worker.submit(lambda: None)

@@ -4,12 +4,15 @@
 process carries; `state.json` names the current job's pid and start time (in clock ticks since
 boot, with the boot's id: adoption's proof) and holds the restart budget and what an operator
 decided (stop, pause) or a park (written by writers.StateWriter); `goodput.json` the
-accounting; `events.jsonl` the event history (written by outputs.eventlog.EventLog).
+accounting; `events.jsonl` the event history (written by outputs.eventlog.EventLog). Each state
+file has its previous generation beside it (`state.json.prev`, files.write_generation), used
+when the current one cannot be (docs/state.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -17,7 +20,8 @@ import secrets
 from typing import Any
 
 from watchdog.core import goodput
-from watchdog.state.files import write_atomic
+from watchdog.core.budget import Durable
+from watchdog.state.files import Reset, json_object, load_generations, write_atomic
 
 
 class StateDir:
@@ -50,19 +54,63 @@ class StateDir:
         return token
 
     def load_job(self) -> dict[str, Any]:
-        """What the previous daemon recorded of its job; {} when nothing (or garbage) is there."""
-        try:
-            with open(self.file("state.json")) as f:
-                data = json.load(f)
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+        """What the previous daemon recorded of its job, from the newest usable generation
+        (files.load_generations); {} when there is none."""
+        return self.load_job_checked()[0]
 
-    def load_goodput(self) -> goodput.Goodput:
-        """The totals of earlier daemons (time while no daemon ran is not counted). Raises
-        OSError or ValueError for a file that cannot be used."""
+    def load_job_checked(self) -> tuple[dict[str, Any], list[Reset]]:
+        """load_job() and the generations it could not use (each one a state_reset)."""
+        data, resets = load_generations(self.file("state.json"), _job_record)
+        return data or {}, resets
+
+    def load_goodput(self) -> tuple[goodput.Goodput, list[Reset]]:
+        """The totals of earlier daemons (time while no daemon ran is not counted), from the
+        newest usable generation; zero when there is none."""
+        g, resets = load_generations(
+            self.file("goodput.json"), lambda t: goodput.Goodput.from_json(json.loads(t))
+        )
+        return g or goodput.Goodput(), resets
+
+
+def unusable(path: str) -> str | None:
+    """Why `path` cannot be the state directory, in one line naming it and the errno (SPEC
+    §14: it cannot be created, its lock file cannot be opened, a file in it cannot be written
+    and fsynced); None when it can. Takes no lock: `watchdogd --check` runs it beside a
+    running daemon."""
+    step = "created"
+    probe = os.path.join(path, f".write-check.{os.getpid()}")
+    try:
+        os.makedirs(path, mode=0o750, exist_ok=True)
+        step = "locked"
+        os.close(os.open(os.path.join(path, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640))
+        step = "written"
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
-            with open(self.file("goodput.json")) as f:
-                return goodput.Goodput.from_json(json.load(f))
-        except FileNotFoundError:
-            return goodput.Goodput()
+            os.write(fd, b"train-watchdog write check\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
+        return f"state_dir {path}: cannot be {step}: {describe(e)}"
+    return None
+
+
+def describe(e: OSError) -> str:
+    """`EROFS (Read-only file system)`: the errno's name and its text."""
+    name = errno.errorcode.get(e.errno, str(e.errno)) if e.errno is not None else "error"
+    return f"{name} ({e.strerror or e})"
+
+
+def _job_record(text: str) -> dict[str, Any]:
+    """state.json's record; ValueError when it is not an object or its budget cannot be trusted
+    (SPEC §14: then the previous generation is used, never a half-trusted one)."""
+    data = json_object(text)
+    sup = data.get("supervisor")
+    if sup is not None:
+        if not isinstance(sup, dict):
+            raise ValueError("wrong shape: supervisor is not an object")
+        Durable.from_dict(sup, 0.0, 0.0)  # the checks only; restored on the real clocks later
+    return data

@@ -20,38 +20,50 @@ from typing import Any
 from watchdog.core.gpupart import is_in_use
 from watchdog.core.samples import GpuSample, ProgressReading
 from watchdog.core.timeline import Timeline
+from watchdog.state.files import load_generations
 from watchdog.state.folder import StateDir
-from watchdog.state.writers import FileWriter
+from watchdog.state.writers import FileWriter, WriteHealth
 
 FILE = "timeline.json"
 
 
 class TimelineLog:
-    def __init__(self, state: StateDir, bucket_s: float, emit: Callable[..., Any]) -> None:
+    def __init__(
+        self, state: StateDir, bucket_s: float, emit: Callable[..., Any], health: WriteHealth
+    ) -> None:
         self.path = state.file(FILE)
         self.core = Timeline(bucket_s=bucket_s)
-        self.file = FileWriter(self.path, emit)
+        self.file = FileWriter(self.path, health)
         self._emit = emit
         self._progress_at: float | None = None  # the progress line last recorded (monotonic)
 
     def load(self) -> None:
-        """The history of earlier daemons. An unreadable file is set aside as
-        `timeline.json.unreadable` (the newest such one), never silently overwritten."""
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                data = json.load(f)
-            self.core.load(data, time.time())
-        except FileNotFoundError:
+        """The history of earlier daemons, from the newest usable generation (SPEC §14: each
+        unusable one is a state_reset; timeline_reset when neither could be used). An
+        unreadable current file is set aside as `timeline.json.unreadable` (the newest such
+        one), never silently overwritten."""
+        wall = time.time()
+
+        def parse(text: str) -> Timeline:
+            t = Timeline(bucket_s=self.core.bucket_s)
+            t.load(json.loads(text), wall)
+            return t
+
+        loaded, resets = load_generations(self.path, parse)
+        if loaded is not None:
+            self.core = loaded
+        for r in resets:
+            self._emit("state_reset", file=r.file, error=r.error, fallback=r.fallback)
+        if not resets or resets[0].file != self.path or resets[0].error == "missing":
             return
-        except (OSError, ValueError) as e:  # JSONDecodeError is a ValueError
-            self.core = Timeline(bucket_s=self.core.bucket_s)
-            aside = self.path + ".unreadable"
-            kept: str | None = aside
-            try:
-                os.replace(self.path, aside)
-            except OSError:
-                kept = None
-            self._emit("timeline_reset", error=str(e), file=self.path, kept_as=kept)
+        aside = self.path + ".unreadable"
+        kept: str | None = aside
+        try:
+            os.replace(self.path, aside)
+        except OSError:
+            kept = None
+        if loaded is None:
+            self._emit("timeline_reset", error=resets[0].error, file=self.path, kept_as=kept)
 
     def observe(self, state: str, goodput_totals: Mapping[str, Any]) -> None:
         """After every dispatch and tick (Daemon.account): cheap unless a bucket closed."""

@@ -9,35 +9,89 @@ next one (issue 11 measures that latency). The spawn never waits for a write.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import errno
 import json
 import os
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from watchdog import blocking
 from watchdog.core.budget import Durable
-from watchdog.state.files import write_atomic
+from watchdog.core.statewrites import StateWrites
+from watchdog.state.files import write_generation
 from watchdog.state.folder import StateDir
 
 WRITE_TIMEOUT_S = 30.0  # one atomic write (temp file, fsync, rename, directory fsync)
+MARK_EVERY_S = 60.0  # a new high mark alone is written at most this often (StateWriter)
+RETRY_S = 10.0  # a failed write is tried again this long after, changed or not
+
+
+class WriteHealth:
+    """The state files' failed writes, rate-limited like Xids (core/statewrites.py): the first
+    of a spell in full, then a count each minute, and state_write_resumed when one goes
+    through. `view()` is status `state_writes`."""
+
+    def __init__(self, emit: Callable[..., Any]) -> None:
+        self._emit = emit
+        self.core = StateWrites()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def failed(self, file: str, error: str) -> None:
+        fields = self.core.failed(file, error, time.monotonic(), time.time())
+        if fields is not None:
+            self._emit("state_write_failed", **fields)
+        self._arm()
+
+    def succeeded(self, file: str) -> None:
+        fields = self.core.succeeded(file, time.monotonic())
+        if fields is not None:
+            self._emit("state_write_resumed", **fields)
+
+    def view(self) -> dict[str, Any]:
+        v = self.core.view()
+        if v["failing_since"] is not None:
+            v["failing_since"] = _rfc3339(v["failing_since"])
+        return v
+
+    def _arm(self) -> None:
+        due = self.core.next_due()
+        if self._timer is not None or due is None:
+            return
+        delay = max(0.0, due - time.monotonic())
+        self._timer = asyncio.get_running_loop().call_later(delay, self._summarise)
+
+    def _summarise(self) -> None:
+        self._timer = None
+        for fields in self.core.due(time.monotonic()):
+            self._emit("state_write_failed", **fields)
+        self._arm()
+
+
+def _rfc3339(wall: float) -> str:
+    return datetime.fromtimestamp(wall, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 class FileWriter:
-    """One file replaced atomically and durably by a worker thread, coalesced: submit() only
-    records the newest text; a write under way is followed by one more if the text changed."""
+    """One file replaced atomically and durably (files.write_generation: the file, then its
+    previous-generation copy) by a worker thread, coalesced: submit() only records the newest
+    text; a write under way is followed by one more if the text changed. A failed write is
+    tried again every RETRY_S until one goes through (reported through WriteHealth)."""
 
-    def __init__(self, path: str, emit: Callable[..., Any]) -> None:
+    def __init__(self, path: str, health: WriteHealth) -> None:
         self.path = path
-        self._emit = emit
+        self.name = os.path.basename(path)
+        self._health = health
         self._latest: str | None = None
         self._written: str | None = None
         self._lock = threading.Lock()  # one writer at a time: they share the temp file's name
         self._task: asyncio.Task[None] | None = None
+        self._retry: asyncio.TimerHandle | None = None
         # issue 23: off the loop on our own bounded worker, never the default executor
-        self._io = blocking.BoundedWorker(f"write-{os.path.basename(path)}")
-        self._hung = False  # said once per stuck spell, not on every change
+        self._io = blocking.BoundedWorker(f"write-{self.name}")
 
     def submit(self, text: str) -> None:
         self._latest = text
@@ -50,22 +104,33 @@ class FileWriter:
                 await self._io.call(
                     self.flush_or_raise, WRITE_TIMEOUT_S, what=f"writing {self.path}"
                 )
-            except blocking.Hung as e:
-                if not self._hung:
-                    self._emit("state_write_failed", file=os.path.basename(self.path), error=str(e))
-                self._hung = True
-                return  # the next change tries again (at once Hung while the write is stuck)
-            except OSError as e:
-                self._emit("state_write_failed", file=os.path.basename(self.path), error=str(e))
-                return  # the next change tries again
-            self._hung = False
+            except (blocking.Hung, OSError) as e:
+                self._health.failed(self.name, _why(e))
+                self._retry_later()
+                return
+            self._health.succeeded(self.name)
+
+    def _retry_later(self) -> None:
+        if self._retry is None:
+            self._retry = asyncio.get_running_loop().call_later(RETRY_S, self._retry_now)
+
+    def _retry_now(self) -> None:
+        self._retry = None
+        if self._latest is not None:
+            self.submit(self._latest)
 
     def flush_or_raise(self) -> None:
         """Write the newest text now if it is not on disk yet; any thread. Raises OSError."""
         with self._lock:
             text = self._latest
             if text is not None and text != self._written:
-                write_atomic(self.path, text)
+                try:
+                    write_generation(self.path, text)
+                except OSError:
+                    # what is on disk is unknown now: the next try writes, even the same text
+                    # (a change undone while the disk failed still ends the spell once it works)
+                    self._written = None
+                    raise
                 self._written = text
 
     def flush(self) -> str | None:
@@ -73,17 +138,24 @@ class FileWriter:
         try:
             self.flush_or_raise()
         except OSError as e:
-            return f"{os.path.basename(self.path)}: {e}"
+            return f"{self.name}: {_why(e)}"
         return None
+
+
+def _why(e: BaseException) -> str:
+    """The errno's name and text (ENOSPC: No space left on device), or the hang."""
+    if isinstance(e, OSError) and e.errno is not None:
+        return f"{errno.errorcode.get(e.errno, e.errno)}: {e.strerror}"
+    return str(e)
 
 
 class StateWriter:
     """state.json: the job's pid and start time, and the Supervisor's durable part."""
 
     def __init__(
-        self, state: StateDir, token: str, boot_id: str | None, emit: Callable[..., Any]
+        self, state: StateDir, token: str, boot_id: str | None, health: WriteHealth
     ) -> None:
-        self.file = FileWriter(state.file("state.json"), emit)
+        self.file = FileWriter(state.file("state.json"), health)
         self._record: dict[str, Any] = {
             "daemon_pid": os.getpid(),
             "token": token,
@@ -96,22 +168,57 @@ class StateWriter:
         }
         self._submitted: dict[str, Any] | None = None
         self._durable: Durable | None = None
+        self._submitted_at = float("-inf")  # monotonic
+        self._timer: asyncio.TimerHandle | None = None  # a new high mark waiting (settle)
 
     def job(self, pid: int | None, started_at: float | None, ticks: int | None = None) -> None:
         self._update(job_pid=pid, job_started_at=started_at, job_start_ticks=ticks)
 
     def supervisor(self, d: Durable) -> None:
-        """Called after every dispatch; cheap when nothing durable changed (the usual case)."""
+        """Called after every dispatch; cheap when nothing durable changed (the usual case).
+
+        A new high mark alone (the step of every progress line) is not written at once: it
+        goes out with the next other change, or MARK_EVERY_S after the last write, or at exit
+        (docs/state.md says why that keeps every durability promise)."""
         if d == self._durable:
             return
-        self._durable = d
-        self._update(supervisor=d.to_dict(time.monotonic(), time.time()))
+        old, self._durable = self._durable, d
+        mark_only = (
+            old is not None
+            and old.best_mark is not None
+            and dataclasses.replace(d, best_mark=old.best_mark) == old
+        )
+        if mark_only and self._mark_waits():
+            return
+        self._update()
+
+    def _mark_waits(self) -> bool:
+        wait_s = self._submitted_at + MARK_EVERY_S - time.monotonic()
+        if wait_s <= 0:
+            return False
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False  # off the loop (tests of the writer): written at once
+        if self._timer is None:
+            self._timer = loop.call_later(wait_s, self.settle)
+        return True
+
+    def settle(self) -> None:
+        """Submit what waits (a new high mark): at its time, at exit, before a reexec."""
+        self._update()
 
     def _update(self, **fields: Any) -> None:
         self._record.update(fields)
+        if self._durable is not None:
+            self._record["supervisor"] = self._durable.to_dict(time.monotonic(), time.time())
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._same_as_submitted():
             return
         self._submitted = dict(self._record)
+        self._submitted_at = time.monotonic()
         self.file.submit(json.dumps(self._record) + "\n")
 
     def _same_as_submitted(self) -> bool:
