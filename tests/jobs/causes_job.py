@@ -42,6 +42,11 @@ def first_step() -> int:
 def main() -> None:
     if MODE == "import":
         import nosuch_module_for_watchdog_tests  # noqa: F401
+    if MODE == "dataloader":
+        # batches through files, not descriptors lent by the worker: a worker killed while the
+        # loader still fetched its previous batch's descriptor fails with ConnectionResetError
+        # in multiprocessing (a race of the test's making, not the DataLoader's own report)
+        torch.multiprocessing.set_sharing_strategy("file_system")
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = torch.utils.data.DataLoader(

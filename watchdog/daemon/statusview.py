@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__
@@ -50,10 +51,15 @@ def build(d: Parts) -> dict[str, Any]:
     st["gpu_faults_total"] = faults.counts()  # the metrics endpoint's counter
     st["job_failures_total"] = dict(snap.failures_by_cause)  # SPEC §14, by cause
     st["gpu_throttle_seconds_total"] = gpus.degraded.seconds()  # SPEC §13
-    st["job"]["stop_mode"] = d.cgroups.mode  # SPEC §14: cgroup or signals
+    _add_turn4(d, st, running)
+    return st
+
+
+def _add_turn4(d: Parts, st: dict[str, Any], running: Sequence[str] | None) -> None:
+    """SPEC §14's additions: the stop mode, a reloaded command not yet in effect, failed writes."""
+    st["job"]["stop_mode"] = d.cgroups.mode  # cgroup or signals
     st["cgroup"] = d.cgroups.as_dict()  # which cgroup, and why that mode
-    # SPEC §14: a reload's command applies at the next start; until then it is pending
+    # a reload's command applies at the next start; until then it is pending
     pending = running is not None and list(running) != list(d.cfg.job.command)
     st["job"]["pending"] = {"command": list(d.cfg.job.command)} if pending else None
-    st["state_writes"] = d.write_health.view()  # SPEC §14: failing since …, how many
-    return st
+    st["state_writes"] = d.write_health.view()  # failing since …, how many
