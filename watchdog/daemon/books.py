@@ -15,11 +15,13 @@ from typing import Any
 
 from watchdog.core import goodput
 from watchdog.core.jobstate import Snapshot
+from watchdog.core.stallwindow import StallKnowledge
 from watchdog.outputs import metrics
 from watchdog.state.folder import StateDir
 from watchdog.state.timeline_log import TimelineLog
 from watchdog.state.writers import FileWriter
 
+STALL_FILE = "stall.json"  # SPEC §14: the learned stall windows (core/stallwindow.py)
 GOODPUT_SAVE_EVERY_S = 10.0  # issue 8: persist goodput at most this often, and at exit
 
 
@@ -32,6 +34,9 @@ class Books:
         # SPEC §13: the history behind `watchdogctl timeline`, kept in the state directory
         self.timeline = TimelineLog(state, bucket_s, emit)
         self.timeline.load()
+        # SPEC §14: the learned stall windows outlive a run, a crash and a reexec
+        self.stall_file = FileWriter(state.file(STALL_FILE), emit)
+        self.stall = self._load_stall(state)
 
     def account(self, snap: Snapshot, last_progress_at: float | None) -> None:
         """Charge the time since the last call to the state the job was in (goodput.py)."""
@@ -43,16 +48,34 @@ class Books:
         self.timeline.observe(snap.state.value, self.goodput.totals())
         if now - self._saved_at >= GOODPUT_SAVE_EVERY_S:
             self.save_goodput()
+            self.save_stall()
 
     def save_goodput(self) -> None:
         """Off the loop (state.writers.FileWriter): an fsync can take long on a busy disk."""
         self._saved_at = time.monotonic()
         self.goodput_file.submit(json.dumps(self.goodput.to_json()) + "\n")
 
-    def files(self) -> tuple[FileWriter, FileWriter]:
+    def save_stall(self) -> None:
+        """What was learned of the job's rhythm (rewritten only when it changed)."""
+        self.stall_file.submit(json.dumps(self.stall.to_json(), separators=(",", ":")) + "\n")
+
+    def files(self) -> tuple[FileWriter, FileWriter, FileWriter]:
         """The writers to flush at exit and before a reexec (the timeline's buckets saved)."""
         self.timeline.save()
-        return self.goodput_file, self.timeline.file
+        self.save_stall()
+        return self.goodput_file, self.timeline.file, self.stall_file
+
+    def _load_stall(self, state: StateDir) -> StallKnowledge:
+        """What the previous daemon learned; afresh (said once) when the file is unfit."""
+        path = state.file(STALL_FILE)
+        try:
+            with open(path) as f:
+                return StallKnowledge.from_json(json.load(f))
+        except FileNotFoundError:
+            return StallKnowledge()
+        except (OSError, ValueError) as e:  # JSONDecodeError is a ValueError
+            self._emit("stall_windows_reset", error=str(e), file=path)
+            return StallKnowledge()
 
     def _load(self, state: StateDir) -> goodput.Goodput:
         try:

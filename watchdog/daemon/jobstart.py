@@ -170,7 +170,7 @@ def spawn(d: Parts, log_fd: int, follower: Follower | None, epoch: int | None) -
         d.post(SpawnFailed("spawn_failed", f"cannot watch the job: {e}"))
         return
     fut.add_done_callback(d.on_exit)
-    monitor = health.HealthMonitor(params.health_of(d.cfg))
+    monitor = health.HealthMonitor(params.health_of(d.cfg), d.books.stall)
     run = JobRun(
         monitor,
         pid=proc.pid,
