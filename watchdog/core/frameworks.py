@@ -115,8 +115,8 @@ def nemo(line: str) -> Recognised | None:
         found = _NEMO_EVAL.search(line, max(0, len(line) - 64))
         if found is None:
             return None
-        n, total = to_int(found.group(1)), to_int(found.group(2))
-        return Recognised("nemo", step=n, total=total, activity=True, phase="eval")
+        n, of = to_int(found.group(1)), to_int(found.group(2))
+        return Recognised("nemo", step=n, total=of, activity=True, phase="eval")
     match = first(_NEMO, line)
     if match is None:
         return None

@@ -54,6 +54,10 @@ class Window:
     source: Source
     learned_from_steps: int
     p99_gap_s: float | None
+    # what it was clamped by and multiplied with (the status line and incident explain it)
+    factor: float = 5.0
+    floor_s: float = 60.0
+    ceiling_s: float = 900.0
 
     def evidence(self) -> dict[str, str]:
         """`detector_fired stalled`'s fields: the window and why it was that long."""
@@ -74,6 +78,9 @@ class Window:
             "source": self.source,
             "learned_from_steps": self.learned_from_steps,
             "p99_gap_s": None if self.p99_gap_s is None else round(self.p99_gap_s, 3),
+            "factor": self.factor,
+            "floor_s": self.floor_s,
+            "ceiling_s": self.ceiling_s,
         }
 
 
@@ -128,15 +135,16 @@ class StallKnowledge:
         ring = self.rings.get(phase)
         n = 0 if ring is None else len(ring)
         p99 = None if ring is None else ring.quantile()
+        how = (cfg.factor, cfg.floor_s, ceiling_s)
         if cfg.mode == "fixed":
-            return Window(phase, ceiling_s, "fixed", n, p99)
+            return Window(phase, ceiling_s, "fixed", n, p99, *how)
         learned = p99 is not None and (
             n >= cfg.learn_steps if phase == "training" else self.finished.get(phase, 0) > 0
         )
         if not learned or p99 is None:
-            return Window(phase, ceiling_s, "ceiling", n, p99)
+            return Window(phase, ceiling_s, "ceiling", n, p99, *how)
         window_s = min(ceiling_s, max(cfg.floor_s, cfg.factor * p99))
-        return Window(phase, window_s, "learned", n, p99)
+        return Window(phase, window_s, "learned", n, p99, *how)
 
     def to_json(self) -> dict[str, object]:
         return {

@@ -44,6 +44,7 @@ def build(d: Parts) -> dict[str, Any]:
             gpu_throttle=gpus.degraded.throttle(),
             gpu_degraded=gpus.degraded_now(),
             gpu_access_lost=gpus.access_lost,
+            stall_window=monitor.stall_window().to_json(),
         )
     )
     st["gpu_faults_total"] = faults.counts()  # the metrics endpoint's counter
