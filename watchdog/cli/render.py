@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from watchdog.cli.client import EXIT_NO_JOB, EXIT_NOT_HEALTHY, EXIT_OK
+from watchdog.core.stallwindow import explain_window
 
 TYPE_CHECKING = False  # mypy treats this name as true; at run time `typing` is never imported
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ def render_status(st: dict[str, Any], events: list[dict[str, Any]]) -> str:
     lines += _gpu_lines(st)
     lines.append(_progress_line(pr))
     if sw := pr.get("stall_window"):  # SPEC §14 (absent from older daemons)
-        lines.append(f"    Stall: {stall_window_text(sw)}")
+        lines.append(f"    Stall: {explain_window(sw)}")
     if ck := pr.get("checkpoint"):
         lines.append(f"     Ckpt: {_checkpoint_text(ck)}")
     lines += _restart_lines(st)
@@ -163,26 +164,6 @@ def _activity_parts(pr: dict[str, Any]) -> list[str]:
     if (act := pr.get("last_activity_age_s")) is not None:
         parts.append(f"activity {act:.1f} s ago")
     return parts
-
-
-def stall_window_text(sw: dict[str, Any]) -> str:
-    """SPEC §14: `stall window 60 s (learned: 5 × p99 0.31 s over 2,000 steps; floor 60 s)`."""
-    w, n, p99, phase = sw["window_s"], sw["learned_from_steps"], sw["p99_gap_s"], sw["phase"]
-    head = f"stall window {w:g} s" + ("" if phase in ("training", "startup") else f" in {phase}")
-    if sw["source"] == "fixed":
-        return f"{head} (fixed: progress.stall_after_s)"
-    if sw["source"] == "ceiling":
-        why = "until the first step" if phase == "startup" else f"learning, {n:,} steps seen"
-        if phase in ("eval", "checkpoint"):
-            why = f"until one {phase} phase has been seen to end"
-        return f"{head} (ceiling: {why})"
-    unit = "steps" if phase == "training" else f"gaps in {phase}"
-    bound = ""
-    if w == sw.get("floor_s"):
-        bound = f"; floor {w:g} s"
-    elif w == sw.get("ceiling_s"):
-        bound = f"; ceiling {w:g} s"
-    return f"{head} (learned: {sw.get('factor', 5):g} × p99 {p99:.3g} s over {n:,} {unit}{bound})"
 
 
 def cluster_line(c: dict[str, Any]) -> str:

@@ -334,9 +334,9 @@ class HealthMonitor:
             "idle_below_mib": _num(cfg.idle_below_mib),
         }
 
-    def stall_window(self) -> Window:
-        """The window `stalled` is judged under now (SPEC §14), and why it is that long."""
-        return self.run_phase.window(self._cfg.stall, self._cfg.stall_after_s)
+    def stall_window(self, phase: Phase | None = None) -> Window:
+        """The window `stalled` is judged under now (or in `phase`; SPEC §14), and why."""
+        return self.run_phase.window(self._cfg.stall, self._cfg.stall_after_s, phase)
 
     def _stalled_evidence(self, now: float) -> dict[str, str] | None:
         last, window = self._stall_clock(), self.stall_window()
