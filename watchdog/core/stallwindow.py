@@ -123,7 +123,7 @@ class StallKnowledge:
 
     def learn(self, phase: Phase, gap_s: float) -> None:
         if phase in self.rings and gap_s >= 0 and math.isfinite(gap_s):
-            self.rings[phase].add(gap_s)
+            self.rings[phase].add(round(gap_s, 3))  # to the ms: as stall.json keeps it
 
     def finish(self, phase: Phase) -> None:
         """A non-training phase ended (the next training step came): its window is learned."""
