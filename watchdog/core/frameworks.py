@@ -159,9 +159,15 @@ _SAVE = re.compile(
 )
 
 
+_EVAL_START = "***** Running Evaluation"  # the Trainer's evaluation_loop, at info level
+
+
 def checkpoint_save(line: str) -> Recognised | None:
-    """A framework's line saying a checkpoint is being written: activity in the checkpoint
-    phase (never a step)."""
+    """A framework's line saying a checkpoint is being written (activity in the checkpoint
+    phase, never a step), or the Trainer's `***** Running Evaluation *****` (the eval phase:
+    its bar is drawn only after the first batch)."""
+    if _EVAL_START in line:
+        return Recognised("hf_eval", activity=True, phase="eval")
     if "aving" not in line and "aved" not in line:
         return None
     if first(_SAVE, line) is None:
