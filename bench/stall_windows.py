@@ -67,7 +67,8 @@ def _daemon(procs: Procs, folder: Path, job: list[str], over: dict[str, Any]) ->
 
 def detect_once(procs: Procs, folder: Path, step_s: float, seed: int) -> tuple[float, float]:
     """One daemon under the defaults: (freeze → stalled, the fixed window's figure), seconds."""
-    wd = _daemon(procs, folder, [str(step_s), "1.25", "0", "0", "0", "0", "0", str(seed)], {})
+    job = [str(step_s * 0.8), "1.25", "0", "0", "0", "0", "0", str(seed)]  # 0.8-1 × step_s
+    wd = _daemon(procs, folder, job, {})
     wd.start()
     try:
         pid = int(wd.wait_event("child_spawned", 60).record["pid"])

@@ -218,6 +218,9 @@ class ProgressTracker:
             return "eval"
         if any(w in low for w in ("writing", "saving", "upload")) or "shards" in low:
             return None if "loading" in low else "checkpoint"
+        key = ("Epoch", None) if r.epoch is not None else (r.label, r.total)
+        if key == self._train_key:
+            return None  # the training bar redrawn (the Trainer's, as its eval bar opens)
         plain = r.unit in TRAINING_UNITS and not is_activity_label(r.label)
         return "eval" if plain and self._train_moved else None
 
