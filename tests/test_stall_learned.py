@@ -41,6 +41,9 @@ CEILING_S = 120  # progress.stall_after_s: the window before learning, and its c
 FLOOR_S = 3  # progress.stall_floor_s, small so a test's hang is found in seconds
 STARTUP_S = 150  # import + first step on two loaded cores (seen: 6-17 s)
 SLACK_S = 10  # our polling of the events, on a loaded machine
+# Steps of at least 0.04 s (4 rows): step 300, where an eval or a save is put, comes well after
+# the rhythm is learned (20 gaps) even on an idle machine (150 steps/s unpaced).
+PACED_ROW_S = "0.01"
 
 
 def stall_config(
@@ -124,6 +127,7 @@ def test_trainer_evaluation_longer_than_the_learned_window_is_no_stall(
     `eval` phase under its own window: never `stalled`, and training goes on after it."""
     eval_at, batch_s = 300, 12.0  # 3 eval batches of 4 rows, 3 s a row; learned well before
     env = {"EVAL_STEPS": str(eval_at), "EVAL_ROWS": "12", "EVAL_ROW_S": str(batch_s / 4)}
+    env["TRAIN_ROW_S"] = PACED_ROW_S
     d = make_daemon(
         [sys.executable, str(JOB), str(work)], stall_config(work, {**env, "LOG_LEVEL": "info"})
     )
@@ -152,6 +156,7 @@ def test_slow_checkpoint_write_is_no_stall(make_daemon: DaemonFactory, work: pat
     learned training window, silent in the log, is the `checkpoint` phase: never `stalled`."""
     save_at, pause_s = 300, 12.0  # the save comes well after the rhythm is learned
     env = {"SAVE_STEPS": str(save_at), "SLOW_SAVE_S": str(pause_s), "SLOW_SAVE_CHUNKS": "3"}
+    env["TRAIN_ROW_S"] = PACED_ROW_S
     cfg = stall_config(
         work,
         env,

@@ -335,3 +335,17 @@ def test_learning_is_a_function_of_its_inputs() -> None:
             prev = at if rp.phase != "startup" else None
         windows.append(rp.knowledge.to_json())
     assert windows[0] == windows[1]
+
+
+def test_a_step_read_after_a_save_began_but_written_before_ends_nothing() -> None:
+    """The checkpoint folder's growth can be seen before the log line of the step that came
+    before the save is read: that older step does not end the save (nor teach its window)."""
+    k = StallKnowledge()
+    rp = RunPhase(k)
+    at = _train(rp, [0.1] * 25)
+    rp.signal("checkpoint", at + 1.0, at)  # the save's first write, seen at +1 s
+    rp.signal("training", at + 0.5, at + 1.0)  # the step written at +0.5 s, read just now
+    assert rp.phase == "checkpoint" and k.finished["checkpoint"] == 0
+    rp.signal("training", at + 20.0, at + 1.0)  # the first step after the save
+    assert rp.phase == "training" and k.finished["checkpoint"] == 1
+    assert k.rings["checkpoint"].gaps() == [1.0, 19.0]

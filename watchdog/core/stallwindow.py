@@ -189,6 +189,7 @@ class RunPhase:
     def __init__(self, knowledge: StallKnowledge) -> None:
         self.knowledge = knowledge
         self.phase: Phase = "startup"
+        self.entered_at: float | None = None  # when the run entered its phase
 
     def signal(self, kind: Phase | None, at: float, previous_at: float | None) -> None:
         """A sign of life at `at`: a training step ("training"), an evaluation or checkpoint
@@ -197,6 +198,9 @@ class RunPhase:
         before = self.phase
         if before == "startup" and kind != "training":
             return  # the start up to the first step is the startup detector's business
+        late = self.entered_at is not None and at < self.entered_at
+        if kind == "training" and before != "training" and late:
+            return  # a step written before this phase began, read late: it ends nothing
         after: Phase = before if kind is None else kind
         if previous_at is not None and before != "startup":
             # A gap touching a non-training phase is that phase's, never the training window's.
@@ -204,6 +208,8 @@ class RunPhase:
             self.knowledge.learn(owner, at - previous_at)
         if before in ("eval", "checkpoint") and after != before:
             self.knowledge.finish(before)
+        if after != before:
+            self.entered_at = at
         self.phase = after
 
     def window(self, cfg: StallConfig, ceiling_s: float, phase: Phase | None = None) -> Window:

@@ -209,7 +209,8 @@ class Consumer:
         # job wrote it (an eval that began after this poll's step puts the run in `eval`)
         phase = _phase(found.phase)
         if found.activity and not found.activity_last:
-            monitor.activity(now, phase)
+            # written before this poll's newest step, after the previous poll: stamped so
+            monitor.activity(run.polled_at, phase)
         if found.source is not None:
             monitor.progress_source = found.source
         if found.latest is not None:
