@@ -375,7 +375,16 @@ def test_stalled_counts_from_the_last_progress_seen_and_says_so() -> None:
     assert m.assess(109.9).healthy
     v = m.assess(110.0)
     assert v.firing == frozenset({"stalled"})
-    assert v.evidence == {"last_progress_age_s": "10.0", "stall_after_s": "10.0", "last_step": "41"}
+    assert v.evidence == {
+        "last_progress_age_s": "10.0",
+        "stall_after_s": "10.0",
+        "last_step": "41",
+        # SPEC §14: the window waited out, and why (nothing learned yet: the ceiling)
+        "window_s": "10.0",
+        "phase": "training",
+        "window_source": "ceiling",
+        "learned_from_steps": "0",
+    }
     assert "None" not in v.evidence.values()
 
 

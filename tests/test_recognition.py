@@ -306,3 +306,12 @@ def test_checkpoint_watch_counts_writes_after_its_first_read() -> None:
     assert not watch.wrote_since(Checkpoint(None, activity_at=100.0))
     assert watch.wrote_since(Checkpoint(None, activity_at=101.0))
     assert not watch.wrote_since(Checkpoint(None, activity_at=None))
+
+
+def test_checkpoint_folder_appearing_after_the_first_read_is_a_write() -> None:
+    """A fresh run's first save creates the checkpoint folder: the first read found nothing
+    (no folder yet), so the folder's appearing is a write under way, not the baseline."""
+    watch = CheckpointWatch("/nonexistent", "hf")
+    assert not watch.wrote_since(Checkpoint(None, activity_at=None))
+    assert watch.wrote_since(Checkpoint(None, activity_at=100.0))
+    assert not watch.wrote_since(Checkpoint(None, activity_at=100.0))

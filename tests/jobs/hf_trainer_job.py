@@ -14,6 +14,10 @@ evaluation; else an eval phase with its own bar every N steps) over EVAL_ROWS ro
 evaluation that outlasts the watchdog's stall_after_s); TRAIN_ROW_S, the same for training rows
 (default 0; 0.3 makes a step of 4 rows last over a second: the bar reads `s/it`); RESUME=naive
 resumes as `resume_from_checkpoint=get_last_checkpoint(out)` does, torn folder or not.
+LOG_LEVEL (default `passive`, the Trainer's): `info` prints its `***** Running Evaluation *****`
+and `Saving model checkpoint to …` lines, as a user with info logging sees them. SLOW_SAVE_S
+(default 0): each save first writes `slow.bin` into its checkpoint folder in SLOW_SAVE_CHUNKS
+(default 3) bursts, SLOW_SAVE_S apart: a save to a slow filesystem, silent in the log.
 """
 
 from __future__ import annotations
@@ -62,6 +66,24 @@ def newest_complete_checkpoint(out: str) -> str | None:
     return max(found)[1] if found else None
 
 
+class SlowSaveTrainer(Trainer):
+    """A save that takes a while on a slow filesystem: bursts of writes, pauses between them."""
+
+    def _save_checkpoint(self, model: object, trial: object) -> None:
+        pause = float(os.environ.get("SLOW_SAVE_S", "0"))
+        if pause:
+            folder = os.path.join(self.args.output_dir, f"checkpoint-{self.state.global_step}")
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, "slow.bin"), "wb") as f:
+                for i in range(int(os.environ.get("SLOW_SAVE_CHUNKS", "3"))):
+                    if i:
+                        time.sleep(pause)
+                    f.write(b"\0" * (1 << 20))
+                    f.flush()
+                    os.fsync(f.fileno())
+        super()._save_checkpoint(model, trial)  # type: ignore[arg-type]
+
+
 def main() -> None:
     workdir = sys.argv[1]
     out = os.path.join(workdir, "out")
@@ -92,8 +114,9 @@ def main() -> None:
         use_cpu=True,
         dataloader_num_workers=0,
         seed=0,
+        log_level=os.environ.get("LOG_LEVEL", "passive"),
     )
-    trainer = Trainer(
+    trainer = SlowSaveTrainer(
         model=model,
         args=args,
         train_dataset=RandomTokens(400_000, float(os.environ.get("TRAIN_ROW_S", "0"))),

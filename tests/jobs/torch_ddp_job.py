@@ -12,7 +12,9 @@ Faults come from a FILE, <workdir>/fault, never from code changes; one `key=valu
                        join, so every rank hangs inside all_reduce (the others wait for it)
     crash_before_ckpt=1  rank 0 raises before the first checkpoint, on every run
     at_step=5          when kill/hang fire (default 5)
-    once=1             kill/hang fire in one run only (<workdir>/fault.fired records it)
+    stop_rank=1        that rank stops for good before the step's all_reduce (a frozen data
+                       loader), so the others block inside it, waiting for that rank
+    once=1             kill/hang/stop fire in one run only (<workdir>/fault.fired records it)
 
 Every rank also records its pid and its agent's pid in <workdir>/pids/, and at start checks
 that no process of an earlier run is still alive (a run overlapping the previous one is
@@ -105,6 +107,12 @@ def hang_in_all_reduce(rank: int) -> None:
     dist.all_reduce(torch.ones(1), group=HANG_GROUP)
 
 
+def stop_before_all_reduce(rank: int) -> None:
+    """Stop for good before the step's all_reduce (as a rank whose data loader froze)."""
+    print(f"rank {rank}: stopping before the all_reduce", flush=True)
+    threading.Event().wait()
+
+
 HANG_GROUP: dist.ProcessGroup | None = None
 
 
@@ -130,6 +138,8 @@ def main() -> int:
     started = time.monotonic()
     while True:
         step += 1
+        if step == at_step and str(rank) == fault.get("stop_rank") and fire_once(workdir, fault):
+            stop_before_all_reduce(rank)
         x = torch.randn(64, 32)
         loss = model(x).pow(2).mean()
         # The mean loss over ranks for the log line; before backward, so a rank whose peer

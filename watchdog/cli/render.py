@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from watchdog.cli.client import EXIT_NO_JOB, EXIT_NOT_HEALTHY, EXIT_OK
+from watchdog.core.stallwindow import explain_window
 
 TYPE_CHECKING = False  # mypy treats this name as true; at run time `typing` is never imported
 if TYPE_CHECKING:
@@ -102,6 +103,8 @@ def render_status(st: dict[str, Any], events: list[dict[str, Any]]) -> str:
     lines += _pending_lines(st)
     lines += _gpu_lines(st)
     lines.append(_progress_line(pr))
+    if sw := pr.get("stall_window"):  # SPEC §14 (absent from older daemons)
+        lines.append(f"    Stall: {explain_window(sw)}")
     if ck := pr.get("checkpoint"):
         lines.append(f"     Ckpt: {_checkpoint_text(ck)}")
     lines += _restart_lines(st)

@@ -53,6 +53,7 @@ MARKS: dict[str, tuple[str, str, str]] = {
     "daemon_started": ("D", "2", "daemon up"),
     "daemon_reexecuted": ("D", "2", "reexec"),
     "child_exited": ("x", "2", "exited"),
+    "detector_fired": ("S", "33", "stalled"),  # kept for `stalled` only (SPEC §14)
 }
 NOT_LISTED = frozenset({"child_exited"})  # marked; listed only as the cause of a restart
 
@@ -234,6 +235,8 @@ def _list_entry(e: dict[str, Any], exited: dict[str, Any] | None, span_s: float)
         detail += f" ({e['cause']})"  # SPEC §14: repeated_cause names the cause
     if e.get("delay_s") is not None:
         detail += f", next start in {float(e['delay_s']):.1f} s"
+    if name == "detector_fired":  # SPEC §14: the window the stall waited out
+        detail = f"no progress for its window of {e.get('window_s', '?')} s ({e.get('phase')})"
     if name == "gpu_fault":
         detail = f"GPU {e.get('gpu')} {e.get('xid') or ''} {e.get('action') or ''}".strip()
     line = _fit(f"  {when}  {word:<9} {detail}".rstrip())

@@ -53,7 +53,8 @@ DOCS: dict[str, str] = {
     "it replaces format; null leaves format in charge",
     "progress.format": "how progress lines are recognised: auto tries every known framework's "
     "output; one recogniser's name uses it alone; csv or jsonl read progress.file as a table",
-    "progress.stall_after_s": "stalled after this long without progress or other activity",
+    "progress.stall_after_s": "stalled after this long without progress or other activity; "
+    "with stall_window auto, the ceiling of the learned window",
     "progress.min_tokens_per_s": "absolute floor for throughput_low; null: none",
     "progress.min_fraction": "throughput_low below this fraction of the rolling median",
     "progress.low_for_s": "how long throughput must stay low before throughput_low fires",
@@ -104,14 +105,13 @@ DOCS: dict[str, str] = {
     "timeline.bucket_s": "width of the newest buckets (read at the daemon's start); older "
     "ones are merged, a week is kept",
     "state_dir": "state file, event history, incidents, timeline.json, inputs.jsonl",
-    # SPEC §14 keys other branches add; uncomment each once its key is in the schema:
     "causes": "exit causes of your own, tried before the built-in ones: {name, pattern, class} "
     "(docs/causes.md)",
     "restart.same_cause_limit": "failures in a row with the same deterministic cause and no "
     "step gained between them: fatal, reason repeated_cause",
-    # "progress.stall_window": "auto: learn the stall window from the gaps between steps; "
-    # "fixed: stall_after_s",
-    # "progress.learn_steps": "gaps between steps seen before the learned window is used",
-    # "progress.stall_factor": "the learned window is this many times the p99 gap",
-    # "progress.stall_floor_s": "the learned window is never shorter than this",
+    "progress.stall_window": "auto: learn the stall window from the gaps between steps "
+    "(docs/stall-windows.md); fixed: always stall_after_s",
+    "progress.learn_steps": "gaps between steps seen before the learned window is used",
+    "progress.stall_factor": "the learned window is this many times the p99 gap",
+    "progress.stall_floor_s": "the learned window is never shorter than this",
 }

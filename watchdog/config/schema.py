@@ -116,6 +116,11 @@ class ProgressConfig:
         default=False, metadata=_m(derive=("pattern", lambda node: not is_null(node)))
     )
     stall_after_s: float = field(default=900.0, metadata=_m(gt=0))
+    # SPEC §14: learned stall windows (stall_after_s is their ceiling); `fixed` is the old rule
+    stall_window: Literal["auto", "fixed"] = "auto"
+    learn_steps: int = field(default=20, metadata=_m(ge=1))
+    stall_factor: float = field(default=5.0, metadata=_m(gt=0))
+    stall_floor_s: float = field(default=60.0, metadata=_m(gt=0))
     min_tokens_per_s: float | None = field(default=None, metadata=_m(gt=0))
     min_fraction: float | None = field(default=0.3, metadata=_m(gt=0, le=1))
     low_for_s: float = field(default=300.0, metadata=_m(gt=0))

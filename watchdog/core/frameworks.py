@@ -33,12 +33,12 @@ def megatron(line: str) -> Recognised | None:
         return Recognised("megatron", step=to_int(match.group(1)), total=to_int(match.group(2)))
     if "validation" in line and first(_MEGATRON_EVAL, line) is not None:
         # No step: the iteration it names is the last trained one, neither lower nor higher.
-        return Recognised("megatron", activity=True)
+        return Recognised("megatron", activity=True, phase="eval")
     if "Evaluating" in line:
         found = first(_MEGATRON_EVAL_ITER, line)
         if found is not None:
             n, total = to_int(found.group(1)), to_int(found.group(2))
-            return Recognised("megatron", step=n, total=total, activity=True)
+            return Recognised("megatron", step=n, total=total, activity=True, phase="eval")
     return None
 
 
@@ -62,6 +62,7 @@ def torchtitan(line: str) -> Recognised | None:
         tokens_per_s=to_float(tps.group(1)) if tps else None,
         # `validate step: 10  loss: …` is the validator's report, not a training step.
         activity="validat" in line[: match.start()].lower(),
+        phase="eval" if "validat" in line[: match.start()].lower() else None,
     )
 
 
@@ -114,9 +115,8 @@ def nemo(line: str) -> Recognised | None:
         found = _NEMO_EVAL.search(line, max(0, len(line) - 64))
         if found is None:
             return None
-        return Recognised(
-            "nemo", step=to_int(found.group(1)), total=to_int(found.group(2)), activity=True
-        )
+        n, of = to_int(found.group(1)), to_int(found.group(2))
+        return Recognised("nemo", step=n, total=of, activity=True, phase="eval")
     match = first(_NEMO, line)
     if match is None:
         return None
@@ -142,4 +142,34 @@ def hf_loss(line: str) -> Recognised | None:
     match = _HF_DICT.search(line)
     if match is None:
         return None
-    return Recognised("hf_loss", activity=match.group(1) != "loss")
+    key = match.group(1)
+    return Recognised("hf_loss", activity=key != "loss", phase="eval" if key != "loss" else None)
+
+
+# ---------------------------------------------------------------------------- checkpoint saves
+
+# SPEC §14: a save under way, as the frameworks announce it: the Hugging Face Trainer's and
+# DeepSpeed's `Saving model checkpoint to …`, DeepSpeed's `Checkpoint global_step100 is about to
+# be saved!`, Lightning's (and NeMo's) ModelCheckpoint `… saving model to '…'`, Megatron-LM's
+# `saving checkpoint at iteration 100 to …` / `successfully saved checkpoint from iteration …`,
+# torchtitan's `Saving the checkpoint (or staging if async is enabled).` / `Finished saving …`.
+_SAVE = re.compile(
+    r"(?:[Ss]aving (?:model checkpoint|checkpoint|the checkpoint|model to)"
+    r"|is about to be saved|saved checkpoint|[Ff]inished saving)"
+)
+
+
+_EVAL_START = "***** Running Evaluation"  # the Trainer's evaluation_loop, at info level
+
+
+def checkpoint_save(line: str) -> Recognised | None:
+    """A framework's line saying a checkpoint is being written (activity in the checkpoint
+    phase, never a step), or the Trainer's `***** Running Evaluation *****` (the eval phase:
+    its bar is drawn only after the first batch)."""
+    if _EVAL_START in line:
+        return Recognised("hf_eval", activity=True, phase="eval")
+    if "aving" not in line and "aved" not in line:
+        return None
+    if first(_SAVE, line) is None:
+        return None
+    return Recognised("checkpoint", activity=True, phase="checkpoint")

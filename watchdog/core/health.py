@@ -27,6 +27,7 @@ from typing import Literal
 
 from watchdog.core.gpupart import GpuPart, gpu_part, unreadable_text
 from watchdog.core.samples import GpuSample, ProgressReading
+from watchdog.core.stallwindow import Phase, RunPhase, StallConfig, StallKnowledge, Window
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +36,8 @@ class HealthConfig:
     idle_below_mib: float = 512.0
     idle_samples: int = 6
     require: Literal["all", "any"] = "all"
-    stall_after_s: float = 900.0
+    stall_after_s: float = 900.0  # SPEC §14: the ceiling of the learned stall windows
+    stall: StallConfig = field(default_factory=StallConfig)
     min_tokens_per_s: float | None = None
     min_fraction: float | None = 0.3
     low_for_s: float = 300.0
@@ -62,8 +64,9 @@ def _num(value: float) -> str:
 class HealthMonitor:
     """Verdicts for one child, from its spawn on."""
 
-    def __init__(self, cfg: HealthConfig) -> None:
+    def __init__(self, cfg: HealthConfig, learned: StallKnowledge | None = None) -> None:
         self._cfg = cfg
+        self.run_phase = RunPhase(StallKnowledge() if learned is None else learned)
         self._gpu: GpuSample | None = None
         self._idle_run = 0  # consecutive idle samples
         self._first_progress_at: float | None = None
@@ -121,9 +124,11 @@ class HealthMonitor:
             written_at = min(now, max(now - max(age_s, 0.0), floor))
         self.progress(reading, written_at)
 
-    def activity(self, now: float) -> None:
-        """Something advanced that is not the training step (SPEC §13): `stalled` counts from
-        the later of the last progress and the last activity; health still needs progress."""
+    def activity(self, now: float, phase: Phase | None = None) -> None:
+        """Something advanced that is not the training step (SPEC §13), in `phase` (SPEC §14):
+        `stalled` counts from the later of the last progress and activity; health needs progress."""
+        if self._last_progress_at is not None:
+            self.run_phase.signal(phase, now, self._stall_clock())
         if self._last_activity_at is None or now > self._last_activity_at:
             self._last_activity_at = now
 
@@ -133,6 +138,7 @@ class HealthMonitor:
         return self._first_progress_at is not None
 
     def progress(self, reading: ProgressReading, now: float) -> None:
+        self.run_phase.signal("training", now, self._stall_clock())
         if self._first_progress_at is None:
             self._first_progress_at = now
         self._last_progress_at = now
@@ -162,6 +168,7 @@ class HealthMonitor:
             "started": self._started,
             "last_activity_at": self._last_activity_at,
             "progress_source": self.progress_source,
+            "phase": self.run_phase.phase,
         }
 
     def resume(self, c: Mapping[str, object]) -> None:
@@ -192,6 +199,7 @@ class HealthMonitor:
         self._last_activity_at = opt(c.get("last_activity_at"))  # absent from older code
         source = c.get("progress_source")
         self.progress_source = source if isinstance(source, str) else None
+        self.run_phase.resume(c.get("phase"))
 
     # ---------------------------------------------------------------------- queries
 
@@ -224,7 +232,7 @@ class HealthMonitor:
         cfg = self._cfg
         dues = []
         if (stall_clock := self._stall_clock()) is not None:
-            dues.append(stall_clock + cfg.stall_after_s)
+            dues.append(stall_clock + self.stall_window().window_s)
         if self._low_since is not None:
             dues.append(self._low_since + cfg.low_for_s)
         ahead = [d for d in dues if d > now]
@@ -331,15 +339,17 @@ class HealthMonitor:
             "idle_below_mib": _num(cfg.idle_below_mib),
         }
 
+    def stall_window(self, phase: Phase | None = None) -> Window:
+        """The window `stalled` is judged under now (or in `phase`; SPEC §14), and why."""
+        return self.run_phase.window(self._cfg.stall, self._cfg.stall_after_s, phase)
+
     def _stalled_evidence(self, now: float) -> dict[str, str] | None:
-        last = self._stall_clock()
-        if last is None or self._unreadable or now - last < self._cfg.stall_after_s:
+        last, window = self._stall_clock(), self.stall_window()
+        if last is None or self._unreadable or now - last < window.window_s:
             return None
         progress_at = self._last_progress_at if self._last_progress_at is not None else last
-        found = {
-            "last_progress_age_s": f"{now - progress_at:.1f}",
-            "stall_after_s": _num(self._cfg.stall_after_s),
-        }
+        found = {"last_progress_age_s": f"{now - progress_at:.1f}", **window.evidence()}
+        found["stall_after_s"] = _num(self._cfg.stall_after_s)
         if self._last_activity_at is not None:
             found["last_activity_age_s"] = f"{now - self._last_activity_at:.1f}"
         if self._last is not None and self._last.step is not None:

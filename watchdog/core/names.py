@@ -53,6 +53,9 @@ EVENTS: dict[str, EventName] = {
     ),
     "goodput_reset": EventName("goodput.json was unreadable and starts from zero", WARNING),
     "timeline_reset": EventName("timeline.json was unreadable: the picture starts afresh", WARNING),
+    "stall_windows_reset": EventName(
+        "stall.json was unreadable: the stall windows are learned afresh", WARNING
+    ),
     "history_write_failed": EventName("the event history file could not be written", WARNING),
     "state_restored": EventName(
         "the previous daemon's fatal, backoff, completed, or an operator's stop/pause or a park"
@@ -143,7 +146,7 @@ REASONS: dict[str, str] = {
     # detectors (SPEC §4)
     "exited": "the job's process exited or was killed",
     "gpus_idle": "the expected GPUs hold (almost) no memory",
-    "stalled": "no progress line for progress.stall_after_s",
+    "stalled": "no progress line for the stall window (at most progress.stall_after_s)",
     "throughput_low": "tokens/s under the floor for progress.low_for_s",
     "startup_timeout": "not healthy within startup.timeout_s",
     "gpu_lost": "NVML reports GPU_IS_LOST",

@@ -6,7 +6,7 @@ training step) or nothing new. See `ProgressTracker`; the recognisers are in rec
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from watchdog.core.recognised import MAX_STEP, Recognised
@@ -22,6 +22,8 @@ class Seen:
     kind: Kind
     source: str
     reading: ProgressReading | None = None  # for progress
+    # SPEC §14: activity that puts the run in "eval" or "checkpoint" (not part of the judgement)
+    phase: str | None = field(default=None, compare=False)
 
 
 # A bar whose description starts with one of these is never the training bar (Lightning's
@@ -135,14 +137,18 @@ class ProgressTracker:
         """Judge one recognised line (lines in the order the job wrote them), read at `now`
         (any monotone clock; None: bars are judged without the quiet rule)."""
         if r.source == "tqdm":
-            return self._bar(r, now)
+            seen = self._bar(r, now)
+            if seen is not None and seen.kind == "activity":
+                return Seen("activity", "tqdm", phase=self._bar_phase(r))
+            return seen
         if r.step is None:
             # A line without a step (a loss dict between bar updates) keeps the run's step.
             kind: Kind = "activity" if r.activity else "progress"
             reading = None if r.activity else ProgressReading(r.tokens_per_s, self.highest)
-            return Seen(kind, r.source, reading)
+            return Seen(kind, r.source, reading, r.phase if r.activity else None)
         if r.activity:
-            return self._moved(("activity", r.source), r.step, r.source)
+            moved = self._moved(("activity", r.source), r.step, r.source)
+            return None if moved is None else Seen("activity", r.source, phase=r.phase)
         return self._step(r.source, r.step, r.tokens_per_s, r.source)
 
     def observe_reading(self, reading: ProgressReading, source: str) -> Seen | None:
@@ -203,6 +209,20 @@ class ProgressTracker:
             return self._moved("tqdm-first", step, "tqdm")
         self._train_moved = True
         return self._step("tqdm", min(step, MAX_STEP), r.tokens_per_s, "tqdm")
+
+    def _bar_phase(self, r: Recognised) -> str | None:
+        """SPEC §14: an evaluation bar (by its words, or a plain bar beside the training bar:
+        the Trainer's unlabelled one) is "eval"; a bar writing or saving is "checkpoint"."""
+        low = r.label.lower()
+        if any(w in low for w in ("validat", "sanity", "test", "predict", "eval", "inference")):
+            return "eval"
+        if any(w in low for w in ("writing", "saving", "upload")) or "shards" in low:
+            return None if "loading" in low else "checkpoint"
+        key = ("Epoch", None) if r.epoch is not None else (r.label, r.total)
+        if key == self._train_key:
+            return None  # the training bar redrawn (the Trainer's, as its eval bar opens)
+        plain = r.unit in TRAINING_UNITS and not is_activity_label(r.label)
+        return "eval" if plain and self._train_moved else None
 
     def _takes_over(self, key: tuple[str, int | None], r: Recognised, now: float | None) -> bool:
         """A new bar becomes the training bar: an epoch bar over a plain one; among plain bars,

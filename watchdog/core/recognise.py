@@ -30,6 +30,9 @@ Formats, as their sources print them (our own example lines are in tests/test_re
   at the process's start, not at the checkpoint).
 - NeMo: `Training epoch 0, iteration 49/99 | lr: … | global_step: 49 | reduced_train_loss: … |`;
   `Validation: iteration 5/10`, `Sanity checking Validation: …`, `Testing: …` (activity).
+- Checkpoint saves (activity, SPEC §14): `Saving model checkpoint to …` (Hugging Face,
+  DeepSpeed), `saving model to` (Lightning, NeMo), `saving checkpoint at iteration` (Megatron-LM),
+  `Saving the checkpoint` (torchtitan), `… is about to be saved!` (DeepSpeed).
 - Hugging Face Trainer log dicts: `{'loss': 2.3456, 'grad_norm': …, 'epoch': 0.12}` (progress,
   no step); `{'eval_loss': …}` is an evaluation's result (activity).
 """
@@ -40,7 +43,14 @@ import dataclasses
 import re
 from collections.abc import Callable
 
-from watchdog.core.frameworks import deepspeed, hf_loss, megatron, nemo, torchtitan
+from watchdog.core.frameworks import (
+    checkpoint_save,
+    deepspeed,
+    hf_loss,
+    megatron,
+    nemo,
+    torchtitan,
+)
 from watchdog.core.recognised import (
     MAX_LINE_CHARS,
     MAX_TRIES,
@@ -214,4 +224,5 @@ def recognise(line: str, only: str | None = None) -> Recognised | None:
             if tps is not None:
                 found = dataclasses.replace(found, tokens_per_s=tps.tokens_per_s)
         return found
-    return None
+    # SPEC §14: a save announced (no format of its own: `progress.format` names progress ones)
+    return checkpoint_save(text) if only is None else None

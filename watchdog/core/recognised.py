@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Recognisers see at most the last this many characters of a line (as the user pattern does):
 # framework progress text sits at the end of its line.
@@ -42,6 +42,8 @@ class Recognised:
     # A tqdm bar's unit as its rate prints it, less an SI prefix: "it" (tqdm's default, the
     # Trainer's, Lightning's), "examples", "ba", "B", "tokens" (datasets' map bars, downloads).
     unit: str = ""
+    # SPEC §14: the line says the run is evaluating ("eval") or saving ("checkpoint")
+    phase: str | None = field(default=None, compare=False)  # not what the line counts
 
 
 def to_int(text: str | None) -> int | None:

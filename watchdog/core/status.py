@@ -46,6 +46,9 @@ class StatusInputs:
     gpu_throttle: Mapping[int, Sequence[str]] | None = None
     gpu_degraded: Mapping[int, Sequence[str]] | None = None
     gpu_access_lost: str | None = None
+    # SPEC §14: the window `stalled` is judged under now, and why (core/stallwindow.py)
+    stall_window: Mapping[str, Any] | None = None
+    stall_windows: Mapping[str, float] | None = None  # every phase's window (the metric)
 
 
 def build_status(i: StatusInputs) -> dict[str, Any]:
@@ -102,6 +105,8 @@ def _progress(i: StatusInputs) -> dict[str, Any]:
         "checkpoint": _checkpoint(i),
         "source": i.progress_source,
         "last_activity_age_s": _age_s(i.now, i.last_activity_at),
+        "stall_window": None if i.stall_window is None else dict(i.stall_window),
+        "stall_windows": None if i.stall_windows is None else dict(i.stall_windows),
     }
 
 

@@ -42,9 +42,11 @@ COMPACT_EVERY = 16  # base buckets between two merges (each is a pass over all b
 # the ones that explain a gap or a change of state.
 KEPT_EVENTS = names.TIMELINE_EVENTS
 # Fields of a kept event that say what happened (the rest stays in `watchdogctl events`).
-# SPEC §14: `cause`, so that each restart is listed with why the run died
-KEPT_FIELDS: tuple[str, ...] = ("reason", "path", "pid", "exit_code", "signal", "delay_s")
-KEPT_FIELDS += ("gpu", "action", "xid", "cause")
+KEPT_FIELDS = (
+    *("reason", "path", "pid", "exit_code", "signal", "delay_s", "gpu", "action", "xid"),
+    "cause",  # SPEC §14: each restart is listed with why the run died
+    *("window_s", "phase"),  # SPEC §14: a stall is marked with the window it waited out
+)
 
 
 class Timeline:
@@ -130,7 +132,8 @@ class Timeline:
     def event(self, record: Mapping[str, Any], wall: float) -> None:
         """An emitted event; kept (compactly) only if the picture marks or lists it."""
         name = record.get("event")
-        if name not in KEPT_EVENTS:
+        stall = name == "detector_fired" and record.get("reason") == "stalled"
+        if name not in KEPT_EVENTS and not stall:
             return
         kept: dict[str, Any] = {"ts": record.get("ts") or rfc3339(wall), "event": name}
         kept.update({k: record[k] for k in KEPT_FIELDS if record.get(k) is not None})

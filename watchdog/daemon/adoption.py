@@ -81,7 +81,7 @@ async def attach(d: Parts, pid: int) -> bool:
     except OSError:
         return False
     tree.mark_adopted()
-    monitor = health.HealthMonitor(params.health_of(d.cfg))
+    monitor = health.HealthMonitor(params.health_of(d.cfg), d.books.stall)
     # its command: the best we know is the config it was adopted under
     run = JobRun(
         monitor,
@@ -170,7 +170,10 @@ async def take_over(d: Parts, h: dict[str, Any]) -> tuple[bool, int | None]:
         reexec.close_carried(h)
         d.consumer.new_core()
         # the carried follower's fd is closed already: the fresh run must not close it again
-        d.begin_run(JobRun(health.HealthMonitor(params.health_of(d.cfg))), close_follower=False)
+        d.begin_run(
+            JobRun(health.HealthMonitor(params.health_of(d.cfg), d.books.stall)),
+            close_follower=False,
+        )
         d.emit("reexec_resume_failed", error=why, old_version=h.get("old_version"))
         previous = d.state.load_job()
         leader = await provable_leader(d, previous, always=True)

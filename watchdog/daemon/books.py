@@ -15,11 +15,14 @@ from typing import Any
 
 from watchdog.core import goodput
 from watchdog.core.jobstate import Snapshot
+from watchdog.core.stallwindow import StallKnowledge
 from watchdog.outputs import metrics
+from watchdog.state import files
 from watchdog.state.folder import StateDir
 from watchdog.state.timeline_log import TimelineLog
 from watchdog.state.writers import FileWriter, WriteHealth
 
+STALL_FILE = "stall.json"  # SPEC §14: the learned stall windows (core/stallwindow.py)
 GOODPUT_SAVE_EVERY_S = 10.0  # issue 8: persist goodput at most this often, and at exit
 
 
@@ -34,6 +37,9 @@ class Books:
         # SPEC §13: the history behind `watchdogctl timeline`, kept in the state directory
         self.timeline = TimelineLog(state, bucket_s, emit, health)
         self.timeline.load()
+        # SPEC §14: the learned stall windows outlive a run, a crash and a reexec
+        self.stall_file = FileWriter(state.file(STALL_FILE), health)
+        self.stall = self._load_stall(state)
 
     def account(self, snap: Snapshot, last_progress_at: float | None) -> None:
         """Charge the time since the last call to the state the job was in (goodput.py)."""
@@ -45,16 +51,35 @@ class Books:
         self.timeline.observe(snap.state.value, self.goodput.totals())
         if now - self._saved_at >= GOODPUT_SAVE_EVERY_S:
             self.save_goodput()
+            self.save_stall()
 
     def save_goodput(self) -> None:
         """Off the loop (state.writers.FileWriter): an fsync can take long on a busy disk."""
         self._saved_at = time.monotonic()
         self.goodput_file.submit(json.dumps(self.goodput.to_json()) + "\n")
 
-    def files(self) -> tuple[FileWriter, FileWriter]:
+    def save_stall(self) -> None:
+        """What was learned of the job's rhythm (rewritten only when it changed)."""
+        self.stall_file.submit(json.dumps(self.stall.to_json(), separators=(",", ":")) + "\n")
+
+    def files(self) -> tuple[FileWriter, FileWriter, FileWriter]:
         """The writers to flush at exit and before a reexec (the timeline's buckets saved)."""
         self.timeline.save()
-        return self.goodput_file, self.timeline.file
+        self.save_stall()
+        return self.goodput_file, self.timeline.file, self.stall_file
+
+    def _load_stall(self, state: StateDir) -> StallKnowledge:
+        """What the previous daemon learned (its previous generation if the file is unfit, a
+        state_reset each); afresh, said once, when neither generation can be used."""
+        knowledge, resets = files.load_generations(state.file(STALL_FILE), _parse_stall)
+        for r in resets:
+            self._emit("state_reset", file=r.file, error=r.error, fallback=r.fallback)
+        if knowledge is None:
+            if resets:
+                errors = "; ".join(f"{r.file}: {r.error}" for r in resets)
+                self._emit("stall_windows_reset", error=errors, file=state.file(STALL_FILE))
+            return StallKnowledge()
+        return knowledge
 
     def _load(self, state: StateDir) -> goodput.Goodput:
         """SPEC §14: an unusable generation is a state_reset; goodput_reset when neither
@@ -82,3 +107,11 @@ async def start_metrics(
         return f"metrics.listen {listen}: {e.strerror or e}"
     emit("metrics_started", addresses=server.addresses)
     return server
+
+
+def _parse_stall(text: str) -> StallKnowledge:
+    """stall.json's content; ValueError for anything not of its shape."""
+    try:
+        return StallKnowledge.from_json(json.loads(text))
+    except (KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"not a stall-window record: {e}") from e

@@ -32,6 +32,7 @@ from watchdog.core.events import (
     StateRestored,
     Tick,
 )
+from watchdog.core.stallwindow import Phase
 from watchdog.core.supervisor import Supervisor
 from watchdog.daemon.inbox import (
     Inbox,
@@ -48,6 +49,11 @@ if TYPE_CHECKING:
     from watchdog import config
     from watchdog.daemon.books import Books
     from watchdog.daemon.run import JobRun
+
+
+def _phase(phase: str | None) -> Phase | None:
+    """A follower's phase word as the core's phase (SPEC §14); anything else: the phase goes on."""
+    return "eval" if phase == "eval" else "checkpoint" if phase == "checkpoint" else None
 
 
 class Shell(Protocol):
@@ -150,7 +156,8 @@ class Consumer:
             return self._ranks_listed(event)
         if isinstance(event, SaveSeen):
             if event.run is self._shell.job:
-                event.run.monitor.activity(event.at)  # SPEC §13: a save under way is no stall
+                # SPEC §13: a save under way is no stall; §14: it is the checkpoint phase
+                event.run.monitor.activity(event.at, "checkpoint")
             return []
         if isinstance(event, SignalReceived):
             found = self._shell.signalled(event.signum)
@@ -198,8 +205,12 @@ class Consumer:
         monitor.progress_unreadable(found is None)
         if found is None:
             return
-        if found.activity:
-            monitor.activity(now)  # SPEC §13: not a step, but not stalled either
+        # SPEC §13: activity is not a step, but not stalled either; SPEC §14: in the order the
+        # job wrote it (an eval that began after this poll's step puts the run in `eval`)
+        phase = _phase(found.phase)
+        if found.activity and not found.activity_last:
+            # written before this poll's newest step, after the previous poll: stamped so
+            monitor.activity(run.polled_at, phase)
         if found.source is not None:
             monitor.progress_source = found.source
         if found.latest is not None:
@@ -208,6 +219,8 @@ class Consumer:
             monitor.progress_line(found.latest, now, age_s, run.polled_at)
             if (at := monitor.last_progress_at) is not None:
                 self._dispatch(ProgressMarked("step", found.latest.step, at))
+        if found.activity and found.activity_last:
+            monitor.activity(now, phase)
         run.polled(now)
 
     def _ranks_listed(self, listed: RanksListed) -> list[Action]:

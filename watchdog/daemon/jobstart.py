@@ -199,7 +199,7 @@ def spawn(
         _not_spawned(d, log, follower, f"cannot watch the job: {e}")
         return
     fut.add_done_callback(d.on_exit)
-    monitor = health.HealthMonitor(params.health_of(d.cfg))
+    monitor = health.HealthMonitor(params.health_of(d.cfg), d.books.stall)
     run = JobRun(
         monitor,
         pid=proc.pid,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from watchdog import blocking
 from watchdog.core.events import IncidentSaved, KillTree, TreeStopped
+from watchdog.core.stallwindow import explain_window
 from watchdog.daemon import sampling
 from watchdog.outputs import flight, incident
 from watchdog.process import cgroup, tree
@@ -92,7 +93,8 @@ async def write_incident(d: Parts, reason: str) -> str | None:
             reason,
             now_utc=datetime.now(UTC),
             # verdict.json holds {reason, time, evidence: <this>}
-            verdict={**verdict.evidence, "pid": snap.pid, "firing": sorted(snap.firing)},
+            verdict={**verdict.evidence, "pid": snap.pid, "firing": sorted(snap.firing)}
+            | _stall_window(d),
             log_path=d.cfg.job.log_file,  # tracebacks land here even with progress.file
             job_log=d.job.log,  # the file the job writes, whatever its name (docs/logrotate.md)
             progress_path=sampling.progress_file_now(d),
@@ -108,6 +110,12 @@ async def write_incident(d: Parts, reason: str) -> str | None:
     copied = await flight_records(d, path)
     d.emit("incident_saved", reason=reason, path=path, flight_records=len(copied))
     return path
+
+
+def _stall_window(d: Parts) -> dict[str, object]:
+    """SPEC §14: why the stall window was what it was (verdict.json), for every verdict."""
+    window = d.job.monitor.stall_window().to_json()
+    return {"stall_window": window, "stall_window_why": explain_window(window)}
 
 
 async def flight_records(d: Parts, bundle: str) -> list[str]:

@@ -9,6 +9,7 @@ from watchdog import config
 from watchdog.cluster import link
 from watchdog.core import health
 from watchdog.core.budget import Policy
+from watchdog.core.stallwindow import StallConfig
 from watchdog.progress.checkpoint import CheckpointWatch
 
 
@@ -47,6 +48,7 @@ def health_of(cfg: config.Config) -> health.HealthConfig:
         idle_samples=g.idle_samples,
         require=g.require,
         stall_after_s=p.stall_after_s,
+        stall=StallConfig(p.stall_window, p.learn_steps, p.stall_factor, p.stall_floor_s),
         min_tokens_per_s=p.min_tokens_per_s,
         min_fraction=p.min_fraction,
         low_for_s=p.low_for_s,

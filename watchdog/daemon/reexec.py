@@ -255,7 +255,7 @@ def resume(d: Parts, state: dict[str, Any]) -> None:
 
     fds = state["fds"]
     d.consumer.resume(state["supervisor"])
-    monitor = health.HealthMonitor(params.health_of(d.cfg))
+    monitor = health.HealthMonitor(params.health_of(d.cfg), d.books.stall)
     monitor.resume(state["health"])
     pid = state["supervisor"]["pid"]
     exit_status = None

@@ -124,14 +124,17 @@ def with_late(late: FollowResult, found: FollowResult) -> FollowResult:
     """A poll's result with what a stuck poll before it read once it returned (issue 23): its
     lines were consumed, and a job that wrote them while our read hung did not stall."""
     activity = late.activity + found.activity
+    phase = found.phase or late.phase  # SPEC §14
     if found.readings:
-        return dataclasses.replace(found, activity=activity)
+        return dataclasses.replace(found, activity=activity, phase=phase)
     return dataclasses.replace(
         found,
         readings=late.readings,
         latest_mtime=late.latest_mtime,
         source=late.source or found.source,
         activity=activity,
+        phase=phase,
+        activity_last=found.activity_last or (late.activity_last and not found.activity),
     )
 
 

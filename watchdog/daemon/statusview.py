@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__
 from watchdog.core import status
+from watchdog.core.stallwindow import LEARNING
 
 if TYPE_CHECKING:
     from watchdog.daemon.parts import Parts
@@ -46,6 +47,8 @@ def build(d: Parts) -> dict[str, Any]:
             gpu_throttle=gpus.degraded.throttle(),
             gpu_degraded=gpus.degraded_now(),
             gpu_access_lost=gpus.access_lost,
+            stall_window=monitor.stall_window().to_json(),
+            stall_windows={p: monitor.stall_window(p).window_s for p in LEARNING},
         )
     )
     st["gpu_faults_total"] = faults.counts()  # the metrics endpoint's counter

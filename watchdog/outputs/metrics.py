@@ -170,6 +170,14 @@ def _progress_families(st: Mapping[str, Any], wall_now: float) -> Iterator[Metri
     if progress["last_progress_age_s"] is not None:
         last.add_metric([], round(wall_now - progress["last_progress_age_s"], 1))
     yield last
+    window = GaugeMetricFamily(
+        f"{PREFIX}_stall_window_seconds",
+        "How long a silence of the job `stalled` waits out now, per phase (SPEC §14).",
+        labels=("phase",),
+    )
+    for phase, window_s in sorted((progress.get("stall_windows") or {}).items()):
+        window.add_metric([phase], window_s)
+    yield window
 
 
 def _goodput_families(g: Mapping[str, Any]) -> Iterator[Metric]:

@@ -211,15 +211,18 @@ class CheckpointWatch:
         self.path, self.kind = path, kind
         self.last: Checkpoint | None = None
         self._activity_at: float | None = None  # the newest write seen so far
+        self._looked = False  # a read was made (it may have found no folder yet)
 
     def wrote_since(self, found: Checkpoint) -> bool:
         """Something was written where checkpoints are saved since the previous read (the
-        first read only sets where to count from)."""
+        first read only sets where to count from; a folder that a later read finds where an
+        earlier one found none was just created: a run's first save, SPEC §14)."""
         at = found.activity_at
+        first, self._looked = not self._looked, True
         if at is None:
             return False
         before, self._activity_at = self._activity_at, max(at, self._activity_at or at)
-        return before is not None and at > before
+        return not first and (before is None or at > before)
 
     async def read(self) -> Checkpoint:
         """The newest checkpoint now; while a read still hangs from before, none is doubled

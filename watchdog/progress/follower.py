@@ -61,6 +61,10 @@ class FollowResult:
     # pattern, csv, jsonl), and how many lines were activity, not progress (an eval bar).
     source: str | None = None
     activity: int = 0
+    # SPEC §14: the phase the newest phase-telling activity line names ("eval", "checkpoint"),
+    # and whether the poll's newest judged line was activity (it came after its progress).
+    phase: str | None = None
+    activity_last: bool = False
 
     @property
     def latest(self) -> ProgressReading | None:
@@ -82,6 +86,8 @@ class _Found:
         self.latest_mtime: float | None = None
         self.source: str | None = None
         self.activity = 0
+        self.phase: str | None = None
+        self.activity_last = False
 
     def result(self) -> FollowResult:
         return FollowResult(
@@ -95,6 +101,8 @@ class _Found:
             latest_mtime=self.latest_mtime,
             source=self.source,
             activity=self.activity,
+            phase=self.phase,
+            activity_last=self.activity_last,
         )
 
 
@@ -374,5 +382,8 @@ class LogFollower:
             if seen.kind == "progress" and seen.reading is not None:
                 found.readings.append((seen.reading, line_no))
                 found.source = seen.source
+                found.activity_last = False
             else:
                 found.activity += 1
+                found.phase = seen.phase or found.phase
+                found.activity_last = True

@@ -1,0 +1,242 @@
+"""PURE learned stall windows (SPEC §14, "A hang found in a minute"; docs/stall-windows.md).
+
+`progress.stall_after_s` is the ceiling. Under `progress.stall_window: auto` the daemon learns the
+gaps between the signs of life of the job's training phase (the silences `stalled` must sit
+out), as a bounded streaming quantile: the last RING_SIZE gaps, kept sorted beside their order
+of arrival, so the p99 is one index and adding a gap costs one insertion (no unbounded list).
+Once `learn_steps` gaps are known the training window is
+`clamp(stall_factor × p99 gap, stall_floor_s, stall_after_s)`.
+
+Phases: `startup` (until the run's first progress line: the startup detector's business, never
+a gap), `training`, `eval` and `checkpoint` (a recognised evaluation or save, files growing under
+`progress.checkpoint.path`), entered on their first sign and left at the next training step. A
+gap that touches a non-training phase teaches that phase, never the training window; each such
+phase has its own learned window, the ceiling until one of its kind has been seen to finish.
+
+`StallKnowledge` is what was learned (one per daemon: it outlives a run of the job, and is kept
+in the state directory by the shell); `RunPhase` is one run's phase and the window it is under.
+Both are deterministic functions of their inputs (the instants the shell gives).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Phase = Literal["startup", "training", "eval", "checkpoint"]
+Source = Literal["learned", "ceiling", "fixed"]
+PHASES: tuple[Phase, ...] = ("startup", "training", "eval", "checkpoint")
+LEARNING: tuple[Phase, ...] = ("training", "eval", "checkpoint")  # the phases with gaps
+RING_SIZE = 2000  # gaps kept per phase: the p99 is over the last this many
+QUANTILE = 0.99
+
+
+@dataclass(frozen=True, slots=True)
+class StallConfig:
+    """The `progress.stall_*` keys (config/schema.py)."""
+
+    mode: Literal["auto", "fixed"] = "auto"
+    learn_steps: int = 20
+    factor: float = 5.0
+    floor_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """The window `stalled` is judged under now, and why it is that long."""
+
+    phase: Phase
+    window_s: float
+    source: Source
+    learned_from_steps: int
+    p99_gap_s: float | None
+    # what it was clamped by and multiplied with (the status line and incident explain it)
+    factor: float = 5.0
+    floor_s: float = 60.0
+    ceiling_s: float = 900.0
+
+    def evidence(self) -> dict[str, str]:
+        """`detector_fired stalled`'s fields: the window and why it was that long."""
+        found = {
+            "window_s": str(round(self.window_s, 3)),
+            "phase": self.phase,
+            "window_source": self.source,
+            "learned_from_steps": str(self.learned_from_steps),
+        }
+        if self.p99_gap_s is not None:
+            found["p99_gap_s"] = str(round(self.p99_gap_s, 3))
+        return found
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "phase": self.phase,
+            "window_s": round(self.window_s, 3),
+            "source": self.source,
+            "learned_from_steps": self.learned_from_steps,
+            "p99_gap_s": None if self.p99_gap_s is None else round(self.p99_gap_s, 3),
+            "factor": self.factor,
+            "floor_s": self.floor_s,
+            "ceiling_s": self.ceiling_s,
+        }
+
+
+class GapRing:
+    """The last `size` gaps, in arrival order and sorted: add and quantile without a full sort."""
+
+    def __init__(self, size: int = RING_SIZE) -> None:
+        self._size = size
+        self._order: deque[float] = deque()
+        self._sorted: list[float] = []
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def add(self, gap_s: float) -> None:
+        if len(self._order) >= self._size:
+            old = self._order.popleft()
+            del self._sorted[bisect.bisect_left(self._sorted, old)]
+        self._order.append(gap_s)
+        bisect.insort(self._sorted, gap_s)
+
+    def quantile(self, q: float = QUANTILE) -> float | None:
+        """The nearest-rank quantile (p99 of 20 gaps is their largest); None when empty."""
+        n = len(self._sorted)
+        if n == 0:
+            return None
+        return self._sorted[min(n - 1, max(0, math.ceil(q * n) - 1))]
+
+    def gaps(self) -> list[float]:
+        """Oldest first (what the state file keeps)."""
+        return list(self._order)
+
+
+class StallKnowledge:
+    """What was learned, per phase: the recent gaps, and how many of the phase were seen to end."""
+
+    def __init__(self) -> None:
+        self.rings: dict[Phase, GapRing] = {p: GapRing() for p in LEARNING}
+        self.finished: dict[Phase, int] = {p: 0 for p in LEARNING}
+
+    def learn(self, phase: Phase, gap_s: float) -> None:
+        if phase in self.rings and gap_s >= 0 and math.isfinite(gap_s):
+            self.rings[phase].add(round(gap_s, 3))  # to the ms: as stall.json keeps it
+
+    def finish(self, phase: Phase) -> None:
+        """A non-training phase ended (the next training step came): its window is learned."""
+        if phase in self.finished:
+            self.finished[phase] += 1
+
+    def window(self, phase: Phase, cfg: StallConfig, ceiling_s: float) -> Window:
+        """The window of `phase`; `ceiling_s` is `progress.stall_after_s`."""
+        ring = self.rings.get(phase)
+        n = 0 if ring is None else len(ring)
+        p99 = None if ring is None else ring.quantile()
+        how = (cfg.factor, cfg.floor_s, ceiling_s)
+        if cfg.mode == "fixed":
+            return Window(phase, ceiling_s, "fixed", n, p99, *how)
+        learned = p99 is not None and (
+            n >= cfg.learn_steps if phase == "training" else self.finished.get(phase, 0) > 0
+        )
+        if not learned or p99 is None:
+            return Window(phase, ceiling_s, "ceiling", n, p99, *how)
+        window_s = min(ceiling_s, max(cfg.floor_s, cfg.factor * p99))
+        return Window(phase, window_s, "learned", n, p99, *how)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "version": 1,
+            "phases": {
+                p: {"gaps": [round(g, 3) for g in ring.gaps()], "finished": self.finished[p]}
+                for p, ring in self.rings.items()
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> StallKnowledge:
+        """ValueError when it is not what to_json() wrote (the shell starts afresh then)."""
+        k = cls()
+        phases = data.get("phases") if isinstance(data, dict) else None
+        if not isinstance(phases, dict):
+            raise ValueError("no phases")
+        for p in LEARNING:
+            entry = phases.get(p, {})
+            gaps, finished = _gaps(entry), entry.get("finished", 0)
+            if type(finished) is not int or finished < 0:
+                raise ValueError(f"{p}: finished {finished!r}")
+            for g in gaps:
+                k.learn(p, g)
+            k.finished[p] = finished
+        return k
+
+
+def _gaps(entry: Mapping[str, object]) -> Iterable[float]:
+    gaps = entry.get("gaps", []) if isinstance(entry, dict) else None
+    if not isinstance(gaps, list) or not all(
+        isinstance(g, int | float) and not isinstance(g, bool) for g in gaps
+    ):
+        raise ValueError("gaps must be a list of numbers")
+    return [float(g) for g in gaps[-RING_SIZE:]]
+
+
+class RunPhase:
+    """One run's phase; every sign of life (`signal`) closes the gap since the previous one and
+    teaches it to the phase it belongs to."""
+
+    def __init__(self, knowledge: StallKnowledge) -> None:
+        self.knowledge = knowledge
+        self.phase: Phase = "startup"
+        self.entered_at: float | None = None  # when the run entered its phase
+
+    def signal(self, kind: Phase | None, at: float, previous_at: float | None) -> None:
+        """A sign of life at `at`: a training step ("training"), an evaluation or checkpoint
+        sign ("eval", "checkpoint"), or other activity (None: the phase goes on). `previous_at`
+        is the previous sign's instant (None before the run's first progress: startup)."""
+        before = self.phase
+        if before == "startup" and kind != "training":
+            return  # the start up to the first step is the startup detector's business
+        late = self.entered_at is not None and at < self.entered_at
+        if kind == "training" and before != "training" and late:
+            return  # a step written before this phase began, read late: it ends nothing
+        after: Phase = before if kind is None else kind
+        if previous_at is not None and before != "startup":
+            # A gap touching a non-training phase is that phase's, never the training window's.
+            owner = after if after in ("eval", "checkpoint") else before
+            self.knowledge.learn(owner, at - previous_at)
+        if before in ("eval", "checkpoint") and after != before:
+            self.knowledge.finish(before)
+        if after != before:
+            self.entered_at = at
+        self.phase = after
+
+    def window(self, cfg: StallConfig, ceiling_s: float, phase: Phase | None = None) -> Window:
+        """The window of the run's phase now (or of `phase`)."""
+        return self.knowledge.window(phase or self.phase, cfg, ceiling_s)
+
+    def resume(self, phase: object) -> None:
+        """The phase a re-exec carried (absent from older code: startup until the next step)."""
+        self.phase = next((p for p in PHASES if p == phase), "startup")
+
+
+def explain_window(sw: Mapping[str, Any]) -> str:
+    """Why the window is what it is, in one line (status, incidents; SPEC §14):
+    `stall window 60 s (learned: 5 × p99 0.31 s over 2,000 steps; floor 60 s)`."""
+    w, n, p99, phase = sw["window_s"], sw["learned_from_steps"], sw["p99_gap_s"], sw["phase"]
+    head = f"stall window {w:g} s" + ("" if phase in ("training", "startup") else f" in {phase}")
+    if sw["source"] == "fixed":
+        return f"{head} (fixed: progress.stall_after_s)"
+    if sw["source"] == "ceiling":
+        why = "until the first step" if phase == "startup" else f"learning, {n:,} steps seen"
+        if phase in ("eval", "checkpoint"):
+            why = f"until one {phase} phase has been seen to end"
+        return f"{head} (ceiling: {why})"
+    unit = "steps" if phase == "training" else f"gaps in {phase}"
+    bound = ""
+    if w == sw.get("floor_s"):
+        bound = f"; floor {w:g} s"
+    elif w == sw.get("ceiling_s"):
+        bound = f"; ceiling {w:g} s"
+    return f"{head} (learned: {sw.get('factor', 5):g} × p99 {p99:.3g} s over {n:,} {unit}{bound})"
