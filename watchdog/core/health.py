@@ -4,17 +4,16 @@ One `HealthMonitor` per child: the shell feeds it GPU samples and progress readi
 and asks `assess(now)`. The verdict feeds `policy.HealthAssessed`.
 
 The startup window ends the first time the child is healthy (GPUs in use and a progress line);
-`gpus_idle` only counts after that, `stalled` after the first progress line (SPEC §4). A job that
-never gets there is the core's `startup_timeout`. `stalled` counts from the last progress line the
-daemon saw (the `now` of the `progress()` call), never from a timestamp the job printed: a job's
-clock is not evidence. `throughput_low` compares each reading with the median of the normal ones
-before it, once there are `min_median_readings` of them.
+`gpus_idle` only counts after that, `stalled` after the first progress line (SPEC §4), under the
+window core/stallwindow.py learned (SPEC §14). A job that never gets there is the core's
+`startup_timeout`. `stalled` counts from the last progress line the daemon saw (the `now` of
+`progress()`), never from a job's own timestamp. `throughput_low` compares each reading with the
+median of the normal ones before it, once there are `min_median_readings` of them.
 
 Unknown is never healthy (SPEC §13), yet never a restart: NVML access lost (`gpu_access_lost`),
-an expected GPU whose memory NVML cannot read (`gpu_unreadable`) or a progress log whose read
-does not answer (`progress_unreadable`, a hung mount) fire warn-only verdicts, as `gpu_lost` does.
-`gpu_degraded` names a GPU in hardware slowdown (core/gpuhealth.py decides which); it restarts
-only with `gpus.on_degraded: restart`.
+an expected GPU NVML cannot read (`gpu_unreadable`) or a progress read that does not answer
+(`progress_unreadable`, a hung mount) fire warn-only verdicts, as `gpu_lost` does. `gpu_degraded`
+(core/gpuhealth.py) restarts only with `gpus.on_degraded: restart`.
 """
 
 from __future__ import annotations
@@ -42,8 +41,7 @@ class HealthConfig:
     min_fraction: float | None = 0.3
     low_for_s: float = 300.0
     median_window: int = 200  # how many normal readings the rolling median remembers
-    # A median of one or two readings is noise (warm-up steps, the first step after a compile):
-    # min_fraction judges nothing until this many normal readings were seen.
+    # min_fraction judges nothing before this many normal readings (one or two are noise)
     min_median_readings: int = 5
 
 
@@ -133,8 +131,7 @@ class HealthMonitor:
             self._last_activity_at = now
 
     @property
-    def progressed(self) -> bool:
-        """This run printed a progress line (SPEC §14: a startup_error comes before one)."""
+    def progressed(self) -> bool:  # SPEC §14: a startup_error comes before the first progress
         return self._first_progress_at is not None
 
     def progress(self, reading: ProgressReading, now: float) -> None:
@@ -339,8 +336,7 @@ class HealthMonitor:
             "idle_below_mib": _num(cfg.idle_below_mib),
         }
 
-    def stall_window(self, phase: Phase | None = None) -> Window:
-        """The window `stalled` is judged under now (or in `phase`; SPEC §14), and why."""
+    def stall_window(self, phase: Phase | None = None) -> Window:  # SPEC §14: and why
         return self.run_phase.window(self._cfg.stall, self._cfg.stall_after_s, phase)
 
     def _stalled_evidence(self, now: float) -> dict[str, str] | None:

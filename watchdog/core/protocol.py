@@ -15,6 +15,7 @@ from watchdog.core.jsoncodec import dumps, loads
 
 TYPE_CHECKING = False  # mypy treats this name as true; at run time `typing` is never imported
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
 VERSION = 1
@@ -222,3 +223,25 @@ def gpu_figures_text(figures: list[dict[str, Any]]) -> str:
         mib = "?" if g.get("used_mib") is None else f"{round(g['used_mib']):,}"
         cells.append(f"GPU {g['index']} {mib} MiB" + (" (in use)" if g.get("in_use") else ""))
     return " · ".join(cells)
+
+
+def explain_window(sw: Mapping[str, Any]) -> str:
+    """Why the stall window is what it is, in one line (status, incidents; SPEC §14; here, as
+    watchdogctl reads status without importing the core's learning):
+    `stall window 60 s (learned: 5 × p99 0.31 s over 2,000 steps; floor 60 s)`."""
+    w, n, p99, phase = sw["window_s"], sw["learned_from_steps"], sw["p99_gap_s"], sw["phase"]
+    head = f"stall window {w:g} s" + ("" if phase in ("training", "startup") else f" in {phase}")
+    if sw["source"] == "fixed":
+        return f"{head} (fixed: progress.stall_after_s)"
+    if sw["source"] == "ceiling":
+        why = "until the first step" if phase == "startup" else f"learning, {n:,} steps seen"
+        if phase in ("eval", "checkpoint"):
+            why = f"until one {phase} phase has been seen to end"
+        return f"{head} (ceiling: {why})"
+    unit = "steps" if phase == "training" else f"gaps in {phase}"
+    bound = ""
+    if w == sw.get("floor_s"):
+        bound = f"; floor {w:g} s"
+    elif w == sw.get("ceiling_s"):
+        bound = f"; ceiling {w:g} s"
+    return f"{head} (learned: {sw.get('factor', 5):g} × p99 {p99:.3g} s over {n:,} {unit}{bound})"

@@ -25,7 +25,7 @@ import math
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 Phase = Literal["startup", "training", "eval", "checkpoint"]
 Source = Literal["learned", "ceiling", "fixed"]
@@ -219,24 +219,3 @@ class RunPhase:
     def resume(self, phase: object) -> None:
         """The phase a re-exec carried (absent from older code: startup until the next step)."""
         self.phase = next((p for p in PHASES if p == phase), "startup")
-
-
-def explain_window(sw: Mapping[str, Any]) -> str:
-    """Why the window is what it is, in one line (status, incidents; SPEC §14):
-    `stall window 60 s (learned: 5 × p99 0.31 s over 2,000 steps; floor 60 s)`."""
-    w, n, p99, phase = sw["window_s"], sw["learned_from_steps"], sw["p99_gap_s"], sw["phase"]
-    head = f"stall window {w:g} s" + ("" if phase in ("training", "startup") else f" in {phase}")
-    if sw["source"] == "fixed":
-        return f"{head} (fixed: progress.stall_after_s)"
-    if sw["source"] == "ceiling":
-        why = "until the first step" if phase == "startup" else f"learning, {n:,} steps seen"
-        if phase in ("eval", "checkpoint"):
-            why = f"until one {phase} phase has been seen to end"
-        return f"{head} (ceiling: {why})"
-    unit = "steps" if phase == "training" else f"gaps in {phase}"
-    bound = ""
-    if w == sw.get("floor_s"):
-        bound = f"; floor {w:g} s"
-    elif w == sw.get("ceiling_s"):
-        bound = f"; ceiling {w:g} s"
-    return f"{head} (learned: {sw.get('factor', 5):g} × p99 {p99:.3g} s over {n:,} {unit}{bound})"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from watchdog import blocking
 from watchdog.core.events import IncidentSaved, KillTree, TreeStopped
-from watchdog.core.stallwindow import explain_window
+from watchdog.core.protocol import explain_window
 from watchdog.daemon import sampling
 from watchdog.outputs import flight, incident
 from watchdog.process import cgroup, tree
