@@ -54,8 +54,7 @@ class Verdict:
     gpu_reason: str | None = None  # why the GPU part is unknown
 
 
-def _num(value: float) -> str:
-    # Evidence values are text (they travel in events); no exponent notation for an operator.
+def _num(value: float) -> str:  # evidence is text (it travels in events), never 1e-05
     return str(round(value, 3))
 
 
