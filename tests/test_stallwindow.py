@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from watchdog.core.health import HealthConfig, HealthMonitor
 from watchdog.core.progress_tracker import ProgressTracker
+from watchdog.core.protocol import explain_window
 from watchdog.core.recognise import recognise
 from watchdog.core.samples import ProgressReading
 from watchdog.core.stallwindow import (
@@ -22,7 +23,6 @@ from watchdog.core.stallwindow import (
     RunPhase,
     StallConfig,
     StallKnowledge,
-    explain_window,
 )
 
 AUTO = StallConfig()  # learn_steps 20, factor 5, floor 60
@@ -349,3 +349,22 @@ def test_a_step_read_after_a_save_began_but_written_before_ends_nothing() -> Non
     rp.signal("training", at + 20.0, at + 1.0)  # the first step after the save
     assert rp.phase == "training" and k.finished["checkpoint"] == 1
     assert k.rings["checkpoint"].gaps() == [1.0, 19.0]
+
+
+def test_a_bar_redrawn_at_the_same_step_during_a_save_ends_nothing() -> None:
+    """The HF Trainer redraws its bar at the step it showed while a save pauses (`300/100000`
+    twice): that line is no step, so the save's phase goes on and learns no short window from
+    the burst before the redraw; the next real step ends it."""
+    k = StallKnowledge()
+    rp = RunPhase(k)
+    at = 0.0
+    for step in range(1, 26):  # steps 1..25, 0.1 s apart
+        rp.step(step, at, None if step == 1 else at - 0.1)
+        at += 0.1
+    rp.signal("checkpoint", at + 0.5, at - 0.1)  # the save's first write
+    rp.step(25, at + 1.0, at + 0.5)  # the bar redrawn at step 25: not a step
+    assert rp.phase == "checkpoint" and k.finished["checkpoint"] == 0
+    rp.signal(None, at + 13.0, at + 1.0)  # the save's next burst, 12 s later
+    assert rp.phase == "checkpoint" and k.finished["checkpoint"] == 0
+    rp.step(26, at + 14.0, at + 13.0)  # the first step after the save
+    assert rp.phase == "training" and k.finished["checkpoint"] == 1

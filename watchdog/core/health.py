@@ -134,7 +134,7 @@ class HealthMonitor:
         return self._first_progress_at is not None
 
     def progress(self, reading: ProgressReading, now: float) -> None:
-        self.run_phase.signal("training", now, self._stall_clock())
+        self.run_phase.step(reading.step, now, self._stall_clock())
         if self._first_progress_at is None:
             self._first_progress_at = now
         self._last_progress_at = now

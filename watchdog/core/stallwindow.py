@@ -190,6 +190,14 @@ class RunPhase:
         self.knowledge = knowledge
         self.phase: Phase = "startup"
         self.entered_at: float | None = None  # when the run entered its phase
+        self.last_step: int | None = None  # the step the last progress line showed
+
+    def step(self, step: int | None, at: float, previous_at: float | None) -> None:
+        """A progress line: a training step, unless it shows the step the previous one showed
+        (a bar redrawn in a save's pause, HF's tqdm does): that is activity, it ends no phase."""
+        repeat = step is not None and step == self.last_step
+        self.last_step = step if step is not None else self.last_step
+        self.signal(None if repeat else "training", at, previous_at)
 
     def signal(self, kind: Phase | None, at: float, previous_at: float | None) -> None:
         """A sign of life at `at`: a training step ("training"), an evaluation or checkpoint
