@@ -121,6 +121,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _module_path(item.nodeid) in PURE_MODULES:
             item.add_marker(pytest.mark.pure)
+    # The modules holding `slow` tests first (each module kept whole and in its order): a
+    # two-minute test that starts last on a worker would otherwise stretch the whole run.
+    slow = {_module_path(i.nodeid) for i in items if i.get_closest_marker("slow") is not None}
+    order = {id(item): n for n, item in enumerate(items)}
+    items.sort(key=lambda i: (_module_path(i.nodeid) not in slow, order[id(i)]))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
