@@ -1,0 +1,4 @@
+"""PURE views for people: the status object (SPEC §7), the timeline (SPEC §13) and goodput.
+
+Imports: core's top-level modules, core.supervisor (the snapshot it shows) and core.health.
+"""
