@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from watchdog.core.protocol import replies as R
 from watchdog.core.protocol import wire as P
+from watchdog.core.views import replies as R
 
 
 def req(obj: object) -> bytes:

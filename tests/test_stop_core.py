@@ -8,7 +8,6 @@ import pathlib
 from test_policy import FAST, emitted, names
 
 from watchdog.core.names import State
-from watchdog.core.protocol.replies import describe_stop
 from watchdog.core.supervisor.events import (
     ChildSpawned,
     DaemonStarted,
@@ -16,6 +15,7 @@ from watchdog.core.supervisor.events import (
     TreeStopped,
 )
 from watchdog.core.supervisor.machine import Supervisor
+from watchdog.core.views.replies import describe_stop
 from watchdog.process import cgroup
 
 
