@@ -313,7 +313,8 @@ def test_gaps_inside_eval_or_checkpoint_never_lower_the_training_window(
             for g in gaps:
                 mixed.signal(kind, at + g, at)
                 at += g
-            # the step that ends the episode: its gap is the episode's, never training's
+            # the step that ends the episode: its gap is the episode's, never training's (a
+            # save's end is confirmed by the next step, whose gap is training's again)
             mixed.signal("training", at + 1.0, at)
             at += 1.0
     assert mixed.knowledge.rings["training"].gaps() == plain.knowledge.rings["training"].gaps()
