@@ -403,3 +403,33 @@ def test_the_step_before_a_save_read_after_its_first_write_ends_nothing() -> Non
     assert k.rings["training"].gaps() == [*training, 0.1]
     assert k.rings["checkpoint"].gaps() == [0.5, 0.2, 12.0, 12.0, 0.4]
     assert rp.window(cfg, CEILING).window_s == 5.0
+
+
+def test_the_last_eval_bar_before_a_save_read_after_its_first_write_ends_nothing() -> None:
+    """Recorded from the real-Trainer soak's false stall (defaults, 5 s polls): an evaluation at
+    step 200, then the save; the eval bar's last draw (`6/6`) is read after the save's first
+    write was seen, and a silent pause of 100 s follows. That eval sign is no end of the save
+    (which would teach the checkpoint window the floor from its first seconds): the save is
+    judged under the ceiling until it ends, then learns its own 100 s silence."""
+    k = StallKnowledge()
+    rp = RunPhase(k)
+    at = 0.0
+    for step in range(10, 200, 8):  # a bar read every 5 s: training learned, window 60 s
+        rp.step(step, at, None if step == 10 else at - 5.0)
+        at += 5.0
+    assert rp.window(AUTO, CEILING).window_s == 60.0
+    rp.step(200, at, at - 5.0)  # step 200, then the evaluation
+    for t in (5.0, 10.0, 13.0):
+        rp.signal("eval", at + t, at + t - (5.0 if t < 13 else 3.0))
+    rp.step(200, at + 13.0, at + 13.0)  # the bar redrawn at 200 after the eval: no step
+    rp.signal("checkpoint", at + 13.186, at + 13.0)  # the save's first write
+    rp.signal(None, at + 18.128, at + 13.186)
+    rp.signal("eval", at + 18.128, at + 18.128)  # the eval bar's last draw, read only now
+    rp.signal("checkpoint", at + 18.129, at + 18.128)  # the save's write, read at once after
+    assert rp.phase == "checkpoint" and k.finished["checkpoint"] == 0
+    assert rp.window(AUTO, CEILING).window_s == CEILING  # the 100 s pause: no stall
+    rp.signal("checkpoint", at + 118.0, at + 18.129)  # the rest of the save, 100 s on
+    for i, step in enumerate((201, 202)):  # training again: the second new step confirms
+        rp.step(step, at + 120.0 + i, at + 118.0 + i * 2)
+    assert rp.phase == "training" and k.finished["checkpoint"] == 1
+    assert k.window("checkpoint", AUTO, CEILING).window_s >= 5 * 99.0
