@@ -9,7 +9,8 @@ Once `learn_steps` gaps are known the training window is
 
 Phases: `startup` (until the run's first progress line: the startup detector's business, never
 a gap), `training`, `eval` and `checkpoint` (a recognised evaluation or save, files growing under
-`progress.checkpoint.path`), entered on their first sign and left at the next training step. A
+`progress.checkpoint.path`), entered on their first sign and left at the next training step (a
+save: at the second sign of what follows it with no write between, RunPhase._save_ended_at). A
 gap that touches a non-training phase teaches that phase, never the training window; each such
 phase has its own learned window, the ceiling until one of its kind has been seen to finish.
 
