@@ -165,7 +165,7 @@ def test_slow_checkpoint_write_is_no_stall(make_daemon: DaemonFactory, work: pat
         # checkpoint phase ended after a sub-second look (seen here under load, before the slow
         # save) cannot learn a window shorter than the pauses (a known limit of
         # docs/stall-windows.md); the step line printed just before the save is often read after
-        # the save's first write (a save ends only on a second new step: stallwindow.py)
+        # the save's first write (a save ends only on a second new step: stall_window.py)
         progress={
             "stall_floor_s": 5,
             "stall_factor": 20,
