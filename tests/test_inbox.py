@@ -127,7 +127,7 @@ def test_only_the_consumer_calls_the_core() -> None:
                 and node.func.attr == "handle"
             ):
                 callers.add(str(path.relative_to(root)))
-    assert callers == {"daemon/consumer.py", "daemon/reexec.py"}
+    assert callers == {"daemon/consumer.py", "daemon/handover.py"}
 
 
 def test_only_the_links_apply_calls_the_cluster_coordinator() -> None:
