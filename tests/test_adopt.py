@@ -13,7 +13,7 @@ from typing import Any
 
 import psutil
 from conftest import DaemonFactory
-from harness import Daemon, wait_until, write_script
+from support.harness import Daemon, wait_until, write_script
 
 from watchdog.process import identity
 

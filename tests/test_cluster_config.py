@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from harness import BIN
+from support.harness import BIN
 from test_policy import Driver, names
 
 from watchdog.config import Config, ConfigError, parse_config

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pathlib
 
 from conftest import DaemonFactory
-from harness import Daemon, write_script
+from support.harness import Daemon, write_script
 from test_policy import FAST, Driver, emitted, names
 
 from watchdog.core.names import State

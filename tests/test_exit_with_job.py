@@ -7,11 +7,11 @@ import pathlib
 import signal
 import sys
 
-import fakegpu
 import psutil
 import pytest
 from conftest import DaemonFactory
-from harness import Daemon, wait_until, write_script
+from support import fakegpu
+from support.harness import Daemon, wait_until, write_script
 from test_adopt import stepper
 from test_gpus_e2e import GPU_CFG, GPUJOB
 

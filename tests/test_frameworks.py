@@ -1,9 +1,9 @@
 """Real training frameworks under the real watchdogd, with no progress.pattern (issue 21).
 
-The jobs (tests/jobs/hf_trainer_job.py, tests/jobs/lightning_job.py) are a tiny Hugging Face
-Trainer GPT-2 and a tiny Lightning model on CPU, printing only what the frameworks print by
-default. A run becomes healthy with its step in status; its process group frozen by SIGSTOP is
-found `stalled` and restarted; the restarted run resumes from its checkpoint, so the steps it
+The jobs (tests/support/jobs/hf_trainer_job.py, tests/support/jobs/lightning_job.py) are a tiny
+Hugging Face Trainer GPT-2 and a tiny Lightning model on CPU, printing only what the frameworks
+print by default. A run becomes healthy with its step in status; its process group frozen by SIGSTOP
+is found `stalled` and restarted; the restarted run resumes from its checkpoint, so the steps it
 reports start past that checkpoint's step, not from 0. Also: a Trainer evaluation longer than
 stall_after_s, and a Trainer whose steps take over a second (its bar in s/it).
 
@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 from conftest import DaemonFactory
-from harness import ROOT, Daemon, wait_until
+from support.harness import ROOT, Daemon, wait_until
 
 NEEDED = ("torch", "transformers", "accelerate", "lightning", "rich")
 MISSING = [name for name in NEEDED if importlib.util.find_spec(name) is None]
@@ -43,7 +43,7 @@ pytestmark = [
     pytest.mark.timeout(300),
 ]
 
-JOBS = ROOT / "tests" / "jobs"
+JOBS = ROOT / "tests" / "support" / "jobs"
 STARTUP_S = 120  # import + first step: 7 times the slowest seen here (transformers: 17 s)
 STALL_AFTER_S = 8  # a healthy run's bar moves many times a second; checkpoints take < 1 s
 # A tqdm bar's `N/M [` or, Lightning's bar on a resumed run, `N/? [`: (N, M).

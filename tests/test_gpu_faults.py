@@ -12,10 +12,10 @@ import time
 from datetime import datetime
 from typing import Any
 
-import fakegpu
 import pytest
 from conftest import DaemonFactory
-from harness import Daemon, wait_until
+from support import fakegpu
+from support.harness import Daemon, wait_until
 from test_gpus_e2e import GPU_CFG, GPUJOB
 from test_metrics import free_port, scrape
 

@@ -11,9 +11,9 @@ import signal
 import time
 from typing import Any
 
-import fakegpu
 from conftest import DaemonFactory
-from harness import Daemon, wait_until
+from support import fakegpu
+from support.harness import Daemon, wait_until
 from test_gpu_faults import cfg, gpus, job  # noqa: F401 - gpus is a fixture
 from test_metrics import free_port, scrape
 

@@ -8,12 +8,12 @@ import sys
 import time
 from typing import Any
 
-import fakegpu
 import pytest
 from conftest import DaemonFactory
-from harness import ROOT, Daemon, wait_until
+from support import fakegpu
+from support.harness import ROOT, Daemon, wait_until
 
-GPUJOB = str(ROOT / "tests" / "jobs" / "gpujob.py")
+GPUJOB = str(ROOT / "tests" / "support" / "jobs" / "gpujob.py")
 GPU_CFG: dict[str, Any] = {
     "gpus": {
         "devices": "all",

@@ -7,7 +7,7 @@ import pathlib
 from typing import Any
 
 import yaml
-from harness import base_config
+from support.harness import base_config
 
 from watchdog import config
 from watchdog.core.supervisor.events import (

@@ -13,12 +13,12 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-import fakegpu
 import psutil
 import pytest
 from conftest import DaemonFactory
-from harness import Daemon, base_config, wait_until, write_script
 from prometheus_client.parser import text_string_to_metric_families
+from support import fakegpu
+from support.harness import Daemon, base_config, wait_until, write_script
 
 from watchdog.outputs import metrics
 

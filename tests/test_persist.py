@@ -12,7 +12,7 @@ from datetime import datetime
 
 import pytest
 from conftest import DaemonFactory
-from harness import Daemon, wait_until, write_script
+from support.harness import Daemon, wait_until, write_script
 from test_adopt import stepper
 
 from watchdog.state import files

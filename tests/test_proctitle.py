@@ -12,7 +12,7 @@ import signal
 import subprocess
 
 from conftest import DaemonFactory
-from harness import wait_until, write_script
+from support.harness import wait_until, write_script
 
 from watchdog.outputs import proctitle
 

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import psutil
-from harness import wait_until
+from support.harness import wait_until
 from test_policy import FAST, Driver, emitted, names
 
 from watchdog.core.health.ranks import RankTracker

@@ -19,7 +19,7 @@ import sysconfig
 from collections.abc import Iterator
 
 import pytest
-from harness import ROOT, Daemon, base_config, merge, wait_until, write_script
+from support.harness import ROOT, Daemon, base_config, merge, wait_until, write_script
 
 OLD, NEW = "0.1.0", "0.1.1"
 STEP_PATTERN = r"seq (?P<step>\d+) (?P<tokens_per_s>[0-9,.]+) tok/s"

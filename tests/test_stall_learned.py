@@ -1,12 +1,11 @@
 """Learned stall windows (SPEC §14) with a real Hugging Face Trainer under the real watchdogd.
 
-The job is tests/jobs/hf_trainer_job.py (a tiny GPT-2 on CPU, nothing printed by us) under the
-defaults but a small floor (`stall_floor_s`) and a ceiling of two minutes, so a hang is found
-in seconds once the rhythm is learned: frozen with SIGSTOP → `stalled` within the learned
-window; an evaluation or a checkpoint write whose silences outlast that window → no stall
-(they are phases of their own); and what was learned survives a SIGKILL of the daemon and the
-adoption of its job. Marked `slow`: each test takes 30-90 s on two busy cores.
-"""
+The job is tests/support/jobs/hf_trainer_job.py (a tiny GPT-2 on CPU, nothing printed by us) under
+the defaults but a small floor (`stall_floor_s`) and a ceiling of two minutes, so a hang is found in
+seconds once the rhythm is learned: frozen with SIGSTOP → `stalled` within the learned window; an
+evaluation or a checkpoint write whose silences outlast that window → no stall (they are phases of
+their own); and what was learned survives a SIGKILL of the daemon and the adoption of its job.
+Marked `slow`: each test takes 30-90 s on two busy cores."""
 
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ from typing import Any
 
 import pytest
 from conftest import DaemonFactory
-from harness import ROOT, Daemon, wait_until
+from support.harness import ROOT, Daemon, wait_until
 
 NEEDED = ("torch", "transformers", "accelerate")
 MISSING = [n for n in NEEDED if importlib.util.find_spec(n) is None]
@@ -36,7 +35,7 @@ pytestmark = [
     pytest.mark.timeout(400),
 ]
 
-JOB = ROOT / "tests" / "jobs" / "hf_trainer_job.py"
+JOB = ROOT / "tests" / "support" / "jobs" / "hf_trainer_job.py"
 CEILING_S = 120  # progress.stall_after_s: the window before learning, and its ceiling
 FLOOR_S = 3  # progress.stall_floor_s, small so a test's hang is found in seconds
 STARTUP_S = 150  # import + first step on two loaded cores (seen: 6-17 s)

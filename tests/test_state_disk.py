@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import DaemonFactory
-from harness import Daemon, wait_until, write_script
+from support.harness import Daemon, wait_until, write_script
 
 NOT_ROOT = "mounting a tmpfs or a bind mount needs root (uid 0); this test runs as uid {}"
 

@@ -9,7 +9,7 @@ import subprocess
 
 import psutil
 from conftest import DaemonFactory
-from harness import BIN, Daemon, base_config, wait_until, write_script
+from support.harness import BIN, Daemon, base_config, wait_until, write_script
 
 
 def crasher(tmp: pathlib.Path) -> str:

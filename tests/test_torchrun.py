@@ -1,6 +1,6 @@
 """Real multi-rank jobs (SPEC §12): real torch, real torchrun (`python -m torch.distributed.run`)
-with 2 ranks on gloo, under the real watchdogd. The job (tests/jobs/torch_ddp_job.py) is told
-what to break by a file in its work folder, never by a code change.
+with 2 ranks on gloo, under the real watchdogd. The job (tests/support/jobs/torch_ddp_job.py) is
+told what to break by a file in its work folder, never by a code change.
 
 Each scenario is bounded: the job steps every 0.1 s, the daemon's deadlines are seconds, and
 pytest's timeout (180 s) ends a scenario that hangs all the same.
@@ -15,7 +15,7 @@ import sys
 
 import psutil
 import pytest
-from harness import ROOT, Daemon, base_config, merge, wait_until
+from support.harness import ROOT, Daemon, base_config, merge, wait_until
 
 pytestmark = [
     pytest.mark.skipif(
@@ -27,7 +27,7 @@ pytestmark = [
     pytest.mark.timeout(180),
 ]
 
-JOB = ROOT / "tests" / "jobs" / "torch_ddp_job.py"
+JOB = ROOT / "tests" / "support" / "jobs" / "torch_ddp_job.py"
 PATTERN = r"step (?P<step>\d+) \|.*?(?P<tokens_per_s>[0-9][0-9.]*) tok/s"
 
 

@@ -12,9 +12,9 @@ import pathlib
 import time
 from typing import Any
 
-import fakegpu
 from conftest import DaemonFactory
-from harness import Daemon, wait_until
+from support import fakegpu
+from support.harness import Daemon, wait_until
 from test_gpu_faults import cfg, job
 from test_gpu_faults import gpus as gpus  # the 8-GPU fixture, shared
 

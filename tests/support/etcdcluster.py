@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 import uuid
 
-from harness import wait_until
+from support.harness import wait_until
 
 ETCD = shutil.which("etcd")
 SKIP_REASON = "etcd is not installed (Debian: apt-get install etcd-server)"

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from harness import wait_until
+from support.harness import wait_until
 
 SBIN = ("munged", "mungekey", "slurmctld", "slurmd")
 BIN = ("sbatch", "scontrol", "scancel", "squeue")
