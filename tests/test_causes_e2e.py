@@ -154,7 +154,7 @@ def test_hf_trainer_killed_mid_checkpoint_is_checkpoint_unreadable_and_parked(
     resumed by the Trainer's own pick of the newest folder: `Can't find a valid checkpoint`
     names the torn folder, checkpoint_unreadable, parked within 2 starts after the kill."""
     pytest.importorskip("transformers", reason="transformers not installed (`frameworks` extra)")
-    from test_frameworks import JOBS, framework_config
+    from support.frameworks import JOBS, framework_config
 
     work = tmp_path / "work"
     work.mkdir()

@@ -13,9 +13,9 @@ from typing import Any
 
 from conftest import DaemonFactory
 from support import fakegpu
+from support.gpus import cfg, gpus, job  # noqa: F401 - gpus is a fixture
 from support.harness import Daemon, wait_until
-from test_gpu_faults import cfg, gpus, job  # noqa: F401 - gpus is a fixture
-from test_metrics import free_port, scrape
+from support.metrics import free_port, scrape
 
 THERMAL = fakegpu.HW_SLOWDOWN | fakegpu.HW_THERMAL
 

@@ -13,7 +13,7 @@ from datetime import datetime
 import pytest
 from conftest import DaemonFactory
 from support.harness import Daemon, wait_until, write_script
-from test_adopt import stepper
+from support.scripts import stepper
 
 from watchdog.state import files
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 from support import fakegpu, slurmcluster
+from support.gpus import GPU_CFG, GPUJOB
 from support.harness import Daemon, base_config, merge, wait_until, write_script
 from support.slurmcluster import SlurmCluster, brief
-from test_gpus_e2e import GPU_CFG, GPUJOB
 
 pytestmark = pytest.mark.slow
 

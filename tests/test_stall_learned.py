@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from conftest import DaemonFactory
+from support.frameworks import framework_config, merged
 from support.harness import ROOT, Daemon, wait_until
 
 NEEDED = ("torch", "transformers", "accelerate")
@@ -48,24 +49,13 @@ PACED_ROW_S = "0.01"
 def stall_config(
     work: pathlib.Path, env: dict[str, str] | None = None, **over: Any
 ) -> dict[str, Any]:
-    cfg: dict[str, Any] = {
-        "job": {
-            "cwd": str(work),
-            "stop_timeout_s": 3,
-            "env": {
-                "OMP_NUM_THREADS": "1",
-                "HF_HUB_OFFLINE": "1",
-                "SAVE_STEPS": "100000",  # no save unless a test asks for one
-                **(env or {}),
-            },
-        },
+    """The frameworks' config (support/frameworks.py) with this file's floor, ceiling and start."""
+    ours = {
         "progress": {"stall_after_s": CEILING_S, "stall_floor_s": FLOOR_S},
         "startup": {"timeout_s": STARTUP_S},
-        "incidents": {"pyspy_timeout_s": 5},
     }
-    for key, value in over.items():
-        cfg[key] = {**cfg.get(key, {}), **value}
-    return cfg
+    # no save unless a test asks for one
+    return framework_config(work, {"SAVE_STEPS": "100000", **(env or {})}, **merged(ours, over))
 
 
 @pytest.fixture

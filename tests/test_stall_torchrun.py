@@ -9,7 +9,7 @@ import pathlib
 
 import pytest
 from support.harness import Daemon
-from test_torchrun import runs, torchrun_config
+from support.torchrun import runs, torchrun_config
 
 pytestmark = [
     pytest.mark.skipif(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pathlib
 
-from test_policy import FAST, emitted, names
+from support.driver import FAST, emitted, names
 
 from watchdog.core.names import State
 from watchdog.core.supervisor.events import (
