@@ -17,7 +17,7 @@ FUNCTION_MAX_LINES = 40
 # other.
 BASE = {"core", "config", "blocking"}
 ALLOWED: dict[str, set[str]] = {
-    "core": set(),  # pure: tests/test_policy.py also bans os, time, asyncio, ...
+    "core": set(),  # pure: tests/core/test_purity.py also bans os, time, asyncio, ...
     "core.protocol": set(),  # what watchdogctl imports of the core: tests/test_cli_startup.py
     "core.progress": {"core"},
     "core.supervisor": {"core"},  # verdicts arrive as events: it never calls health/ itself

@@ -27,7 +27,8 @@ FAST = Policy(
     max_restarts=5,
     window_s=1000.0,
     startup_timeout_s=50.0,
-    max_no_progress=1000,  # these tests are about the restart budget; see test_noprogress.py
+    # these tests are about the restart budget; see tests/core/supervisor/test_budget_no_progress.py
+    max_no_progress=1000,
 )
 
 
