@@ -206,3 +206,20 @@ def test_imports_by_name_and_from_the_own_package_are_seen(tmp_path: pathlib.Pat
     outside = tmp_path / "elsewhere.py"
     outside.write_text("from watchdog.daemon import params\n")
     assert _imports("watchdog.state.elsewhere", outside, known) == {"watchdog.daemon.params"}
+
+
+def test_the_entry_module_imports_the_daemon_before_any_argument_is_read() -> None:
+    """`watchdogd --check-reexec` checks that the new code imports by being its entry point
+    (daemon/handover.py: no import by name): watchdogd.py must import loop.py at module level,
+    before main() reads an argument, or a new code that cannot import would pass its check."""
+    path = WATCHDOG / "daemon" / "watchdogd.py"
+    known = set(_modules())
+    found = set()
+    for node in ast.parse(path.read_text()).body:  # the module's level only: no function body
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                name = f"{node.module}.{alias.name}"
+                found.add(name if name in known else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    assert {"watchdog.daemon.loop", "watchdog.daemon.entry"} <= found, found
