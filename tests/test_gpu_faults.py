@@ -14,8 +14,8 @@ from conftest import DaemonFactory
 from support import fakegpu
 from support.gpus import cfg, job
 from support.gpus import gpus as gpus  # the 8-GPU fixture, shared
-from support.harness import Daemon, wait_until
-from support.metrics import free_port, scrape
+from support.harness import Daemon, free_port, wait_until
+from support.metrics import scrape
 
 
 def wall(event: dict[str, Any]) -> float:

@@ -14,8 +14,8 @@ from typing import Any
 from conftest import DaemonFactory
 from support import fakegpu
 from support.gpus import cfg, gpus, job  # noqa: F401 - gpus is a fixture
-from support.harness import Daemon, wait_until
-from support.metrics import free_port, scrape
+from support.harness import Daemon, free_port, wait_until
+from support.metrics import scrape
 
 THERMAL = fakegpu.HW_SLOWDOWN | fakegpu.HW_THERMAL
 

@@ -17,15 +17,15 @@ import psutil
 import pytest
 from conftest import DaemonFactory
 from support import fakegpu
-from support.harness import Daemon, base_config, wait_until, write_script
+from support.harness import Daemon, base_config, free_port, wait_until, write_script
 from support.metrics import (
-    free_port,
     parse,
     parse_families,
     scrape,
     status_fixture,
     value,
 )
+from support.scripts import sleeper
 
 from watchdog.outputs import metrics
 
@@ -190,18 +190,6 @@ def test_metrics_off_opens_no_tcp_port(make_daemon: DaemonFactory, tmp_path: pat
     assert d.proc is not None
     d.wait_state("running")
     assert listening_ports(d.proc.pid) == []
-
-
-def sleeper(tmp: pathlib.Path) -> str:
-    return write_script(
-        tmp / "sleeper.py",
-        """
-        import time
-        print("up 9,000.0 tok/s", flush=True)
-        while True:
-            time.sleep(1)
-        """,
-    )
 
 
 def test_restarts_and_lost_time_show_in_the_scrape(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import urllib.error
 import urllib.request
 from typing import Any
@@ -21,14 +20,6 @@ def parse(text: str) -> Samples:
         for fam in text_string_to_metric_families(text)
         for s in fam.samples
     }
-
-
-def free_port() -> int:
-    """A TCP port free on loopback right now (the kernel picks it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def scrape(port: int, path: str = "/metrics") -> str:

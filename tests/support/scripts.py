@@ -20,3 +20,18 @@ def stepper(tmp: pathlib.Path) -> str:
             time.sleep(0.05)
         """,
     )
+
+
+def sleeper(tmp: pathlib.Path, ignore_term: bool = False) -> str:
+    """A job that prints one progress line, then sleeps (ignoring SIGTERM if asked)."""
+    return write_script(
+        tmp / "sleeper.py",
+        f"""
+        import signal, time
+        if {ignore_term}:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("up 9,000.0 tok/s", flush=True)
+        while True:
+            time.sleep(1)
+    """,
+    )
