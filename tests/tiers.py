@@ -70,6 +70,7 @@ PURE_MODULES = frozenset(
         "tests/test_start_gate_queue.py",
         "tests/test_state_generations.py",
         "tests/test_strictmodes.py",
+        "tests/test_suite_layout.py",
     }
 )
 
