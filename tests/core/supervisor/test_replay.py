@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any, get_args
 
 import pytest
-from test_policy import FAST
+from support.driver import FAST
 
 from watchdog.core.supervisor import events as E
 from watchdog.core.supervisor.budget import Durable, Policy
