@@ -106,6 +106,7 @@ async def end_leftovers(d: Parts) -> SpawnFailed | None:
     found = await tree.end_leftovers(d.token, d.reaper, d.cgroups, d.cfg.job.stop_timeout_s)
     if found.signalled:
         d.emit("stale_tree_killed", count=found.signalled, pid=None, reason="start")
+    d.job.left_behind = found.pids if found.leftovers != 0 else ()
     if found.leftovers == 0:
         return None
     left = "unknown (the scan did not answer)" if found.leftovers is None else found.leftovers

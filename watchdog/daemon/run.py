@@ -57,6 +57,9 @@ class JobRun:
         self._late: tuple[Follower, FollowResult] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed = False
+        # SPEC §14: pids of this run's tree still alive after its stop, or of an earlier run's
+        # found by the start that would follow it: status names them (what holds the job)
+        self.left_behind: tuple[int, ...] = ()
         # SPEC §14: the OOM counter of the job's memory cgroup at spawn, and the messages of
         # the GPU faults seen while it ran (daemon/exitcause.py)
         self.oom_before: oomrecord.OomReading | None = None

@@ -27,11 +27,30 @@ def rank_label(environ: dict[str, str] | None) -> str | None:
     return f"rank {environ['RANK']} (local {environ['LOCAL_RANK']})"
 
 
+Facts = tuple[RankKey, str | None]  # the key the tracker knows the process by, and its label
+
+
+def stat_of(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, start time in clock ticks) from /proc/<pid>/stat; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # Fields after the parenthesised command name: state ppid ... (starttime is the 20th)
+    fields = stat.rsplit(b")", 1)[1].split()
+    return fields[0].decode(), int(fields[1]), int(fields[19])
+
+
 class RankLister:
-    """{(pid, start time): label} of the job's workers; one listing at a time."""
+    """{(pid, start time): label} of the job's workers; one listing at a time.
+
+    A listing reads each process's /proc/<pid>/stat once (alive, parent, start time); what
+    cannot change for a process (its key, its environment's label) is read once per (pid,
+    start time), so a recycled pid is another process and a new one is read when it appears."""
 
     def __init__(self) -> None:
-        self._labels: dict[RankKey, str | None] = {}
+        self._facts: dict[tuple[int, int], Facts] = {}
         self._lock = threading.Lock()
         # Off the loop on the bounded worker (blocking.py), never asyncio's default executor:
         # /proc/<pid>/environ of a worker stuck in the driver can block (issue 23).
@@ -39,17 +58,20 @@ class RankLister:
 
     def _list(self, leader: int, token: str) -> dict[RankKey, str]:
         with self._lock:
+            facts: dict[tuple[int, int], Facts] = {}
             labels: dict[RankKey, str | None] = {}
             parents: dict[RankKey, int] = {}
-            for p in tree.find_tree(leader, token):
-                try:
-                    key = (p.pid, p.create_time())
-                    label = self._labels[key] if key in self._labels else rank_label(p.environ())
-                    parents[key] = p.ppid()
-                except psutil.Error:
+            for pid in tree.tree_pids(leader, token):
+                stat = stat_of(pid)
+                if stat is None or stat[0] == "Z":  # gone, or a zombie: not counted
                     continue
-                labels[key] = label
-            self._labels = labels  # only the live tree: the cache never outgrows it
+                seen = (pid, stat[2])
+                known = self._facts.get(seen) or _read_facts(pid)
+                if known is None:
+                    continue
+                facts[seen] = known
+                labels[known[0]], parents[known[0]] = known[1], stat[1]
+            self._facts = facts  # only the live tree: the cache never outgrows it
             labelled = {pid for (pid, _), label in labels.items() if label is not None}
             return {
                 key: label
@@ -65,3 +87,12 @@ class RankLister:
             )
         except blocking.Hung:
             return None
+
+
+def _read_facts(pid: int) -> Facts | None:
+    """A process seen for the first time: its key (psutil's start time) and label."""
+    try:
+        p = psutil.Process(pid)
+        return (pid, p.create_time()), rank_label(p.environ())
+    except psutil.Error:
+        return None

@@ -44,6 +44,7 @@ from watchdog.core.supervisor.events import (
     Tick,
     TreeStopped,
 )
+from watchdog.core.supervisor.jobstate import snapshot as fresh_snapshot
 from watchdog.core.supervisor.machine import Supervisor
 from watchdog.core.supervisor.replay import from_record, to_record
 
@@ -454,6 +455,14 @@ class SupervisorMachine(RuleBasedStateMachine):
             self.no_progress_streak = 0
         self.last_event = "daemon"
         self.apply(DaemonStarted(fresh_run=fresh))
+
+    @invariant()
+    def snapshot_is_never_stale(self) -> None:
+        """The snapshot kept between inputs is the one the record gives now: every change of
+        the record goes through handle() (or record()), which drops the kept one."""
+        kept = self.sup.snapshot()
+        assert self.sup.snapshot() is kept  # built once per input, not per caller
+        assert kept == fresh_snapshot(self.sup.record())
 
     @invariant()
     def never_two_children(self) -> None:

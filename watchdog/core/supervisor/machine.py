@@ -50,9 +50,13 @@ class Supervisor:
 
     def __init__(self, policy: Policy, rng: Callable[[], float]) -> None:
         self._s = JobState(policy=policy, rng=rng)
+        # snapshot() of the record as it is: built once per input, not per caller (a tick
+        # asks several times); handle() and record() drop it, as only they reach the record
+        self._snap: Snapshot | None = None
 
     def record(self) -> JobState:
         """The whole mutable record: for the input log's state image (image.py) only."""
+        self._snap = None
         return self._s
 
     def next_deadline(self) -> float | None:
@@ -60,7 +64,9 @@ class Supervisor:
         return next_deadline(self._s)
 
     def snapshot(self) -> Snapshot:
-        return snapshot(self._s)
+        if self._snap is None:
+            self._snap = snapshot(self._s)
+        return self._snap
 
     @property
     def policy(self) -> Policy:
@@ -83,6 +89,7 @@ class Supervisor:
     def handle(self, event: Event, now: float) -> list[Action]:
         """Every input of the core: the actions to execute, in order."""
         s = self._s
+        self._snap = None
         s.now = now
         match event:
             case DaemonStarted(fresh_run=fresh):
