@@ -150,6 +150,7 @@ def test_lister_cache_sees_a_new_rank_and_keys_facts_by_start_time(tmp_path: Pat
     try:
         assert agent.stdout is not None and agent.stdin is not None
         rank0 = int(agent.stdout.readline())
+        wait_until(lambda: psutil.Process(rank0).environ().get("RANK") == "0", 30, "rank 0")
         lister = RankLister()
         first = asyncio.run(lister.list(agent.pid, "no-such-token"))
         assert first is not None
@@ -168,6 +169,47 @@ def test_lister_cache_sees_a_new_rank_and_keys_facts_by_start_time(tmp_path: Pat
         lister._facts = {(rank0, stat[2] + 1): ((rank0, 0.0), "rank 9 (local 9)")}
         third = asyncio.run(lister.list(agent.pid, "no-such-token"))
         assert third == second
+    finally:
+        os.killpg(agent.pid, 9)
+        agent.wait()
+        for stream in (agent.stdout, agent.stdin):
+            if stream is not None:
+                stream.close()
+
+
+FORK_THEN_EXEC = """
+import os, sys
+pid = os.fork()
+if pid == 0:  # a forked child that becomes a rank only at its exec, as a launcher's does
+    sys.stdin.readline()
+    env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0"}
+    os.execve(sys.executable, [sys.executable, "-c", "import time; time.sleep(600)"], env)
+print(pid, flush=True)
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_child_listed_between_its_fork_and_its_exec_is_a_rank_after_the_exec() -> None:
+    """A process read before its exec (the parent's environment, no RANK) keeps its pid and start
+    time through the exec: the lister reads it again rather than remembering it as no rank."""
+    agent = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(FORK_THEN_EXEC)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert agent.stdout is not None and agent.stdin is not None
+        child = int(agent.stdout.readline())
+        lister = RankLister()
+        assert asyncio.run(lister.list(agent.pid, "no-such-token")) == {}
+        agent.stdin.write("go\n")
+        agent.stdin.flush()
+        wait_until(lambda: psutil.Process(child).environ().get("RANK") == "0", 30, "the exec")
+        listed = asyncio.run(lister.list(agent.pid, "no-such-token"))
+        assert listed is not None
+        assert {pid: label for (pid, _), label in listed.items()} == {child: "rank 0 (local 0)"}
     finally:
         os.killpg(agent.pid, 9)
         agent.wait()

@@ -51,6 +51,7 @@ class RankLister:
 
     def __init__(self) -> None:
         self._facts: dict[tuple[int, int], Facts] = {}
+        self._settled: set[tuple[int, int]] = set()  # read as no rank in two listings: final
         self._lock = threading.Lock()
         # Off the loop on the bounded worker (blocking.py), never asyncio's default executor:
         # /proc/<pid>/environ of a worker stuck in the driver can block (issue 23).
@@ -59,6 +60,7 @@ class RankLister:
     def _list(self, leader: int, token: str) -> dict[RankKey, str]:
         with self._lock:
             facts: dict[tuple[int, int], Facts] = {}
+            settled: set[tuple[int, int]] = set()
             labels: dict[RankKey, str | None] = {}
             parents: dict[RankKey, int] = {}
             for pid in tree.tree_pids(leader, token):
@@ -66,18 +68,32 @@ class RankLister:
                 if stat is None or stat[0] == "Z":  # gone, or a zombie: not counted
                     continue
                 seen = (pid, stat[2])
-                known = self._facts.get(seen) or _read_facts(pid)
+                known = self._known(seen, settled)
                 if known is None:
                     continue
                 facts[seen] = known
                 labels[known[0]], parents[known[0]] = known[1], stat[1]
-            self._facts = facts  # only the live tree: the cache never outgrows it
+            self._facts, self._settled = facts, settled  # only the live tree: bounded by it
             labelled = {pid for (pid, _), label in labels.items() if label is not None}
             return {
                 key: label
                 for key, label in labels.items()
                 if label is not None and key[0] != leader and parents[key] not in labelled
             }
+
+    def _known(self, seen: tuple[int, int], settled: set[tuple[int, int]]) -> Facts | None:
+        """A process's facts: remembered, or read. An exec keeps the pid and the start time but
+        brings the environment a rank is known by, so "no rank" is remembered only once two
+        listings in a row read it (a child read between its fork and its exec is read again)."""
+        known = self._facts.get(seen)
+        if known is not None and (known[1] is not None or seen in self._settled):
+            if known[1] is None:
+                settled.add(seen)
+            return known
+        fresh = _read_facts(seen[0])
+        if known is not None and fresh is not None and fresh[1] is None:
+            settled.add(seen)
+        return fresh
 
     async def list(self, leader: int, token: str) -> dict[RankKey, str] | None:
         """The workers now, or None when the listing did not finish in time (unknown)."""
