@@ -40,6 +40,7 @@ from watchdog.core.supervisor.events import (
     ShutdownRequested,
     SpawnChild,
     SpawnFailed,
+    SpawnPending,
     StateRestored,
     Tick,
     TreeStopped,
@@ -88,6 +89,7 @@ class SupervisorMachine(RuleBasedStateMachine):
         self.now = 0.0
         self.live: set[int] = set()  # children the shell has and has not reaped
         self.pending_spawn = False
+        self.attempt = 0  # the latest SpawnChild's: the shell's reports carry it back
         self.pending_kill = False
         self.next_pid = 1
         self.exited = False  # a shutdown was asked for
@@ -144,6 +146,7 @@ class SupervisorMachine(RuleBasedStateMachine):
                 assert not self.operator_stopped, "a job came back after an operator stop"
                 assert not (self.paused and not owed), "a paused job was started by itself"
                 self.pending_spawn = True
+                self.attempt = a.attempt
             elif isinstance(a, KillTree):
                 self.pending_kill = True
             elif isinstance(a, Emit):
@@ -231,9 +234,19 @@ class SupervisorMachine(RuleBasedStateMachine):
             pid = self.next_pid
             self.next_pid += 1
             self.live.add(pid)
-            self.apply(ChildSpawned(pid))
+            self.apply(ChildSpawned(pid, self.attempt))
         else:
-            self.apply(SpawnFailed("pre_start_failed"))
+            self.apply(SpawnFailed("pre_start_failed", attempt=self.attempt))
+
+    @precondition(lambda m: m.pending_spawn)
+    @rule(older=st.booleans())
+    def shell_asks_before_spawning(self, older: bool) -> None:
+        """The start task asks whether its attempt is still wanted (SpawnPending): the start
+        under way may go ahead; an earlier attempt's task is refused and changes nothing."""
+        before = self.sup.snapshot()
+        out = self.apply(SpawnPending(self.attempt - 1 if older else self.attempt))
+        assert [type(a) for a in out] == ([Refuse] if older else []), out
+        assert self.sup.snapshot() == before
 
     @precondition(lambda m: m.live)
     @rule(cause=st.sampled_from(CRASH_CAUSES))

@@ -22,8 +22,12 @@ SAMPLES: list[E.Event] = [
     E.JobAdopted(pid=4182),
     E.OperatorCommand("pause", uid=1000),
     E.ShutdownRequested(),
+    E.ShutdownRequested(signum=15),  # SPEC §13: 128 + signum under --exit-with-job
+    E.SpawnPending(attempt=3),
     E.ChildSpawned(pid=4183),
+    E.ChildSpawned(pid=4184, attempt=2),
     E.SpawnFailed("pre_start_failed", "exit 3"),
+    E.SpawnFailed("cancelled", "stopped before the job was spawned", attempt=2),
     E.ChildExited(pid=4183, exit_code=None, signal=9),
     E.TreeStopped(killed=True, leftovers=None, error="scan timed out"),
     E.TreeStopped(killed=True, leftovers=2, pids=(41, 42)),  # SPEC §14: the leftovers' pids
@@ -34,6 +38,7 @@ SAMPLES: list[E.Event] = [
     E.GpuFaultSeen("reboot_host", {"gpu": 0, "xid": 79, "uuid": None}, gate=True),
     E.GpuAccessChanged(lost=True, detail="NVML_ERROR_GPU_IS_LOST"),
     E.PolicyChanged(Policy(restart_on=frozenset({"exited"}), success_exit_codes=frozenset({0, 3}))),
+    E.PolicyChanged(Policy(exit_codes=(("completed", 0), ("fatal", 93), ("host_fault", 86)))),
     E.Tick(),
     E.RestartRequested("cluster_epoch"),
     E.StateRestored(
@@ -120,3 +125,14 @@ def test_replay_with_the_draws_themselves_and_too_few_draws() -> None:
     assert replay(JITTERY, draws, log).snapshot() == live.snapshot()
     with pytest.raises(ValueError, match="draws ran out"):
         replay(JITTERY, draws[:1], log)
+
+
+def test_records_written_before_the_attempt_and_signal_fields_still_load() -> None:
+    """An input log of an older daemon (no `attempt`, no `signum`, a Policy without
+    `exit_codes`) loads with the defaults: the current start, no signal, no --exit-with-job."""
+    assert from_record({"event": "ChildSpawned", "pid": 7}) == E.ChildSpawned(7, None)
+    assert from_record({"event": "SpawnFailed", "reason": "x"}) == E.SpawnFailed("x", "", None)
+    assert from_record({"event": "ShutdownRequested"}) == E.ShutdownRequested(None)
+    old_policy = {"$Policy": {"max_restarts": 3}}
+    policy = from_record({"event": "PolicyChanged", "policy": old_policy})
+    assert policy == E.PolicyChanged(Policy(max_restarts=3))

@@ -28,6 +28,7 @@ PURE_MODULES = frozenset(
     {
         "bench/tests/test_ab.py",
         "tests/test_adopt_core.py",
+        "tests/test_attempts.py",
         "tests/test_carry.py",
         "tests/test_causes.py",
         "tests/test_causes_core.py",
@@ -39,6 +40,7 @@ PURE_MODULES = frozenset(
         "tests/test_config_checkpoint.py",
         "tests/test_core_decisions.py",
         "tests/test_durable.py",
+        "tests/test_ending.py",
         "tests/test_evidence.py",
         "tests/test_goodput.py",
         "tests/test_gpu_faults_core.py",

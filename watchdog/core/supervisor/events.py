@@ -46,20 +46,38 @@ class OperatorCommand:
 
 @dataclass(frozen=True, slots=True)
 class ShutdownRequested:
-    """SIGTERM/SIGINT: stop the job gracefully, then exit."""
+    """SIGTERM/SIGINT (`signum`; None for a shutdown no signal asked for): stop the job
+    gracefully, then exit (with --exit-with-job: 128 + signum, SPEC §13)."""
+
+    signum: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnPending:
+    """Start `attempt` (SpawnChild's) is about to spawn, or its health gate was judged: the core
+    answers Refuse when that start is no longer the one it waits for (a gate fault parked it and
+    an operator's start began the next), and nothing when the spawn may go ahead."""
+
+    attempt: int
 
 
 @dataclass(frozen=True, slots=True)
 class ChildSpawned:
+    """Start `attempt` spawned its child. A start the core no longer waits for is answered
+    with KillTree; None (records older than the attempt) is taken as the current start."""
+
     pid: int
+    attempt: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class SpawnFailed:
-    """The start did not produce a child: pre_start failed, exec failed, GPUs never drained."""
+    """The start did not produce a child: pre_start failed, exec failed, GPUs never drained.
+    `attempt`: as for ChildSpawned; a failure of a start no longer waited for is dropped."""
 
     reason: str
     detail: str = ""
+    attempt: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +214,7 @@ Event = (
     | JobAdopted
     | OperatorCommand
     | ShutdownRequested
+    | SpawnPending
     | ChildSpawned
     | SpawnFailed
     | ChildExited
@@ -258,7 +277,10 @@ class Refuse:
 
 @dataclass(frozen=True, slots=True)
 class Exit:
-    """The daemon may exit now (the job is stopped)."""
+    """The daemon may exit now (the job is stopped), with exit status `code`: the core decides
+    it (SPEC §13, ending.py); always 0 without --exit-with-job."""
+
+    code: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,10 @@ class JobState:
     cause_streak: tuple[str, int] | None = None
     exit_step: float | None = None  # the step the last exit's run got to (status)
     failures_by_cause: dict[str, int] = field(default_factory=dict)  # since the daemon started
+    # SPEC §13 (ending.py): the first SIGTERM/SIGINT's number, and the daemon's exit code once
+    # the job ended for good under --exit-with-job
+    signalled: int | None = None
+    exit_code: int | None = None
     now: float = 0.0
 
 

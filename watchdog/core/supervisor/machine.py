@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from watchdog.core.names import State
-from watchdog.core.supervisor import handover, parking, runs, verdicts
+from watchdog.core.supervisor import attempts, ending, handover, parking, runs, verdicts
 from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.commands import command, shutdown
 from watchdog.core.supervisor.events import (
@@ -37,6 +37,7 @@ from watchdog.core.supervisor.events import (
     RestartRequested,
     ShutdownRequested,
     SpawnFailed,
+    SpawnPending,
     StateRestored,
     Tick,
     TreeStopped,
@@ -82,6 +83,12 @@ class Supervisor:
 
     def handle(self, event: Event, now: float) -> list[Action]:
         """Every input of the core: the actions to execute, in order."""
+        actions = self._handle(event, now)
+        if isinstance(event, StateRestored | HandoverResumed):
+            return actions  # taken in before the daemon starts: nothing ends it yet
+        return ending.after_input(self._s, actions)  # SPEC §13: the exit code decided here
+
+    def _handle(self, event: Event, now: float) -> list[Action]:
         s = self._s
         s.now = now
         match event:
@@ -89,9 +96,15 @@ class Supervisor:
                 return runs.fresh_run(s, now) if fresh else runs.started(s, now)
             case JobAdopted(pid=pid):
                 return runs.adopted(s, pid, now)
-            case ChildSpawned(pid=pid):
+            case SpawnPending(attempt=attempt):
+                return attempts.spawn_pending(s, attempt)
+            case ChildSpawned(pid=pid, attempt=attempt):
+                if attempts.stale(s, attempt):
+                    return attempts.stale_spawn(s, pid)
                 return runs.spawned(s, pid, now)
-            case SpawnFailed(reason=reason, detail=detail):
+            case SpawnFailed(reason=reason, detail=detail, attempt=attempt):
+                if attempts.stale(s, attempt):
+                    return []  # a start the core no longer waits for
                 return runs.spawn_failed(s, reason, detail, now)
             case ChildExited():
                 return runs.exited(s, event)
@@ -110,7 +123,8 @@ class Supervisor:
         match event:
             case OperatorCommand(cmd=cmd):
                 return command(s, cmd, now)
-            case ShutdownRequested():
+            case ShutdownRequested(signum=signum):
+                ending.signalled(s, signum)
                 return shutdown(s)
             case HealthAssessed():
                 return verdicts.assessed(s, event, now)
