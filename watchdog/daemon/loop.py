@@ -259,7 +259,9 @@ class Daemon:
                 self.emit(name, **fields)
             case SpawnChild(attempt=attempt):
                 self._start_task = self.spawn_task(jobstart.start(self, attempt))
-            case KillTree():
+            case KillTree(pid=pid):
+                if pid is None or self.job.pid in (None, pid):
+                    self.job.stopping()  # its leader's exit is our stop's (exitcause.py)
                 self.spawn_task(jobstop.stop(self, action))
             case CancelStart():
                 # Before the spawn only: the spawn itself never awaits, so a cancel cannot split it.
