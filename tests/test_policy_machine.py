@@ -18,6 +18,7 @@ from watchdog.core.supervisor.budget import Policy
 from watchdog.core.supervisor.commands import CANCEL_WINDOW_S
 from watchdog.core.supervisor.events import (
     Action,
+    Answer,
     ChildExited,
     ChildSpawned,
     DaemonStarted,
@@ -28,6 +29,7 @@ from watchdog.core.supervisor.events import (
     GpuFaultSeen,
     HandoverResumed,
     HealthAssessed,
+    HealthAwaited,
     IncidentSaved,
     JobAdopted,
     KillTree,
@@ -90,6 +92,7 @@ class SupervisorMachine(RuleBasedStateMachine):
         self.live: set[int] = set()  # children the shell has and has not reaped
         self.pending_spawn = False
         self.attempt = 0  # the latest SpawnChild's: the shell's reports carry it back
+        self.request = 0  # the latest request number a client waited on
         self.pending_kill = False
         self.next_pid = 1
         self.exited = False  # a shutdown was asked for
@@ -238,15 +241,32 @@ class SupervisorMachine(RuleBasedStateMachine):
         else:
             self.apply(SpawnFailed("pre_start_failed", attempt=self.attempt))
 
+    def decided(self) -> tuple[State, int | None, bool]:
+        """What a question to the core must not change: its state, its child, its start."""
+        snap = self.sup.snapshot()
+        return self.sup.record().state, snap.pid, snap.spawning
+
     @precondition(lambda m: m.pending_spawn)
     @rule(older=st.booleans())
     def shell_asks_before_spawning(self, older: bool) -> None:
         """The start task asks whether its attempt is still wanted (SpawnPending): the start
         under way may go ahead; an earlier attempt's task is refused and changes nothing."""
-        before = self.sup.snapshot()
+        before = self.decided()
         out = self.apply(SpawnPending(self.attempt - 1 if older else self.attempt))
         assert [type(a) for a in out] == ([Refuse] if older else []), out
-        assert self.sup.snapshot() == before
+        assert self.decided() == before
+
+    @rule(live=st.booleans())
+    def client_awaits_health(self, live: bool) -> None:
+        """A client waits for a job to be healthy (HealthAwaited): answered at once when it is
+        not the job's, and the wait changes nothing the core decides."""
+        self.request += 1
+        pid = self.sup.snapshot().pid if live else None
+        before = self.decided()
+        out = self.apply(HealthAwaited(self.request, pid if pid is not None else -1))
+        assert self.decided() == before
+        if pid is None:
+            assert [a.outcome for a in out if isinstance(a, Answer)] == ["not_healthy"], out
 
     @precondition(lambda m: m.live)
     @rule(cause=st.sampled_from(CRASH_CAUSES))

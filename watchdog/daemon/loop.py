@@ -124,9 +124,9 @@ class Daemon:
     def _make_core(self) -> None:
         """The core behind its one consumer and queue (issue 23); every input recorded."""
         self.inputs = InputLog(self.state.file("inputs.jsonl"), self._input_log_failed)
-        self.consumer = Consumer(
-            self.inputs, params.local_policy_of(self.cfg, self.ending.enabled), self
-        )
+        policy = params.local_policy_of(self.cfg, self.ending.enabled)
+        self.consumer = Consumer(self.inputs, policy, self)
+        self.answers = self.consumer.answers  # a command's outcome, answered by the core
         self._start_task: asyncio.Task[None] | None = None
         self._done: asyncio.Future[None] = self.loop.create_future()
         self._tasks: set[asyncio.Task[Any]] = set()

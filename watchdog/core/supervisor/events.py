@@ -38,10 +38,22 @@ class JobAdopted:
 
 @dataclass(frozen=True, slots=True)
 class OperatorCommand:
-    """An operator's start/stop/restart/pause/resume (from the control socket)."""
+    """An operator's start/stop/restart/pause/resume (from the control socket). `request`: the
+    shell's number for a caller that waits for the outcome of a start, stop or restart: the
+    core answers it (Answer) once that outcome is known (answers.py)."""
 
     cmd: Literal["start", "stop", "restart", "pause", "resume"]
     uid: int | None = None
+    request: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HealthAwaited:
+    """A caller waits for job `pid` to be healthy (`watchdogctl restart --wait`, the protocol's
+    `wait_healthy`): the core answers `request` once it is, or once that job is gone."""
+
+    request: int
+    pid: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +225,7 @@ Event = (
     DaemonStarted
     | JobAdopted
     | OperatorCommand
+    | HealthAwaited
     | ShutdownRequested
     | SpawnPending
     | ChildSpawned
@@ -276,6 +289,17 @@ class Refuse:
 
 
 @dataclass(frozen=True, slots=True)
+class Answer:
+    """The outcome of the command or wait numbered `request` (answers.py): started (pid),
+    failed (reason, detail), cancelled (state), stopped, unverified (SPEC §14), healthy (pid,
+    healthy_after_s), not_healthy (pid)."""
+
+    request: int
+    outcome: str
+    fields: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Exit:
     """The daemon may exit now (the job is stopped), with exit status `code`: the core decides
     it (SPEC §13, ending.py); always 0 without --exit-with-job."""
@@ -289,4 +313,4 @@ class RestartCluster:
     afresh; returned before the command's own actions, whatever they are."""
 
 
-Action = SpawnChild | KillTree | CancelStart | Emit | Refuse | Exit | RestartCluster
+Action = SpawnChild | KillTree | CancelStart | Emit | Refuse | Answer | Exit | RestartCluster

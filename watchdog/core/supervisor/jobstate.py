@@ -65,6 +65,8 @@ class JobState:
     # the job ended for good under --exit-with-job
     signalled: int | None = None
     exit_code: int | None = None
+    # answers.py: the requests waiting for an outcome, (request, what, pid or attempt)
+    answers_due: tuple[tuple[int, str, int | None], ...] = ()
     now: float = 0.0
 
 

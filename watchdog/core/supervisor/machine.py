@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from watchdog.core.names import State
-from watchdog.core.supervisor import attempts, ending, handover, parking, runs, verdicts
+from watchdog.core.supervisor import answers, attempts, ending, handover, parking, runs, verdicts
 from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.commands import command, shutdown
 from watchdog.core.supervisor.events import (
@@ -28,6 +28,7 @@ from watchdog.core.supervisor.events import (
     GpuFaultSeen,
     HandoverResumed,
     HealthAssessed,
+    HealthAwaited,
     IncidentSaved,
     JobAdopted,
     OperatorCommand,
@@ -86,6 +87,7 @@ class Supervisor:
         actions = self._handle(event, now)
         if isinstance(event, StateRestored | HandoverResumed):
             return actions  # taken in before the daemon starts: nothing ends it yet
+        actions = answers.after_input(self._s, event, actions)  # a waiting command's outcome
         return ending.after_input(self._s, actions)  # SPEC §13: the exit code decided here
 
     def _handle(self, event: Event, now: float) -> list[Action]:
@@ -123,6 +125,8 @@ class Supervisor:
         match event:
             case OperatorCommand(cmd=cmd):
                 return command(s, cmd, now)
+            case HealthAwaited():
+                return []  # answered by answers.after_input
             case ShutdownRequested(signum=signum):
                 ending.signalled(s, signum)
                 return shutdown(s)
