@@ -11,6 +11,7 @@ from watchdog.core.supervisor.events import (
     DaemonStarted,
     GpuFaultSeen,
     KillTree,
+    NodesAwaited,
     OperatorCommand,
     Refuse,
     SpawnChild,
@@ -87,3 +88,36 @@ def test_reports_without_an_attempt_are_the_current_start() -> None:
     sup = _starting()
     assert names(sup.handle(ChildSpawned(500), 0.1)) == ["child_spawned"]
     assert sup.snapshot().pid == 500
+
+
+def test_a_start_at_the_cluster_barrier_is_waiting_nodes_until_the_gate_opens() -> None:
+    """SPEC §12: NodesAwaited(True) during a start is state waiting_nodes; the gate opening
+    (NodesAwaited(False), or the spawn itself) is starting again, then the child's."""
+    sup = _starting()
+    assert sup.handle(NodesAwaited(True), 0.1) == []
+    assert sup.snapshot().state is State.WAITING_NODES
+    sup.handle(NodesAwaited(False), 0.2)
+    assert sup.snapshot().state is State.STARTING
+    sup.handle(NodesAwaited(True), 0.3)
+    assert names(sup.handle(ChildSpawned(600, 1), 0.4)) == ["child_spawned"]
+    assert sup.snapshot().state is State.STARTING and sup.snapshot().pid == 600
+
+
+def test_the_barrier_is_not_waited_at_without_a_start() -> None:
+    """NodesAwaited(True) with no start under way (a late input) changes nothing."""
+    sup = Supervisor(FAST, lambda: 0.5)
+    sup.handle(NodesAwaited(True), 0.0)
+    assert sup.snapshot().state is State.STOPPED
+
+
+def test_a_stop_at_the_barrier_wins_and_a_late_leave_changes_nothing() -> None:
+    """`stop` while waiting_nodes: stopping (the start is cancelled); the barrier's late
+    NodesAwaited(False) does not bring back `starting`."""
+    sup = _starting()
+    sup.handle(NodesAwaited(True), 0.1)
+    sup.handle(OperatorCommand("stop"), 0.2)
+    assert sup.snapshot().state is State.STOPPING
+    sup.handle(NodesAwaited(False), 0.3)
+    assert sup.snapshot().state is State.STOPPING
+    sup.handle(SpawnFailed("cancelled", "", 1), 0.4)
+    assert sup.snapshot().state is State.STOPPED

@@ -33,6 +33,7 @@ from watchdog.core.supervisor.events import (
     IncidentSaved,
     JobAdopted,
     KillTree,
+    NodesAwaited,
     OperatorCommand,
     PolicyChanged,
     ProgressMarked,
@@ -255,6 +256,16 @@ class SupervisorMachine(RuleBasedStateMachine):
         out = self.apply(SpawnPending(self.attempt - 1 if older else self.attempt))
         assert [type(a) for a in out] == ([Refuse] if older else []), out
         assert self.decided() == before
+
+    @rule(waiting=st.booleans())
+    def cluster_barrier(self, waiting: bool) -> None:
+        """The start under way reaches the cluster's barrier or leaves it (SPEC §12): only a
+        start that is under way ever waits there, and leaving it starts nothing by itself."""
+        out = self.apply(NodesAwaited(waiting))
+        assert out == []
+        if self.sup.snapshot().state is State.WAITING_NODES:
+            assert self.pending_spawn and waiting and not self.live
+            assert self.sup.record().state is State.STARTING  # a view of the start
 
     @rule(live=st.booleans())
     def client_awaits_health(self, live: bool) -> None:
@@ -506,6 +517,8 @@ class SupervisorMachine(RuleBasedStateMachine):
             assert not self.live and not self.pending_spawn
         if s.state is State.BACKOFF:
             assert s.next_restart_at is not None
+        if s.state is State.WAITING_NODES:  # SPEC §12: only a start waits at the barrier
+            assert self.pending_spawn and not self.live
 
     @invariant()
     def completed_stays_completed(self) -> None:

@@ -43,6 +43,7 @@ SAMPLES: list[E.Event] = [
     E.PolicyChanged(Policy(exit_codes=(("completed", 0), ("fatal", 93), ("host_fault", 86)))),
     E.Tick(),
     E.RestartRequested("cluster_epoch"),
+    E.NodesAwaited(waiting=True),
     E.StateRestored(
         Durable(
             restart_times=(1.5, 2.25),

@@ -1,4 +1,5 @@
-"""PURE: which start the core still waits for (SPEC §4, §12). Every SpawnChild carries an
+"""PURE: which start the core still waits for (SPEC §4, §12), and whether it waits at the
+cluster's barrier (state `waiting_nodes`). Every SpawnChild carries an
 attempt number; the start task's reports (SpawnPending, ChildSpawned, SpawnFailed) carry it
 back, and the core, not the shell, tells a start that was superseded from the one it waits for.
 
@@ -8,6 +9,7 @@ next attempt before the first start task looked again: that task must not spawn 
 
 from __future__ import annotations
 
+from watchdog.core.names import State
 from watchdog.core.supervisor.events import Action, KillTree, Refuse
 from watchdog.core.supervisor.jobstate import JobState
 
@@ -27,6 +29,14 @@ def spawn_pending(s: JobState, attempt: int) -> list[Action]:
     else:
         why = f"start {attempt} is no longer wanted (state {s.state.value})"
     return [Refuse(why)]
+
+
+def nodes_awaited(s: JobState, waiting: bool) -> list[Action]:
+    """SPEC §12: the start under way waits at the cluster's barrier, or no longer does. Like
+    `paused`, `waiting_nodes` is a view of the start (jobstate.snapshot): every transition of
+    `starting` holds while it waits (a stop, a fault, a shutdown cancel it as any start)."""
+    s.at_barrier = waiting and s.spawning and s.state is State.STARTING
+    return []
 
 
 def stale_spawn(s: JobState, pid: int) -> list[Action]:

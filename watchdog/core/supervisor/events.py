@@ -204,6 +204,14 @@ class RestartRequested:
 
 
 @dataclass(frozen=True, slots=True)
+class NodesAwaited:
+    """The start under way reached the cluster's barrier (`waiting`) or left it, opened or
+    cancelled (SPEC §12 "Several nodes"): the job's state is `waiting_nodes` meanwhile."""
+
+    waiting: bool
+
+
+@dataclass(frozen=True, slots=True)
 class StateRestored:
     """A previous daemon's budget and decisions, read from the state file before DaemonStarted
     (SPEC §12, §13). Instants from the future (a wall clock that stepped back while no daemon
@@ -241,6 +249,7 @@ Event = (
     | PolicyChanged
     | Tick
     | RestartRequested
+    | NodesAwaited
     | StateRestored
     | HandoverResumed
 )

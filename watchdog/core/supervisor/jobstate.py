@@ -67,6 +67,7 @@ class JobState:
     exit_code: int | None = None
     # answers.py: the requests waiting for an outcome, (request, what, pid or attempt)
     answers_due: tuple[tuple[int, str, int | None], ...] = ()
+    at_barrier: bool = False  # SPEC §12: the start waits at the cluster's barrier (attempts.py)
     now: float = 0.0
 
 
@@ -115,6 +116,8 @@ def snapshot(s: JobState) -> Snapshot:
     in_window = sum(1 for t in s.restart_times if t > s.now - s.policy.window_s)
     alive_states = (State.STARTING, State.RUNNING, State.UNHEALTHY)
     shown = State.PAUSED if s.paused and s.state in alive_states else s.state
+    if s.at_barrier and s.spawning and s.state is State.STARTING:
+        shown = State.WAITING_NODES  # SPEC §12: shown as the cluster link showed it before
     return Snapshot(
         state=shown,
         pid=None if s.leader_exited else s.pid,

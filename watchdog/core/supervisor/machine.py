@@ -31,6 +31,7 @@ from watchdog.core.supervisor.events import (
     HealthAwaited,
     IncidentSaved,
     JobAdopted,
+    NodesAwaited,
     OperatorCommand,
     PolicyChanged,
     ProgressMarked,
@@ -103,10 +104,14 @@ class Supervisor:
             case ChildSpawned(pid=pid, attempt=attempt):
                 if attempts.stale(s, attempt):
                     return attempts.stale_spawn(s, pid)
+                attempts.nodes_awaited(s, False)  # the gate opened before the spawn
                 return runs.spawned(s, pid, now)
+            case NodesAwaited(waiting=waiting):
+                return attempts.nodes_awaited(s, waiting)
             case SpawnFailed(reason=reason, detail=detail, attempt=attempt):
                 if attempts.stale(s, attempt):
                     return []  # a start the core no longer waits for
+                attempts.nodes_awaited(s, False)
                 return runs.spawn_failed(s, reason, detail, now)
             case ChildExited():
                 return runs.exited(s, event)
