@@ -28,6 +28,7 @@ PURE_MODULES = frozenset(
     {
         "bench/tests/test_ab.py",
         "tests/test_adopt_core.py",
+        "tests/test_adoption_core.py",
         "tests/test_answers.py",
         "tests/test_attempts.py",
         "tests/test_carry.py",
