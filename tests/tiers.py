@@ -65,6 +65,7 @@ PURE_MODULES = frozenset(
         "tests/test_recognise.py",
         "tests/test_recognition.py",
         "tests/test_records.py",
+        "tests/test_shell_decides_nothing.py",
         "tests/test_stallwindow.py",
         "tests/test_start_gate_queue.py",
         "tests/test_state_generations.py",
