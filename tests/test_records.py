@@ -12,6 +12,7 @@ from test_policy import FAST
 
 from watchdog.core.supervisor import events as E
 from watchdog.core.supervisor.budget import Durable, Policy
+from watchdog.core.supervisor.image import image, restored
 from watchdog.core.supervisor.machine import Supervisor
 from watchdog.core.supervisor.replay import from_record, log_entry, replay, to_record
 
@@ -139,3 +140,16 @@ def test_records_written_before_the_attempt_and_signal_fields_still_load() -> No
     old_policy = {"$Policy": {"max_restarts": 3}}
     policy = from_record({"event": "PolicyChanged", "policy": old_policy})
     assert policy == E.PolicyChanged(Policy(max_restarts=3))
+
+
+def test_a_state_image_without_the_newer_fields_loads_with_their_defaults() -> None:
+    """A state record written before the exit code, the answers due and the barrier were the
+    core's (signalled, exit_code, answers_due, at_barrier) restores, with their defaults."""
+    sup = Supervisor(FAST, lambda: 0.5)
+    sup.handle(E.DaemonStarted(), 1.0)
+    found = json.loads(json.dumps(image(sup)))
+    for name in ("signalled", "exit_code", "answers_due", "at_barrier"):
+        del found[name]
+    back = restored(found, lambda: 0.5)
+    assert back.snapshot() == sup.snapshot()
+    assert (back.record().exit_code, back.record().answers_due) == (None, ())
