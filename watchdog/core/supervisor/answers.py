@@ -37,6 +37,8 @@ Due = tuple[int, str, int | None]
 
 def after_input(s: JobState, event: Event, actions: list[Action]) -> list[Action]:
     """`actions`, then an Answer for every request whose outcome this input decided."""
+    if not s.answers_due and not isinstance(event, OperatorCommand | HealthAwaited):
+        return actions  # the common case: nobody waits
     new = _registered(s, event, actions)
     if not s.answers_due and new is None:
         return actions  # the common case: nobody waits

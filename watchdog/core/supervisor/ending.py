@@ -30,6 +30,8 @@ def signalled(s: JobState, signum: int | None) -> None:
 def after_input(s: JobState, actions: list[Action]) -> list[Action]:
     """Every input's actions, with the daemon's exit decided: the job's end starts the
     shutdown (daemon_exiting), and each Exit carries the exit code."""
+    if s.policy.exit_codes is None:
+        return actions  # without --exit-with-job every Exit is 0: Exit's default
     out = actions + _ended_for_good(s)
     if any(isinstance(a, Exit) for a in out):
         return [Exit(exit_status(s)) if isinstance(a, Exit) else a for a in out]
