@@ -169,7 +169,9 @@ class SupervisorMachine(RuleBasedStateMachine):
                 if a.event == "restart_scheduled" or (
                     a.event == "fatal" and a.fields["reason"] == "repeated_cause"
                 ):
-                    self.count_cause(str(a.fields.get("reason", a.fields.get("last_reason"))))
+                    # the failure's own reason: a fatal names it last_reason (its reason is
+                    # repeated_cause), a restart_scheduled names it reason
+                    self.count_cause(str(a.fields.get("last_reason", a.fields.get("reason"))))
                 if a.event == "fatal" and a.fields["reason"] == "repeated_cause":
                     # SPEC §14: same_cause_limit failures in a row, one deterministic cause
                     assert self.cause_streak is not None, a.fields
