@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pathlib
 
-from harness import Daemon, base_config, wait_until, write_script
+from support.harness import Daemon, base_config, wait_until, write_script
 
 # On SIGTERM the job prints a traceback and exits 1: classified, it would be a
 # python_exception with an incident bundle; it died of our stop, so it is neither.

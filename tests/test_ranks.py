@@ -11,8 +11,8 @@ import textwrap
 from pathlib import Path
 
 import psutil
-from harness import wait_until
-from test_policy import FAST, Driver, emitted, names
+from support.driver import FAST, Driver, emitted, names
+from support.harness import wait_until
 
 from watchdog.core.health.ranks import RankTracker
 from watchdog.core.names import State

@@ -1,11 +1,12 @@
 """Learned stall windows (SPEC §14) with a real Hugging Face Trainer under the real watchdogd.
 
-The job is tests/jobs/hf_trainer_job.py (a tiny GPT-2 on CPU, nothing printed by us) under the
-defaults but a small floor (`stall_floor_s`) and a ceiling of two minutes, so a hang is found
+The job is tests/support/jobs/hf_trainer_job.py (a tiny GPT-2 on CPU, nothing printed by us) under
+the defaults but a small floor (`stall_floor_s`) and a ceiling of two minutes, so a hang is found
 in seconds once the rhythm is learned: frozen with SIGSTOP → `stalled` within the learned
 window; an evaluation or a checkpoint write whose silences outlast that window → no stall
 (they are phases of their own); and what was learned survives a SIGKILL of the daemon and the
-adoption of its job. Marked `slow`: each test takes 30-90 s on two busy cores.
+adoption of its job, and an in-place `watchdogctl reexec`. Marked `slow`: each test takes
+30-90 s on two busy cores.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from typing import Any
 
 import pytest
 from conftest import DaemonFactory
-from harness import ROOT, Daemon, wait_until
+from support.frameworks import framework_config, merged
+from support.harness import ROOT, Daemon, wait_until
 
 NEEDED = ("torch", "transformers", "accelerate")
 MISSING = [n for n in NEEDED if importlib.util.find_spec(n) is None]
@@ -36,7 +38,7 @@ pytestmark = [
     pytest.mark.timeout(400),
 ]
 
-JOB = ROOT / "tests" / "jobs" / "hf_trainer_job.py"
+JOB = ROOT / "tests" / "support" / "jobs" / "hf_trainer_job.py"
 CEILING_S = 120  # progress.stall_after_s: the window before learning, and its ceiling
 FLOOR_S = 3  # progress.stall_floor_s, small so a test's hang is found in seconds
 STARTUP_S = 150  # import + first step on two loaded cores (seen: 6-17 s)
@@ -49,24 +51,13 @@ PACED_ROW_S = "0.01"
 def stall_config(
     work: pathlib.Path, env: dict[str, str] | None = None, **over: Any
 ) -> dict[str, Any]:
-    cfg: dict[str, Any] = {
-        "job": {
-            "cwd": str(work),
-            "stop_timeout_s": 3,
-            "env": {
-                "OMP_NUM_THREADS": "1",
-                "HF_HUB_OFFLINE": "1",
-                "SAVE_STEPS": "100000",  # no save unless a test asks for one
-                **(env or {}),
-            },
-        },
+    """The frameworks' config (support/frameworks.py) with this file's floor, ceiling and start."""
+    ours = {
         "progress": {"stall_after_s": CEILING_S, "stall_floor_s": FLOOR_S},
         "startup": {"timeout_s": STARTUP_S},
-        "incidents": {"pyspy_timeout_s": 5},
     }
-    for key, value in over.items():
-        cfg[key] = {**cfg.get(key, {}), **value}
-    return cfg
+    # no save unless a test asks for one
+    return framework_config(work, {"SAVE_STEPS": "100000", **(env or {})}, **merged(ours, over))
 
 
 @pytest.fixture
@@ -151,12 +142,6 @@ def test_trainer_evaluation_longer_than_the_learned_window_is_no_stall(
     assert d.status()["progress"]["stall_windows"]["eval"] >= batch_s
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known race, SPEC §14 stall windows not finished: the log line of the step before a "
-    "save can be timed after the save's first file write and end the checkpoint phase, so a "
-    "pause of the save is judged under the training window (docs/stall-windows.md)",
-)
 def test_slow_checkpoint_write_is_no_stall(make_daemon: DaemonFactory, work: pathlib.Path) -> None:
     """A save that writes into progress.checkpoint.path in bursts with pauses longer than the
     learned training window, silent in the log, is the `checkpoint` phase: never `stalled`."""
@@ -168,7 +153,9 @@ def test_slow_checkpoint_write_is_no_stall(make_daemon: DaemonFactory, work: pat
         env,
         # factor 20: the training window stays the floor (5 s, < the 12 s pauses), while a
         # checkpoint phase ended after a sub-second look (seen here under load, before the slow
-        # save) cannot learn a window shorter than the pauses (a known limit, docs/stall-windows.md)
+        # save) cannot learn a window shorter than the pauses (a known limit of
+        # docs/stall-windows.md); the step line printed just before the save is often read after
+        # the save's first write (a save ends only on a second new step: stall_window.py)
         progress={
             "stall_floor_s": 5,
             "stall_factor": 20,
@@ -225,3 +212,27 @@ def test_learned_window_survives_a_daemon_sigkill_and_adoption(
         assert fired["window_source"] == "learned" and took <= CEILING_S / 4 + SLACK_S, fired
     finally:
         d2.stop()
+
+
+def test_learned_window_survives_an_in_place_reexec(
+    make_daemon: DaemonFactory, work: pathlib.Path
+) -> None:
+    """`watchdogctl reexec` keeps what was learned (stall.json, flushed before the exec) and the
+    run's phase: the new code judges the job under the learned window at once, with at least the
+    gaps learned before (not relearning from the ceiling), so a freeze right after is found as
+    fast as before the exec."""
+    d = make_daemon([sys.executable, str(JOB), str(work)], stall_config(work))
+    s = learned(d)
+    job, daemon = s["job"]["pid"], s["daemon"]["pid"]
+    before = s["progress"]["stall_window"]
+    rc, out, err = d.ctl("reexec")
+    assert rc == 0, (out, err, d.output())
+    d.wait_event("daemon_reexecuted", timeout=30)
+    after = d.status()
+    assert after["daemon"]["pid"] == daemon and after["job"]["pid"] == job, after["job"]
+    sw = after["progress"]["stall_window"]
+    assert sw["source"] == "learned" and sw["phase"] == "training", sw
+    assert sw["learned_from_steps"] >= before["learned_from_steps"], (before, sw)
+    fired, took = freeze_until_stalled(d, job)
+    assert fired["window_source"] == "learned" and fired["phase"] == "training", fired
+    assert took <= float(fired["window_s"]) + SLACK_S, (took, fired)

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
-from harness import BIN, Daemon, base_config, merge, wait_until, write_script
-from hungfs import hung_mount
+from support.harness import BIN, Daemon, base_config, merge, wait_until, write_script
+from support.hungfs import hung_mount
 
 from watchdog.process import cgroup, launch
 

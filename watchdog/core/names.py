@@ -2,7 +2,7 @@
 
 One place instead of bare strings spread over the modules: each event's journald priority (what
 `journalctl -p warning` shows) and whether `hooks.on_event` receives it are read from here, and
-tests/test_names.py fails when a module emits, or compares against, a name that is not here.
+tests/core/test_names.py fails when a module emits, or compares against, a name that is not here.
 Scripts outside the project match on these names: add freely, rename nothing.
 """
 
@@ -218,7 +218,7 @@ UNVERIFIABLE |= frozenset({"progress_unreadable"})  # the same for a progress lo
 
 # ------------------------------------------------------------------- the named sets of names
 # Issue 23: each set of reasons, states or events that code tests against is written once, here;
-# config, metrics, the timeline and the replies refer to these (tests/test_names.py finds a
+# config, metrics, the timeline and the replies refer to these (tests/core/test_names.py finds a
 # literal set of registered names anywhere else in watchdog/).
 
 # The supervisor's states (SPEC §7), in the order the metrics list them.

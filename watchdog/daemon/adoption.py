@@ -21,7 +21,7 @@ from watchdog.core.supervisor import adoption as plan
 from watchdog.core.supervisor.budget import Durable
 from watchdog.core.supervisor.events import DaemonStarted, JobAdopted, Tick
 from watchdog.core.views import status
-from watchdog.daemon import params, reexec
+from watchdog.daemon import handover, params
 from watchdog.daemon.run import JobRun
 from watchdog.process import identity, tree
 from watchdog.progress import joblog
@@ -176,10 +176,10 @@ async def take_over(d: Parts, h: dict[str, Any]) -> tuple[bool, int | None]:
     """The new code's side of `reexec`: (True, None) when the state was taken over, else
     (False, the job's leader to adopt instead, if it can be proven ours: the fallback)."""
     try:
-        reexec.resume(d, h)
+        handover.resume(d, h)
     except (ValueError, KeyError, TypeError, OSError) as e:
         why = f"{type(e).__name__}: {e}"
-        reexec.close_carried(h)
+        handover.close_carried(h)
         d.consumer.new_core()
         # the carried follower's fd is closed already: the fresh run must not close it again
         d.begin_run(
@@ -192,7 +192,7 @@ async def take_over(d: Parts, h: dict[str, Any]) -> tuple[bool, int | None]:
         restore_budget(d, previous)
         d.emit("daemon_started", version=__version__, daemon_pid=os.getpid())
         msg = f"the new code could not take the state over ({why}); it adopted the job"
-        reexec.reply(h, False, {"status": d.status()}, msg)
+        handover.reply(h, False, {"status": d.status()}, msg)
         return False, leader
     if (pid := d.core.snapshot().pid) is not None:
         await find_log(d, d.job, pid)  # an older code carried none: the job's stdout
@@ -201,7 +201,7 @@ async def take_over(d: Parts, h: dict[str, Any]) -> tuple[bool, int | None]:
     await d.ask(Tick())  # arms the backoff or startup deadline it carried
     summary = f"{d.cfg.job.name}: watchdogd {old} -> {__version__} in place (pid {os.getpid()})"
     result = {"summary": summary, "old_version": old, "new_version": __version__}
-    reexec.reply(h, True, {**result, "status": d.status()})
+    handover.reply(h, True, {**result, "status": d.status()})
     return True, None
 
 

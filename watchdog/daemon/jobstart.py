@@ -45,7 +45,7 @@ async def start(d: Parts, attempt: int) -> None:
             opened = await open_log(d, attempt)
             if isinstance(opened, SpawnFailed):
                 failed = opened
-            elif not await still_wanted(d, attempt, opened):
+            elif not await wanted_by_core(d, attempt, opened):
                 _drop(*opened)  # superseded while the log opened: another start runs now
             else:
                 spawn(d, opened, epoch, attempt)
@@ -60,7 +60,7 @@ async def start(d: Parts, attempt: int) -> None:
         d.post(replace(failed, attempt=attempt))
 
 
-async def still_wanted(d: Parts, attempt: int, opened: Opened | None = None) -> bool:
+async def wanted_by_core(d: Parts, attempt: int, opened: Opened | None = None) -> bool:
     """Whether the core still waits for start `attempt` (it answers SpawnPending): on the
     queue, the core may have parked it (a gate fault) and an operator started `attempt + 1`
     before this task looks again. A cancel while it asks drops what was `opened`."""
@@ -95,7 +95,7 @@ async def prepare_start(d: Parts, attempt: int) -> tuple[SpawnFailed | None, int
     for fault in found:
         d.faults.seen(fault, gate=True)  # posted: the core decides whether it parks the job
     # the queue is in order: the faults above are judged by the time the core answers
-    if found and not await still_wanted(d, attempt):
+    if found and not await wanted_by_core(d, attempt):
         raise _GateRefused  # the core ended the start (a fault that parks): nothing to report
     if (failed := await run_pre_start(d)) is not None:
         return failed, None

@@ -1,0 +1,412 @@
+"""SPEC §14's pure classifier (watchdog/core/health/causes.py) over real log tails: those captured
+from torch, transformers and safetensors runs (tests/data/causes/, paths rewritten to /workspace and
+/opt/venv), and the lines PyTorch, NCCL, DeepSpeed, Megatron-LM and the shell print as they
+appear in their sources and bug reports; then its bounds: linear time on any input."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.harness import ROOT
+
+from watchdog.core.health.causes import MAX_CAUSE_LINE, ExitFacts, UserRule, classify
+
+DATA = ROOT / "tests" / "data" / "causes"
+
+# (file, exit_code, signal, progressed, cause, class, a piece of cause_line)
+CAPTURED = [
+    ("torch_oom.log", 1, None, True, "cuda_oom", "deterministic", "torch.OutOfMemoryError: CUDA"),
+    ("torch_import.log", 1, None, False, "startup_error", "deterministic", "No module named"),
+    ("syntax.log", 1, None, False, "startup_error", "deterministic", "SyntaxError: invalid"),
+    ("file_not_found.log", 1, None, False, "startup_error", "deterministic", "FileNotFoundError"),
+    ("argparse_case.log", 2, None, False, "startup_error", "deterministic", "error: argument"),
+    ("hf_torn.log", 1, None, False, "checkpoint_unreadable", "deterministic", "checkpoint-100"),
+    ("torch_load_truncated.log", 1, None, True, "checkpoint_unreadable", "deterministic", "Pyt"),
+    ("torch_load_empty.log", 1, None, True, "checkpoint_unreadable", "deterministic", "EOFError"),
+    ("state_dict_missing.log", 1, None, True, "checkpoint_unreadable", "deterministic", "Error(s)"),
+    ("safetensors_truncated.log", 1, None, True, "checkpoint_unreadable", "deterministic", "hea"),
+    ("clip_grad_nonfinite.log", 1, None, True, "nan_loss", "deterministic", "non-finite"),
+    ("anomaly_nan.log", 1, None, True, "nan_loss", "deterministic", "returned nan values"),
+    ("dataloader_killed.log", 1, None, True, "dataloader_killed", "transient", "DataLoader"),
+    ("nccl_abort.log", None, 6, True, "nccl_timeout", "transient", "Watchdog caught collective"),
+    ("keyerror.log", 1, None, True, "python_exception", "unknown", "KeyError: 'batch_size'"),
+]
+
+TB = "Traceback (most recent call last):"
+# As the frameworks print them (their sources / their users' bug reports): (lines, exit code,
+# signal, progressed, cause, class, a piece of cause_line).
+PRINTED: list[tuple[list[str], int | None, int | None, bool, str, str, str]] = [
+    (  # PyTorch before 2.5: a RuntimeError
+        [
+            TB,
+            '  File "train.py", line 9',
+            "RuntimeError: CUDA out of memory. Tried to allocate "
+            "20.00 MiB (GPU 0; 15.78 GiB total capacity; 14.21 GiB already allocated)",
+        ],
+        1,
+        None,
+        True,
+        "cuda_oom",
+        "deterministic",
+        "Tried to allocate 20.00 MiB",
+    ),
+    (
+        [
+            "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling "
+            "`cublasCreate(handle)`"
+        ],
+        1,
+        None,
+        True,
+        "cuda_oom",
+        "deterministic",
+        "CUBLAS_STATUS_ALLOC_FAILED",
+    ),
+    (
+        [
+            "RuntimeError: CUDA error: out of memory",
+            "CUDA kernel errors might be asynchronously "
+            "reported at some other API call, so the stacktrace below might be incorrect.",
+        ],
+        1,
+        None,
+        True,
+        "cuda_oom",
+        "deterministic",
+        "CUDA error: out of memory",
+    ),
+    (  # torchrun: the rank's lines prefixed, the agent's ChildFailedError last
+        [
+            "[rank1]: Traceback (most recent call last):",
+            "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+            "GPU 1",
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+            "train.py FAILED",
+        ],
+        1,
+        None,
+        True,
+        "cuda_oom",
+        "deterministic",
+        "torch.OutOfMemoryError",
+    ),
+    (
+        [
+            "[rank0]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 0] Some NCCL operations have "
+            "failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU "
+            "operations might run on corrupted/incomplete data.",
+            "terminate called after throwing an instance of 'c10::DistBackendError'",
+        ],
+        None,
+        6,
+        True,
+        "nccl_timeout",
+        "transient",
+        "Some NCCL operations have failed",
+    ),
+    (
+        [
+            "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+            "ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for "
+            "details), NCCL version 2.19.3",
+            "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or "
+            "device error.",
+        ],
+        1,
+        None,
+        True,
+        "nccl_error",
+        "transient",
+        "ncclSystemError",
+    ),
+    (
+        [
+            "ncclRemoteError: A call failed possibly due to a network error or a remote process "
+            "exiting prematurely."
+        ],
+        1,
+        None,
+        True,
+        "nccl_error",
+        "transient",
+        "ncclRemoteError",
+    ),
+    (
+        [
+            "RuntimeError: NCCL communicator was aborted on rank 3. Original reason for failure "
+            "was: [Rank 3] Watchdog caught collective operation timeout"
+        ],
+        1,
+        None,
+        True,
+        "nccl_timeout",
+        "transient",
+        "NCCL communicator was aborted",
+    ),
+    (
+        [
+            "ERROR: Unexpected bus error encountered in worker. This might be caused by "
+            "insufficient shared memory (shm).",
+            "RuntimeError: DataLoader worker (pid 4182) is killed by signal: Bus error. It is "
+            "possible that dataloader's workers are out of shared memory.",
+        ],
+        1,
+        None,
+        True,
+        "dataloader_killed",
+        "transient",
+        "is killed by signal: Bus error",
+    ),
+    (  # DeepSpeed fp16's loss scaler
+        [
+            "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 1, reducing to 1",
+            "Exception: Current loss scale already at minimum - cannot decrease scale anymore. "
+            "Exiting run.",
+        ],
+        1,
+        None,
+        True,
+        "nan_loss",
+        "deterministic",
+        "Current loss scale already at minimum",
+    ),
+    (  # Megatron-LM
+        [
+            "AssertionError: Rank 0: found NaN in local grad norm in backward pass before "
+            "data-parallel communication collective. Device: 0, node: gpu1"
+        ],
+        1,
+        None,
+        True,
+        "nan_loss",
+        "deterministic",
+        "found NaN in local grad norm",
+    ),
+    (
+        [
+            "step 10 | 9,012 tok/s",
+            "Fatal Python error: Segmentation fault",
+            "",
+            "Current thread 0x00007f (most recent call first):",
+        ],
+        None,
+        11,
+        True,
+        "segfault",
+        "transient",
+        "SIGSEGV",
+    ),
+    (["step 10 | 9,012 tok/s"], None, 7, True, "bus_error", "transient", "SIGBUS"),
+    (
+        [
+            "terminate called after throwing an instance of 'c10::Error'",
+            "  what():  CUDA error: an illegal memory access was encountered",
+        ],
+        None,
+        6,
+        True,
+        "aborted",
+        "transient",
+        "SIGABRT",
+    ),
+    (["step 10 | 9,012 tok/s"], None, 9, True, "killed", "transient", "SIGKILL"),
+    (
+        ["/bin/sh: 1: /root/run.sh: not found"],
+        127,
+        None,
+        False,
+        "startup_error",
+        "deterministic",
+        "not found",
+    ),
+    (
+        ["/bin/sh: 1: /root/run.sh: Permission denied"],
+        126,
+        None,
+        False,
+        "startup_error",
+        "deterministic",
+        "Permission denied",
+    ),
+    (  # a shell's 128+N: the job under /bin/sh -c was SIGSEGVed
+        ["step 10 | 9,012 tok/s", "Segmentation fault (core dumped)"],
+        139,
+        None,
+        True,
+        "segfault",
+        "transient",
+        "SIGSEGV",
+    ),
+    (["all good until here"], 3, None, True, "unknown", "unknown", "all good until here"),
+    (
+        [
+            TB,
+            '  File "train.py", line 3, in <module>',
+            "    import torchh",
+            "ModuleNotFoundError: No module named 'torchh'",
+        ],
+        1,
+        None,
+        True,
+        "python_exception",
+        "unknown",
+        "ModuleNotFoundError",
+    ),
+]
+
+
+def _captured(name: str) -> list[str]:
+    return (DATA / name).read_text().splitlines()
+
+
+@pytest.mark.parametrize(("name", "code", "sig", "progressed", "cause", "klass", "piece"), CAPTURED)
+def test_captured_tails_are_named(
+    name: str,
+    code: int | None,
+    sig: int | None,
+    progressed: bool,
+    cause: str,
+    klass: str,
+    piece: str,
+) -> None:
+    """Each captured real tail gets its cause, class and a cause_line holding the telling line."""
+    found = classify(ExitFacts(code, sig, _captured(name), progressed=progressed))
+    assert (found.cause, found.cause_class) == (cause, klass), found
+    assert piece in found.cause_line and len(found.cause_line) <= MAX_CAUSE_LINE, found
+
+
+@pytest.mark.parametrize(("lines", "code", "sig", "progressed", "cause", "klass", "piece"), PRINTED)
+def test_printed_lines_are_named(
+    lines: list[str],
+    code: int | None,
+    sig: int | None,
+    progressed: bool,
+    cause: str,
+    klass: str,
+    piece: str,
+) -> None:
+    """The frameworks' own lines, as printed, name their cause."""
+    found = classify(ExitFacts(code, sig, lines, progressed=progressed))
+    assert (found.cause, found.cause_class) == (cause, klass), found
+    assert piece in found.cause_line, found
+
+
+def test_there_are_at_least_thirty_real_tails() -> None:
+    """SPEC §14's table covers ≥ 30 real tails."""
+    assert len(CAPTURED) + len(PRINTED) >= 30
+
+
+def test_python_exception_names_its_type() -> None:
+    """Any other traceback is python_exception with its exception type."""
+    found = classify(ExitFacts(1, None, _captured("keyerror.log"), progressed=True))
+    assert found.exception == "KeyError"
+
+
+def test_oom_record_beats_killed_and_names_the_limit() -> None:
+    """A SIGKILL with the cgroup's counter risen is host_oom, naming the limit."""
+    facts = ExitFacts(None, 9, ["step 3"], oom_killed=True, oom_limit="memory.max=268435456")
+    found = classify(facts)
+    assert (found.cause, found.cause_class) == ("host_oom", "host")
+    assert "memory.max=268435456" in found.cause_line
+
+
+def test_oom_record_with_a_dataloader_worker_killed_is_host_oom() -> None:
+    """The OOM killer took a DataLoader worker: host_oom, not dataloader_killed."""
+    lines = _captured("dataloader_killed.log")
+    assert classify(ExitFacts(1, None, lines, oom_killed=True)).cause == "host_oom"
+    assert classify(ExitFacts(1, None, lines, oom_killed=None)).cause == "dataloader_killed"
+
+
+def test_gpu_fault_during_the_run_is_a_host_cause() -> None:
+    """A GPU fault seen during the run names it, whatever the log says after it."""
+    facts = ExitFacts(None, 6, ["x"], gpu_faults=("Xid 79: GPU has fallen off the bus",))
+    assert classify(facts).cause == "gpu_fault"
+
+
+def test_user_rules_are_tried_first() -> None:
+    """A user's cause beats the built-in ones."""
+    rule = UserRule("lost_shard", re.compile(r"No such shard: \S+"), "deterministic")
+    lines = ["No such shard: s3://b/17", "torch.OutOfMemoryError: CUDA out of memory."]
+    found = classify(ExitFacts(1, None, lines, rules=(rule,)))
+    assert (found.cause, found.cause_class) == ("lost_shard", "deterministic")
+
+
+def test_a_previous_runs_lines_are_not_evidence() -> None:
+    """Only the lines after the newest start marker count."""
+    lines = [
+        "torch.OutOfMemoryError: CUDA out of memory.",
+        "=== train-watchdog: start 2 at 2026-12-04T21:00:00Z ===",
+        "step 1",
+    ]
+    assert classify(ExitFacts(None, 11, lines, progressed=True)).cause == "segfault"
+
+
+def test_a_signal_we_sent_is_not_killed() -> None:
+    """Our own stop's SIGKILL is not blamed as `killed`."""
+    assert classify(ExitFacts(None, 9, ["step 1"], signal_ours=True)).cause == "unknown"
+
+
+def test_the_cause_line_is_bounded_and_clean() -> None:
+    """cause_line ≤ 300 chars; ANSI colours and a torchrun rank prefix are gone."""
+    line = "[rank0]: \x1b[31mtorch.OutOfMemoryError: CUDA out of memory.\x1b[0m " + "x" * 5000
+    found = classify(ExitFacts(1, None, [line]))
+    assert found.cause == "cuda_oom" and len(found.cause_line) <= MAX_CAUSE_LINE
+    assert found.cause_line.startswith("torch.OutOfMemoryError")
+
+
+# ---------------------------------------------------------------- linear, whatever the input
+
+_NASTY = st.sampled_from(
+    [
+        "a",
+        " ",
+        ".",
+        ":",
+        "(",
+        ")",
+        "[rank0]:",
+        "\x1b[",
+        "Error",
+        "Traceback (most recent call last):",
+        "  File ",
+        "DataLoader worker (pid",
+        "loss ",
+        "nan",
+        "NCCL",
+        "x" * 50,
+        "Error(s) in loading",
+        "ProcessGroupNCCL.cpp",
+        "aaaa.",
+        "\t",
+        "CUDA out of",
+    ]
+)
+
+
+def _seconds(lines: list[str]) -> float:
+    best = float("inf")
+    for _ in range(3):  # the best of three: a shared machine's noise only ever adds
+        start = time.perf_counter()
+        classify(ExitFacts(1, None, lines))
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+_ORDINARY = ["step 12 | loss 2.31 | 9,012 tok/s " * 3] * 200
+PER_CHAR = _seconds(_ORDINARY) / sum(len(x) for x in _ORDINARY)
+FIXED_S = 0.002  # a call's own overhead, whatever its size
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_NASTY, min_size=1, max_size=40), st.integers(1, 200), st.integers(1, 60))
+def test_no_input_is_slower_than_linear(pieces: list[str], lines: int, repeat: int) -> None:
+    """Pathological lines built from the rules' own fragments cost no more per character than
+    an ordinary tail, within a generous factor (no regex backtracks)."""
+    line = "".join(pieces) * repeat
+    tail = [line] * lines
+    size = len(line) * lines
+    assert _seconds(tail) <= FIXED_S + size * max(PER_CHAR, 2e-8) * 60, (len(line), lines)

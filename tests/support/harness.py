@@ -1,0 +1,268 @@
+"""Run a real `watchdogd` in a subprocess and drive it with the real `watchdogctl`.
+
+Everything waits on conditions with deadlines; teardown ends every process the test started, by
+pid (the daemon, and any job process carrying the daemon's instance marker).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
+BIN = pathlib.Path(sys.executable).parent
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now (the kernel picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_until(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.02) -> Any:
+    """Poll `pred` until it returns something truthy; fail with `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def write_script(path: pathlib.Path, body: str) -> str:
+    """An executable Python job script (the daemon refuses non-executable commands)."""
+    path.write_text(f"#!{sys.executable}\n" + textwrap.dedent(body))
+    path.chmod(0o755)
+    return str(path)
+
+
+def base_config(tmp: pathlib.Path, command: list[str] | str) -> dict[str, Any]:
+    return {
+        "job": {
+            "name": "testjob",
+            "command": command,
+            "log_file": str(tmp / "job.log"),
+            "stop_timeout_s": 3,
+            "cwd": str(tmp),
+        },
+        "gpus": {"devices": [], "sample_interval_s": 0.1},
+        "progress": {"stall_after_s": 60},
+        "startup": {"timeout_s": 60},
+        "restart": {
+            "backoff_initial_s": 0.1,
+            "backoff_factor": 2,
+            "backoff_max_s": 1,
+            "jitter": 0,
+            "max_restarts": 50,
+            "window_s": 60,
+            "max_no_progress": 50,  # most test jobs never print a step; test_torchrun sets it
+        },
+        "control": {"socket": str(tmp / "ctl.sock")},
+        "state_dir": str(tmp / "state"),
+    }
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+class Daemon:
+    def __init__(
+        self,
+        tmp: pathlib.Path,
+        cfg: dict[str, Any],
+        env: dict[str, str] | None = None,
+        config_path: pathlib.Path | None = None,
+    ):
+        """Write `cfg` to tmp/watchdog.yaml, or use an existing `config_path` (whose socket and
+        state_dir are given in `cfg`, as absolute paths)."""
+        self.tmp = tmp
+        self.cfg = cfg
+        self.config_path = config_path or tmp / "watchdog.yaml"
+        if config_path is None:
+            self.config_path.write_text(yaml.safe_dump(cfg))
+        self.socket = cfg["control"]["socket"]
+        self.state_dir = pathlib.Path(cfg["state_dir"])
+        # asyncio debug mode: a callback that holds the loop (0.1 s of CPU, or 1 s of wall time:
+        # watchdog/loopcheck.py) is reported on stderr, and stop() fails the test on it (issue
+        # 15: a blocked loop under WatchdogSec gets the daemon, and with it the job, killed).
+        self.env = {**os.environ, "PYTHONASYNCIODEBUG": "1", **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.out_path = tmp / f"daemon-{int(time.monotonic() * 1000)}.out"
+        self.bin = BIN  # where watchdogd and watchdogctl come from (another venv: test_reexec)
+        self.args: list[str] = []  # more watchdogd options, e.g. ["--exit-with-job"]
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def start(self, wait: bool = True) -> Daemon:
+        out = open(self.out_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._out = out
+        self.proc = subprocess.Popen(
+            [str(self.bin / "watchdogd"), "--config", str(self.config_path), *self.args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            start_new_session=True,
+        )
+        if wait:
+            try:
+                wait_until(
+                    lambda: self.ctl("status")[0] != 4 or self.proc_exited(),
+                    15,
+                    "the control socket",
+                )
+                assert not self.proc_exited(), self.output()
+            except BaseException:
+                self.stop()  # a daemon that never came up must not outlive the test
+                raise
+        return self
+
+    def wait_exit(self, timeout: float) -> int:
+        """The daemon's exit status once it exits by itself (--exit-with-job), within `timeout`."""
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"watchdogd still runs after {timeout} s") from None
+
+    def history(self) -> list[dict[str, Any]]:
+        """The event history file, readable after the daemon has exited."""
+        path = self.state_dir / "events.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [json.loads(x) for x in lines if x.strip()]
+
+    def wait_saved_park(self, timeout: float = 10) -> None:
+        """Wait until state.json holds the core's host_fault park; a daemon that never keeps it
+        is left for the caller's assertions on the next daemon to fail."""
+
+        def saved() -> object:
+            data = json.loads((self.state_dir / "state.json").read_text())
+            return (data["supervisor"] or {}).get("host_fault")
+
+        with contextlib.suppress(AssertionError):
+            wait_until(saved, timeout, "the park on disk")
+
+    def proc_exited(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+    def output(self) -> str:
+        return self.out_path.read_text(errors="replace") if self.out_path.exists() else ""
+
+    def stop(self, timeout: float = 20) -> int | None:
+        """SIGTERM and wait; SIGKILL what is left, daemon and job alike, by pid."""
+        rc = None
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                rc = self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                rc = self.proc.wait(5)
+        elif self.proc is not None:
+            rc = self.proc.returncode
+        self.kill_job_processes()
+        if hasattr(self, "_out"):
+            self._out.close()
+        if self.env.get("PYTHONASYNCIODEBUG") == "1" and (blocked := self.loop_blocked()):
+            raise AssertionError(f"the daemon's event loop was blocked: {blocked}")
+        return rc
+
+    def loop_blocked(self) -> list[str]:
+        """The daemon's debug-mode reports of callbacks that held its loop (loopcheck.py)."""
+        return [
+            line.strip() for line in self.output().splitlines() if line.startswith("loop blocked")
+        ]
+
+    def kill(self) -> None:
+        """SIGKILL the daemon alone (the job survives, as after an OOM kill of the daemon)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(5)
+
+    def job_processes(self) -> list[psutil.Process]:
+        token_file = self.state_dir / "instance"
+        if not token_file.exists():
+            return []
+        needle = f"TRAIN_WATCHDOG_INSTANCE={token_file.read_text().strip()}".encode()
+        found = []
+        for p in psutil.process_iter():
+            try:
+                with open(f"/proc/{p.pid}/environ", "rb") as f:
+                    if needle in f.read().split(b"\0") and p.status() != psutil.STATUS_ZOMBIE:
+                        found.append(p)
+            except (OSError, psutil.Error):
+                continue
+        return found
+
+    def kill_job_processes(self) -> None:
+        for p in self.job_processes():
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+
+    # ---------------------------------------------------------------- talking
+
+    def ctl(self, *args: str, timeout: float = 60) -> tuple[int, str, str]:
+        r = subprocess.run(
+            [str(self.bin / "watchdogctl"), "--socket", self.socket, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        return r.returncode, r.stdout, r.stderr
+
+    def status(self) -> dict[str, Any]:
+        rc, out, err = self.ctl("status", "--json")
+        assert rc != 4, err
+        result: dict[str, Any] = json.loads(out)
+        return result
+
+    def events(self, n: int = 1000) -> list[dict[str, Any]]:
+        rc, out, _err = self.ctl("events", "--json", "-n", str(n))
+        if rc == 4:
+            return []
+        return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+    def wait_event(
+        self, event: str, timeout: float = 15, count: int = 1, **match: Any
+    ) -> list[dict[str, Any]]:
+        def found() -> list[dict[str, Any]] | None:
+            evs = [
+                e
+                for e in self.events()
+                if e["event"] == event and all(e.get(k) == v for k, v in match.items())
+            ]
+            return evs if len(evs) >= count else None
+
+        result: list[dict[str, Any]] = wait_until(
+            found, timeout, f"{count}× {event} {match}", interval=0.05
+        )
+        return result
+
+    def wait_state(self, state: str, timeout: float = 15) -> dict[str, Any]:
+        result: dict[str, Any] = wait_until(
+            lambda: (s := self.status())["state"] == state and s,
+            timeout,
+            f"state {state}",
+            interval=0.05,
+        )
+        return result
