@@ -158,7 +158,7 @@ class Operations:
         pid = self.d.core.snapshot().pid
         with _Awaited(self.d.answers) as (request, answer):
             await self._operate(call, "stop", request)
-            budget = _start_budget(self.d)  # a start under way finishes before its child stops
+            budget = _answer_within_s(self.d)  # a start under way finishes before its child stops
             got = await self._answer(call, answer, call.t0 + budget)
         text = replies.describe_stop(pid, call.events(), self._stop_signal(), call.elapsed())
         if got is not None and got.outcome == "unverified":  # SPEC §14: never "stopped" while
@@ -185,7 +185,8 @@ class Operations:
     async def _restart(self, call: Call) -> dict[str, Any]:
         old = self.d.core.snapshot().pid
         timeout = call.req.args.get("timeout")
-        deadline = call.t0 + (timeout or _start_budget(self.d) + self.d.cfg.startup.timeout_s + 10)
+        waited = timeout or _answer_within_s(self.d) + self.d.cfg.startup.timeout_s + 10
+        deadline = call.t0 + waited
         pid = await self._begin(call, "restart", deadline)
         stopped = replies.describe_stop(old, call.events(), self._stop_signal(), None)
         begun = f"{stopped}; new pid {pid}{replies.gpu_wait_note(call.events())}"
@@ -196,7 +197,7 @@ class Operations:
     async def _begin(self, call: Call, cmd: OperatorCmd, deadline: float | None = None) -> int:
         """start/restart: until the new child is spawned (its pid), or CommandError saying why."""
         d = self.d
-        deadline = min(deadline or float("inf"), call.t0 + _start_budget(d))
+        deadline = min(deadline or float("inf"), call.t0 + _answer_within_s(d))
         with _Awaited(d.answers) as (request, answer):
             await self._operate(call, cmd, request)
             got = await self._answer(call, answer, deadline)
@@ -295,8 +296,10 @@ class _Awaited:
         self._answers.forget(self._request)
 
 
-def _start_budget(d: Served) -> float:
-    """How long a stop and start may take before the daemon's own deadlines are all spent."""
+def _answer_within_s(d: Served) -> float:
+    """How long a command waits for the core's answer to a stop and start: until the daemon's
+    own deadlines (the stop's, the drain's, pre_start's) are all spent. It decides nothing
+    about the job: past it the reply is a timeout, and the core goes on."""
     c = d.cfg
     # stop_signal, then SIGKILL passes: each bounded by stop_timeout_s (SPEC §14)
     stop = 2 * c.job.stop_timeout_s + KILL_GRACE_S + c.incidents.pyspy_timeout_s
