@@ -13,6 +13,7 @@ from watchdog.core.supervisor.events import (
     ChildExited,
     ChildSpawned,
     DaemonStarted,
+    GpuFaultSeen,
     HealthAssessed,
     HealthAwaited,
     OperatorCommand,
@@ -154,3 +155,13 @@ def test_requests_nobody_answers_are_bounded() -> None:
         d.sup.handle(HealthAwaited(n, pid), 0.1)
     due = d.sup.record().answers_due
     assert len(due) == MAX_DUE and due[0][0] == 10
+
+
+def test_a_start_whose_gate_parks_is_answered_cancelled_in_host_fault() -> None:
+    """`start` whose health gate finds a GPU that needs a reboot: answered at once with
+    `cancelled` (state host_fault), not left to the caller's deadline."""
+    sup = Supervisor(FAST, lambda: 0.5)
+    sup.handle(OperatorCommand("start", request=11), 0.0)
+    fault = {"gpu": 0, "xid": 79, "action": "reboot_host", "message": "fell off the bus"}
+    out = sup.handle(GpuFaultSeen("reboot_host", fault, gate=True), 0.5)
+    assert _answers(out) == [Answer(11, "cancelled", {"state": "host_fault"})]

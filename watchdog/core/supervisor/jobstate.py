@@ -96,7 +96,7 @@ class Snapshot:
     completed: Mapping[str, object] | None = None
     completed_at: float | None = None
     spawning: bool = False  # a start is under way: SpawnChild not yet answered
-    attempt: int = 0  # the latest SpawnChild's: a start task checks it is still the one wanted
+    attempt: int = 0  # the latest SpawnChild's (a start's reports carry it: attempts.py)
     last_cause: Mapping[str, str] | None = None  # SPEC §14: why the last failed run died
     exit_step: float | None = None  # ... and the step its run got to
     failures_by_cause: Mapping[str, int] = field(default_factory=dict)  # the metric's counter
