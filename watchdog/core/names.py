@@ -206,6 +206,7 @@ class State(StrEnum):
     PAUSED = "paused"
     HOST_FAULT = "host_fault"  # SPEC §12: a GPU needs a reset or a reboot; parked until an operator
     COMPLETED = "completed"  # SPEC §13: the job exited with a success code; until an operator
+    WAITING_NODES = "waiting_nodes"  # SPEC §12: a start waits at the cluster's barrier
 
 
 # SPEC §13: verdicts that say the GPUs cannot be verified, not that the job failed. While one

@@ -64,6 +64,13 @@ class JobRun:
         # the GPU faults seen while it ran (daemon/exitcause.py)
         self.oom_before: oomrecord.OomReading | None = None
         self.faults_seen: list[str] = []
+        # the core ordered this run's stop (its KillTree): the leader's exit is ours, not a
+        # death to classify (daemon/exitcause.py); the core decided, the shell only notes it
+        self.stop_ordered = False
+
+    def stopping(self) -> None:
+        """The core returned KillTree for this run (SPEC §4: the whole tree is being stopped)."""
+        self.stop_ordered = True
 
     @property
     def leader_reaped(self) -> bool:
