@@ -46,6 +46,7 @@ from watchdog.core.supervisor.events import (
 )
 from watchdog.core.supervisor.machine import Supervisor
 from watchdog.core.supervisor.replay import from_record, to_record
+from watchdog.core.supervisor.table import TABLE
 
 POLICY = Policy(
     backoff_initial_s=1.0,
@@ -128,7 +129,9 @@ class SupervisorMachine(RuleBasedStateMachine):
             self.parked = True  # a GPU needs a reset or a reboot: the job must not come back
         if isinstance(ev, GpuAccessChanged):
             self.access_lost = ev.lost
+        state = self.sup.snapshot().state
         actions = self.sup.handle(ev, self.now)
+        self.check_table(state, ev, actions)
         if any(isinstance(a, Refuse) for a in actions):
             self.parked, self.completed = before  # a refused command changes nothing
         elif isinstance(ev, OperatorCommand) and ev.cmd in ("start", "restart"):
@@ -162,7 +165,7 @@ class SupervisorMachine(RuleBasedStateMachine):
                 if a.event == "restart_scheduled" or (
                     a.event == "fatal" and a.fields["reason"] == "repeated_cause"
                 ):
-                    self.count_cause(str(a.fields.get("reason", a.fields.get("last_reason"))))
+                    self.count_cause(str(a.fields.get("last_reason", a.fields.get("reason"))))
                 if a.event == "fatal" and a.fields["reason"] == "repeated_cause":
                     # SPEC §14: same_cause_limit failures in a row, one deterministic cause
                     assert self.cause_streak is not None, a.fields
@@ -198,6 +201,19 @@ class SupervisorMachine(RuleBasedStateMachine):
                 self.exited = True
                 self.gone = True
         return actions
+
+    def check_table(self, state: State, ev: Event, actions: list[Action]) -> None:
+        """The core went where its table says (table.py), and a faithful shell's input is
+        never refused: a refusal is for what should not happen."""
+        after = self.sup.snapshot().state
+        cell = TABLE[state].get(type(ev))
+        refusals = [a for a in actions if isinstance(a, Emit) and a.event == "input_refused"]
+        assert not refusals, f"{type(ev).__name__} refused in {state.value}: {refusals}"
+        assert cell is not None, f"{type(ev).__name__} not in the table's {state.value} row"
+        assert after is state or after in cell.to, (
+            f"{type(ev).__name__} led {state.value} to {after.value}, the table says "
+            f"{sorted(t.value for t in cell.to)}"
+        )
 
     def count_cause(self, reason: str) -> None:
         """The model of SPEC §14's streak, at each failure the core decided on."""

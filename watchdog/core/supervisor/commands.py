@@ -1,11 +1,23 @@
 """PURE: an operator's commands (start, stop, restart, pause, resume; SPEC §5, §13) and the
-daemon's own shutdown (SIGTERM/SIGINT), which an operator's stop always wins against.
+daemon's own shutdown (SIGTERM/SIGINT), which an operator's stop always wins against; a reload's
+new policy, and another node's cluster restart (docs/multi-node.md). Each handler takes
+(record, input, now); table.py says in which states each one is called.
 """
 
 from __future__ import annotations
 
 from watchdog.core.names import INCIDENT_REASONS, State
-from watchdog.core.supervisor.events import Action, Emit, Exit, Refuse, RestartCluster
+from watchdog.core.supervisor.events import (
+    Action,
+    Emit,
+    Exit,
+    OperatorCommand,
+    PolicyChanged,
+    Refuse,
+    RestartCluster,
+    RestartRequested,
+    ShutdownRequested,
+)
 from watchdog.core.supervisor.jobstate import JobState, snapshot
 from watchdog.core.supervisor.primitives import spawn, stop
 
@@ -19,9 +31,10 @@ from watchdog.core.supervisor.primitives import spawn, stop
 CANCEL_WINDOW_S = 2.0
 
 
-def command(s: JobState, cmd: str, now: float) -> list[Action]:
+def command(s: JobState, ev: OperatorCommand, now: float) -> list[Action]:
     """An operator's command: what it does now, or why it cannot (Refuse). A `restart`
-    restarts the cluster too (issue 14), whatever this node does about it."""
+    restarts the cluster too (docs/multi-node.md), whatever this node does about it."""
+    cmd = ev.cmd
     if cmd == "restart":
         return [RestartCluster(), *_command(s, cmd, now)]
     return _command(s, cmd, now)
@@ -100,11 +113,25 @@ def _start(s: JobState, cmd: str, now: float) -> list[Action]:
     return spawn(s, now, "operator")
 
 
-def shutdown(s: JobState) -> list[Action]:
+def policy_changed(s: JobState, ev: PolicyChanged, now: float) -> list[Action]:
+    """A reload's policy: it applies from the next decision on, in every state."""
+    s.policy = ev.policy
+    return []
+
+
+def cluster_restart(s: JobState, ev: RestartRequested, now: float) -> list[Action]:
+    """Another node moved the cluster's epoch: stop this run's tree and start again (the start
+    waits at the cluster's barrier: no backoff, no budget of our own)."""
+    if s.pid is None or s.exiting:
+        return []  # nothing runs yet (the spawn under way waits at the barrier), or exiting
+    return stop(s, ev.reason, "start")
+
+
+def shutdown(s: JobState, ev: ShutdownRequested, now: float) -> list[Action]:
     s.backoff_until = None
     if s.state is State.STOPPING and s.after_stop == "completed":
         done_at = s.completed_at
-        if done_at is None or s.now - done_at >= CANCEL_WINDOW_S:
+        if done_at is None or now - done_at >= CANCEL_WINDOW_S:
             # The run ended well before this signal: record it, then exit (_finish_stop).
             s.exit_after_completion = True
             s.exiting = True  # nothing may start any more

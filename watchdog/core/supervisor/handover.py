@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from watchdog.core.names import State
 from watchdog.core.supervisor.budget import Durable, NoProgressTally
+from watchdog.core.supervisor.events import Action, HandoverResumed, StateRestored
 from watchdog.core.supervisor.jobstate import JobState
 
 
@@ -84,6 +85,18 @@ def carry(s: JobState) -> dict[str, object] | None:
         "exit_step": s.exit_step,
         "failures_by_cause": dict(s.failures_by_cause),
     }
+
+
+def restored(s: JobState, ev: StateRestored, now: float) -> list[Action]:
+    """StateRestored (table.py): the previous daemon's state file, into a fresh core."""
+    restore(s, ev.durable, now)
+    return []
+
+
+def resumed(s: JobState, ev: HandoverResumed, now: float) -> list[Action]:
+    """HandoverResumed (table.py): the previous code's carry(), into a fresh core."""
+    resume(s, ev.carry, now)
+    return []
 
 
 def resume(s: JobState, c: Mapping[str, object], now: float) -> None:

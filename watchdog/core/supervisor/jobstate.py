@@ -104,13 +104,22 @@ def next_deadline(s: JobState) -> float | None:
     return None
 
 
+ALIVE = (State.STARTING, State.RUNNING, State.UNHEALTHY)  # a run is under way
+
+
+def shown(s: JobState) -> State:
+    """The state status shows, and the row of table.py an input is looked up in: `paused`
+    (SPEC §3) is a run under way while the pause lasts (the record keeps which: starting,
+    running or unhealthy, and the `paused` flag); in any other state the pause only holds
+    back what would start the job, so the state shows as it is."""
+    return State.PAUSED if s.paused and s.state in ALIVE else s.state
+
+
 def snapshot(s: JobState) -> Snapshot:
     """The immutable view status shows (`Supervisor.snapshot`)."""
     in_window = sum(1 for t in s.restart_times if t > s.now - s.policy.window_s)
-    alive_states = (State.STARTING, State.RUNNING, State.UNHEALTHY)
-    shown = State.PAUSED if s.paused and s.state in alive_states else s.state
     return Snapshot(
-        state=shown,
+        state=shown(s),
         pid=None if s.leader_exited else s.pid,
         spawned_at=s.spawned_at,
         healthy_since=s.healthy_since,

@@ -2,7 +2,8 @@
 
 A fault whose action needs a GPU reset or a reboot stops the job and holds it in host_fault
 until an operator's start; lost NVML access never stops a running job, but a restart it would
-need parks (kind gpu_access_lost) until access is back.
+need parks (kind gpu_access_lost) until access is back. Each handler takes (record, input, now);
+table.py says in which states each one is called.
 """
 
 from __future__ import annotations
@@ -14,6 +15,15 @@ from watchdog.core.supervisor.primitives import fail, finish_stop, park_access, 
 
 
 def gpu_fault(s: JobState, ev: GpuFaultSeen, now: float) -> list[Action]:
+    """A GPU fault (_fault), logged; a quiet repeat that changes nothing is not (SPEC §13)."""
+    before = s.state
+    out = _fault(s, ev, now)
+    if ev.quiet and len(out) == 1 and s.state is before:
+        return []  # a repeat that changes nothing: counted by the shell, not logged
+    return out
+
+
+def _fault(s: JobState, ev: GpuFaultSeen, now: float) -> list[Action]:
     """SPEC §12: restart_app restarts as any detector would; a parking fault stops the job
     and holds it in host_fault (never restarted by itself, the budget untouched)."""
     out: list[Action] = [Emit("gpu_fault", {"reason": "gpu_fault", **ev.fields})]

@@ -14,12 +14,20 @@ from watchdog.core.supervisor.events import (
     Action,
     CancelStart,
     Emit,
+    Event,
     Exit,
     KillTree,
     SpawnChild,
     TreeStopped,
 )
-from watchdog.core.supervisor.jobstate import AfterStop, JobState
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, shown
+
+
+def refused(s: JobState, ev: Event, reason: str) -> Emit:
+    """An input that should not come now (table.py): logged as input_refused, never silent.
+    `state` is the state the operator sees (status), as the table is keyed."""
+    fields = {"input": type(ev).__name__, "state": shown(s).value, "reason": reason}
+    return Emit("input_refused", fields)
 
 
 def spawn(s: JobState, now: float, reason: str) -> list[Action]:
