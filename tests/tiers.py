@@ -66,6 +66,7 @@ PURE_MODULES = frozenset(
         "tests/test_state_generations.py",
         "tests/test_stop_core.py",
         "tests/test_strictmodes.py",
+        "tests/test_table.py",
         "tests/test_timeline_core.py",
         "tests/test_xid.py",
     }

@@ -66,5 +66,5 @@ class Supervisor:
         state = shown(s)
         cell = TABLE[state].get(type(event))
         if cell is None:
-            return [refused(s, event, refusal_reason(event, state))]
+            return [refused(s, event, refusal_reason(type(event), state))]
         return cell.handler(s, event, now)

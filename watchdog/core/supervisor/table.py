@@ -290,6 +290,11 @@ TABLE: dict[State, Mapping[type, Go]] = {
     },
     BACKOFF: {
         **_NO_RUN,
+        ChildExited: stay(
+            "no job runs while backing off (the run's tree was stopped and its exit counted "
+            "before the backoff began): an exit reported now is that run's, reaped late; "
+            "the restart stays due"
+        ),
         Tick: go(
             verdicts.tick,
             STARTING,
@@ -372,5 +377,6 @@ REFUSED: dict[type, str] = {
 }
 
 
-def refusal_reason(ev: object, state: State) -> str:
-    return REFUSED.get(type(ev), f"not expected in {state.value}")
+def refusal_reason(kind: type, state: State) -> str:
+    """Why input type `kind` is refused in `state` (a row that does not list it)."""
+    return REFUSED.get(kind, f"not expected in {state.value}")
