@@ -4,6 +4,7 @@ refusals named, handlers given `now`, and docs/state-machine.md drawn from it.""
 from __future__ import annotations
 
 import ast
+import json
 import pathlib
 from collections.abc import Callable
 from typing import get_args
@@ -38,6 +39,7 @@ from watchdog.core.supervisor.events import (
     Tick,
     TreeStopped,
 )
+from watchdog.core.supervisor.jobstate import AfterStop
 from watchdog.core.supervisor.machine import Supervisor
 from watchdog.core.supervisor.table import REFUSED, TABLE
 from watchdog.docgen import statemachine
@@ -234,3 +236,15 @@ def test_the_committed_diagram_is_the_tables() -> None:
     for state in State:
         assert f"\n    {state.value}\n" in mermaid, f"{state.value} not drawn"
     assert "What does the daemon do when the job exits while backing off?" in doc
+
+
+def test_where_a_stop_leads_is_an_enum_that_the_input_logs_image_keeps() -> None:
+    """`after_stop` is an AfterStop member; the state image writes its plain value (as records
+    written before it was an enum did) and reads it back as the member."""
+    sup = reach("stopping a run")
+    assert sup.record().after_stop is AfterStop.START
+    found = json.loads(json.dumps(image.image(sup)))
+    assert found["after_stop"] == "start"
+    back = image.restored(found, lambda: 0.5)
+    assert back.record().after_stop is AfterStop.START
+    assert image.image(back) == found

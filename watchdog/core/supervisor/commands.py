@@ -18,7 +18,7 @@ from watchdog.core.supervisor.events import (
     RestartRequested,
     ShutdownRequested,
 )
-from watchdog.core.supervisor.jobstate import JobState, snapshot
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, snapshot
 from watchdog.core.supervisor.primitives import spawn, stop
 
 # SPEC §13: scancel, `systemctl stop` (KillMode=control-group) and the like send SIGTERM to the
@@ -64,18 +64,18 @@ def _resume(s: JobState, now: float) -> list[Action]:
     out: list[Action] = [Emit("job_resumed", {})]
     if (
         s.state is State.STOPPING
-        and s.after_stop == "stop"
+        and s.after_stop is AfterStop.STOP
         and s.stop_reason == "exited"
         and "exited" in s.policy.restart_on
     ):
-        s.after_stop = "restart"  # it died while paused; its cleanup is under way
+        s.after_stop = AfterStop.RESTART  # it died while paused; its cleanup is under way
     if s.state is State.STOPPED and s.want_running:
         return out + spawn(s, now, "resumed")
     # Verdicts that fired during the pause are acted on now.
     act_on = sorted(s.firing & s.policy.restart_on)
     if act_on and s.state in (State.STARTING, State.RUNNING, State.UNHEALTHY):
         reason = act_on[0]
-        out += stop(s, reason, "restart", incident=reason in INCIDENT_REASONS)
+        out += stop(s, reason, AfterStop.RESTART, incident=reason in INCIDENT_REASONS)
     return out
 
 
@@ -84,20 +84,20 @@ def _stop(s: JobState) -> list[Action]:
     s.want_running = False
     s.operator_stopped = True
     if s.state is State.STOPPING:
-        if s.after_stop not in ("exit", "completed"):  # a run that ended well
-            s.after_stop = "stop"  # stays completed (SPEC §13)
+        if s.after_stop not in (AfterStop.EXIT, AfterStop.COMPLETED):  # a run that ended well
+            s.after_stop = AfterStop.STOP  # stays completed (SPEC §13)
         return []
     if s.pid is None and not s.spawning:
         s.state = State.STOPPED
         s.host_fault = None
         return [Emit("child_stopped", {"reason": "operator"})]
-    return stop(s, "operator", "stop")
+    return stop(s, "operator", AfterStop.STOP)
 
 
 def _start(s: JobState, cmd: str, now: float) -> list[Action]:
     """start / restart: an operator always leaves fatal and resets the budget (SPEC §5)."""
     alive = s.pid is not None or s.spawning
-    if s.state is State.STOPPING and s.after_stop == "exit":
+    if s.state is State.STOPPING and s.after_stop is AfterStop.EXIT:
         return [Refuse("the daemon is shutting down")]
     if cmd == "start" and alive and s.state is not State.STOPPING:
         return [Refuse(f"already {snapshot(s).state.value}")]
@@ -108,7 +108,7 @@ def _start(s: JobState, cmd: str, now: float) -> list[Action]:
     s.host_fault = None  # an operator's start leaves host_fault (SPEC §12)
     s.operator_stopped = False  # ... and an operator's stop (SPEC §13)
     if alive or s.state is State.STOPPING:
-        return stop(s, "operator", "start")
+        return stop(s, "operator", AfterStop.START)
     s.last_reason = "operator" if cmd == "restart" else s.last_reason
     return spawn(s, now, "operator")
 
@@ -124,12 +124,12 @@ def cluster_restart(s: JobState, ev: RestartRequested, now: float) -> list[Actio
     waits at the cluster's barrier: no backoff, no budget of our own)."""
     if s.pid is None or s.exiting:
         return []  # nothing runs yet (the spawn under way waits at the barrier), or exiting
-    return stop(s, ev.reason, "start")
+    return stop(s, ev.reason, AfterStop.START)
 
 
 def shutdown(s: JobState, ev: ShutdownRequested, now: float) -> list[Action]:
     s.backoff_until = None
-    if s.state is State.STOPPING and s.after_stop == "completed":
+    if s.state is State.STOPPING and s.after_stop is AfterStop.COMPLETED:
         done_at = s.completed_at
         if done_at is None or now - done_at >= CANCEL_WINDOW_S:
             # The run ended well before this signal: record it, then exit (_finish_stop).
@@ -145,4 +145,4 @@ def shutdown(s: JobState, ev: ShutdownRequested, now: float) -> list[Action]:
             s.state = State.STOPPED
         s.exiting = True
         return [Exit()]
-    return stop(s, "shutdown", "exit")
+    return stop(s, "shutdown", AfterStop.EXIT)

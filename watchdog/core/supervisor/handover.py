@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from watchdog.core.names import State
 from watchdog.core.supervisor.budget import Durable, NoProgressTally
 from watchdog.core.supervisor.events import Action, HandoverResumed, StateRestored
-from watchdog.core.supervisor.jobstate import JobState
+from watchdog.core.supervisor.jobstate import AfterStop, JobState
 
 
 def durable(s: JobState) -> Durable:
@@ -40,7 +40,7 @@ def durable(s: JobState) -> Durable:
 def ended_well(s: JobState) -> bool:
     """Completed, or its tree still being cleared: a daemon killed meanwhile must not
     start the finished run again (SPEC §13)."""
-    clearing = s.state is State.STOPPING and s.after_stop == "completed"
+    clearing = s.state is State.STOPPING and s.after_stop is AfterStop.COMPLETED
     return s.state is State.COMPLETED or clearing
 
 

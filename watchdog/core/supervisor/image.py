@@ -17,7 +17,7 @@ from typing import Any
 from watchdog.core.names import State
 from watchdog.core.supervisor import replay as records
 from watchdog.core.supervisor.budget import NoProgressTally
-from watchdog.core.supervisor.jobstate import JobState
+from watchdog.core.supervisor.jobstate import AfterStop, JobState
 from watchdog.core.supervisor.machine import Supervisor
 
 # records.py's tagged values (tuples, frozensets, mappings, Policy), exact both ways
@@ -34,7 +34,7 @@ def image(core: Supervisor) -> dict[str, Any]:
         if f.name in _NOT_STATE:
             continue
         value = getattr(s, f.name)
-        if isinstance(value, State):
+        if isinstance(value, State | AfterStop):
             out[f.name] = value.value
         elif isinstance(value, deque):
             out[f.name] = [encode(v) for v in value]
@@ -56,6 +56,8 @@ def restored(found: Mapping[str, Any], rng: Callable[[], float]) -> Supervisor:
         value = found[f.name]
         if f.name == "state":
             s.state = State(value)
+        elif f.name == "after_stop":
+            s.after_stop = AfterStop(value)
         elif f.name == "restart_times":
             s.restart_times = deque(float(t) for t in value)
         elif f.name == "tally":

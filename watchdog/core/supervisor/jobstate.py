@@ -10,12 +10,22 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from enum import StrEnum
 
 from watchdog.core.names import State
 from watchdog.core.supervisor.budget import NoProgressTally, Policy
 
-AfterStop = Literal["stop", "restart", "start", "exit", "host_fault", "completed"]
+
+class AfterStop(StrEnum):
+    """Where the stop under way leads once the job's tree is gone (primitives.finish_stop).
+    The values are what the input log's state image records (image.py)."""
+
+    STOP = "stop"  # stopped, and it stays so
+    RESTART = "restart"  # a failure: a restart after backoff, or fatal (the budget, SPEC §5)
+    START = "start"  # a start at once: an operator's restart, a cluster's new epoch
+    EXIT = "exit"  # the daemon exits (a shutdown)
+    HOST_FAULT = "host_fault"  # parked until an operator's start (SPEC §12)
+    COMPLETED = "completed"  # the run ended well (SPEC §13)
 
 
 @dataclass(slots=True)
@@ -31,7 +41,7 @@ class JobState:
     healthy_since: float | None = None
     firing: frozenset[str] = frozenset()
     paused: bool = False
-    after_stop: AfterStop = "stop"
+    after_stop: AfterStop = AfterStop.STOP
     stop_reason: str = ""
     stop_incident: str | None = None  # the bundle of the stop under way
     restart_times: deque[float] = field(default_factory=deque)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from watchdog.core.names import State
 from watchdog.core.supervisor.events import Action, Emit, GpuAccessChanged, GpuFaultSeen
-from watchdog.core.supervisor.jobstate import JobState
+from watchdog.core.supervisor.jobstate import AfterStop, JobState
 from watchdog.core.supervisor.primitives import fail, finish_stop, park_access, spawn, stop
 
 
@@ -34,20 +34,20 @@ def _fault(s: JobState, ev: GpuFaultSeen, now: float) -> list[Action]:
         if ev.gate and s.spawning:  # the start under way ends without a spawn
             s.spawning = False
             if s.state is State.STOPPING:  # a stop came first: stop and exit win
-                if s.after_stop in ("restart", "start"):
-                    s.after_stop = "host_fault"
+                if s.after_stop in (AfterStop.RESTART, AfterStop.START):
+                    s.after_stop = AfterStop.HOST_FAULT
                 return out + finish_stop(s, now)
             s.state = State.HOST_FAULT
             return out
         if live or s.state is State.STOPPING:
-            if s.state is State.STOPPING and s.after_stop in ("exit", "completed"):
+            if s.state is State.STOPPING and s.after_stop in (AfterStop.EXIT, AfterStop.COMPLETED):
                 return out  # a run that ended well stays completed, the fault recorded
-            return out + stop(s, "gpu_fault", "host_fault")
+            return out + stop(s, "gpu_fault", AfterStop.HOST_FAULT)
         if s.state in (State.BACKOFF, State.STOPPED, State.FATAL) and s.want_running:
             s.state = State.HOST_FAULT
         return out
     if ev.action == "restart_app" and live and s.pid is not None and not s.paused:
-        return out + stop(s, "gpu_fault", "restart")
+        return out + stop(s, "gpu_fault", AfterStop.RESTART)
     return out
 
 

@@ -40,7 +40,7 @@ def spawn(s: JobState, now: float, reason: str) -> list[Action]:
     s.state = State.STARTING
     s.firing = frozenset()
     s.backoff_until = None
-    s.after_stop = "stop"
+    s.after_stop = AfterStop.STOP
     return [SpawnChild(attempt=s.attempt)]
 
 
@@ -71,26 +71,26 @@ def take_incident(s: JobState) -> dict[str, str]:
 
 def finish_stop(s: JobState, now: float) -> list[Action]:
     after, reason = s.after_stop, s.stop_reason
-    if after != "restart":
+    if after is not AfterStop.RESTART:
         s.stop_incident = None  # only the failure this stop leads to may name it
     s.pid = None
     s.leader_exited = False
     s.firing = frozenset()
     s.state = State.STOPPED
-    if after == "exit":
+    if after is AfterStop.EXIT:
         s.exiting = True
         return [Exit()]
-    if after == "start":
+    if after is AfterStop.START:
         s.restarts_total += 1
         s.last_reason = reason
         return spawn(s, now, reason)
-    if after == "restart":
+    if after is AfterStop.RESTART:
         if s.access_lost is not None and not s.paused:
             return park_access(s, "fail", reason)  # SPEC §13: never into unreachable GPUs
         return fail(s, reason, now)
-    if after == "host_fault":
+    if after is AfterStop.HOST_FAULT:
         s.state = State.HOST_FAULT  # no restart, the budget untouched (SPEC §12)
-    if after == "completed" and s.completed is not None:
+    if after is AfterStop.COMPLETED and s.completed is not None:
         s.state = State.COMPLETED  # no restart, the budget untouched (SPEC §13)
         s.want_running = False
         s.healthy_since = None
@@ -194,7 +194,7 @@ def park_unverified(s: JobState, ev: TreeStopped) -> list[Action]:
     s.leader_exited = False
     s.firing = frozenset()
     s.backoff_until = None
-    if s.after_stop == "exit" or s.exit_after_completion:
+    if s.after_stop is AfterStop.EXIT or s.exit_after_completion:
         s.state = State.STOPPED
         s.exiting = True
         return [Emit("stop_unverified", fields), Exit()]

@@ -21,7 +21,7 @@ from watchdog.core.supervisor.events import (
     SpawnFailed,
     TreeStopped,
 )
-from watchdog.core.supervisor.jobstate import JobState
+from watchdog.core.supervisor.jobstate import AfterStop, JobState
 from watchdog.core.supervisor.primitives import (
     fail,
     finish_stop,
@@ -95,7 +95,7 @@ def adopted(s: JobState, ev: JobAdopted, now: float) -> list[Action]:
     s.want_running = True
     s.state = State.STARTING
     s.backoff_until = None
-    s.after_stop = "stop"
+    s.after_stop = AfterStop.STOP
     s.firing = frozenset()
     _watch(s, pid, now)
     return [Emit("job_adopted", {"pid": pid})]
@@ -160,7 +160,7 @@ def exited(s: JobState, ev: ChildExited, now: float) -> list[Action]:
     fields |= {**s.last_cause, **({"incident": ev.incident} if ev.incident else {})}
     s.stop_reason = "exited"
     restart = "exited" in s.policy.restart_on and not s.paused
-    s.after_stop = "restart" if restart else "stop"
+    s.after_stop = AfterStop.RESTART if restart else AfterStop.STOP
     return [
         Emit("child_exited", {**fields, "reason": "exited"}),
         Emit("detector_fired", {"reason": "exited", "pid": ev.pid}),
@@ -203,7 +203,8 @@ def exited_well(
     s.state = State.STOPPING
     s.stop_incident = None
     s.stop_reason = "completed"
-    s.after_stop = "restart" if "completed" in s.policy.restart_on else "completed"
+    done = AfterStop.COMPLETED
+    s.after_stop = AfterStop.RESTART if "completed" in s.policy.restart_on else done
     runtime = None if s.spawned_at is None else round(now - s.spawned_at, 3)
     s.completed_at = now
     # the step is filled in when the tree is gone: the shell reads the run's last lines
@@ -230,7 +231,7 @@ def tree_stopped(s: JobState, ev: TreeStopped, now: float) -> list[Action]:
     if ev.leftovers:  # SPEC §14: a stop that left a process is never a success
         left: dict[str, object] = {"count": ev.leftovers, "pids": list(ev.pids)}
         out.append(Emit("leftovers_found", {**left, "reason": s.stop_reason}))
-        if s.after_stop == "completed" and ev.error is None:
+        if s.after_stop is AfterStop.COMPLETED and ev.error is None:
             # The run did end well (SPEC §13); what it left is reported, and `start` ends it
             out.append(Emit("stop_unverified", {**left, "reason": "stop_unverified"}))
         else:

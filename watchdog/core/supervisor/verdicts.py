@@ -15,7 +15,7 @@ from watchdog.core.supervisor.events import (
     RankExited,
     Tick,
 )
-from watchdog.core.supervisor.jobstate import ALIVE, JobState, next_deadline
+from watchdog.core.supervisor.jobstate import ALIVE, AfterStop, JobState, next_deadline
 from watchdog.core.supervisor.primitives import park_access, spawn, stop
 
 
@@ -36,7 +36,7 @@ def assessed(s: JobState, ev: HealthAssessed, now: float) -> list[Action]:
     act_on = sorted(ev.firing & s.policy.restart_on)
     if act_on and not s.paused:
         reason = act_on[0]
-        return out + stop(s, reason, "restart", incident=reason in INCIDENT_REASONS)
+        return out + stop(s, reason, AfterStop.RESTART, incident=reason in INCIDENT_REASONS)
     if ev.firing:
         if s.state is not State.STARTING:
             s.state = State.UNHEALTHY
@@ -65,7 +65,7 @@ def rank_exited(s: JobState, ev: RankExited, now: float) -> list[Action]:
     )
     if "exited" not in s.policy.restart_on or s.paused:
         return [fired]
-    return [fired, *stop(s, "exited", "restart")]
+    return [fired, *stop(s, "exited", AfterStop.RESTART)]
 
 
 def marked(s: JobState, ev: ProgressMarked, now: float) -> list[Action]:
@@ -113,7 +113,7 @@ def tick(s: JobState, ev: Tick, now: float) -> list[Action]:
         s.firing = s.firing | {"startup_timeout"}
         s.startup_expired = True
         if "startup_timeout" in s.policy.restart_on and not s.paused:
-            return [fired, *stop(s, "startup_timeout", "restart", incident=True)]
+            return [fired, *stop(s, "startup_timeout", AfterStop.RESTART, incident=True)]
         s.state = State.UNHEALTHY
         return [fired]
     return []
