@@ -56,7 +56,7 @@ def access_changed(s: JobState, ev: GpuAccessChanged, now: float) -> list[Action
     restart parks in host_fault (kind gpu_access_lost) until access is back."""
     if ev.lost:
         if s.access_lost is not None:
-            return []
+            return []  # lost already: said once
         s.access_lost = ev.detail or "NVML access lost"
         fields = {"reason": "gpu_access_lost", "detail": s.access_lost, "pid": s.pid}
         out: list[Action] = [Emit("gpu_access_lost", fields)]
@@ -64,7 +64,7 @@ def access_changed(s: JobState, ev: GpuAccessChanged, now: float) -> list[Action
             out += park_access(s, "spawn", s.last_reason or "backoff")
         return out
     if s.access_lost is None:
-        return []
+        return []  # it was never lost: nothing to say
     s.access_lost = None
     out = [Emit("gpu_access_restored", {"reason": "gpu_access_restored", "pid": s.pid})]
     resume, s.access_resume = s.access_resume, None

@@ -116,4 +116,4 @@ def tick(s: JobState, ev: Tick, now: float) -> list[Action]:
             return [fired, *stop(s, "startup_timeout", AfterStop.RESTART, incident=True)]
         s.state = State.UNHEALTHY
         return [fired]
-    return []
+    return []  # nothing is due: a barrier Tick, or a deadline moved since it was asked for
