@@ -39,7 +39,7 @@ from watchdog.core.supervisor.events import (
     Tick,
     TreeStopped,
 )
-from watchdog.core.supervisor.jobstate import AfterStop
+from watchdog.core.supervisor.jobstate import AfterStop, Run
 from watchdog.core.supervisor.machine import Supervisor
 from watchdog.core.supervisor.table import REFUSED, TABLE
 from watchdog.docgen import statemachine
@@ -248,3 +248,30 @@ def test_where_a_stop_leads_is_an_enum_that_the_input_logs_image_keeps() -> None
     back = image.restored(found, lambda: 0.5)
     assert back.record().after_stop is AfterStop.START
     assert image.image(back) == found
+
+
+@pytest.mark.parametrize(
+    ("recipe", "run"),
+    [
+        ("stopped", Run.NONE),
+        ("starting, spawn under way", Run.SPAWNING),
+        ("running", Run.LIVE),
+        ("stopping an exit", Run.REAPED),
+    ],
+)
+def test_an_image_with_the_old_run_flags_reads_back_as_the_runs_phase(
+    recipe: str, run: Run
+) -> None:
+    """The run's phase is one enum (Run) where two flags were (spawning, leader_exited); a
+    state image written before (the input log's head record) still replays: the flags are read
+    as the phase."""
+    sup = reach(recipe)
+    assert sup.record().run is run
+    new = json.loads(json.dumps(image.image(sup)))
+    assert new["run"] == run.value
+    old = {k: v for k, v in new.items() if k != "run"}
+    old |= {"spawning": run is Run.SPAWNING, "leader_exited": run is Run.REAPED}
+    for found in (new, old):
+        back = image.restored(found, lambda: 0.5)
+        assert back.record().run is run
+        assert back.snapshot() == sup.snapshot()

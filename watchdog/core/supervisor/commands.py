@@ -18,7 +18,7 @@ from watchdog.core.supervisor.events import (
     RestartRequested,
     ShutdownRequested,
 )
-from watchdog.core.supervisor.jobstate import AfterStop, JobState, snapshot
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Run, snapshot
 from watchdog.core.supervisor.primitives import spawn, stop
 
 # SPEC §13: scancel, `systemctl stop` (KillMode=control-group) and the like send SIGTERM to the
@@ -87,7 +87,7 @@ def _stop(s: JobState) -> list[Action]:
         if s.after_stop not in (AfterStop.EXIT, AfterStop.COMPLETED):  # a run that ended well
             s.after_stop = AfterStop.STOP  # stays completed (SPEC §13)
         return []
-    if s.pid is None and not s.spawning:
+    if s.pid is None and s.run is not Run.SPAWNING:
         s.state = State.STOPPED
         s.host_fault = None
         return [Emit("child_stopped", {"reason": "operator"})]
@@ -96,7 +96,7 @@ def _stop(s: JobState) -> list[Action]:
 
 def _start(s: JobState, cmd: str, now: float) -> list[Action]:
     """start / restart: an operator always leaves fatal and resets the budget (SPEC §5)."""
-    alive = s.pid is not None or s.spawning
+    alive = s.pid is not None or s.run is Run.SPAWNING
     if s.state is State.STOPPING and s.after_stop is AfterStop.EXIT:
         return [Refuse("the daemon is shutting down")]
     if cmd == "start" and alive and s.state is not State.STOPPING:
@@ -138,7 +138,7 @@ def shutdown(s: JobState, ev: ShutdownRequested, now: float) -> list[Action]:
             return []
         # The same cancel stopped the job: its exit was no completion (CANCEL_WINDOW_S).
         s.completed = s.completed_at = None
-    if s.pid is None and not s.spawning and s.state is not State.STOPPING:
+    if s.pid is None and s.run is not Run.SPAWNING and s.state is not State.STOPPING:
         # An end state is what the next daemon must find in the state file (SPEC §5, §13):
         # a clean exit (systemctl restart) in fatal or completed does not forget it.
         if s.state not in (State.COMPLETED, State.FATAL, State.HOST_FAULT):

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from watchdog.core.names import State
 from watchdog.core.supervisor.budget import Durable, NoProgressTally
 from watchdog.core.supervisor.events import Action, HandoverResumed, StateRestored
-from watchdog.core.supervisor.jobstate import AfterStop, JobState
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Run
 
 
 def durable(s: JobState) -> Durable:
@@ -54,7 +54,7 @@ def carry(s: JobState) -> dict[str, object] | None:
     """Everything, for an in-place re-exec (same process, same monotonic clock, the job
     still our child); None while a start or a stop is under way (not a moment to hand over:
     their outcome would arrive at the old code)."""
-    if s.spawning or s.exiting or s.state is State.STOPPING:
+    if s.run is Run.SPAWNING or s.exiting or s.state is State.STOPPING:
         return None
     return {
         "state": s.state.value,
@@ -108,6 +108,7 @@ def resume(s: JobState, c: Mapping[str, object], now: float) -> None:
     s.now = now
     s.state = state
     s.pid = _opt_pid(c["pid"])
+    s.run = Run.NONE if s.pid is None else Run.LIVE  # never handed over mid-start or mid-stop
     s.spawned_at = _opt_float(c["spawned_at"])
     s.healthy_since = _opt_float(c["healthy_since"])
     s.firing = frozenset(str(r) for r in _seq(c["firing"]))

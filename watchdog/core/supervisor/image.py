@@ -17,7 +17,7 @@ from typing import Any
 from watchdog.core.names import State
 from watchdog.core.supervisor import replay as records
 from watchdog.core.supervisor.budget import NoProgressTally
-from watchdog.core.supervisor.jobstate import AfterStop, JobState
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Run
 from watchdog.core.supervisor.machine import Supervisor
 
 # records.py's tagged values (tuples, frozensets, mappings, Policy), exact both ways
@@ -34,7 +34,7 @@ def image(core: Supervisor) -> dict[str, Any]:
         if f.name in _NOT_STATE:
             continue
         value = getattr(s, f.name)
-        if isinstance(value, State | AfterStop):
+        if isinstance(value, State | AfterStop | Run):
             out[f.name] = value.value
         elif isinstance(value, deque):
             out[f.name] = [encode(v) for v in value]
@@ -53,6 +53,9 @@ def restored(found: Mapping[str, Any], rng: Callable[[], float]) -> Supervisor:
     for f in dataclasses.fields(s):
         if f.name in (*_NOT_STATE, "policy"):
             continue
+        if f.name == "run":
+            s.run = _run(found)
+            continue
         value = found[f.name]
         if f.name == "state":
             s.state = State(value)
@@ -65,3 +68,14 @@ def restored(found: Mapping[str, Any], rng: Callable[[], float]) -> Supervisor:
         else:
             setattr(s, f.name, decode(value))
     return core
+
+
+def _run(found: Mapping[str, Any]) -> Run:
+    """The run's phase; an image written before it was one field has two flags instead."""
+    if "run" in found:
+        return Run(found["run"])
+    if found["spawning"]:
+        return Run.SPAWNING
+    if found["leader_exited"]:
+        return Run.REAPED
+    return Run.NONE if found["pid"] is None else Run.LIVE

@@ -28,6 +28,16 @@ class AfterStop(StrEnum):
     COMPLETED = "completed"  # the run ended well (SPEC §13)
 
 
+class Run(StrEnum):
+    """Where the job's current run is, beside `pid` (two flags before: spawning, leader_exited).
+    The values are what the input log's state image records (image.py)."""
+
+    NONE = "none"  # no run, and no start under way (pid None)
+    SPAWNING = "spawning"  # SpawnChild returned and not answered yet (pid None)
+    LIVE = "live"  # its leader runs (pid)
+    REAPED = "reaped"  # its leader was reaped; its tree may still be stopping (pid kept)
+
+
 @dataclass(slots=True)
 class JobState:
     """Everything the supervisor knows; see `Supervisor` for who writes it."""
@@ -36,7 +46,7 @@ class JobState:
     rng: Callable[[], float]  # jitter source, u in [0, 1)
     state: State = State.STOPPED
     pid: int | None = None
-    spawning: bool = False
+    run: Run = Run.NONE
     spawned_at: float | None = None
     healthy_since: float | None = None
     firing: frozenset[str] = frozenset()
@@ -54,7 +64,6 @@ class JobState:
     want_running: bool = False
     exiting: bool = False  # Exit was returned: nothing may start any more
     exit_after_completion: bool = False  # a shutdown waits for a completion to be recorded
-    leader_exited: bool = False  # the child is reaped; its tree may still be stopping
     startup_expired: bool = False  # startup_timeout fired and the child was never healthy
     tally: NoProgressTally = field(default_factory=NoProgressTally)
     host_fault: Mapping[str, object] | None = None
@@ -130,7 +139,7 @@ def snapshot(s: JobState) -> Snapshot:
     in_window = sum(1 for t in s.restart_times if t > s.now - s.policy.window_s)
     return Snapshot(
         state=shown(s),
-        pid=None if s.leader_exited else s.pid,
+        pid=None if s.run is Run.REAPED else s.pid,
         spawned_at=s.spawned_at,
         healthy_since=s.healthy_since,
         healthy=s.state is State.RUNNING,
@@ -149,7 +158,7 @@ def snapshot(s: JobState) -> Snapshot:
         # the completed state's record: null once the state leaves completed (status)
         completed=s.completed if s.state is State.COMPLETED else None,
         completed_at=s.completed_at,
-        spawning=s.spawning,
+        spawning=s.run is Run.SPAWNING,
         attempt=s.attempt,
         last_cause=s.last_cause,
         exit_step=s.exit_step,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from watchdog.core.names import State
 from watchdog.core.supervisor.events import Action, Emit, GpuAccessChanged, GpuFaultSeen
-from watchdog.core.supervisor.jobstate import AfterStop, JobState
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Run
 from watchdog.core.supervisor.primitives import fail, finish_stop, park_access, spawn, stop
 
 
@@ -31,8 +31,8 @@ def _fault(s: JobState, ev: GpuFaultSeen, now: float) -> list[Action]:
     if s.policy.parks(ev.action) and not s.exiting:
         s.host_fault = dict(ev.fields)
         s.backoff_until = None
-        if ev.gate and s.spawning:  # the start under way ends without a spawn
-            s.spawning = False
+        if ev.gate and s.run is Run.SPAWNING:  # the start under way ends without a spawn
+            s.run = Run.NONE
             if s.state is State.STOPPING:  # a stop came first: stop and exit win
                 if s.after_stop in (AfterStop.RESTART, AfterStop.START):
                     s.after_stop = AfterStop.HOST_FAULT

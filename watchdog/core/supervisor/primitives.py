@@ -20,7 +20,7 @@ from watchdog.core.supervisor.events import (
     SpawnChild,
     TreeStopped,
 )
-from watchdog.core.supervisor.jobstate import AfterStop, JobState, shown
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Run, shown
 
 
 def refused(s: JobState, ev: Event, reason: str) -> Emit:
@@ -31,11 +31,11 @@ def refused(s: JobState, ev: Event, reason: str) -> Emit:
 
 
 def spawn(s: JobState, now: float, reason: str) -> list[Action]:
-    if s.pid is not None or s.spawning or s.exiting:
+    if s.pid is not None or s.run is Run.SPAWNING or s.exiting:
         return []  # never two children, and nothing new once the daemon exits
     s.want_running = True
     s.attempt += 1
-    s.spawning = True
+    s.run = Run.SPAWNING
     s.completed = s.completed_at = None  # a new run: the last one's end is history
     s.state = State.STARTING
     s.firing = frozenset()
@@ -51,7 +51,7 @@ def stop(s: JobState, reason: str, after: AfterStop, incident: bool = False) -> 
         return []  # a stop is under way; only where it leads changes
     s.state = State.STOPPING
     s.stop_incident = None
-    if s.spawning:
+    if s.run is Run.SPAWNING:
         return [CancelStart()]  # or, if the spawn wins the race, _spawned() kills it
     emit = Emit("child_stopping", {"pid": s.pid, "reason": reason})
     return [emit, kill_tree(s, s.pid, reason, incident)]
@@ -74,7 +74,7 @@ def finish_stop(s: JobState, now: float) -> list[Action]:
     if after is not AfterStop.RESTART:
         s.stop_incident = None  # only the failure this stop leads to may name it
     s.pid = None
-    s.leader_exited = False
+    s.run = Run.NONE
     s.firing = frozenset()
     s.state = State.STOPPED
     if after is AfterStop.EXIT:
@@ -191,7 +191,7 @@ def park_unverified(s: JobState, ev: TreeStopped) -> list[Action]:
         **take_incident(s),
     }
     s.pid = None
-    s.leader_exited = False
+    s.run = Run.NONE
     s.firing = frozenset()
     s.backoff_until = None
     if s.after_stop is AfterStop.EXIT or s.exit_after_completion:

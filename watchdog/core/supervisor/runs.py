@@ -21,7 +21,7 @@ from watchdog.core.supervisor.events import (
     SpawnFailed,
     TreeStopped,
 )
-from watchdog.core.supervisor.jobstate import AfterStop, JobState
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Run
 from watchdog.core.supervisor.primitives import (
     fail,
     finish_stop,
@@ -89,7 +89,7 @@ def fresh_run(s: JobState, now: float) -> list[Action]:
 
 def adopted(s: JobState, ev: JobAdopted, now: float) -> list[Action]:
     pid = ev.pid
-    if s.pid is not None or s.spawning or s.exiting:
+    if s.pid is not None or s.run is Run.SPAWNING or s.exiting:
         return [refused(s, ev, "a job is already watched or being started: never two")]
     # STARTING until its first healthy verdict; the startup window counts from the adoption.
     s.want_running = True
@@ -102,7 +102,7 @@ def adopted(s: JobState, ev: JobAdopted, now: float) -> list[Action]:
 
 
 def spawned(s: JobState, ev: ChildSpawned, now: float) -> list[Action]:
-    if not s.spawning:
+    if s.run is not Run.SPAWNING:
         return [refused(s, ev, "no start is under way")]
     pid = ev.pid
     _watch(s, pid, now)
@@ -113,11 +113,10 @@ def spawned(s: JobState, ev: ChildSpawned, now: float) -> list[Action]:
 
 def _watch(s: JobState, pid: int, now: float) -> None:
     """A run begins: a child we spawned, or one we adopted."""
-    s.spawning = False
+    s.run = Run.LIVE
     s.pid = pid
     s.spawned_at = now
     s.healthy_since = None
-    s.leader_exited = False
     s.startup_expired = False
     s.run_step = None
     s.tally.run_started(now)
@@ -125,9 +124,9 @@ def _watch(s: JobState, pid: int, now: float) -> None:
 
 def spawn_failed(s: JobState, ev: SpawnFailed, now: float) -> list[Action]:
     reason, detail = ev.reason, ev.detail
-    if not s.spawning:
+    if s.run is not Run.SPAWNING:
         return []  # a late failure report for a child that exists: it stays watched
-    s.spawning = False
+    s.run = Run.NONE
     emit = Emit("child_start_failed", {"reason": reason, "detail": detail})
     if s.state is State.STOPPING:
         return [emit, *finish_stop(s, now)]
@@ -145,7 +144,7 @@ def exited(s: JobState, ev: ChildExited, now: float) -> list[Action]:
         return []  # an earlier run's leader, reaped late: that run is over already
     s.last_exit = (ev.exit_code, ev.signal)
     s.exit_step = s.run_step
-    s.leader_exited = True
+    s.run = Run.REAPED
     fields: dict[str, object] = {"pid": ev.pid, "exit_code": ev.exit_code, "signal": ev.signal}
     if s.state is State.STOPPING:
         s.last_cause = stopped_cause(s, ev)
@@ -222,7 +221,7 @@ def incident_saved(s: JobState, ev: IncidentSaved, now: float) -> list[Action]:
 
 
 def tree_stopped(s: JobState, ev: TreeStopped, now: float) -> list[Action]:
-    if s.spawning:
+    if s.run is Run.SPAWNING:
         return [refused(s, ev, "the stop under way waits for its start to be answered")]
     out: list[Action] = []
     if ev.killed:
