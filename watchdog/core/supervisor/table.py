@@ -193,7 +193,10 @@ TABLE: dict[State, Mapping[type, Go]] = {
             says="parks (host_fault) or restarts (restart_app), by the fault's action",
         ),
         OperatorCommand: go(
-            commands.command, PAUSED, STOPPING, says="stop/restart stop it; pause; start refused"
+            commands.command,
+            PAUSED,
+            STOPPING,
+            says="stop/restart stop it; pause; a start answers 'already …'",
         ),
     },
     RUNNING: {
@@ -208,7 +211,10 @@ TABLE: dict[State, Mapping[type, Go]] = {
         Tick: stay("nothing is due"),
         GpuFaultSeen: go(parking.gpu_fault, STOPPING, says="stop: to park, or to restart"),
         OperatorCommand: go(
-            commands.command, PAUSED, STOPPING, says="stop/restart stop it; pause; start refused"
+            commands.command,
+            PAUSED,
+            STOPPING,
+            says="stop/restart stop it; pause; a start answers 'already …'",
         ),
     },
     UNHEALTHY: {
@@ -223,7 +229,10 @@ TABLE: dict[State, Mapping[type, Go]] = {
         Tick: stay("nothing is due"),
         GpuFaultSeen: go(parking.gpu_fault, STOPPING, says="stop: to park, or to restart"),
         OperatorCommand: go(
-            commands.command, PAUSED, STOPPING, says="stop/restart stop it; pause; start refused"
+            commands.command,
+            PAUSED,
+            STOPPING,
+            says="stop/restart stop it; pause; a start answers 'already …'",
         ),
     },
     PAUSED: {
