@@ -818,3 +818,49 @@ def test_a_sigterm_right_after_exit_0_is_modelled_as_the_cancel() -> None:
     assert m.gone and not m.completed
     m.daemon_restarts(fresh=False)
     assert m.pending_spawn
+
+
+class StopInBackoffGoesFatal(Supervisor):
+    """A core with a planted bug: a stop during backoff parks in fatal, which its table does
+    not say (docs/state-machine.md)."""
+
+    def handle(self, event: Event, now: float) -> list[Action]:
+        if event == OperatorCommand("stop") and self.snapshot().state is State.BACKOFF:
+            self.record().state = State.FATAL
+            return []
+        return super().handle(event, now)
+
+
+class RefusesTheBackoffsEnd(Supervisor):
+    """A core with a planted bug: it refuses the Tick that ends a backoff."""
+
+    def handle(self, event: Event, now: float) -> list[Action]:
+        if isinstance(event, Tick) and self.snapshot().state is State.BACKOFF:
+            fields = {"input": "Tick", "state": "backoff", "reason": "planted"}
+            return [Emit("input_refused", fields)]
+        return super().handle(event, now)
+
+
+def test_the_table_check_catches_a_core_that_goes_where_its_table_does_not_say() -> None:
+    """Every step is checked against the transition table: a core that leads somewhere its
+    table does not list, or refuses what a faithful shell sends, is caught at that step."""
+
+    class Lies(SupervisorMachine):
+        supervisor_class = StopInBackoffGoesFatal
+
+    m = Lies()
+    _drive_into_backoff(m)
+    with pytest.raises(AssertionError, match="led backoff to fatal"):
+        m.operator("stop")
+
+    class Refuses(SupervisorMachine):
+        supervisor_class = RefusesTheBackoffsEnd
+
+    m2 = Refuses()
+    _drive_into_backoff(m2)
+    with pytest.raises(AssertionError, match="Tick refused in backoff"):
+        m2.time_passes(dt=30.0, u=0.5)
+    ok = SupervisorMachine()  # the real core, same rules: no complaint
+    _drive_into_backoff(ok)
+    ok.time_passes(dt=30.0, u=0.5)
+    ok.operator("stop")
