@@ -39,7 +39,7 @@ from watchdog.core.supervisor.events import (
     Tick,
     TreeStopped,
 )
-from watchdog.core.supervisor.jobstate import AfterStop, Run
+from watchdog.core.supervisor.jobstate import AfterStop, Leaving, Run
 from watchdog.core.supervisor.machine import Supervisor
 from watchdog.core.supervisor.table import REFUSED, TABLE
 from watchdog.docgen import statemachine
@@ -275,3 +275,30 @@ def test_an_image_with_the_old_run_flags_reads_back_as_the_runs_phase(
         back = image.restored(found, lambda: 0.5)
         assert back.record().run is run
         assert back.snapshot() == sup.snapshot()
+
+
+@pytest.mark.parametrize(
+    ("events", "leaving"),
+    [
+        ([], Leaving.STAYING),
+        ([ShutdownRequested()], Leaving.EXITED),
+        ([*RUNNING_, ChildExited(PID, 0, None), ShutdownRequested()], Leaving.AFTER_COMPLETION),
+    ],
+)
+def test_an_image_with_the_old_exit_flags_reads_back_as_leaving(
+    events: list[Event], leaving: Leaving
+) -> None:
+    """Whether the daemon is on its way out is one enum (Leaving) where two flags were
+    (exiting, exit_after_completion); an image written before still replays."""
+    sup = Supervisor(POLICY, lambda: 0.5)
+    for i, ev in enumerate(events):
+        sup.handle(ev, 10.0 + 5 * i)  # a shutdown 5 s after an exit 0: no cancel (SPEC §13)
+    assert sup.record().leaving is leaving
+    new = json.loads(json.dumps(image.image(sup)))
+    old = {k: v for k, v in new.items() if k != "leaving"}
+    old |= {
+        "exiting": leaving is not Leaving.STAYING,
+        "exit_after_completion": leaving is Leaving.AFTER_COMPLETION,
+    }
+    for found in (new, old):
+        assert image.restored(found, lambda: 0.5).record().leaving is leaving

@@ -18,7 +18,7 @@ from watchdog.core.supervisor.events import (
     RestartRequested,
     ShutdownRequested,
 )
-from watchdog.core.supervisor.jobstate import AfterStop, JobState, Run, snapshot
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run, snapshot
 from watchdog.core.supervisor.primitives import spawn, stop
 
 # SPEC §13: scancel, `systemctl stop` (KillMode=control-group) and the like send SIGTERM to the
@@ -41,7 +41,7 @@ def command(s: JobState, ev: OperatorCommand, now: float) -> list[Action]:
 
 
 def _command(s: JobState, cmd: str, now: float) -> list[Action]:
-    if s.exiting:
+    if s.leaving is not Leaving.STAYING:
         return [Refuse("the daemon is shutting down")]
     if cmd == "pause":
         s.paused = True
@@ -122,7 +122,7 @@ def policy_changed(s: JobState, ev: PolicyChanged, now: float) -> list[Action]:
 def cluster_restart(s: JobState, ev: RestartRequested, now: float) -> list[Action]:
     """Another node moved the cluster's epoch: stop this run's tree and start again (the start
     waits at the cluster's barrier: no backoff, no budget of our own)."""
-    if s.pid is None or s.exiting:
+    if s.pid is None or s.leaving is not Leaving.STAYING:
         return []  # nothing runs yet (the spawn under way waits at the barrier), or exiting
     return stop(s, ev.reason, AfterStop.START)
 
@@ -133,8 +133,7 @@ def shutdown(s: JobState, ev: ShutdownRequested, now: float) -> list[Action]:
         done_at = s.completed_at
         if done_at is None or now - done_at >= CANCEL_WINDOW_S:
             # The run ended well before this signal: record it, then exit (_finish_stop).
-            s.exit_after_completion = True
-            s.exiting = True  # nothing may start any more
+            s.leaving = Leaving.AFTER_COMPLETION  # nothing may start any more
             return []
         # The same cancel stopped the job: its exit was no completion (CANCEL_WINDOW_S).
         s.completed = s.completed_at = None
@@ -143,6 +142,6 @@ def shutdown(s: JobState, ev: ShutdownRequested, now: float) -> list[Action]:
         # a clean exit (systemctl restart) in fatal or completed does not forget it.
         if s.state not in (State.COMPLETED, State.FATAL, State.HOST_FAULT):
             s.state = State.STOPPED
-        s.exiting = True
+        s.leaving = Leaving.EXITED
         return [Exit()]
     return stop(s, "shutdown", AfterStop.EXIT)

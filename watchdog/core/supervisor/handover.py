@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from watchdog.core.names import State
 from watchdog.core.supervisor.budget import Durable, NoProgressTally
 from watchdog.core.supervisor.events import Action, HandoverResumed, StateRestored
-from watchdog.core.supervisor.jobstate import AfterStop, JobState, Run
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run
 
 
 def durable(s: JobState) -> Durable:
@@ -54,7 +54,7 @@ def carry(s: JobState) -> dict[str, object] | None:
     """Everything, for an in-place re-exec (same process, same monotonic clock, the job
     still our child); None while a start or a stop is under way (not a moment to hand over:
     their outcome would arrive at the old code)."""
-    if s.run is Run.SPAWNING or s.exiting or s.state is State.STOPPING:
+    if s.run is Run.SPAWNING or s.leaving is not Leaving.STAYING or s.state is State.STOPPING:
         return None
     return {
         "state": s.state.value,

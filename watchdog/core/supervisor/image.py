@@ -17,7 +17,7 @@ from typing import Any
 from watchdog.core.names import State
 from watchdog.core.supervisor import replay as records
 from watchdog.core.supervisor.budget import NoProgressTally
-from watchdog.core.supervisor.jobstate import AfterStop, JobState, Run
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run
 from watchdog.core.supervisor.machine import Supervisor
 
 # records.py's tagged values (tuples, frozensets, mappings, Policy), exact both ways
@@ -34,7 +34,7 @@ def image(core: Supervisor) -> dict[str, Any]:
         if f.name in _NOT_STATE:
             continue
         value = getattr(s, f.name)
-        if isinstance(value, State | AfterStop | Run):
+        if isinstance(value, State | AfterStop | Run | Leaving):
             out[f.name] = value.value
         elif isinstance(value, deque):
             out[f.name] = [encode(v) for v in value]
@@ -55,6 +55,9 @@ def restored(found: Mapping[str, Any], rng: Callable[[], float]) -> Supervisor:
             continue
         if f.name == "run":
             s.run = _run(found)
+            continue
+        if f.name == "leaving":
+            s.leaving = _leaving(found)
             continue
         value = found[f.name]
         if f.name == "state":
@@ -79,3 +82,14 @@ def _run(found: Mapping[str, Any]) -> Run:
     if found["leader_exited"]:
         return Run.REAPED
     return Run.NONE if found["pid"] is None else Run.LIVE
+
+
+def _leaving(found: Mapping[str, Any]) -> Leaving:
+    """Whether the daemon is on its way out; an image written before it was one field has two
+    flags: a shutdown that waits for a completion still clears the run's tree (stopping)."""
+    if "leaving" in found:
+        return Leaving(found["leaving"])
+    if not found["exiting"]:
+        return Leaving.STAYING
+    waits = found["exit_after_completion"] and found["state"] == State.STOPPING.value
+    return Leaving.AFTER_COMPLETION if waits else Leaving.EXITED

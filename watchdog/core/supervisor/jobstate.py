@@ -38,6 +38,16 @@ class Run(StrEnum):
     REAPED = "reaped"  # its leader was reaped; its tree may still be stopping (pid kept)
 
 
+class Leaving(StrEnum):
+    """Whether the daemon is on its way out (two flags before: exiting, exit_after_completion).
+    Once it is not STAYING nothing may start any more. The values are what the input log's
+    state image records (image.py)."""
+
+    STAYING = "staying"
+    AFTER_COMPLETION = "after_completion"  # a shutdown waits for a completion to be recorded
+    EXITED = "exited"  # Exit was returned
+
+
 @dataclass(slots=True)
 class JobState:
     """Everything the supervisor knows; see `Supervisor` for who writes it."""
@@ -62,8 +72,7 @@ class JobState:
     last_exit: tuple[int | None, int | None] | None = None
     attempt: int = 0
     want_running: bool = False
-    exiting: bool = False  # Exit was returned: nothing may start any more
-    exit_after_completion: bool = False  # a shutdown waits for a completion to be recorded
+    leaving: Leaving = Leaving.STAYING
     startup_expired: bool = False  # startup_timeout fired and the child was never healthy
     tally: NoProgressTally = field(default_factory=NoProgressTally)
     host_fault: Mapping[str, object] | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from watchdog.core.names import State
 from watchdog.core.supervisor.events import Action, Emit, GpuAccessChanged, GpuFaultSeen
-from watchdog.core.supervisor.jobstate import AfterStop, JobState, Run
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run
 from watchdog.core.supervisor.primitives import fail, finish_stop, park_access, spawn, stop
 
 
@@ -28,7 +28,7 @@ def _fault(s: JobState, ev: GpuFaultSeen, now: float) -> list[Action]:
     and holds it in host_fault (never restarted by itself, the budget untouched)."""
     out: list[Action] = [Emit("gpu_fault", {"reason": "gpu_fault", **ev.fields})]
     live = s.state in (State.STARTING, State.RUNNING, State.UNHEALTHY)
-    if s.policy.parks(ev.action) and not s.exiting:
+    if s.policy.parks(ev.action) and s.leaving is Leaving.STAYING:
         s.host_fault = dict(ev.fields)
         s.backoff_until = None
         if ev.gate and s.run is Run.SPAWNING:  # the start under way ends without a spawn
@@ -60,7 +60,7 @@ def access_changed(s: JobState, ev: GpuAccessChanged, now: float) -> list[Action
         s.access_lost = ev.detail or "NVML access lost"
         fields = {"reason": "gpu_access_lost", "detail": s.access_lost, "pid": s.pid}
         out: list[Action] = [Emit("gpu_access_lost", fields)]
-        if s.state is State.BACKOFF and not s.exiting:
+        if s.state is State.BACKOFF and s.leaving is Leaving.STAYING:
             out += park_access(s, "spawn", s.last_reason or "backoff")
         return out
     if s.access_lost is None:
@@ -73,7 +73,7 @@ def access_changed(s: JobState, ev: GpuAccessChanged, now: float) -> list[Action
         return out
     s.host_fault = None  # restored access clears its own park, and nothing else
     s.state = State.STOPPED
-    if resume is None or s.exiting:
+    if resume is None or s.leaving is not Leaving.STAYING:
         return out
     how, reason = resume
     if how == "fail":

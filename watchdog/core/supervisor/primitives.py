@@ -20,7 +20,7 @@ from watchdog.core.supervisor.events import (
     SpawnChild,
     TreeStopped,
 )
-from watchdog.core.supervisor.jobstate import AfterStop, JobState, Run, shown
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run, shown
 
 
 def refused(s: JobState, ev: Event, reason: str) -> Emit:
@@ -31,7 +31,7 @@ def refused(s: JobState, ev: Event, reason: str) -> Emit:
 
 
 def spawn(s: JobState, now: float, reason: str) -> list[Action]:
-    if s.pid is not None or s.run is Run.SPAWNING or s.exiting:
+    if s.pid is not None or s.run is Run.SPAWNING or s.leaving is not Leaving.STAYING:
         return []  # never two children, and nothing new once the daemon exits
     s.want_running = True
     s.attempt += 1
@@ -78,7 +78,7 @@ def finish_stop(s: JobState, now: float) -> list[Action]:
     s.firing = frozenset()
     s.state = State.STOPPED
     if after is AfterStop.EXIT:
-        s.exiting = True
+        s.leaving = Leaving.EXITED
         return [Exit()]
     if after is AfterStop.START:
         s.restarts_total += 1
@@ -98,8 +98,8 @@ def finish_stop(s: JobState, now: float) -> list[Action]:
         step = int(step) if step is not None and float(step).is_integer() else step
         s.completed = {**s.completed, "step": step}
         done: list[Action] = [Emit("job_completed", dict(s.completed))]
-        if s.exit_after_completion:  # a shutdown came while the tree was cleared
-            s.exiting = True
+        if s.leaving is Leaving.AFTER_COMPLETION:  # a shutdown came while the tree was cleared
+            s.leaving = Leaving.EXITED
             done.append(Exit())
         return done
     return [Emit("child_stopped", {"reason": reason})]
@@ -194,9 +194,9 @@ def park_unverified(s: JobState, ev: TreeStopped) -> list[Action]:
     s.run = Run.NONE
     s.firing = frozenset()
     s.backoff_until = None
-    if s.after_stop is AfterStop.EXIT or s.exit_after_completion:
+    if s.after_stop is AfterStop.EXIT or s.leaving is Leaving.AFTER_COMPLETION:
         s.state = State.STOPPED
-        s.exiting = True
+        s.leaving = Leaving.EXITED
         return [Emit("stop_unverified", fields), Exit()]
     s.state = State.FATAL
     s.last_reason = "stop_unverified"

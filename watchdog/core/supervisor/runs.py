@@ -21,7 +21,7 @@ from watchdog.core.supervisor.events import (
     SpawnFailed,
     TreeStopped,
 )
-from watchdog.core.supervisor.jobstate import AfterStop, JobState, Run
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run
 from watchdog.core.supervisor.primitives import (
     fail,
     finish_stop,
@@ -89,7 +89,7 @@ def fresh_run(s: JobState, now: float) -> list[Action]:
 
 def adopted(s: JobState, ev: JobAdopted, now: float) -> list[Action]:
     pid = ev.pid
-    if s.pid is not None or s.run is Run.SPAWNING or s.exiting:
+    if s.pid is not None or s.run is Run.SPAWNING or s.leaving is not Leaving.STAYING:
         return [refused(s, ev, "a job is already watched or being started: never two")]
     # STARTING until its first healthy verdict; the startup window counts from the adoption.
     s.want_running = True
