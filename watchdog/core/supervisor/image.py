@@ -3,8 +3,9 @@
 A rotated input log starts with this image of the core as it was before the file's first
 input, and the state of its jitter generator, so a replay can start there: the inputs before
 it may be gone. Unlike handover.carry() (an in-place re-exec, refused while a start or a stop
-is under way), it holds every field of JobState, at any moment; it never leaves the process
-that wrote it for another version of the code, so it is read back with no migration.
+is under way), it holds every field of JobState, at any moment; it is read back with no
+migration but one: an image written before the run's phase (`run`) and the way out (`leaving`)
+were enums has their flags instead, and reads the same (a bug report's log replays).
 """
 
 from __future__ import annotations
