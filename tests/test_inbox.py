@@ -243,3 +243,39 @@ def test_a_fresh_core_after_a_failed_take_over_keeps_the_daemons_policy(
     consumer = Consumer(InputLog(str(tmp_path / "inputs.jsonl"), print), made, None)  # type: ignore[arg-type]
     first = consumer.core
     assert consumer.new_core() is not first and consumer.core.policy == made
+
+
+def test_a_restore_the_core_refuses_is_logged(tmp_path: pathlib.Path) -> None:
+    """A previous daemon's state offered to a core that already started the job is refused by
+    its table, and the consumer logs that input_refused (a restore's answer is otherwise not
+    carried out): the job's state is untouched."""
+
+    from watchdog.core.names import State
+    from watchdog.core.supervisor.budget import Durable, Policy
+    from watchdog.core.supervisor.events import DaemonStarted
+    from watchdog.daemon.consumer import Consumer
+    from watchdog.daemon.inputlog import InputLog
+
+    class Shell:
+        def __init__(self) -> None:
+            self.emitted: list[tuple[str, dict[str, Any]]] = []
+
+        def emit(self, event: str, **fields: Any) -> dict[str, Any]:
+            self.emitted.append((event, fields))
+            return fields
+
+    shell = Shell()
+    consumer = Consumer(InputLog(str(tmp_path / "inputs.jsonl"), print), Policy(), shell)  # type: ignore[arg-type]
+    consumer.core.handle(DaemonStarted(), 1.0)
+    consumer.restore(Durable(fatal=True))
+    assert shell.emitted == [
+        (
+            "input_refused",
+            {
+                "input": "StateRestored",
+                "state": "starting",
+                "reason": "only a fresh core takes a previous daemon's state",
+            },
+        )
+    ]
+    assert consumer.core.snapshot().state is State.STARTING

@@ -44,6 +44,10 @@ EVENTS: dict[str, EventName] = {
     "command_received": EventName("a mutating control command, with the caller's uid"),
     "metrics_started": EventName("the Prometheus endpoint listens"),
     "internal_error_caught": EventName("a watchdog bug, caught; supervision goes on", ERR),
+    "input_refused": EventName(
+        "the core's table does not allow this input in this state (input, state, reason): it"
+        " changed nothing (docs/state-machine.md)"
+    ),
     "state_write_failed": EventName(
         "a state file could not be written: the first of a spell, then a count each minute",
         WARNING,

@@ -27,6 +27,7 @@ from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.events import (
     Action,
     Answer,
+    Emit,
     Event,
     HandoverResumed,
     HealthAssessed,
@@ -132,7 +133,7 @@ class Consumer:
         event = StateRestored(durable)
         self.inputs.before(now)
         self.inputs.event(event, now)
-        self.core.handle(event, now)
+        self._refused(self.core.handle(event, now))
 
     def resume(self, carried: dict[str, Any]) -> None:
         """The old code's core after a reexec, recorded as an input."""
@@ -140,7 +141,14 @@ class Consumer:
         event = HandoverResumed(carried)
         self.inputs.before(now)
         self.inputs.event(event, now)
-        self.core.handle(event, now)
+        self._refused(self.core.handle(event, now))
+
+    def _refused(self, actions: list[Action]) -> None:
+        """Nothing of a restore's or a resume's answer is carried out, but a refusal by the
+        core's table (input_refused, docs/state-machine.md) is still logged."""
+        for action in actions:
+            if isinstance(action, Emit) and action.event == "input_refused":
+                self._shell.emit(action.event, **action.fields)
 
     async def wait_changed(self, timeout_s: float) -> None:
         """Until the next input is handled, or `timeout_s`."""

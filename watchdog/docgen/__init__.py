@@ -1,5 +1,6 @@
 """The files made from the code (`make docs`, `make man`): docs/config.md, the man pages
-watchdogd(8), watchdogctl(1), watchdog.yaml(5) and watchdogctl's bash completion. They are
+watchdogd(8), watchdogctl(1), watchdog.yaml(5), watchdogctl's bash completion and
+docs/state-machine.md (drawn from the supervisor's transition table). They are
 committed, so that they can be read and installed without running anything, and
 tests/test_docs.py fails when one is out of step with the code.
 
@@ -15,7 +16,7 @@ from collections.abc import Callable
 
 from watchdog import __version__
 from watchdog.config import reference
-from watchdog.docgen import completion, man
+from watchdog.docgen import completion, man, statemachine
 
 GENERATED: dict[str, Callable[[], str]] = {
     "docs/config.md": lambda: reference.markdown(__version__),
@@ -23,6 +24,7 @@ GENERATED: dict[str, Callable[[], str]] = {
     "man/watchdogctl.1": man.watchdogctl,
     "man/watchdog.yaml.5": man.watchdog_yaml,
     "completions/watchdogctl.bash": completion.bash,
+    "docs/state-machine.md": statemachine.markdown,
 }
 
 

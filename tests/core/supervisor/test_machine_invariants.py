@@ -51,6 +51,7 @@ from watchdog.core.supervisor.events import (
 from watchdog.core.supervisor.jobstate import snapshot as fresh_snapshot
 from watchdog.core.supervisor.machine import Supervisor
 from watchdog.core.supervisor.replay import from_record, to_record
+from watchdog.core.supervisor.table import TABLE
 
 POLICY = Policy(
     backoff_initial_s=1.0,
@@ -135,7 +136,9 @@ class SupervisorMachine(RuleBasedStateMachine):
             self.parked = True  # a GPU needs a reset or a reboot: the job must not come back
         if isinstance(ev, GpuAccessChanged):
             self.access_lost = ev.lost
+        state = self.sup.snapshot().state
         actions = self.sup.handle(ev, self.now)
+        self.check_table(state, ev, actions)
         if any(isinstance(a, Refuse) for a in actions):
             self.parked, self.completed = before  # a refused command changes nothing
         elif isinstance(ev, OperatorCommand) and ev.cmd in ("start", "restart"):
@@ -208,6 +211,19 @@ class SupervisorMachine(RuleBasedStateMachine):
                 self.exited = True
                 self.gone = True
         return actions
+
+    def check_table(self, state: State, ev: Event, actions: list[Action]) -> None:
+        """The core went where its table says (table.py), and a faithful shell's input is
+        never refused: a refusal is for what should not happen."""
+        after = self.sup.snapshot().state
+        cell = TABLE[state].get(type(ev))
+        refusals = [a for a in actions if isinstance(a, Emit) and a.event == "input_refused"]
+        assert not refusals, f"{type(ev).__name__} refused in {state.value}: {refusals}"
+        assert cell is not None, f"{type(ev).__name__} not in the table's {state.value} row"
+        assert after is state or after in cell.to, (
+            f"{type(ev).__name__} led {state.value} to {after.value}, the table says "
+            f"{sorted(t.value for t in cell.to)}"
+        )
 
     def count_cause(self, reason: str) -> None:
         """The model of SPEC §14's streak, at each failure the core decided on."""
@@ -859,3 +875,49 @@ def test_a_sigterm_right_after_exit_0_is_modelled_as_the_cancel() -> None:
     assert m.gone and not m.completed
     m.daemon_restarts(fresh=False)
     assert m.pending_spawn
+
+
+class StopInBackoffGoesFatal(Supervisor):
+    """A core with a planted bug: a stop during backoff parks in fatal, which its table does
+    not say (docs/state-machine.md)."""
+
+    def handle(self, event: Event, now: float) -> list[Action]:
+        if event == OperatorCommand("stop") and self.snapshot().state is State.BACKOFF:
+            self.record().state = State.FATAL
+            return []
+        return super().handle(event, now)
+
+
+class RefusesTheBackoffsEnd(Supervisor):
+    """A core with a planted bug: it refuses the Tick that ends a backoff."""
+
+    def handle(self, event: Event, now: float) -> list[Action]:
+        if isinstance(event, Tick) and self.snapshot().state is State.BACKOFF:
+            fields = {"input": "Tick", "state": "backoff", "reason": "planted"}
+            return [Emit("input_refused", fields)]
+        return super().handle(event, now)
+
+
+def test_the_table_check_catches_a_core_that_goes_where_its_table_does_not_say() -> None:
+    """Every step is checked against the transition table: a core that leads somewhere its
+    table does not list, or refuses what a faithful shell sends, is caught at that step."""
+
+    class Lies(SupervisorMachine):
+        supervisor_class = StopInBackoffGoesFatal
+
+    m = Lies()
+    _drive_into_backoff(m)
+    with pytest.raises(AssertionError, match="led backoff to fatal"):
+        m.operator("stop")
+
+    class Refuses(SupervisorMachine):
+        supervisor_class = RefusesTheBackoffsEnd
+
+    m2 = Refuses()
+    _drive_into_backoff(m2)
+    with pytest.raises(AssertionError, match="Tick refused in backoff"):
+        m2.time_passes(dt=30.0, u=0.5)
+    ok = SupervisorMachine()  # the real core, same rules: no complaint
+    _drive_into_backoff(ok)
+    ok.time_passes(dt=30.0, u=0.5)
+    ok.operator("stop")

@@ -49,9 +49,12 @@ def test_adoption_keeps_the_restored_budget() -> None:
 
 
 def test_no_adoption_beside_a_job() -> None:
-    """A JobAdopted while a job is already watched is ignored: never two jobs."""
+    """A JobAdopted while a job is already watched changes nothing and is refused by name
+    (input_refused, docs/state-machine.md): never two jobs."""
     d = Driver()
     d.feed(DaemonStarted(), 0.0)
     pid = d.sup.snapshot().pid
-    assert d.feed(JobAdopted(999), 1.0) == []
+    out = d.feed(JobAdopted(999), 1.0)
+    assert names(out) == ["input_refused"]
+    assert emitted(out, "input_refused").fields["input"] == "JobAdopted"
     assert d.sup.snapshot().pid == pid

@@ -28,7 +28,7 @@ from watchdog.core.supervisor.events import (
     Refuse,
     SpawnChild,
 )
-from watchdog.core.supervisor.jobstate import JobState, snapshot
+from watchdog.core.supervisor.jobstate import JobState, Run, snapshot
 
 MAX_DUE = 64  # callers that gave up leave their requests behind: the oldest go first
 AT_REST = frozenset({State.STOPPED, State.FATAL, State.BACKOFF, State.COMPLETED, State.HOST_FAULT})
@@ -79,7 +79,7 @@ def _outcome(s: JobState, due: Due, actions: list[Action]) -> Answer | None:
 
 
 def _health(s: JobState, request: int, pid: int | None) -> Answer | None:
-    if s.pid != pid or s.leader_exited:
+    if s.pid != pid or s.run is Run.REAPED:
         return Answer(request, "not_healthy", {"pid": pid})
     if s.state is State.RUNNING and s.healthy_since is not None and s.spawned_at is not None:
         after = s.healthy_since - s.spawned_at
@@ -91,7 +91,7 @@ def _stop(s: JobState, request: int, actions: list[Action]) -> Answer | None:
     for a in actions:
         if isinstance(a, Emit) and a.fields.get("reason") == "stop_unverified":
             return Answer(request, "unverified")
-    if s.state is not State.STOPPING and s.pid is None and not s.spawning:
+    if s.state is not State.STOPPING and s.pid is None and s.run is not Run.SPAWNING:
         return Answer(request, "stopped", {"state": snapshot(s).state.value})
     return None
 
@@ -107,7 +107,7 @@ def _start(s: JobState, request: int, before: int, actions: list[Action]) -> Ans
             return Answer(request, "started", {"pid": a.fields.get("pid")})
         elif a.event == "child_start_failed" and attempt > before and not _cancel(a):
             return Answer(request, "failed", dict(a.fields))
-    if s.state in AT_REST and s.pid is None and not s.spawning:
+    if s.state in AT_REST and s.pid is None and s.run is not Run.SPAWNING:
         return Answer(request, "cancelled", {"state": snapshot(s).state.value})
     return None
 

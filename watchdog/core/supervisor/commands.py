@@ -1,12 +1,24 @@
 """PURE: an operator's commands (start, stop, restart, pause, resume; SPEC §5, §13) and the
-daemon's own shutdown (SIGTERM/SIGINT), which an operator's stop always wins against.
+daemon's own shutdown (SIGTERM/SIGINT), which an operator's stop always wins against; a reload's
+new policy, and another node's cluster restart (docs/multi-node.md). Each handler takes
+(record, input, now); table.py says in which states each one is called.
 """
 
 from __future__ import annotations
 
 from watchdog.core.names import INCIDENT_REASONS, State
-from watchdog.core.supervisor.events import Action, Emit, Exit, Refuse, RestartCluster
-from watchdog.core.supervisor.jobstate import JobState, snapshot
+from watchdog.core.supervisor.events import (
+    Action,
+    Emit,
+    Exit,
+    OperatorCommand,
+    PolicyChanged,
+    Refuse,
+    RestartCluster,
+    RestartRequested,
+    ShutdownRequested,
+)
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run, snapshot
 from watchdog.core.supervisor.primitives import spawn, stop
 
 # SPEC §13: scancel, `systemctl stop` (KillMode=control-group) and the like send SIGTERM to the
@@ -19,16 +31,17 @@ from watchdog.core.supervisor.primitives import spawn, stop
 CANCEL_WINDOW_S = 2.0
 
 
-def command(s: JobState, cmd: str, now: float) -> list[Action]:
+def command(s: JobState, ev: OperatorCommand, now: float) -> list[Action]:
     """An operator's command: what it does now, or why it cannot (Refuse). A `restart`
-    restarts the cluster too (issue 14), whatever this node does about it."""
+    restarts the cluster too (docs/multi-node.md), whatever this node does about it."""
+    cmd = ev.cmd
     if cmd == "restart":
         return [RestartCluster(), *_command(s, cmd, now)]
     return _command(s, cmd, now)
 
 
 def _command(s: JobState, cmd: str, now: float) -> list[Action]:
-    if s.exiting:
+    if s.leaving is not Leaving.STAYING:
         return [Refuse("the daemon is shutting down")]
     if cmd == "pause":
         s.paused = True
@@ -51,18 +64,18 @@ def _resume(s: JobState, now: float) -> list[Action]:
     out: list[Action] = [Emit("job_resumed", {})]
     if (
         s.state is State.STOPPING
-        and s.after_stop == "stop"
+        and s.after_stop is AfterStop.STOP
         and s.stop_reason == "exited"
         and "exited" in s.policy.restart_on
     ):
-        s.after_stop = "restart"  # it died while paused; its cleanup is under way
+        s.after_stop = AfterStop.RESTART  # it died while paused; its cleanup is under way
     if s.state is State.STOPPED and s.want_running:
         return out + spawn(s, now, "resumed")
     # Verdicts that fired during the pause are acted on now.
     act_on = sorted(s.firing & s.policy.restart_on)
     if act_on and s.state in (State.STARTING, State.RUNNING, State.UNHEALTHY):
         reason = act_on[0]
-        out += stop(s, reason, "restart", incident=reason in INCIDENT_REASONS)
+        out += stop(s, reason, AfterStop.RESTART, incident=reason in INCIDENT_REASONS)
     return out
 
 
@@ -71,20 +84,20 @@ def _stop(s: JobState) -> list[Action]:
     s.want_running = False
     s.operator_stopped = True
     if s.state is State.STOPPING:
-        if s.after_stop not in ("exit", "completed"):  # a run that ended well
-            s.after_stop = "stop"  # stays completed (SPEC §13)
+        if s.after_stop not in (AfterStop.EXIT, AfterStop.COMPLETED):  # a run that ended well
+            s.after_stop = AfterStop.STOP  # stays completed (SPEC §13)
         return []
-    if s.pid is None and not s.spawning:
+    if s.pid is None and s.run is not Run.SPAWNING:
         s.state = State.STOPPED
         s.host_fault = None
         return [Emit("child_stopped", {"reason": "operator"})]
-    return stop(s, "operator", "stop")
+    return stop(s, "operator", AfterStop.STOP)
 
 
 def _start(s: JobState, cmd: str, now: float) -> list[Action]:
     """start / restart: an operator always leaves fatal and resets the budget (SPEC §5)."""
-    alive = s.pid is not None or s.spawning
-    if s.state is State.STOPPING and s.after_stop == "exit":
+    alive = s.pid is not None or s.run is Run.SPAWNING
+    if s.state is State.STOPPING and s.after_stop is AfterStop.EXIT:
         return [Refuse("the daemon is shutting down")]
     if cmd == "start" and alive and s.state is not State.STOPPING:
         return [Refuse(f"already {snapshot(s).state.value}")]
@@ -95,27 +108,42 @@ def _start(s: JobState, cmd: str, now: float) -> list[Action]:
     s.host_fault = None  # an operator's start leaves host_fault (SPEC §12)
     s.operator_stopped = False  # ... and an operator's stop (SPEC §13)
     if alive or s.state is State.STOPPING:
-        return stop(s, "operator", "start")
+        return stop(s, "operator", AfterStop.START)
     s.last_reason = "operator" if cmd == "restart" else s.last_reason
     return spawn(s, now, "operator")
 
 
-def shutdown(s: JobState) -> list[Action]:
+def policy_changed(s: JobState, ev: PolicyChanged, now: float) -> list[Action]:
+    """A reload's policy: it applies from the next decision on, in every state."""
+    s.policy = ev.policy
+    return []
+
+
+def cluster_restart(s: JobState, ev: RestartRequested, now: float) -> list[Action]:
+    """Another node moved the cluster's epoch: stop this run's tree and start again (the start
+    waits at the cluster's barrier: no backoff, no budget of our own)."""
+    if s.pid is None or s.leaving is not Leaving.STAYING:
+        return []  # nothing runs yet (the spawn under way waits at the barrier), or exiting
+    return stop(s, ev.reason, AfterStop.START)
+
+
+def shutdown(s: JobState, ev: ShutdownRequested, now: float) -> list[Action]:
+    if s.signalled is None and ev.signum is not None:
+        s.signalled = ev.signum  # SPEC §13: the first stop signal's code (ending.py)
     s.backoff_until = None
-    if s.state is State.STOPPING and s.after_stop == "completed":
+    if s.state is State.STOPPING and s.after_stop is AfterStop.COMPLETED:
         done_at = s.completed_at
-        if done_at is None or s.now - done_at >= CANCEL_WINDOW_S:
+        if done_at is None or now - done_at >= CANCEL_WINDOW_S:
             # The run ended well before this signal: record it, then exit (_finish_stop).
-            s.exit_after_completion = True
-            s.exiting = True  # nothing may start any more
+            s.leaving = Leaving.AFTER_COMPLETION  # nothing may start any more
             return []
         # The same cancel stopped the job: its exit was no completion (CANCEL_WINDOW_S).
         s.completed = s.completed_at = None
-    if s.pid is None and not s.spawning and s.state is not State.STOPPING:
+    if s.pid is None and s.run is not Run.SPAWNING and s.state is not State.STOPPING:
         # An end state is what the next daemon must find in the state file (SPEC §5, §13):
         # a clean exit (systemctl restart) in fatal or completed does not forget it.
         if s.state not in (State.COMPLETED, State.FATAL, State.HOST_FAULT):
             s.state = State.STOPPED
-        s.exiting = True
+        s.leaving = Leaving.EXITED
         return [Exit()]
-    return stop(s, "shutdown", "exit")
+    return stop(s, "shutdown", AfterStop.EXIT)

@@ -14,31 +14,25 @@ from __future__ import annotations
 
 from watchdog.core.names import State
 from watchdog.core.supervisor.commands import shutdown
-from watchdog.core.supervisor.events import Action, Emit, Exit
-from watchdog.core.supervisor.jobstate import JobState
+from watchdog.core.supervisor.events import Action, Emit, Exit, ShutdownRequested
+from watchdog.core.supervisor.jobstate import JobState, Leaving
 
 # The states in which the job has ended for good: nothing restarts it but an operator.
 END_STATES = frozenset({State.COMPLETED, State.FATAL, State.HOST_FAULT})
 
 
-def signalled(s: JobState, signum: int | None) -> None:
-    """ShutdownRequested: the first stop signal decides the code unless the job ended first."""
-    if s.signalled is None and signum is not None:
-        s.signalled = signum
-
-
-def after_input(s: JobState, actions: list[Action]) -> list[Action]:
+def after_input(s: JobState, actions: list[Action], now: float) -> list[Action]:
     """Every input's actions, with the daemon's exit decided: the job's end starts the
     shutdown (daemon_exiting), and each Exit carries the exit code."""
     if s.policy.exit_codes is None:
         return actions  # without --exit-with-job every Exit is 0: Exit's default
-    out = actions + _ended_for_good(s)
+    out = actions + _ended_for_good(s, now)
     if any(isinstance(a, Exit) for a in out):
         return [Exit(exit_status(s)) if isinstance(a, Exit) else a for a in out]
     return out
 
 
-def _ended_for_good(s: JobState) -> list[Action]:
+def _ended_for_good(s: JobState, now: float) -> list[Action]:
     codes = s.policy.exit_codes
     if codes is None or s.exit_code is not None or s.state not in END_STATES:
         return []
@@ -46,7 +40,8 @@ def _ended_for_good(s: JobState) -> list[Action]:
         return []
     s.exit_code = dict(codes)[s.state.value]
     fields = {"state": s.state.value, "exit_code": s.exit_code}
-    return [Emit("daemon_exiting", fields), *([] if s.exiting else shutdown(s))]
+    ending = [] if s.leaving is Leaving.EXITED else shutdown(s, ShutdownRequested(), now)
+    return [Emit("daemon_exiting", fields), *ending]
 
 
 def exit_status(s: JobState) -> int:

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 
 from watchdog.core.names import State
 from watchdog.core.supervisor.budget import Durable, NoProgressTally
-from watchdog.core.supervisor.jobstate import JobState
+from watchdog.core.supervisor.events import Action, HandoverResumed, StateRestored
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run
 
 
 def durable(s: JobState) -> Durable:
@@ -39,7 +40,7 @@ def durable(s: JobState) -> Durable:
 def ended_well(s: JobState) -> bool:
     """Completed, or its tree still being cleared: a daemon killed meanwhile must not
     start the finished run again (SPEC §13)."""
-    clearing = s.state is State.STOPPING and s.after_stop == "completed"
+    clearing = s.state is State.STOPPING and s.after_stop is AfterStop.COMPLETED
     return s.state is State.COMPLETED or clearing
 
 
@@ -53,7 +54,7 @@ def carry(s: JobState) -> dict[str, object] | None:
     """Everything, for an in-place re-exec (same process, same monotonic clock, the job
     still our child); None while a start or a stop is under way (not a moment to hand over:
     their outcome would arrive at the old code)."""
-    if s.spawning or s.exiting or s.state is State.STOPPING:
+    if s.run is Run.SPAWNING or s.leaving is not Leaving.STAYING or s.state is State.STOPPING:
         return None
     return {
         "state": s.state.value,
@@ -86,6 +87,18 @@ def carry(s: JobState) -> dict[str, object] | None:
     }
 
 
+def restored(s: JobState, ev: StateRestored, now: float) -> list[Action]:
+    """StateRestored (table.py): the previous daemon's state file, into a fresh core."""
+    restore(s, ev.durable, now)
+    return []
+
+
+def resumed(s: JobState, ev: HandoverResumed, now: float) -> list[Action]:
+    """HandoverResumed (table.py): the previous code's carry(), into a fresh core."""
+    resume(s, ev.carry, now)
+    return []
+
+
 def resume(s: JobState, c: Mapping[str, object], now: float) -> None:
     """Take over a carry() of the previous code. Raises ValueError (or KeyError/TypeError)
     for one that does not fit: the caller refuses the hand-over."""
@@ -95,6 +108,7 @@ def resume(s: JobState, c: Mapping[str, object], now: float) -> None:
     s.now = now
     s.state = state
     s.pid = _opt_pid(c["pid"])
+    s.run = Run.NONE if s.pid is None else Run.LIVE  # never handed over mid-start or mid-stop
     s.spawned_at = _opt_float(c["spawned_at"])
     s.healthy_since = _opt_float(c["healthy_since"])
     s.firing = frozenset(str(r) for r in _seq(c["firing"]))

@@ -10,12 +10,42 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from enum import StrEnum
 
 from watchdog.core.names import State
 from watchdog.core.supervisor.budget import NoProgressTally, Policy
 
-AfterStop = Literal["stop", "restart", "start", "exit", "host_fault", "completed"]
+
+class AfterStop(StrEnum):
+    """Where the stop under way leads once the job's tree is gone (primitives.finish_stop).
+    The values are what the input log's state image records (image.py)."""
+
+    STOP = "stop"  # stopped, and it stays so
+    RESTART = "restart"  # a failure: a restart after backoff, or fatal (the budget, SPEC §5)
+    START = "start"  # a start at once: an operator's restart, a cluster's new epoch
+    EXIT = "exit"  # the daemon exits (a shutdown)
+    HOST_FAULT = "host_fault"  # parked until an operator's start (SPEC §12)
+    COMPLETED = "completed"  # the run ended well (SPEC §13)
+
+
+class Run(StrEnum):
+    """Where the job's current run is, beside `pid` (two flags before: spawning, leader_exited).
+    The values are what the input log's state image records (image.py)."""
+
+    NONE = "none"  # no run, and no start under way (pid None)
+    SPAWNING = "spawning"  # SpawnChild returned and not answered yet (pid None)
+    LIVE = "live"  # its leader runs (pid)
+    REAPED = "reaped"  # its leader was reaped; its tree may still be stopping (pid kept)
+
+
+class Leaving(StrEnum):
+    """Whether the daemon is on its way out (two flags before: exiting, exit_after_completion).
+    Once it is not STAYING nothing may start any more. The values are what the input log's
+    state image records (image.py)."""
+
+    STAYING = "staying"
+    AFTER_COMPLETION = "after_completion"  # a shutdown waits for a completion to be recorded
+    EXITED = "exited"  # Exit was returned
 
 
 @dataclass(slots=True)
@@ -26,12 +56,12 @@ class JobState:
     rng: Callable[[], float]  # jitter source, u in [0, 1)
     state: State = State.STOPPED
     pid: int | None = None
-    spawning: bool = False
+    run: Run = Run.NONE
     spawned_at: float | None = None
     healthy_since: float | None = None
     firing: frozenset[str] = frozenset()
     paused: bool = False
-    after_stop: AfterStop = "stop"
+    after_stop: AfterStop = AfterStop.STOP
     stop_reason: str = ""
     stop_incident: str | None = None  # the bundle of the stop under way
     restart_times: deque[float] = field(default_factory=deque)
@@ -42,9 +72,7 @@ class JobState:
     last_exit: tuple[int | None, int | None] | None = None
     attempt: int = 0
     want_running: bool = False
-    exiting: bool = False  # Exit was returned: nothing may start any more
-    exit_after_completion: bool = False  # a shutdown waits for a completion to be recorded
-    leader_exited: bool = False  # the child is reaped; its tree may still be stopping
+    leaving: Leaving = Leaving.STAYING
     startup_expired: bool = False  # startup_timeout fired and the child was never healthy
     tally: NoProgressTally = field(default_factory=NoProgressTally)
     host_fault: Mapping[str, object] | None = None
@@ -111,16 +139,28 @@ def next_deadline(s: JobState) -> float | None:
     return None
 
 
+ALIVE = (State.STARTING, State.RUNNING, State.UNHEALTHY)  # a run is under way
+
+
+def shown(s: JobState) -> State:
+    """The state status shows, and the row of table.py an input is looked up in: `paused`
+    (SPEC §3) is a run under way while the pause lasts (the record keeps which: starting,
+    running or unhealthy, and the `paused` flag); in any other state the pause only holds
+    back what would start the job, so the state shows as it is. `waiting_nodes` (SPEC §12) is
+    a start that waits at the cluster's barrier (attempts.nodes_awaited), unless paused."""
+    if s.paused and s.state in ALIVE:
+        return State.PAUSED
+    if s.at_barrier and s.run is Run.SPAWNING and s.state is State.STARTING:
+        return State.WAITING_NODES
+    return s.state
+
+
 def snapshot(s: JobState) -> Snapshot:
     """The immutable view status shows (`Supervisor.snapshot`)."""
     in_window = sum(1 for t in s.restart_times if t > s.now - s.policy.window_s)
-    alive_states = (State.STARTING, State.RUNNING, State.UNHEALTHY)
-    shown = State.PAUSED if s.paused and s.state in alive_states else s.state
-    if s.at_barrier and s.spawning and s.state is State.STARTING:
-        shown = State.WAITING_NODES  # SPEC §12: shown as the cluster link showed it before
     return Snapshot(
-        state=shown,
-        pid=None if s.leader_exited else s.pid,
+        state=shown(s),
+        pid=None if s.run is Run.REAPED else s.pid,
         spawned_at=s.spawned_at,
         healthy_since=s.healthy_since,
         healthy=s.state is State.RUNNING,
@@ -139,7 +179,7 @@ def snapshot(s: JobState) -> Snapshot:
         # the completed state's record: null once the state leaves completed (status)
         completed=s.completed if s.state is State.COMPLETED else None,
         completed_at=s.completed_at,
-        spawning=s.spawning,
+        spawning=s.run is Run.SPAWNING,
         attempt=s.attempt,
         last_cause=s.last_cause,
         exit_step=s.exit_step,

@@ -2,42 +2,52 @@
 
 A fault whose action needs a GPU reset or a reboot stops the job and holds it in host_fault
 until an operator's start; lost NVML access never stops a running job, but a restart it would
-need parks (kind gpu_access_lost) until access is back.
+need parks (kind gpu_access_lost) until access is back. Each handler takes (record, input, now);
+table.py says in which states each one is called.
 """
 
 from __future__ import annotations
 
 from watchdog.core.names import State
 from watchdog.core.supervisor.events import Action, Emit, GpuAccessChanged, GpuFaultSeen
-from watchdog.core.supervisor.jobstate import JobState
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run
 from watchdog.core.supervisor.primitives import fail, finish_stop, park_access, spawn, stop
 
 
 def gpu_fault(s: JobState, ev: GpuFaultSeen, now: float) -> list[Action]:
+    """A GPU fault (_fault), logged; a quiet repeat that changes nothing is not (SPEC §13)."""
+    before = s.state
+    out = _fault(s, ev, now)
+    if ev.quiet and len(out) == 1 and s.state is before:
+        return []  # a repeat that changes nothing: counted by the shell, not logged
+    return out
+
+
+def _fault(s: JobState, ev: GpuFaultSeen, now: float) -> list[Action]:
     """SPEC §12: restart_app restarts as any detector would; a parking fault stops the job
     and holds it in host_fault (never restarted by itself, the budget untouched)."""
     out: list[Action] = [Emit("gpu_fault", {"reason": "gpu_fault", **ev.fields})]
     live = s.state in (State.STARTING, State.RUNNING, State.UNHEALTHY)
-    if s.policy.parks(ev.action) and not s.exiting:
+    if s.policy.parks(ev.action) and s.leaving is Leaving.STAYING:
         s.host_fault = dict(ev.fields)
         s.backoff_until = None
-        if ev.gate and s.spawning:  # the start under way ends without a spawn
-            s.spawning = False
+        if ev.gate and s.run is Run.SPAWNING:  # the start under way ends without a spawn
+            s.run = Run.NONE
             if s.state is State.STOPPING:  # a stop came first: stop and exit win
-                if s.after_stop in ("restart", "start"):
-                    s.after_stop = "host_fault"
+                if s.after_stop in (AfterStop.RESTART, AfterStop.START):
+                    s.after_stop = AfterStop.HOST_FAULT
                 return out + finish_stop(s, now)
             s.state = State.HOST_FAULT
             return out
         if live or s.state is State.STOPPING:
-            if s.state is State.STOPPING and s.after_stop in ("exit", "completed"):
+            if s.state is State.STOPPING and s.after_stop in (AfterStop.EXIT, AfterStop.COMPLETED):
                 return out  # a run that ended well stays completed, the fault recorded
-            return out + stop(s, "gpu_fault", "host_fault")
+            return out + stop(s, "gpu_fault", AfterStop.HOST_FAULT)
         if s.state in (State.BACKOFF, State.STOPPED, State.FATAL) and s.want_running:
             s.state = State.HOST_FAULT
         return out
     if ev.action == "restart_app" and live and s.pid is not None and not s.paused:
-        return out + stop(s, "gpu_fault", "restart")
+        return out + stop(s, "gpu_fault", AfterStop.RESTART)
     return out
 
 
@@ -46,15 +56,15 @@ def access_changed(s: JobState, ev: GpuAccessChanged, now: float) -> list[Action
     restart parks in host_fault (kind gpu_access_lost) until access is back."""
     if ev.lost:
         if s.access_lost is not None:
-            return []
+            return []  # lost already: said once
         s.access_lost = ev.detail or "NVML access lost"
         fields = {"reason": "gpu_access_lost", "detail": s.access_lost, "pid": s.pid}
         out: list[Action] = [Emit("gpu_access_lost", fields)]
-        if s.state is State.BACKOFF and not s.exiting:
+        if s.state is State.BACKOFF and s.leaving is Leaving.STAYING:
             out += park_access(s, "spawn", s.last_reason or "backoff")
         return out
     if s.access_lost is None:
-        return []
+        return []  # it was never lost: nothing to say
     s.access_lost = None
     out = [Emit("gpu_access_restored", {"reason": "gpu_access_restored", "pid": s.pid})]
     resume, s.access_resume = s.access_resume, None
@@ -63,7 +73,7 @@ def access_changed(s: JobState, ev: GpuAccessChanged, now: float) -> list[Action
         return out
     s.host_fault = None  # restored access clears its own park, and nothing else
     s.state = State.STOPPED
-    if resume is None or s.exiting:
+    if resume is None or s.leaving is not Leaving.STAYING:
         return out
     how, reason = resume
     if how == "fail":

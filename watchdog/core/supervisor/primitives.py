@@ -14,25 +14,34 @@ from watchdog.core.supervisor.events import (
     Action,
     CancelStart,
     Emit,
+    Event,
     Exit,
     KillTree,
     SpawnChild,
     TreeStopped,
 )
-from watchdog.core.supervisor.jobstate import AfterStop, JobState
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run, shown
+
+
+def refused(s: JobState, ev: Event, reason: str) -> Emit:
+    """An input that should not come now (table.py): logged as input_refused, never silent.
+    `state` is the state the operator sees (status), as the table is keyed."""
+    fields = {"input": type(ev).__name__, "state": shown(s).value, "reason": reason}
+    return Emit("input_refused", fields)
 
 
 def spawn(s: JobState, now: float, reason: str) -> list[Action]:
-    if s.pid is not None or s.spawning or s.exiting:
+    if s.pid is not None or s.run is Run.SPAWNING or s.leaving is not Leaving.STAYING:
         return []  # never two children, and nothing new once the daemon exits
     s.want_running = True
     s.attempt += 1
-    s.spawning = True
+    s.run = Run.SPAWNING
+    s.at_barrier = False  # this start has not reached the cluster's barrier yet
     s.completed = s.completed_at = None  # a new run: the last one's end is history
     s.state = State.STARTING
     s.firing = frozenset()
     s.backoff_until = None
-    s.after_stop = "stop"
+    s.after_stop = AfterStop.STOP
     return [SpawnChild(attempt=s.attempt)]
 
 
@@ -43,7 +52,7 @@ def stop(s: JobState, reason: str, after: AfterStop, incident: bool = False) -> 
         return []  # a stop is under way; only where it leads changes
     s.state = State.STOPPING
     s.stop_incident = None
-    if s.spawning:
+    if s.run is Run.SPAWNING:
         return [CancelStart()]  # or, if the spawn wins the race, _spawned() kills it
     emit = Emit("child_stopping", {"pid": s.pid, "reason": reason})
     return [emit, kill_tree(s, s.pid, reason, incident)]
@@ -63,26 +72,26 @@ def take_incident(s: JobState) -> dict[str, str]:
 
 def finish_stop(s: JobState, now: float) -> list[Action]:
     after, reason = s.after_stop, s.stop_reason
-    if after != "restart":
+    if after is not AfterStop.RESTART:
         s.stop_incident = None  # only the failure this stop leads to may name it
     s.pid = None
-    s.leader_exited = False
+    s.run = Run.NONE
     s.firing = frozenset()
     s.state = State.STOPPED
-    if after == "exit":
-        s.exiting = True
+    if after is AfterStop.EXIT:
+        s.leaving = Leaving.EXITED
         return [Exit()]
-    if after == "start":
+    if after is AfterStop.START:
         s.restarts_total += 1
         s.last_reason = reason
         return spawn(s, now, reason)
-    if after == "restart":
+    if after is AfterStop.RESTART:
         if s.access_lost is not None and not s.paused:
             return park_access(s, "fail", reason)  # SPEC §13: never into unreachable GPUs
         return fail(s, reason, now)
-    if after == "host_fault":
+    if after is AfterStop.HOST_FAULT:
         s.state = State.HOST_FAULT  # no restart, the budget untouched (SPEC §12)
-    if after == "completed" and s.completed is not None:
+    if after is AfterStop.COMPLETED and s.completed is not None:
         s.state = State.COMPLETED  # no restart, the budget untouched (SPEC §13)
         s.want_running = False
         s.healthy_since = None
@@ -90,8 +99,8 @@ def finish_stop(s: JobState, now: float) -> list[Action]:
         step = int(step) if step is not None and float(step).is_integer() else step
         s.completed = {**s.completed, "step": step}
         done: list[Action] = [Emit("job_completed", dict(s.completed))]
-        if s.exit_after_completion:  # a shutdown came while the tree was cleared
-            s.exiting = True
+        if s.leaving is Leaving.AFTER_COMPLETION:  # a shutdown came while the tree was cleared
+            s.leaving = Leaving.EXITED
             done.append(Exit())
         return done
     return [Emit("child_stopped", {"reason": reason})]
@@ -183,12 +192,12 @@ def park_unverified(s: JobState, ev: TreeStopped) -> list[Action]:
         **take_incident(s),
     }
     s.pid = None
-    s.leader_exited = False
+    s.run = Run.NONE
     s.firing = frozenset()
     s.backoff_until = None
-    if s.after_stop == "exit" or s.exit_after_completion:
+    if s.after_stop is AfterStop.EXIT or s.leaving is Leaving.AFTER_COMPLETION:
         s.state = State.STOPPED
-        s.exiting = True
+        s.leaving = Leaving.EXITED
         return [Emit("stop_unverified", fields), Exit()]
     s.state = State.FATAL
     s.last_reason = "stop_unverified"

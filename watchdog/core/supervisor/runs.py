@@ -1,6 +1,8 @@
 """PURE: the transitions of one run of the job: the daemon's start (or a fresh run), adoption,
 spawn and its failure, the leader's exit (a failure, or a completion: SPEC §13), and the end of
 the stop that clears its tree (SPEC §3, §5, §12).
+
+Each handler takes (record, input, now); table.py says in which states each one is called.
 """
 
 from __future__ import annotations
@@ -8,9 +10,31 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from watchdog.core.names import State
-from watchdog.core.supervisor.events import Action, ChildExited, Emit, TreeStopped
-from watchdog.core.supervisor.jobstate import JobState
-from watchdog.core.supervisor.primitives import fail, finish_stop, kill_tree, park_unverified, spawn
+from watchdog.core.supervisor.events import (
+    Action,
+    ChildExited,
+    ChildSpawned,
+    DaemonStarted,
+    Emit,
+    IncidentSaved,
+    JobAdopted,
+    SpawnFailed,
+    TreeStopped,
+)
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run
+from watchdog.core.supervisor.primitives import (
+    fail,
+    finish_stop,
+    kill_tree,
+    park_unverified,
+    refused,
+    spawn,
+)
+
+
+def daemon_started(s: JobState, ev: DaemonStarted, now: float) -> list[Action]:
+    """The daemon is up: a fresh run (`--exit-with-job`) starts whatever was found."""
+    return fresh_run(s, now) if ev.fresh_run else started(s, now)
 
 
 def started(s: JobState, now: float) -> list[Action]:
@@ -63,37 +87,46 @@ def fresh_run(s: JobState, now: float) -> list[Action]:
     return out + spawn(s, now, reason="daemon_started")
 
 
-def adopted(s: JobState, pid: int, now: float) -> list[Action]:
-    if s.pid is not None or s.spawning or s.exiting:
-        return []  # never two jobs
+def adopted(s: JobState, ev: JobAdopted, now: float) -> list[Action]:
+    pid = ev.pid
+    if s.pid is not None or s.run is Run.SPAWNING or s.leaving is not Leaving.STAYING:
+        return [refused(s, ev, "a job is already watched or being started: never two")]
     # STARTING until its first healthy verdict; the startup window counts from the adoption.
     s.want_running = True
     s.state = State.STARTING
     s.backoff_until = None
-    s.after_stop = "stop"
+    s.after_stop = AfterStop.STOP
     s.firing = frozenset()
-    spawned(s, pid, now)
+    _watch(s, pid, now)
     return [Emit("job_adopted", {"pid": pid})]
 
 
-def spawned(s: JobState, pid: int, now: float) -> list[Action]:
-    s.spawning = False
-    s.pid = pid
-    s.spawned_at = now
-    s.healthy_since = None
-    s.leader_exited = False
-    s.startup_expired = False
-    s.run_step = None
-    s.tally.run_started(now)
+def spawned(s: JobState, ev: ChildSpawned, now: float) -> list[Action]:
+    if s.run is not Run.SPAWNING:
+        return [refused(s, ev, "no start is under way")]
+    pid = ev.pid
+    _watch(s, pid, now)
     if s.state is State.STOPPING:  # a stop arrived while we were spawning: stop wins
         return [kill_tree(s, pid, s.stop_reason)]
     return [Emit("child_spawned", {"pid": pid, "attempt": s.attempt})]
 
 
-def spawn_failed(s: JobState, reason: str, detail: str, now: float) -> list[Action]:
-    if not s.spawning:
+def _watch(s: JobState, pid: int, now: float) -> None:
+    """A run begins: a child we spawned, or one we adopted."""
+    s.run = Run.LIVE
+    s.pid = pid
+    s.spawned_at = now
+    s.healthy_since = None
+    s.startup_expired = False
+    s.run_step = None
+    s.tally.run_started(now)
+
+
+def spawn_failed(s: JobState, ev: SpawnFailed, now: float) -> list[Action]:
+    reason, detail = ev.reason, ev.detail
+    if s.run is not Run.SPAWNING:
         return []  # a late failure report for a child that exists: it stays watched
-    s.spawning = False
+    s.run = Run.NONE
     emit = Emit("child_start_failed", {"reason": reason, "detail": detail})
     if s.state is State.STOPPING:
         return [emit, *finish_stop(s, now)]
@@ -106,18 +139,18 @@ def spawn_failed(s: JobState, reason: str, detail: str, now: float) -> list[Acti
     return [emit, *fail(s, reason, now)]
 
 
-def exited(s: JobState, ev: ChildExited) -> list[Action]:
+def exited(s: JobState, ev: ChildExited, now: float) -> list[Action]:
     if ev.pid != s.pid:
-        return []
+        return []  # an earlier run's leader, reaped late: that run is over already
     s.last_exit = (ev.exit_code, ev.signal)
     s.exit_step = s.run_step
-    s.leader_exited = True
+    s.run = Run.REAPED
     fields: dict[str, object] = {"pid": ev.pid, "exit_code": ev.exit_code, "signal": ev.signal}
     if s.state is State.STOPPING:
         s.last_cause = stopped_cause(s, ev)
         return [Emit("child_exited", {**fields, "reason": s.stop_reason, **s.last_cause})]
     if ev.signal is None and ev.exit_code in s.policy.success_exit_codes:
-        return exited_well(s, ev, fields)
+        return exited_well(s, ev, fields, now)
     # An unexpected death: clear leftovers of the tree first, then decide (in _tree_stopped).
     s.state = State.STOPPING
     s.stop_incident = ev.incident  # SPEC §14: every failed run leaves a bundle
@@ -126,7 +159,7 @@ def exited(s: JobState, ev: ChildExited) -> list[Action]:
     fields |= {**s.last_cause, **({"incident": ev.incident} if ev.incident else {})}
     s.stop_reason = "exited"
     restart = "exited" in s.policy.restart_on and not s.paused
-    s.after_stop = "restart" if restart else "stop"
+    s.after_stop = AfterStop.RESTART if restart else AfterStop.STOP
     return [
         Emit("child_exited", {**fields, "reason": "exited"}),
         Emit("detector_fired", {"reason": "exited", "pid": ev.pid}),
@@ -159,16 +192,18 @@ def stopped_cause(s: JobState, ev: ChildExited) -> dict[str, str]:
     return {"cause": s.stop_reason, "cause_class": "unknown", "cause_line": line}
 
 
-def exited_well(s: JobState, ev: ChildExited, fields: Mapping[str, object]) -> list[Action]:
+def exited_well(
+    s: JobState, ev: ChildExited, fields: Mapping[str, object], now: float
+) -> list[Action]:
     """SPEC §13: an exit code in job.success_exit_codes is the end of the run, not a
     failure: clear what is left of its tree, then `completed` (no restart, the budget and
     the no-progress tally untouched). With `completed` in restart.on it restarts as any
     failure would (a job meant to run for ever)."""
-    now = s.now
     s.state = State.STOPPING
     s.stop_incident = None
     s.stop_reason = "completed"
-    s.after_stop = "restart" if "completed" in s.policy.restart_on else "completed"
+    done = AfterStop.COMPLETED
+    s.after_stop = AfterStop.RESTART if "completed" in s.policy.restart_on else done
     runtime = None if s.spawned_at is None else round(now - s.spawned_at, 3)
     s.completed_at = now
     # the step is filled in when the tree is gone: the shell reads the run's last lines
@@ -179,9 +214,15 @@ def exited_well(s: JobState, ev: ChildExited, fields: Mapping[str, object]) -> l
     ]
 
 
+def incident_saved(s: JobState, ev: IncidentSaved, now: float) -> list[Action]:
+    """The bundle of the stop under way: the restart_scheduled or fatal it leads to names it."""
+    s.stop_incident = ev.path
+    return []
+
+
 def tree_stopped(s: JobState, ev: TreeStopped, now: float) -> list[Action]:
-    if s.state is not State.STOPPING or s.spawning:
-        return []
+    if s.run is Run.SPAWNING:
+        return [refused(s, ev, "the stop under way waits for its start to be answered")]
     out: list[Action] = []
     if ev.killed:
         fields = {"pid": s.pid, "reason": s.stop_reason, "signal": 9}  # SIGKILL
@@ -189,7 +230,7 @@ def tree_stopped(s: JobState, ev: TreeStopped, now: float) -> list[Action]:
     if ev.leftovers:  # SPEC §14: a stop that left a process is never a success
         left: dict[str, object] = {"count": ev.leftovers, "pids": list(ev.pids)}
         out.append(Emit("leftovers_found", {**left, "reason": s.stop_reason}))
-        if s.after_stop == "completed" and ev.error is None:
+        if s.after_stop is AfterStop.COMPLETED and ev.error is None:
             # The run did end well (SPEC §13); what it left is reported, and `start` ends it
             out.append(Emit("stop_unverified", {**left, "reason": "stop_unverified"}))
         else:

@@ -1,20 +1,27 @@
 """PURE: the verdicts on a live run: health.py's assessment, a dead rank, progress marks, and
 the deadlines (end of backoff, end of the startup window: the one verdict the core owns,
-`startup_timeout`, a pure function of the spawn time and the clock).
+`startup_timeout`, a pure function of the spawn time and the clock). Each handler takes
+(record, input, now); table.py says in which states each one is called.
 """
 
 from __future__ import annotations
 
 from watchdog.core.names import INCIDENT_REASONS, UNVERIFIABLE, State
-from watchdog.core.supervisor.events import Action, Emit, HealthAssessed, ProgressMarked, RankExited
-from watchdog.core.supervisor.jobstate import JobState, next_deadline
+from watchdog.core.supervisor.events import (
+    Action,
+    Emit,
+    HealthAssessed,
+    ProgressMarked,
+    RankExited,
+    Tick,
+)
+from watchdog.core.supervisor.jobstate import ALIVE, AfterStop, JobState, next_deadline
 from watchdog.core.supervisor.primitives import park_access, spawn, stop
 
 
 def assessed(s: JobState, ev: HealthAssessed, now: float) -> list[Action]:
-    live = (State.STARTING, State.RUNNING, State.UNHEALTHY)
-    if ev.pid != s.pid or s.state not in live:
-        return []
+    if ev.pid != s.pid or s.state not in ALIVE:
+        return []  # a verdict on an earlier run, judged before it ended: that run is over
     firing = ev.firing
     blind = bool(ev.firing & UNVERIFIABLE) or s.access_lost is not None
     if s.startup_expired and s.healthy_since is None and not ev.healthy and not blind:
@@ -29,7 +36,7 @@ def assessed(s: JobState, ev: HealthAssessed, now: float) -> list[Action]:
     act_on = sorted(ev.firing & s.policy.restart_on)
     if act_on and not s.paused:
         reason = act_on[0]
-        return out + stop(s, reason, "restart", incident=reason in INCIDENT_REASONS)
+        return out + stop(s, reason, AfterStop.RESTART, incident=reason in INCIDENT_REASONS)
     if ev.firing:
         if s.state is not State.STARTING:
             s.state = State.UNHEALTHY
@@ -47,26 +54,27 @@ def assessed(s: JobState, ev: HealthAssessed, now: float) -> list[Action]:
     return out
 
 
-def rank_exited(s: JobState, ev: RankExited) -> list[Action]:
+def rank_exited(s: JobState, ev: RankExited, now: float) -> list[Action]:
     """A dead rank is a verdict on the whole job (SPEC §12): `exited`, as if the leader
     died, whatever the launcher would do about it itself."""
-    if ev.pid != s.pid or s.state not in (
-        State.STARTING,
-        State.RUNNING,
-        State.UNHEALTHY,
-    ):
-        return []
+    if ev.pid != s.pid or s.state not in ALIVE:
+        return []  # a rank of an earlier run, listed before it ended: that run is over
     fired = Emit(
         "detector_fired",
         {"reason": "exited", "pid": ev.pid, "rank_pid": ev.rank_pid, "rank": ev.rank},
     )
     if "exited" not in s.policy.restart_on or s.paused:
         return [fired]
-    return [fired, *stop(s, "exited", "restart")]
+    return [fired, *stop(s, "exited", AfterStop.RESTART)]
 
 
-def marked(s: JobState, ev: ProgressMarked) -> None:
+def marked(s: JobState, ev: ProgressMarked, now: float) -> list[Action]:
     """Feed the no-progress tally; only the configured marker moves the high-water mark."""
+    _mark(s, ev)
+    return []
+
+
+def _mark(s: JobState, ev: ProgressMarked) -> None:
     marker = s.policy.progress_marker
     if ev.kind == "step":
         s.tally.progress_line(ev.at)
@@ -78,7 +86,10 @@ def marked(s: JobState, ev: ProgressMarked) -> None:
         s.tally.checkpoint_written(ev.at)
 
 
-def tick(s: JobState, now: float) -> list[Action]:
+def tick(s: JobState, ev: Tick, now: float) -> list[Action]:
+    """A deadline the core asked for: the end of the backoff, or of the startup window. The
+    shell also posts a Tick as a barrier (after a start's checks, an adoption, a re-exec):
+    when nothing is due, nothing happens."""
     until = s.backoff_until
     if s.state is State.BACKOFF and until is not None and now >= until:
         if s.access_lost is not None and not s.paused:
@@ -102,7 +113,7 @@ def tick(s: JobState, now: float) -> list[Action]:
         s.firing = s.firing | {"startup_timeout"}
         s.startup_expired = True
         if "startup_timeout" in s.policy.restart_on and not s.paused:
-            return [fired, *stop(s, "startup_timeout", "restart", incident=True)]
+            return [fired, *stop(s, "startup_timeout", AfterStop.RESTART, incident=True)]
         s.state = State.UNHEALTHY
         return [fired]
-    return []
+    return []  # nothing is due: a barrier Tick, or a deadline moved since it was asked for

@@ -1,0 +1,37 @@
+"""PURE: the cells of the supervisor's transition table (table.py): a handler, the states it may
+lead to, and what it does in words (docs/state-machine.md is drawn from them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from watchdog.core.names import State
+from watchdog.core.supervisor.events import Action
+from watchdog.core.supervisor.jobstate import JobState
+
+# (the record, the input, now) -> the actions, in order
+Handler = Callable[[JobState, Any, float], list[Action]]
+
+
+@dataclass(frozen=True, slots=True)
+class Go:
+    """One cell: the handler, the states it may lead to (besides staying), what it does."""
+
+    handler: Handler
+    to: frozenset[State]
+    says: str
+
+
+def go(handler: Handler, *to: State, says: str) -> Go:
+    return Go(handler, frozenset(to), says)
+
+
+def nothing(s: JobState, ev: object, now: float) -> list[Action]:
+    """An input the table allows in a state where it has nothing to do."""
+    return []
+
+
+def stay(says: str) -> Go:
+    return Go(nothing, frozenset(), says)

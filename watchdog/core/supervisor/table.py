@@ -1,0 +1,394 @@
+"""PURE: the supervisor's whole state machine as one table (model: h11's `_state.py`).
+
+Read it top to bottom: for each state the operator sees (SPEC §3, `jobstate.shown`), each input
+(events.py) -> `Go(handler, *the states it may lead to, says=what it does)`. Staying in the
+same state is always possible (a handler may find nothing to do), so `to` names only the other
+states. `Supervisor.handle` dispatches through this table and nothing else:
+
+- an input listed with `stay(...)` is allowed and changes nothing: a normal race (a verdict on a
+  run that has just been stopped, the exit of a run already cleared) or an input that does not
+  concern the state (a cluster restart while nothing runs);
+- an input not listed is refused: `handle` returns an `input_refused` event (input, state,
+  reason: `REFUSED` below) that the shell logs. It should not happen; a refusal changes nothing.
+
+Rows shared by several states are written once (`_ANYWHERE`, `_NO_RUN`, `_A_RUN`) and spread
+into each state's row; docs/state-machine.md is drawn from this table (`make docs`), and
+tests/core/supervisor/test_table.py walks every pair and keeps the drawing in step.
+
+Q: what does the daemon do when the job exits while backing off? A: see BACKOFF / ChildExited:
+nothing. No job runs during a backoff (its tree was stopped and its exit counted before the
+backoff began), so an exit reported now is of that run, reaped late; the restart stays due.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from watchdog.core.names import State
+from watchdog.core.supervisor import attempts, commands, handover, parking, runs, verdicts
+from watchdog.core.supervisor.cells import Go, go, stay
+from watchdog.core.supervisor.events import (
+    ChildExited,
+    ChildSpawned,
+    DaemonStarted,
+    GpuAccessChanged,
+    GpuFaultSeen,
+    HandoverResumed,
+    HealthAssessed,
+    HealthAwaited,
+    IncidentSaved,
+    JobAdopted,
+    NodesAwaited,
+    OperatorCommand,
+    PolicyChanged,
+    ProgressMarked,
+    RankExited,
+    RestartRequested,
+    ShutdownRequested,
+    SpawnFailed,
+    SpawnPending,
+    StateRestored,
+    Tick,
+    TreeStopped,
+)
+
+STOPPED, STARTING, RUNNING, UNHEALTHY = (
+    State.STOPPED,
+    State.STARTING,
+    State.RUNNING,
+    State.UNHEALTHY,
+)
+STOPPING, BACKOFF, FATAL, PAUSED = (State.STOPPING, State.BACKOFF, State.FATAL, State.PAUSED)
+HOST_FAULT, COMPLETED, WAITING_NODES = State.HOST_FAULT, State.COMPLETED, State.WAITING_NODES
+
+
+# What every state does with these.
+_ANYWHERE: dict[type, Go] = {
+    PolicyChanged: go(commands.policy_changed, says="a reload's policy applies from now on"),
+    ProgressMarked: go(verdicts.marked, says="fed to the no-progress tally (SPEC §12)"),
+    SpawnPending: go(attempts.pending, says="a start about to spawn: Refuse once superseded"),
+    NodesAwaited: go(attempts.awaited, says="only a start under way waits at the barrier"),
+    HealthAwaited: stay("a caller waits for health: answered after each input (answers.py)"),
+    ChildSpawned: go(attempts.late_spawn, says="a superseded start's child is stopped"),
+    SpawnFailed: go(attempts.late_failure, says="a superseded start's failure is dropped"),
+}
+
+# States with no run of the job (its tree is gone): a report about a run is a late one.
+_NO_RUN: dict[type, Go] = {
+    **_ANYWHERE,
+    JobAdopted: go(runs.adopted, STARTING, PAUSED, says="watch the previous daemon's job"),
+    ChildExited: stay("the exit of a run already cleared (reaped late): counted before"),
+    HealthAssessed: stay("a verdict on a run already cleared, judged before it ended"),
+    RankExited: stay("a rank of a run already cleared, listed before it ended"),
+    RestartRequested: stay("nothing runs: the next start waits at the cluster's barrier"),
+}
+
+# Starting, running, unhealthy, paused: a run is under way (or its spawn is).
+_A_RUN: dict[type, Go] = {
+    **_ANYWHERE,
+    ChildExited: go(
+        runs.exited,
+        STOPPING,
+        says="the leader died (`exited`) or ended well (`completed`, SPEC §13): clear its tree",
+    ),
+    RestartRequested: go(
+        commands.cluster_restart,
+        STOPPING,
+        says="another node moved the epoch: stop the tree, then start at the barrier",
+    ),
+    ShutdownRequested: go(
+        commands.shutdown, STOPPING, says="stop the job (or cancel its start), then exit"
+    ),
+    GpuAccessChanged: go(
+        parking.access_changed, says="named (gpu_access_lost/restored), never acted on"
+    ),
+}
+
+# A start (SPEC §3); `waiting_nodes` (SPEC §12) is a start that waits at the cluster's barrier.
+_STARTING: dict[type, Go] = {
+    **_A_RUN,
+    NodesAwaited: go(attempts.awaited, WAITING_NODES, says="the start waits at the barrier"),
+    ChildSpawned: go(attempts.child_spawned, says="the start's child: the startup window counts"),
+    SpawnFailed: go(
+        attempts.spawn_failed,
+        BACKOFF,
+        FATAL,
+        HOST_FAULT,
+        STOPPED,
+        says="a failure: restart after backoff, or fatal when the budget is spent",
+    ),
+    HealthAssessed: go(
+        verdicts.assessed,
+        RUNNING,
+        STOPPING,
+        says="healthy -> running; a verdict in restart.on stops it to restart",
+    ),
+    RankExited: go(verdicts.rank_exited, STOPPING, says="a dead rank is `exited`"),
+    Tick: go(
+        verdicts.tick,
+        UNHEALTHY,
+        STOPPING,
+        says="the startup window ran out: startup_timeout (judged later while blind)",
+    ),
+    GpuFaultSeen: go(
+        parking.gpu_fault,
+        HOST_FAULT,
+        STOPPING,
+        says="parks (host_fault) or restarts (restart_app), by the fault's action",
+    ),
+    OperatorCommand: go(
+        commands.command,
+        PAUSED,
+        STOPPING,
+        says="stop/restart stop it; pause; a start answers 'already …'",
+    ),
+}
+
+TABLE: dict[State, Mapping[type, Go]] = {
+    STOPPED: {
+        **_NO_RUN,
+        StateRestored: go(
+            handover.restored,
+            FATAL,
+            COMPLETED,
+            HOST_FAULT,
+            says="a fresh core takes the previous daemon's state file (budget, end states)",
+        ),
+        HandoverResumed: go(
+            handover.resumed,
+            STARTING,
+            RUNNING,
+            UNHEALTHY,
+            PAUSED,
+            BACKOFF,
+            FATAL,
+            HOST_FAULT,
+            COMPLETED,
+            says="a fresh core takes everything the previous code carried (reexec)",
+        ),
+        DaemonStarted: go(
+            runs.daemon_started,
+            STARTING,
+            BACKOFF,
+            says="start the job, unless an operator stopped or paused it, or a backoff remains",
+        ),
+        OperatorCommand: go(
+            commands.command, STARTING, PAUSED, says="start/restart spawn; stop, pause recorded"
+        ),
+        ShutdownRequested: go(commands.shutdown, says="exit"),
+        GpuFaultSeen: go(
+            parking.gpu_fault, HOST_FAULT, says="a parking fault parks a job still wanted"
+        ),
+        GpuAccessChanged: go(parking.access_changed, says="named; nothing to hold back"),
+        Tick: stay("nothing is due"),
+    },
+    STARTING: _STARTING,
+    WAITING_NODES: {
+        **_STARTING,
+        ChildSpawned: go(attempts.child_spawned, STARTING, says="the barrier opened: it runs"),
+        SpawnFailed: go(
+            attempts.spawn_failed,
+            STARTING,
+            BACKOFF,
+            FATAL,
+            HOST_FAULT,
+            STOPPED,
+            says="the barrier was cancelled, or the start failed (as in starting)",
+        ),
+        NodesAwaited: go(attempts.awaited, STARTING, says="left the barrier: starting"),
+    },
+    RUNNING: {
+        **_A_RUN,
+        HealthAssessed: go(
+            verdicts.assessed,
+            UNHEALTHY,
+            STOPPING,
+            says="a detector fired: warn (unhealthy), or stop it to restart",
+        ),
+        RankExited: go(verdicts.rank_exited, STOPPING, says="a dead rank is `exited`"),
+        Tick: stay("nothing is due"),
+        GpuFaultSeen: go(parking.gpu_fault, STOPPING, says="stop: to park, or to restart"),
+        OperatorCommand: go(
+            commands.command,
+            PAUSED,
+            STOPPING,
+            says="stop/restart stop it; pause; a start answers 'already …'",
+        ),
+    },
+    UNHEALTHY: {
+        **_A_RUN,
+        HealthAssessed: go(
+            verdicts.assessed,
+            RUNNING,
+            STOPPING,
+            says="all clear -> running; a verdict in restart.on stops it to restart",
+        ),
+        RankExited: go(verdicts.rank_exited, STOPPING, says="a dead rank is `exited`"),
+        Tick: stay("nothing is due"),
+        GpuFaultSeen: go(parking.gpu_fault, STOPPING, says="stop: to park, or to restart"),
+        OperatorCommand: go(
+            commands.command,
+            PAUSED,
+            STOPPING,
+            says="stop/restart stop it; pause; a start answers 'already …'",
+        ),
+    },
+    PAUSED: {
+        **_A_RUN,
+        ChildSpawned: go(
+            attempts.child_spawned, says="the start's child, watched; nothing acts on it"
+        ),
+        SpawnFailed: go(attempts.spawn_failed, STOPPED, says="no automatic restart while paused"),
+        HealthAssessed: go(verdicts.assessed, says="detectors report; nothing acts (SPEC §3)"),
+        RankExited: go(verdicts.rank_exited, says="reported; nothing acts"),
+        Tick: go(verdicts.tick, says="startup_timeout reported; nothing acts"),
+        GpuFaultSeen: go(
+            parking.gpu_fault, HOST_FAULT, STOPPING, says="a parking fault still parks the job"
+        ),
+        OperatorCommand: go(
+            commands.command,
+            STARTING,
+            RUNNING,
+            UNHEALTHY,
+            STOPPING,
+            WAITING_NODES,
+            says="resume (verdicts that fired are acted on now); stop/restart stop it",
+        ),
+    },
+    STOPPING: {
+        **_ANYWHERE,
+        ChildExited: go(runs.exited, says="the exit of the run being stopped, recorded"),
+        ChildSpawned: go(
+            attempts.child_spawned, says="the cancel came too late: kill the new child"
+        ),
+        SpawnFailed: go(
+            attempts.spawn_failed,
+            STOPPED,
+            STARTING,
+            PAUSED,
+            BACKOFF,
+            FATAL,
+            HOST_FAULT,
+            says="the cancelled start ended: the stop is over (as TreeStopped)",
+        ),
+        TreeStopped: go(
+            runs.tree_stopped,
+            STOPPED,
+            STARTING,
+            PAUSED,
+            BACKOFF,
+            FATAL,
+            HOST_FAULT,
+            COMPLETED,
+            says="the tree is gone: where the stop leads (stop, restart, start, park, "
+            "completed, exit); leftovers or no proof park in fatal (SPEC §14)",
+        ),
+        IncidentSaved: go(runs.incident_saved, says="the bundle of this stop, named later"),
+        HealthAssessed: stay("a verdict on the run being stopped: too late to matter"),
+        RankExited: stay("a rank of the run being stopped"),
+        RestartRequested: stay("a stop is under way: the next start waits at the barrier"),
+        ShutdownRequested: go(commands.shutdown, says="the stop under way ends in an exit"),
+        GpuFaultSeen: go(
+            parking.gpu_fault,
+            STOPPED,
+            HOST_FAULT,
+            says="the stop leads to host_fault; a cancelled start's gate fault ends it",
+        ),
+        GpuAccessChanged: go(parking.access_changed, says="named; the stop goes on"),
+        OperatorCommand: go(
+            commands.command, says="a stop/start changes where this stop leads; resume too"
+        ),
+        Tick: stay("nothing is due"),
+    },
+    BACKOFF: {
+        **_NO_RUN,
+        ChildExited: stay(
+            "no job runs while backing off (the run's tree was stopped and its exit counted "
+            "before the backoff began): an exit reported now is that run's, reaped late; "
+            "the restart stays due"
+        ),
+        Tick: go(
+            verdicts.tick,
+            STARTING,
+            HOST_FAULT,
+            says="the backoff is over: spawn (or park while NVML access is lost)",
+        ),
+        OperatorCommand: go(
+            commands.command,
+            STOPPED,
+            STARTING,
+            PAUSED,
+            says="start/restart now (budget reset); stop; pause cancels the restart",
+        ),
+        ShutdownRequested: go(commands.shutdown, STOPPED, says="the restart is dropped: exit"),
+        GpuFaultSeen: go(parking.gpu_fault, HOST_FAULT, says="a parking fault parks instead"),
+        GpuAccessChanged: go(
+            parking.access_changed, HOST_FAULT, says="lost access parks the restart (SPEC §13)"
+        ),
+    },
+    FATAL: {
+        **_NO_RUN,
+        DaemonStarted: go(runs.daemon_started, STARTING, says="stays fatal; a fresh run starts"),
+        OperatorCommand: go(
+            commands.command,
+            STOPPED,
+            STARTING,
+            PAUSED,
+            says="start/restart leave fatal, the budget reset (SPEC §5)",
+        ),
+        ShutdownRequested: go(commands.shutdown, says="exit; the next daemon finds fatal"),
+        GpuFaultSeen: go(parking.gpu_fault, HOST_FAULT, says="a parking fault parks instead"),
+        GpuAccessChanged: go(parking.access_changed, says="named"),
+        Tick: stay("nothing is due"),
+    },
+    HOST_FAULT: {
+        **_NO_RUN,
+        DaemonStarted: go(runs.daemon_started, STARTING, says="stays parked; a fresh run starts"),
+        OperatorCommand: go(
+            commands.command,
+            STOPPED,
+            STARTING,
+            PAUSED,
+            says="start/restart leave host_fault (SPEC §12); stop",
+        ),
+        ShutdownRequested: go(commands.shutdown, says="exit; the next daemon finds the park"),
+        GpuFaultSeen: go(parking.gpu_fault, says="recorded; already parked"),
+        GpuAccessChanged: go(
+            parking.access_changed,
+            STOPPED,
+            STARTING,
+            BACKOFF,
+            FATAL,
+            says="access back lifts its own park: the deferred restart or spawn goes on",
+        ),
+        Tick: stay("nothing is due"),
+    },
+    COMPLETED: {
+        **_NO_RUN,
+        DaemonStarted: go(runs.daemon_started, STARTING, says="stays done; a fresh run starts"),
+        OperatorCommand: go(
+            commands.command, STOPPED, STARTING, PAUSED, says="start/restart run it again"
+        ),
+        ShutdownRequested: go(commands.shutdown, says="exit; the next daemon finds it done"),
+        GpuFaultSeen: go(parking.gpu_fault, says="recorded; the run ended well"),
+        GpuAccessChanged: go(parking.access_changed, says="named"),
+        Tick: stay("nothing is due"),
+    },
+}
+
+# Why an input is refused in a state whose row does not list it.
+REFUSED: dict[type, str] = {
+    DaemonStarted: "the job was already started or adopted",
+    JobAdopted: "a job is already watched or being started: never two",
+    StateRestored: "only a fresh core takes a previous daemon's state",
+    HandoverResumed: "only a fresh core takes a re-exec's hand-over",
+    ChildSpawned: "no start is under way",
+    SpawnFailed: "no start is under way",
+    TreeStopped: "no stop is under way",
+    IncidentSaved: "no stop is under way",
+}
+
+
+def refusal_reason(kind: type, state: State) -> str:
+    """Why input type `kind` is refused in `state` (a row that does not list it)."""
+    return REFUSED.get(kind, f"not expected in {state.value}")
