@@ -268,6 +268,22 @@ class Daemon:
         `confirm` (the same question through the real watchdogctl) says, if it holds too."""
         return wait_until(lambda: peek() and confirm(), timeout, what, interval=0.05)
 
+    def wait_status(
+        self,
+        pred: Callable[[dict[str, Any]], Any],
+        timeout: float,
+        what: str,
+        interval: float = 0.05,
+    ) -> Any:
+        """Poll the status (over the socket, in this process) until `pred` of it holds; then
+        what `pred` says of the status the real watchdogctl gives, if that holds too."""
+
+        def peek() -> object:
+            got = self._peek("status", {})
+            return got is None or pred(got)  # unreachable: watchdogctl says so
+
+        return wait_until(lambda: peek() and pred(self.status()), timeout, what, interval)
+
     def wait_event(
         self, event: str, timeout: float = 15, count: int = 1, **match: Any
     ) -> list[dict[str, Any]]:

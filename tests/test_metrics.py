@@ -17,7 +17,7 @@ import fakegpu
 import psutil
 import pytest
 from conftest import DaemonFactory
-from harness import Daemon, base_config, wait_until, write_script
+from harness import Daemon, base_config, write_script
 from prometheus_client.parser import text_string_to_metric_families
 
 from watchdog.outputs import metrics
@@ -195,7 +195,7 @@ def test_scrape_matches_watchdogctl_status(
     port = free_port()
     d = make_daemon([trainer(tmp_path)], with_metrics(port, gpus={"devices": "all"}), env=gpus)
     d.wait_state("running")
-    wait_until(lambda: d.status()["goodput"]["productive_s"] > 0, 10, "productive time")
+    d.wait_status(lambda s: s["goodput"]["productive_s"] > 0, 10, "productive time")
     s = parse(scrape(port))
     scraped_at = time.time()
     st = d.status()

@@ -79,12 +79,11 @@ def work(tmp_path: pathlib.Path) -> pathlib.Path:
 def learned(d: Daemon, timeout: float = STARTUP_S + 60) -> dict[str, Any]:
     """Wait until the training window is learned; the status then."""
 
-    def ok() -> dict[str, Any] | None:
-        s = d.status()
+    def ok(s: dict[str, Any]) -> dict[str, Any] | None:
         sw = s["progress"].get("stall_window") or {}
         return s if sw.get("source") == "learned" and sw.get("phase") == "training" else None
 
-    result: dict[str, Any] = wait_until(ok, timeout, "a learned training window", interval=0.2)
+    result: dict[str, Any] = d.wait_status(ok, timeout, "a learned training window", 0.2)
     return result
 
 
@@ -138,13 +137,12 @@ def test_trainer_evaluation_longer_than_the_learned_window_is_no_stall(
     log = pathlib.Path(d.cfg["job"]["log_file"])
     phases: set[str] = set()
 
-    def trained_past_the_eval() -> bool:
-        s = d.status()
+    def trained_past_the_eval(s: dict[str, Any]) -> bool:
         phases.add((s["progress"].get("stall_window") or {}).get("phase"))
         done = "'eval_loss'" in log.read_text(errors="replace")
         return done and (s["progress"]["step"] or 0) > eval_at + 5
 
-    wait_until(trained_past_the_eval, STARTUP_S + 3 * batch_s * 3, "training past the eval")
+    d.wait_status(trained_past_the_eval, STARTUP_S + 3 * batch_s * 3, "training past the eval")
     assert "eval" in phases, phases
     assert not [e for e in d.events() if e.get("reason") == "stalled"]
     # once it ended, the eval window is learned from its own silences: it covers them
@@ -183,12 +181,11 @@ def test_slow_checkpoint_write_is_no_stall(make_daemon: DaemonFactory, work: pat
     phases: set[str] = set()
     saved = work / "out" / f"checkpoint-{save_at}" / "trainer_state.json"
 
-    def trained_past_the_save() -> bool:
-        s = d.status()
+    def trained_past_the_save(s: dict[str, Any]) -> bool:
         phases.add((s["progress"].get("stall_window") or {}).get("phase"))
         return saved.is_file() and (s["progress"]["step"] or 0) > save_at + 5
 
-    wait_until(trained_past_the_save, STARTUP_S + 3 * pause_s * 3, "training past the save")
+    d.wait_status(trained_past_the_save, STARTUP_S + 3 * pause_s * 3, "training past the save")
     assert "checkpoint" in phases, phases
     assert not [e for e in d.events() if e.get("reason") == "stalled"]
 
@@ -214,9 +211,7 @@ def test_learned_window_survives_a_daemon_sigkill_and_adoption(
     d.kill()
     d2 = Daemon(tmp_path, d.cfg).start()
     try:
-        first = wait_until(
-            lambda: (x := d2.status())["progress"]["step"] is not None and x, 60, "a step read"
-        )
+        first = d2.wait_status(lambda x: x["progress"]["step"] is not None and x, 60, "a step read")
         assert first["job"]["pid"] == job
         sw = first["progress"]["stall_window"]
         assert sw["source"] == "learned" and sw["learned_from_steps"] >= 20, sw
