@@ -18,6 +18,7 @@ import pytest
 from harness import ROOT, Daemon, base_config, merge, wait_until
 
 pytestmark = [
+    pytest.mark.slow,  # real torchrun, torch imported by every rank: started first by make test
     pytest.mark.skipif(
         importlib.util.find_spec("torch") is None,
         reason="torch is not installed (make test installs the CPU build: the `torch` extra)",
