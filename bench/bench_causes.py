@@ -1,4 +1,4 @@
-"""Benchmark: what naming a failed run's cause costs (SPEC §14, watchdog/core/causes.py).
+"""Benchmark: what naming a failed run's cause costs (SPEC §14, watchdog/core/health/causes.py).
 
 The classifier runs once per failed run, between the leader's exit and the core's decision: it
 must never delay a restart. Goal: a 200-line tail classified in at most 5 ms of CPU on one core.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import time
 
-from watchdog.core.causes import ExitFacts, UserRule, classify
+from watchdog.core.health.causes import ExitFacts, UserRule, classify
 
 GOAL_MS = 5.0
 PROGRESS = "  5%|▌         | 9760/100000 [00:23<21:56, 68.54it/s] {'loss': 2.113, 'lr': 3e-04}"

@@ -33,13 +33,12 @@ Measured on the 2-core build machine (Debian 12, CPython 3.11, load ~0.7), 30 ru
 | base: watchdogctl status | 12.0 | 1.12 |
 
 `python -X importtime` puts watchdogctl's own imports at ~1 ms (watchdog, watchdog.core.protocol,
-watchdog.cli with its client, parse, render and commands, _socket, __future__: nothing else is
-imported). On top of that `status` pays for the request: ~0.35 ms to load `_json`'s shared
-library and ~0.3-1 ms for the daemon to wake, build the status and answer. The venv rows run
-another interpreter build that also loads the development install's import hook (setuptools'
-editable finder) at every start, `pass` included; an installed (non-editable) watchdogctl starts
-like the base rows.
-"""
+watchdog.core.protocol.wire, watchdog.cli with its client, parse, render and commands, _socket,
+__future__: nothing else is imported). On top of that `status` pays for the request: ~0.35 ms to
+load `_json`'s shared library and ~0.3-1 ms for the daemon to wake, build the status and answer. The
+venv rows run another interpreter build that also loads the development install's import hook
+(setuptools' editable finder) at every start, `pass` included; an installed (non-editable)
+watchdogctl starts like the base rows."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from bench.common import BIN, clean_env, daemon_argv, median, percentile, procs_cleanup
-from watchdog.core import protocol
+from watchdog.core.protocol import wire as protocol
 
 JOB = """#!/bin/sh
 while :; do echo "step 1 9,000.0 tok/s"; sleep 0.1; done

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from test_policy import Driver, emitted, names
 
-from watchdog.core.events import (
+from watchdog.core.names import State
+from watchdog.core.supervisor.events import (
     ChildExited,
     DaemonStarted,
     HealthAssessed,
@@ -12,7 +13,6 @@ from watchdog.core.events import (
     StateRestored,
     Tick,
 )
-from watchdog.core.names import State
 
 
 def test_adopted_job_is_watched_like_a_spawned_one() -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from test_policy import Driver, emitted, names
 
-from watchdog.core import health
-from watchdog.core.events import DaemonStarted, HandoverResumed, OperatorCommand, Tick
+from watchdog.core.health import monitor as health
 from watchdog.core.names import State
 from watchdog.core.samples import ProgressReading
+from watchdog.core.supervisor.events import DaemonStarted, HandoverResumed, OperatorCommand, Tick
 
 
 def test_running_supervisor_round_trips() -> None:

@@ -1,5 +1,5 @@
-"""SPEC §14's pure classifier (watchdog/core/causes.py) over real log tails: those captured from
-torch, transformers and safetensors runs (tests/data/causes/, paths rewritten to /workspace and
+"""SPEC §14's pure classifier (watchdog/core/health/causes.py) over real log tails: those captured
+from torch, transformers and safetensors runs (tests/data/causes/, paths rewritten to /workspace and
 /opt/venv), and the lines PyTorch, NCCL, DeepSpeed, Megatron-LM and the shell print as they
 appear in their sources and bug reports; then its bounds: linear time on any input."""
 
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from watchdog.core.causes import MAX_CAUSE_LINE, ExitFacts, UserRule, classify
+from watchdog.core.health.causes import MAX_CAUSE_LINE, ExitFacts, UserRule, classify
 
 DATA = pathlib.Path(__file__).parent / "data" / "causes"
 

@@ -9,7 +9,8 @@ from test_noprogress import next_run, policy
 from test_policy import Driver, emitted, names
 
 from watchdog.config import ConfigError, load_config, parse_config
-from watchdog.core.events import (
+from watchdog.core.names import State
+from watchdog.core.supervisor.events import (
     Action,
     ChildExited,
     ChildSpawned,
@@ -21,9 +22,8 @@ from watchdog.core.events import (
     Tick,
     TreeStopped,
 )
-from watchdog.core.names import State
-from watchdog.core.records import log_entry, replay
-from watchdog.core.supervisor import Supervisor
+from watchdog.core.supervisor.machine import Supervisor
+from watchdog.core.supervisor.replay import log_entry, replay
 
 OOM = ("cuda_oom", "deterministic", "torch.OutOfMemoryError: CUDA out of memory.")
 NCCL = ("nccl_timeout", "transient", "Watchdog caught collective operation timeout")

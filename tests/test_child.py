@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import psutil
 
-from watchdog.core.gpupart import V1_IDLE_FLOOR_MIB, is_in_use
+from watchdog.core.health.gpu_use import V1_IDLE_FLOOR_MIB, is_in_use
 from watchdog.core.samples import GpuReading
 from watchdog.process import launch, reaping
 
@@ -111,7 +111,7 @@ def test_v1_readings_use_a_higher_idle_floor() -> None:
 
 def test_next_due_names_when_stalled_and_throughput_low_would_fire() -> None:
     """The shell wakes exactly when a time-based verdict comes due, not a whole interval late."""
-    from watchdog.core.health import HealthConfig, HealthMonitor
+    from watchdog.core.health.monitor import HealthConfig, HealthMonitor
     from watchdog.core.samples import ProgressReading
 
     m = HealthMonitor(HealthConfig(stall_after_s=10, low_for_s=3, min_tokens_per_s=100))

@@ -18,10 +18,10 @@ from conftest import DaemonFactory
 from harness import BIN, Daemon, write_script
 
 from watchdog import cli
-from watchdog.core import status
-from watchdog.core.jobstate import Snapshot
 from watchdog.core.names import State
 from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
+from watchdog.core.supervisor.jobstate import Snapshot
+from watchdog.core.views import status
 
 # ------------------------------------------------------------------------------ parsing
 

@@ -21,7 +21,8 @@ CLI_MODULES = {
     "watchdog.cli.render",
     "watchdog.core",
     "watchdog.core.protocol",
-    "watchdog.core.jsoncodec",
+    "watchdog.core.protocol.wire",
+    "watchdog.core.protocol.jsoncodec",
     "_socket",
     "__future__",
 }

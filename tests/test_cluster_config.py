@@ -14,8 +14,8 @@ from harness import BIN
 from test_policy import Driver, names
 
 from watchdog.config import Config, ConfigError, parse_config
-from watchdog.core.events import DaemonStarted, Emit, OperatorCommand, RestartRequested
 from watchdog.core.names import State
+from watchdog.core.supervisor.events import DaemonStarted, Emit, OperatorCommand, RestartRequested
 from watchdog.daemon.params import local_policy_of, policy_of
 
 GOOD = """\

@@ -1,4 +1,4 @@
-"""The pure cluster coordinator (watchdog/core/cluster.py): explicit `now`, no etcd, no sleeps.
+"""The pure cluster coordinator (core/supervisor/cluster.py): explicit `now`, no etcd, no sleeps.
 
 A few lines of dict stand in for etcd (a compare-and-swap on a revision, member keys); each
 test drives coordinators through the protocol of docs/multi-node.md.
@@ -11,9 +11,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from watchdog.core import cluster as C
-from watchdog.core.budget import Policy
-from watchdog.core.events import Emit
+from watchdog.core.supervisor import cluster as C
+from watchdog.core.supervisor.budget import Policy
+from watchdog.core.supervisor.events import Emit
 
 POLICY = Policy(
     backoff_initial_s=1.0, backoff_factor=2.0, backoff_max_s=8.0, jitter=0.0, max_restarts=3

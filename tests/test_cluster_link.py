@@ -11,8 +11,8 @@ from typing import Any
 from watchdog.cluster import inputs as given
 from watchdog.cluster.link import ClusterLink
 from watchdog.config import ClusterConfig
-from watchdog.core import cluster as core
-from watchdog.core.budget import Policy
+from watchdog.core.supervisor import cluster as core
+from watchdog.core.supervisor.budget import Policy
 
 POLICY = Policy(backoff_initial_s=1.0, backoff_factor=2.0, backoff_max_s=8.0, jitter=0.0)
 EPOCH_ONE = core.EpochRecord(1, None, "cluster_started")

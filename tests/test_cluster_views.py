@@ -10,7 +10,7 @@ from conftest import DaemonFactory
 from test_metrics import parse_families, status_fixture, value
 
 from watchdog import cli
-from watchdog.core import status
+from watchdog.core.views import status
 
 CLUSTER: dict[str, Any] = {
     "epoch": 7,

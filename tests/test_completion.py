@@ -8,8 +8,10 @@ from conftest import DaemonFactory
 from harness import Daemon, write_script
 from test_policy import FAST, Driver, emitted, names
 
-from watchdog.core.budget import Durable, Policy
-from watchdog.core.events import (
+from watchdog.core.names import State
+from watchdog.core.supervisor.budget import Durable, Policy
+from watchdog.core.supervisor.commands import CANCEL_WINDOW_S
+from watchdog.core.supervisor.events import (
     ChildExited,
     ChildSpawned,
     DaemonStarted,
@@ -25,10 +27,8 @@ from watchdog.core.events import (
     Tick,
     TreeStopped,
 )
-from watchdog.core.goodput import Goodput
-from watchdog.core.names import State
-from watchdog.core.operator_commands import CANCEL_WINDOW_S
-from watchdog.core.supervisor import Supervisor
+from watchdog.core.supervisor.machine import Supervisor
+from watchdog.core.views.goodput import Goodput
 
 
 def _running(d: Driver, now: float = 0.0) -> int:

@@ -28,7 +28,7 @@ from conftest import DaemonFactory
 from harness import ROOT, Daemon, write_script
 
 from watchdog.control import server as control
-from watchdog.core import protocol
+from watchdog.core.protocol import wire as protocol
 from watchdog.outputs.eventlog import EventLog
 
 GPU_CFG: dict[str, Any] = {
@@ -270,11 +270,17 @@ def shared() -> Iterator[pathlib.Path]:
     try:
         top.chmod(0o755)
         pkg = top / "lib" / "watchdog"
-        (pkg / "core").mkdir(parents=True)
+        (pkg / "core" / "protocol").mkdir(parents=True)
         shutil.copytree(
             ROOT / "watchdog" / "cli", pkg / "cli", ignore=shutil.ignore_patterns("*.pyc")
         )
-        for name in ("__init__.py", "core/__init__.py", "core/protocol.py", "core/jsoncodec.py"):
+        for name in (
+            "__init__.py",
+            "core/__init__.py",
+            "core/protocol/__init__.py",
+            "core/protocol/wire.py",
+            "core/protocol/jsoncodec.py",
+        ):
             shutil.copy(ROOT / "watchdog" / name, pkg / name)
         for p in (top / "lib", pkg, *pkg.rglob("*")):
             p.chmod(0o755 if p.is_dir() else 0o644)

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 from test_policy import FAST, Driver, names
 
-from watchdog.core.events import (
+from watchdog.core.names import State
+from watchdog.core.supervisor.events import (
     ChildExited,
     DaemonStarted,
     GpuFaultSeen,
@@ -16,8 +17,7 @@ from watchdog.core.events import (
     RestartCluster,
     SpawnChild,
 )
-from watchdog.core.names import State
-from watchdog.core.supervisor import Supervisor
+from watchdog.core.supervisor.machine import Supervisor
 
 XID79 = {"gpu": 0, "xid": 79, "action": "reboot_host", "message": "fell off the bus"}
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from test_policy import FAST, Driver, emitted, names
 
-from watchdog.core.budget import Durable
-from watchdog.core.events import (
+from watchdog.core.names import State
+from watchdog.core.supervisor.budget import Durable
+from watchdog.core.supervisor.events import (
     Action,
     DaemonStarted,
     GpuAccessChanged,
@@ -17,7 +18,6 @@ from watchdog.core.events import (
     StateRestored,
     Tick,
 )
-from watchdog.core.names import State
 
 
 def _crash_loop_to_fatal(d: Driver) -> float:

@@ -208,7 +208,7 @@ def test_a_completion_before_the_stop_signal_wins_with_0(
         tmp_path / "finish_leaving_one.py",
         f"""
         import os, signal, sys, time
-        from watchdog.core.operator_commands import CANCEL_WINDOW_S
+        from watchdog.core.supervisor.commands import CANCEL_WINDOW_S
         if os.fork() == 0:  # a leftover: it takes the clearing's SIGTERM as its cue
             def late(*_):
                 time.sleep(CANCEL_WINDOW_S + 1.0)  # the scheduler's signal, well after the end

@@ -20,8 +20,9 @@ import pytest
 from harness import BIN, Daemon, base_config, wait_until, write_script
 
 from watchdog import cli
-from watchdog.core.budget import Policy
-from watchdog.core.events import (
+from watchdog.core.names import State
+from watchdog.core.supervisor.budget import Policy
+from watchdog.core.supervisor.events import (
     CancelStart,
     ChildExited,
     ChildSpawned,
@@ -37,8 +38,7 @@ from watchdog.core.events import (
     Tick,
     TreeStopped,
 )
-from watchdog.core.names import State
-from watchdog.core.supervisor import Supervisor
+from watchdog.core.supervisor.machine import Supervisor
 from watchdog.process import launch, reaping, tree
 
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from watchdog.core.goodput import LOST_CAUSES, Goodput, goodput_line, short_duration
+from watchdog.core.views.goodput import LOST_CAUSES, Goodput, goodput_line, short_duration
 
 NONE: frozenset[str] = frozenset()
 

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 from test_policy import FAST, Driver, names
 
-from watchdog.core.events import (
+from watchdog.core.names import State
+from watchdog.core.supervisor.events import (
     DaemonStarted,
     Emit,
     GpuFaultSeen,
@@ -16,8 +17,7 @@ from watchdog.core.events import (
     SpawnChild,
     Tick,
 )
-from watchdog.core.names import State
-from watchdog.core.supervisor import Supervisor
+from watchdog.core.supervisor.machine import Supervisor
 
 XID79 = {"gpu": 3, "uuid": "GPU-3", "xid": 79, "action": "reboot_host", "message": "off the bus"}
 XID13 = {"gpu": 0, "uuid": "GPU-0", "xid": 13, "action": "restart_app", "message": "graphics"}

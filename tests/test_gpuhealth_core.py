@@ -5,8 +5,13 @@ and the verdicts and status that name them."""
 
 from __future__ import annotations
 
-from watchdog.core.budget import Policy
-from watchdog.core.events import (
+from watchdog.core.health.gpu_degraded import ClockReading, DegradedTracker, throttle_names
+from watchdog.core.health.monitor import HealthConfig, HealthMonitor
+from watchdog.core.health.xid import host_fault_line
+from watchdog.core.names import State
+from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
+from watchdog.core.supervisor.budget import Policy
+from watchdog.core.supervisor.events import (
     Action,
     ChildExited,
     ChildSpawned,
@@ -22,13 +27,8 @@ from watchdog.core.events import (
     Tick,
     TreeStopped,
 )
-from watchdog.core.gpuhealth import ClockReading, DegradedTracker, throttle_names
-from watchdog.core.health import HealthConfig, HealthMonitor
-from watchdog.core.names import State
-from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
-from watchdog.core.status import StatusInputs, build_status, status_line
-from watchdog.core.supervisor import Supervisor
-from watchdog.core.xid import host_fault_line
+from watchdog.core.supervisor.machine import Supervisor
+from watchdog.core.views.status import StatusInputs, build_status, status_line
 
 SW_POWER_CAP, HW_SLOWDOWN, HW_THERMAL, HW_POWER_BRAKE = 0x4, 0x8, 0x40, 0x80
 STEP = 5.0

@@ -1,9 +1,9 @@
-"""The pure GPU sample verdicts (watchdog/core/gpuwatch.py), driven by `now += step`: which
+"""The pure GPU sample verdicts (watchdog/core/health/gpu_news.py), driven by `now += step`: which
 sample makes news (probe hung/recovered, GPU lost, access lost/back, degraded/cleared)."""
 
 from __future__ import annotations
 
-from watchdog.core.gpuwatch import GpuWatchState
+from watchdog.core.health.gpu_news import GpuWatchState
 from watchdog.core.samples import GpuReading, GpuSample
 
 HW_SLOWDOWN = 0x8

@@ -1,13 +1,19 @@
-"""The pure health verdicts (watchdog/core/health.py), driven with explicit `now`."""
+"""The pure health verdicts (watchdog/core/health/monitor.py), driven with explicit `now`."""
 
 from __future__ import annotations
 
-from watchdog.core.budget import Policy
-from watchdog.core.events import ChildSpawned, DaemonStarted, HealthAssessed, KillTree, Tick
-from watchdog.core.health import HealthConfig, HealthMonitor
+from watchdog.core.health.monitor import HealthConfig, HealthMonitor
 from watchdog.core.names import State
 from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
-from watchdog.core.supervisor import Supervisor
+from watchdog.core.supervisor.budget import Policy
+from watchdog.core.supervisor.events import (
+    ChildSpawned,
+    DaemonStarted,
+    HealthAssessed,
+    KillTree,
+    Tick,
+)
+from watchdog.core.supervisor.machine import Supervisor
 
 NO_GPUS = HealthConfig(expect_gpus=False, stall_after_s=10.0)
 

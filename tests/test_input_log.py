@@ -9,9 +9,9 @@ from typing import Any
 from conftest import DaemonFactory
 from harness import wait_until, write_script
 
-from watchdog.core import stateimage
-from watchdog.core.budget import Policy
-from watchdog.core.events import (
+from watchdog.core.supervisor import image as stateimage
+from watchdog.core.supervisor.budget import Policy
+from watchdog.core.supervisor.events import (
     Action,
     ChildExited,
     ChildSpawned,
@@ -24,7 +24,7 @@ from watchdog.core.events import (
     Tick,
     TreeStopped,
 )
-from watchdog.core.supervisor import Supervisor
+from watchdog.core.supervisor.machine import Supervisor
 from watchdog.daemon import inputlog
 
 

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from watchdog.core import health
+from watchdog.core.health import monitor as health
 from watchdog.daemon.run import JobRun
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from test_policy import Driver, emitted, names
 
-from watchdog.core.budget import Marker, NoProgressTally, Policy
-from watchdog.core.events import (
+from watchdog.core.names import State
+from watchdog.core.supervisor.budget import Marker, NoProgressTally, Policy
+from watchdog.core.supervisor.events import (
     DaemonStarted,
     HandoverResumed,
     OperatorCommand,
@@ -14,7 +15,6 @@ from watchdog.core.events import (
     StateRestored,
     Tick,
 )
-from watchdog.core.names import State
 
 
 def policy(marker: Marker = "step", limit: int = 3) -> Policy:
@@ -175,7 +175,7 @@ def test_tally_marks_only_new_highs() -> None:
 def test_the_count_and_the_best_mark_outlive_the_daemon() -> None:
     """A daemon restarted in the middle of a no-progress loop keeps counting from where the old
     one stopped (state.json), and the best step seen still sets the bar."""
-    from watchdog.core.budget import Durable
+    from watchdog.core.supervisor.budget import Durable
 
     d = Driver(policy(limit=2))
     d.feed(DaemonStarted(), 0.0)

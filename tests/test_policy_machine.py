@@ -13,8 +13,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from watchdog.core.budget import Policy
-from watchdog.core.events import (
+from watchdog.core.names import State
+from watchdog.core.supervisor.budget import Policy
+from watchdog.core.supervisor.commands import CANCEL_WINDOW_S
+from watchdog.core.supervisor.events import (
     Action,
     ChildExited,
     ChildSpawned,
@@ -42,10 +44,8 @@ from watchdog.core.events import (
     Tick,
     TreeStopped,
 )
-from watchdog.core.names import State
-from watchdog.core.operator_commands import CANCEL_WINDOW_S
-from watchdog.core.records import from_record, to_record
-from watchdog.core.supervisor import Supervisor
+from watchdog.core.supervisor.machine import Supervisor
+from watchdog.core.supervisor.replay import from_record, to_record
 
 POLICY = Policy(
     backoff_initial_s=1.0,

@@ -17,7 +17,7 @@ import pytest
 from conftest import DaemonFactory
 from harness import Daemon, wait_until, write_script
 
-from watchdog.core.health import HealthConfig, HealthMonitor
+from watchdog.core.health.monitor import HealthConfig, HealthMonitor
 from watchdog.core.samples import ProgressReading
 from watchdog.outputs.stacks import find_pyspy
 

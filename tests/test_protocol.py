@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from watchdog.core import protocol as P
-from watchdog.core import replies as R
+from watchdog.core.protocol import wire as P
+from watchdog.core.views import replies as R
 
 
 def req(obj: object) -> bytes:
@@ -182,7 +182,8 @@ def test_cli_modules_import_nothing_heavy() -> None:
         "watchdog.cli.render",
         "watchdog.core",
         "watchdog.core.protocol",
-        "watchdog.core.jsoncodec",
+        "watchdog.core.protocol.wire",
+        "watchdog.core.protocol.jsoncodec",
         "_socket",
         "__future__",
     }

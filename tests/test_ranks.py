@@ -14,9 +14,9 @@ import psutil
 from harness import wait_until
 from test_policy import FAST, Driver, emitted, names
 
-from watchdog.core.events import DaemonStarted, OperatorCommand, RankExited
+from watchdog.core.health.ranks import RankTracker
 from watchdog.core.names import State
-from watchdog.core.ranks import RankTracker
+from watchdog.core.supervisor.events import DaemonStarted, OperatorCommand, RankExited
 from watchdog.progress.ranks import RankLister
 
 

@@ -11,9 +11,9 @@ import yaml
 from harness import base_config
 
 from watchdog import config
-from watchdog.core import health
-from watchdog.core.events import Action, Event
+from watchdog.core.health import monitor as health
 from watchdog.core.samples import ProgressReading
+from watchdog.core.supervisor.events import Action, Event
 from watchdog.daemon.inbox import ProgressLooked, RanksListed, SampleTaken, SaveSeen
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.run import JobRun

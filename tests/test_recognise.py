@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from watchdog.core.progress_tracker import QUIET_S, ProgressTracker, Seen
-from watchdog.core.recognise import RECOGNISERS, recognise
-from watchdog.core.recognised import Recognised, strip_ansi
+from watchdog.core.progress.auto import RECOGNISERS, recognise
+from watchdog.core.progress.parsing import Recognised, strip_ansi
+from watchdog.core.progress.tracker import QUIET_S, ProgressTracker, Seen
 from watchdog.core.samples import ProgressReading
 
 # ---------------------------------------------------------------------------- one per format

@@ -10,10 +10,10 @@ from typing import Any, get_args
 import pytest
 from test_policy import FAST
 
-from watchdog.core import events as E
-from watchdog.core.budget import Durable, Policy
-from watchdog.core.records import from_record, log_entry, replay, to_record
-from watchdog.core.supervisor import Supervisor
+from watchdog.core.supervisor import events as E
+from watchdog.core.supervisor.budget import Durable, Policy
+from watchdog.core.supervisor.machine import Supervisor
+from watchdog.core.supervisor.replay import from_record, log_entry, replay, to_record
 
 JITTERY = replace(FAST, jitter=0.5)  # the draws move each delay: a wrong draw shows
 

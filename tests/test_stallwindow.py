@@ -1,5 +1,5 @@
-"""The pure learned stall windows (watchdog/core/stallwindow.py, SPEC §14), driven with explicit
-instants over recorded gap sequences: no clock, no I/O."""
+"""The pure learned stall windows (watchdog/core/progress/stall_window.py, SPEC §14), driven with
+explicit instants over recorded gap sequences: no clock, no I/O."""
 
 from __future__ import annotations
 
@@ -11,12 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from watchdog.core.health import HealthConfig, HealthMonitor
-from watchdog.core.progress_tracker import ProgressTracker
-from watchdog.core.protocol import explain_window
-from watchdog.core.recognise import recognise
-from watchdog.core.samples import ProgressReading
-from watchdog.core.stallwindow import (
+from watchdog.core.health.monitor import HealthConfig, HealthMonitor
+from watchdog.core.progress.auto import recognise
+from watchdog.core.progress.stall_window import (
     RING_SIZE,
     GapRing,
     Phase,
@@ -24,6 +21,9 @@ from watchdog.core.stallwindow import (
     StallConfig,
     StallKnowledge,
 )
+from watchdog.core.progress.tracker import ProgressTracker
+from watchdog.core.protocol.wire import explain_window
+from watchdog.core.samples import ProgressReading
 
 AUTO = StallConfig()  # learn_steps 20, factor 5, floor 60
 CEILING = 900.0

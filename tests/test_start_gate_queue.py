@@ -7,8 +7,8 @@ import asyncio
 import pathlib
 from typing import Any
 
-from watchdog.core.budget import Policy
-from watchdog.core.events import (
+from watchdog.core.supervisor.budget import Policy
+from watchdog.core.supervisor.events import (
     Action,
     DaemonStarted,
     Event,

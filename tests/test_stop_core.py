@@ -7,10 +7,15 @@ import pathlib
 
 from test_policy import FAST, emitted, names
 
-from watchdog.core.events import ChildSpawned, DaemonStarted, OperatorCommand, TreeStopped
 from watchdog.core.names import State
-from watchdog.core.replies import describe_stop
-from watchdog.core.supervisor import Supervisor
+from watchdog.core.supervisor.events import (
+    ChildSpawned,
+    DaemonStarted,
+    OperatorCommand,
+    TreeStopped,
+)
+from watchdog.core.supervisor.machine import Supervisor
+from watchdog.core.views.replies import describe_stop
 from watchdog.process import cgroup
 
 

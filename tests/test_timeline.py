@@ -20,7 +20,7 @@ from harness import BIN, Daemon, base_config, wait_until, write_script
 
 from watchdog import cli
 from watchdog.cli import timeline as timeline_view
-from watchdog.core.goodput import LOST_CAUSES
+from watchdog.core.views.goodput import LOST_CAUSES
 
 ESC = re.compile(r"\x1b\[[0-9;]*m")
 PATTERN = r"step (?P<step>\d+) (?P<tokens_per_s>[0-9][0-9,.]*) tok/s"

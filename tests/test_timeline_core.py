@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from watchdog.core.goodput import Goodput, goodput_line
-from watchdog.core.timeline import KEEP_S, Timeline
-from watchdog.core.timeline_bucket import parse_rfc3339, rfc3339
+from watchdog.core.views.goodput import Goodput, goodput_line
+from watchdog.core.views.timeline import KEEP_S, Timeline
+from watchdog.core.views.timeline_span import parse_rfc3339, rfc3339
 
 T0 = 1_800_000_000.0  # a wall-clock instant, aligned to every bucket width used here
 NONE: frozenset[str] = frozenset()

@@ -1,10 +1,11 @@
-"""The pure Xid classifier and health gate (watchdog/core/xid.py) against NVIDIA's Xid catalog."""
+"""The pure Xid classifier and health gate (watchdog/core/health/xid.py) against NVIDIA's Xid
+catalog."""
 
 from __future__ import annotations
 
 import pytest
 
-from watchdog.core import xid
+from watchdog.core.health import xid
 
 
 @pytest.mark.parametrize(

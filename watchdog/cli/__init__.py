@@ -1,10 +1,10 @@
 """watchdogctl: ask watchdogd over its control socket (SPEC §7).
 
 Over SSH at 3 a.m. it must start about as fast as a bare `python3 -c pass`, so it imports nothing
-heavy: no argparse, no json (protocol.py parses through `_json`), no socket (`_socket` is its C
+heavy: no argparse, no json (protocol/wire.py parses through `_json`), no socket (`_socket` is its C
 half; `socket.py` adds `selectors` and `enum`), no typing at run time, and the timeline's drawing
 (with the datetime it needs) only for `watchdogctl timeline`. bench/bench_cli.py measures it.
-Standard library only: a copy of this folder, core/protocol.py and __init__.py runs anywhere.
+Standard library only: a copy of this folder, core/protocol/wire.py and __init__.py runs anywhere.
 
 client: the connection and the exit codes; parse: the command line; render: the screens;
 commands: each command and `main`; timeline: the timeline's drawing.

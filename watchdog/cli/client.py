@@ -7,7 +7,7 @@ from __future__ import annotations
 import _socket
 import time  # already loaded by the interpreter: free
 
-from watchdog.core import protocol
+from watchdog.core.protocol import wire as protocol
 
 TYPE_CHECKING = False  # mypy treats this name as true; at run time `typing` is never imported
 if TYPE_CHECKING:

@@ -30,7 +30,8 @@ from watchdog.cli.render import (
     status_exit,
     wrap,
 )
-from watchdog.core import jsoncodec, protocol
+from watchdog.core.protocol import jsoncodec
+from watchdog.core.protocol import wire as protocol
 
 TYPE_CHECKING = False  # mypy treats this name as true; at run time `typing` is never imported
 if TYPE_CHECKING:

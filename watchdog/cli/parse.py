@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from watchdog.cli.client import DEFAULT_SOCKET
-from watchdog.core import protocol
+from watchdog.core.protocol import wire as protocol
 
 TYPE_CHECKING = False  # mypy treats this name as true; at run time `typing` is never imported
 if TYPE_CHECKING:

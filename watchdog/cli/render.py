@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from watchdog.cli.client import EXIT_NO_JOB, EXIT_NOT_HEALTHY, EXIT_OK
-from watchdog.core.protocol import explain_window
+from watchdog.core.protocol.wire import explain_window
 
 TYPE_CHECKING = False  # mypy treats this name as true; at run time `typing` is never imported
 if TYPE_CHECKING:

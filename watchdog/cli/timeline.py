@@ -1,5 +1,5 @@
 """`watchdogctl timeline`: the overnight picture in one screen (SPEC §13), drawn from the buckets
-the daemon returns (core/timeline.py). Imported by that command only: watchdogctl's other
+the daemon returns (core/views/timeline.py). Imported by that command only: watchdogctl's other
 commands never pay for it (tests/test_cli_startup.py). Standard library only, like the rest of cli.
 
 Every line fits WIDTH columns except an incident path, which is printed whole to be copied.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime
 
-from watchdog.core.goodput import goodput_line
+from watchdog.core.views.goodput import goodput_line
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from watchdog.core import cluster as core
+from watchdog.core.supervisor import cluster as core
 
 
 class ClusterInput:

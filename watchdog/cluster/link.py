@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from watchdog import blocking
 from watchdog.cluster import inputs as given
-from watchdog.core import cluster as core
-from watchdog.core.budget import Policy
-from watchdog.core.events import Emit
+from watchdog.core.supervisor import cluster as core
+from watchdog.core.supervisor.budget import Policy
+from watchdog.core.supervisor.events import Emit
 
 if TYPE_CHECKING:
     from watchdog.cluster.etcd import Etcd, KeyValue

@@ -19,7 +19,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from watchdog.core import names
-from watchdog.core.recognise import RECOGNISERS
+from watchdog.core.progress.auto import RECOGNISERS
 
 EX_CONFIG = 78  # sysexits.h: configuration error (SPEC §6 `--check`)
 SHELL = "/bin/sh"
@@ -303,7 +303,7 @@ def parse_pattern(node: Node, key: str, ctx: Ctx) -> re.Pattern[str]:
     return pattern
 
 
-# progress.format (SPEC §13): `auto` tries every recogniser of watchdog.core.recognise; one name
+# progress.format (SPEC §13): `auto` tries every recogniser of watchdog.core.progress.auto; one name
 # restricts it to that format; csv and jsonl read progress.file as a table (auto picks them by
 # the file's extension).
 PROGRESS_FORMATS = ("auto", *RECOGNISER_NAMES, "csv", "jsonl")

@@ -34,7 +34,7 @@ from watchdog.config.fields import (
     parse_reasons,
     parse_signal,
 )
-from watchdog.core.causes import UserRule
+from watchdog.core.health.causes import UserRule
 
 _NO_ENV: Mapping[str, str] = types.MappingProxyType({})
 

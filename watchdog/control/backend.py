@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from watchdog.config import Config
-    from watchdog.core.events import Action, Event
-    from watchdog.core.jobstate import Snapshot
     from watchdog.core.samples import GpuSample
+    from watchdog.core.supervisor.events import Action, Event
+    from watchdog.core.supervisor.jobstate import Snapshot
     from watchdog.progress.joblog import JobLog
 
 

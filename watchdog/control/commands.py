@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from watchdog.blocking import BoundedWorker, Hung
 from watchdog.control.backend import ReexecRefused
-from watchdog.core import protocol, replies
-from watchdog.core.events import OperatorCommand, Refuse
-from watchdog.core.gpupart import is_in_use
+from watchdog.core.health.gpu_use import is_in_use
 from watchdog.core.names import State
+from watchdog.core.protocol import wire as protocol
+from watchdog.core.supervisor.events import OperatorCommand, Refuse
+from watchdog.core.views import replies
 from watchdog.progress import logfile
 
 if TYPE_CHECKING:

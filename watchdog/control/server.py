@@ -27,7 +27,7 @@ from watchdog.blocking import BoundedWorker, Hung
 from watchdog.control import socketfile
 from watchdog.control.commands import Call, ClientGone, CommandError, Operations
 from watchdog.control.peers import Peer, may_operate, peer_credentials
-from watchdog.core import protocol
+from watchdog.core.protocol import wire as protocol
 from watchdog.core.ratelimit import RateLimit
 from watchdog.progress import logfile
 

@@ -1,6 +1,6 @@
 """PURE value types shared by the probes (producers) and the health core (consumer).
 
-No I/O here: probes build these, `health.py` reads them. A missing reading is `None` plus a
+No I/O here: probes build these, core.health reads them. A missing reading is `None` plus a
 reason, never a magic string.
 """
 

@@ -14,9 +14,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__, blocking
-from watchdog.core import health, status
-from watchdog.core.budget import Durable
-from watchdog.core.events import DaemonStarted, JobAdopted, Tick
+from watchdog.core.health import monitor as health
+from watchdog.core.supervisor.budget import Durable
+from watchdog.core.supervisor.events import DaemonStarted, JobAdopted, Tick
+from watchdog.core.views import status
 from watchdog.daemon import params, reexec
 from watchdog.daemon.run import JobRun
 from watchdog.process import identity, tree

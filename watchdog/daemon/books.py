@@ -13,16 +13,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from watchdog.core import goodput
-from watchdog.core.jobstate import Snapshot
-from watchdog.core.stallwindow import StallKnowledge
+from watchdog.core.progress.stall_window import StallKnowledge
+from watchdog.core.supervisor.jobstate import Snapshot
+from watchdog.core.views import goodput
 from watchdog.outputs import metrics
 from watchdog.state import files
 from watchdog.state.folder import StateDir
 from watchdog.state.timeline_log import TimelineLog
 from watchdog.state.writers import FileWriter, WriteHealth
 
-STALL_FILE = "stall.json"  # SPEC §14: the learned stall windows (core/stallwindow.py)
+STALL_FILE = "stall.json"  # SPEC §14: the learned stall windows (core/progress/stall_window.py)
 GOODPUT_SAVE_EVERY_S = 10.0  # issue 8: persist goodput at most this often, and at exit
 
 

@@ -20,9 +20,10 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog.cluster.inputs import ClusterInput
-from watchdog.core import health
-from watchdog.core.budget import Durable, Policy
-from watchdog.core.events import (
+from watchdog.core.health import monitor as health
+from watchdog.core.progress.stall_window import Phase
+from watchdog.core.supervisor.budget import Durable, Policy
+from watchdog.core.supervisor.events import (
     Action,
     Event,
     HandoverResumed,
@@ -32,8 +33,7 @@ from watchdog.core.events import (
     StateRestored,
     Tick,
 )
-from watchdog.core.stallwindow import Phase
-from watchdog.core.supervisor import Supervisor
+from watchdog.core.supervisor.machine import Supervisor
 from watchdog.daemon.inbox import (
     Inbox,
     Posted,

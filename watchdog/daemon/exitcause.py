@@ -1,7 +1,8 @@
 """Why the run died (SPEC §14): the shell's half. At spawn, the job's memory cgroup and its
 OOM-kill counter (process/oomrecord.py); at the leader's exit, the run's last lines, the counter
-again and the GPU faults of the run, classified by the pure core (core/causes.py), an incident
-bundle with `cause.json`, then `ChildExited` carrying the cause, so the input log replays it.
+again and the GPU faults of the run, classified by the pure core (core/health/causes.py), an
+incident bundle with `cause.json`, then `ChildExited` carrying the cause, so the input log
+replays it.
 
 Every read runs on a bounded worker: a log on a hung mount delays the exit's report by at most
 `GATHER_TIMEOUT_S`, then the exit is reported with what is known. An exit during our own stop
@@ -19,9 +20,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from watchdog import blocking
-from watchdog.core import causes
-from watchdog.core.events import ChildExited
+from watchdog.core.health import causes
 from watchdog.core.names import State
+from watchdog.core.supervisor.events import ChildExited
 from watchdog.daemon import sampling
 from watchdog.outputs import incident
 from watchdog.process import oomrecord, reaping, tree

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from watchdog.cluster.inputs import ClusterInput
-from watchdog.core.events import Action, Event
-from watchdog.core.ranks import RankKey
+from watchdog.core.health.ranks import RankKey
 from watchdog.core.samples import GpuSample
+from watchdog.core.supervisor.events import Action, Event
 from watchdog.progress.follower import FollowResult
 
 if TYPE_CHECKING:

@@ -8,11 +8,11 @@ the state directory, moved to inputs.1.jsonl past MAX_FILE_BYTES) is written off
 the bounded worker, and lines that find it stuck are counted, never queued without end.
 
 A file that replaced a full one starts with a SupervisorState record: the core's whole state
-before the file's first input (core/stateimage.py) and its jitter generator's, so a replay can
+before the file's first input (core/supervisor/image.py) and its jitter generator's, so a replay can
 start there once the older file is gone. The rotation is decided on the loop, between two
 inputs, where that state is the core's; the worker only moves the file where it is told.
 
-The records are the core's own (core/records.py: exact JSON round trips of every event).
+The records are the core's own (core/supervisor/replay.py: exact JSON round trips of every event).
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from watchdog import blocking
-from watchdog.core import records, stateimage
-from watchdog.core.budget import Policy
-from watchdog.core.events import Action, Event, PolicyChanged
-from watchdog.core.supervisor import Supervisor
+from watchdog.core.supervisor import image as stateimage
+from watchdog.core.supervisor import replay as records
+from watchdog.core.supervisor.budget import Policy
+from watchdog.core.supervisor.events import Action, Event, PolicyChanged
+from watchdog.core.supervisor.machine import Supervisor
 
 KEEP = 1000  # records in memory
 HEADS = ("SupervisorMade", "SupervisorState")  # where a replay can start

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 from watchdog import blocking
 from watchdog.cluster import link
-from watchdog.core import health
-from watchdog.core.events import ChildSpawned, SpawnFailed, Tick
-from watchdog.core.jobstate import Snapshot
+from watchdog.core.health import monitor as health
+from watchdog.core.supervisor.events import ChildSpawned, SpawnFailed, Tick
+from watchdog.core.supervisor.jobstate import Snapshot
 from watchdog.daemon import exitcause, params, sampling
 from watchdog.daemon.run import Flight, JobRun
 from watchdog.outputs import flight

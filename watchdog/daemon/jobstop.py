@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from watchdog import blocking
-from watchdog.core.events import IncidentSaved, KillTree, TreeStopped
-from watchdog.core.protocol import explain_window
+from watchdog.core.protocol.wire import explain_window
+from watchdog.core.supervisor.events import IncidentSaved, KillTree, TreeStopped
 from watchdog.daemon import sampling
 from watchdog.outputs import flight, incident
 from watchdog.process import cgroup, tree

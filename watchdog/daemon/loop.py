@@ -23,8 +23,8 @@ from watchdog import blocking, config
 from watchdog.cluster import link
 from watchdog.cluster.inputs import ClusterInput
 from watchdog.control.server import ControlServer
-from watchdog.core import health
-from watchdog.core.events import (
+from watchdog.core.health import monitor as health
+from watchdog.core.supervisor.events import (
     Action,
     CancelStart,
     Emit,
@@ -39,7 +39,7 @@ from watchdog.core.events import (
     ShutdownRequested,
     SpawnChild,
 )
-from watchdog.core.supervisor import Supervisor
+from watchdog.core.supervisor.machine import Supervisor
 from watchdog.daemon import (
     adoption,
     exitcause,

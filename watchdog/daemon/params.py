@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from watchdog import config
 from watchdog.cluster import link
-from watchdog.core import health
-from watchdog.core.budget import Policy
-from watchdog.core.stallwindow import StallConfig
+from watchdog.core.health import monitor as health
+from watchdog.core.progress.stall_window import StallConfig
+from watchdog.core.supervisor.budget import Policy
 from watchdog.progress.checkpoint import CheckpointWatch
 
 

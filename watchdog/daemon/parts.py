@@ -14,8 +14,8 @@ if TYPE_CHECKING:
     from watchdog import blocking, config
     from watchdog.cluster.link import ClusterLink
     from watchdog.control.server import ControlServer
-    from watchdog.core.events import Action, Event
-    from watchdog.core.supervisor import Supervisor
+    from watchdog.core.supervisor.events import Action, Event
+    from watchdog.core.supervisor.machine import Supervisor
     from watchdog.daemon.books import Books
     from watchdog.daemon.consumer import Consumer
     from watchdog.daemon.run import JobRun

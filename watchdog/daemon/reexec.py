@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__, blocking
 from watchdog.control.backend import ReexecRefused
-from watchdog.core import protocol
-from watchdog.core.events import HandoverResumed, Tick
-from watchdog.core.supervisor import Supervisor
+from watchdog.core.protocol import wire as protocol
+from watchdog.core.supervisor.events import HandoverResumed, Tick
+from watchdog.core.supervisor.machine import Supervisor
 from watchdog.daemon import sampling
 from watchdog.daemon.run import JobRun
 from watchdog.progress.joblog import JobLog
@@ -231,7 +231,7 @@ def check_main(config_path: str) -> int:
     # the check: everything the daemon runs imports (by name: this module is one of them)
     importlib.import_module("watchdog.daemon.watchdogd")
     from watchdog import config
-    from watchdog.core import health
+    from watchdog.core.health import monitor as health
     from watchdog.daemon import params
 
     try:
@@ -250,7 +250,7 @@ def check_main(config_path: str) -> int:
 
 def resume(d: Parts, state: dict[str, Any]) -> None:
     """Take the state over inside the new code (the control socket already serves)."""
-    from watchdog.core import health
+    from watchdog.core.health import monitor as health
     from watchdog.daemon import params
 
     fds = state["fds"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from watchdog import blocking, config
-from watchdog.core.events import PolicyChanged
+from watchdog.core.supervisor.events import PolicyChanged
 from watchdog.daemon import params
 
 if TYPE_CHECKING:

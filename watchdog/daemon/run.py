@@ -14,8 +14,8 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from watchdog.core import health
-from watchdog.core.ranks import RankTracker
+from watchdog.core.health import monitor as health
+from watchdog.core.health.ranks import RankTracker
 from watchdog.process import oomrecord, reaping
 from watchdog.progress.follower import Follower, FollowResult
 from watchdog.progress.joblog import JobLog

@@ -15,8 +15,8 @@ import time
 from typing import TYPE_CHECKING, Any, Literal
 
 from watchdog import blocking
-from watchdog.core import status
-from watchdog.core.events import ProgressMarked
+from watchdog.core.supervisor.events import ProgressMarked
+from watchdog.core.views import status
 from watchdog.daemon.inbox import ProgressLooked, RanksListed, SampleTaken, SaveSeen
 from watchdog.progress.follower import Follower, FollowResult, LogFollower
 from watchdog.progress.newest import GlobFollower, is_glob

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__
-from watchdog.core import status
-from watchdog.core.stallwindow import LEARNING
+from watchdog.core.progress.stall_window import LEARNING
+from watchdog.core.views import status
 
 if TYPE_CHECKING:
     from watchdog.daemon.parts import Parts

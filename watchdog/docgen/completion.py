@@ -4,7 +4,7 @@ protocol's commands. A shell script, so nothing of it is in watchdogctl's own st
 from __future__ import annotations
 
 from watchdog.cli.parse import ARG_OF, HIDDEN, VALUE_NAME
-from watchdog.core import protocol
+from watchdog.core.protocol import wire as protocol
 
 GLOBAL = ("--socket", "--json", "--help", "-h")
 # Offered for a value; `--since` also completes a number typed so far with each unit.

@@ -11,7 +11,7 @@ from watchdog.cli import client
 from watchdog.cli.parse import HIDDEN, OPTION_OF, VALUE_NAME
 from watchdog.config import RESERVED_EXIT_CODES, reference
 from watchdog.config.schema import ExitCodesConfig
-from watchdog.core import protocol
+from watchdog.core.protocol import wire as protocol
 from watchdog.daemon import entry
 from watchdog.docgen import roff
 from watchdog.docgen.roff import bold, esc, italic, para, sh, tagged

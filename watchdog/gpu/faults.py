@@ -1,6 +1,7 @@
 """GPU hardware faults in the shell (SPEC §12): the NVML event watcher, the health gate before
-every start, and the faults seen per GPU for status. Decisions are the core's (core/xid.py
-classifies, core/parking.py decides whether a fault parks); this module only carries facts.
+every start, and the faults seen per GPU for status. Decisions are the core's
+(core/health/xid.py classifies, core/supervisor/parking.py decides whether a fault parks); this
+module only carries facts.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from watchdog.config import GpusConfig
-from watchdog.core import xid
+from watchdog.core.health import xid
 from watchdog.core.ratelimit import RepeatSummary
 
 KEEP_PER_GPU = 20  # gpus[].faults in status: the newest this many per GPU

@@ -1,7 +1,7 @@
 """GPU side of the shell: NVML samples, host warnings, drained GPUs before every start.
 
-Decisions about the job stay in the core (health.py, the supervisor), the verdicts on the
-samples (probe hung, GPU lost, access lost, slowdowns) in core/gpuwatch.py; this module
+Decisions about the job stay in the core (core/health/, core/supervisor/), the verdicts on the
+samples (probe hung, GPU lost, access lost, slowdowns) in core/health/gpu_news.py; this module
 samples, logs what those verdicts say and makes sure a new job never starts into memory
 somebody else still holds (SPEC §4).
 """
@@ -21,9 +21,9 @@ import psutil
 
 from watchdog import blocking
 from watchdog.config import GpusConfig
-from watchdog.core.gpuhealth import DegradedTracker, throttle_names
-from watchdog.core.gpupart import is_in_use
-from watchdog.core.gpuwatch import GpuWatchState
+from watchdog.core.health.gpu_degraded import DegradedTracker, throttle_names
+from watchdog.core.health.gpu_news import GpuWatchState
+from watchdog.core.health.gpu_use import is_in_use
 from watchdog.core.samples import GpuSample
 from watchdog.gpu.holders import processes_using_nvidia_devices
 

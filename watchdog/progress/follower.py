@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from watchdog.core.pattern import MAX_MATCH_CHARS, parse_line
+from watchdog.core.progress.pattern import MAX_MATCH_CHARS, parse_line
 from watchdog.core.samples import ProgressReading
 from watchdog.progress import joblog, logfile
 from watchdog.progress.logfile import LogSource

@@ -14,7 +14,7 @@ import threading
 import psutil
 
 from watchdog import blocking
-from watchdog.core.ranks import RankKey
+from watchdog.core.health.ranks import RankKey
 from watchdog.process import tree
 
 LIST_TIMEOUT_S = 5.0

@@ -1,5 +1,5 @@
 """How one run's progress lines are read (SPEC §13): a user's `progress.pattern`, the
-recognisers of `progress.format` (watchdog.core.recognise), or the rows of a CSV / JSON-lines
+recognisers of `progress.format` (watchdog.core.progress.auto), or the rows of a CSV / JSON-lines
 progress file. PURE apart from holding state: no I/O, no clock (the follower feeds it text).
 
 The follower asks `candidate()` of each line it scans, newest first (stateless: it decides how
@@ -15,10 +15,10 @@ import json
 import re
 from typing import Any
 
-from watchdog.core.pattern import parse_line
-from watchdog.core.progress_tracker import ProgressTracker, Seen
-from watchdog.core.recognise import recognise
-from watchdog.core.recognised import Recognised, strip_ansi
+from watchdog.core.progress.auto import recognise
+from watchdog.core.progress.parsing import Recognised, strip_ansi
+from watchdog.core.progress.pattern import parse_line
+from watchdog.core.progress.tracker import ProgressTracker, Seen
 from watchdog.core.samples import ProgressReading
 
 Candidate = Recognised | ProgressReading

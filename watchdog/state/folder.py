@@ -19,8 +19,8 @@ import os
 import secrets
 from typing import Any
 
-from watchdog.core import goodput
-from watchdog.core.budget import Durable
+from watchdog.core.supervisor.budget import Durable
+from watchdog.core.views import goodput
 from watchdog.state.files import Reset, json_object, load_generations, write_atomic
 
 

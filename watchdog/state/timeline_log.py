@@ -1,4 +1,4 @@
-"""The daemon's side of the timeline (SPEC §13): feeds core/timeline.py from what the daemon
+"""The daemon's side of the timeline (SPEC §13): feeds core/views/timeline.py from what the daemon
 already has (its state after each dispatch, the sample tick's readings, goodput's totals, the
 events it emits: no probing of its own) and keeps `<state_dir>/timeline.json`.
 
@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from watchdog.core.gpupart import is_in_use
+from watchdog.core.health.gpu_use import is_in_use
 from watchdog.core.samples import GpuSample, ProgressReading
-from watchdog.core.timeline import Timeline
+from watchdog.core.views.timeline import Timeline
 from watchdog.state.files import load_generations
 from watchdog.state.folder import StateDir
 from watchdog.state.writers import FileWriter, WriteHealth

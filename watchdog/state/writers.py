@@ -20,8 +20,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from watchdog import blocking
-from watchdog.core.budget import Durable
 from watchdog.core.statewrites import StateWrites
+from watchdog.core.supervisor.budget import Durable
 from watchdog.state.files import write_generation
 from watchdog.state.folder import StateDir
 

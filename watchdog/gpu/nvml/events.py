@@ -11,7 +11,7 @@ from typing import Any, Literal, TypeVar
 
 import pynvml
 
-from watchdog.core.xid import event_fault
+from watchdog.core.health.xid import event_fault
 from watchdog.gpu.nvml.errors import ACCESS_DENIED, Unavailable, error_code, error_name
 from watchdog.gpu.nvml.session import INIT_RETRY_S, Session
 

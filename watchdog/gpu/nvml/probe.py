@@ -24,8 +24,8 @@ from collections.abc import Callable
 from typing import Literal
 
 from watchdog.blocking import Worker
+from watchdog.core.health.xid import Counters
 from watchdog.core.samples import GpuSample
-from watchdog.core.xid import Counters
 from watchdog.gpu.nvml.session import CONTROL_DEVICE, Session
 
 _CLOSE_WAIT_S = 0.5  # close() waits this long at most for nvmlShutdown, then gives up

@@ -40,8 +40,8 @@ from typing import Any, Literal, TypeVar
 
 import pynvml
 
+from watchdog.core.health.xid import Counters
 from watchdog.core.samples import GpuReading, GpuSample
-from watchdog.core.xid import Counters
 from watchdog.gpu.nvml.errors import (
     ACCESS_DENIED,
     CLOCKS_MISSING,

@@ -10,7 +10,7 @@ of the run, then a framework's own line (the rules below, in this order), then a
 or argparse's exit, then the signal (an NCCL line before SIGABRT is `nccl_timeout`, not
 `aborted`), then any Python traceback (`python_exception`), then `unknown`.
 
-Bounded like the progress recognisers (core/recognise.py, core/pattern.py): at most
+Bounded like the progress recognisers (core/progress/auto.py, core/progress/pattern.py): at most
 `MAX_LINES` lines of at most `MAX_LINE_CHARS` characters each reach a regex, and every built-in
 regex is a literal or a bounded repetition, so the work is linear in the tail's size.
 """

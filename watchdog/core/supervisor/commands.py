@@ -4,10 +4,10 @@ daemon's own shutdown (SIGTERM/SIGINT), which an operator's stop always wins aga
 
 from __future__ import annotations
 
-from watchdog.core.events import Action, Emit, Exit, Refuse, RestartCluster
-from watchdog.core.jobstate import JobState, snapshot
 from watchdog.core.names import INCIDENT_REASONS, State
-from watchdog.core.transitions import spawn, stop
+from watchdog.core.supervisor.events import Action, Emit, Exit, Refuse, RestartCluster
+from watchdog.core.supervisor.jobstate import JobState, snapshot
+from watchdog.core.supervisor.primitives import spawn, stop
 
 # SPEC §13: scancel, `systemctl stop` (KillMode=control-group) and the like send SIGTERM to the
 # job and to the daemon at once. A job that exits 0 on SIGTERM may be seen to exit before the

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 
-from watchdog.core.budget import Durable, NoProgressTally
-from watchdog.core.jobstate import JobState
 from watchdog.core.names import State
+from watchdog.core.supervisor.budget import Durable, NoProgressTally
+from watchdog.core.supervisor.jobstate import JobState
 
 
 def durable(s: JobState) -> Durable:

@@ -4,14 +4,14 @@ Request  {"v":1,"id":7,"cmd":"status","args":{}}
 Reply    {"v":1,"id":7,"ok":true,"result":{...}}
          {"v":1,"id":7,"ok":false,"error":{"type":"...","message":"..."}}
 
-`watchdogctl` imports this module, so it imports nothing heavy (core/jsoncodec.py says how):
-the request and reply schema is here, the JSON codec in core/jsoncodec.py, and the texts the
-server makes of a command's events in core/replies.py (which `watchdogctl` never imports).
+`watchdogctl` imports this module, so it imports nothing heavy (jsoncodec.py says how): the
+request and reply schema is here, the JSON codec in jsoncodec.py, and the texts the server
+makes of a command's events in replies.py (which `watchdogctl` never imports).
 """
 
 from __future__ import annotations
 
-from watchdog.core.jsoncodec import dumps, loads
+from watchdog.core.protocol.jsoncodec import dumps, loads
 
 TYPE_CHECKING = False  # mypy treats this name as true; at run time `typing` is never imported
 if TYPE_CHECKING:

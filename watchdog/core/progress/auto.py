@@ -2,7 +2,7 @@
 
 Each recogniser is a function of one line that returns what the line says (`Recognised`) or
 None. `recognise()` strips ANSI escape codes first, then tries them in the fixed order of
-`RECOGNISERS`; the first match wins. `ProgressTracker` (progress_tracker.py, one per run of the
+`RECOGNISERS`; the first match wins. `ProgressTracker` (tracker.py, one per run of the
 job) then decides whether a recognised line is progress (a step forward, a throughput figure, a
 loss report), activity (a counter advancing that is not the training step: an eval bar, a
 shard-writing bar, a step below the run's highest) or nothing new.
@@ -43,7 +43,7 @@ import dataclasses
 import re
 from collections.abc import Callable
 
-from watchdog.core.frameworks import (
+from watchdog.core.progress.frameworks import (
     checkpoint_save,
     deepspeed,
     hf_loss,
@@ -51,7 +51,7 @@ from watchdog.core.frameworks import (
     nemo,
     torchtitan,
 )
-from watchdog.core.recognised import (
+from watchdog.core.progress.parsing import (
     MAX_LINE_CHARS,
     MAX_TRIES,
     Recognised,

@@ -5,7 +5,7 @@ and asks `assess(now)`. The verdict feeds `policy.HealthAssessed`.
 
 The startup window ends the first time the child is healthy (GPUs in use and a progress line);
 `gpus_idle` only counts after that, `stalled` after the first progress line (SPEC §4), under the
-window core/stallwindow.py learned (SPEC §14). A job that never gets there is the core's
+window core/progress/stall_window.py learned (SPEC §14). A job that never gets there is the core's
 `startup_timeout`. `stalled` counts from the last progress line the daemon saw (the `now` of
 `progress()`), never from a job's own timestamp. `throughput_low` compares each reading with the
 median of the normal ones before it, once there are `min_median_readings` of them.
@@ -13,7 +13,7 @@ median of the normal ones before it, once there are `min_median_readings` of the
 Unknown is never healthy (SPEC §13), yet never a restart: NVML access lost (`gpu_access_lost`),
 an expected GPU NVML cannot read (`gpu_unreadable`) or a progress read that does not answer
 (`progress_unreadable`, a hung mount) fire warn-only verdicts, as `gpu_lost` does. `gpu_degraded`
-(core/gpuhealth.py) restarts only with `gpus.on_degraded: restart`.
+(core/health/gpu_degraded.py) restarts only with `gpus.on_degraded: restart`.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from watchdog.core.gpupart import GpuPart, gpu_part, unreadable_text
+from watchdog.core.health.gpu_use import GpuPart, gpu_part, unreadable_text
+from watchdog.core.progress.stall_window import Phase, RunPhase, StallConfig, StallKnowledge, Window
 from watchdog.core.samples import GpuSample, ProgressReading
-from watchdog.core.stallwindow import Phase, RunPhase, StallConfig, StallKnowledge, Window
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +92,7 @@ class HealthMonitor:
         self._idle_run = self._idle_run + 1 if self._is_idle(part) else 0
 
     def gpu_degraded(self, degraded: Mapping[int, tuple[str, ...]]) -> None:
-        """The GPUs degraded now (core/gpuhealth.py decides), and their reasons."""
+        """The GPUs degraded now (core/health/gpu_degraded.py decides), and their reasons."""
         self._degraded = dict(degraded)
 
     def gpu_access_lost(self, detail: str | None) -> None:

@@ -1,4 +1,4 @@
-"""PURE what a recogniser returns (core/recognise.py), and the small parsers every recogniser
+"""PURE what a recogniser returns (core/progress/auto.py), and the small parsers every recogniser
 shares: ANSI stripping, bounded number parsing, the first keyword that starts a word.
 """
 

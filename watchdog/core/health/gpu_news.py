@@ -4,7 +4,7 @@ The shell's NVML sampler hands every sample to `GpuWatchState.observe(sample, no
 what changed: NVML access lost or back (for the core, which parks restarts meanwhile) and the
 events to log, in order: `gpu_probe_hung` / `gpu_probe_recovered` on the probe's transitions, one
 `gpu_lost` per GPU newly lost, and `gpu_degraded` / `gpu_degraded_cleared` from the hardware
-slowdown tracker (core/gpuhealth.py). Nothing here reads a clock or calls NVML: the shell passes
+slowdown tracker (gpu_degraded.py). Nothing here reads a clock or calls NVML: the shell passes
 `now` (monotonic seconds) and logs the events as they come back.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from watchdog.core.gpuhealth import ClockReading, DegradedTracker
+from watchdog.core.health.gpu_degraded import ClockReading, DegradedTracker
 from watchdog.core.samples import GpuSample
 
 GpuEvent = tuple[str, dict[str, object]]  # (event name, its fields)

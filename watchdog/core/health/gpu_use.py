@@ -1,6 +1,6 @@
 """PURE classification of one GPU sample for the health verdicts (SPEC §4): every expected GPU
 in use, all idle, a mix, missing (NVML cannot reach one) or unknown, and why. The verdicts
-(core/health.py), the drain before a start and the status read the same floor from here.
+(core/health/monitor.py), the drain before a start and the status read the same floor from here.
 """
 
 from __future__ import annotations

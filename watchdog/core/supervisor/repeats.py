@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from watchdog.core import names
-from watchdog.core.events import Action, Emit
-from watchdog.core.jobstate import JobState
 from watchdog.core.names import State
+from watchdog.core.supervisor.events import Action, Emit
+from watchdog.core.supervisor.jobstate import JobState
 
 
 def judge(

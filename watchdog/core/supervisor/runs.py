@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from watchdog.core.events import Action, ChildExited, Emit, TreeStopped
-from watchdog.core.jobstate import JobState
 from watchdog.core.names import State
-from watchdog.core.transitions import fail, finish_stop, kill_tree, park_unverified, spawn
+from watchdog.core.supervisor.events import Action, ChildExited, Emit, TreeStopped
+from watchdog.core.supervisor.jobstate import JobState
+from watchdog.core.supervisor.primitives import fail, finish_stop, kill_tree, park_unverified, spawn
 
 
 def started(s: JobState, now: float) -> list[Action]:

@@ -7,16 +7,18 @@ order, and wakes the core at `next_deadline()` with a `Tick`. Every decision is 
 
 Detector verdicts arrive as `HealthAssessed` events computed by `health.py`; the core never looks
 at GPUs or logs itself. The transitions live by reason in runs.py, verdicts.py, parking.py,
-operator_commands.py and transitions.py; what outlives this object in handover.py.
+commands.py and primitives.py; what outlives this object in handover.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from watchdog.core import handover, parking, runs, verdicts
-from watchdog.core.budget import Durable, Policy
-from watchdog.core.events import (
+from watchdog.core.names import State
+from watchdog.core.supervisor import handover, parking, runs, verdicts
+from watchdog.core.supervisor.budget import Durable, Policy
+from watchdog.core.supervisor.commands import command, shutdown
+from watchdog.core.supervisor.events import (
     Action,
     ChildExited,
     ChildSpawned,
@@ -39,10 +41,8 @@ from watchdog.core.events import (
     Tick,
     TreeStopped,
 )
-from watchdog.core.jobstate import JobState, Snapshot, next_deadline, snapshot
-from watchdog.core.names import State
-from watchdog.core.operator_commands import command, shutdown
-from watchdog.core.transitions import stop
+from watchdog.core.supervisor.jobstate import JobState, Snapshot, next_deadline, snapshot
+from watchdog.core.supervisor.primitives import stop
 
 
 class Supervisor:
@@ -52,7 +52,7 @@ class Supervisor:
         self._s = JobState(policy=policy, rng=rng)
 
     def record(self) -> JobState:
-        """The whole mutable record: for the input log's state image (stateimage.py) only."""
+        """The whole mutable record: for the input log's state image (image.py) only."""
         return self._s
 
     def next_deadline(self) -> float | None:

@@ -1,6 +1,6 @@
 """PURE judge of recognised progress lines, one per run of the job (SPEC §13): progress (a step
 forward, a throughput figure, a loss report), activity (a counter advancing that is not the
-training step) or nothing new. See `ProgressTracker`; the recognisers are in recognise.py.
+training step) or nothing new. See `ProgressTracker`; the recognisers are in auto.py.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from watchdog.core.recognised import MAX_STEP, Recognised
+from watchdog.core.progress.parsing import MAX_STEP, Recognised
 from watchdog.core.samples import ProgressReading
 
 Kind = Literal["progress", "activity"]

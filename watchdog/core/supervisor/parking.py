@@ -7,10 +7,10 @@ need parks (kind gpu_access_lost) until access is back.
 
 from __future__ import annotations
 
-from watchdog.core.events import Action, Emit, GpuAccessChanged, GpuFaultSeen
-from watchdog.core.jobstate import JobState
 from watchdog.core.names import State
-from watchdog.core.transitions import fail, finish_stop, park_access, spawn, stop
+from watchdog.core.supervisor.events import Action, Emit, GpuAccessChanged, GpuFaultSeen
+from watchdog.core.supervisor.jobstate import JobState
+from watchdog.core.supervisor.primitives import fail, finish_stop, park_access, spawn, stop
 
 
 def gpu_fault(s: JobState, ev: GpuFaultSeen, now: float) -> list[Action]:

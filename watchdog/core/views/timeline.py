@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from watchdog.core import names
-from watchdog.core.timeline_bucket import (
+from watchdog.core.views.timeline_span import (
     Bucket,
     event_time,
     figures_only,

@@ -5,10 +5,10 @@ the deadlines (end of backoff, end of the startup window: the one verdict the co
 
 from __future__ import annotations
 
-from watchdog.core.events import Action, Emit, HealthAssessed, ProgressMarked, RankExited
-from watchdog.core.jobstate import JobState, next_deadline
 from watchdog.core.names import INCIDENT_REASONS, UNVERIFIABLE, State
-from watchdog.core.transitions import park_access, spawn, stop
+from watchdog.core.supervisor.events import Action, Emit, HealthAssessed, ProgressMarked, RankExited
+from watchdog.core.supervisor.jobstate import JobState, next_deadline
+from watchdog.core.supervisor.primitives import park_access, spawn, stop
 
 
 def assessed(s: JobState, ev: HealthAssessed, now: float) -> list[Action]:

@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from watchdog.core.budget import NoProgressTally, Policy
 from watchdog.core.names import State
+from watchdog.core.supervisor.budget import NoProgressTally, Policy
 
 AfterStop = Literal["stop", "restart", "start", "exit", "host_fault", "completed"]
 

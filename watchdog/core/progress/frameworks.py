@@ -1,13 +1,13 @@
 """PURE recognisers of the training frameworks that print their own progress lines (SPEC §13):
 Megatron-LM, torchtitan, DeepSpeed, NeMo and the Hugging Face Trainer's log dicts. The formats,
-as their sources print them, are listed in core/recognise.py, which tries these in order.
+as their sources print them, are listed in core/progress/auto.py, which tries these in order.
 """
 
 from __future__ import annotations
 
 import re
 
-from watchdog.core.recognised import Recognised, first, to_float, to_int
+from watchdog.core.progress.parsing import Recognised, first, to_float, to_int
 
 # ---------------------------------------------------------------------------- Megatron-LM
 

@@ -17,9 +17,9 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, get_args
 
-from watchdog.core.budget import Durable, Policy
-from watchdog.core.events import Action, Event
-from watchdog.core.supervisor import Supervisor
+from watchdog.core.supervisor.budget import Durable, Policy
+from watchdog.core.supervisor.events import Action, Event
+from watchdog.core.supervisor.machine import Supervisor
 
 EVENT_TYPES: dict[str, type[Any]] = {cls.__name__: cls for cls in get_args(Event)}
 _CARRIED: dict[str, type[Any]] = {"Policy": Policy, "Durable": Durable}

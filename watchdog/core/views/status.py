@@ -6,11 +6,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from watchdog.core.gpupart import is_in_use
-from watchdog.core.jobstate import Snapshot
+from watchdog.core.health.gpu_use import is_in_use
+from watchdog.core.health.xid import host_fault_line
 from watchdog.core.names import State
 from watchdog.core.samples import GpuSample, ProgressReading
-from watchdog.core.xid import host_fault_line
+from watchdog.core.supervisor.jobstate import Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +46,7 @@ class StatusInputs:
     gpu_throttle: Mapping[int, Sequence[str]] | None = None
     gpu_degraded: Mapping[int, Sequence[str]] | None = None
     gpu_access_lost: str | None = None
-    # SPEC §14: the window `stalled` is judged under now, and why (core/stallwindow.py)
+    # SPEC §14: the window `stalled` is judged under now, and why (core/progress/stall_window.py)
     stall_window: Mapping[str, Any] | None = None
     stall_windows: Mapping[str, float] | None = None  # every phase's window (the metric)
 

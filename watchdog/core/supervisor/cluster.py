@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from watchdog.core.budget import Policy
-from watchdog.core.events import Emit
+from watchdog.core.supervisor.budget import Policy
+from watchdog.core.supervisor.events import Emit
 
 RESTART_REASON = "cluster_restart"  # the local stop reason when another node moved the epoch
 

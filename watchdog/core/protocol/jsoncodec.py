@@ -1,6 +1,6 @@
 """PURE compact JSON for the control protocol, without importing `json` (SPEC §8).
 
-`watchdogctl` imports this through core/protocol.py, so it imports nothing heavy: not `json`
+`watchdogctl` imports this through core/protocol/wire.py, so it imports nothing heavy: not `json`
 (which drags in `re` and `enum`, ~10 ms, most of a bare interpreter's start-up), not
 `dataclasses`, not `typing` at run time. JSON goes through CPython's C accelerator `_json`
 directly, with the `json` module as the fallback where that is missing.

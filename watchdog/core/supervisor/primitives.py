@@ -7,11 +7,19 @@ when a stop cannot be verified or NVML access is lost (SPEC §5, §12, §13).
 
 from __future__ import annotations
 
-from watchdog.core import repeats
-from watchdog.core.budget import prune_window
-from watchdog.core.events import Action, CancelStart, Emit, Exit, KillTree, SpawnChild, TreeStopped
-from watchdog.core.jobstate import AfterStop, JobState
 from watchdog.core.names import State
+from watchdog.core.supervisor import repeats
+from watchdog.core.supervisor.budget import prune_window
+from watchdog.core.supervisor.events import (
+    Action,
+    CancelStart,
+    Emit,
+    Exit,
+    KillTree,
+    SpawnChild,
+    TreeStopped,
+)
+from watchdog.core.supervisor.jobstate import AfterStop, JobState
 
 
 def spawn(s: JobState, now: float, reason: str) -> list[Action]:

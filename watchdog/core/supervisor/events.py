@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from watchdog.core.budget import Durable, Marker, Policy
+from watchdog.core.supervisor.budget import Durable, Marker, Policy
 
 # ---------------------------------------------------------------------------------- events
 
@@ -65,9 +65,10 @@ class SpawnFailed:
 @dataclass(frozen=True, slots=True)
 class ChildExited:
     """The leader was reaped. `cause`, `cause_class`, `cause_line`: why it died (SPEC §14),
-    classified by the shell from the run's last lines and the kernel's OOM record (core/causes.py)
-    and carried here, so a replay of the input log reproduces every decision; None for an exit
-    nobody classified. `incident`: the bundle the shell saved for this failed run."""
+    classified by the shell from the run's last lines and the kernel's OOM record
+    (core/health/causes.py) and carried here, so a replay of the input log reproduces every
+    decision; None for an exit nobody classified. `incident`: the bundle the shell saved for this
+    failed run."""
 
     pid: int
     exit_code: int | None

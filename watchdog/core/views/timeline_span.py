@@ -1,4 +1,4 @@
-"""PURE bucket of the timeline (core/timeline.py): what happened in one span of wall time, as
+"""PURE bucket of the timeline (core/views/timeline.py): what happened in one span of wall time, as
 figures that merge (seconds per state, sums and counts, goodput growth) and the events kept.
 
 A bucket changes with what the picture shows; the Timeline with how buckets are kept and merged.

@@ -14,11 +14,11 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from watchdog.core import records
-from watchdog.core.budget import NoProgressTally
-from watchdog.core.jobstate import JobState
 from watchdog.core.names import State
-from watchdog.core.supervisor import Supervisor
+from watchdog.core.supervisor import replay as records
+from watchdog.core.supervisor.budget import NoProgressTally
+from watchdog.core.supervisor.jobstate import JobState
+from watchdog.core.supervisor.machine import Supervisor
 
 # records.py's tagged values (tuples, frozensets, mappings, Policy), exact both ways
 encode, decode = records.encode, records.decode
