@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -98,10 +99,12 @@ def line_table() -> list[str]:
     return out
 
 
-def daemon_cpu(job: list[str], window_s: float) -> tuple[float, float]:
+def daemon_cpu(
+    job: list[str], window_s: float, overrides: dict[str, Any] | None = None
+) -> tuple[float, float]:
     """(% of one core, lines or updates written per second) of a watchdogd following `job`."""
     with tempfile.TemporaryDirectory() as tmp, procs_cleanup() as procs:
-        d = Watchdogd(procs, Path(tmp), job).start()
+        d = Watchdogd(procs, Path(tmp), job, overrides=overrides).start()
         wait_until(lambda: (Path(tmp) / "job.log").exists() or None, 30, "the job's log", 0.1)
         time.sleep(WARMUP_S)  # a benchmark's warm-up, not a synchronisation
         proc, log = psutil.Process(d.pid), Path(tmp) / "job.log"

@@ -313,7 +313,8 @@ def test_gaps_inside_eval_or_checkpoint_never_lower_the_training_window(
             for g in gaps:
                 mixed.signal(kind, at + g, at)
                 at += g
-            # the step that ends the episode: its gap is the episode's, never training's
+            # the step that ends the episode: its gap is the episode's, never training's (a
+            # save's end is confirmed by the next step, whose gap is training's again)
             mixed.signal("training", at + 1.0, at)
             at += 1.0
     assert mixed.knowledge.rings["training"].gaps() == plain.knowledge.rings["training"].gaps()
@@ -347,6 +348,7 @@ def test_a_step_read_after_a_save_began_but_written_before_ends_nothing() -> Non
     rp.signal("training", at + 0.5, at + 1.0)  # the step written at +0.5 s, read just now
     assert rp.phase == "checkpoint" and k.finished["checkpoint"] == 0
     rp.signal("training", at + 20.0, at + 1.0)  # the first step after the save
+    rp.signal("training", at + 20.1, at + 20.0)  # and a second: the save ended at the first
     assert rp.phase == "training" and k.finished["checkpoint"] == 1
     assert k.rings["checkpoint"].gaps() == [1.0, 19.0]
 
@@ -367,4 +369,67 @@ def test_a_bar_redrawn_at_the_same_step_during_a_save_ends_nothing() -> None:
     rp.signal(None, at + 13.0, at + 1.0)  # the save's next burst, 12 s later
     assert rp.phase == "checkpoint" and k.finished["checkpoint"] == 0
     rp.step(26, at + 14.0, at + 13.0)  # the first step after the save
+    rp.step(27, at + 14.1, at + 14.0)  # and a second: the save ended at the first
     assert rp.phase == "training" and k.finished["checkpoint"] == 1
+
+
+def test_the_step_before_a_save_read_after_its_first_write_ends_nothing() -> None:
+    """Recorded from the slow-save run that failed: the step line printed just before a save
+    (300) is read, and timed, after the save's first file write was seen; the files then pause
+    12 s. That step is no end of the save: the pause is judged under the checkpoint window,
+    never the 5 s training window, and the save ends only on a new step after the files stopped
+    growing (whose gap, the first after the save, still teaches training)."""
+    cfg = StallConfig(floor_s=5.0)
+    k = StallKnowledge()
+    rp = RunPhase(k)
+    at = 0.0
+    for step in range(275, 300):  # steps 275..299, 0.1 s apart: training learned, window 5 s
+        rp.step(step, at, None if step == 275 else at - 0.1)
+        at += 0.1
+    last = at - 0.1
+    assert rp.window(cfg, CEILING).window_s == 5.0
+    rp.signal("checkpoint", at + 0.4, last)  # slow.bin's first burst, seen by the folder read
+    rp.step(300, at + 0.6, at + 0.4)  # step 300's line, completed and timed after that burst
+    assert rp.phase == "checkpoint" and k.finished["checkpoint"] == 0
+    assert rp.window(cfg, CEILING).window_s == CEILING  # the 12 s pause: no stall
+    rp.signal("checkpoint", at + 12.6, at + 0.6)  # the next burst: the save goes on
+    rp.signal("checkpoint", at + 24.6, at + 12.6)  # the last burst (and trainer_state.json)
+    assert rp.phase == "checkpoint" and k.finished["checkpoint"] == 0
+    rp.step(301, at + 25.0, at + 24.6)  # the first step after the save: maybe a late one too
+    assert rp.window(cfg, CEILING).window_s == CEILING  # the larger of checkpoint and training
+    training = k.rings["training"].gaps()
+    rp.step(302, at + 25.1, at + 25.0)  # a second new step, no write between: it ended at 301
+    assert rp.phase == "training" and k.finished["checkpoint"] == 1
+    assert k.rings["training"].gaps() == [*training, 0.1]
+    assert k.rings["checkpoint"].gaps() == [0.5, 0.2, 12.0, 12.0, 0.4]
+    assert rp.window(cfg, CEILING).window_s == 5.0
+
+
+def test_the_last_eval_bar_before_a_save_read_after_its_first_write_ends_nothing() -> None:
+    """Recorded from the real-Trainer soak's false stall (defaults, 5 s polls): an evaluation at
+    step 200, then the save; the eval bar's last draw (`6/6`) is read after the save's first
+    write was seen, and a silent pause of 100 s follows. That eval sign is no end of the save
+    (which would teach the checkpoint window the floor from its first seconds): the save is
+    judged under the ceiling until it ends, then learns its own 100 s silence."""
+    k = StallKnowledge()
+    rp = RunPhase(k)
+    at = 0.0
+    for step in range(10, 200, 8):  # a bar read every 5 s: training learned, window 60 s
+        rp.step(step, at, None if step == 10 else at - 5.0)
+        at += 5.0
+    assert rp.window(AUTO, CEILING).window_s == 60.0
+    rp.step(200, at, at - 5.0)  # step 200, then the evaluation
+    for t in (5.0, 10.0, 13.0):
+        rp.signal("eval", at + t, at + t - (5.0 if t < 13 else 3.0))
+    rp.step(200, at + 13.0, at + 13.0)  # the bar redrawn at 200 after the eval: no step
+    rp.signal("checkpoint", at + 13.186, at + 13.0)  # the save's first write
+    rp.signal(None, at + 18.128, at + 13.186)
+    rp.signal("eval", at + 18.128, at + 18.128)  # the eval bar's last draw, read only now
+    rp.signal("checkpoint", at + 18.129, at + 18.128)  # the save's write, read at once after
+    assert rp.phase == "checkpoint" and k.finished["checkpoint"] == 0
+    assert rp.window(AUTO, CEILING).window_s == CEILING  # the 100 s pause: no stall
+    rp.signal("checkpoint", at + 118.0, at + 18.129)  # the rest of the save, 100 s on
+    for i, step in enumerate((201, 202)):  # training again: the second new step confirms
+        rp.step(step, at + 120.0 + i, at + 118.0 + i * 2)
+    assert rp.phase == "training" and k.finished["checkpoint"] == 1
+    assert k.window("checkpoint", AUTO, CEILING).window_s >= 5 * 99.0

@@ -9,7 +9,8 @@ Once `learn_steps` gaps are known the training window is
 
 Phases: `startup` (until the run's first progress line: the startup detector's business, never
 a gap), `training`, `eval` and `checkpoint` (a recognised evaluation or save, files growing under
-`progress.checkpoint.path`), entered on their first sign and left at the next training step. A
+`progress.checkpoint.path`), entered on their first sign and left at the next training step (a
+save: at the second sign of what follows it with no write between, RunPhase._save_ended_at). A
 gap that touches a non-training phase teaches that phase, never the training window; each such
 phase has its own learned window, the ceiling until one of its kind has been seen to finish.
 
@@ -191,6 +192,8 @@ class RunPhase:
         self.phase: Phase = "startup"
         self.entered_at: float | None = None  # when the run entered its phase
         self.last_step: int | None = None  # the step the last progress line showed
+        # a step or eval sign in a save, not yet known to come after the save (see signal())
+        self.ending: tuple[Phase, float] | None = None
 
     def step(self, step: int | None, at: float, previous_at: float | None) -> None:
         """A progress line: a training step, unless it shows the step the previous one showed
@@ -209,21 +212,49 @@ class RunPhase:
         late = self.entered_at is not None and at < self.entered_at
         if kind == "training" and before != "training" and late:
             return  # a step written before this phase began, read late: it ends nothing
+        ended_at = self._save_ended_at(kind, at)
+        if ended_at is None and before == "checkpoint" and kind in ("training", "eval"):
+            kind = None  # a line that may predate the save: activity until a second confirms it
         after: Phase = before if kind is None else kind
         if previous_at is not None and before != "startup":
-            # A gap touching a non-training phase is that phase's, never the training window's.
-            owner = after if after in ("eval", "checkpoint") else before
+            # A gap touching a non-training phase is that phase's, never the training window's;
+            # the one closed by the sign that confirms a save's end is the next phase's.
+            owner = after if after in ("eval", "checkpoint") or ended_at is not None else before
             self.knowledge.learn(owner, at - previous_at)
         if before in ("eval", "checkpoint") and after != before:
             self.knowledge.finish(before)
         if after != before:
-            self.entered_at = at
+            self.entered_at = at if ended_at is None else ended_at
         self.phase = after
 
+    def _save_ended_at(self, kind: Phase | None, at: float) -> float | None:
+        """When the save ended, once a second sign confirms it. The save's files are seen by a
+        reader of their own, in no order with the log: the line of the step (or the last eval
+        bar) before a save can be read, and timed, after the save's first write. So in
+        `checkpoint` a new step (an eval sign) ends the phase only when a second one follows with
+        no write between; a write between says the save went on."""
+        if self.phase != "checkpoint" or kind is None:
+            return None
+        ending, self.ending = self.ending, None
+        if kind == "checkpoint":
+            return None
+        if ending is not None and ending[0] == kind:
+            return ending[1]
+        self.ending = (kind, at)
+        return None
+
     def window(self, cfg: StallConfig, ceiling_s: float, phase: Phase | None = None) -> Window:
-        """The window of the run's phase now (or of `phase`)."""
+        """The window of the run's phase now (or of `phase`). While a save's end awaits its
+        confirming sign, the larger of the checkpoint window and the next phase's: the sign may
+        be the one before the save (a pause of the save follows) or the first after it."""
+        if phase is None and self.ending is not None:
+            windows = [
+                self.knowledge.window(p, cfg, ceiling_s) for p in ("checkpoint", self.ending[0])
+            ]
+            return max(windows, key=lambda w: w.window_s)
         return self.knowledge.window(phase or self.phase, cfg, ceiling_s)
 
     def resume(self, phase: object) -> None:
         """The phase a re-exec carried (absent from older code: startup until the next step)."""
         self.phase = next((p for p in PHASES if p == phase), "startup")
+        self.ending = None
