@@ -47,7 +47,7 @@ fake-nvml: $(FAKE_NVML)
 demo: $(BASE_STAMP) $(FAKE_NVML)
 	$(MAKE) --no-print-directory demo-reset
 	mkdir -p $(DEMO)
-	$(BIN)/python tests/fakegpu.py gpus -n 8 $(DEMO)/gpus >/dev/null
+	$(BIN)/python tests/support/fakegpu.py gpus -n 8 $(DEMO)/gpus >/dev/null
 	FAKE_NVML_DIR=$(DEMO)/gpus LD_LIBRARY_PATH=$(CURDIR)/tests/fake_nvml/build \
 		$(BIN)/watchdogd --config etc/demo.yaml
 

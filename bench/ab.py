@@ -1,6 +1,6 @@
 """A/B: the respawn and overhead benches on two installed builds, interleaved, as ratios.
 
-    python -m bench.ab OLD_VENV NEW_VENV [--rounds 4] [--full]
+    python -m bench.ab OLD_VENV NEW_VENV [--rounds 4] [--full] [--only overhead]
 
 Each venv holds a wheel of one tree, installed non-editable (`make bench-installed` builds the
 current one under bench/out/installed). Every round runs `python -m bench --only
@@ -68,8 +68,8 @@ def figures(text: str) -> dict[str, float]:
     return found
 
 
-def one_run(venv: Path, out: Path, full: bool) -> dict[str, float]:
-    cmd = [sys.executable, "-m", "bench", "--only", "respawn,overhead", "--out", str(out)]
+def one_run(venv: Path, out: Path, full: bool, only: str = "respawn,overhead") -> dict[str, float]:
+    cmd = [sys.executable, "-m", "bench", "--only", only, "--out", str(out)]
     if not full:
         cmd.insert(3, "--quick")
     env = {**os.environ, "BENCH_INSTALLED_VENV": str(venv)}
@@ -100,6 +100,9 @@ def main() -> int:
     ap.add_argument("new", type=Path)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--full", action="store_true", help="full-length benches (minutes each)")
+    ap.add_argument(
+        "--only", default="respawn,overhead", help="the benches to run (overhead: the CPU rows)"
+    )
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
@@ -107,7 +110,7 @@ def main() -> int:
         order = ("old", "new") if i % 2 == 0 else ("new", "old")
         for side in order:
             venv = args.old if side == "old" else args.new
-            runs[side].append(one_run(venv, OUT / f"ab-{side}-{i}.md", args.full))
+            runs[side].append(one_run(venv, OUT / f"ab-{side}-{i}.md", args.full, args.only))
             print(f"round {i + 1}/{args.rounds} {side}: {runs[side][-1]}", flush=True)
     text = table(runs["old"], runs["new"], (str(args.old), str(args.new)))
     (OUT / "ab.md").write_text(text)

@@ -309,8 +309,8 @@ class LineTap:
 
 
 def _load_fakegpu() -> ModuleType:
-    """tests/fakegpu.py: writes the NVML stand-in's state and builds the library."""
-    path = ROOT / "tests" / "fakegpu.py"
+    """tests/support/fakegpu.py: writes the NVML stand-in's state and builds the library."""
+    path = ROOT / "tests" / "support" / "fakegpu.py"
     spec = importlib.util.spec_from_file_location("fakegpu", path)
     assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)

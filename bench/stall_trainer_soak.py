@@ -3,7 +3,7 @@
     python -m bench.stall_trainer_soak [--soak-s 600] [--step-s 0.25] [--save-pause-s 100]
 
 One real `watchdogd` with the defaults (`progress.stall_window: auto`, floor 60 s, factor 5,
-ceiling `stall_after_s` 900 s, a sample every 5 s) over tests/jobs/hf_trainer_job.py (a tiny
+ceiling `stall_after_s` 900 s, a sample every 5 s) over tests/support/jobs/hf_trainer_job.py (a tiny
 GPT-2 on CPU, the Trainer's own tqdm bar and log lines, nothing printed by us) that:
 
 - steps every ~`--step-s` seconds (its data loader sleeps per row);
@@ -34,7 +34,7 @@ from bench.common import ROOT, procs_cleanup
 from bench.stall_windows import _status
 from bench.supervisors import Watchdogd
 
-JOB = ROOT / "tests" / "jobs" / "hf_trainer_job.py"
+JOB = ROOT / "tests" / "support" / "jobs" / "hf_trainer_job.py"
 ROWS_PER_STEP = 4  # the job's batch size, for train and eval
 POLL_S = 2.0
 SAVED = "checkpoint-*/trainer_state.json"  # the Trainer's last file of a save

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
-from harness import Daemon, base_config, merge
+from support.harness import Daemon, base_config, merge
 
 # ci_no_skip: under CI as root a skip fails; tiers: the `pure` tier and the xdist groups.
 pytest_plugins = ["ci_no_skip", "tiers", "pytester"]

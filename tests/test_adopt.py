@@ -13,25 +13,10 @@ from typing import Any
 
 import psutil
 from conftest import DaemonFactory
-from harness import Daemon, wait_until, write_script
+from support.harness import Daemon, wait_until
+from support.scripts import stepper
 
 from watchdog.process import identity
-
-
-def stepper(tmp: pathlib.Path) -> str:
-    """A job that prints a numbered progress line every 50 ms."""
-    return write_script(
-        tmp / "stepper.py",
-        """
-        import time
-        step = 0
-        while True:
-            step += 1
-            print(f"step {step} 9,000.0 tok/s", flush=True)
-            time.sleep(0.05)
-        """,
-    )
-
 
 STEP_PATTERN = r"step (?P<step>\d+) (?P<tokens_per_s>[0-9,.]+) tok/s"
 

@@ -1,6 +1,7 @@
-"""SPEC §14 "Why it died" under the real daemon, real torch CPU jobs (tests/jobs/causes_job.py):
-each death is named in child_exited, in status and in the run's incident bundle (cause.json);
-a deterministic cause is parked within 2 starts, a transient one that gains steps is retried."""
+"""SPEC §14 "Why it died" under the real daemon, real torch CPU jobs
+(tests/support/jobs/causes_job.py): each death is named in child_exited, in status and in the run's
+incident bundle (cause.json); a deterministic cause is parked within 2 starts, a transient one that
+gains steps is retried."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sys
 from typing import Any
 
 import pytest
-from harness import ROOT, Daemon, base_config, merge, wait_until
+from support.harness import ROOT, Daemon, base_config, merge, wait_until
 
 pytestmark = [
     pytest.mark.slow,
@@ -24,7 +25,7 @@ pytestmark = [
     pytest.mark.timeout(300),
 ]
 
-JOB = ROOT / "tests" / "jobs" / "causes_job.py"
+JOB = ROOT / "tests" / "support" / "jobs" / "causes_job.py"
 PATTERN = r"step (?P<step>\d+) \| (?P<tokens_per_s>[0-9.]+) tok/s"
 
 
@@ -153,7 +154,7 @@ def test_hf_trainer_killed_mid_checkpoint_is_checkpoint_unreadable_and_parked(
     resumed by the Trainer's own pick of the newest folder: `Can't find a valid checkpoint`
     names the torn folder, checkpoint_unreadable, parked within 2 starts after the kill."""
     pytest.importorskip("transformers", reason="transformers not installed (`frameworks` extra)")
-    from test_frameworks import JOBS, framework_config
+    from support.frameworks import JOBS, framework_config
 
     work = tmp_path / "work"
     work.mkdir()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import DaemonFactory
-from harness import BIN, Daemon, write_script
+from support.harness import BIN, Daemon, write_script
 
 from watchdog import cli
 from watchdog.core.names import State

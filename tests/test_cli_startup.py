@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from harness import ROOT
+from support.harness import ROOT
 
 HEAVY = {"re", "json", "socket", "enum", "typing", "asyncio", "argparse", "dataclasses"}
 CLI_MODULES = {

@@ -10,8 +10,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from harness import BIN
-from test_policy import Driver, names
+from support.driver import Driver, names
+from support.harness import BIN
 
 from watchdog.config import Config, ConfigError, parse_config
 from watchdog.core.names import State

@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-import fakegpu
 import pytest
-from etcdcluster import ETCD, SKIP_REASON, EtcdCluster
-from harness import ROOT, Daemon, base_config, merge, wait_until
+from support import fakegpu
+from support.etcdcluster import ETCD, SKIP_REASON, EtcdCluster
+from support.harness import ROOT, Daemon, base_config, merge, wait_until
 
-JOB = str(ROOT / "tests" / "jobs" / "clusterjob.py")
+JOB = str(ROOT / "tests" / "support" / "jobs" / "clusterjob.py")
 TTL = 3
 NODES = 3
 

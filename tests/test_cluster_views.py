@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from conftest import DaemonFactory
-from test_metrics import parse_families, status_fixture, value
+from support.metrics import parse_families, status_fixture, value
 
 from watchdog import cli
 from watchdog.core.views import status

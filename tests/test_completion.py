@@ -5,8 +5,8 @@ from __future__ import annotations
 import pathlib
 
 from conftest import DaemonFactory
-from harness import Daemon, write_script
-from test_policy import FAST, Driver, emitted, names
+from support.driver import FAST, Driver, emitted, names
+from support.harness import Daemon, write_script
 
 from watchdog.core.names import State
 from watchdog.core.supervisor.budget import Durable, Policy

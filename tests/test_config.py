@@ -7,16 +7,15 @@ import os
 import shutil
 import signal
 import stat
-import textwrap
 from pathlib import Path
 
 import pytest
+from support.configs import MINIMAL, error, parse
 
 from watchdog import config
 from watchdog.config import (
     DEFAULT_PATTERN,
     EX_CONFIG,
-    Config,
     ConfigError,
     check_main,
     load_config,
@@ -24,20 +23,9 @@ from watchdog.config import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
-MINIMAL = 'job:\n  command: ["/bin/true"]\n'
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="StrictModes applies only when running as root (uid 0)"
 )
-
-
-def parse(tmp_path: Path, text: str, **kwargs: bool) -> Config:
-    return parse_config(textwrap.dedent(text), str(tmp_path / "watchdog.yaml"), **kwargs)
-
-
-def error(tmp_path: Path, text: str, **kwargs: bool) -> ConfigError:
-    with pytest.raises(ConfigError) as info:
-        parse(tmp_path, text, **kwargs)
-    return info.value
 
 
 def script(path: Path, mode: int = 0o755) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_config import MINIMAL, error, parse
+from support.configs import MINIMAL, error, parse
 
 
 def test_defaults_are_three_restarts_and_no_checkpoint(tmp_path: Path) -> None:

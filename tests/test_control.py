@@ -21,11 +21,11 @@ from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
-import fakegpu
 import pytest
 import yaml
 from conftest import DaemonFactory
-from harness import ROOT, Daemon, write_script
+from support import fakegpu
+from support.harness import ROOT, Daemon, write_script
 
 from watchdog.control import server as control
 from watchdog.core.protocol import wire as protocol

@@ -9,7 +9,7 @@ import socket
 
 import yaml
 from conftest import DaemonFactory
-from harness import wait_until, write_script
+from support.harness import wait_until, write_script
 
 
 def notify_socket(tmp: pathlib.Path) -> socket.socket:

@@ -6,10 +6,10 @@ import pathlib
 import shutil
 import subprocess
 
-import fakegpu
 import pytest
 import yaml
-from harness import ROOT, Daemon, wait_until
+from support import fakegpu
+from support.harness import ROOT, Daemon, wait_until
 
 
 def test_demo_config_restarts_within_30_s(tmp_path: pathlib.Path) -> None:

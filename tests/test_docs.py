@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 import yaml
-from harness import BIN, ROOT
+from support.harness import BIN, ROOT
 
 from watchdog import config
 from watchdog.cli.parse import ARG_OF

@@ -7,13 +7,13 @@ import pathlib
 import signal
 import sys
 
-import fakegpu
 import psutil
 import pytest
 from conftest import DaemonFactory
-from harness import Daemon, wait_until, write_script
-from test_adopt import stepper
-from test_gpus_e2e import GPU_CFG, GPUJOB
+from support import fakegpu
+from support.gpus import GPU_CFG, GPUJOB
+from support.harness import Daemon, wait_until, write_script
+from support.scripts import stepper
 
 
 def _flagged(make_daemon: DaemonFactory, command: list[str], over: dict[str, object]) -> Daemon:

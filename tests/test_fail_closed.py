@@ -17,7 +17,7 @@ import time
 
 import psutil
 import pytest
-from harness import BIN, Daemon, base_config, wait_until, write_script
+from support.harness import BIN, Daemon, base_config, wait_until, write_script
 
 from watchdog import cli
 from watchdog.core.names import State

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import yaml
 from conftest import DaemonFactory
-from harness import BIN, wait_until, write_script
+from support.harness import BIN, wait_until, write_script
 
 from watchdog import config
 

@@ -1,9 +1,9 @@
 """Real training frameworks under the real watchdogd, with no progress.pattern (issue 21).
 
-The jobs (tests/jobs/hf_trainer_job.py, tests/jobs/lightning_job.py) are a tiny Hugging Face
-Trainer GPT-2 and a tiny Lightning model on CPU, printing only what the frameworks print by
-default. A run becomes healthy with its step in status; its process group frozen by SIGSTOP is
-found `stalled` and restarted; the restarted run resumes from its checkpoint, so the steps it
+The jobs (tests/support/jobs/hf_trainer_job.py, tests/support/jobs/lightning_job.py) are a tiny
+Hugging Face Trainer GPT-2 and a tiny Lightning model on CPU, printing only what the frameworks
+print by default. A run becomes healthy with its step in status; its process group frozen by SIGSTOP
+is found `stalled` and restarted; the restarted run resumes from its checkpoint, so the steps it
 reports start past that checkpoint's step, not from 0. Also: a Trainer evaluation longer than
 stall_after_s, and a Trainer whose steps take over a second (its bar in s/it).
 
@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 from conftest import DaemonFactory
-from harness import ROOT, Daemon, wait_until
+from support.frameworks import JOBS, STALL_AFTER_S, STARTUP_S, framework_config
+from support.harness import Daemon, wait_until
 
 NEEDED = ("torch", "transformers", "accelerate", "lightning", "rich")
 MISSING = [name for name in NEEDED if importlib.util.find_spec(name) is None]
@@ -43,32 +44,9 @@ pytestmark = [
     pytest.mark.timeout(300),
 ]
 
-JOBS = ROOT / "tests" / "jobs"
-STARTUP_S = 120  # import + first step: 7 times the slowest seen here (transformers: 17 s)
-STALL_AFTER_S = 8  # a healthy run's bar moves many times a second; checkpoints take < 1 s
 # A tqdm bar's `N/M [` or, Lightning's bar on a resumed run, `N/? [`: (N, M).
 BAR = re.compile(r"(\d+)/(\d+|\?) \[")
 START_MARKER = "=== train-watchdog: start "
-
-
-def framework_config(
-    work: pathlib.Path, env: dict[str, str] | None = None, **over: Any
-) -> dict[str, Any]:
-    """A job in `work` with no progress.pattern: format auto, as a new user runs it."""
-    cfg: dict[str, Any] = {
-        "job": {
-            "cwd": str(work),
-            "stop_timeout_s": 3,  # a frozen job ignores SIGTERM until SIGKILL
-            # One thread each: six engineers share two cores. Offline: nothing is downloaded.
-            "env": {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **(env or {})},
-        },
-        "progress": {"stall_after_s": STALL_AFTER_S},
-        "startup": {"timeout_s": STARTUP_S},
-        "incidents": {"pyspy_timeout_s": 5},
-    }
-    for key, value in over.items():
-        cfg[key] = {**cfg.get(key, {}), **value}
-    return cfg
 
 
 @pytest.fixture

@@ -3,45 +3,24 @@ libnvidia-ml (lost GPUs, Xid events, recovery action, row remapping; SPEC ยง4, ย
 
 from __future__ import annotations
 
-import copy
 import os
 import pathlib
 import signal
-import sys
 import time
 from datetime import datetime
 from typing import Any
 
-import fakegpu
-import pytest
 from conftest import DaemonFactory
-from harness import Daemon, wait_until
-from test_gpus_e2e import GPU_CFG, GPUJOB
-from test_metrics import free_port, scrape
-
-
-def cfg(**over: Any) -> dict[str, Any]:
-    """The end-to-end GPU config of test_gpus_e2e, with `over` merged into its sections."""
-    out: dict[str, Any] = copy.deepcopy(GPU_CFG)
-    for section, values in over.items():
-        out.setdefault(section, {}).update(values)
-    return out
+from support import fakegpu
+from support.gpus import cfg, job
+from support.gpus import gpus as gpus  # the 8-GPU fixture, shared
+from support.harness import Daemon, free_port, wait_until
+from support.metrics import scrape
 
 
 def wall(event: dict[str, Any]) -> float:
     """The Unix time an event was recorded (its RFC 3339 `ts`)."""
     return datetime.fromisoformat(str(event["ts"]).replace("Z", "+00:00")).timestamp()
-
-
-def job(*args: str) -> list[str]:
-    return [sys.executable, GPUJOB, *args]
-
-
-@pytest.fixture
-def gpus(tmp_path: pathlib.Path) -> pathlib.Path:
-    d = tmp_path / "gpus"
-    fakegpu.write_gpus(d, n=8)
-    return d
 
 
 def test_a_lost_gpu_makes_status_not_healthy_and_never_restarts(

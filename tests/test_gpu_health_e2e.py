@@ -11,11 +11,11 @@ import signal
 import time
 from typing import Any
 
-import fakegpu
 from conftest import DaemonFactory
-from harness import Daemon, wait_until
-from test_gpu_faults import cfg, gpus, job  # noqa: F401 - gpus is a fixture
-from test_metrics import free_port, scrape
+from support import fakegpu
+from support.gpus import cfg, gpus, job  # noqa: F401 - gpus is a fixture
+from support.harness import Daemon, free_port, wait_until
+from support.metrics import scrape
 
 THERMAL = fakegpu.HW_SLOWDOWN | fakegpu.HW_THERMAL
 

@@ -8,23 +8,11 @@ import sys
 import time
 from typing import Any
 
-import fakegpu
 import pytest
 from conftest import DaemonFactory
-from harness import ROOT, Daemon, wait_until
-
-GPUJOB = str(ROOT / "tests" / "jobs" / "gpujob.py")
-GPU_CFG: dict[str, Any] = {
-    "gpus": {
-        "devices": "all",
-        "sample_interval_s": 0.1,
-        "idle_samples": 3,
-        "reclaim_timeout_s": 20,
-        "probe_timeout_s": 0.5,
-    },
-    "startup": {"timeout_s": 30},
-    "restart": {"backoff_initial_s": 0.2},
-}
+from support import fakegpu
+from support.gpus import GPU_CFG, GPUJOB
+from support.harness import Daemon, wait_until
 
 
 @pytest.fixture

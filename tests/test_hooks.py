@@ -14,10 +14,10 @@ import signal
 import sys
 import time
 
-import fakegpu
 import psutil
 from conftest import DaemonFactory
-from harness import ROOT, Daemon, wait_until, write_script
+from support import fakegpu
+from support.harness import ROOT, Daemon, wait_until, write_script
 
 
 def write_hook(path: pathlib.Path, body: str) -> str:
@@ -83,7 +83,12 @@ def test_hook_gets_gpu_lost_from_the_nvml_probe(
     hook = write_hook(tmp_path / "append.sh", f"cat >> '{got}'\n")
     gpus = tmp_path / "gpus"
     fakegpu.write_gpus(gpus, n=4)
-    job = [sys.executable, str(ROOT / "tests" / "jobs" / "gpujob.py"), "--gpus", "0,1,2,3"]
+    job = [
+        sys.executable,
+        str(ROOT / "tests" / "support" / "jobs" / "gpujob.py"),
+        "--gpus",
+        "0,1,2,3",
+    ]
     d = make_daemon(
         job,
         {"gpus": {"devices": "all", "probe_timeout_s": 0.5}, "hooks": {"on_event": hook}},

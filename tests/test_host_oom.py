@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from harness import BIN, Daemon, base_config, wait_until, write_script
+from support.harness import BIN, Daemon, base_config, wait_until, write_script
 
 LIMIT_BYTES = 256 * 1024 * 1024  # the daemon (~50 MiB) fits; the job's allocations do not
 V1 = pathlib.Path("/sys/fs/cgroup/memory")

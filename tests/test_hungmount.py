@@ -1,4 +1,4 @@
-"""Issue 23 on a real hung mount (tests/hungfs.py: FUSE that blocks while a flag exists).
+"""Issue 23 on a real hung mount (tests/support/hungfs.py: FUSE that blocks while a flag exists).
 
 Unknown is never healthy (SPEC §13): a progress file whose read hangs makes the job unhealthy
 with `progress_unreadable`, and never restarts it. A reload whose checks would touch the hung
@@ -15,8 +15,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from harness import Daemon, base_config, wait_until, write_script
-from hungfs import hung_mount
+from support.harness import Daemon, base_config, wait_until, write_script
+from support.hungfs import hung_mount
 
 from watchdog.outputs.incident import write_bundle
 

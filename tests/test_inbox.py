@@ -7,7 +7,7 @@ import pathlib
 from typing import Any
 
 import yaml
-from harness import base_config
+from support.harness import base_config
 
 from watchdog import config
 from watchdog.core.supervisor.events import (
@@ -127,7 +127,7 @@ def test_only_the_consumer_calls_the_core() -> None:
                 and node.func.attr == "handle"
             ):
                 callers.add(str(path.relative_to(root)))
-    assert callers == {"daemon/consumer.py", "daemon/reexec.py"}
+    assert callers == {"daemon/consumer.py", "daemon/handover.py"}
 
 
 def test_only_the_links_apply_calls_the_cluster_coordinator() -> None:

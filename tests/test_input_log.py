@@ -7,7 +7,7 @@ import pathlib
 from typing import Any
 
 from conftest import DaemonFactory
-from harness import wait_until, write_script
+from support.harness import wait_until, write_script
 
 from watchdog.core.supervisor import image as stateimage
 from watchdog.core.supervisor.budget import Policy

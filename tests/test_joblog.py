@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness import wait_until
-from hungfs import hung_mount
+from support.harness import wait_until
+from support.hungfs import hung_mount
 
 from watchdog.process import launch
 from watchdog.progress import joblog

@@ -69,3 +69,12 @@ def test_leader_reaped_follows_the_exit_future() -> None:
         return [before, run.leader_reaped, idle.leader_reaped]
 
     assert asyncio.run(scenario()) == [False, True, True]
+
+
+def test_a_run_knows_when_the_core_ordered_its_stop() -> None:
+    """`stopping()` (the core's KillTree for this run) marks its leader's exit as our stop's:
+    exitcause.py reports it unclassified, without reading the core's state."""
+    run = JobRun(health.HealthMonitor(health.HealthConfig()), pid=7)
+    assert not run.stop_ordered
+    run.stopping()
+    assert run.stop_ordered

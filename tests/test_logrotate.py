@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import DaemonFactory
-from harness import ROOT, Daemon, wait_until, write_script
+from support.harness import ROOT, Daemon, wait_until, write_script
 
 STEP_PATTERN = r"step (?P<step>[0-9]+) (?P<tokens_per_s>[0-9][0-9,.]*) tok/s"
 STEP_RE = re.compile(r"step ([0-9]+) ")

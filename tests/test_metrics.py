@@ -13,49 +13,26 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-import fakegpu
 import psutil
 import pytest
 from conftest import DaemonFactory
-from harness import Daemon, base_config, write_script
-from prometheus_client.parser import text_string_to_metric_families
+from support import fakegpu
+from support.harness import Daemon, base_config, free_port, write_script
+from support.metrics import (
+    parse,
+    parse_families,
+    scrape,
+    status_fixture,
+    value,
+)
+from support.scripts import sleeper
 
 from watchdog.outputs import metrics
 
 MIB = 1024 * 1024
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 # ------------------------------------------------------------------------------ helpers
-
-
-def free_port() -> int:
-    """A TCP port free on loopback right now (the kernel picks it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def scrape(port: int, path: str = "/metrics") -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-        assert r.status == 200
-        assert r.headers["Content-Type"].startswith("text/plain")
-        body: bytes = r.read()
-        return body.decode()
-
-
-def parse(text: str) -> Samples:
-    """Every sample of an exposition as {(name, sorted labels): value}."""
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for fam in text_string_to_metric_families(text)
-        for s in fam.samples
-    }
-
-
-def value(samples: Samples, name: str, **labels: str) -> float | None:
-    return samples.get((name, tuple(sorted(labels.items()))))
 
 
 def trainer(tmp: pathlib.Path) -> str:
@@ -124,23 +101,6 @@ def test_parse_listen_rejects_nonsense(listen: str) -> None:
         metrics.parse_listen(listen)
 
 
-def status_fixture(**over: Any) -> dict[str, Any]:
-    st: dict[str, Any] = {
-        "state": "unhealthy",
-        "reasons": ["throughput_low"],
-        "job": {"name": "dflash"},
-        "daemon": {"version": "0.1.0"},
-        "gpus": [
-            {"index": 0, "uuid": "GPU-a", "used_mib": 100, "total_mib": 200},
-            {"index": 1, "uuid": "GPU-b", "used_mib": None, "total_mib": None},
-        ],
-        "progress": {"tokens_per_s": None, "step": None, "last_progress_age_s": 10.0},
-        "goodput": None,
-    }
-    st.update(over)
-    return st
-
-
 def test_families_one_hot_state_and_firing_detectors() -> None:
     """job_state is 1 for the current state only; detector_firing is 1 for firing reasons only."""
     s = parse_families(status_fixture())
@@ -174,15 +134,6 @@ def test_families_report_common_restart_reasons_from_zero() -> None:
     assert value(s, "train_watchdog_restarts_total", reason="pre_start_failed") == 1
     assert value(s, "train_watchdog_lost_seconds_total", cause="backoff") == 2.0
     assert value(s, "train_watchdog_productive_seconds_total") == 5.0
-
-
-def parse_families(st: dict[str, Any]) -> Samples:
-    """The exposition text of `st` at Unix time 1000, parsed back."""
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(metrics.StatusCollector(lambda: st, clock=lambda: 1_000.0))
-    return parse(generate_latest(registry).decode())
 
 
 # ------------------------------------------------------------------------------ end to end
@@ -239,18 +190,6 @@ def test_metrics_off_opens_no_tcp_port(make_daemon: DaemonFactory, tmp_path: pat
     assert d.proc is not None
     d.wait_state("running")
     assert listening_ports(d.proc.pid) == []
-
-
-def sleeper(tmp: pathlib.Path) -> str:
-    return write_script(
-        tmp / "sleeper.py",
-        """
-        import time
-        print("up 9,000.0 tok/s", flush=True)
-        while True:
-            time.sleep(1)
-        """,
-    )
 
 
 def test_restarts_and_lost_time_show_in_the_scrape(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pathlib
 
-from harness import Daemon, base_config, merge, write_script
+from support.harness import Daemon, base_config, merge, write_script
 
 JOB = """
 import os, sys, time

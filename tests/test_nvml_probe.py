@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakegpu import (
+from support.fakegpu import (
     HW_POWER_BRAKE,
     HW_SLOWDOWN,
     HW_THERMAL,
@@ -35,7 +35,7 @@ from fakegpu import (
     set_faults,
     write_gpus,
 )
-from harness import wait_until
+from support.harness import wait_until
 
 from watchdog.gpu.holders import processes_using_nvidia_devices
 

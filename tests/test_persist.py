@@ -12,8 +12,8 @@ from datetime import datetime
 
 import pytest
 from conftest import DaemonFactory
-from harness import Daemon, wait_until, write_script
-from test_adopt import stepper
+from support.harness import Daemon, wait_until, write_script
+from support.scripts import stepper
 
 from watchdog.state import files
 

@@ -12,21 +12,10 @@ import signal
 import subprocess
 
 from conftest import DaemonFactory
-from harness import wait_until, write_script
+from support.harness import wait_until
+from support.scripts import sleeper
 
 from watchdog.outputs import proctitle
-
-
-def sleeper(tmp: pathlib.Path) -> str:
-    return write_script(
-        tmp / "sleeper.py",
-        """
-        import time
-        print("up 9,000.0 tok/s", flush=True)
-        while True:
-            time.sleep(1)
-        """,
-    )
 
 
 def _cmdline(pid: int) -> bytes:

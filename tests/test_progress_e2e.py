@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import DaemonFactory
-from harness import Daemon, wait_until, write_script
+from support.harness import Daemon, wait_until, write_script
 
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor
 from watchdog.core.samples import ProgressReading

@@ -11,13 +11,13 @@ import textwrap
 from pathlib import Path
 
 import psutil
-from harness import wait_until
-from test_policy import FAST, Driver, emitted, names
+from support.driver import FAST, Driver, emitted, names
+from support.harness import wait_until
 
 from watchdog.core.health.ranks import RankTracker
 from watchdog.core.names import State
 from watchdog.core.supervisor.events import DaemonStarted, OperatorCommand, RankExited
-from watchdog.progress.ranks import RankLister
+from watchdog.progress.ranks import RankLister, stat_of
 
 
 def test_tracker_reports_ranks_seen_before_and_gone_now() -> None:
@@ -101,3 +101,118 @@ def test_lister_finds_the_ranks_but_not_their_children(tmp_path: Path) -> None:
         agent.wait()
         if agent.stdout is not None:
             agent.stdout.close()
+
+
+def test_idle_tree_is_listed_every_few_seconds_and_known_ranks_every_sample() -> None:
+    """Without a known worker the tree is listed at the first sample and then at most every
+    IDLE_LIST_EVERY_S; once a listing found one, every sample lists again (a dead rank is seen
+    within one sample); when the workers are gone, back to every few seconds; a new run starts
+    with a listing."""
+    t = RankTracker()
+    assert t.listing_due(100.0, idle_every_s=5.0)
+    assert not t.listing_due(101.0, idle_every_s=5.0)
+    assert not t.listing_due(104.9, idle_every_s=5.0)
+    assert t.listing_due(105.0, idle_every_s=5.0)
+    t.observe({(10, 1.0): "rank 0 (local 0)"})
+    assert t.listing_due(106.0, idle_every_s=5.0)
+    assert t.listing_due(107.0, idle_every_s=5.0)
+    assert t.observe({}) == [(10, "rank 0 (local 0)")]
+    assert not t.listing_due(108.0, idle_every_s=5.0)
+    assert t.listing_due(112.0, idle_every_s=5.0)
+    t.reset()
+    assert t.listing_due(112.5, idle_every_s=5.0)
+
+
+GROWING_AGENT = """
+import os, subprocess, sys, time
+def rank(r):
+    env = {**os.environ, "RANK": str(r), "LOCAL_RANK": str(r)}
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env=env)
+    print(p.pid, flush=True)
+rank(0)
+sys.stdin.readline()
+rank(1)
+time.sleep(600)
+"""
+
+
+def test_lister_cache_sees_a_new_rank_and_keys_facts_by_start_time(tmp_path: Path) -> None:
+    """What the lister remembers per process is keyed by pid and start time: a rank started
+    after the cache was filled is listed, and a remembered entry for the same pid with another
+    start time (a recycled pid) is not used for the process living under that pid now."""
+    agent = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(GROWING_AGENT)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert agent.stdout is not None and agent.stdin is not None
+        rank0 = int(agent.stdout.readline())
+        wait_until(lambda: psutil.Process(rank0).environ().get("RANK") == "0", 30, "rank 0")
+        lister = RankLister()
+        first = asyncio.run(lister.list(agent.pid, "no-such-token"))
+        assert first is not None
+        assert {pid: label for (pid, _), label in first.items()} == {rank0: "rank 0 (local 0)"}
+        agent.stdin.write("go\n")
+        agent.stdin.flush()
+        rank1 = int(agent.stdout.readline())
+        wait_until(lambda: psutil.Process(rank1).environ().get("RANK") == "1", 30, "rank 1")
+        second = asyncio.run(lister.list(agent.pid, "no-such-token"))
+        assert second is not None
+        by_pid = {pid: label for (pid, _), label in second.items()}
+        assert by_pid == {rank0: "rank 0 (local 0)", rank1: "rank 1 (local 1)"}
+        # rank 0's pid remembered with another start time, as a recycled pid's would be
+        stat = stat_of(rank0)
+        assert stat is not None
+        lister._facts = {(rank0, stat[2] + 1): ((rank0, 0.0), "rank 9 (local 9)")}
+        third = asyncio.run(lister.list(agent.pid, "no-such-token"))
+        assert third == second
+    finally:
+        os.killpg(agent.pid, 9)
+        agent.wait()
+        for stream in (agent.stdout, agent.stdin):
+            if stream is not None:
+                stream.close()
+
+
+FORK_THEN_EXEC = """
+import os, sys
+pid = os.fork()
+if pid == 0:  # a forked child that becomes a rank only at its exec, as a launcher's does
+    sys.stdin.readline()
+    env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0"}
+    os.execve(sys.executable, [sys.executable, "-c", "import time; time.sleep(600)"], env)
+print(pid, flush=True)
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_child_listed_between_its_fork_and_its_exec_is_a_rank_after_the_exec() -> None:
+    """A process read before its exec (the parent's environment, no RANK) keeps its pid and start
+    time through the exec: the lister reads it again rather than remembering it as no rank."""
+    agent = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(FORK_THEN_EXEC)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert agent.stdout is not None and agent.stdin is not None
+        child = int(agent.stdout.readline())
+        lister = RankLister()
+        assert asyncio.run(lister.list(agent.pid, "no-such-token")) == {}
+        agent.stdin.write("go\n")
+        agent.stdin.flush()
+        wait_until(lambda: psutil.Process(child).environ().get("RANK") == "0", 30, "the exec")
+        listed = asyncio.run(lister.list(agent.pid, "no-such-token"))
+        assert listed is not None
+        assert {pid: label for (pid, _), label in listed.items()} == {child: "rank 0 (local 0)"}
+    finally:
+        os.killpg(agent.pid, 9)
+        agent.wait()
+        for stream in (agent.stdout, agent.stdin):
+            if stream is not None:
+                stream.close()

@@ -8,7 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 import yaml
-from harness import base_config
+from support.harness import base_config
 
 from watchdog import config
 from watchdog.core.health import monitor as health

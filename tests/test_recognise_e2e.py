@@ -8,7 +8,7 @@ from __future__ import annotations
 import pathlib
 
 from conftest import DaemonFactory
-from harness import wait_until, write_script
+from support.harness import wait_until, write_script
 
 # The job paces itself with sleeps (it is the job, not a test's synchronisation): 20 training
 # steps, an eval bar of 3 s, a shard-writing bar of 2 s, 10 more steps, then silence.

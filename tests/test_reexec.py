@@ -19,7 +19,7 @@ import sysconfig
 from collections.abc import Iterator
 
 import pytest
-from harness import ROOT, Daemon, base_config, merge, wait_until, write_script
+from support.harness import ROOT, Daemon, base_config, merge, wait_until, write_script
 
 OLD, NEW = "0.1.0", "0.1.1"
 STEP_PATTERN = r"seq (?P<step>\d+) (?P<tokens_per_s>[0-9,.]+) tok/s"
@@ -178,7 +178,7 @@ def test_new_code_that_cannot_take_the_state_over_adopts_the_job(
         job = d.wait_state("running")["job"]["pid"]
         _install(venv, wheels[1])
         (site,) = (venv / "lib").glob("python3*/site-packages")
-        with open(site / "watchdog" / "daemon" / "reexec.py", "a") as f:
+        with open(site / "watchdog" / "daemon" / "handover.py", "a") as f:
             f.write("\n\ndef resume(d, state):\n    raise ValueError('cannot take this over')\n")
         rc, out, err = d.ctl("reexec")
         assert rc != 0 and "adopted the job" in err, (rc, out, err)

@@ -12,7 +12,7 @@ import pathlib
 import threading
 
 from conftest import DaemonFactory
-from harness import wait_until, write_script
+from support.harness import wait_until, write_script
 
 # a healthy job: it reports throughput, so the daemon calls it running
 HEALTHY_JOB = "import time\nwhile True:\n    print('1000 tok/s', flush=True)\n    time.sleep(0.2)\n"

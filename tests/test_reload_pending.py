@@ -7,7 +7,7 @@ import pathlib
 
 import yaml
 from conftest import DaemonFactory
-from harness import wait_until, write_script
+from support.harness import wait_until, write_script
 
 BODY = """
 import time

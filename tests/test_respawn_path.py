@@ -13,7 +13,7 @@ import sys
 import uuid
 
 import psutil
-from harness import wait_until
+from support.harness import wait_until
 
 from watchdog.process import launch, reaping, tree
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import pathlib
 
-import fakegpu
 import pytest
 from conftest import DaemonFactory
-from harness import write_script
+from support import fakegpu
+from support.harness import write_script
 
 CHATTY_NO_GPU = """
 import time

@@ -1,4 +1,4 @@
-"""Under a real Slurm (issue 22, SPEC §13): a one-node cluster (tests/slurmcluster.py) runs
+"""Under a real Slurm (issue 22, SPEC §13): a one-node cluster (tests/support/slurmcluster.py) runs
 `sbatch --requeue` jobs whose batch step is `watchdogd --exit-with-job`, and `scontrol show job`
 says what Slurm made of the daemon's exit code: 0 completed, 93 requeued and held, 86 requeued."""
 
@@ -11,12 +11,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import fakegpu
 import pytest
-import slurmcluster
-from harness import Daemon, base_config, merge, wait_until, write_script
-from slurmcluster import SlurmCluster, brief
-from test_gpus_e2e import GPU_CFG, GPUJOB
+from support import fakegpu, slurmcluster
+from support.gpus import GPU_CFG, GPUJOB
+from support.harness import Daemon, base_config, merge, wait_until, write_script
+from support.slurmcluster import SlurmCluster, brief
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """Learned stall windows (SPEC §14) with a real Hugging Face Trainer under the real watchdogd.
 
-The job is tests/jobs/hf_trainer_job.py (a tiny GPT-2 on CPU, nothing printed by us) under the
-defaults but a small floor (`stall_floor_s`) and a ceiling of two minutes, so a hang is found
+The job is tests/support/jobs/hf_trainer_job.py (a tiny GPT-2 on CPU, nothing printed by us) under
+the defaults but a small floor (`stall_floor_s`) and a ceiling of two minutes, so a hang is found
 in seconds once the rhythm is learned: frozen with SIGSTOP → `stalled` within the learned
 window; an evaluation or a checkpoint write whose silences outlast that window → no stall
 (they are phases of their own); and what was learned survives a SIGKILL of the daemon and the
@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 from conftest import DaemonFactory
-from harness import ROOT, Daemon, wait_until
+from support.frameworks import framework_config, merged
+from support.harness import ROOT, Daemon, wait_until
 
 NEEDED = ("torch", "transformers", "accelerate")
 MISSING = [n for n in NEEDED if importlib.util.find_spec(n) is None]
@@ -37,7 +38,7 @@ pytestmark = [
     pytest.mark.timeout(400),
 ]
 
-JOB = ROOT / "tests" / "jobs" / "hf_trainer_job.py"
+JOB = ROOT / "tests" / "support" / "jobs" / "hf_trainer_job.py"
 CEILING_S = 120  # progress.stall_after_s: the window before learning, and its ceiling
 FLOOR_S = 3  # progress.stall_floor_s, small so a test's hang is found in seconds
 STARTUP_S = 150  # import + first step on two loaded cores (seen: 6-17 s)
@@ -50,24 +51,13 @@ PACED_ROW_S = "0.01"
 def stall_config(
     work: pathlib.Path, env: dict[str, str] | None = None, **over: Any
 ) -> dict[str, Any]:
-    cfg: dict[str, Any] = {
-        "job": {
-            "cwd": str(work),
-            "stop_timeout_s": 3,
-            "env": {
-                "OMP_NUM_THREADS": "1",
-                "HF_HUB_OFFLINE": "1",
-                "SAVE_STEPS": "100000",  # no save unless a test asks for one
-                **(env or {}),
-            },
-        },
+    """The frameworks' config (support/frameworks.py) with this file's floor, ceiling and start."""
+    ours = {
         "progress": {"stall_after_s": CEILING_S, "stall_floor_s": FLOOR_S},
         "startup": {"timeout_s": STARTUP_S},
-        "incidents": {"pyspy_timeout_s": 5},
     }
-    for key, value in over.items():
-        cfg[key] = {**cfg.get(key, {}), **value}
-    return cfg
+    # no save unless a test asks for one
+    return framework_config(work, {"SAVE_STEPS": "100000", **(env or {})}, **merged(ours, over))
 
 
 @pytest.fixture

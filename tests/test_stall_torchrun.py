@@ -1,6 +1,6 @@
 """A hang of a real two-rank torchrun job (gloo on CPU) found within the learned stall window
 (SPEC §14): one rank stops before the step's all_reduce, the other blocks inside it. The job is
-tests/jobs/torch_ddp_job.py, told what to break by a file in its work folder."""
+tests/support/jobs/torch_ddp_job.py, told what to break by a file in its work folder."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import importlib.util
 import pathlib
 
 import pytest
-from harness import Daemon
-from test_torchrun import runs, torchrun_config
+from support.harness import Daemon
+from support.torchrun import runs, torchrun_config
 
 pytestmark = [
     pytest.mark.slow,  # real torchrun, torch imported by every rank: started first by make test

@@ -14,10 +14,11 @@ from watchdog.core.supervisor.events import (
     Event,
     GpuFaultSeen,
     OperatorCommand,
+    Refuse,
     SpawnChild,
+    SpawnPending,
     Tick,
 )
-from watchdog.daemon import jobstart
 from watchdog.daemon.consumer import Consumer
 from watchdog.daemon.inbox import Posted
 from watchdog.daemon.inputlog import InputLog
@@ -43,8 +44,8 @@ def test_a_start_whose_gate_parked_is_over_even_when_an_operator_start_follows(
     tmp_path: pathlib.Path,
 ) -> None:
     """Start 1's gate fault parks the job, and an operator's `start` queued right behind the
-    gate's barrier starts attempt 2: start 1 must see that it is no longer wanted (it went on
-    to spawn a second job beside attempt 2's when it only read `spawning`)."""
+    gate's barrier starts attempt 2: the core must tell start 1 it is no longer wanted (it went
+    on to spawn a second job beside attempt 2's when it only read `spawning`)."""
 
     async def scenario() -> None:
         shell = Shell()
@@ -55,14 +56,14 @@ def test_a_start_whose_gate_parked_is_over_even_when_an_operator_start_follows(
             fault = {"action": "reboot_host", "gpu": 0, "xid": 79}
             consumer.inbox.post(GpuFaultSeen("reboot_host", fault, gate=True))
             barrier = asyncio.get_running_loop().create_future()
-            consumer.inbox._put(Posted(Tick(), barrier))  # start 1's ask(Tick())
+            consumer.inbox._put(Posted(SpawnPending(1), barrier))  # start 1's gate question
             consumer.inbox.post(OperatorCommand("start", 0))  # the same loop turn
-            await barrier
+            assert [type(a) for a in await barrier] == [Refuse]  # the gate parked start 1
             await consumer.inbox.ask(Tick())  # the worst order: `start` judged before start 1 looks
             assert [s.attempt for s in shell.spawns] == [1, 2]
-            snap = consumer.core.snapshot()
-            assert not jobstart.still_wanted(snap, 1), "start 1 would spawn a second job"
-            assert jobstart.still_wanted(snap, 2)
+            first = await consumer.inbox.ask(SpawnPending(1))
+            assert [type(a) for a in first] == [Refuse], "start 1 would spawn a second job"
+            assert await consumer.inbox.ask(SpawnPending(2)) == []
         finally:
             task.cancel()
 

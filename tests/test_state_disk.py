@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 from conftest import DaemonFactory
-from harness import Daemon, wait_until, write_script
+from support.harness import Daemon, wait_until, write_script
+from support.scripts import stepper
 
 NOT_ROOT = "mounting a tmpfs or a bind mount needs root (uid 0); this test runs as uid {}"
 
@@ -296,20 +297,6 @@ def test_every_state_file_falls_back_to_its_previous_generation(
     reset = d2.wait_event("state_reset", timeout=20, file=str(path))[0]
     assert reset["error"] == "empty" and reset["fallback"].endswith(f"{name}.prev"), reset
     assert not [e for e in d2.events() if e["event"] in ("goodput_reset", "timeline_reset")]
-
-
-def stepper(tmp: pathlib.Path) -> str:
-    return write_script(
-        tmp / "stepper.py",
-        """
-        import time
-        step = 0
-        while True:
-            step += 1
-            print(f"step {step} 9,000.0 tok/s", flush=True)
-            time.sleep(0.05)
-        """,
-    )
 
 
 def test_steps_alone_do_not_rewrite_state_json_and_the_mark_is_kept_at_exit(

@@ -6,7 +6,7 @@ import json
 import pathlib
 
 from conftest import DaemonFactory
-from harness import wait_until
+from support.harness import wait_until
 
 
 def job_pid_in(state_dir: pathlib.Path) -> object:

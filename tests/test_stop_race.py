@@ -20,8 +20,8 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
-from harness import BIN, Daemon, base_config, merge, wait_until, write_script
-from hungfs import hung_mount
+from support.harness import BIN, Daemon, base_config, merge, wait_until, write_script
+from support.hungfs import hung_mount
 
 from watchdog.process import cgroup, launch
 
@@ -239,7 +239,8 @@ def test_a_stop_that_leaves_a_process_is_stop_unverified_and_start_refuses(
 ) -> None:
     """A job process stuck in a read of a hung mount outlives every SIGKILL pass: `stop` exits
     non-zero naming stop_unverified and the pid (never "stopped", never "survived SIGKILL"),
-    status is fatal, and a `start` fails while it lives; once the mount answers, the job starts."""
+    status is fatal, and a `start` fails while it lives, status naming the pid that holds it;
+    once the mount answers, the job starts."""
     with hung_mount(tmp_path) as mount:
         (mount.backing / "data").write_bytes(b"x")
         cmd = write_script(tmp_path / "reader.py", HUNG_READER)
@@ -262,6 +263,10 @@ def test_a_stop_that_leaves_a_process_is_stop_unverified_and_start_refuses(
             rc, out, err = d.ctl("start")
             assert rc == 2 and "stop_unverified" in out + err, out + err
             assert [p.pid for p in d.job_processes()] == [stuck], "a job started beside it"
+            # status says what holds the job back, not "no job alive" while a process of it lives
+            assert d.status()["leftovers"] == {"pids": [stuck]}, d.status()
+            rc, out, err = d.ctl("status")
+            assert f"pids [{stuck}]" in out and "no job alive" not in out, out + err
             mount.unhang()  # the read returns, the pending SIGKILL lands
             # the failed start is retried after its backoff: once the reader is gone, it runs
             wait_until(lambda: not psutil.pid_exists(stuck), 20, "the reader to die")

@@ -9,7 +9,8 @@ import subprocess
 
 import psutil
 from conftest import DaemonFactory
-from harness import BIN, Daemon, base_config, wait_until, write_script
+from support.harness import BIN, Daemon, base_config, wait_until, write_script
+from support.scripts import sleeper
 
 
 def crasher(tmp: pathlib.Path) -> str:
@@ -19,20 +20,6 @@ def crasher(tmp: pathlib.Path) -> str:
         import sys
         print("starting", flush=True)
         sys.exit(3)
-    """,
-    )
-
-
-def sleeper(tmp: pathlib.Path, ignore_term: bool = False) -> str:
-    return write_script(
-        tmp / "sleeper.py",
-        f"""
-        import signal, time
-        if {ignore_term}:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        print("up 9,000.0 tok/s", flush=True)
-        while True:
-            time.sleep(1)
     """,
     )
 

@@ -8,7 +8,7 @@ import pathlib
 import subprocess
 
 import pytest
-from harness import ROOT
+from support.harness import ROOT
 from tiers import GROUPS, PURE_MODULES
 
 TIERS = (pathlib.Path(__file__).parent / "tiers.py").read_text()

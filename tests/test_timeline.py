@@ -13,10 +13,10 @@ import subprocess
 import uuid
 from typing import Any
 
-import fakegpu
 import pytest
 from conftest import DaemonFactory
-from harness import BIN, Daemon, base_config, wait_until, write_script
+from support import fakegpu
+from support.harness import BIN, Daemon, base_config, wait_until, write_script
 
 from watchdog import cli
 from watchdog.cli import timeline as timeline_view

@@ -1,6 +1,6 @@
 """Real multi-rank jobs (SPEC §12): real torch, real torchrun (`python -m torch.distributed.run`)
-with 2 ranks on gloo, under the real watchdogd. The job (tests/jobs/torch_ddp_job.py) is told
-what to break by a file in its work folder, never by a code change.
+with 2 ranks on gloo, under the real watchdogd. The job (tests/support/jobs/torch_ddp_job.py) is
+told what to break by a file in its work folder, never by a code change.
 
 Each scenario is bounded: the job steps every 0.1 s, the daemon's deadlines are seconds, and
 pytest's timeout (180 s) ends a scenario that hangs all the same.
@@ -9,13 +9,12 @@ pytest's timeout (180 s) ends a scenario that hangs all the same.
 from __future__ import annotations
 
 import importlib.util
-import os
 import pathlib
-import sys
 
 import psutil
 import pytest
-from harness import ROOT, Daemon, base_config, merge, wait_until
+from support.harness import Daemon, wait_until
+from support.torchrun import PATTERN, runs, torchrun_config
 
 pytestmark = [
     pytest.mark.slow,  # real torchrun, torch imported by every rank: started first by make test
@@ -27,50 +26,6 @@ pytestmark = [
     # with room for a loaded CI machine, after which pytest-timeout ends the scenario.
     pytest.mark.timeout(180),
 ]
-
-JOB = ROOT / "tests" / "jobs" / "torch_ddp_job.py"
-PATTERN = r"step (?P<step>\d+) \|.*?(?P<tokens_per_s>[0-9][0-9.]*) tok/s"
-
-
-def torchrun_config(
-    tmp: pathlib.Path, work: pathlib.Path, max_restarts: int = 0, **over: object
-) -> dict[str, object]:
-    """torchrun as the user runs it under the watchdog: --max-restarts 0 (the watchdog restarts
-    the whole tree), a standalone rendezvous on a free loopback port, 2 ranks."""
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        "--max-restarts",
-        str(max_restarts),
-        "--monitor-interval",
-        "0.2",
-        str(JOB),
-        str(work),
-    ]
-    cfg = merge(
-        base_config(tmp, command),
-        {
-            "job": {"stop_timeout_s": 10, "env": {"CKPT_EVERY": "5", "OMP_NUM_THREADS": "1"}},
-            "progress": {"pattern": PATTERN, "stall_after_s": 60},
-            "startup": {"timeout_s": 90},
-            "restart": {"backoff_initial_s": 0.2, "backoff_max_s": 1},
-            "incidents": {"pyspy_timeout_s": 15},
-        },
-    )
-    return merge(cfg, dict(over))
-
-
-def runs(work: pathlib.Path) -> dict[int, set[int]]:
-    """Pids of each run, by its torchrun agent: {agent pid: {rank pids}}."""
-    found: dict[int, set[int]] = {}
-    for name in os.listdir(work / "pids") if (work / "pids").exists() else []:
-        agent, _rank, pid = (int(x) for x in name.split("-"))
-        found.setdefault(agent, set()).add(pid)
-    return found
 
 
 def alive(pid: int) -> bool:

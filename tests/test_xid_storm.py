@@ -12,11 +12,11 @@ import pathlib
 import time
 from typing import Any
 
-import fakegpu
 from conftest import DaemonFactory
-from harness import Daemon, wait_until
-from test_gpu_faults import cfg, job
-from test_gpu_faults import gpus as gpus  # the 8-GPU fixture, shared
+from support import fakegpu
+from support.gpus import cfg, job
+from support.gpus import gpus as gpus  # the 8-GPU fixture, shared
+from support.harness import Daemon, wait_until
 
 STORM = 1500
 IGNORED = (43, 92)  # catalog IGNORE: the GPU stays healthy

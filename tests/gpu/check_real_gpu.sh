@@ -75,7 +75,7 @@ if ls "$SITE"/train_watchdog-*.dist-info >/dev/null 2>&1; then export PYTHONPATH
 if [ "$FAKE" = 1 ]; then
   make -s -C "$ROOT/tests/fake_nvml"
   export FAKE_NVML_DIR="$WORK/fakegpu"
-  "$PYTHON" "$ROOT/tests/fakegpu.py" gpus "$FAKE_NVML_DIR" -n 2 >/dev/null
+  "$PYTHON" "$ROOT/tests/support/fakegpu.py" gpus "$FAKE_NVML_DIR" -n 2 >/dev/null
   # pynvml reads LD_LIBRARY_PATH only at process start: set it for the processes started below.
   export LD_LIBRARY_PATH="$ROOT/tests/fake_nvml/build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi

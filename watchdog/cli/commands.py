@@ -115,14 +115,17 @@ def cmd_stream(c: Client, o: dict[str, Any]) -> int:
 
 def cmd_timeline(c: Client, o: dict[str, Any]) -> int:
     """The overnight picture (SPEC §13); --json: the buckets behind it."""
-    from watchdog.cli import timeline  # the drawing: imported by this command only
+    # the drawing: imported by this command only, from its module (never through the package,
+    # whose __init__ imports this module)
+    from watchdog.cli.timeline import PLOT_COLUMNS, use_color
+    from watchdog.cli.timeline import render as draw
 
-    args = {"since": 86400.0, "columns": timeline.PLOT_COLUMNS, **o["args"]}
+    args = {"since": 86400.0, "columns": PLOT_COLUMNS, **o["args"]}
     reply = c.call("timeline", args)
     if not reply["ok"]:
         return failed(reply, o, EXIT_NOT_HEALTHY)
     res = reply["result"]
-    out(jsoncodec.dumps(res) if o["json"] else timeline.render(res, timeline.use_color(sys.stdout)))
+    out(jsoncodec.dumps(res) if o["json"] else draw(res, use_color(sys.stdout)))
     return EXIT_OK
 
 

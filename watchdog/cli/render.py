@@ -222,6 +222,8 @@ def _health(st: dict[str, Any]) -> str:
         words = ["healthy"]
     elif state == "paused":
         words = ["maintenance: detectors report, nothing restarts automatically"]
+    elif left := st.get("leftovers"):  # none of the job runs (statusview): what holds it
+        words = [f"held back: processes of an earlier run still alive, pids {left['pids']}"]
     elif state == "fatal" and st["restarts"]["last_reason"] == "no_progress":
         words = ["restarts got no further (max_no_progress); `watchdogctl start` tries again"]
     elif state == "fatal" and st["restarts"]["last_reason"] == "repeated_cause":

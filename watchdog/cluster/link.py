@@ -24,7 +24,7 @@ from watchdog import blocking
 from watchdog.cluster import inputs as given
 from watchdog.core.supervisor import cluster as core
 from watchdog.core.supervisor.budget import Policy
-from watchdog.core.supervisor.events import Emit
+from watchdog.core.supervisor.events import Emit, NodesAwaited
 
 if TYPE_CHECKING:
     from watchdog.cluster.etcd import Etcd, KeyValue
@@ -73,7 +73,7 @@ class ClusterLink:
         policy: Policy,
         emit: Callable[..., Any],
         restart_local: Callable[[str], object],
-        post: Callable[[given.ClusterInput], object],
+        post: Callable[[given.ClusterInput | NodesAwaited], object],
     ) -> None:
         self.cfg = cfg
         self.prefix = f"{KEY_ROOT}/{cfg.job_id}/"
@@ -182,7 +182,10 @@ class ClusterLink:
             self._gate = event.opened  # before gate_reached: it may open the gate at once
         elif isinstance(event, given.ClusterGateLeft):
             self._gate = None
+        waiting = self.co.waiting
         self._feed(self._step(event, now, wall_now))
+        if self.co.waiting != waiting:  # the supervisor's state is `waiting_nodes` meanwhile
+            self._post(NodesAwaited(self.co.waiting))
 
     def _step(self, event: given.ClusterInput, now: float, wall_now: float) -> list[core.Action]:
         co = self.co
@@ -209,10 +212,9 @@ class ClusterLink:
         raise TypeError(f"not a cluster input: {event!r}")
 
     def decorate(self, st: dict[str, Any]) -> None:
-        """Add the `cluster` object to a status (SPEC §12); `waiting_nodes` while at the gate."""
+        """Add the `cluster` object to a status (SPEC §12); the state `waiting_nodes` is the
+        supervisor's own (NodesAwaited)."""
         st["cluster"] = self.co.snapshot()
-        if self.co.waiting:
-            st["state"] = "waiting_nodes"
 
     # -------------------------------------------------------------------- actions
 

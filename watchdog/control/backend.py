@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from watchdog.config import Config
     from watchdog.core.samples import GpuSample
-    from watchdog.core.supervisor.events import Action, Event
+    from watchdog.core.supervisor.events import Action, Answer, Event
     from watchdog.core.supervisor.jobstate import Snapshot
     from watchdog.progress.joblog import JobLog
 
@@ -57,6 +57,16 @@ class HasJobLog(Protocol):
     def log(self) -> JobLog | None: ...
 
 
+class Answers(Protocol):
+    """The core's answers to commands (daemon/consumer.py's AnswerBook)."""
+
+    def expect(self) -> tuple[int, asyncio.Future[Answer]]:
+        """A request number for an input whose outcome the core answers, and its future."""
+        ...
+
+    def forget(self, request: int) -> None: ...
+
+
 class Served(Protocol):
     @property
     def cfg(self) -> Config: ...
@@ -69,6 +79,9 @@ class Served(Protocol):
 
     @property
     def gpus(self) -> HasLastSample: ...
+
+    @property
+    def answers(self) -> Answers: ...
 
     @property
     def job(self) -> HasJobLog: ...

@@ -2,6 +2,8 @@
 
 Commands that change the job wait for the outcome and say what happened (the events they caused),
 so `watchdogctl stop` can print "pid 4182 ignored SIGTERM: SIGKILLed after 60.0 s", not "sent".
+The outcome is the core's: the command's input carries a request number and the core answers it
+(core/supervisor/answers.py); this module awaits that answer under its deadline.
 """
 
 from __future__ import annotations
@@ -15,28 +17,28 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from watchdog.blocking import BoundedWorker, Hung
 from watchdog.control.backend import ReexecRefused
 from watchdog.core.health.gpu_use import is_in_use
-from watchdog.core.names import State
 from watchdog.core.protocol import wire as protocol
-from watchdog.core.supervisor.events import OperatorCommand, Refuse
+from watchdog.core.supervisor.events import (
+    Action,
+    Answer,
+    HealthAwaited,
+    OperatorCommand,
+    Refuse,
+    SpawnChild,
+)
 from watchdog.core.views import replies
 from watchdog.progress import logfile
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from watchdog.control.backend import Served
+    from watchdog.control.backend import Answers, Served
     from watchdog.control.peers import Peer
 
 EVENTS_IN_RESULT = 50
 LOG_TAIL_LINES = 20
 DEFAULT_TIMELINE_S = 86400.0  # `watchdogctl timeline` without --since (SPEC §13)
 KILL_GRACE_S = 5.0  # slack for the stop's scans and the incident around its two bounds
-_AT_REST = (
-    State.STOPPED,
-    State.FATAL,
-    State.BACKOFF,
-    State.COMPLETED,  # SPEC §13
-)
 OperatorCmd = Literal["start", "stop", "restart", "pause", "resume"]
 
 
@@ -121,21 +123,25 @@ class Operations:
             "events": call.events()[-EVENTS_IN_RESULT:],
         }
 
-    async def _operate(self, call: Call, cmd: OperatorCmd) -> None:
-        for a in await self.d.ask(OperatorCommand(cmd, call.peer.uid)):
+    async def _operate(
+        self, call: Call, cmd: OperatorCmd, request: int | None = None
+    ) -> list[Action]:
+        actions = await self.d.ask(OperatorCommand(cmd, call.peer.uid, request))
+        for a in actions:
             if isinstance(a, Refuse):
                 raise CommandError("refused", a.message, {"status": self.d.status()})
+        return actions
 
     async def _pause_resume(self, call: Call) -> dict[str, Any]:
         before = self.d.core.snapshot()
-        await self._operate(call, cast(OperatorCmd, call.req.cmd))
+        actions = await self._operate(call, cast(OperatorCmd, call.req.cmd))
         after = self.d.core.snapshot()
         if call.req.cmd == "pause":
             how = "was already paused" if before.paused else "paused"
             text = f"{how}: detectors keep reporting, nothing is restarted automatically"
         else:
             text = "resumed" if before.paused else "was not paused"
-            if after.state is State.STARTING and before.state is not after.state:
+            if any(isinstance(a, SpawnChild) for a in actions):  # the core started it
                 text += "; starting the job (it stopped while paused)"
         return self._result(call, f"{text}; state {after.state.value}")
 
@@ -150,14 +156,14 @@ class Operations:
 
     async def _stop(self, call: Call) -> dict[str, Any]:
         pid = self.d.core.snapshot().pid
-        await self._operate(call, "stop")
-        budget = _start_budget(self.d)  # a start under way finishes before its child is stopped
-        stopped = _state_is(self.d, State.STOPPED)
-        ok = await self._wait(call, lambda: stopped() or _unverified(call), call.t0 + budget)
+        with _Awaited(self.d.answers) as (request, answer):
+            await self._operate(call, "stop", request)
+            budget = _answer_within_s(self.d)  # a start under way finishes before its child stops
+            got = await self._answer(call, answer, call.t0 + budget)
         text = replies.describe_stop(pid, call.events(), self._stop_signal(), call.elapsed())
-        if _unverified(call):  # SPEC §14: never "stopped" while a process of the job lives
-            raise CommandError("stop_unverified", text, self._result(call, text))
-        if not ok:
+        if got is not None and got.outcome == "unverified":  # SPEC §14: never "stopped" while
+            raise CommandError("stop_unverified", text, self._result(call, text))  # one lives
+        if got is None:
             state = self.d.core.snapshot().state.value
             result = self._result(call, text)
             raise CommandError("timeout", f"still {state} after {call.elapsed():.1f} s", result)
@@ -179,7 +185,8 @@ class Operations:
     async def _restart(self, call: Call) -> dict[str, Any]:
         old = self.d.core.snapshot().pid
         timeout = call.req.args.get("timeout")
-        deadline = call.t0 + (timeout or _start_budget(self.d) + self.d.cfg.startup.timeout_s + 10)
+        waited = timeout or _answer_within_s(self.d) + self.d.cfg.startup.timeout_s + 10
+        deadline = call.t0 + waited
         pid = await self._begin(call, "restart", deadline)
         stopped = replies.describe_stop(old, call.events(), self._stop_signal(), None)
         begun = f"{stopped}; new pid {pid}{replies.gpu_wait_note(call.events())}"
@@ -189,47 +196,40 @@ class Operations:
 
     async def _begin(self, call: Call, cmd: OperatorCmd, deadline: float | None = None) -> int:
         """start/restart: until the new child is spawned (its pid), or CommandError saying why."""
-        await self._operate(call, cmd)
         d = self.d
-        deadline = min(deadline or float("inf"), call.t0 + _start_budget(d))
-
-        def settled() -> bool:
-            return (
-                replies.spawn_outcome(call.events()) is not None
-                or d.core.snapshot().state in _AT_REST
-            )
-
-        ok = await self._wait(call, settled, deadline)
-        outcome = replies.spawn_outcome(call.events())
-        if outcome is not None and outcome["event"] == "child_spawned":
-            return int(outcome["pid"])
+        deadline = min(deadline or float("inf"), call.t0 + _answer_within_s(d))
+        with _Awaited(d.answers) as (request, answer):
+            await self._operate(call, cmd, request)
+            got = await self._answer(call, answer, deadline)
+        if got is not None and got.outcome == "started":
+            return int(cast(int, got.fields["pid"]))
         snap = d.core.snapshot()
-        if outcome is not None:
-            why = f"start failed: {outcome.get('reason')}: {outcome.get('detail', '')}".rstrip(": ")
-        elif ok:
-            why = f"the start was cancelled (state {snap.state.value})"
-        else:
+        if got is None:
             why = f"not started after {call.elapsed():.1f} s (state {snap.state.value})"
+        elif got.outcome == "failed":
+            reason, detail = got.fields.get("reason"), got.fields.get("detail", "")
+            why = f"start failed: {reason}: {detail}".rstrip(": ")
+        else:
+            why = f"the start was cancelled (state {got.fields.get('state')})"
         if snap.next_restart_at is not None:
             why += f"; next try in {max(0.0, snap.next_restart_at - time.monotonic()):.1f} s"
-        kind = "timeout" if not ok else "start_failed"
+        kind = "timeout" if got is None else "start_failed"
         raise CommandError(kind, f"{d.cfg.job.name}: {why}", self._result(call, why))
 
     async def _wait_healthy(self, call: Call, pid: int, deadline: float) -> dict[str, Any]:
         """Until job `pid` is healthy (process alive, GPUs in use, a progress line), or why not."""
         d, used = self.d, set[int]()  # GPUs seen in use while waiting
 
-        def settled() -> bool:
-            s = d.core.snapshot()
+        def seen() -> None:
             if d.gpus.last is not None:
                 floor = d.cfg.gpus.idle_below_mib
                 used.update(g.index for g in d.gpus.last.gpus if is_in_use(g, floor))
-            return s.pid != pid or s.healthy
 
-        await self._wait(call, settled, deadline)
-        s = d.core.snapshot()
-        if s.pid == pid and s.healthy and s.healthy_since is not None and s.spawned_at is not None:
-            after = s.healthy_since - s.spawned_at
+        with _Awaited(d.answers) as (request, answer):
+            await d.ask(HealthAwaited(request, pid))
+            got = await self._answer(call, answer, deadline, seen)
+        if got is not None and got.outcome == "healthy":
+            after = float(cast(float, got.fields["healthy_after_s"]))
             text = (
                 f"healthy, pid {pid}, {after:.1f} s after its start ({call.elapsed():.1f} s in all)"
             )
@@ -246,16 +246,25 @@ class Operations:
             log_tail=await self._log_tail(LOG_TAIL_LINES),
         )
 
-    async def _wait(self, call: Call, pred: Callable[[], bool], deadline: float) -> bool:
-        """Until `pred()` (checked after every change in the core), or False at the deadline."""
-        while not pred():
+    async def _answer(
+        self,
+        call: Call,
+        answer: asyncio.Future[Answer],
+        deadline: float,
+        seen: Callable[[], None] = lambda: None,
+    ) -> Answer | None:
+        """The core's answer, or None at the deadline; `seen()` after every change in the core
+        (what the reply reports besides the outcome)."""
+        seen()
+        while not answer.done():
             if call.reader.at_eof():
                 raise ClientGone
             left = deadline - time.monotonic()
             if left <= 0:
-                return False
+                return None
             await self.d.wait_changed(min(left, 1.0))
-        return True
+            seen()
+        return answer.result()
 
     def _stop_signal(self) -> str:
         return replies.signal_name(self.d.cfg.job.stop_signal)
@@ -271,17 +280,26 @@ class Operations:
             return [f"(cannot read {path}: {e})"]
 
 
-def _unverified(call: Call) -> bool:
-    """The stop left processes, or could not be verified (the core parked: SPEC §14)."""
-    return any(e.get("reason") == "stop_unverified" for e in call.events())
+class _Awaited:
+    """A request number and the future of its Answer, forgotten when the command stops
+    waiting (answered, timed out, or its client gone)."""
+
+    def __init__(self, answers: Answers) -> None:
+        self._answers = answers
+        self._request = 0
+
+    def __enter__(self) -> tuple[int, asyncio.Future[Answer]]:
+        self._request, answer = self._answers.expect()
+        return self._request, answer
+
+    def __exit__(self, *exc: object) -> None:
+        self._answers.forget(self._request)
 
 
-def _state_is(d: Served, state: State) -> Callable[[], bool]:
-    return lambda: d.core.snapshot().state is state
-
-
-def _start_budget(d: Served) -> float:
-    """How long a stop and start may take before the daemon's own deadlines are all spent."""
+def _answer_within_s(d: Served) -> float:
+    """How long a command waits for the core's answer to a stop and start: until the daemon's
+    own deadlines (the stop's, the drain's, pre_start's) are all spent. It decides nothing
+    about the job: past it the reply is a timeout, and the core goes on."""
     c = d.cfg
     # stop_signal, then SIGKILL passes: each bounded by stop_timeout_s (SPEC §14)
     stop = 2 * c.job.stop_timeout_s + KILL_GRACE_S + c.incidents.pyspy_timeout_s

@@ -2,7 +2,7 @@
 
 One place instead of bare strings spread over the modules: each event's journald priority (what
 `journalctl -p warning` shows) and whether `hooks.on_event` receives it are read from here, and
-tests/test_names.py fails when a module emits, or compares against, a name that is not here.
+tests/core/test_names.py fails when a module emits, or compares against, a name that is not here.
 Scripts outside the project match on these names: add freely, rename nothing.
 """
 
@@ -206,6 +206,7 @@ class State(StrEnum):
     PAUSED = "paused"
     HOST_FAULT = "host_fault"  # SPEC §12: a GPU needs a reset or a reboot; parked until an operator
     COMPLETED = "completed"  # SPEC §13: the job exited with a success code; until an operator
+    WAITING_NODES = "waiting_nodes"  # SPEC §12: a start waits at the cluster's barrier
 
 
 # SPEC §13: verdicts that say the GPUs cannot be verified, not that the job failed. While one
@@ -217,7 +218,7 @@ UNVERIFIABLE |= frozenset({"progress_unreadable"})  # the same for a progress lo
 
 # ------------------------------------------------------------------- the named sets of names
 # Issue 23: each set of reasons, states or events that code tests against is written once, here;
-# config, metrics, the timeline and the replies refer to these (tests/test_names.py finds a
+# config, metrics, the timeline and the replies refer to these (tests/core/test_names.py finds a
 # literal set of registered names anywhere else in watchdog/).
 
 # The supervisor's states (SPEC §7), in the order the metrics list them.

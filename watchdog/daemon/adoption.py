@@ -4,6 +4,8 @@ At start-up: the job a previous daemon left running is adopted when it is provab
 (`job.on_daemon_restart: adopt`, identity.py), or ended before anything starts, so two jobs never
 run at once; the previous restart budget is carried on. After `watchdogctl reexec`: the old
 code's state is taken over, or, when the new code cannot read it, the job is adopted instead.
+What to do is the pure plan's (core/supervisor/adoption.py); this module gathers its facts and
+carries out its steps.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__, blocking
 from watchdog.core.health import monitor as health
+from watchdog.core.supervisor import adoption as plan
 from watchdog.core.supervisor.budget import Durable
 from watchdog.core.supervisor.events import DaemonStarted, JobAdopted, Tick
 from watchdog.core.views import status
-from watchdog.daemon import params, reexec
+from watchdog.daemon import handover, params
 from watchdog.daemon.run import JobRun
 from watchdog.process import identity, tree
 from watchdog.progress import joblog
@@ -42,24 +45,32 @@ async def previous_job(d: Parts) -> int | None:
     for r in resets:  # SPEC §14: never silent; the previous generation (or nothing) is used
         d.emit("state_reset", file=r.file, error=r.error, fallback=r.fallback)
     durable = _durable(d, previous)
-    leader = None
-    if durable is None or durable.adopts:
-        paused = durable is not None and durable.paused
-        leader = await provable_leader(d, previous, always=paused)
-    if leader is None:
-        await end_previous_tree(d)
+    leader = await adopt_or_end(d, previous, _found(d, previous, durable))
     if durable is not None:
         d.consumer.restore(durable)
     return leader
 
 
-async def provable_leader(d: Parts, previous: dict[str, Any], always: bool = False) -> int | None:
-    """The previous job's leader when job.on_daemon_restart is adopt (or `always`: a failed
-    reexec never ends the job it was meant not to touch; an operator paused it) and it is
-    provably ours (identity.py); None means: end the old tree as before."""
-    adopting = always or d.cfg.job.on_daemon_restart == "adopt"
-    if not adopting or not previous.get("job_pid"):
-        return None
+def _found(
+    d: Parts, previous: dict[str, Any], durable: Durable | None, reexec_fallback: bool = False
+) -> plan.Found:
+    recorded = bool(previous.get("job_pid"))
+    return plan.Found(recorded, d.cfg.job.on_daemon_restart, durable, reexec_fallback)
+
+
+async def adopt_or_end(d: Parts, previous: dict[str, Any], found: plan.Found) -> int | None:
+    """The plan's first steps: the previous job's leader, proven ours, to adopt; or None,
+    once what is left of the previous tree is ended."""
+    leader = None
+    if plan.at_start(found) is plan.Step.PROVE:
+        leader = await provable_leader(d, previous)
+    if plan.after_proof(leader) is plan.Step.END_LEFTOVERS:
+        await end_previous_tree(d)
+    return leader
+
+
+async def provable_leader(d: Parts, previous: dict[str, Any]) -> int | None:
+    """The previous job's leader when it is provably ours (identity.py), else None."""
     pid, started = previous.get("job_pid"), previous.get("job_started_at")
     ticks, boot = previous.get("job_start_ticks"), previous.get("boot_id")
     try:
@@ -165,10 +176,10 @@ async def take_over(d: Parts, h: dict[str, Any]) -> tuple[bool, int | None]:
     """The new code's side of `reexec`: (True, None) when the state was taken over, else
     (False, the job's leader to adopt instead, if it can be proven ours: the fallback)."""
     try:
-        reexec.resume(d, h)
+        handover.resume(d, h)
     except (ValueError, KeyError, TypeError, OSError) as e:
         why = f"{type(e).__name__}: {e}"
-        reexec.close_carried(h)
+        handover.close_carried(h)
         d.consumer.new_core()
         # the carried follower's fd is closed already: the fresh run must not close it again
         d.begin_run(
@@ -177,13 +188,11 @@ async def take_over(d: Parts, h: dict[str, Any]) -> tuple[bool, int | None]:
         )
         d.emit("reexec_resume_failed", error=why, old_version=h.get("old_version"))
         previous = d.state.load_job()
-        leader = await provable_leader(d, previous, always=True)
-        if leader is None:
-            await end_previous_tree(d)
+        leader = await adopt_or_end(d, previous, _found(d, previous, None, reexec_fallback=True))
         restore_budget(d, previous)
         d.emit("daemon_started", version=__version__, daemon_pid=os.getpid())
         msg = f"the new code could not take the state over ({why}); it adopted the job"
-        reexec.reply(h, False, {"status": d.status()}, msg)
+        handover.reply(h, False, {"status": d.status()}, msg)
         return False, leader
     if (pid := d.core.snapshot().pid) is not None:
         await find_log(d, d.job, pid)  # an older code carried none: the job's stdout
@@ -192,7 +201,7 @@ async def take_over(d: Parts, h: dict[str, Any]) -> tuple[bool, int | None]:
     await d.ask(Tick())  # arms the backoff or startup deadline it carried
     summary = f"{d.cfg.job.name}: watchdogd {old} -> {__version__} in place (pid {os.getpid()})"
     result = {"summary": summary, "old_version": old, "new_version": __version__}
-    reexec.reply(h, True, {**result, "status": d.status()})
+    handover.reply(h, True, {**result, "status": d.status()})
     return True, None
 
 
@@ -215,12 +224,14 @@ async def take_the_job(d: Parts, leader: int | None, taken_over: bool) -> None:
         version, daemon_pid = __version__, os.getpid()
         d.emit("daemon_started", version=version, daemon_pid=daemon_pid, config=d.cfg.source)
     d.notifier.ready(status.status_line(d.status()))
-    if not taken_over and (leader is None or not await attach(d, leader)):
-        if leader is not None:  # it died between the proof and the pidfd: end what is left
+    attached = not taken_over and leader is not None and await attach(d, leader)
+    for step in () if taken_over else plan.after_attach(leader is not None, attached):
+        if step is plan.Step.END_LEFTOVERS:  # it died between the proof and the pidfd
             await end_previous_tree(d)
-        await d.ask(DaemonStarted(fresh_run=d.ending.enabled))
-        # SPEC §13: a park for lost access outlived the last daemon; as after a reexec,
-        # only a reading that comes through tells the core access is back
-        d.gpus.access_lost = d.core.access_lost
+        elif step is plan.Step.START:
+            await d.ask(DaemonStarted(fresh_run=d.ending.enabled))
+            # SPEC §13: a park for lost access outlived the last daemon; as after a reexec,
+            # only a reading that comes through tells the core access is back
+            d.gpus.access_lost = d.core.access_lost
     if d.cluster is not None and (pid := d.core.snapshot().pid) is not None:
         d.cluster.adopted(pid)  # a job we did not spawn: which epoch does it run?

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import random
 import time
 from typing import TYPE_CHECKING, Any, Protocol
@@ -25,6 +26,7 @@ from watchdog.core.progress.stall_window import Phase
 from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.events import (
     Action,
+    Answer,
     Event,
     HandoverResumed,
     HealthAssessed,
@@ -81,6 +83,32 @@ class Shell(Protocol):
         """Hand an input of the cluster link back to it (its coordinator's one feeding method)."""
 
 
+class AnswerBook:
+    """The commands waiting for the core's Answer (core/supervisor/answers.py), by request
+    number: the control server numbers its input with `expect()`, awaits the future, and
+    `forget()`s it when it stops waiting; the consumer delivers each Answer after the input."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[int, asyncio.Future[Answer]] = {}
+        self._numbers = itertools.count(1)
+
+    def expect(self) -> tuple[int, asyncio.Future[Answer]]:
+        request = next(self._numbers)
+        self._waiting[request] = answer = asyncio.get_running_loop().create_future()
+        return request, answer
+
+    def forget(self, request: int) -> None:
+        self._waiting.pop(request, None)
+
+    def deliver(self, actions: list[Action]) -> None:
+        for a in actions:
+            if not isinstance(a, Answer):
+                continue
+            waiting = self._waiting.pop(a.request, None)
+            if waiting is not None and not waiting.done():
+                waiting.set_result(a)
+
+
 class Consumer:
     def __init__(self, inputs: InputLog, made: Policy, shell: Shell) -> None:
         self.inbox = Inbox()
@@ -89,6 +117,7 @@ class Consumer:
         self._made = made  # the daemon's policy: a fresh core after a failed take-over gets it
         self.core = self.new_core()
         self._changed = asyncio.Event()  # set after each input: commands wait on it
+        self.answers = AnswerBook()  # the core's answers to commands that wait on them
 
     def new_core(self) -> Supervisor:
         """A fresh core with the daemon's policy (also after a failed reexec take-over); its
@@ -242,6 +271,7 @@ class Consumer:
         finally:  # logged after, off the path to the actions, and even when handle() raised
             self.inputs.event(event, now)
         self._shell.carry_out(event, actions)
+        self.answers.deliver(actions)
         self._changed.set()
         self._changed = asyncio.Event()
         return actions

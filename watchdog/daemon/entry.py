@@ -14,7 +14,7 @@ from typing import Any
 
 from watchdog import __version__, config
 from watchdog.cluster import link
-from watchdog.daemon import reexec
+from watchdog.daemon import handover as newcode
 from watchdog.outputs import metrics
 from watchdog.outputs.proctitle import ProcTitle
 from watchdog.process import cgroup
@@ -82,9 +82,9 @@ def prepare(argv: list[str] | None, description: str) -> Prepared | int:
     if args.check:
         return check(args.config)
     if args.check_reexec:
-        return reexec.check_main(args.config)
+        return newcode.check_main(args.config)
     try:
-        handover = reexec.take()
+        handover = newcode.take()
     except (ValueError, OSError) as e:
         return _fail(f"the state handed over by reexec is unusable: {e}", 1)
     cfg = load(args.config)

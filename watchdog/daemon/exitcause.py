@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 from watchdog import blocking
 from watchdog.core.health import causes
-from watchdog.core.names import State
 from watchdog.core.supervisor.events import ChildExited
 from watchdog.daemon import sampling
 from watchdog.outputs import incident
@@ -61,8 +60,8 @@ def on_exit(d: Parts, fut: asyncio.Future[reaping.ExitStatus]) -> None:
 async def report(d: Parts, run: JobRun, st: reaping.ExitStatus) -> None:
     """Classify the exit of `run`'s leader, save its bundle, then post ChildExited."""
     plain = ChildExited(st.pid, st.exit_code, st.signal)
-    snap = d.core.snapshot()
-    ours = snap.state is State.STOPPING or snap.pid != st.pid
+    # the core ordered this run's stop (KillTree), or no longer watches this pid
+    ours = run.stop_ordered or d.core.snapshot().pid != st.pid
     if ours or (st.signal is None and st.exit_code in d.cfg.job.success_exit_codes):
         d.post(plain)  # our stop, a success, or a run the core no longer watches
         return

@@ -12,14 +12,14 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from watchdog import blocking
 from watchdog.cluster import link
 from watchdog.core.health import monitor as health
-from watchdog.core.supervisor.events import ChildSpawned, SpawnFailed, Tick
-from watchdog.core.supervisor.jobstate import Snapshot
+from watchdog.core.supervisor.events import ChildSpawned, Refuse, SpawnFailed, SpawnPending
 from watchdog.daemon import exitcause, params, sampling
 from watchdog.daemon.run import Flight, JobRun
 from watchdog.outputs import flight
@@ -45,10 +45,10 @@ async def start(d: Parts, attempt: int) -> None:
             opened = await open_log(d, attempt)
             if isinstance(opened, SpawnFailed):
                 failed = opened
-            elif not still_wanted(d.core.snapshot(), attempt):
+            elif not await wanted_by_core(d, attempt, opened):
                 _drop(*opened)  # superseded while the log opened: another start runs now
             else:
-                spawn(d, *opened, epoch)
+                spawn(d, opened, epoch, attempt)
     except asyncio.CancelledError:
         failed = SpawnFailed("cancelled", "stopped before the job was spawned")
     except _GateRefused:
@@ -57,13 +57,20 @@ async def start(d: Parts, attempt: int) -> None:
         # Otherwise the core waits for ChildSpawned for ever: no timeout, no stop, no exit.
         failed = SpawnFailed("internal_error", f"{type(e).__name__}: {e}")
     if failed is not None:
-        d.post(failed)
+        d.post(replace(failed, attempt=attempt))
 
 
-def still_wanted(snap: Snapshot, attempt: int) -> bool:
-    """Whether the core still waits for start `attempt`: on the queue, the core may have parked
-    it (a gate fault) and an operator started `attempt + 1` before this task looks again."""
-    return snap.spawning and snap.attempt == attempt
+async def wanted_by_core(d: Parts, attempt: int, opened: Opened | None = None) -> bool:
+    """Whether the core still waits for start `attempt` (it answers SpawnPending): on the
+    queue, the core may have parked it (a gate fault) and an operator started `attempt + 1`
+    before this task looks again. A cancel while it asks drops what was `opened`."""
+    try:
+        answer = await d.ask(SpawnPending(attempt))
+    except BaseException:
+        if opened is not None:
+            _drop(*opened)
+        raise
+    return not any(isinstance(a, Refuse) for a in answer)
 
 
 def _drop(log_fd: int, log: JobLog | None, follower: Follower | None) -> None:
@@ -87,10 +94,9 @@ async def prepare_start(d: Parts, attempt: int) -> tuple[SpawnFailed | None, int
     found = await d.faults.gate(d.gpus.probe) or []
     for fault in found:
         d.faults.seen(fault, gate=True)  # posted: the core decides whether it parks the job
-    if found:
-        await d.ask(Tick())  # the queue is in order: the faults above are judged by now
-        if not still_wanted(d.core.snapshot(), attempt):
-            raise _GateRefused  # the core ended the start (a fault that parks): nothing to report
+    # the queue is in order: the faults above are judged by the time the core answers
+    if found and not await wanted_by_core(d, attempt):
+        raise _GateRefused  # the core ended the start (a fault that parks): nothing to report
     if (failed := await run_pre_start(d)) is not None:
         return failed, None
     if d.cluster is not None:
@@ -106,6 +112,7 @@ async def end_leftovers(d: Parts) -> SpawnFailed | None:
     found = await tree.end_leftovers(d.token, d.reaper, d.cgroups, d.cfg.job.stop_timeout_s)
     if found.signalled:
         d.emit("stale_tree_killed", count=found.signalled, pid=None, reason="start")
+    d.job.left_behind = found.pids if found.leftovers != 0 else ()
     if found.leftovers == 0:
         return None
     left = "unknown (the scan did not answer)" if found.leftovers is None else found.leftovers
@@ -177,17 +184,16 @@ def _drop_opened(opened: tuple[int, JobLog | None]) -> None:
     _drop(*opened, None)
 
 
-def spawn(
-    d: Parts, log_fd: int, log: JobLog | None, follower: Follower | None, epoch: int | None
-) -> None:
+def spawn(d: Parts, opened: Opened, epoch: int | None, attempt: int | None = None) -> None:
     """Spawn and watch. Synchronous on purpose: a cancel can never split it."""
+    log_fd, log, follower = opened
     job = d.cfg.job
     try:
         env, dumps = job_env(d, epoch)
         proc = spawn_in_cgroup(d, env, log_fd)
     except (OSError, ValueError, subprocess.SubprocessError) as e:
         why = e.strerror if isinstance(e, OSError) else str(e)
-        _not_spawned(d, log, follower, f"{job.command[0]}: {why}")
+        _not_spawned(d, log, follower, f"{job.command[0]}: {why}", attempt)
         return
     finally:
         os.close(log_fd)
@@ -196,7 +202,7 @@ def spawn(
         fut = d.reaper.watch(proc.pid)
     except Exception as e:  # no pidfd (EMFILE): an unwatched job must not run
         os.killpg(proc.pid, signal.SIGKILL)
-        _not_spawned(d, log, follower, f"cannot watch the job: {e}")
+        _not_spawned(d, log, follower, f"cannot watch the job: {e}", attempt)
         return
     fut.add_done_callback(d.on_exit)
     monitor = health.HealthMonitor(params.health_of(d.cfg), d.books.stall)
@@ -216,14 +222,16 @@ def spawn(
     d.save_state(proc.pid)
     if d.cluster is not None and epoch is not None:
         d.cluster.spawned(epoch)
-    d.post(ChildSpawned(proc.pid))
+    d.post(ChildSpawned(proc.pid, attempt))
 
 
-def _not_spawned(d: Parts, log: JobLog | None, follower: Follower | None, why: str) -> None:
+def _not_spawned(
+    d: Parts, log: JobLog | None, follower: Follower | None, why: str, attempt: int | None
+) -> None:
     if log is not None:
         log.close()
     d.job.use_follower(follower, d.progress_io.when_idle)  # as if it had run: the next one
-    d.post(SpawnFailed("spawn_failed", why))
+    d.post(SpawnFailed("spawn_failed", why, attempt))
 
 
 def spawn_in_cgroup(d: Parts, env: dict[str, str], log_fd: int) -> subprocess.Popen[bytes]:

@@ -48,6 +48,7 @@ async def stop(d: Parts, action: KillTree) -> None:
             kill_grace_s=d.cfg.job.stop_timeout_s,  # SPEC §14: the SIGKILL passes' bound
             delegation=d.cgroups,
         )
+        d.job.left_behind = result.pids if result.leftovers else ()
         if result.leftovers == 0:
             tree.remove_runs(d.cgroups)  # the run's empty cgroup (cgroupfs: never blocks)
         d.save_state(None)

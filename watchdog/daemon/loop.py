@@ -124,7 +124,9 @@ class Daemon:
     def _make_core(self) -> None:
         """The core behind its one consumer and queue (issue 23); every input recorded."""
         self.inputs = InputLog(self.state.file("inputs.jsonl"), self._input_log_failed)
-        self.consumer = Consumer(self.inputs, params.local_policy_of(self.cfg), self)
+        policy = params.local_policy_of(self.cfg, self.ending.enabled)
+        self.consumer = Consumer(self.inputs, policy, self)
+        self.answers = self.consumer.answers  # a command's outcome, answered by the core
         self._start_task: asyncio.Task[None] | None = None
         self._done: asyncio.Future[None] = self.loop.create_future()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -236,8 +238,7 @@ class Daemon:
         if signum == signal.SIGHUP:
             self.spawn_task(self.reload())
             return None
-        self.ending.signal_received(signum)
-        return ShutdownRequested()
+        return ShutdownRequested(signum)
 
     def carry_out(self, event: Event, actions: list[Action]) -> None:
         """The core's actions for `event`, then what follows every input."""
@@ -245,7 +246,6 @@ class Daemon:
             self._tell_cluster(actions)
         for action in actions:
             self._execute(action)
-        self._job_ended_for_good()
         self.writer.supervisor(self.core.durable())  # after the spawn: off its critical path
         snap = self.core.snapshot()
         self.title.show(self.cfg.job.name, snap.state.value, snap.pid)
@@ -259,28 +259,22 @@ class Daemon:
                 self.emit(name, **fields)
             case SpawnChild(attempt=attempt):
                 self._start_task = self.spawn_task(jobstart.start(self, attempt))
-            case KillTree():
+            case KillTree(pid=pid):
+                if pid is None or self.job.pid in (None, pid):
+                    self.job.stopping()  # its leader's exit is our stop's (exitcause.py)
                 self.spawn_task(jobstop.stop(self, action))
             case CancelStart():
                 # Before the spawn only: the spawn itself never awaits, so a cancel cannot split it.
                 if self._start_task is not None and not self._start_task.done():
                     self._start_task.cancel()
-            case Exit():
+            case Exit(code=code):
+                self.ending.code = code  # SPEC §13: the core decided it (core/supervisor/ending.py)
                 if not self._done.done():
                     self._done.set_result(None)
             case Refuse():
                 pass  # the caller (a control command) reads it from ask()'s answer
             case RestartCluster():
                 pass  # told to the cluster link before the actions run (_tell_cluster)
-
-    def _job_ended_for_good(self) -> None:
-        """--exit-with-job: once the job is completed, fatal or host_fault, the daemon exits
-        with that state's code (exit_codes), right after this dispatch."""
-        state = self.core.snapshot().state
-        code = self.ending.job_ended(state, self.cfg.exit_codes)
-        if code is not None:
-            self.emit("daemon_exiting", state=state.value, exit_code=code)
-            self.post(ShutdownRequested())
 
     def _tell_cluster(self, actions: list[Action]) -> None:
         """What the core decided for the cluster: an operator's restart restarts every node;

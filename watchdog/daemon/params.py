@@ -5,6 +5,8 @@ take effect at the next start. Used at start-up and adoption, at a reload, and b
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from watchdog import config
 from watchdog.cluster import link
 from watchdog.core.health import monitor as health
@@ -34,9 +36,14 @@ def policy_of(cfg: config.Config) -> Policy:
     )
 
 
-def local_policy_of(cfg: config.Config) -> Policy:
-    """With `cluster:` the backoff and budget are the cluster's (issue 14)."""
+def local_policy_of(cfg: config.Config, exit_with_job: bool = False) -> Policy:
+    """With `cluster:` the backoff and budget are the cluster's (issue 14); with
+    `--exit-with-job` the core decides the daemon's exit code from `exit_codes` (SPEC §13)."""
     p = policy_of(cfg)
+    if exit_with_job:
+        c = cfg.exit_codes
+        codes = (("completed", c.completed), ("fatal", c.fatal), ("host_fault", c.host_fault))
+        p = replace(p, exit_codes=codes)
     return p if cfg.cluster is None else link.local_policy(p)
 
 

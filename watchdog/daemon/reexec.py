@@ -1,4 +1,5 @@
-"""`watchdogctl reexec` (SPEC §12): run new watchdog code without touching the job.
+"""`watchdogctl reexec` (SPEC §12): run new watchdog code without touching the job. This module
+is the old code's side, which hands over; handover.py is the new code's, which takes over.
 
 The model is systemd's `daemon-reexec`: the daemon serialises its state, execve()s its own
 entry point (same pid, so the job stays its child and nobody else can reap it), and the new
@@ -27,39 +28,29 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import importlib
 import json
 import os
 import socket
 import sys
-import time
 from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__, blocking
 from watchdog.control.backend import ReexecRefused
-from watchdog.core.protocol import wire as protocol
-from watchdog.core.supervisor.events import HandoverResumed, Tick
-from watchdog.core.supervisor.machine import Supervisor
-from watchdog.daemon import sampling
-from watchdog.daemon.run import JobRun
-from watchdog.progress.joblog import JobLog
+from watchdog.core.supervisor.events import Tick
+from watchdog.daemon import handover
+from watchdog.daemon.handover import FORMAT, STATE_ENV
+from watchdog.process import launch
 
 if TYPE_CHECKING:
     from watchdog.daemon.parts import Parts
 
-STATE_ENV = "WATCHDOGD_REEXEC_FD"
-FORMAT = 1
 CHECK_TIMEOUT_S = 60.0
-REPLY_TIMEOUT_S = 5.0
 FLUSH_TIMEOUT_S = 10.0  # the event history before the exec
 DRAIN_S = 0.5  # requests under way on the old code get this long to be answered
 
 
 # the control commands catch it through their backend Protocol, never importing this module
 Refused = ReexecRefused
-
-
-# ------------------------------------------------------------------------ the old code
 
 
 def entry_argv() -> list[str]:
@@ -137,8 +128,6 @@ async def prepare(d: Parts) -> None:
 
 
 async def _check_new_code(d: Parts, entry: list[str], state: dict[str, Any]) -> str:
-    from watchdog.process import launch  # the daemon's own module; imported late like the daemon is
-
     code, out = await launch.run_command(
         d.reaper,
         [*entry, "--check-reexec"],
@@ -156,7 +145,9 @@ async def _check_new_code(d: Parts, entry: list[str], state: dict[str, Any]) -> 
 def _exec(d: Parts, entry: list[str], state: dict[str, Any]) -> None:
     d.notifier.reloading()
     sys.stdout.flush()
-    fds = [fd for fd in (*state["fds"].values(), _follower_fd(state)) if isinstance(fd, int)]
+    fds = [
+        fd for fd in (*state["fds"].values(), handover.follower_fd(state)) if isinstance(fd, int)
+    ]
     memfd = _sealed(json.dumps(state).encode())
     env = {**os.environ, STATE_ENV: str(memfd)}
     try:
@@ -174,11 +165,6 @@ def _exec(d: Parts, entry: list[str], state: dict[str, Any]) -> None:
         raise Refused("reexec_failed", f"execve {entry[0]}: {e.strerror or e}") from None
 
 
-def _follower_fd(state: dict[str, Any]) -> int | None:
-    f = state.get("follower")
-    return f["fd"] if isinstance(f, dict) else None
-
-
 def _sealed(data: bytes) -> int:
     """A memfd holding `data`, sealed against any change (the new code reads what was written)."""
     fd = os.memfd_create("watchdogd-reexec", os.MFD_ALLOW_SEALING)
@@ -189,122 +175,3 @@ def _sealed(data: bytes) -> int:
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
-
-
-# ------------------------------------------------------------------------ the new code
-
-
-def take() -> dict[str, Any] | None:
-    """The state handed over by the previous code (None for an ordinary start). Raises
-    ValueError for one that cannot be read."""
-    number = os.environ.pop(STATE_ENV, None)
-    if number is None:
-        return None
-    fd = int(number)
-    try:
-        os.set_inheritable(fd, False)
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    state = json.loads(b"".join(chunks))
-    validate_format(state)
-    return state  # type: ignore[no-any-return]
-
-
-def validate_format(state: object) -> None:
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise ValueError("not a state this code understands")
-    fds = state.get("fds")
-    if not isinstance(fds, dict) or not all(v is None or type(v) is int for v in fds.values()):
-        raise ValueError("malformed descriptors")
-    for key in ("supervisor", "health"):
-        if not isinstance(state.get(key), dict):
-            raise ValueError(f"malformed {key}")
-
-
-def check_main(config_path: str) -> int:
-    """`watchdogd --check-reexec`: the new code, run by the old one on the state it is about to
-    hand over. Imports everything the daemon runs, loads the config, takes the state over in
-    throw-away objects. Prints {"version": ...} and exits 0, or says why not and exits 1."""
-    # the check: everything the daemon runs imports (by name: this module is one of them)
-    importlib.import_module("watchdog.daemon.watchdogd")
-    from watchdog import config
-    from watchdog.core.health import monitor as health
-    from watchdog.daemon import params
-
-    try:
-        cfg = config.load_config(config_path)
-        state = json.loads(sys.stdin.buffer.read())
-        validate_format(state)
-        core = Supervisor(params.policy_of(cfg), lambda: 0.5)
-        core.handle(HandoverResumed(state["supervisor"]), time.monotonic())
-        health.HealthMonitor(params.health_of(cfg)).resume(state["health"])
-    except (config.ConfigError, ValueError, KeyError, TypeError) as e:
-        print(f"watchdogd --check-reexec: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
-    print(json.dumps({"version": __version__}))
-    return 0
-
-
-def resume(d: Parts, state: dict[str, Any]) -> None:
-    """Take the state over inside the new code (the control socket already serves)."""
-    from watchdog.core.health import monitor as health
-    from watchdog.daemon import params
-
-    fds = state["fds"]
-    d.consumer.resume(state["supervisor"])
-    monitor = health.HealthMonitor(params.health_of(d.cfg), d.books.stall)
-    monitor.resume(state["health"])
-    pid = state["supervisor"]["pid"]
-    exit_status = None
-    if isinstance(pid, int):
-        if isinstance(fds["pidfd"], int):
-            os.set_inheritable(fds["pidfd"], False)  # back to close-on-exec for our helpers
-        exit_status = d.watch_job(pid, fds["pidfd"])
-    polled_at = float(state["polled_at"])
-    command = state.get("command")  # absent in the state of older code
-    run = JobRun(
-        monitor,
-        pid=pid if isinstance(pid, int) else None,
-        exit_status=exit_status,
-        polled_at=polled_at,
-        command=tuple(command) if isinstance(command, list) else None,
-    )
-    if isinstance(state["follower"], dict):
-        run.use_follower(sampling.resumed_follower(d, state["follower"]), d.progress_io.when_idle)
-    if isinstance(log_fd := fds.get("joblog"), int):
-        os.set_inheritable(log_fd, False)
-        fds["joblog"] = None  # the run owns it now: a failed take-over must not close it twice
-        run.use_log(JobLog(log_fd, d.cfg.job.log_file))
-    d.begin_run(run)
-    d.incident_path = state["incident_path"]
-    d.started_at = float(state["daemon_started_at"])
-
-
-def reply(state: dict[str, Any], ok: bool, result: dict[str, Any], message: str = "") -> None:
-    """Answer the operator's `reexec` on the connection carried across the exec."""
-    fd = state["fds"].get("conn")
-    if not isinstance(fd, int):
-        return
-    req_id = state.get("request_id")
-    line = (
-        protocol.ok_reply(req_id, result)
-        if ok
-        else protocol.error_reply(req_id, "reexec_failed", message, result)
-    )
-    try:
-        with socket.socket(fileno=fd) as conn:
-            conn.settimeout(REPLY_TIMEOUT_S)
-            conn.sendall(line)
-    except OSError:
-        pass  # the operator gave up waiting: the events say what happened
-
-
-def close_carried(state: dict[str, Any]) -> None:
-    """After a failed take-over: the job's pidfd and the follower's fd are not used."""
-    for fd in (state["fds"].get("pidfd"), state["fds"].get("joblog"), _follower_fd(state)):
-        if isinstance(fd, int):
-            with contextlib.suppress(OSError):
-                os.close(fd)

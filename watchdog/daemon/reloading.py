@@ -44,7 +44,7 @@ async def reload(d: Parts) -> str | None:
     d.job.monitor.reconfigure(params.health_of(new))
     if new.progress.checkpoint != old.progress.checkpoint:
         d.checkpoints = params.checkpoint_watch(new)
-    await d.ask(PolicyChanged(params.local_policy_of(new)))
+    await d.ask(PolicyChanged(params.local_policy_of(new, d.ending.enabled)))
     if d.cluster is not None:
         # the next proposal uses the new restart.*
         d.cluster.co.policy = params.policy_of(new)

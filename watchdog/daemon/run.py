@@ -57,10 +57,20 @@ class JobRun:
         self._late: tuple[Follower, FollowResult] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed = False
+        # SPEC §14: pids of this run's tree still alive after its stop, or of an earlier run's
+        # found by the start that would follow it: status names them (what holds the job)
+        self.left_behind: tuple[int, ...] = ()
         # SPEC §14: the OOM counter of the job's memory cgroup at spawn, and the messages of
         # the GPU faults seen while it ran (daemon/exitcause.py)
         self.oom_before: oomrecord.OomReading | None = None
         self.faults_seen: list[str] = []
+        # the core ordered this run's stop (its KillTree): the leader's exit is ours, not a
+        # death to classify (daemon/exitcause.py); the core decided, the shell only notes it
+        self.stop_ordered = False
+
+    def stopping(self) -> None:
+        """The core returned KillTree for this run (SPEC §4: the whole tree is being stopped)."""
+        self.stop_ordered = True
 
     @property
     def leader_reaped(self) -> bool:

@@ -70,7 +70,7 @@ async def take_sample(d: Parts, gpu: bool = True) -> SampleTaken:
     snap, run = d.core.snapshot(), d.job
     if d.checkpoints is not None and run.checkpoint_due(now, CHECKPOINT_EVERY_S):
         d.spawn_task(read_checkpoint(d))
-    if snap.pid is not None and gpu:
+    if snap.pid is not None and gpu and run.rank_tracker.listing_due(now):
         run.spawn_task(watch_ranks(d, run, snap.pid), d.task_done)
     degraded, access_lost = d.gpus.degraded_now(), d.gpus.access_lost
     return SampleTaken(run, snap.pid, sample, degraded, access_lost, progress)

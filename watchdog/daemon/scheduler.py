@@ -8,8 +8,9 @@ preemption, `kubectl delete`) stop the job gracefully and the daemon exits 128+s
 tree is gone. Forwarded signals (Slurm's `--signal=B:USR1@120`) go to the job's leader and
 nothing else happens.
 
-Both are wiring around the core: which state is an end, and where a signal goes. Signal
-handlers here are asyncio's (`loop.add_signal_handler`): they run on the loop, like SIGHUP's.
+Both are wiring around the core: the core decides the exit code (core/supervisor/ending.py)
+and this carries it out; where a signal goes. Signal handlers here are asyncio's
+(`loop.add_signal_handler`): they run on the loop, like SIGHUP's.
 """
 
 from __future__ import annotations
@@ -20,48 +21,18 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from watchdog import config
-from watchdog.core.names import State
-
-# The states in which the job has ended for good: nothing restarts it but an operator.
-END_STATES = frozenset({State.COMPLETED, State.FATAL, State.HOST_FAULT})
-
 
 class ExitWithJob:
-    """What the daemon's exit code will be, decided once: the first of the job's end (its
-    state's code from `exit_codes`) or a stop signal (128 + its number). Without the flag the
-    daemon keeps its old behaviour: it runs until it is told to stop, and exits 0."""
+    """`--exit-with-job`: whether the flag is on (the core then decides the daemon's exit code
+    from `exit_codes`, Policy.exit_codes) and the code its `Exit` action carried. Without the
+    flag the daemon keeps its old behaviour: it runs until it is told to stop, and exits 0."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        self.code: int | None = None  # set once the job ended for good
-        self.signalled: int | None = None  # the first SIGTERM/SIGINT
-
-    def signal_received(self, signum: int) -> None:
-        if self.signalled is None:
-            self.signalled = signum
-
-    def job_ended(self, state: State, codes: config.ExitCodesConfig) -> int | None:
-        """The exit code if `state` ends the job for good and nothing decided it before.
-
-        After a stop signal only `completed` still counts: the core records a completion
-        after a SIGTERM only when the run ended well before it (CANCEL_WINDOW_S), and
-        a run that finished must not be requeued because the daemon was told to stop."""
-        if not self.enabled or self.code is not None or state not in END_STATES:
-            return None
-        if self.signalled is not None and state is not State.COMPLETED:
-            return None
-        self.code = int(getattr(codes, state.value))
-        return self.code
+        self.code = 0  # the core's Exit(code): always 0 without the flag
 
     def exit_status(self) -> int:
-        if not self.enabled:
-            return 0
-        if self.code is not None:
-            return self.code
-        if self.signalled is not None:
-            return 128 + self.signalled  # the shell's convention: 143 SIGTERM, 130 SIGINT
-        return 0
+        return self.code if self.enabled else 0
 
 
 class SignalForwarder:

@@ -66,3 +66,6 @@ def _add_turn4(d: Parts, st: dict[str, Any], running: Sequence[str] | None) -> N
     pending = running is not None and list(running) != list(d.cfg.job.command)
     st["job"]["pending"] = {"command": list(d.cfg.job.command)} if pending else None
     st["state_writes"] = d.write_health.view()  # failing since …, how many
+    # what holds the job back while none of it runs: processes a stop or a start left alive
+    left = d.job.left_behind if running is None else ()
+    st["leftovers"] = {"pids": list(left)} if left else None

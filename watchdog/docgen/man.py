@@ -13,8 +13,7 @@ from watchdog.config import RESERVED_EXIT_CODES, reference
 from watchdog.config.schema import ExitCodesConfig
 from watchdog.core.protocol import wire as protocol
 from watchdog.daemon import entry
-from watchdog.docgen import roff
-from watchdog.docgen.roff import bold, esc, italic, para, sh, tagged
+from watchdog.docgen.roff import bold, esc, example, head, italic, para, sh, tagged
 
 CONFIG = "/etc/train-watchdog/watchdog.yaml"
 SOCKET = client.DEFAULT_SOCKET
@@ -63,7 +62,7 @@ def _options(ap: argparse.ArgumentParser) -> list[str]:
 
 def watchdogd() -> str:
     ap = entry.build_parser("")
-    lines = [*roff.head("watchdogd", 8, __version__, "System Administration")]
+    lines = [*head("watchdogd", 8, __version__, "System Administration")]
     lines += [sh("name"), "watchdogd \\- supervise a multi\\-GPU training job and restart it"]
     lines += [sh("synopsis"), _synopsis(ap)]
     lines += [sh("description")]
@@ -154,7 +153,7 @@ def ctl_commands() -> list[str]:
 
 
 def watchdogctl() -> str:
-    lines = [*roff.head("watchdogctl", 1, __version__, "User Commands")]
+    lines = [*head("watchdogctl", 1, __version__, "User Commands")]
     lines += [sh("name"), "watchdogctl \\- ask and tell watchdogd(8) over its control socket"]
     lines += [sh("synopsis")]
     lines += [
@@ -210,7 +209,7 @@ def _ctl_tail() -> list[str]:
     lines += [sh("environment")]
     lines += tagged(bold("TRAIN_WATCHDOG_SOCKET"), "The socket, when --socket is not given.")
     lines += [sh("examples")]
-    lines += roff.example(
+    lines += example(
         [
             "watchdogctl status",
             "watchdogctl restart --wait --timeout 1800",
@@ -224,7 +223,7 @@ def _ctl_tail() -> list[str]:
 
 
 def watchdog_yaml() -> str:
-    lines = [*roff.head("watchdog.yaml", 5, __version__, "File Formats")]
+    lines = [*head("watchdog.yaml", 5, __version__, "File Formats")]
     lines += [sh("name"), "watchdog.yaml \\- configuration of watchdogd(8)"]
     lines += [sh("synopsis"), bold(CONFIG)]
     lines += [sh("description")]

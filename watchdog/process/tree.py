@@ -41,17 +41,34 @@ def find_tree(leader: int | None, token: str, marker: bool = False) -> list[psut
     refused the subreaper, or `marker` asks — anything carrying our instance marker. Zombies
     are not counted. Cheap: it follows /proc/<pid>/task/*/children instead of scanning all of
     /proc (unless the marker is looked for)."""
+    found = {p.pid: p for p in _marked(token)} if _scan_marker(marker) else {}
+    for pid in _walk(leader) - set(found) - {os.getpid()}:
+        with contextlib.suppress(psutil.Error):
+            found[pid] = psutil.Process(pid)
+    return [p for p in found.values() if _alive(p)]
+
+
+def tree_pids(leader: int | None, token: str) -> set[int]:
+    """The pids find_tree() would look at, zombies included, without a psutil object each
+    (the rank listing reads /proc/<pid>/stat itself, once per process and listing)."""
+    pids = _walk(leader)
+    if _scan_marker(False):
+        pids |= {p.pid for p in _marked(token)}
+    return pids - {os.getpid()}
+
+
+def _scan_marker(marker: bool) -> bool:
+    return marker or not reaping.is_subreaper() or _adopted  # see find_tree
+
+
+def _walk(leader: int | None) -> set[int]:
+    """The leader and its descendants, and the daemon's descendants outside its session."""
     pids: set[int] = set()
     if leader is not None:
         pids |= {leader, *_descendants(leader)}
     my_sid = os.getsid(0)
     pids |= {p for p in _descendants(os.getpid()) if _session_of(p) not in (my_sid, None)}
-    scan_marker = marker or not reaping.is_subreaper() or _adopted
-    found = {p.pid: p for p in _marked(token)} if scan_marker else {}
-    for pid in pids - set(found) - {os.getpid()}:
-        with contextlib.suppress(psutil.Error):
-            found[pid] = psutil.Process(pid)
-    return [p for p in found.values() if _alive(p)]
+    return pids
 
 
 def _session_of(pid: int) -> int | None:

@@ -27,11 +27,31 @@ def rank_label(environ: dict[str, str] | None) -> str | None:
     return f"rank {environ['RANK']} (local {environ['LOCAL_RANK']})"
 
 
+Facts = tuple[RankKey, str | None]  # the key the tracker knows the process by, and its label
+
+
+def stat_of(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, start time in clock ticks) from /proc/<pid>/stat; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # Fields after the parenthesised command name: state ppid ... (starttime is the 20th)
+    fields = stat.rsplit(b")", 1)[1].split()
+    return fields[0].decode(), int(fields[1]), int(fields[19])
+
+
 class RankLister:
-    """{(pid, start time): label} of the job's workers; one listing at a time."""
+    """{(pid, start time): label} of the job's workers; one listing at a time.
+
+    A listing reads each process's /proc/<pid>/stat once (alive, parent, start time); what
+    cannot change for a process (its key, its environment's label) is read once per (pid,
+    start time), so a recycled pid is another process and a new one is read when it appears."""
 
     def __init__(self) -> None:
-        self._labels: dict[RankKey, str | None] = {}
+        self._facts: dict[tuple[int, int], Facts] = {}
+        self._settled: set[tuple[int, int]] = set()  # read as no rank in two listings: final
         self._lock = threading.Lock()
         # Off the loop on the bounded worker (blocking.py), never asyncio's default executor:
         # /proc/<pid>/environ of a worker stuck in the driver can block (issue 23).
@@ -39,23 +59,41 @@ class RankLister:
 
     def _list(self, leader: int, token: str) -> dict[RankKey, str]:
         with self._lock:
+            facts: dict[tuple[int, int], Facts] = {}
+            settled: set[tuple[int, int]] = set()
             labels: dict[RankKey, str | None] = {}
             parents: dict[RankKey, int] = {}
-            for p in tree.find_tree(leader, token):
-                try:
-                    key = (p.pid, p.create_time())
-                    label = self._labels[key] if key in self._labels else rank_label(p.environ())
-                    parents[key] = p.ppid()
-                except psutil.Error:
+            for pid in tree.tree_pids(leader, token):
+                stat = stat_of(pid)
+                if stat is None or stat[0] == "Z":  # gone, or a zombie: not counted
                     continue
-                labels[key] = label
-            self._labels = labels  # only the live tree: the cache never outgrows it
+                seen = (pid, stat[2])
+                known = self._known(seen, settled)
+                if known is None:
+                    continue
+                facts[seen] = known
+                labels[known[0]], parents[known[0]] = known[1], stat[1]
+            self._facts, self._settled = facts, settled  # only the live tree: bounded by it
             labelled = {pid for (pid, _), label in labels.items() if label is not None}
             return {
                 key: label
                 for key, label in labels.items()
                 if label is not None and key[0] != leader and parents[key] not in labelled
             }
+
+    def _known(self, seen: tuple[int, int], settled: set[tuple[int, int]]) -> Facts | None:
+        """A process's facts: remembered, or read. An exec keeps the pid and the start time but
+        brings the environment a rank is known by, so "no rank" is remembered only once two
+        listings in a row read it (a child read between its fork and its exec is read again)."""
+        known = self._facts.get(seen)
+        if known is not None and (known[1] is not None or seen in self._settled):
+            if known[1] is None:
+                settled.add(seen)
+            return known
+        fresh = _read_facts(seen[0])
+        if known is not None and fresh is not None and fresh[1] is None:
+            settled.add(seen)
+        return fresh
 
     async def list(self, leader: int, token: str) -> dict[RankKey, str] | None:
         """The workers now, or None when the listing did not finish in time (unknown)."""
@@ -65,3 +103,12 @@ class RankLister:
             )
         except blocking.Hung:
             return None
+
+
+def _read_facts(pid: int) -> Facts | None:
+    """A process seen for the first time: its key (psutil's start time) and label."""
+    try:
+        p = psutil.Process(pid)
+        return (pid, p.create_time()), rank_label(p.environ())
+    except psutil.Error:
+        return None

@@ -14,15 +14,33 @@ from collections.abc import Mapping
 RankKey = tuple[int, float]  # (pid, process start time)
 
 
+# While a run has no known worker, its tree is listed at most this often instead of at every
+# GPU sample: a job without torchrun workers (or whose workers have not started yet) pays for a
+# /proc walk and a thread hand-off every few seconds, not every second. Once a listing found a
+# worker, every sample lists the tree again, so a dead rank is still seen within one sample.
+IDLE_LIST_EVERY_S = 5.0
+
+
 class RankTracker:
     """The workers of the current run, and those that vanished since the previous listing."""
 
     def __init__(self) -> None:
         self._seen: dict[RankKey, str] = {}
+        self._listed_at: float | None = None
 
     def reset(self) -> None:
         """A new run: nothing seen yet."""
         self._seen = {}
+        self._listed_at = None
+
+    def listing_due(self, now: float, idle_every_s: float = IDLE_LIST_EVERY_S) -> bool:
+        """Whether to list the tree at this sample (`now`: monotonic seconds): always while
+        workers are known, else at most every `idle_every_s`. True counts as listed now."""
+        idle = self._listed_at is not None and now - self._listed_at < idle_every_s
+        if self._seen or not idle:
+            self._listed_at = now
+            return True
+        return False
 
     def observe(self, ranks: Mapping[RankKey, str]) -> list[tuple[int, str]]:
         """Record the current workers; return (pid, rank) of each one seen before and gone now."""

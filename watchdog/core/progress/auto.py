@@ -12,7 +12,7 @@ recogniser first checks for a literal it needs with `in` (C speed), so matching 
 line's length: the old default pattern, `[0-9][0-9,.]*\\s*tok/s` under `re.search`, rescanned a
 run of digits from each of its digits (quadratic: 0.18 s for one 4,096-digit line).
 
-Formats, as their sources print them (our own example lines are in tests/test_recognise.py):
+Formats, as their sources print them (our own example lines: tests/core/progress/test_auto.py):
 - tokens/s: any `9,012.5 tok/s` or `tokens/s` figure (the old default pattern), with the step of
   a `step N` / `step: N` / `step=N` / `iter N` / `iteration N` word before it.
 - tqdm: `{desc}: {pct}%|{bar}| {n}/{total} [{elapsed}<{remaining}, {rate}{unit}/s{postfix}]`

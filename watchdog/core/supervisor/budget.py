@@ -58,6 +58,9 @@ class Policy:
     # reset or a reboot parks the job in host_fault ("park"), or is only reported ("warn").
     on_reset_gpu: Literal["park", "warn"] = "park"
     on_reboot_host: Literal["park", "warn"] = "park"
+    # SPEC §13, `watchdogd --exit-with-job`: the daemon's exit code for each end state
+    # (config exit_codes: completed, fatal, host_fault); None without the flag (ending.py).
+    exit_codes: tuple[tuple[str, int], ...] | None = None
 
     def parks(self, action: str) -> bool:
         """Whether a GPU fault with this action parks the job (SPEC §12)."""

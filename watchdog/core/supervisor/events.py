@@ -38,28 +38,58 @@ class JobAdopted:
 
 @dataclass(frozen=True, slots=True)
 class OperatorCommand:
-    """An operator's start/stop/restart/pause/resume (from the control socket)."""
+    """An operator's start/stop/restart/pause/resume (from the control socket). `request`: the
+    shell's number for a caller that waits for the outcome of a start, stop or restart: the
+    core answers it (Answer) once that outcome is known (answers.py)."""
 
     cmd: Literal["start", "stop", "restart", "pause", "resume"]
     uid: int | None = None
+    request: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class ShutdownRequested:
-    """SIGTERM/SIGINT: stop the job gracefully, then exit."""
+class HealthAwaited:
+    """A caller waits for job `pid` to be healthy (`watchdogctl restart --wait`, the protocol's
+    `wait_healthy`): the core answers `request` once it is, or once that job is gone."""
 
-
-@dataclass(frozen=True, slots=True)
-class ChildSpawned:
+    request: int
     pid: int
 
 
 @dataclass(frozen=True, slots=True)
+class ShutdownRequested:
+    """SIGTERM/SIGINT (`signum`; None for a shutdown no signal asked for): stop the job
+    gracefully, then exit (with --exit-with-job: 128 + signum, SPEC §13)."""
+
+    signum: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnPending:
+    """Start `attempt` (SpawnChild's) is about to spawn, or its health gate was judged: the core
+    answers Refuse when that start is no longer the one it waits for (a gate fault parked it and
+    an operator's start began the next), and nothing when the spawn may go ahead."""
+
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSpawned:
+    """Start `attempt` spawned its child. A start the core no longer waits for is answered
+    with KillTree; None (records older than the attempt) is taken as the current start."""
+
+    pid: int
+    attempt: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SpawnFailed:
-    """The start did not produce a child: pre_start failed, exec failed, GPUs never drained."""
+    """The start did not produce a child: pre_start failed, exec failed, GPUs never drained.
+    `attempt`: as for ChildSpawned; a failure of a start no longer waited for is dropped."""
 
     reason: str
     detail: str = ""
+    attempt: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +204,14 @@ class RestartRequested:
 
 
 @dataclass(frozen=True, slots=True)
+class NodesAwaited:
+    """The start under way reached the cluster's barrier (`waiting`) or left it, opened or
+    cancelled (SPEC §12 "Several nodes"): the job's state is `waiting_nodes` meanwhile."""
+
+    waiting: bool
+
+
+@dataclass(frozen=True, slots=True)
 class StateRestored:
     """A previous daemon's budget and decisions, read from the state file before DaemonStarted
     (SPEC §12, §13). Instants from the future (a wall clock that stepped back while no daemon
@@ -195,7 +233,9 @@ Event = (
     DaemonStarted
     | JobAdopted
     | OperatorCommand
+    | HealthAwaited
     | ShutdownRequested
+    | SpawnPending
     | ChildSpawned
     | SpawnFailed
     | ChildExited
@@ -209,6 +249,7 @@ Event = (
     | PolicyChanged
     | Tick
     | RestartRequested
+    | NodesAwaited
     | StateRestored
     | HandoverResumed
 )
@@ -257,8 +298,22 @@ class Refuse:
 
 
 @dataclass(frozen=True, slots=True)
+class Answer:
+    """The outcome of the command or wait numbered `request` (answers.py): started (pid),
+    failed (reason, detail), cancelled (state), stopped, unverified (SPEC §14), healthy (pid,
+    healthy_after_s), not_healthy (pid)."""
+
+    request: int
+    outcome: str
+    fields: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Exit:
-    """The daemon may exit now (the job is stopped)."""
+    """The daemon may exit now (the job is stopped), with exit status `code`: the core decides
+    it (SPEC §13, ending.py); always 0 without --exit-with-job."""
+
+    code: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,4 +322,4 @@ class RestartCluster:
     afresh; returned before the command's own actions, whatever they are."""
 
 
-Action = SpawnChild | KillTree | CancelStart | Emit | Refuse | Exit | RestartCluster
+Action = SpawnChild | KillTree | CancelStart | Emit | Refuse | Answer | Exit | RestartCluster

@@ -51,8 +51,8 @@ def restored(found: Mapping[str, Any], rng: Callable[[], float]) -> Supervisor:
     core = Supervisor(policy, rng)
     s: JobState = core.record()
     for f in dataclasses.fields(s):
-        if f.name in (*_NOT_STATE, "policy"):
-            continue
+        if f.name in (*_NOT_STATE, "policy") or f.name not in found:
+            continue  # a field newer than the image keeps its default
         value = found[f.name]
         if f.name == "state":
             s.state = State(value)

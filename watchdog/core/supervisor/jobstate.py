@@ -61,6 +61,13 @@ class JobState:
     cause_streak: tuple[str, int] | None = None
     exit_step: float | None = None  # the step the last exit's run got to (status)
     failures_by_cause: dict[str, int] = field(default_factory=dict)  # since the daemon started
+    # SPEC §13 (ending.py): the first SIGTERM/SIGINT's number, and the daemon's exit code once
+    # the job ended for good under --exit-with-job
+    signalled: int | None = None
+    exit_code: int | None = None
+    # answers.py: the requests waiting for an outcome, (request, what, pid or attempt)
+    answers_due: tuple[tuple[int, str, int | None], ...] = ()
+    at_barrier: bool = False  # SPEC §12: the start waits at the cluster's barrier (attempts.py)
     now: float = 0.0
 
 
@@ -89,7 +96,7 @@ class Snapshot:
     completed: Mapping[str, object] | None = None
     completed_at: float | None = None
     spawning: bool = False  # a start is under way: SpawnChild not yet answered
-    attempt: int = 0  # the latest SpawnChild's: a start task checks it is still the one wanted
+    attempt: int = 0  # the latest SpawnChild's (a start's reports carry it: attempts.py)
     last_cause: Mapping[str, str] | None = None  # SPEC §14: why the last failed run died
     exit_step: float | None = None  # ... and the step its run got to
     failures_by_cause: Mapping[str, int] = field(default_factory=dict)  # the metric's counter
@@ -109,6 +116,8 @@ def snapshot(s: JobState) -> Snapshot:
     in_window = sum(1 for t in s.restart_times if t > s.now - s.policy.window_s)
     alive_states = (State.STARTING, State.RUNNING, State.UNHEALTHY)
     shown = State.PAUSED if s.paused and s.state in alive_states else s.state
+    if s.at_barrier and s.spawning and s.state is State.STARTING:
+        shown = State.WAITING_NODES  # SPEC §12: shown as the cluster link showed it before
     return Snapshot(
         state=shown,
         pid=None if s.leader_exited else s.pid,

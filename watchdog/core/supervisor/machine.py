@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from watchdog.core.names import State
-from watchdog.core.supervisor import handover, parking, runs, verdicts
+from watchdog.core.supervisor import answers, attempts, ending, handover, parking, runs, verdicts
 from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.commands import command, shutdown
 from watchdog.core.supervisor.events import (
@@ -28,8 +28,10 @@ from watchdog.core.supervisor.events import (
     GpuFaultSeen,
     HandoverResumed,
     HealthAssessed,
+    HealthAwaited,
     IncidentSaved,
     JobAdopted,
+    NodesAwaited,
     OperatorCommand,
     PolicyChanged,
     ProgressMarked,
@@ -37,6 +39,7 @@ from watchdog.core.supervisor.events import (
     RestartRequested,
     ShutdownRequested,
     SpawnFailed,
+    SpawnPending,
     StateRestored,
     Tick,
     TreeStopped,
@@ -50,9 +53,13 @@ class Supervisor:
 
     def __init__(self, policy: Policy, rng: Callable[[], float]) -> None:
         self._s = JobState(policy=policy, rng=rng)
+        # snapshot() of the record as it is: built once per input, not per caller (a tick
+        # asks several times); handle() and record() drop it, as only they reach the record
+        self._snap: Snapshot | None = None
 
     def record(self) -> JobState:
         """The whole mutable record: for the input log's state image (image.py) only."""
+        self._snap = None
         return self._s
 
     def next_deadline(self) -> float | None:
@@ -60,7 +67,9 @@ class Supervisor:
         return next_deadline(self._s)
 
     def snapshot(self) -> Snapshot:
-        return snapshot(self._s)
+        if self._snap is None:
+            self._snap = snapshot(self._s)
+        return self._snap
 
     @property
     def policy(self) -> Policy:
@@ -82,16 +91,34 @@ class Supervisor:
 
     def handle(self, event: Event, now: float) -> list[Action]:
         """Every input of the core: the actions to execute, in order."""
+        actions = self._handle(event, now)
+        if isinstance(event, StateRestored | HandoverResumed):
+            return actions  # taken in before the daemon starts: nothing ends it yet
+        actions = answers.after_input(self._s, event, actions)  # a waiting command's outcome
+        return ending.after_input(self._s, actions)  # SPEC §13: the exit code decided here
+
+    def _handle(self, event: Event, now: float) -> list[Action]:
         s = self._s
+        self._snap = None
         s.now = now
         match event:
             case DaemonStarted(fresh_run=fresh):
                 return runs.fresh_run(s, now) if fresh else runs.started(s, now)
             case JobAdopted(pid=pid):
                 return runs.adopted(s, pid, now)
-            case ChildSpawned(pid=pid):
+            case SpawnPending(attempt=attempt):
+                return attempts.spawn_pending(s, attempt)
+            case ChildSpawned(pid=pid, attempt=attempt):
+                if attempts.stale(s, attempt):
+                    return attempts.stale_spawn(s, pid)
+                attempts.nodes_awaited(s, False)  # the gate opened before the spawn
                 return runs.spawned(s, pid, now)
-            case SpawnFailed(reason=reason, detail=detail):
+            case NodesAwaited(waiting=waiting):
+                return attempts.nodes_awaited(s, waiting)
+            case SpawnFailed(reason=reason, detail=detail, attempt=attempt):
+                if attempts.stale(s, attempt):
+                    return []  # a start the core no longer waits for
+                attempts.nodes_awaited(s, False)
                 return runs.spawn_failed(s, reason, detail, now)
             case ChildExited():
                 return runs.exited(s, event)
@@ -110,7 +137,10 @@ class Supervisor:
         match event:
             case OperatorCommand(cmd=cmd):
                 return command(s, cmd, now)
-            case ShutdownRequested():
+            case HealthAwaited():
+                return []  # answered by answers.after_input
+            case ShutdownRequested(signum=signum):
+                ending.signalled(s, signum)
                 return shutdown(s)
             case HealthAssessed():
                 return verdicts.assessed(s, event, now)

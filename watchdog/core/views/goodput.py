@@ -60,6 +60,7 @@ _VERDICT_ORDER = ("stalled", "gpus_idle", "startup_timeout", "throughput_low")
 _UNCONFIRMED_CAUSE = {"running": "detection_delay", "paused": "paused"}
 _FIXED_BUCKET = {
     "starting": "starting",
+    "waiting_nodes": "starting",  # SPEC §12: a start waiting at the cluster's barrier
     "stopped": "stopped",
     "backoff": "backoff",
     "stopping": "stopping",

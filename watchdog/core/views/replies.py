@@ -10,20 +10,6 @@ from typing import Any
 from watchdog.core import names
 
 
-def spawn_outcome(events: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The first child_spawned or child_start_failed among `events`."""
-    return next(
-        (
-            e
-            for e in events
-            if e["event"] == "child_spawned"
-            # a start cancelled by the restart itself is not the restart's outcome
-            or (e["event"] == "child_start_failed" and e.get("reason") != "cancelled")
-        ),
-        None,
-    )
-
-
 def gpu_wait_note(events: list[dict[str, Any]]) -> str:
     held = [e for e in events if e["event"] == "gpu_memory_held"]
     return f" (after waiting for GPU memory held by {held[0].get('holders')})" if held else ""

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from test_policy import Driver, emitted, names
+from support.driver import Driver, emitted, names, next_run, policy
 
 from watchdog.core.names import State
-from watchdog.core.supervisor.budget import Marker, NoProgressTally, Policy
+from watchdog.core.supervisor.budget import NoProgressTally
 from watchdog.core.supervisor.events import (
     DaemonStarted,
     HandoverResumed,
@@ -15,26 +15,6 @@ from watchdog.core.supervisor.events import (
     StateRestored,
     Tick,
 )
-
-
-def policy(marker: Marker = "step", limit: int = 3) -> Policy:
-    return Policy(
-        backoff_initial_s=1.0,
-        jitter=0.0,
-        max_restarts=100,
-        window_s=1000.0,
-        startup_timeout_s=50.0,
-        max_no_progress=limit,
-        progress_marker=marker,
-    )
-
-
-def next_run(d: Driver, now: float) -> float:
-    """Let the backoff run out: the next child is spawned."""
-    when = d.sup.next_deadline()
-    assert when is not None
-    assert "SpawnChild" in names(d.feed(Tick(), when))
-    return when
 
 
 def test_crash_before_any_progress_is_fatal_after_exactly_max_no_progress_restarts() -> None:

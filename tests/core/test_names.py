@@ -10,9 +10,10 @@ import ast
 import pathlib
 import re
 
+from support.harness import ROOT
+
 from watchdog.core import names
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 EMITTERS = {"emit", "_emit", "Emit"}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from test_policy import FAST, Driver, names
+from support.driver import FAST, Driver, names
 
 from watchdog.core.names import State
 from watchdog.core.supervisor.events import (

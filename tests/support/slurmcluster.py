@@ -11,14 +11,13 @@ import pathlib
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from harness import wait_until
+from support.harness import free_port, wait_until
 
 SBIN = ("munged", "mungekey", "slurmctld", "slurmd")
 BIN = ("sbatch", "scontrol", "scancel", "squeue")
@@ -43,13 +42,6 @@ def unavailable() -> str | None:
     if missing:
         return f"{', '.join(missing)} not installed ({PACKAGES})"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def outside_slurm(env: Mapping[str, str]) -> dict[str, str]:

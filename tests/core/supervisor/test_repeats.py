@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_noprogress import next_run, policy
-from test_policy import Driver, emitted, names
+from support.driver import Driver, emitted, names, next_run, policy
 
 from watchdog.config import ConfigError, load_config, parse_config
 from watchdog.core.names import State

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from test_policy import FAST, Driver, emitted, names
+from support.driver import FAST, Driver, emitted, names
 
 from watchdog.core.names import State
 from watchdog.core.supervisor.budget import Durable

@@ -18,6 +18,7 @@ from watchdog.core.supervisor.budget import Policy
 from watchdog.core.supervisor.commands import CANCEL_WINDOW_S
 from watchdog.core.supervisor.events import (
     Action,
+    Answer,
     ChildExited,
     ChildSpawned,
     DaemonStarted,
@@ -28,9 +29,11 @@ from watchdog.core.supervisor.events import (
     GpuFaultSeen,
     HandoverResumed,
     HealthAssessed,
+    HealthAwaited,
     IncidentSaved,
     JobAdopted,
     KillTree,
+    NodesAwaited,
     OperatorCommand,
     PolicyChanged,
     ProgressMarked,
@@ -40,10 +43,12 @@ from watchdog.core.supervisor.events import (
     ShutdownRequested,
     SpawnChild,
     SpawnFailed,
+    SpawnPending,
     StateRestored,
     Tick,
     TreeStopped,
 )
+from watchdog.core.supervisor.jobstate import snapshot as fresh_snapshot
 from watchdog.core.supervisor.machine import Supervisor
 from watchdog.core.supervisor.replay import from_record, to_record
 
@@ -88,6 +93,8 @@ class SupervisorMachine(RuleBasedStateMachine):
         self.now = 0.0
         self.live: set[int] = set()  # children the shell has and has not reaped
         self.pending_spawn = False
+        self.attempt = 0  # the latest SpawnChild's: the shell's reports carry it back
+        self.request = 0  # the latest request number a client waited on
         self.pending_kill = False
         self.next_pid = 1
         self.exited = False  # a shutdown was asked for
@@ -144,6 +151,7 @@ class SupervisorMachine(RuleBasedStateMachine):
                 assert not self.operator_stopped, "a job came back after an operator stop"
                 assert not (self.paused and not owed), "a paused job was started by itself"
                 self.pending_spawn = True
+                self.attempt = a.attempt
             elif isinstance(a, KillTree):
                 self.pending_kill = True
             elif isinstance(a, Emit):
@@ -162,7 +170,9 @@ class SupervisorMachine(RuleBasedStateMachine):
                 if a.event == "restart_scheduled" or (
                     a.event == "fatal" and a.fields["reason"] == "repeated_cause"
                 ):
-                    self.count_cause(str(a.fields.get("reason", a.fields.get("last_reason"))))
+                    # the failure's own reason: a fatal names it last_reason (its reason is
+                    # repeated_cause), a restart_scheduled names it reason
+                    self.count_cause(str(a.fields.get("last_reason", a.fields.get("reason"))))
                 if a.event == "fatal" and a.fields["reason"] == "repeated_cause":
                     # SPEC §14: same_cause_limit failures in a row, one deterministic cause
                     assert self.cause_streak is not None, a.fields
@@ -231,9 +241,46 @@ class SupervisorMachine(RuleBasedStateMachine):
             pid = self.next_pid
             self.next_pid += 1
             self.live.add(pid)
-            self.apply(ChildSpawned(pid))
+            self.apply(ChildSpawned(pid, self.attempt))
         else:
-            self.apply(SpawnFailed("pre_start_failed"))
+            self.apply(SpawnFailed("pre_start_failed", attempt=self.attempt))
+
+    def decided(self) -> tuple[State, int | None, bool]:
+        """What a question to the core must not change: its state, its child, its start."""
+        snap = self.sup.snapshot()
+        return self.sup.record().state, snap.pid, snap.spawning
+
+    @precondition(lambda m: m.pending_spawn)
+    @rule(older=st.booleans())
+    def shell_asks_before_spawning(self, older: bool) -> None:
+        """The start task asks whether its attempt is still wanted (SpawnPending): the start
+        under way may go ahead; an earlier attempt's task is refused and changes nothing."""
+        before = self.decided()
+        out = self.apply(SpawnPending(self.attempt - 1 if older else self.attempt))
+        assert [type(a) for a in out] == ([Refuse] if older else []), out
+        assert self.decided() == before
+
+    @rule(waiting=st.booleans())
+    def cluster_barrier(self, waiting: bool) -> None:
+        """The start under way reaches the cluster's barrier or leaves it (SPEC §12): only a
+        start that is under way ever waits there, and leaving it starts nothing by itself."""
+        out = self.apply(NodesAwaited(waiting))
+        assert out == []
+        if self.sup.snapshot().state is State.WAITING_NODES:
+            assert self.pending_spawn and waiting and not self.live
+            assert self.sup.record().state is State.STARTING  # a view of the start
+
+    @rule(live=st.booleans())
+    def client_awaits_health(self, live: bool) -> None:
+        """A client waits for a job to be healthy (HealthAwaited): answered at once when it is
+        not the job's, and the wait changes nothing the core decides."""
+        self.request += 1
+        pid = self.sup.snapshot().pid if live else None
+        before = self.decided()
+        out = self.apply(HealthAwaited(self.request, pid if pid is not None else -1))
+        assert self.decided() == before
+        if pid is None:
+            assert [a.outcome for a in out if isinstance(a, Answer)] == ["not_healthy"], out
 
     @precondition(lambda m: m.live)
     @rule(cause=st.sampled_from(CRASH_CAUSES))
@@ -456,6 +503,14 @@ class SupervisorMachine(RuleBasedStateMachine):
         self.apply(DaemonStarted(fresh_run=fresh))
 
     @invariant()
+    def snapshot_is_never_stale(self) -> None:
+        """The snapshot kept between inputs is the one the record gives now: every change of
+        the record goes through handle() (or record()), which drops the kept one."""
+        kept = self.sup.snapshot()
+        assert self.sup.snapshot() is kept  # built once per input, not per caller
+        assert kept == fresh_snapshot(self.sup.record())
+
+    @invariant()
     def never_two_children(self) -> None:
         assert len(self.live) <= 1
         assert not (self.live and self.pending_spawn)
@@ -473,6 +528,8 @@ class SupervisorMachine(RuleBasedStateMachine):
             assert not self.live and not self.pending_spawn
         if s.state is State.BACKOFF:
             assert s.next_restart_at is not None
+        if s.state is State.WAITING_NODES:  # SPEC §12: only a start waits at the barrier
+            assert self.pending_spawn and not self.live
 
     @invariant()
     def completed_stays_completed(self) -> None:

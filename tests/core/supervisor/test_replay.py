@@ -8,10 +8,11 @@ from dataclasses import replace
 from typing import Any, get_args
 
 import pytest
-from test_policy import FAST
+from support.driver import FAST
 
 from watchdog.core.supervisor import events as E
 from watchdog.core.supervisor.budget import Durable, Policy
+from watchdog.core.supervisor.image import image, restored
 from watchdog.core.supervisor.machine import Supervisor
 from watchdog.core.supervisor.replay import from_record, log_entry, replay, to_record
 
@@ -21,9 +22,15 @@ SAMPLES: list[E.Event] = [
     E.DaemonStarted(fresh_run=True),
     E.JobAdopted(pid=4182),
     E.OperatorCommand("pause", uid=1000),
+    E.OperatorCommand("restart", uid=0, request=12),
+    E.HealthAwaited(request=13, pid=4183),
     E.ShutdownRequested(),
+    E.ShutdownRequested(signum=15),  # SPEC §13: 128 + signum under --exit-with-job
+    E.SpawnPending(attempt=3),
     E.ChildSpawned(pid=4183),
+    E.ChildSpawned(pid=4184, attempt=2),
     E.SpawnFailed("pre_start_failed", "exit 3"),
+    E.SpawnFailed("cancelled", "stopped before the job was spawned", attempt=2),
     E.ChildExited(pid=4183, exit_code=None, signal=9),
     E.TreeStopped(killed=True, leftovers=None, error="scan timed out"),
     E.TreeStopped(killed=True, leftovers=2, pids=(41, 42)),  # SPEC §14: the leftovers' pids
@@ -34,8 +41,10 @@ SAMPLES: list[E.Event] = [
     E.GpuFaultSeen("reboot_host", {"gpu": 0, "xid": 79, "uuid": None}, gate=True),
     E.GpuAccessChanged(lost=True, detail="NVML_ERROR_GPU_IS_LOST"),
     E.PolicyChanged(Policy(restart_on=frozenset({"exited"}), success_exit_codes=frozenset({0, 3}))),
+    E.PolicyChanged(Policy(exit_codes=(("completed", 0), ("fatal", 93), ("host_fault", 86)))),
     E.Tick(),
     E.RestartRequested("cluster_epoch"),
+    E.NodesAwaited(waiting=True),
     E.StateRestored(
         Durable(
             restart_times=(1.5, 2.25),
@@ -120,3 +129,27 @@ def test_replay_with_the_draws_themselves_and_too_few_draws() -> None:
     assert replay(JITTERY, draws, log).snapshot() == live.snapshot()
     with pytest.raises(ValueError, match="draws ran out"):
         replay(JITTERY, draws[:1], log)
+
+
+def test_records_written_before_the_attempt_and_signal_fields_still_load() -> None:
+    """An input log of an older daemon (no `attempt`, no `signum`, a Policy without
+    `exit_codes`) loads with the defaults: the current start, no signal, no --exit-with-job."""
+    assert from_record({"event": "ChildSpawned", "pid": 7}) == E.ChildSpawned(7, None)
+    assert from_record({"event": "SpawnFailed", "reason": "x"}) == E.SpawnFailed("x", "", None)
+    assert from_record({"event": "ShutdownRequested"}) == E.ShutdownRequested(None)
+    old_policy = {"$Policy": {"max_restarts": 3}}
+    policy = from_record({"event": "PolicyChanged", "policy": old_policy})
+    assert policy == E.PolicyChanged(Policy(max_restarts=3))
+
+
+def test_a_state_image_without_the_newer_fields_loads_with_their_defaults() -> None:
+    """A state record written before the exit code, the answers due and the barrier were the
+    core's (signalled, exit_code, answers_due, at_barrier) restores, with their defaults."""
+    sup = Supervisor(FAST, lambda: 0.5)
+    sup.handle(E.DaemonStarted(), 1.0)
+    found = json.loads(json.dumps(image(sup)))
+    for name in ("signalled", "exit_code", "answers_due", "at_barrier"):
+        del found[name]
+    back = restored(found, lambda: 0.5)
+    assert back.snapshot() == sup.snapshot()
+    assert (back.record().exit_code, back.record().answers_due) == (None, ())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from test_policy import Driver, emitted, names
+from support.driver import Driver, emitted, names
 
 from watchdog.core.names import State
 from watchdog.core.supervisor.events import (

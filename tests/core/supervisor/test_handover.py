@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from test_policy import Driver, emitted, names
+from support.driver import Driver, emitted, names
 
 from watchdog.core.health import monitor as health
 from watchdog.core.names import State

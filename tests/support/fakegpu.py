@@ -3,7 +3,7 @@
 The fake re-reads its folder ($FAKE_NVML_DIR) on every NVML call, so changing the simulated
 GPUs is writing a file; the format is in tests/fake_nvml/README.md. Files are replaced
 atomically (write a temporary name, then rename) so a concurrent NVML call never reads half a
-file. Also a small command line for demos: `python tests/fakegpu.py --help`.
+file. Also a small command line for demos: `python tests/support/fakegpu.py --help`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-FAKE_NVML_SRC = Path(__file__).resolve().parent / "fake_nvml"
+FAKE_NVML_SRC = Path(__file__).resolve().parent.parent / "fake_nvml"
 H200_MIB = 143771
 
 

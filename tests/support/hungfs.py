@@ -1,6 +1,6 @@
 """A real hung mount for tests (issue 23): a FUSE passthrough filesystem that blocks.
 
-Run as a child process (`python tests/hungfs.py BACKING MOUNTPOINT FLAG`), it passes every
+Run as a child process (`python tests/support/hungfs.py BACKING MOUNTPOINT FLAG`), it passes every
 operation through to the BACKING directory, but while the FLAG file (outside the mount) exists
 every operation waits, as on a dead NFS server, and resumes when the flag is removed. The kernel
 caches nothing (attributes, names and file data are asked for each time), so a read that would

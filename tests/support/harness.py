@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -23,8 +24,16 @@ import yaml
 
 from watchdog.cli.client import Client, Unreachable
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 BIN = pathlib.Path(sys.executable).parent
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now (the kernel picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def wait_until(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.02) -> Any:

@@ -8,24 +8,16 @@ import os
 import pathlib
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import urllib.error
 import urllib.request
 import uuid
 
-from harness import wait_until
+from support.harness import free_port, wait_until
 
 ETCD = shutil.which("etcd")
 SKIP_REASON = "etcd is not installed (Debian: apt-get install etcd-server)"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class EtcdCluster:

@@ -5,17 +5,17 @@ appear in their sources and bug reports; then its bounds: linear time on any inp
 
 from __future__ import annotations
 
-import pathlib
 import re
 import time
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.harness import ROOT
 
 from watchdog.core.health.causes import MAX_CAUSE_LINE, ExitFacts, UserRule, classify
 
-DATA = pathlib.Path(__file__).parent / "data" / "causes"
+DATA = ROOT / "tests" / "data" / "causes"
 
 # (file, exit_code, signal, progressed, cause, class, a piece of cause_line)
 CAPTURED = [

@@ -2,86 +2,26 @@
 
 from __future__ import annotations
 
-import ast
-import pathlib
-
 import pytest
+from support.driver import FAST, Driver, emitted, names
 
 from watchdog.core.names import State
 from watchdog.core.supervisor.budget import Policy
 from watchdog.core.supervisor.events import (
-    Action,
     CancelStart,
     ChildExited,
     ChildSpawned,
     DaemonStarted,
-    Emit,
-    Event,
     HealthAssessed,
     KillTree,
     OperatorCommand,
     Refuse,
     ShutdownRequested,
-    SpawnChild,
     SpawnFailed,
     Tick,
     TreeStopped,
 )
 from watchdog.core.supervisor.machine import Supervisor
-
-FAST = Policy(
-    backoff_initial_s=1.0,
-    backoff_factor=2.0,
-    backoff_max_s=8.0,
-    jitter=0.0,
-    reset_after_s=100.0,
-    max_restarts=5,
-    window_s=1000.0,
-    startup_timeout_s=50.0,
-    max_no_progress=1000,  # these tests are about the restart budget; see test_noprogress.py
-)
-
-
-def names(actions: list[Action]) -> list[str]:
-    return [a.event if isinstance(a, Emit) else type(a).__name__ for a in actions]
-
-
-def emitted(actions: list[Action], event: str) -> Emit:
-    return next(a for a in actions if isinstance(a, Emit) and a.event == event)
-
-
-class Driver:
-    """Plays the shell's part: answers SpawnChild and KillTree like a well-behaved child."""
-
-    def __init__(self, policy: Policy = FAST, u: float = 0.5) -> None:
-        self.sup = Supervisor(policy, lambda: u)
-        self.next_pid = 100
-        self.log: list[Action] = []
-
-    def feed(self, ev: Event, now: float) -> list[Action]:
-        out = self.sup.handle(ev, now)
-        self.log += out
-        follow: list[Action] = []
-        for a in out:
-            if isinstance(a, SpawnChild):
-                self.next_pid += 1
-                follow += self.feed(ChildSpawned(self.next_pid), now)
-            elif isinstance(a, KillTree):
-                if a.pid is not None and self.sup.snapshot().pid == a.pid:
-                    follow += self.feed(ChildExited(a.pid, None, 15), now)
-                follow += self.feed(TreeStopped(killed=False), now)
-        return out + follow
-
-    def crash(self, now: float) -> list[Action]:
-        pid = self.sup.snapshot().pid
-        assert pid is not None
-        out = self.feed(ChildExited(pid, 1, None), now)
-        return out
-
-    def healthy(self, now: float) -> list[Action]:
-        pid = self.sup.snapshot().pid
-        assert pid is not None
-        return self.feed(HealthAssessed(pid, True), now)
 
 
 def test_daemon_start_spawns_the_job() -> None:
@@ -299,28 +239,6 @@ def test_sigkill_needed_is_reported_as_child_killed() -> None:
     sup.handle(ChildExited(5, None, 9), 2.0)
     out = sup.handle(TreeStopped(killed=True), 2.0)
     assert names(out)[0] == "child_killed"
-
-
-def test_core_modules_import_no_io() -> None:
-    """Nothing in watchdog/core/ imports os, time, asyncio, socket, subprocess, pynvml, structlog,
-    psutil, or an adapter module of ours (the core is pure; the rule is about the folder)."""
-    banned = {"os", "time", "asyncio", "socket", "subprocess", "pynvml", "structlog", "psutil"}
-    core = pathlib.Path(__file__).parent.parent / "watchdog" / "core"
-    files = sorted(core.rglob("*.py"))
-    assert len(files) >= 7, files  # the folder, not a list that can fall behind it
-    for path in files:
-        name = str(path.relative_to(core))
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            mods: list[str] = []
-            if isinstance(node, ast.Import):
-                mods = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                mods = [node.module]
-            for m in mods:
-                assert m.split(".")[0] not in banned, f"{name} imports {m}"
-                if m.startswith("watchdog"):
-                    assert m.startswith("watchdog.core"), f"{name} imports the adapter {m}"
 
 
 def test_pause_during_backoff_cancels_the_scheduled_restart() -> None:

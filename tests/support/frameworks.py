@@ -1,0 +1,39 @@
+"""Real training frameworks under the daemon (the HF Trainer, Lightning): their jobs and config."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+from support.harness import ROOT
+
+JOBS = ROOT / "tests" / "support" / "jobs"
+
+
+STARTUP_S = 120  # import + first step: 7 times the slowest seen here (transformers: 17 s)
+
+
+STALL_AFTER_S = 8  # a healthy run's bar moves many times a second; checkpoints take < 1 s
+
+
+def framework_config(
+    work: pathlib.Path, env: dict[str, str] | None = None, **over: Any
+) -> dict[str, Any]:
+    """A job in `work` with no progress.pattern: format auto, as a new user runs it."""
+    cfg: dict[str, Any] = {
+        "job": {
+            "cwd": str(work),
+            "stop_timeout_s": 3,  # a frozen job ignores SIGTERM until SIGKILL
+            # One thread each: six engineers share two cores. Offline: nothing is downloaded.
+            "env": {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **(env or {})},
+        },
+        "progress": {"stall_after_s": STALL_AFTER_S},
+        "startup": {"timeout_s": STARTUP_S},
+        "incidents": {"pyspy_timeout_s": 5},
+    }
+    return merged(cfg, over)
+
+
+def merged(cfg: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`cfg` with each section of `over` merged into its own (a key of `over` wins)."""
+    return {**cfg, **{key: {**cfg.get(key, {}), **value} for key, value in over.items()}}
