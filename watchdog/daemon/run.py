@@ -57,11 +57,9 @@ class JobRun:
         self._late: tuple[Follower, FollowResult] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed = False
-        # SPEC §14: pids of this run's tree still alive after its stop, or of an earlier run's
-        # found by the start that would follow it: status names them (what holds the job)
+        # SPEC §14: pids of a tree left alive by a stop (or found by a start): status names them
         self.left_behind: tuple[int, ...] = ()
-        # SPEC §14: the OOM counter of the job's memory cgroup at spawn, and the messages of
-        # the GPU faults seen while it ran (daemon/exitcause.py)
+        # SPEC §14: the job's cgroup OOM counter at spawn, GPU faults seen (daemon/exitcause.py)
         self.oom_before: oomrecord.OomReading | None = None
         self.faults_seen: list[str] = []
         # the core ordered this run's stop (its KillTree): the leader's exit is ours, not a
