@@ -2,7 +2,7 @@
 # `make test` runs every test. Both set up what they need themselves (.venv, the C stand-in).
 #
 #   make test        every test, TEST_WORKERS at a time (pytest-xdist), the slowest 10 listed
-#   make test-fast   the same without the `slow` ones (a Slurm cluster, the HF Trainer, Lightning)
+#   make test-fast   the same without the `slow` ones (a Slurm cluster, the HF Trainer, Lightning, torchrun)
 #   make check       lint and the pure tests (they start no process): under a minute
 #   make test TEST_WORKERS=0    one at a time, as before; PYTEST_ARGS='-k name' narrows any of them
 PYTHON ?= python3

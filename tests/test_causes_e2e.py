@@ -164,7 +164,7 @@ def test_hf_trainer_killed_mid_checkpoint_is_checkpoint_unreadable_and_parked(
     d = Daemon(tmp_path, cfg).start()
     out = work / "out"
     try:
-        pid = wait_until(lambda: d.status()["job"]["pid"], 60, "the job's pid")
+        pid = d.wait_status(lambda s: s["job"]["pid"], 60, "the job's pid")
 
         def torn() -> pathlib.Path | None:
             found = sorted(out.glob("checkpoint-*")) if out.is_dir() else []

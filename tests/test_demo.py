@@ -7,6 +7,7 @@ import shutil
 import subprocess
 
 import pytest
+import yaml
 from support import fakegpu
 from support.harness import ROOT, Daemon, wait_until
 
@@ -55,10 +56,34 @@ def test_make_demo_installs_only_what_the_demo_runs() -> None:
     assert "-e '.[torch,frameworks]'" in test and "-e '.[dev," in test
 
 
-def _demo_daemon(tmp_path: pathlib.Path) -> Daemon:
-    """The shipped demo config in a copy of the tree's demo files, its state under tmp/.demo."""
+# The demo's own pace (etc/demo/demo_job.py's DEMO_TIME_SCALE) and the daemon's timings that the
+# story runs on, scaled alike: the same story, step for step, in a quarter of the time.
+DEMO_SCALE = 0.25
+SCALED = {
+    "gpus": ("sample_interval_s",),
+    "restart": ("backoff_initial_s", "backoff_max_s", "reset_after_s", "window_s"),
+}
+
+
+def _scaled_demo_yaml(shipped: pathlib.Path, scale: float) -> str:
+    """etc/demo.yaml with every duration the story waits out (sampling, backoff, and the
+    windows that count restarts) times `scale`; deadlines (startup, stall, stop) as shipped."""
+    cfg = yaml.safe_load(shipped.read_text())
+    for section, keys in SCALED.items():
+        for key in keys:
+            cfg[section][key] = cfg[section][key] * scale
+    return yaml.safe_dump(cfg)
+
+
+def _demo_daemon(tmp_path: pathlib.Path, scale: float = 1) -> Daemon:
+    """The shipped demo config in a copy of the tree's demo files, its state under tmp/.demo;
+    with `scale` below 1, the demo and its config sped up alike (DEMO_SCALE)."""
     shutil.copytree(ROOT / "etc" / "demo", tmp_path / "etc" / "demo", dirs_exist_ok=True)
-    shutil.copy(ROOT / "etc" / "demo.yaml", tmp_path / "etc" / "demo.yaml")
+    shipped = ROOT / "etc" / "demo.yaml"
+    if scale == 1:
+        shutil.copy(shipped, tmp_path / "etc" / "demo.yaml")
+    else:
+        (tmp_path / "etc" / "demo.yaml").write_text(_scaled_demo_yaml(shipped, scale))
     gpus = tmp_path / ".demo" / "gpus"
     fakegpu.build_fake_nvml()
     fakegpu.write_gpus(gpus, n=8)
@@ -66,9 +91,8 @@ def _demo_daemon(tmp_path: pathlib.Path) -> Daemon:
         "control": {"socket": str(tmp_path / ".demo" / "control.sock")},
         "state_dir": str(tmp_path / ".demo" / "state"),
     }
-    return Daemon(
-        tmp_path, where, fakegpu.fake_env(gpus), config_path=tmp_path / "etc" / "demo.yaml"
-    )
+    env = {**fakegpu.fake_env(gpus), "DEMO_TIME_SCALE": str(scale)}
+    return Daemon(tmp_path, where, env, config_path=tmp_path / "etc" / "demo.yaml")
 
 
 def _demo_reset(demo: pathlib.Path) -> None:
@@ -98,12 +122,12 @@ def test_make_demo_resets_its_state_before_the_daemon_starts(tmp_path: pathlib.P
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(420)  # the story takes about 2 minutes; more on a loaded machine
+@pytest.mark.timeout(420)  # about 30 s at DEMO_SCALE (2 minutes as shipped); more under load
 def test_demo_shows_restarts_gpus_idle_and_fatal_then_starts_fresh(tmp_path: pathlib.Path) -> None:
     """The demo's story, as the README tells it: a crash and a restart, `gpus_idle` with an
     incident bundle, the park in `fatal` (no_progress); after `make demo`'s reset a second demo
-    runs its job again instead of restoring `fatal`."""
-    d = _demo_daemon(tmp_path)
+    runs its job again instead of restoring `fatal`. Played at DEMO_SCALE, config and job alike."""
+    d = _demo_daemon(tmp_path, DEMO_SCALE)
     try:
         d.start()
         d.wait_event("restart_scheduled", timeout=60, reason="exited")
@@ -115,7 +139,7 @@ def test_demo_shows_restarts_gpus_idle_and_fatal_then_starts_fresh(tmp_path: pat
     wait_until(lambda: not d.job_processes(), 10, "the demo job to be gone")
     _demo_reset(tmp_path / ".demo")
     fakegpu.write_gpus(tmp_path / ".demo" / "gpus", n=8)
-    again = _demo_daemon(tmp_path)
+    again = _demo_daemon(tmp_path, DEMO_SCALE)
     try:
         again.start()
         again.wait_state("running", timeout=30)

@@ -167,7 +167,7 @@ def test_a_host_fault_ends_the_daemon_with_86(
     d.args = ["--exit-with-job"]
     d.start()
     d.wait_state("running", timeout=20)
-    wait_until(lambda: d.status()["gpu_events"] == "watching", 10, "the event watcher")
+    d.wait_status(lambda s: s["gpu_events"] == "watching", 10, "the event watcher")
     fakegpu.inject_event(gpus, gpu=3, xid=79)
     assert d.wait_exit(30) == 86, d.output()
     fault = [e for e in d.history() if e["event"] == "daemon_exiting"][-1]
@@ -183,7 +183,7 @@ def test_an_operator_stop_kept_in_the_state_dir_does_not_hold_a_new_allocation_b
     d = make_daemon([stepper(tmp_path)])
     d.wait_state("running", timeout=15)
     assert d.ctl("stop")[0] == 0
-    wait_until(lambda: d.status()["state"] == "stopped", 15, "the stop")
+    d.wait_status(lambda s: s["state"] == "stopped", 15, "the stop")
     wait_until(lambda: '"stopped": true' in (d.state_dir / "state.json").read_text(), 10, "kept")
     d.kill()
     d2 = Daemon(tmp_path, d.cfg)

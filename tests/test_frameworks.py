@@ -84,14 +84,13 @@ def bar_steps_of_last_run(d: Daemon) -> list[int]:
 def healthy_with_step(d: Daemon, pid: int | None = None, above: int = 0) -> dict[str, Any]:
     """Wait until status is healthy with a step above `above` (of the job `pid`, if given)."""
 
-    def ok() -> dict[str, Any] | None:
-        s = d.status()
+    def ok(s: dict[str, Any]) -> dict[str, Any] | None:
         step = s["progress"]["step"]
         fits = pid is None or s["job"]["pid"] == pid
         return s if s["healthy"] and fits and step is not None and step > above else None
 
     what = f"healthy, a step above {above}" + (f", pid {pid}" if pid else "")
-    result: dict[str, Any] = wait_until(ok, STARTUP_S, what, interval=0.2)
+    result: dict[str, Any] = d.wait_status(ok, STARTUP_S, what, interval=0.2)
     return result
 
 

@@ -48,7 +48,7 @@ def test_xid_79_on_gpu_3_parks_the_job_in_host_fault_within_2_s(
     port = free_port()
     d = make_daemon(job(), cfg(metrics={"listen": f"127.0.0.1:{port}"}), env=fakegpu.fake_env(gpus))
     d.wait_state("running", timeout=15)
-    wait_until(lambda: d.status()["gpu_events"] == "watching", 10, "the event watcher")
+    d.wait_status(lambda s: s["gpu_events"] == "watching", 10, "the event watcher")
     injected_at = time.time()
     fakegpu.inject_event(gpus, gpu=3, xid=79)
     fault = d.wait_event("gpu_fault", timeout=10)[0]
@@ -73,7 +73,7 @@ def test_xid_13_is_one_ordinary_restart(make_daemon: DaemonFactory, gpus: pathli
     """Xid 13 (restart_app): one restart with reason gpu_fault, then running again."""
     d = make_daemon(job(), cfg(), env=fakegpu.fake_env(gpus))
     pid = d.wait_state("running", timeout=15)["job"]["pid"]
-    wait_until(lambda: d.status()["gpu_events"] == "watching", 10, "the event watcher")
+    d.wait_status(lambda s: s["gpu_events"] == "watching", 10, "the event watcher")
     fakegpu.inject_event(gpus, gpu=0, xid=13)
     sched = d.wait_event("restart_scheduled", timeout=10)[0]
     assert sched["reason"] == "gpu_fault"
@@ -116,7 +116,7 @@ def test_a_hung_event_wait_never_delays_status_or_a_restart(
     os.kill(pid, signal.SIGKILL)
     assert d.wait_event("restart_scheduled", timeout=30)[0]["reason"] == "exited"
     d.wait_event("child_spawned", timeout=15, count=2)
-    wait_until(lambda: (d.status()["gpu_events"] or "").startswith("hung"), 30, "hung shown")
+    d.wait_status(lambda s: (s["gpu_events"] or "").startswith("hung"), 30, "hung shown")
     fakegpu.set_faults(gpus, [])
 
 
@@ -140,7 +140,7 @@ def test_a_host_fault_park_outlives_a_sigkilled_daemon_until_an_operator_start(
     env = fakegpu.fake_env(gpus)
     d = make_daemon(job(), cfg(), env=env)
     d.wait_state("running", timeout=15)
-    wait_until(lambda: d.status()["gpu_events"] == "watching", 10, "the event watcher")
+    d.wait_status(lambda s: s["gpu_events"] == "watching", 10, "the event watcher")
     fakegpu.inject_event(gpus, gpu=3, xid=79)
     d.wait_state("host_fault", timeout=10)
     d.wait_saved_park()  # a daemon that never keeps it fails below

@@ -249,7 +249,7 @@ def test_a_daemon_started_while_nvml_init_is_refused_says_access_lost_until_init
     st = d.wait_state("running", timeout=20)
     assert st["job"]["pid"] == pid and st["healthy"] is True and st["gpu_access_lost"] is None
     assert [g["index"] for g in st["gpus"]] == list(range(8))
-    wait_until(lambda: d.status()["gpu_events"] == "watching", 20, "the Xid watcher retried")
+    d.wait_status(lambda s: s["gpu_events"] == "watching", 20, "the Xid watcher retried")
     names = [e["event"] for e in d.events()]
     assert names.count("gpu_access_lost") == 1 and names.count("gpu_access_restored") == 1
     assert not set(names) & {"child_stopping", "restart_scheduled"}

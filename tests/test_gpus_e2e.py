@@ -59,7 +59,7 @@ def test_require_all_restarts_for_one_unused_gpu_and_require_any_does_not(
         env=fakegpu.fake_env(gpus),
     )
     d.wait_state("running", timeout=15)
-    wait_until(lambda: d.status()["gpus"][7]["idle"] is True, 10, "GPU 7 idle")
+    d.wait_status(lambda s: s["gpus"][7]["idle"] is True, 10, "GPU 7 idle")
     time.sleep(1.0)  # the behaviour under test is that nothing happens during this window
     assert not any(e["event"] == "restart_scheduled" for e in d.events())
     assert d.status()["state"] == "running"

@@ -56,7 +56,9 @@ def _progress_goes_on(d: Daemon, pid: int, steps: int = STEPS_PAST) -> int:
     """Wait until status shows `steps` more steps than now (longer than the stall window), with
     the same job, no restart and no `stalled`; returns the step reached."""
     target = _step(d) + steps
-    reached = wait_until(lambda: (s := _step(d)) >= target and s, 40, f"step {target}")
+    reached = d.wait_status(
+        lambda s: (n := s["progress"]["step"] or 0) >= target and n, 40, f"step {target}"
+    )
     st = d.status()
     assert st["job"]["pid"] == pid, "the job was restarted"
     assert st["restarts"]["total"] == 0, st["restarts"]
@@ -246,7 +248,7 @@ def test_incident_tail_and_next_start_after_rotate_and_create(
         },
     )
     d.wait_state("running", timeout=20)
-    wait_until(lambda: _step(d) > 0, 20, "a first step")
+    d.wait_status(lambda s: (s["progress"]["step"] or 0) > 0, 20, "a first step")
     log = tmp_path / "job.log"
     log.rename(tmp_path / "job.log.1")
     log.write_text("")

@@ -17,7 +17,7 @@ import psutil
 import pytest
 from conftest import DaemonFactory
 from support import fakegpu
-from support.harness import Daemon, base_config, free_port, wait_until, write_script
+from support.harness import Daemon, base_config, free_port, write_script
 from support.metrics import (
     parse,
     parse_families,
@@ -146,7 +146,7 @@ def test_scrape_matches_watchdogctl_status(
     port = free_port()
     d = make_daemon([trainer(tmp_path)], with_metrics(port, gpus={"devices": "all"}), env=gpus)
     d.wait_state("running")
-    wait_until(lambda: d.status()["goodput"]["productive_s"] > 0, 10, "productive time")
+    d.wait_status(lambda s: s["goodput"]["productive_s"] > 0, 10, "productive time")
     s = parse(scrape(port))
     scraped_at = time.time()
     st = d.status()

@@ -244,7 +244,7 @@ def test_50_mib_line_and_binary_garbage_mid_run_leave_progress_parsing_correct(
     d = make_daemon([job], {"progress": {"pattern": STEP_PATTERN, "stall_after_s": 2}})
     st = d.wait_state("running", timeout=10)
     pid = st["job"]["pid"]
-    wait_until(lambda: d.status()["progress"]["tokens_per_s"] == 1000.0, 10, "1,000 tok/s")
+    d.wait_status(lambda s: s["progress"]["tokens_per_s"] == 1000.0, 10, "1,000 tok/s")
     peak_before = peak_rss_kib(daemon_pid(d))
     trigger.touch()
     wait_until(

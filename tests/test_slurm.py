@@ -190,7 +190,7 @@ def test_an_xid_79_ends_in_86_and_a_requeue(
     )
     reachable(slurm, job_id, d)
     d.wait_state("running", timeout=60)
-    wait_until(lambda: d.status()["gpu_events"] == "watching", 30, "the Xid event watcher")
+    d.wait_status(lambda s: s["gpu_events"] == "watching", 30, "the Xid event watcher")
     fakegpu.inject_event(gpus, gpu=3, xid=79)
     requeued = slurm.wait_job(job_id, lambda r: r["Restarts"] == "1", 60, "the requeue")
     assert (requeued["ExitCode"], requeued["JobState"]) == ("86:0", "PENDING"), (
@@ -228,7 +228,7 @@ def test_scancel_signal_usr1_reaches_the_job_through_the_daemon(
     )
     job_id, d = under_slurm([job], {"job": {"forward_signals": ["SIGUSR1"]}})
     reachable(slurm, job_id, d)
-    pid = wait_until(lambda: d.status()["job"]["pid"], 60, "the job's pid")
+    pid = d.wait_status(lambda s: s["job"]["pid"], 60, "the job's pid")
     d.wait_state("running", timeout=60)  # its handler is in place: it printed after setting it
     slurm.run("scancel", "--batch", "--signal=USR1", str(job_id))
     wait_until(got.exists, 30, "the job to get SIGUSR1")

@@ -12,6 +12,7 @@ from support.harness import Daemon
 from support.torchrun import runs, torchrun_config
 
 pytestmark = [
+    pytest.mark.slow,  # real torchrun, torch imported by every rank: started first by make test
     pytest.mark.skipif(
         importlib.util.find_spec("torch") is None,
         reason="torch is not installed (make test installs the CPU build: the `torch` extra)",

@@ -177,7 +177,7 @@ def _fails_then_resumes(d: Daemon, errname: str, heal: Any) -> None:
     resumed = d.wait_event("state_write_resumed", timeout=40, file="state.json")[0]
     assert resumed["failed_writes"] >= 4 and resumed["failing_for_s"] > 0, resumed
     # the other files (goodput.json, timeline.json) are tried again within writers.RETRY_S
-    wait_until(lambda: d.status()["state_writes"]["ok"], 40, "every state file written again")
+    d.wait_status(lambda s: s["state_writes"]["ok"], 40, "every state file written again")
     history = d.state_dir / "events.jsonl"
 
     def resumed_on_disk() -> bool:

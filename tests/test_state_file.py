@@ -23,7 +23,7 @@ def test_state_file_names_the_new_job_after_a_crash_and_none_after_a_stop(
     script += "if not f.exists():\n    f.touch()\n    os._exit(1)\ntime.sleep(600)\n"
     d = make_daemon(["python3", "-c", script], {"restart": {"backoff_initial_s": 0}})
     wait_until(lambda: flag.exists() and d.status()["restarts"]["total"] >= 1, 15, "a restart")
-    pid = wait_until(lambda: d.status()["job"]["pid"], 15, "the new job")
+    pid = d.wait_status(lambda s: s["job"]["pid"], 15, "the new job")
     wait_until(lambda: job_pid_in(d.state_dir) == pid, 15, f"state.json naming pid {pid}")
     rc, _, err = d.ctl("stop")
     assert rc == 0, err

@@ -270,7 +270,7 @@ def test_a_stop_that_leaves_a_process_is_stop_unverified_and_start_refuses(
             mount.unhang()  # the read returns, the pending SIGKILL lands
             # the failed start is retried after its backoff: once the reader is gone, it runs
             wait_until(lambda: not psutil.pid_exists(stuck), 20, "the reader to die")
-            started = wait_until(lambda: d.status()["job"]["pid"], 30, "the job started again")
+            started = d.wait_status(lambda s: s["job"]["pid"], 30, "the job started again")
             now = [p.pid for p in d.job_processes()]  # the new job (its reader may still read)
             assert started in now and stuck not in now, (started, stuck, now)
         finally:

@@ -17,6 +17,7 @@ from support.harness import Daemon, wait_until
 from support.torchrun import PATTERN, runs, torchrun_config
 
 pytestmark = [
+    pytest.mark.slow,  # real torchrun, torch imported by every rank: started first by make test
     pytest.mark.skipif(
         importlib.util.find_spec("torch") is None,
         reason="torch is not installed (make test installs the CPU build: the `torch` extra)",
@@ -71,7 +72,7 @@ def test_killed_rank_restarts_the_whole_tree(
             # watch looks again (seen under load): either is the dead rank that fired.
             assert fired["rank"] in ("rank 1 (local 1)", "rank 0 (local 0)"), fired
         d.wait_event("child_spawned", timeout=30, count=2)
-        wait_until(lambda: (d.status()["progress"]["step"] or 0) > 5, 90, "training past step 5")
+        d.wait_status(lambda s: (s["progress"]["step"] or 0) > 5, 90, "training past step 5")
         first, *_ = (e["pid"] for e in d.wait_event("child_spawned", count=2))
         by_agent = runs(work)
         assert first in by_agent and len(by_agent[first]) == 2, by_agent
@@ -116,7 +117,7 @@ def test_rank_hung_in_all_reduce_is_stalled_with_a_stack_per_rank(
         assert "hang_in_all_reduce" in stacks
         assert fired["pid"] in runs(work)
         d.wait_event("child_spawned", timeout=30, count=2)
-        wait_until(lambda: (d.status()["progress"]["step"] or 0) > 5, 90, "training past step 5")
+        d.wait_status(lambda s: (s["progress"]["step"] or 0) > 5, 90, "training past step 5")
     finally:
         d.stop()
     assert not d.job_processes()

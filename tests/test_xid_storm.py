@@ -85,7 +85,7 @@ def start_daemon(make_daemon: DaemonFactory, gpus: pathlib.Path, hook: str, **fa
     conf["gpus"]["faults"] = dict(faults)
     d = make_daemon(job(), conf, env=fakegpu.fake_env(gpus))
     d.wait_state("running", timeout=15)
-    wait_until(lambda: d.status()["gpu_events"] == "watching", 10, "the event watcher")
+    d.wait_status(lambda s: s["gpu_events"] == "watching", 10, "the event watcher")
     return d
 
 

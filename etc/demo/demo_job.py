@@ -5,6 +5,10 @@ odd runs crash after ~15 s, even runs free their GPUs after ~12 s but stay alive
 
 GPU memory is simulated through the NVML stand-in's state folder ($FAKE_NVML_DIR): a file
 procs/<pid> with `gpu=<i> mib=<n>` lines counts while this process lives. Standard library only.
+
+DEMO_TIME_SCALE (default 1) multiplies every duration above and the pause between steps, so the
+same story, step for step, plays faster (tests/test_demo.py runs it at a quarter, with the
+daemon's sampling and backoff scaled alike).
 """
 
 import os
@@ -15,6 +19,7 @@ import time
 
 GPU_DIR = os.environ.get("FAKE_NVML_DIR")
 RUNS = os.path.join(os.environ.get("DEMO_STATE", "."), "demo_runs")
+SCALE = float(os.environ.get("DEMO_TIME_SCALE", "1"))
 
 
 def hold_gpus(mib_per_gpu: int) -> None:
@@ -50,7 +55,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     run = next_run()
     print(f"demo run {run}: loading 5 target + 3 drafter models...", flush=True)
-    time.sleep(2)
+    time.sleep(2 * SCALE)
     hold_gpus(70_000)
     started = time.monotonic()
     step = 0
@@ -60,15 +65,15 @@ def main() -> int:
         tps = 9000 + random.uniform(-150, 150)
         print(f"step {step} loss {12.7 - step * 0.01:.3f} {tps:,.1f} tok/s", flush=True)
         elapsed = time.monotonic() - started
-        if run % 2 == 1 and elapsed > 15:
+        if run % 2 == 1 and elapsed > 15 * SCALE:
             print("RuntimeError: CUDA error: an illegal memory access was encountered", flush=True)
             free_gpus()
             return 1
-        if run % 2 == 0 and elapsed > 12 and not freed:
+        if run % 2 == 0 and elapsed > 12 * SCALE and not freed:
             print("worker threads died; process lingers with empty GPUs", flush=True)
             free_gpus()
             freed = True
-        time.sleep(0.5)
+        time.sleep(0.5 * SCALE)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ from typing import Any
 import psutil
 import yaml
 
+from watchdog.cli.client import Client, Unreachable
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 BIN = pathlib.Path(sys.executable).parent
 
@@ -127,7 +129,9 @@ class Daemon:
         if wait:
             try:
                 wait_until(
-                    lambda: self.ctl("status")[0] != 4 or self.proc_exited(),
+                    lambda: (
+                        (self._reachable() and self.ctl("status")[0] != 4) or self.proc_exited()
+                    ),
                     15,
                     "the control socket",
                 )
@@ -242,27 +246,79 @@ class Daemon:
             return []
         return [json.loads(line) for line in out.splitlines() if line.strip()]
 
+    def _reachable(self) -> bool:
+        """Whether the control socket takes a connection (a look from this process)."""
+        try:
+            Client(self.socket, 10).close()
+        except Unreachable:
+            return False
+        return True
+
+    def _peek(self, cmd: str, args: dict[str, Any]) -> dict[str, Any] | None:
+        """One request over the control socket from this process: the cheap look that waits
+        poll with (a watchdogctl process per look cost 30-40 ms of CPU, so a waiting test kept
+        a core busy); None when the daemon cannot be reached or answers with an error."""
+        try:
+            c = Client(self.socket, 10)
+        except Unreachable:
+            return None
+        try:
+            reply = c.call(cmd, args)
+        except (OSError, Unreachable):
+            return None
+        finally:
+            c.close()
+        return reply["result"] if reply.get("ok") else None
+
+    def _wait(
+        self, peek: Callable[[], Any], confirm: Callable[[], Any], timeout: float, what: str
+    ) -> Any:
+        """Poll `peek` (over the socket, in this process) until it holds, then return what
+        `confirm` (the same question through the real watchdogctl) says, if it holds too."""
+        return wait_until(lambda: peek() and confirm(), timeout, what, interval=0.05)
+
+    def wait_status(
+        self,
+        pred: Callable[[dict[str, Any]], Any],
+        timeout: float,
+        what: str,
+        interval: float = 0.05,
+    ) -> Any:
+        """Poll the status (over the socket, in this process) until `pred` of it holds; then
+        what `pred` says of the status the real watchdogctl gives, if that holds too."""
+
+        def peek() -> object:
+            got = self._peek("status", {})
+            return got is None or pred(got)  # unreachable: watchdogctl says so
+
+        return wait_until(lambda: peek() and pred(self.status()), timeout, what, interval)
+
     def wait_event(
         self, event: str, timeout: float = 15, count: int = 1, **match: Any
     ) -> list[dict[str, Any]]:
-        def found() -> list[dict[str, Any]] | None:
+        def matching(events: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
             evs = [
                 e
-                for e in self.events()
+                for e in events
                 if e["event"] == event and all(e.get(k) == v for k, v in match.items())
             ]
             return evs if len(evs) >= count else None
 
-        result: list[dict[str, Any]] = wait_until(
-            found, timeout, f"{count}× {event} {match}", interval=0.05
+        def peek() -> object:
+            got = self._peek("events", {"n": 1000})
+            return got is None or matching(got["events"])  # unreachable: ask watchdogctl
+
+        result: list[dict[str, Any]] = self._wait(
+            peek, lambda: matching(self.events()), timeout, f"{count}× {event} {match}"
         )
         return result
 
     def wait_state(self, state: str, timeout: float = 15) -> dict[str, Any]:
-        result: dict[str, Any] = wait_until(
-            lambda: (s := self.status())["state"] == state and s,
-            timeout,
-            f"state {state}",
-            interval=0.05,
+        def peek() -> object:
+            got = self._peek("status", {})
+            return got is None or got["state"] == state  # unreachable: watchdogctl says so
+
+        result: dict[str, Any] = self._wait(
+            peek, lambda: (s := self.status())["state"] == state and s, timeout, f"state {state}"
         )
         return result
