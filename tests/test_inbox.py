@@ -18,6 +18,7 @@ from watchdog.core.supervisor.events import (
     ShutdownRequested,
     Tick,
 )
+from watchdog.daemon.actions import ACTION_TYPES, ActionTable
 from watchdog.daemon.inbox import Inbox
 from watchdog.daemon.loop import Daemon
 
@@ -58,7 +59,9 @@ def test_cluster_restart_asked_while_handling_is_handled_after_it(tmp_path: path
             return actions
 
         d.core.handle = recording_handle  # type: ignore[method-assign]
-        d._execute = lambda a: order.append(f"execute {type(a).__name__}")  # type: ignore[method-assign]
+        d._actions = ActionTable(
+            dict.fromkeys(ACTION_TYPES, lambda a: order.append(f"execute {type(a).__name__}"))
+        )
         consumer = asyncio.get_running_loop().create_task(d.consumer.run())
         await d.ask(OperatorCommand("restart", 0))
         await d.ask(Tick())  # the restart it asked for was queued before this
@@ -214,7 +217,7 @@ def test_only_the_consumer_feeds_the_runs_detectors_and_the_books() -> None:
     """The sampler only reads and posts (issue 23): the run's HealthMonitor and RankTracker
     and the timeline's samples are fed by daemon/consumer.py alone; goodput is charged by the
     books (books.py), which the consumer's handling of each input reaches, and lost work is
-    counted while the consumer carries out a restart_scheduled (loop.py's _execute)."""
+    counted while the consumer carries out a restart_scheduled (loop.py's _emit_action)."""
     calls = mutator_calls()
     places = {where for wheres in calls.values() for where in wheres}
     outside = {
@@ -222,8 +225,8 @@ def test_only_the_consumer_feeds_the_runs_detectors_and_the_books() -> None:
         for where in places
         if not where.startswith(("daemon/consumer.py:", "daemon/books.py:account"))
     }
-    assert outside == {"daemon/loop.py:_execute"}, calls
-    assert calls["goodput.count_lost_work"] == {"daemon/loop.py:_execute"}
+    assert outside == {"daemon/loop.py:_emit_action"}, calls
+    assert calls["goodput.count_lost_work"] == {"daemon/loop.py:_emit_action"}
     assert calls["rank_tracker.observe"] == {"daemon/consumer.py:_ranks_listed"}
     assert calls["timeline.sample"] == {"daemon/consumer.py:_sample_taken"}
     assert calls["monitor.progress_line"] == {"daemon/consumer.py:_progress_looked"}

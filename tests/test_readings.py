@@ -14,6 +14,7 @@ from watchdog import config
 from watchdog.core.health import monitor as health
 from watchdog.core.samples import ProgressReading
 from watchdog.core.supervisor.events import Action, Event
+from watchdog.daemon.actions import ACTION_TYPES, ActionTable
 from watchdog.daemon.inbox import ProgressLooked, RanksListed, SampleTaken, SaveSeen
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.run import JobRun
@@ -38,7 +39,7 @@ def run_daemon(tmp_path: pathlib.Path, scenario: Scenario) -> list[Event]:
             return handle(event, now)
 
         d.core.handle = recording_handle  # type: ignore[method-assign]
-        d._execute = lambda a: None  # type: ignore[method-assign]
+        d._actions = ActionTable(dict.fromkeys(ACTION_TYPES, lambda a: None))
         consumer = asyncio.get_running_loop().create_task(d.consumer.run())
         try:
             await scenario(d)
@@ -52,7 +53,7 @@ def run_daemon(tmp_path: pathlib.Path, scenario: Scenario) -> list[Event]:
 def new_run(d: Daemon, pid: int) -> JobRun:
     """A run of the job with leader `pid`, made the daemon's current one."""
     run = JobRun(health.HealthMonitor(health.HealthConfig()), pid=pid)
-    d.begin_run(run)
+    d.runs.begin(run)
     return run
 
 

@@ -11,34 +11,71 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog import __version__, blocking
-from watchdog.core.health import monitor as health
 from watchdog.core.supervisor.budget import Durable
 from watchdog.core.supervisor.events import DaemonStarted, JobAdopted, Tick
 from watchdog.core.views import status
-from watchdog.daemon import params, reexec
+from watchdog.daemon import reexec
 from watchdog.daemon.run import JobRun
 from watchdog.process import identity, tree
 from watchdog.progress import joblog
 from watchdog.state.writers import restore_durable
 
 if TYPE_CHECKING:
-    from watchdog.daemon.parts import Parts
+    from watchdog import config
+    from watchdog.cluster.link import ClusterLink
+    from watchdog.core.supervisor.machine import Supervisor
+    from watchdog.daemon.consumer import Consumer
+    from watchdog.daemon.inbox import Inbox
+    from watchdog.daemon.jobtree import JobTree
+    from watchdog.daemon.run import Runs
+    from watchdog.daemon.sampling import Sampler
+    from watchdog.daemon.wiring import Lifetime, Outputs
+    from watchdog.gpu.watch import GpuWatch
+
+
+class Adopter(Protocol):
+    """What taking in a job we did not spawn uses (reexec.py's resume too): the state folder
+    and a reexec's handover (life), the job's tree, the runs, the consumer (a restored budget,
+    a fresh core), and the outputs that announce it."""
+
+    life: Lifetime
+    tree: JobTree
+    runs: Runs
+    consumer: Consumer
+    sampler: Sampler
+    gpus: GpuWatch
+    cluster: ClusterLink | None
+    out: Outputs
+
+    @property
+    def cfg(self) -> config.Config: ...
+
+    @property
+    def core(self) -> Supervisor: ...
+
+    def emit(self, event: str, **fields: Any) -> dict[str, Any]: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    @property
+    def inbox(self) -> Inbox: ...
+
 
 STARTUP_SCAN_TIMEOUT_S = 30.0  # the startup search for a previous daemon's job tree
 LOG_FIND_TIMEOUT_S = 10.0  # reopening an adopted job's stdout (its log may sit on a hung mount)
 
 
-async def previous_job(d: Parts) -> int | None:
+async def previous_job(d: Adopter) -> int | None:
     """The previous daemon's job: its leader when it is adopted, else None (its tree, if any,
     is ended first). Its restart budget is restored either way.
 
     SPEC §13: after an operator's stop, or while a GPU is parked, a job that survived is never
     adopted (it is ended, nothing started); after an operator's pause a provable job is adopted
     even with job.on_daemon_restart: restart (ending and restarting it would act on it)."""
-    previous, resets = d.state.load_job_checked()
+    previous, resets = d.life.state.load_job_checked()
     for r in resets:  # SPEC §14: never silent; the previous generation (or nothing) is used
         d.emit("state_reset", file=r.file, error=r.error, fallback=r.fallback)
     durable = _durable(d, previous)
@@ -53,7 +90,7 @@ async def previous_job(d: Parts) -> int | None:
     return leader
 
 
-async def provable_leader(d: Parts, previous: dict[str, Any], always: bool = False) -> int | None:
+async def provable_leader(d: Adopter, previous: dict[str, Any], always: bool = False) -> int | None:
     """The previous job's leader when job.on_daemon_restart is adopt (or `always`: a failed
     reexec never ends the job it was meant not to touch; an operator paused it) and it is
     provably ours (identity.py); None means: end the old tree as before."""
@@ -63,8 +100,8 @@ async def provable_leader(d: Parts, previous: dict[str, Any], always: bool = Fal
     pid, started = previous.get("job_pid"), previous.get("job_started_at")
     ticks, boot = previous.get("job_start_ticks"), previous.get("boot_id")
     try:
-        return await d.log_io.call(
-            lambda: identity.provable_leader(d.token, pid, started, ticks, boot),
+        return await d.runs.log_io.call(
+            lambda: identity.provable_leader(d.tree.token, pid, started, ticks, boot),
             STARTUP_SCAN_TIMEOUT_S,
             what="the proof that the previous job is ours",
         )
@@ -73,16 +110,16 @@ async def provable_leader(d: Parts, previous: dict[str, Any], always: bool = Fal
         return None
 
 
-async def attach(d: Parts, pid: int) -> bool:
+async def attach(d: Adopter, pid: int) -> bool:
     """Watch the adopted job as if we had spawned it: its pidfd (exit status from waitpid
     when it is our child, `exit status unknown` when it is not), fresh detectors, the log
     followed from its end (sample_once opens it). False when it is already gone."""
     try:
-        exit_status = d.watch_job(pid, None)
+        exit_status = d.tree.watch(pid)
     except OSError:
         return False
     tree.mark_adopted()
-    monitor = health.HealthMonitor(params.health_of(d.cfg), d.books.stall)
+    monitor = d.runs.monitor(d.cfg)
     # its command: the best we know is the config it was adopted under
     run = JobRun(
         monitor,
@@ -91,14 +128,14 @@ async def attach(d: Parts, pid: int) -> bool:
         polled_at=time.monotonic(),
         command=tuple(d.cfg.job.command),
     )
-    d.begin_run(run)
-    d.save_state(pid)
+    d.runs.begin(run)
+    d.runs.save(pid)
     await find_log(d, run, pid)
-    await d.ask(JobAdopted(pid))
+    await d.inbox.ask(JobAdopted(pid))
     return True
 
 
-async def find_log(d: Parts, run: JobRun, pid: int) -> None:
+async def find_log(d: Adopter, run: JobRun, pid: int) -> None:
     """The file an adopted job writes (its stdout, docs/logrotate.md): nothing from the daemon
     before survived, and the path may name a newer file since a rotation. Off the loop and
     bounded; not found, readers use the path as before."""
@@ -106,7 +143,7 @@ async def find_log(d: Parts, run: JobRun, pid: int) -> None:
         return
     path = d.cfg.job.log_file
     try:
-        log = await d.log_io.call(
+        log = await d.runs.log_io.call(
             lambda: joblog.of_process(pid, path),
             LOG_FIND_TIMEOUT_S,
             what=f"finding {path} of pid {pid}",
@@ -117,18 +154,18 @@ async def find_log(d: Parts, run: JobRun, pid: int) -> None:
     run.use_log(log)
 
 
-async def end_previous_tree(d: Parts) -> None:
+async def end_previous_tree(d: Adopter) -> None:
     """A previous daemon was killed while its job ran: end that tree before anything starts,
     so two jobs never run at once (verified by pid + start time and our marker, never by
     name). The scan reads /proc/*/environ, which can block: off the loop, and while it does
     not answer nothing starts (fail closed: an unknown tree is not an empty one)."""
-    data = d.state.load_job()
+    data = d.life.state.load_job()
     pid, started = data.get("job_pid"), data.get("job_started_at")
     ticks, boot = data.get("job_start_ticks"), data.get("boot_id")
     while True:
         try:
-            n = await d.log_io.call(
-                lambda: tree.kill_stale_tree(d.token, pid, started, ticks, boot),
+            n = await d.runs.log_io.call(
+                lambda: tree.kill_stale_tree(d.tree.token, pid, started, ticks, boot),
                 STARTUP_SCAN_TIMEOUT_S,
                 what="the startup scan for a previous job tree",
             )
@@ -139,11 +176,13 @@ async def end_previous_tree(d: Parts) -> None:
     if n:
         d.emit("stale_tree_killed", count=n, pid=pid)
         deadline = time.monotonic() + 10
-        while await tree.find_tree_async(None, d.token) != [] and (time.monotonic() < deadline):
+        while await tree.find_tree_async(None, d.tree.token) != [] and (
+            time.monotonic() < deadline
+        ):
             await asyncio.sleep(0.02)
 
 
-def restore_budget(d: Parts, previous: dict[str, Any]) -> None:
+def restore_budget(d: Adopter, previous: dict[str, Any]) -> None:
     """The previous daemon's restart budget (issue 15 item 5): fatal stays fatal, a backoff
     is waited out. A record that cannot be trusted is reported and the budget starts afresh."""
     durable = _durable(d, previous)
@@ -151,17 +190,19 @@ def restore_budget(d: Parts, previous: dict[str, Any]) -> None:
         d.consumer.restore(durable)
 
 
-def _durable(d: Parts, previous: dict[str, Any]) -> Durable | None:
+def _durable(d: Adopter, previous: dict[str, Any]) -> Durable | None:
     """The Supervisor part of the previous state file; None when there is none or it cannot be
     trusted (reported as state_reset: the budget starts afresh)."""
     try:
         return restore_durable(previous)
     except ValueError as e:
-        d.emit("state_reset", file=d.state.file("state.json"), error=str(e), fallback="nothing")
+        d.emit(
+            "state_reset", file=d.life.state.file("state.json"), error=str(e), fallback="nothing"
+        )
         return None
 
 
-async def take_over(d: Parts, h: dict[str, Any]) -> tuple[bool, int | None]:
+async def take_over(d: Adopter, h: dict[str, Any]) -> tuple[bool, int | None]:
     """The new code's side of `reexec`: (True, None) when the state was taken over, else
     (False, the job's leader to adopt instead, if it can be proven ours: the fallback)."""
     try:
@@ -171,12 +212,12 @@ async def take_over(d: Parts, h: dict[str, Any]) -> tuple[bool, int | None]:
         reexec.close_carried(h)
         d.consumer.new_core()
         # the carried follower's fd is closed already: the fresh run must not close it again
-        d.begin_run(
-            JobRun(health.HealthMonitor(params.health_of(d.cfg), d.books.stall)),
+        d.runs.begin(
+            JobRun(d.runs.monitor(d.cfg)),
             close_follower=False,
         )
         d.emit("reexec_resume_failed", error=why, old_version=h.get("old_version"))
-        previous = d.state.load_job()
+        previous = d.life.state.load_job()
         leader = await provable_leader(d, previous, always=True)
         if leader is None:
             await end_previous_tree(d)
@@ -186,39 +227,39 @@ async def take_over(d: Parts, h: dict[str, Any]) -> tuple[bool, int | None]:
         reexec.reply(h, False, {"status": d.status()}, msg)
         return False, leader
     if (pid := d.core.snapshot().pid) is not None:
-        await find_log(d, d.job, pid)  # an older code carried none: the job's stdout
+        await find_log(d, d.runs.current, pid)  # an older code carried none: the job's stdout
     old = h.get("old_version")
     d.emit("daemon_reexecuted", old_version=old, new_version=__version__, daemon_pid=os.getpid())
-    await d.ask(Tick())  # arms the backoff or startup deadline it carried
+    await d.inbox.ask(Tick())  # arms the backoff or startup deadline it carried
     summary = f"{d.cfg.job.name}: watchdogd {old} -> {__version__} in place (pid {os.getpid()})"
     result = {"summary": summary, "old_version": old, "new_version": __version__}
     reexec.reply(h, True, {**result, "status": d.status()})
     return True, None
 
 
-async def previous_state(d: Parts) -> tuple[bool, int | None]:
+async def previous_state(d: Adopter) -> tuple[bool, int | None]:
     """What the last code or daemon left, taken in before anything is served: a reexec's
     state (True when taken over), else the previous daemon's budget and its job's leader."""
-    if d.handover is None:
+    if d.life.handover is None:
         return False, await previous_job(d)
-    return await take_over(d, d.handover)
+    return await take_over(d, d.life.handover)
 
 
-async def take_the_job(d: Parts, leader: int | None, taken_over: bool) -> None:
+async def take_the_job(d: Adopter, leader: int | None, taken_over: bool) -> None:
     """The reexec's state taken over, the previous job adopted, or the job started."""
-    if d.handover is not None:
-        d.handover = None  # served from here on: the carried listener is the control socket's
+    if d.life.handover is not None:
+        d.life.handover = None  # served from here on: the carried listener is the control socket's
         # SPEC §13: a fresh NVML session cannot tell lost access from no access; the core
         # carried it, so only a reading that comes through tells it access is back.
         d.gpus.access_lost = d.core.access_lost
     else:
         version, daemon_pid = __version__, os.getpid()
         d.emit("daemon_started", version=version, daemon_pid=daemon_pid, config=d.cfg.source)
-    d.notifier.ready(status.status_line(d.status()))
+    d.out.notifier.ready(status.status_line(d.status()))
     if not taken_over and (leader is None or not await attach(d, leader)):
         if leader is not None:  # it died between the proof and the pidfd: end what is left
             await end_previous_tree(d)
-        await d.ask(DaemonStarted(fresh_run=d.ending.enabled))
+        await d.inbox.ask(DaemonStarted(fresh_run=d.life.ending.enabled))
         # SPEC §13: a park for lost access outlived the last daemon; as after a reexec,
         # only a reading that comes through tells the core access is back
         d.gpus.access_lost = d.core.access_lost

@@ -59,8 +59,13 @@ def _phase(phase: str | None) -> Phase | None:
 class Shell(Protocol):
     """What the consumer needs of the daemon around it."""
 
-    cfg: config.Config
-    books: Books
+    @property
+    def cfg(self) -> config.Config:
+        """The config now (a reload replaces it)."""
+
+    @property
+    def books(self) -> Books:
+        """Goodput and the timeline (books.py): the readings count there too."""
 
     @property
     def job(self) -> JobRun:

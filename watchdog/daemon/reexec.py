@@ -33,19 +33,61 @@ import os
 import socket
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog import __version__, blocking
 from watchdog.control.backend import ReexecRefused
 from watchdog.core.protocol import wire as protocol
 from watchdog.core.supervisor.events import HandoverResumed, Tick
 from watchdog.core.supervisor.machine import Supervisor
-from watchdog.daemon import sampling
 from watchdog.daemon.run import JobRun
 from watchdog.progress.joblog import JobLog
 
 if TYPE_CHECKING:
-    from watchdog.daemon.parts import Parts
+    from watchdog import config
+    from watchdog.control.server import ControlServer
+    from watchdog.daemon.consumer import Consumer
+    from watchdog.daemon.inbox import Inbox
+    from watchdog.daemon.jobtree import JobTree
+    from watchdog.daemon.run import Runs
+    from watchdog.daemon.sampling import Sampler
+    from watchdog.daemon.wiring import Lifetime, Outputs
+
+
+class Resumer(Protocol):
+    """What the new code's side takes the state over into (adoption.py calls it)."""
+
+    life: Lifetime
+    tree: JobTree
+    runs: Runs
+    consumer: Consumer
+    sampler: Sampler
+
+    @property
+    def cfg(self) -> config.Config: ...
+
+
+class Carrier(Protocol):
+    """What the old code's side reads to hand the state over, and how it pauses and flushes."""
+
+    life: Lifetime
+    tree: JobTree
+    runs: Runs
+    control: ControlServer
+    out: Outputs
+
+    @property
+    def core(self) -> Supervisor: ...
+
+    def inputs_waiting(self) -> int: ...
+
+    @property
+    def inbox(self) -> Inbox: ...
+
+    def account(self) -> None: ...
+
+    async def flush_files(self) -> None: ...
+
 
 STATE_ENV = "WATCHDOGD_REEXEC_FD"
 FORMAT = 1
@@ -69,23 +111,23 @@ def entry_argv() -> list[str]:
     return [os.path.abspath(sys.argv[0]), *sys.argv[1:]]
 
 
-def build_state(d: Parts, req_id: int | str | None, conn: socket.socket | None) -> dict[str, Any]:
+def build_state(d: Carrier, req_id: int | str | None, conn: socket.socket | None) -> dict[str, Any]:
     """Everything the new code needs; Refused while a start or stop is under way."""
     carried = d.core.carry()
     if carried is None:
         raise Refused("busy", "a start or stop is under way; try again when it is over")
     pid = carried["pid"]
-    pidfd = d.reaper.pidfd_of(pid) if isinstance(pid, int) else None
+    pidfd = d.tree.reaper.pidfd_of(pid) if isinstance(pid, int) else None
     if isinstance(pid, int) and pidfd is None:
         raise Refused("busy", "the job's exit is being handled; try again")
-    run = d.job
+    run = d.runs.current
     follower = run.follower.carry() if run.follower is not None else None
     return {
         "format": FORMAT,
         "old_version": __version__,
-        "daemon_started_at": d.started_at,
+        "daemon_started_at": d.life.started_at,
         "request_id": req_id,
-        "incident_path": d.incident_path,
+        "incident_path": d.runs.incident_path,
         "polled_at": run.polled_at,
         # SPEC §14: the running job's command, which a reload may have made differ from the
         # config's (status shows it, and the config's as pending)
@@ -95,7 +137,7 @@ def build_state(d: Parts, req_id: int | str | None, conn: socket.socket | None) 
         "follower": follower,
         "fds": {
             "control": None,  # the listener: set by perform() once accepting has stopped
-            "lock": d.lock_fd,
+            "lock": d.life.lock_fd,
             "conn": None if conn is None else conn.fileno(),
             "pidfd": pidfd,
             "joblog": run.log.fd if run.log is not None else None,  # the file the job writes
@@ -103,7 +145,7 @@ def build_state(d: Parts, req_id: int | str | None, conn: socket.socket | None) 
     }
 
 
-async def perform(d: Parts, req_id: int | str | None, conn: socket.socket | None) -> None:
+async def perform(d: Carrier, req_id: int | str | None, conn: socket.socket | None) -> None:
     """Check the new code on the state, then exec it. Returns only by raising Refused."""
     entry = entry_argv()
     state = build_state(d, req_id, conn)
@@ -112,7 +154,7 @@ async def perform(d: Parts, req_id: int | str | None, conn: socket.socket | None
     listener = await d.control.pause_for_handover(DRAIN_S)
     try:
         await prepare(d)
-        await d.ask(Tick())  # in order: every input posted before now is judged, then carried
+        await d.inbox.ask(Tick())  # in order: every input posted before now is judged, then carried
         # Synchronous from here to the exec: nothing can change the state in between.
         if d.inputs_waiting():
             raise Refused("busy", "inputs are still being handled; try again")
@@ -125,22 +167,22 @@ async def perform(d: Parts, req_id: int | str | None, conn: socket.socket | None
         raise
 
 
-async def prepare(d: Parts) -> None:
+async def prepare(d: Carrier) -> None:
     """Just before the exec: state, goodput and the event history on disk (the new code
     reads them back; the fallback adopts the job from state.json)."""
-    d.save_state(d.core.snapshot().pid)
+    d.runs.save(d.core.snapshot().pid)
     d.account()
-    d.books.save_goodput()
+    d.out.books.save_goodput()
     await d.flush_files()
     with contextlib.suppress(blocking.Hung):  # the exec goes ahead; the history is a bonus
-        await d.flush_io.call(d.events.flush, FLUSH_TIMEOUT_S, what="the event history")
+        await d.out.flush_io.call(d.out.events.flush, FLUSH_TIMEOUT_S, what="the event history")
 
 
-async def _check_new_code(d: Parts, entry: list[str], state: dict[str, Any]) -> str:
+async def _check_new_code(d: Carrier, entry: list[str], state: dict[str, Any]) -> str:
     from watchdog.process import launch  # the daemon's own module; imported late like the daemon is
 
     code, out = await launch.run_command(
-        d.reaper,
+        d.tree.reaper,
         [*entry, "--check-reexec"],
         timeout_s=CHECK_TIMEOUT_S,
         stdin_data=json.dumps(state).encode(),
@@ -153,8 +195,8 @@ async def _check_new_code(d: Parts, entry: list[str], state: dict[str, Any]) -> 
     raise Refused("reexec_failed", f"the new code failed its check ({why}): {out[-1500:]}")
 
 
-def _exec(d: Parts, entry: list[str], state: dict[str, Any]) -> None:
-    d.notifier.reloading()
+def _exec(d: Carrier, entry: list[str], state: dict[str, Any]) -> None:
+    d.out.notifier.reloading()
     sys.stdout.flush()
     fds = [fd for fd in (*state["fds"].values(), _follower_fd(state)) if isinstance(fd, int)]
     memfd = _sealed(json.dumps(state).encode())
@@ -170,7 +212,7 @@ def _exec(d: Parts, entry: list[str], state: dict[str, Any]) -> None:
             with contextlib.suppress(OSError):
                 os.set_inheritable(fd, False)
         os.close(memfd)
-        d.notifier.reloaded()
+        d.out.notifier.reloaded()
         raise Refused("reexec_failed", f"execve {entry[0]}: {e.strerror or e}") from None
 
 
@@ -248,21 +290,18 @@ def check_main(config_path: str) -> int:
     return 0
 
 
-def resume(d: Parts, state: dict[str, Any]) -> None:
+def resume(d: Resumer, state: dict[str, Any]) -> None:
     """Take the state over inside the new code (the control socket already serves)."""
-    from watchdog.core.health import monitor as health
-    from watchdog.daemon import params
-
     fds = state["fds"]
     d.consumer.resume(state["supervisor"])
-    monitor = health.HealthMonitor(params.health_of(d.cfg), d.books.stall)
+    monitor = d.runs.monitor(d.cfg)
     monitor.resume(state["health"])
     pid = state["supervisor"]["pid"]
     exit_status = None
     if isinstance(pid, int):
         if isinstance(fds["pidfd"], int):
             os.set_inheritable(fds["pidfd"], False)  # back to close-on-exec for our helpers
-        exit_status = d.watch_job(pid, fds["pidfd"])
+        exit_status = d.tree.watch(pid, fds["pidfd"])
     polled_at = float(state["polled_at"])
     command = state.get("command")  # absent in the state of older code
     run = JobRun(
@@ -273,14 +312,14 @@ def resume(d: Parts, state: dict[str, Any]) -> None:
         command=tuple(command) if isinstance(command, list) else None,
     )
     if isinstance(state["follower"], dict):
-        run.use_follower(sampling.resumed_follower(d, state["follower"]), d.progress_io.when_idle)
+        d.runs.follow(run, d.sampler.resumed_follower(state["follower"]))
     if isinstance(log_fd := fds.get("joblog"), int):
         os.set_inheritable(log_fd, False)
         fds["joblog"] = None  # the run owns it now: a failed take-over must not close it twice
         run.use_log(JobLog(log_fd, d.cfg.job.log_file))
-    d.begin_run(run)
-    d.incident_path = state["incident_path"]
-    d.started_at = float(state["daemon_started_at"])
+    d.runs.begin(run)
+    d.runs.incident_path = state["incident_path"]
+    d.life.started_at = float(state["daemon_started_at"])
 
 
 def reply(state: dict[str, Any], ok: bool, result: dict[str, Any], message: str = "") -> None:

@@ -14,11 +14,15 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from watchdog import blocking, config
 from watchdog.core.health import monitor as health
 from watchdog.core.health.ranks import RankTracker
-from watchdog.process import oomrecord, reaping
+from watchdog.core.progress.stall_window import StallKnowledge
+from watchdog.daemon import params
+from watchdog.process import identity, oomrecord, reaping
 from watchdog.progress.follower import Follower, FollowResult
 from watchdog.progress.joblog import JobLog
+from watchdog.state.writers import StateWriter
 
 # PyTorch's flight-recorder dump and pipe prefixes, and the spawn time (wall clock)
 Flight = tuple[str | None, str | None, float]
@@ -47,7 +51,6 @@ class JobRun:
         self.flight = flight
         self.epoch = epoch  # the cluster epoch this run belongs to
         self.polled_at = polled_at  # the last look at the progress log (monotonic)
-        self.checkpoint_read_at = 0.0
         self.follower: Follower | None = None
         # The file this run's job writes (docs/logrotate.md): `logs`, status and incidents read
         # it, not the path. Closed with the run; None before a spawn, or where it was not found.
@@ -95,13 +98,6 @@ class JobRun:
     def polled(self, now: float) -> None:
         self.polled_at = now
 
-    def checkpoint_due(self, now: float, every_s: float) -> bool:
-        """True at most every `every_s` (status's view of progress.checkpoint)."""
-        if now - self.checkpoint_read_at < every_s:
-            return False
-        self.checkpoint_read_at = now
-        return True
-
     def keep_late(self, follower: Follower, late: FollowResult) -> None:
         """A stuck read of `follower` returned after its caller gave up (any thread)."""
         self._late = (follower, late)
@@ -130,3 +126,45 @@ class JobRun:
             self.log = None
         for task in list(self._tasks):
             task.cancel()
+
+
+class Runs:
+    """The job's current run, and the one door that replaces it (`begin`): the starter, adoption
+    and a reexec's resume begin runs; the stopper ends them; everyone else reads `current`."""
+
+    def __init__(
+        self,
+        first: JobRun,
+        stall: StallKnowledge,
+        writer: StateWriter,
+    ) -> None:
+        self.current = first  # the current run (idle, with no pid, before the first spawn)
+        self._stall = stall  # SPEC §14: the learned stall windows every new run's monitor uses
+        self._writer = writer  # state.json's job record: the leader a restarted daemon proves
+        # Blocking file and /proc reads run off the loop, each bounded (blocking.py says why),
+        # one worker per purpose: a read stuck in one holds no other. The progress log's reads
+        # (a replaced follower is closed once no read is stuck on it):
+        self.progress_io = blocking.BoundedWorker("progress-read")
+        self.log_io = blocking.BoundedWorker("log-open")  # the job's log; an adopted job's stdout
+        self.incident_path: str | None = None  # the newest bundle of any run (status; reexec)
+
+    def monitor(self, cfg: config.Config) -> health.HealthMonitor:
+        """Fresh detectors for a new run, under `cfg`, with what the stall window learned."""
+        return health.HealthMonitor(params.health_of(cfg), self._stall)
+
+    def begin(self, run: JobRun, close_follower: bool = True) -> None:
+        """`run` is the job's run from now on; the one it replaces is closed (and its follower,
+        once no read is stuck on it, unless its descriptor is closed already)."""
+        old, self.current = self.current, run
+        old.close()
+        if close_follower:
+            old.use_follower(None, self.progress_io.when_idle)
+
+    def follow(self, run: JobRun, follower: Follower | None) -> None:
+        """`run` follows its progress log with `follower` from now on."""
+        run.use_follower(follower, self.progress_io.when_idle)
+
+    def save(self, pid: int | None) -> None:
+        """The job's leader in state.json (None: no job), with what proves it ours later."""
+        started = None if pid is None else identity.process_start_time(pid)
+        self._writer.job(pid, started, None if pid is None else identity.process_start_ticks(pid))
