@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+import time
 from typing import Any
 
+import pytest
 import yaml
 from harness import base_config
 
 from watchdog import config
 from watchdog.core.supervisor.events import (
     Action,
+    DaemonStarted,
     Event,
     OperatorCommand,
     Refuse,
@@ -111,26 +114,79 @@ def test_next_gives_none_at_the_deadline_when_nothing_came() -> None:
     asyncio.run(scenario())
 
 
-def test_only_the_consumer_calls_the_core() -> None:
-    """Outside the core, `.handle(` is called in daemon/consumer.py alone (and by `watchdogd
-    --check-reexec` in the new code's check process, on a fresh core of its own; the input
-    log's replay is core/supervisor/replay.py's): no producer enters the daemon's core directly."""
-    import ast
-    import pathlib
+class QuietShell:
+    """The consumer's shell side, doing nothing with the actions."""
 
-    root = pathlib.Path(__file__).resolve().parent.parent / "watchdog"
-    callers = set()
-    for path in root.rglob("*.py"):
-        if path.relative_to(root).parts[0] == "core":
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "handle"
-            ):
-                callers.add(str(path.relative_to(root)))
-    assert callers == {"daemon/consumer.py", "daemon/reexec.py"}
+    def carry_out(self, event: Event, actions: list[Action]) -> None:
+        pass
+
+    def signalled(self, signum: int) -> Event | None:
+        return None
+
+    def emit(self, event: str, **fields: Any) -> dict[str, Any]:
+        return {}
+
+    def account(self) -> None:
+        pass
+
+
+def test_only_the_consumers_task_feeds_the_core(tmp_path: pathlib.Path) -> None:
+    """At run time, not by where a call is written: the core (and the run's monitor, through
+    `verdict`) is fed from the consumer's own task alone. Fed from any other task (a producer
+    calling in instead of posting, a stop task assessing the run), it raises NotTheConsumer;
+    the same input posted on the inbox is handled."""
+    from watchdog.core.supervisor.budget import Policy
+    from watchdog.daemon.consumer import Consumer, NotTheConsumer
+    from watchdog.daemon.inbox import Posted
+    from watchdog.daemon.inputlog import InputLog
+
+    async def scenario() -> None:
+        shell: Any = QuietShell()
+        consumer = Consumer(InputLog(str(tmp_path / "inputs.jsonl"), print), Policy(), shell)
+        with pytest.raises(NotTheConsumer):
+            consumer._dispatch(Tick())  # before the consumer runs: nobody may feed the core
+        task = asyncio.get_running_loop().create_task(consumer.run())
+        try:
+            assert await consumer.inbox.ask(DaemonStarted(fresh_run=False))  # posted: handled
+            with pytest.raises(NotTheConsumer):
+                consumer._dispatch(Tick())
+            with pytest.raises(NotTheConsumer):
+                consumer.verdict(time.monotonic())
+
+            async def producer() -> None:
+                consumer._take(Posted(Tick()))
+
+            with pytest.raises(NotTheConsumer):
+                await asyncio.get_running_loop().create_task(producer())
+            assert consumer.core.snapshot().spawning  # what was posted reached the core
+        finally:
+            task.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_a_reexec_state_the_core_cannot_take_raises_to_the_take_over(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The old code's state is taken in by the consumer's task like any input, yet a state the
+    core cannot take raises in the caller (the take-over then adopts the job instead), and the
+    consumer goes on with the next input."""
+    from watchdog.core.supervisor.budget import Policy
+    from watchdog.daemon.consumer import Consumer
+    from watchdog.daemon.inputlog import InputLog
+
+    async def scenario() -> None:
+        shell: Any = QuietShell()
+        consumer = Consumer(InputLog(str(tmp_path / "inputs.jsonl"), print), Policy(), shell)
+        task = asyncio.get_running_loop().create_task(consumer.run())
+        try:
+            with pytest.raises((KeyError, ValueError, TypeError)):
+                await consumer.resume({"format": "not a core's state"})
+            assert await consumer.inbox.ask(DaemonStarted(fresh_run=False))
+        finally:
+            task.cancel()
+
+    asyncio.run(scenario())
 
 
 def test_only_the_links_apply_calls_the_cluster_coordinator() -> None:

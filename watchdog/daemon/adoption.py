@@ -86,7 +86,7 @@ async def previous_job(d: Adopter) -> int | None:
     if leader is None:
         await end_previous_tree(d)
     if durable is not None:
-        d.consumer.restore(durable)
+        await d.consumer.restore(durable)
     return leader
 
 
@@ -182,12 +182,12 @@ async def end_previous_tree(d: Adopter) -> None:
             await asyncio.sleep(0.02)
 
 
-def restore_budget(d: Adopter, previous: dict[str, Any]) -> None:
+async def restore_budget(d: Adopter, previous: dict[str, Any]) -> None:
     """The previous daemon's restart budget (issue 15 item 5): fatal stays fatal, a backoff
     is waited out. A record that cannot be trusted is reported and the budget starts afresh."""
     durable = _durable(d, previous)
     if durable is not None:
-        d.consumer.restore(durable)
+        await d.consumer.restore(durable)
 
 
 def _durable(d: Adopter, previous: dict[str, Any]) -> Durable | None:
@@ -206,7 +206,7 @@ async def take_over(d: Adopter, h: dict[str, Any]) -> tuple[bool, int | None]:
     """The new code's side of `reexec`: (True, None) when the state was taken over, else
     (False, the job's leader to adopt instead, if it can be proven ours: the fallback)."""
     try:
-        reexec.resume(d, h)
+        await reexec.resume(d, h)
     except (ValueError, KeyError, TypeError, OSError) as e:
         why = f"{type(e).__name__}: {e}"
         reexec.close_carried(h)
@@ -221,7 +221,7 @@ async def take_over(d: Adopter, h: dict[str, Any]) -> tuple[bool, int | None]:
         leader = await provable_leader(d, previous, always=True)
         if leader is None:
             await end_previous_tree(d)
-        restore_budget(d, previous)
+        await restore_budget(d, previous)
         d.emit("daemon_started", version=__version__, daemon_pid=os.getpid())
         msg = f"the new code could not take the state over ({why}); it adopted the job"
         reexec.reply(h, False, {"status": d.status()}, msg)

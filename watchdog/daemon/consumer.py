@@ -36,6 +36,7 @@ from watchdog.core.supervisor.events import (
 from watchdog.core.supervisor.machine import Supervisor
 from watchdog.daemon.inbox import (
     Inbox,
+    MonitorReconfigured,
     Posted,
     ProgressLooked,
     RanksListed,
@@ -86,6 +87,10 @@ class Shell(Protocol):
         """Hand an input of the cluster link back to it (its coordinator's one feeding method)."""
 
 
+class NotTheConsumer(RuntimeError):
+    """The core, or a run's monitor, was about to be fed from a task other than the consumer's."""
+
+
 class Consumer:
     def __init__(self, inputs: InputLog, made: Policy, shell: Shell) -> None:
         self.inbox = Inbox()
@@ -94,6 +99,7 @@ class Consumer:
         self._made = made  # the daemon's policy: a fresh core after a failed take-over gets it
         self.core = self.new_core()
         self._changed = asyncio.Event()  # set after each input: commands wait on it
+        self._task: asyncio.Task[Any] | None = None  # run()'s: the one task that feeds the core
 
     def new_core(self) -> Supervisor:
         """A fresh core with the daemon's policy (also after a failed reexec take-over); its
@@ -102,21 +108,30 @@ class Consumer:
         self.core = self.inputs.supervisor(self._made, seed, time.monotonic())
         return self.core
 
-    def restore(self, durable: Durable) -> None:
-        """The previous daemon's restart budget (state.json), recorded as an input."""
-        now = time.monotonic()
-        event = StateRestored(durable)
-        self.inputs.before(now)
-        self.inputs.event(event, now)
-        self.core.handle(event, now)
+    async def restore(self, durable: Durable) -> None:
+        """The previous daemon's restart budget (state.json), taken in by the consumer's task
+        and recorded as an input."""
+        await self.inbox.ask(StateRestored(durable))
 
-    def resume(self, carried: dict[str, Any]) -> None:
-        """The old code's core after a reexec, recorded as an input."""
+    async def resume(self, carried: dict[str, Any]) -> None:
+        """The old code's core after a reexec, taken in by the consumer's task and recorded as
+        an input. A state the core cannot take raises here, for the caller's fallback."""
+        await self.inbox.ask(HandoverResumed(carried))
+
+    def _taken_in(self, event: StateRestored | HandoverResumed) -> list[Action]:
+        """What a previous daemon or code left: logged first, then handled; nothing to carry
+        out (what it leaves is the core's state)."""
         now = time.monotonic()
-        event = HandoverResumed(carried)
         self.inputs.before(now)
         self.inputs.event(event, now)
         self.core.handle(event, now)
+        return []
+
+    def _feeding(self) -> None:
+        """The inbox's promise, kept at run time: the core and the current run's monitor are
+        fed from the consumer's task alone, one input at a time (inbox.py)."""
+        if self._task is None or asyncio.current_task() is not self._task:
+            raise NotTheConsumer("only the consumer's task feeds the core (daemon/inbox.py)")
 
     async def wait_changed(self, timeout_s: float) -> None:
         """Until the next input is handled, or `timeout_s`."""
@@ -125,21 +140,28 @@ class Consumer:
 
     async def run(self) -> None:
         """Each input in order, or Tick at the core's next deadline; for ever."""
+        self._task = asyncio.current_task()
         while True:
             posted = await self.inbox.next(self._timeout_s()) or Posted(Tick())
             try:
                 actions = self._take(posted)
             except Exception as e:
-                # A watchdog bug must never kill a healthy job, nor stop the consumer.
-                where = "sample" if isinstance(posted.input, SampleTaken) else "dispatch"
-                error = f"{type(e).__name__}: {e}"
-                self._shell.emit("internal_error_caught", where=where, error=error)
-                actions = []
+                actions = self._failed(posted, e)
             if posted.answer is not None and not posted.answer.done():
                 posted.answer.set_result(actions)
             self.inputs.kick()
             if self.inbox.waiting():
                 await asyncio.sleep(0)  # a burst (an Xid storm) never holds the loop in one step
+
+    def _failed(self, posted: Posted, e: Exception) -> list[Action]:
+        """A watchdog bug must never kill a healthy job, nor stop the consumer: reported. A
+        reexec's state the core cannot take goes back to the take-over, which adopts instead."""
+        if isinstance(posted.input, HandoverResumed) and posted.answer is not None:
+            posted.answer.set_exception(e)
+            return []
+        where = "sample" if isinstance(posted.input, SampleTaken) else "dispatch"
+        self._shell.emit("internal_error_caught", where=where, error=f"{type(e).__name__}: {e}")
+        return []
 
     def _timeout_s(self) -> float | None:
         """Until the core's next deadline; a core that cannot say is reported, not fatal."""
@@ -151,7 +173,13 @@ class Consumer:
         return None if deadline is None else deadline - time.monotonic()
 
     def _take(self, posted: Posted) -> list[Action]:
+        self._feeding()
         event = posted.input
+        if isinstance(event, StateRestored | HandoverResumed):
+            return self._taken_in(event)
+        if isinstance(event, MonitorReconfigured):
+            self._shell.job.monitor.reconfigure(event.health)  # SPEC §6: a reload
+            return []
         if isinstance(event, ClusterInput):
             self._shell.cluster_input(event)  # the cluster's coordinator, fed in the same order
             return []
@@ -177,7 +205,9 @@ class Consumer:
         return self._shell.job.monitor.next_due(now)
 
     def verdict(self, now: float) -> health.Verdict:
-        """The current run's verdict now (an incident's verdict.json)."""
+        """The current run's verdict now (an incident's verdict.json): in the consumer's task,
+        as it carries out the stop (assessing updates the monitor)."""
+        self._feeding()
         return self._shell.job.monitor.assess(now)
 
     # ------------------------------------------------------------ the sampler's readings
@@ -240,6 +270,7 @@ class Consumer:
 
     def _dispatch(self, event: Event) -> list[Action]:
         """The only door into the core."""
+        self._feeding()
         now = time.monotonic()
         self.inputs.before(now)  # a head record first when the log must start a new stretch
         try:

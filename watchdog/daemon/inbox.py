@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from watchdog.cluster.inputs import ClusterInput
+from watchdog.core.health.monitor import HealthConfig
 from watchdog.core.health.ranks import RankKey
 from watchdog.core.samples import GpuSample
 from watchdog.core.supervisor.events import Action, Event
@@ -75,7 +76,14 @@ class SaveSeen:
     at: float
 
 
-Reading = SampleTaken | RanksListed | SaveSeen
+@dataclass(frozen=True, slots=True)
+class MonitorReconfigured:
+    """A reload's detector settings (SPEC §6), for the current run's monitor."""
+
+    health: HealthConfig
+
+
+Reading = SampleTaken | RanksListed | SaveSeen | MonitorReconfigured
 Input = Event | SignalReceived | Reading | ClusterInput  # the last: the cluster's coordinator
 
 

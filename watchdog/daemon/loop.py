@@ -46,7 +46,7 @@ from watchdog.daemon import adoption, exitcause, params, reexec, scheduler, stat
 from watchdog.daemon.actions import ActionTable
 from watchdog.daemon.books import Books, start_metrics
 from watchdog.daemon.consumer import Consumer
-from watchdog.daemon.inbox import Inbox, SignalReceived
+from watchdog.daemon.inbox import Inbox, MonitorReconfigured, SignalReceived
 from watchdog.daemon.inputlog import InputLog
 from watchdog.daemon.jobstart import Starter, StartGate
 from watchdog.daemon.jobstop import Stopper
@@ -365,7 +365,7 @@ class Daemon:
         self.faults.cfg = new.gpus  # gpus.faults applies to the next fault
         self.out.hooks.cfg = new.hooks
         self.forwarder.apply(new.job.forward_signals)
-        self.job.monitor.reconfigure(params.health_of(new))
+        self.inbox.post(MonitorReconfigured(params.health_of(new)))  # fed by the consumer
         self.sampler.reconfigure(old, new)
         await self.inbox.ask(PolicyChanged(params.local_policy_of(new)))
         if self.cluster is not None:

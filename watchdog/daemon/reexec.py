@@ -290,10 +290,10 @@ def check_main(config_path: str) -> int:
     return 0
 
 
-def resume(d: Resumer, state: dict[str, Any]) -> None:
+async def resume(d: Resumer, state: dict[str, Any]) -> None:
     """Take the state over inside the new code (the control socket already serves)."""
     fds = state["fds"]
-    d.consumer.resume(state["supervisor"])
+    await d.consumer.resume(state["supervisor"])
     monitor = d.runs.monitor(d.cfg)
     monitor.resume(state["health"])
     pid = state["supervisor"]["pid"]
