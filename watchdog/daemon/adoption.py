@@ -18,6 +18,7 @@ from watchdog.core.supervisor.budget import Durable
 from watchdog.core.supervisor.events import DaemonStarted, JobAdopted, Tick
 from watchdog.core.views import status
 from watchdog.daemon import reexec
+from watchdog.daemon.inbox import GpuAccessCarried
 from watchdog.daemon.run import JobRun
 from watchdog.process import identity, tree
 from watchdog.progress import joblog
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from watchdog.daemon.run import Runs
     from watchdog.daemon.sampling import Sampler
     from watchdog.daemon.wiring import Lifetime, Outputs
-    from watchdog.gpu.watch import GpuWatch
 
 
 class Adopter(Protocol):
@@ -46,7 +46,6 @@ class Adopter(Protocol):
     runs: Runs
     consumer: Consumer
     sampler: Sampler
-    gpus: GpuWatch
     cluster: ClusterLink | None
     out: Outputs
 
@@ -251,7 +250,7 @@ async def take_the_job(d: Adopter, leader: int | None, taken_over: bool) -> None
         d.life.handover = None  # served from here on: the carried listener is the control socket's
         # SPEC §13: a fresh NVML session cannot tell lost access from no access; the core
         # carried it, so only a reading that comes through tells it access is back.
-        d.gpus.access_lost = d.core.access_lost
+        d.inbox.post(GpuAccessCarried())
     else:
         version, daemon_pid = __version__, os.getpid()
         d.emit("daemon_started", version=version, daemon_pid=daemon_pid, config=d.cfg.source)
@@ -262,6 +261,6 @@ async def take_the_job(d: Adopter, leader: int | None, taken_over: bool) -> None
         await d.inbox.ask(DaemonStarted(fresh_run=d.life.ending.enabled))
         # SPEC §13: a park for lost access outlived the last daemon; as after a reexec,
         # only a reading that comes through tells the core access is back
-        d.gpus.access_lost = d.core.access_lost
+        d.inbox.post(GpuAccessCarried())
     if d.cluster is not None and (pid := d.core.snapshot().pid) is not None:
         d.cluster.adopted(pid)  # a job we did not spawn: which epoch does it run?

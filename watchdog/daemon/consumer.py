@@ -22,10 +22,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from watchdog.cluster.inputs import ClusterInput
 from watchdog.core.health import monitor as health
 from watchdog.core.progress.stall_window import Phase
+from watchdog.core.samples import GpuSample
 from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.events import (
     Action,
     Event,
+    GpuAccessChanged,
     HandoverResumed,
     HealthAssessed,
     ProgressMarked,
@@ -35,6 +37,10 @@ from watchdog.core.supervisor.events import (
 )
 from watchdog.core.supervisor.machine import Supervisor
 from watchdog.daemon.inbox import (
+    FaultRead,
+    FaultSummaryDue,
+    GpuAccessCarried,
+    GpuSampled,
     Inbox,
     MonitorReconfigured,
     Posted,
@@ -50,6 +56,8 @@ if TYPE_CHECKING:
     from watchdog import config
     from watchdog.daemon.books import Books
     from watchdog.daemon.run import JobRun
+    from watchdog.gpu.faults import FaultWatch
+    from watchdog.gpu.watch import GpuWatch
 
 
 def _phase(phase: str | None) -> Phase | None:
@@ -67,6 +75,14 @@ class Shell(Protocol):
     @property
     def books(self) -> Books:
         """Goodput and the timeline (books.py): the readings count there too."""
+
+    @property
+    def faults(self) -> FaultWatch:
+        """The fault watch: its Xid rate limiter is fed here."""
+
+    @property
+    def gpus(self) -> GpuWatch:
+        """The GPU watch: its state is fed here, from what the sampler read."""
 
     @property
     def job(self) -> JobRun:
@@ -177,6 +193,13 @@ class Consumer:
         event = posted.input
         if isinstance(event, StateRestored | HandoverResumed):
             return self._taken_in(event)
+        if isinstance(event, GpuSampled):
+            return self._gpu_sampled(event.sample, event.judge_access)
+        if isinstance(event, FaultRead | FaultSummaryDue):
+            return self._fault_taken(event)
+        if isinstance(event, GpuAccessCarried):
+            self._shell.gpus.access_lost = self.core.access_lost  # SPEC §13
+            return []
         if isinstance(event, MonitorReconfigured):
             self._shell.job.monitor.reconfigure(event.health)  # SPEC §6: a reload
             return []
@@ -212,18 +235,35 @@ class Consumer:
 
     # ------------------------------------------------------------ the sampler's readings
 
+    def _gpu_sampled(self, sample: GpuSample, judge_access: bool) -> list[Action]:
+        """The GPU watch state fed with `sample` (here alone); a change of NVML access it
+        shows goes to the core at once, before any verdict on the same sample (SPEC §13)."""
+        access = self._shell.gpus.record(sample, judge_access)
+        return [] if access is None else self._dispatch(GpuAccessChanged(*access))
+
+    def _fault_taken(self, event: FaultRead | FaultSummaryDue) -> list[Action]:
+        """The fault watch's rate limiter fed here alone; what it lets through is posted for
+        the core (GpuFaultSeen, after this input)."""
+        if isinstance(event, FaultRead):
+            self._shell.faults.seen(event.fields)
+        else:
+            self._shell.faults.summarise()
+        return []
+
     def _sample_taken(self, taken: SampleTaken) -> list[Action]:
-        """One tick's readings into the run's monitor and the books; the verdict to the core."""
+        """One tick's readings into the run's monitor and the books (its GPU sample fed the
+        GPU watch just before: GpuSampled, posted as it was read); the verdict to the core."""
+        gpus, sample = self._shell.gpus, taken.gpu_sample
         run = taken.run
         if run is not self._shell.job:
             return []  # a late reading of a run that has been replaced since
         if taken.progress is not None:
             self._progress_looked(run, taken.progress)
         monitor = run.monitor
-        if taken.gpu_sample is not None:
-            monitor.gpu_sample(taken.gpu_sample)
-        monitor.gpu_degraded(taken.degraded)  # SPEC §13: a new run's monitor learns too
-        monitor.gpu_access_lost(taken.access_lost)
+        if sample is not None:
+            monitor.gpu_sample(sample)
+        monitor.gpu_degraded(gpus.degraded_now())  # SPEC §13: a new run's monitor learns too
+        monitor.gpu_access_lost(gpus.access_lost)
         idle_below_mib = self._shell.cfg.gpus.idle_below_mib
         progress = monitor.last_progress
         books = self._shell.books

@@ -29,7 +29,6 @@ from watchdog.core.supervisor.events import (
     Emit,
     Event,
     Exit,
-    GpuAccessChanged,
     GpuFaultSeen,
     KillTree,
     PolicyChanged,
@@ -46,7 +45,7 @@ from watchdog.daemon import adoption, exitcause, params, reexec, scheduler, stat
 from watchdog.daemon.actions import ActionTable
 from watchdog.daemon.books import Books, start_metrics
 from watchdog.daemon.consumer import Consumer
-from watchdog.daemon.inbox import Inbox, MonitorReconfigured, SignalReceived
+from watchdog.daemon.inbox import GpuNewsPosted, Inbox, MonitorReconfigured, SignalReceived
 from watchdog.daemon.inputlog import InputLog
 from watchdog.daemon.jobstart import Starter, StartGate
 from watchdog.daemon.jobstop import Stopper
@@ -88,8 +87,9 @@ class Daemon:
         self.consumer = Consumer(inputs, params.local_policy_of(cfg), self)
         cgroups = cgroup.probe(cfg.job.stop_mode)  # SPEC §14: how a stop ends the tree
         self.tree = JobTree(token, reaper, cgroups, self.on_exit)  # the job's process tree
-        self.gpus = GpuWatch(cfg.gpus, self.emit, self._gpu_access)
-        self.faults = FaultWatch(cfg.gpus, self._gpu_fault, self.emit)
+        news = GpuNewsPosted(self.consumer.inbox)  # what the GPU watchers read: posted
+        self.gpus = GpuWatch(cfg.gpus, self.emit, report=news.sampled)
+        self.faults = FaultWatch(cfg.gpus, self._gpu_fault, self.emit, news)
         self.control = ControlServer(self)
         # the current run of the job (or the last one; idle before the first spawn)
         first = JobRun(health.HealthMonitor(params.health_of(cfg)))
@@ -318,9 +318,6 @@ class Daemon:
         if not gate and fields.get("action") in ("reset_gpu", "reboot_host"):  # SPEC §14
             self.job.fault_seen(str(fields.get("message") or fields.get("xid") or "GPU fault"))
         self.inbox.post(GpuFaultSeen(str(fields.get("action")), fields, gate=gate, quiet=quiet))
-
-    def _gpu_access(self, lost: bool, detail: str) -> None:
-        self.inbox.post(GpuAccessChanged(lost, detail))  # SPEC §13: the core decides
 
     def on_exit(self, fut: asyncio.Future[reaping.ExitStatus]) -> None:
         exitcause.on_exit(self, fut)  # SPEC §14: why it died, then ChildExited

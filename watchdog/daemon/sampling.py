@@ -54,7 +54,7 @@ class Sampler:
         self._inbox = inbox  # where every reading goes: the consumer feeds the monitors with it
         self._snapshot = snapshot  # the core's view: is there a leader to sample the ranks of
         self._runs = runs  # the current run: its follower, its log, its tasks
-        self._gpus = gpus  # the NVML sample and what it says of degraded GPUs, lost access
+        self._gpus = gpus  # the NVML sample (read here; the consumer records it)
         self._tree = tree  # the instance marker: the ranks listed are ours
         self._tasks = tasks  # the checkpoint read outlives a tick (the daemon's own tasks)
         self._emit = emit  # progress_read_hung / _recovered, a sampling bug caught
@@ -110,8 +110,7 @@ class Sampler:
             self._tasks.spawn(self.read_checkpoint())
         if snap.pid is not None and gpu:
             run.spawn_task(self.watch_ranks(run, snap.pid), self._tasks.done)
-        degraded, access_lost = self._gpus.degraded_now(), self._gpus.access_lost
-        return SampleTaken(run, snap.pid, sample, degraded, access_lost, progress)
+        return SampleTaken(run, snap.pid, sample, progress)
 
     def _checkpoint_due(self, run: JobRun, now: float) -> bool:
         """At most every CHECKPOINT_EVERY_S, and at once for a new run (status's view)."""
