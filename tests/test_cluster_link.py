@@ -84,3 +84,21 @@ def test_start_cancelled_at_the_gate_posts_left_and_the_next_start_opens() -> No
         await link.close()
 
     asyncio.run(scenario())
+
+
+def test_a_reloaded_policy_reaches_the_coordinator_only_when_applied() -> None:
+    """A reload's restart.* is posted like the link's other inputs; the coordinator uses it
+    once the consumer applies the input, never from the reload's task (SPEC §6)."""
+
+    async def scenario() -> None:
+        posted: list[given.ClusterInput] = []
+        link = lone_link(posted)
+        reloaded = Policy(backoff_initial_s=5.0, max_restarts=3, jitter=0.0)
+        link.policy_changed(reloaded)
+        assert posted == [given.ClusterPolicyChanged(reloaded)]
+        assert link.co.policy == POLICY
+        apply_all(link, posted)
+        assert link.co.policy == reloaded
+        await link.close()
+
+    asyncio.run(scenario())

@@ -206,7 +206,14 @@ class ClusterLink:
                 return co.job_stopping(reason, restart, now, wall_now)
             case given.ClusterOperatorRestart():
                 return co.operator_restart(now, wall_now)
+            case given.ClusterPolicyChanged(policy=policy):
+                co.policy = policy
+                return []
         raise TypeError(f"not a cluster input: {event!r}")
+
+    def policy_changed(self, policy: Policy) -> None:
+        """A reload's restart.*: posted, so the coordinator takes it in the consumer's order."""
+        self._post(given.ClusterPolicyChanged(policy))
 
     def decorate(self, st: dict[str, Any]) -> None:
         """Add the `cluster` object to a status (SPEC §12); `waiting_nodes` while at the gate."""

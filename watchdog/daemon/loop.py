@@ -366,8 +366,7 @@ class Daemon:
         self.sampler.reconfigure(old, new)
         await self.inbox.ask(PolicyChanged(params.local_policy_of(new)))
         if self.cluster is not None:
-            # the next proposal uses the new restart.*
-            self.cluster.co.policy = params.policy_of(new)
+            self.cluster.policy_changed(params.policy_of(new))  # the next proposal uses it
         self.emit(
             "config_reloaded", config=new.source, needs_restart=params.needs_restart(old, new)
         )
