@@ -210,6 +210,23 @@ def test_a_starter_cancelled_before_the_spawn_says_so(tmp_path: pathlib.Path) ->
     run_with(tmp_path, body, {"job": {"pre_start": [[slow]], "pre_start_timeout_s": 600}})
 
 
+def test_a_start_cancelled_before_its_first_step_still_answers(tmp_path: pathlib.Path) -> None:
+    """CancelStart carried out before the start task took a single step (its coroutine never
+    ran, so its own handler cannot answer): the starter still posts SpawnFailed("cancelled"),
+    and nothing is spawned."""
+
+    async def body(kit: Kit) -> None:
+        kit.core.handle(DaemonStarted(fresh_run=False), time.monotonic())
+        starter = kit.starter()
+        starter.begin(1)
+        starter.cancel()  # the same loop turn: the task has not started
+        got = await kit.next_input()
+        assert type(got).__name__ == "SpawnFailed" and getattr(got, "reason", None) == "cancelled"
+        assert kit.runs.current.pid is None and kit.inbox.waiting() == 0
+
+    run_with(tmp_path, body)
+
+
 def test_a_stopper_built_from_its_parts_ends_the_tree_and_says_so(tmp_path: pathlib.Path) -> None:
     """A Stopper with the same parts (no Daemon) ends the job's whole tree with the stop signal,
     clears the leader from state.json, closes the run, and posts TreeStopped with no

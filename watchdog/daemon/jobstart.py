@@ -80,6 +80,13 @@ class Starter:
     def begin(self, attempt: int) -> None:
         """SpawnChild: start attempt `attempt` (as a task: it posts its outcome)."""
         self._task = self._tasks.spawn(self.start(attempt))
+        self._task.add_done_callback(self._cancelled_unstarted)
+
+    def _cancelled_unstarted(self, task: asyncio.Task[None]) -> None:
+        """A start cancelled before its first step never ran `start`'s handler: it still
+        answers, or the core would wait for ChildSpawned for ever."""
+        if task.cancelled():
+            self._inbox.post(SpawnFailed("cancelled", "stopped before the job was spawned"))
 
     def cancel(self) -> None:
         """CancelStart: before the spawn only. The spawn itself never awaits, so a cancel
