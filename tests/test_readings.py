@@ -162,3 +162,32 @@ def test_a_repeated_gpu_fault_is_rate_limited_in_the_consumer(tmp_path: pathlib.
     handled = run_daemon(tmp_path, scenario)
     faults = [e for e in handled if isinstance(e, GpuFaultSeen)]
     assert [(f.action, f.quiet) for f in faults] == [("reboot_host", False), ("reboot_host", True)]
+
+
+def test_the_gpu_watchers_pure_state_is_fed_only_from_the_consumers_task(
+    tmp_path: pathlib.Path,
+) -> None:
+    """At run time: the GPU watch state and the Xid rate limiter refuse to be fed from any task
+    but the consumer's (NotTheConsumer), while the health gate's faults, which skip the
+    limiter, are still counted from a start's task."""
+    from watchdog.daemon.consumer import NotTheConsumer
+
+    refused: list[str] = []
+
+    async def scenario(d: Daemon) -> None:
+        fault = {"gpu": 0, "xid": 79, "action": "reboot_host"}
+        feeders: dict[str, Callable[[], object]] = {
+            "record": lambda: d.gpus.record(GpuSample(available=True)),
+            "seen": lambda: d.faults.seen(dict(fault)),
+            "summarise": d.faults.summarise,
+        }
+        for name, feed in feeders.items():
+            try:
+                feed()
+            except NotTheConsumer:
+                refused.append(name)
+        d.faults.seen(dict(fault), gate=True)  # the gate's: no limiter, no guard
+        await d.consumer.inbox.ask(Tick())
+
+    run_daemon(tmp_path, scenario)
+    assert refused == ["record", "seen", "summarise"]

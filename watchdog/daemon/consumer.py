@@ -143,9 +143,11 @@ class Consumer:
         self.core.handle(event, now)
         return []
 
-    def _feeding(self) -> None:
+    def feeding(self) -> None:
         """The inbox's promise, kept at run time: the core and the current run's monitor are
-        fed from the consumer's task alone, one input at a time (inbox.py)."""
+        fed from the consumer's task alone, one input at a time (inbox.py). The other pure
+        objects' feeders (the GPU watch, the fault watch's rate limiter, the cluster link)
+        call it too."""
         if self._task is None or asyncio.current_task() is not self._task:
             raise NotTheConsumer("only the consumer's task feeds the core (daemon/inbox.py)")
 
@@ -189,7 +191,7 @@ class Consumer:
         return None if deadline is None else deadline - time.monotonic()
 
     def _take(self, posted: Posted) -> list[Action]:
-        self._feeding()
+        self.feeding()
         event = posted.input
         if isinstance(event, StateRestored | HandoverResumed):
             return self._taken_in(event)
@@ -230,7 +232,7 @@ class Consumer:
     def verdict(self, now: float) -> health.Verdict:
         """The current run's verdict now (an incident's verdict.json): in the consumer's task,
         as it carries out the stop (assessing updates the monitor)."""
-        self._feeding()
+        self.feeding()
         return self._shell.job.monitor.assess(now)
 
     # ------------------------------------------------------------ the sampler's readings
@@ -310,7 +312,7 @@ class Consumer:
 
     def _dispatch(self, event: Event) -> list[Action]:
         """The only door into the core."""
-        self._feeding()
+        self.feeding()
         now = time.monotonic()
         self.inputs.before(now)  # a head record first when the log must start a new stretch
         try:

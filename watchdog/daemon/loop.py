@@ -88,8 +88,9 @@ class Daemon:
         cgroups = cgroup.probe(cfg.job.stop_mode)  # SPEC §14: how a stop ends the tree
         self.tree = JobTree(token, reaper, cgroups, self.on_exit)  # the job's process tree
         news = GpuNewsPosted(self.consumer.inbox)  # what the GPU watchers read: posted
-        self.gpus = GpuWatch(cfg.gpus, self.emit, report=news.sampled)
-        self.faults = FaultWatch(cfg.gpus, self._gpu_fault, self.emit, news)
+        feeding = self.consumer.feeding  # the pure objects' feeders check who calls them
+        self.gpus = GpuWatch(cfg.gpus, self.emit, report=news.sampled, feeding=feeding)
+        self.faults = FaultWatch(cfg.gpus, self._gpu_fault, self.emit, news, feeding)
         self.control = ControlServer(self)
         # the current run of the job (or the last one; idle before the first spawn)
         first = JobRun(health.HealthMonitor(params.health_of(cfg)))
@@ -140,8 +141,9 @@ class Daemon:
         if cfg.cluster is None:
             return None
         made = params.policy_of(cfg)
-        post = self.consumer.inbox.post
-        return link.ClusterLink(cfg.cluster, made, self.emit, self.restart_for_cluster, post)
+        post, feeding = self.consumer.inbox.post, self.consumer.feeding
+        restart = self.restart_for_cluster
+        return link.ClusterLink(cfg.cluster, made, self.emit, restart, post, feeding)
 
     # ----------------------------------------------------------------- what parts read
 

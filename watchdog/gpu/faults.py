@@ -36,6 +36,7 @@ class FaultWatch:
         on_fault: Callable[..., None],
         emit: Callable[..., object] | None = None,
         report: Report | None = None,
+        feeding: Callable[[], None] = lambda: None,
     ):
         self.cfg = cfg
         self._on_fault = on_fault  # (fields, gate[, quiet]): the daemon hands it to the core
@@ -44,6 +45,7 @@ class FaultWatch:
         # posts them, so its consumer alone feeds the rate limiter below (`seen`, `summarise`);
         # without one (a FaultWatch on its own) they are taken in at once.
         self._report: Report = report or _TakeNow(self)
+        self._feeding = feeding  # raises unless called from the daemon's consumer task
         # SPEC §13: per (GPU, Xid or kind) the first event in full, then a count per window
         self._repeats = RepeatSummary(cfg.faults.repeat_summary_s)
         self._summary_timer: asyncio.TimerHandle | None = None
@@ -89,6 +91,8 @@ class FaultWatch:
         (it still parks or restarts; it is not logged when it changes nothing) and is summed in
         one gpu_fault_repeated per window (SPEC §13: a flapping GPU's 1,500 Xids are not 1,500
         events and hooks). The health gate's faults are never rate-limited."""
+        if not gate:
+            self._feeding()  # the rate limiter's one feeder (the gate's faults skip it)
         gpu = fields.get("gpu")
         what = fields.get("xid", fields.get("kind"))
         key = (str(gpu), str(what), str(fields.get("action")))
@@ -115,6 +119,7 @@ class FaultWatch:
 
     def summarise(self) -> None:
         """gpu_fault_repeated for each (GPU, Xid) whose window ended with repeats."""
+        self._feeding()
         window = self._repeats.window_s
         for _key, count, sample in self._repeats.due(time.monotonic()):
             if self._emit is not None and isinstance(sample, dict):

@@ -39,6 +39,7 @@ class GpuWatch:
         emit: Emit,
         on_access: OnAccess | None = None,
         report: Report | None = None,
+        feeding: Callable[[], None] = lambda: None,
     ) -> None:
         self.cfg = cfg
         self._emit = emit
@@ -53,6 +54,7 @@ class GpuWatch:
         # posts it, so its consumer alone feeds the watch state below (`record`); without
         # one (a GpuWatch on its own) it is recorded at once.
         self._report: Report = report or self._record_now
+        self._feeding = feeding  # raises unless called from the daemon's consumer task
         self._state = GpuWatchState(cfg.probe_timeout_s, cfg.degraded_after_s)
 
     async def start(self) -> None:
@@ -105,6 +107,7 @@ class GpuWatch:
     def record(self, s: GpuSample, judge_access: bool = True) -> tuple[bool, str] | None:
         """Feed the watch state with `s` (the daemon's consumer alone calls it); the change of
         NVML access it shows, if any (lost, detail), for the core."""
+        self._feeding()
         self.last = s
         self.recent.append((time.time(), s))
         self._state.reconfigure(self.cfg.probe_timeout_s, self.cfg.degraded_after_s)
