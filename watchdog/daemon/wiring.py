@@ -76,13 +76,14 @@ def make_outputs(
     state: StateDir,
     token: str,
     reaper: reaping.Reaper,
-    emit: Callable[..., Any],
     spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]],
 ) -> Outputs:
     """The event log, sd_notify, the process title, hooks; goodput and the timeline
     (SPEC §13); state.json. Blocking file and /proc reads run off the loop, each bounded
-    (blocking.py says why): the state files' flush has its own worker."""
+    (blocking.py says why): the state files' flush has its own worker. The event log comes
+    first: the others may report while they are made (a state file reset)."""
     events = EventLog(cfg.job.name, state.file("events.jsonl"))
+    emit = events.emit
     health = WriteHealth(emit)  # SPEC §14: failed writes, rate-limited
     writer = StateWriter(state, token, identity.boot_id(), health)
     hooks = Hooks(cfg.hooks, reaper, emit, spawn)
