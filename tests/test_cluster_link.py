@@ -87,3 +87,46 @@ def test_start_cancelled_at_the_gate_posts_left_and_the_next_start_opens() -> No
         await link.close()
 
     asyncio.run(scenario())
+
+
+def test_a_reloaded_policy_reaches_the_coordinator_only_when_applied() -> None:
+    """A reload's restart.* is posted like the link's other inputs; the coordinator uses it
+    once the consumer applies the input, never from the reload's task (SPEC §6)."""
+
+    async def scenario() -> None:
+        posted: list[given.ClusterInput] = []
+        link = lone_link(posted)
+        reloaded = Policy(backoff_initial_s=5.0, max_restarts=3, jitter=0.0)
+        link.policy_changed(reloaded)
+        assert posted == [given.ClusterPolicyChanged(reloaded)]
+        assert link.co.policy == POLICY
+        apply_all(link, posted)
+        assert link.co.policy == reloaded
+        await link.close()
+
+    asyncio.run(scenario())
+
+
+def test_apply_runs_only_where_its_guard_allows() -> None:
+    """`apply` calls the guard it was built with before it touches the coordinator (the daemon
+    passes its consumer's, which raises outside the consumer's task)."""
+
+    class Outside(Exception):
+        pass
+
+    def guard() -> None:
+        raise Outside
+
+    async def scenario() -> None:
+        cfg = ClusterConfig(etcd=("http://127.0.0.1:9",), job_id="job", node_rank=0, nodes=1)
+        link = ClusterLink(cfg, POLICY, lambda *a, **k: None, lambda r: None, print, guard)
+        try:
+            link.apply(given.ClusterJobSpawned(1), 10.0, 1010.0)
+        except Outside:
+            pass
+        else:
+            raise AssertionError("applied outside the guard")
+        assert link.co.snapshot()["job_epoch"] is None
+        await link.close()
+
+    asyncio.run(scenario())

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+import time
 from typing import Any
 
+import pytest
 import yaml
 from support.harness import base_config
 
 from watchdog import config
 from watchdog.core.supervisor.events import (
     Action,
+    DaemonStarted,
     Event,
     OperatorCommand,
     Refuse,
     ShutdownRequested,
     Tick,
 )
+from watchdog.daemon.actions import ACTION_TYPES, ActionTable
 from watchdog.daemon.inbox import Inbox
 from watchdog.daemon.loop import Daemon
 
@@ -58,7 +62,9 @@ def test_cluster_restart_asked_while_handling_is_handled_after_it(tmp_path: path
             return actions
 
         d.core.handle = recording_handle  # type: ignore[method-assign]
-        d._execute = lambda a: order.append(f"execute {type(a).__name__}")  # type: ignore[method-assign]
+        d._actions = ActionTable(
+            dict.fromkeys(ACTION_TYPES, lambda a: order.append(f"execute {type(a).__name__}"))
+        )
         consumer = asyncio.get_running_loop().create_task(d.consumer.run())
         await d.ask(OperatorCommand("restart", 0))
         await d.ask(Tick())  # the restart it asked for was queued before this
@@ -108,26 +114,79 @@ def test_next_gives_none_at_the_deadline_when_nothing_came() -> None:
     asyncio.run(scenario())
 
 
-def test_only_the_consumer_calls_the_core() -> None:
-    """Outside the core, `.handle(` is called in daemon/consumer.py alone (and by `watchdogd
-    --check-reexec` in the new code's check process, on a fresh core of its own; the input
-    log's replay is core/supervisor/replay.py's): no producer enters the daemon's core directly."""
-    import ast
-    import pathlib
+class QuietShell:
+    """The consumer's shell side, doing nothing with the actions."""
 
-    root = pathlib.Path(__file__).resolve().parent.parent / "watchdog"
-    callers = set()
-    for path in root.rglob("*.py"):
-        if path.relative_to(root).parts[0] == "core":
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "handle"
-            ):
-                callers.add(str(path.relative_to(root)))
-    assert callers == {"daemon/consumer.py", "daemon/handover.py"}
+    def carry_out(self, event: Event, actions: list[Action]) -> None:
+        pass
+
+    def signalled(self, signum: int) -> Event | None:
+        return None
+
+    def emit(self, event: str, **fields: Any) -> dict[str, Any]:
+        return {}
+
+    def account(self) -> None:
+        pass
+
+
+def test_only_the_consumers_task_feeds_the_core(tmp_path: pathlib.Path) -> None:
+    """At run time, not by where a call is written: the core (and the run's monitor, through
+    `verdict`) is fed from the consumer's own task alone. Fed from any other task (a producer
+    calling in instead of posting, a stop task assessing the run), it raises NotTheConsumer;
+    the same input posted on the inbox is handled."""
+    from watchdog.core.supervisor.budget import Policy
+    from watchdog.daemon.consumer import Consumer, NotTheConsumer
+    from watchdog.daemon.inbox import Posted
+    from watchdog.daemon.inputlog import InputLog
+
+    async def scenario() -> None:
+        shell: Any = QuietShell()
+        consumer = Consumer(InputLog(str(tmp_path / "inputs.jsonl"), print), Policy(), shell)
+        with pytest.raises(NotTheConsumer):
+            consumer._dispatch(Tick())  # before the consumer runs: nobody may feed the core
+        task = asyncio.get_running_loop().create_task(consumer.run())
+        try:
+            assert await consumer.inbox.ask(DaemonStarted(fresh_run=False))  # posted: handled
+            with pytest.raises(NotTheConsumer):
+                consumer._dispatch(Tick())
+            with pytest.raises(NotTheConsumer):
+                consumer.verdict(time.monotonic())
+
+            async def producer() -> None:
+                consumer._take(Posted(Tick()))
+
+            with pytest.raises(NotTheConsumer):
+                await asyncio.get_running_loop().create_task(producer())
+            assert consumer.core.snapshot().spawning  # what was posted reached the core
+        finally:
+            task.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_a_reexec_state_the_core_cannot_take_raises_to_the_take_over(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The old code's state is taken in by the consumer's task like any input, yet a state the
+    core cannot take raises in the caller (the take-over then adopts the job instead), and the
+    consumer goes on with the next input."""
+    from watchdog.core.supervisor.budget import Policy
+    from watchdog.daemon.consumer import Consumer
+    from watchdog.daemon.inputlog import InputLog
+
+    async def scenario() -> None:
+        shell: Any = QuietShell()
+        consumer = Consumer(InputLog(str(tmp_path / "inputs.jsonl"), print), Policy(), shell)
+        task = asyncio.get_running_loop().create_task(consumer.run())
+        try:
+            with pytest.raises((KeyError, ValueError, TypeError)):
+                await consumer.resume({"format": "not a core's state"})
+            assert await consumer.inbox.ask(DaemonStarted(fresh_run=False))
+        finally:
+            task.cancel()
+
+    asyncio.run(scenario())
 
 
 def test_only_the_links_apply_calls_the_cluster_coordinator() -> None:
@@ -214,7 +273,7 @@ def test_only_the_consumer_feeds_the_runs_detectors_and_the_books() -> None:
     """The sampler only reads and posts (issue 23): the run's HealthMonitor and RankTracker
     and the timeline's samples are fed by daemon/consumer.py alone; goodput is charged by the
     books (books.py), which the consumer's handling of each input reaches, and lost work is
-    counted while the consumer carries out a restart_scheduled (loop.py's _execute)."""
+    counted while the consumer carries out a restart_scheduled (loop.py's _emit_action)."""
     calls = mutator_calls()
     places = {where for wheres in calls.values() for where in wheres}
     outside = {
@@ -222,8 +281,8 @@ def test_only_the_consumer_feeds_the_runs_detectors_and_the_books() -> None:
         for where in places
         if not where.startswith(("daemon/consumer.py:", "daemon/books.py:account"))
     }
-    assert outside == {"daemon/loop.py:_execute"}, calls
-    assert calls["goodput.count_lost_work"] == {"daemon/loop.py:_execute"}
+    assert outside == {"daemon/loop.py:_emit_action"}, calls
+    assert calls["goodput.count_lost_work"] == {"daemon/loop.py:_emit_action"}
     assert calls["rank_tracker.observe"] == {"daemon/consumer.py:_ranks_listed"}
     assert calls["timeline.sample"] == {"daemon/consumer.py:_sample_taken"}
     assert calls["monitor.progress_line"] == {"daemon/consumer.py:_progress_looked"}
@@ -256,7 +315,7 @@ def test_a_restore_the_core_refuses_is_logged(tmp_path: pathlib.Path) -> None:
     from watchdog.daemon.consumer import Consumer
     from watchdog.daemon.inputlog import InputLog
 
-    class Shell:
+    class Shell(QuietShell):
         def __init__(self) -> None:
             self.emitted: list[tuple[str, dict[str, Any]]] = []
 
@@ -265,9 +324,18 @@ def test_a_restore_the_core_refuses_is_logged(tmp_path: pathlib.Path) -> None:
             return fields
 
     shell = Shell()
-    consumer = Consumer(InputLog(str(tmp_path / "inputs.jsonl"), print), Policy(), shell)  # type: ignore[arg-type]
-    consumer.core.handle(DaemonStarted(), 1.0)
-    consumer.restore(Durable(fatal=True))
+
+    async def scenario() -> Consumer:
+        consumer = Consumer(InputLog(str(tmp_path / "inputs.jsonl"), print), Policy(), shell)  # type: ignore[arg-type]
+        task = asyncio.get_running_loop().create_task(consumer.run())
+        try:
+            await consumer.inbox.ask(DaemonStarted())
+            await consumer.restore(Durable(fatal=True))  # taken in by the consumer's task
+        finally:
+            task.cancel()
+        return consumer
+
+    consumer = asyncio.run(scenario())
     assert shell.emitted == [
         (
             "input_refused",

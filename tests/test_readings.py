@@ -12,9 +12,10 @@ from support.harness import base_config
 
 from watchdog import config
 from watchdog.core.health import monitor as health
-from watchdog.core.samples import ProgressReading
-from watchdog.core.supervisor.events import Action, Event
-from watchdog.daemon.inbox import ProgressLooked, RanksListed, SampleTaken, SaveSeen
+from watchdog.core.samples import GpuSample, ProgressReading
+from watchdog.core.supervisor.events import Action, Event, GpuFaultSeen, Tick
+from watchdog.daemon.actions import ACTION_TYPES, ActionTable
+from watchdog.daemon.inbox import GpuNewsPosted, ProgressLooked, RanksListed, SampleTaken, SaveSeen
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.run import JobRun
 from watchdog.progress.follower import FollowResult
@@ -38,7 +39,7 @@ def run_daemon(tmp_path: pathlib.Path, scenario: Scenario) -> list[Event]:
             return handle(event, now)
 
         d.core.handle = recording_handle  # type: ignore[method-assign]
-        d._execute = lambda a: None  # type: ignore[method-assign]
+        d._actions = ActionTable(dict.fromkeys(ACTION_TYPES, lambda a: None))
         consumer = asyncio.get_running_loop().create_task(d.consumer.run())
         try:
             await scenario(d)
@@ -52,7 +53,7 @@ def run_daemon(tmp_path: pathlib.Path, scenario: Scenario) -> list[Event]:
 def new_run(d: Daemon, pid: int) -> JobRun:
     """A run of the job with leader `pid`, made the daemon's current one."""
     run = JobRun(health.HealthMonitor(health.HealthConfig()), pid=pid)
-    d.begin_run(run)
+    d.runs.begin(run)
     return run
 
 
@@ -72,7 +73,7 @@ def test_a_sample_of_the_current_run_feeds_its_monitor_then_the_core(
     async def scenario(d: Daemon) -> None:
         run = new_run(d, 4242)
         runs.append(run)
-        taken = SampleTaken(run, 4242, None, {}, None, step_read(7))
+        taken = SampleTaken(run, 4242, None, step_read(7))
         await d.consumer.inbox.ask(taken)
 
     handled = run_daemon(tmp_path, scenario)
@@ -91,7 +92,7 @@ def test_a_late_sample_of_a_replaced_run_is_dropped(tmp_path: pathlib.Path) -> N
     async def scenario(d: Daemon) -> None:
         old = new_run(d, 4242)
         runs.extend([old, new_run(d, 4343)])
-        await d.consumer.inbox.ask(SampleTaken(old, 4242, None, {}, None, step_read(7)))
+        await d.consumer.inbox.ask(SampleTaken(old, 4242, None, step_read(7)))
         await d.consumer.inbox.ask(SaveSeen(old, time.monotonic()))
 
     assert run_daemon(tmp_path, scenario) == []
@@ -115,3 +116,78 @@ def test_a_vanished_rank_is_told_to_the_core_unless_its_run_ended(tmp_path: path
     assert [(type(e).__name__, getattr(e, "rank_pid", None)) for e in handled] == [
         ("RankExited", 5002)
     ]
+
+
+def test_a_gpu_sample_feeds_the_gpu_watch_in_the_consumer_access_first(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A GPU sample is only read where it is taken (GpuWatch.sample hands it on, posted): the
+    GPU watch state is fed when the consumer takes it in, and a loss of NVML access it shows
+    reaches the core (GpuAccessChanged) before the verdict on that same sample
+    (HealthAssessed), as SPEC §13's park needs."""
+    lost = "NVML: insufficient permissions"
+    seen: list[object] = []
+
+    async def scenario(d: Daemon) -> None:
+        run = new_run(d, 4242)
+        sample = GpuSample(available=True, access_lost=lost)
+        taken = SampleTaken(run, 4242, sample, None)
+        GpuNewsPosted(d.consumer.inbox).sampled(sample, True)  # as GpuWatch.sample() reports it
+        seen.append(d.gpus.last)  # read and posted, not yet recorded
+        await d.consumer.inbox.ask(taken)
+        seen.extend([d.gpus.last is sample, d.gpus.access_lost])
+
+    handled = run_daemon(tmp_path, scenario)
+    assert seen == [None, True, lost]
+    assert [type(e).__name__ for e in handled] == ["GpuAccessChanged", "HealthAssessed"]
+    assert getattr(handled[0], "lost", None) is True
+
+
+def test_a_repeated_gpu_fault_is_rate_limited_in_the_consumer(tmp_path: pathlib.Path) -> None:
+    """An NVML event's fault is posted as it was read (FaultRead); the consumer hands it to the
+    fault watch, whose Xid rate limiter it alone feeds: the first goes to the core in full,
+    the same (GPU, Xid) again within the window as `quiet` (SPEC §13)."""
+    fault = {"gpu": 0, "xid": 79, "action": "reboot_host", "message": "fell off the bus"}
+
+    async def scenario(d: Daemon) -> None:
+        new_run(d, 4242)
+        news = GpuNewsPosted(d.consumer.inbox)
+        news.fault(dict(fault))
+        news.fault(dict(fault))
+        assert d.faults.counts() == []  # read and posted, not yet taken in
+        await d.consumer.inbox.ask(Tick())  # both taken in: their GpuFaultSeen are queued
+        await d.consumer.inbox.ask(Tick())  # and handled
+        assert d.faults.counts()[0]["count"] == 2
+
+    handled = run_daemon(tmp_path, scenario)
+    faults = [e for e in handled if isinstance(e, GpuFaultSeen)]
+    assert [(f.action, f.quiet) for f in faults] == [("reboot_host", False), ("reboot_host", True)]
+
+
+def test_the_gpu_watchers_pure_state_is_fed_only_from_the_consumers_task(
+    tmp_path: pathlib.Path,
+) -> None:
+    """At run time: the GPU watch state and the Xid rate limiter refuse to be fed from any task
+    but the consumer's (NotTheConsumer), while the health gate's faults, which skip the
+    limiter, are still counted from a start's task."""
+    from watchdog.daemon.consumer import NotTheConsumer
+
+    refused: list[str] = []
+
+    async def scenario(d: Daemon) -> None:
+        fault = {"gpu": 0, "xid": 79, "action": "reboot_host"}
+        feeders: dict[str, Callable[[], object]] = {
+            "record": lambda: d.gpus.record(GpuSample(available=True)),
+            "seen": lambda: d.faults.seen(dict(fault)),
+            "summarise": d.faults.summarise,
+        }
+        for name, feed in feeders.items():
+            try:
+                feed()
+            except NotTheConsumer:
+                refused.append(name)
+        d.faults.seen(dict(fault), gate=True)  # the gate's: no limiter, no guard
+        await d.consumer.inbox.ask(Tick())
+
+    run_daemon(tmp_path, scenario)
+    assert refused == ["record", "seen", "summarise"]

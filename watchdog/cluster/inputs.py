@@ -14,6 +14,7 @@ import asyncio
 from dataclasses import dataclass
 
 from watchdog.core.supervisor import cluster as core
+from watchdog.core.supervisor.budget import Policy
 
 
 class ClusterInput:
@@ -79,3 +80,10 @@ class ClusterJobStopping(ClusterInput):
 @dataclass(frozen=True, slots=True)
 class ClusterOperatorRestart(ClusterInput):
     """An operator asked for a restart: every node restarts."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterPolicyChanged(ClusterInput):
+    """A reload's restart.* (SPEC §6): the next proposal uses it."""
+
+    policy: Policy

@@ -74,6 +74,7 @@ class ClusterLink:
         emit: Callable[..., Any],
         restart_local: Callable[[str], object],
         post: Callable[[given.ClusterInput | NodesAwaited], object],
+        feeding: Callable[[], None] = lambda: None,
     ) -> None:
         self.cfg = cfg
         self.prefix = f"{KEY_ROOT}/{cfg.job_id}/"
@@ -84,6 +85,7 @@ class ClusterLink:
         self._emit = emit
         self._restart_local = restart_local
         self._post = post  # onto the daemon's queue: its consumer hands it back to apply()
+        self._feeding = feeding  # raises unless called from the daemon's consumer task
         self._lease = 0
         self._member = core.Member(cfg.node_rank, host=socket.gethostname(), pid=os.getpid())
         self._read_wanted = asyncio.Event()
@@ -177,7 +179,8 @@ class ClusterLink:
     def apply(self, event: given.ClusterInput, now: float, wall_now: float) -> None:
         """Hand one input to the coordinator and carry out its actions. Called by the daemon's
         consumer (and its hooks, which run inside it) only: nothing else enters the
-        coordinator (tests/test_inbox.py)."""
+        coordinator (tests/test_inbox.py), and `feeding` checks it when it runs."""
+        self._feeding()
         if isinstance(event, given.ClusterGateReached):
             self._gate = event.opened  # before gate_reached: it may open the gate at once
         elif isinstance(event, given.ClusterGateLeft):
@@ -209,7 +212,14 @@ class ClusterLink:
                 return co.job_stopping(reason, restart, now, wall_now)
             case given.ClusterOperatorRestart():
                 return co.operator_restart(now, wall_now)
+            case given.ClusterPolicyChanged(policy=policy):
+                co.policy = policy
+                return []
         raise TypeError(f"not a cluster input: {event!r}")
+
+    def policy_changed(self, policy: Policy) -> None:
+        """A reload's restart.*: posted, so the coordinator takes it in the consumer's order."""
+        self._post(given.ClusterPolicyChanged(policy))
 
     def decorate(self, st: dict[str, Any]) -> None:
         """Add the `cluster` object to a status (SPEC §12); the state `waiting_nodes` is the

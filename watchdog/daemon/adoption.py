@@ -13,52 +13,88 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog import __version__, blocking
-from watchdog.core.health import monitor as health
 from watchdog.core.supervisor import adoption as plan
 from watchdog.core.supervisor.budget import Durable
 from watchdog.core.supervisor.events import DaemonStarted, JobAdopted, Tick
 from watchdog.core.views import status
-from watchdog.daemon import handover, params
+from watchdog.daemon import handover
+from watchdog.daemon.inbox import GpuAccessCarried
 from watchdog.daemon.run import JobRun
 from watchdog.process import identity, tree
 from watchdog.progress import joblog
 from watchdog.state.writers import restore_durable
 
 if TYPE_CHECKING:
-    from watchdog.daemon.parts import Parts
+    from watchdog import config
+    from watchdog.cluster.link import ClusterLink
+    from watchdog.core.supervisor.machine import Supervisor
+    from watchdog.daemon.consumer import Consumer
+    from watchdog.daemon.inbox import Inbox
+    from watchdog.daemon.jobtree import JobTree
+    from watchdog.daemon.run import Runs
+    from watchdog.daemon.sampling import Sampler
+    from watchdog.daemon.wiring import Lifetime, Outputs
+
+
+class Adopter(Protocol):
+    """What taking in a job we did not spawn uses (reexec.py's resume too): the state folder
+    and a reexec's handover (life), the job's tree, the runs, the consumer (a restored budget,
+    a fresh core), and the outputs that announce it."""
+
+    life: Lifetime
+    tree: JobTree
+    runs: Runs
+    consumer: Consumer
+    sampler: Sampler
+    cluster: ClusterLink | None
+    out: Outputs
+
+    @property
+    def cfg(self) -> config.Config: ...
+
+    @property
+    def core(self) -> Supervisor: ...
+
+    def emit(self, event: str, **fields: Any) -> dict[str, Any]: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    @property
+    def inbox(self) -> Inbox: ...
+
 
 STARTUP_SCAN_TIMEOUT_S = 30.0  # the startup search for a previous daemon's job tree
 LOG_FIND_TIMEOUT_S = 10.0  # reopening an adopted job's stdout (its log may sit on a hung mount)
 
 
-async def previous_job(d: Parts) -> int | None:
+async def previous_job(d: Adopter) -> int | None:
     """The previous daemon's job: its leader when it is adopted, else None (its tree, if any,
     is ended first). Its restart budget is restored either way.
 
     SPEC §13: after an operator's stop, or while a GPU is parked, a job that survived is never
     adopted (it is ended, nothing started); after an operator's pause a provable job is adopted
     even with job.on_daemon_restart: restart (ending and restarting it would act on it)."""
-    previous, resets = d.state.load_job_checked()
+    previous, resets = d.life.state.load_job_checked()
     for r in resets:  # SPEC §14: never silent; the previous generation (or nothing) is used
         d.emit("state_reset", file=r.file, error=r.error, fallback=r.fallback)
     durable = _durable(d, previous)
     leader = await adopt_or_end(d, previous, _found(d, previous, durable))
     if durable is not None:
-        d.consumer.restore(durable)
+        await d.consumer.restore(durable)
     return leader
 
 
 def _found(
-    d: Parts, previous: dict[str, Any], durable: Durable | None, reexec_fallback: bool = False
+    d: Adopter, previous: dict[str, Any], durable: Durable | None, reexec_fallback: bool = False
 ) -> plan.Found:
     recorded = bool(previous.get("job_pid"))
     return plan.Found(recorded, d.cfg.job.on_daemon_restart, durable, reexec_fallback)
 
 
-async def adopt_or_end(d: Parts, previous: dict[str, Any], found: plan.Found) -> int | None:
+async def adopt_or_end(d: Adopter, previous: dict[str, Any], found: plan.Found) -> int | None:
     """The plan's first steps: the previous job's leader, proven ours, to adopt; or None,
     once what is left of the previous tree is ended."""
     leader = None
@@ -69,13 +105,13 @@ async def adopt_or_end(d: Parts, previous: dict[str, Any], found: plan.Found) ->
     return leader
 
 
-async def provable_leader(d: Parts, previous: dict[str, Any]) -> int | None:
+async def provable_leader(d: Adopter, previous: dict[str, Any]) -> int | None:
     """The previous job's leader when it is provably ours (identity.py), else None."""
     pid, started = previous.get("job_pid"), previous.get("job_started_at")
     ticks, boot = previous.get("job_start_ticks"), previous.get("boot_id")
     try:
-        return await d.log_io.call(
-            lambda: identity.provable_leader(d.token, pid, started, ticks, boot),
+        return await d.runs.log_io.call(
+            lambda: identity.provable_leader(d.tree.token, pid, started, ticks, boot),
             STARTUP_SCAN_TIMEOUT_S,
             what="the proof that the previous job is ours",
         )
@@ -84,16 +120,16 @@ async def provable_leader(d: Parts, previous: dict[str, Any]) -> int | None:
         return None
 
 
-async def attach(d: Parts, pid: int) -> bool:
+async def attach(d: Adopter, pid: int) -> bool:
     """Watch the adopted job as if we had spawned it: its pidfd (exit status from waitpid
     when it is our child, `exit status unknown` when it is not), fresh detectors, the log
     followed from its end (sample_once opens it). False when it is already gone."""
     try:
-        exit_status = d.watch_job(pid, None)
+        exit_status = d.tree.watch(pid)
     except OSError:
         return False
     tree.mark_adopted()
-    monitor = health.HealthMonitor(params.health_of(d.cfg), d.books.stall)
+    monitor = d.runs.monitor(d.cfg)
     # its command: the best we know is the config it was adopted under
     run = JobRun(
         monitor,
@@ -102,14 +138,14 @@ async def attach(d: Parts, pid: int) -> bool:
         polled_at=time.monotonic(),
         command=tuple(d.cfg.job.command),
     )
-    d.begin_run(run)
-    d.save_state(pid)
+    d.runs.begin(run)
+    d.runs.save(pid)
     await find_log(d, run, pid)
-    await d.ask(JobAdopted(pid))
+    await d.inbox.ask(JobAdopted(pid))
     return True
 
 
-async def find_log(d: Parts, run: JobRun, pid: int) -> None:
+async def find_log(d: Adopter, run: JobRun, pid: int) -> None:
     """The file an adopted job writes (its stdout, docs/logrotate.md): nothing from the daemon
     before survived, and the path may name a newer file since a rotation. Off the loop and
     bounded; not found, readers use the path as before."""
@@ -117,7 +153,7 @@ async def find_log(d: Parts, run: JobRun, pid: int) -> None:
         return
     path = d.cfg.job.log_file
     try:
-        log = await d.log_io.call(
+        log = await d.runs.log_io.call(
             lambda: joblog.of_process(pid, path),
             LOG_FIND_TIMEOUT_S,
             what=f"finding {path} of pid {pid}",
@@ -128,18 +164,18 @@ async def find_log(d: Parts, run: JobRun, pid: int) -> None:
     run.use_log(log)
 
 
-async def end_previous_tree(d: Parts) -> None:
+async def end_previous_tree(d: Adopter) -> None:
     """A previous daemon was killed while its job ran: end that tree before anything starts,
     so two jobs never run at once (verified by pid + start time and our marker, never by
     name). The scan reads /proc/*/environ, which can block: off the loop, and while it does
     not answer nothing starts (fail closed: an unknown tree is not an empty one)."""
-    data = d.state.load_job()
+    data = d.life.state.load_job()
     pid, started = data.get("job_pid"), data.get("job_started_at")
     ticks, boot = data.get("job_start_ticks"), data.get("boot_id")
     while True:
         try:
-            n = await d.log_io.call(
-                lambda: tree.kill_stale_tree(d.token, pid, started, ticks, boot),
+            n = await d.runs.log_io.call(
+                lambda: tree.kill_stale_tree(d.tree.token, pid, started, ticks, boot),
                 STARTUP_SCAN_TIMEOUT_S,
                 what="the startup scan for a previous job tree",
             )
@@ -150,88 +186,92 @@ async def end_previous_tree(d: Parts) -> None:
     if n:
         d.emit("stale_tree_killed", count=n, pid=pid)
         deadline = time.monotonic() + 10
-        while await tree.find_tree_async(None, d.token) != [] and (time.monotonic() < deadline):
+        while await tree.find_tree_async(None, d.tree.token) != [] and (
+            time.monotonic() < deadline
+        ):
             await asyncio.sleep(0.02)
 
 
-def restore_budget(d: Parts, previous: dict[str, Any]) -> None:
+async def restore_budget(d: Adopter, previous: dict[str, Any]) -> None:
     """The previous daemon's restart budget (issue 15 item 5): fatal stays fatal, a backoff
     is waited out. A record that cannot be trusted is reported and the budget starts afresh."""
     durable = _durable(d, previous)
     if durable is not None:
-        d.consumer.restore(durable)
+        await d.consumer.restore(durable)
 
 
-def _durable(d: Parts, previous: dict[str, Any]) -> Durable | None:
+def _durable(d: Adopter, previous: dict[str, Any]) -> Durable | None:
     """The Supervisor part of the previous state file; None when there is none or it cannot be
     trusted (reported as state_reset: the budget starts afresh)."""
     try:
         return restore_durable(previous)
     except ValueError as e:
-        d.emit("state_reset", file=d.state.file("state.json"), error=str(e), fallback="nothing")
+        d.emit(
+            "state_reset", file=d.life.state.file("state.json"), error=str(e), fallback="nothing"
+        )
         return None
 
 
-async def take_over(d: Parts, h: dict[str, Any]) -> tuple[bool, int | None]:
+async def take_over(d: Adopter, h: dict[str, Any]) -> tuple[bool, int | None]:
     """The new code's side of `reexec`: (True, None) when the state was taken over, else
     (False, the job's leader to adopt instead, if it can be proven ours: the fallback)."""
     try:
-        handover.resume(d, h)
+        await handover.resume(d, h)
     except (ValueError, KeyError, TypeError, OSError) as e:
         why = f"{type(e).__name__}: {e}"
         handover.close_carried(h)
         d.consumer.new_core()
         # the carried follower's fd is closed already: the fresh run must not close it again
-        d.begin_run(
-            JobRun(health.HealthMonitor(params.health_of(d.cfg), d.books.stall)),
+        d.runs.begin(
+            JobRun(d.runs.monitor(d.cfg)),
             close_follower=False,
         )
         d.emit("reexec_resume_failed", error=why, old_version=h.get("old_version"))
-        previous = d.state.load_job()
+        previous = d.life.state.load_job()
         leader = await adopt_or_end(d, previous, _found(d, previous, None, reexec_fallback=True))
-        restore_budget(d, previous)
+        await restore_budget(d, previous)
         d.emit("daemon_started", version=__version__, daemon_pid=os.getpid())
         msg = f"the new code could not take the state over ({why}); it adopted the job"
         handover.reply(h, False, {"status": d.status()}, msg)
         return False, leader
     if (pid := d.core.snapshot().pid) is not None:
-        await find_log(d, d.job, pid)  # an older code carried none: the job's stdout
+        await find_log(d, d.runs.current, pid)  # an older code carried none: the job's stdout
     old = h.get("old_version")
     d.emit("daemon_reexecuted", old_version=old, new_version=__version__, daemon_pid=os.getpid())
-    await d.ask(Tick())  # arms the backoff or startup deadline it carried
+    await d.inbox.ask(Tick())  # arms the backoff or startup deadline it carried
     summary = f"{d.cfg.job.name}: watchdogd {old} -> {__version__} in place (pid {os.getpid()})"
     result = {"summary": summary, "old_version": old, "new_version": __version__}
     handover.reply(h, True, {**result, "status": d.status()})
     return True, None
 
 
-async def previous_state(d: Parts) -> tuple[bool, int | None]:
+async def previous_state(d: Adopter) -> tuple[bool, int | None]:
     """What the last code or daemon left, taken in before anything is served: a reexec's
     state (True when taken over), else the previous daemon's budget and its job's leader."""
-    if d.handover is None:
+    if d.life.handover is None:
         return False, await previous_job(d)
-    return await take_over(d, d.handover)
+    return await take_over(d, d.life.handover)
 
 
-async def take_the_job(d: Parts, leader: int | None, taken_over: bool) -> None:
+async def take_the_job(d: Adopter, leader: int | None, taken_over: bool) -> None:
     """The reexec's state taken over, the previous job adopted, or the job started."""
-    if d.handover is not None:
-        d.handover = None  # served from here on: the carried listener is the control socket's
+    if d.life.handover is not None:
+        d.life.handover = None  # served from here on: the carried listener is the control socket's
         # SPEC §13: a fresh NVML session cannot tell lost access from no access; the core
         # carried it, so only a reading that comes through tells it access is back.
-        d.gpus.access_lost = d.core.access_lost
+        d.inbox.post(GpuAccessCarried())
     else:
         version, daemon_pid = __version__, os.getpid()
         d.emit("daemon_started", version=version, daemon_pid=daemon_pid, config=d.cfg.source)
-    d.notifier.ready(status.status_line(d.status()))
+    d.out.notifier.ready(status.status_line(d.status()))
     attached = not taken_over and leader is not None and await attach(d, leader)
     for step in () if taken_over else plan.after_attach(leader is not None, attached):
         if step is plan.Step.END_LEFTOVERS:  # it died between the proof and the pidfd
             await end_previous_tree(d)
         elif step is plan.Step.START:
-            await d.ask(DaemonStarted(fresh_run=d.ending.enabled))
+            await d.inbox.ask(DaemonStarted(fresh_run=d.life.ending.enabled))
             # SPEC §13: a park for lost access outlived the last daemon; as after a reexec,
             # only a reading that comes through tells the core access is back
-            d.gpus.access_lost = d.core.access_lost
+            d.inbox.post(GpuAccessCarried())
     if d.cluster is not None and (pid := d.core.snapshot().pid) is not None:
         d.cluster.adopted(pid)  # a job we did not spawn: which epoch does it run?

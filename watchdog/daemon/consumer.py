@@ -23,12 +23,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from watchdog.cluster.inputs import ClusterInput
 from watchdog.core.health import monitor as health
 from watchdog.core.progress.stall_window import Phase
+from watchdog.core.samples import GpuSample
 from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.events import (
     Action,
     Answer,
     Emit,
     Event,
+    GpuAccessChanged,
     HandoverResumed,
     HealthAssessed,
     ProgressMarked,
@@ -38,7 +40,12 @@ from watchdog.core.supervisor.events import (
 )
 from watchdog.core.supervisor.machine import Supervisor
 from watchdog.daemon.inbox import (
+    FaultRead,
+    FaultSummaryDue,
+    GpuAccessCarried,
+    GpuSampled,
     Inbox,
+    MonitorReconfigured,
     Posted,
     ProgressLooked,
     RanksListed,
@@ -52,6 +59,8 @@ if TYPE_CHECKING:
     from watchdog import config
     from watchdog.daemon.books import Books
     from watchdog.daemon.run import JobRun
+    from watchdog.gpu.faults import FaultWatch
+    from watchdog.gpu.watch import GpuWatch
 
 
 def _phase(phase: str | None) -> Phase | None:
@@ -62,8 +71,21 @@ def _phase(phase: str | None) -> Phase | None:
 class Shell(Protocol):
     """What the consumer needs of the daemon around it."""
 
-    cfg: config.Config
-    books: Books
+    @property
+    def cfg(self) -> config.Config:
+        """The config now (a reload replaces it)."""
+
+    @property
+    def books(self) -> Books:
+        """Goodput and the timeline (books.py): the readings count there too."""
+
+    @property
+    def faults(self) -> FaultWatch:
+        """The fault watch: its Xid rate limiter is fed here."""
+
+    @property
+    def gpus(self) -> GpuWatch:
+        """The GPU watch: its state is fed here, from what the sampler read."""
 
     @property
     def job(self) -> JobRun:
@@ -110,6 +132,10 @@ class AnswerBook:
                 waiting.set_result(a)
 
 
+class NotTheConsumer(RuntimeError):
+    """The core, or a run's monitor, was about to be fed from a task other than the consumer's."""
+
+
 class Consumer:
     def __init__(self, inputs: InputLog, made: Policy, shell: Shell) -> None:
         self.inbox = Inbox()
@@ -119,6 +145,7 @@ class Consumer:
         self.core = self.new_core()
         self._changed = asyncio.Event()  # set after each input: commands wait on it
         self.answers = AnswerBook()  # the core's answers to commands that wait on them
+        self._task: asyncio.Task[Any] | None = None  # run()'s: the one task that feeds the core
 
     def new_core(self) -> Supervisor:
         """A fresh core with the daemon's policy (also after a failed reexec take-over); its
@@ -127,21 +154,24 @@ class Consumer:
         self.core = self.inputs.supervisor(self._made, seed, time.monotonic())
         return self.core
 
-    def restore(self, durable: Durable) -> None:
-        """The previous daemon's restart budget (state.json), recorded as an input."""
-        now = time.monotonic()
-        event = StateRestored(durable)
-        self.inputs.before(now)
-        self.inputs.event(event, now)
-        self._refused(self.core.handle(event, now))
+    async def restore(self, durable: Durable) -> None:
+        """The previous daemon's restart budget (state.json), taken in by the consumer's task
+        and recorded as an input."""
+        await self.inbox.ask(StateRestored(durable))
 
-    def resume(self, carried: dict[str, Any]) -> None:
-        """The old code's core after a reexec, recorded as an input."""
+    async def resume(self, carried: dict[str, Any]) -> None:
+        """The old code's core after a reexec, taken in by the consumer's task and recorded as
+        an input. A state the core cannot take raises here, for the caller's fallback."""
+        await self.inbox.ask(HandoverResumed(carried))
+
+    def _taken_in(self, event: StateRestored | HandoverResumed) -> list[Action]:
+        """What a previous daemon or code left: logged first, then handled; nothing to carry
+        out (what it leaves is the core's state)."""
         now = time.monotonic()
-        event = HandoverResumed(carried)
         self.inputs.before(now)
         self.inputs.event(event, now)
         self._refused(self.core.handle(event, now))
+        return []
 
     def _refused(self, actions: list[Action]) -> None:
         """Nothing of a restore's or a resume's answer is carried out, but a refusal by the
@@ -150,6 +180,14 @@ class Consumer:
             if isinstance(action, Emit) and action.event == "input_refused":
                 self._shell.emit(action.event, **action.fields)
 
+    def feeding(self) -> None:
+        """The inbox's promise, kept at run time: the core and the current run's monitor are
+        fed from the consumer's task alone, one input at a time (inbox.py). The other pure
+        objects' feeders (the GPU watch, the fault watch's rate limiter, the cluster link)
+        call it too."""
+        if self._task is None or asyncio.current_task() is not self._task:
+            raise NotTheConsumer("only the consumer's task feeds the core (daemon/inbox.py)")
+
     async def wait_changed(self, timeout_s: float) -> None:
         """Until the next input is handled, or `timeout_s`."""
         with contextlib.suppress(TimeoutError):
@@ -157,21 +195,28 @@ class Consumer:
 
     async def run(self) -> None:
         """Each input in order, or Tick at the core's next deadline; for ever."""
+        self._task = asyncio.current_task()
         while True:
             posted = await self.inbox.next(self._timeout_s()) or Posted(Tick())
             try:
                 actions = self._take(posted)
             except Exception as e:
-                # A watchdog bug must never kill a healthy job, nor stop the consumer.
-                where = "sample" if isinstance(posted.input, SampleTaken) else "dispatch"
-                error = f"{type(e).__name__}: {e}"
-                self._shell.emit("internal_error_caught", where=where, error=error)
-                actions = []
+                actions = self._failed(posted, e)
             if posted.answer is not None and not posted.answer.done():
                 posted.answer.set_result(actions)
             self.inputs.kick()
             if self.inbox.waiting():
                 await asyncio.sleep(0)  # a burst (an Xid storm) never holds the loop in one step
+
+    def _failed(self, posted: Posted, e: Exception) -> list[Action]:
+        """A watchdog bug must never kill a healthy job, nor stop the consumer: reported. A
+        reexec's state the core cannot take goes back to the take-over, which adopts instead."""
+        if isinstance(posted.input, HandoverResumed) and posted.answer is not None:
+            posted.answer.set_exception(e)
+            return []
+        where = "sample" if isinstance(posted.input, SampleTaken) else "dispatch"
+        self._shell.emit("internal_error_caught", where=where, error=f"{type(e).__name__}: {e}")
+        return []
 
     def _timeout_s(self) -> float | None:
         """Until the core's next deadline; a core that cannot say is reported, not fatal."""
@@ -183,7 +228,20 @@ class Consumer:
         return None if deadline is None else deadline - time.monotonic()
 
     def _take(self, posted: Posted) -> list[Action]:
+        self.feeding()
         event = posted.input
+        if isinstance(event, StateRestored | HandoverResumed):
+            return self._taken_in(event)
+        if isinstance(event, GpuSampled):
+            return self._gpu_sampled(event.sample, event.judge_access)
+        if isinstance(event, FaultRead | FaultSummaryDue):
+            return self._fault_taken(event)
+        if isinstance(event, GpuAccessCarried):
+            self._shell.gpus.access_lost = self.core.access_lost  # SPEC §13
+            return []
+        if isinstance(event, MonitorReconfigured):
+            self._shell.job.monitor.reconfigure(event.health)  # SPEC §6: a reload
+            return []
         if isinstance(event, ClusterInput):
             self._shell.cluster_input(event)  # the cluster's coordinator, fed in the same order
             return []
@@ -209,23 +267,42 @@ class Consumer:
         return self._shell.job.monitor.next_due(now)
 
     def verdict(self, now: float) -> health.Verdict:
-        """The current run's verdict now (an incident's verdict.json)."""
+        """The current run's verdict now (an incident's verdict.json): in the consumer's task,
+        as it carries out the stop (assessing updates the monitor)."""
+        self.feeding()
         return self._shell.job.monitor.assess(now)
 
     # ------------------------------------------------------------ the sampler's readings
 
+    def _gpu_sampled(self, sample: GpuSample, judge_access: bool) -> list[Action]:
+        """The GPU watch state fed with `sample` (here alone); a change of NVML access it
+        shows goes to the core at once, before any verdict on the same sample (SPEC §13)."""
+        access = self._shell.gpus.record(sample, judge_access)
+        return [] if access is None else self._dispatch(GpuAccessChanged(*access))
+
+    def _fault_taken(self, event: FaultRead | FaultSummaryDue) -> list[Action]:
+        """The fault watch's rate limiter fed here alone; what it lets through is posted for
+        the core (GpuFaultSeen, after this input)."""
+        if isinstance(event, FaultRead):
+            self._shell.faults.seen(event.fields)
+        else:
+            self._shell.faults.summarise()
+        return []
+
     def _sample_taken(self, taken: SampleTaken) -> list[Action]:
-        """One tick's readings into the run's monitor and the books; the verdict to the core."""
+        """One tick's readings into the run's monitor and the books (its GPU sample fed the
+        GPU watch just before: GpuSampled, posted as it was read); the verdict to the core."""
+        gpus, sample = self._shell.gpus, taken.gpu_sample
         run = taken.run
         if run is not self._shell.job:
             return []  # a late reading of a run that has been replaced since
         if taken.progress is not None:
             self._progress_looked(run, taken.progress)
         monitor = run.monitor
-        if taken.gpu_sample is not None:
-            monitor.gpu_sample(taken.gpu_sample)
-        monitor.gpu_degraded(taken.degraded)  # SPEC §13: a new run's monitor learns too
-        monitor.gpu_access_lost(taken.access_lost)
+        if sample is not None:
+            monitor.gpu_sample(sample)
+        monitor.gpu_degraded(gpus.degraded_now())  # SPEC §13: a new run's monitor learns too
+        monitor.gpu_access_lost(gpus.access_lost)
         idle_below_mib = self._shell.cfg.gpus.idle_below_mib
         progress = monitor.last_progress
         books = self._shell.books
@@ -272,6 +349,7 @@ class Consumer:
 
     def _dispatch(self, event: Event) -> list[Action]:
         """The only door into the core."""
+        self.feeding()
         now = time.monotonic()
         self.inputs.before(now)  # a head record first when the log must start a new stretch
         try:

@@ -17,19 +17,47 @@ import json
 import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog import blocking
 from watchdog.core.health import causes
 from watchdog.core.supervisor.events import ChildExited
-from watchdog.daemon import sampling
 from watchdog.outputs import incident
 from watchdog.process import oomrecord, reaping, tree
 from watchdog.progress.logfile import tail_lines, tail_of_job
 
 if TYPE_CHECKING:
-    from watchdog.daemon.parts import Parts
-    from watchdog.daemon.run import JobRun
+    from watchdog import config
+    from watchdog.core.supervisor.machine import Supervisor
+    from watchdog.daemon.inbox import Inbox
+    from watchdog.daemon.jobtree import JobTree
+    from watchdog.daemon.run import JobRun, Runs
+    from watchdog.daemon.sampling import Sampler
+    from watchdog.daemon.tasks import Tasks
+    from watchdog.gpu.watch import GpuWatch
+
+
+class Reporter(Protocol):
+    """What the report of an exit uses: the run that ended, the files it wrote, the tree that
+    is left, the GPU samples, and the inbox its ChildExited goes to."""
+
+    runs: Runs
+    tree: JobTree
+    gpus: GpuWatch
+    sampler: Sampler
+    tasks: Tasks
+
+    @property
+    def cfg(self) -> config.Config: ...
+
+    @property
+    def core(self) -> Supervisor: ...
+
+    @property
+    def inbox(self) -> Inbox: ...
+
+    def emit(self, event: str, **fields: Any) -> dict[str, Any]: ...
+
 
 GATHER_TIMEOUT_S = 3.0
 _IO = blocking.BoundedWorker("exit-cause")  # its own thread: a stuck read holds only this one
@@ -47,23 +75,23 @@ async def read_baseline(run: JobRun, pid: int) -> None:
         run.oom_baseline(oomrecord.OomReading(None, None, why=f"cgroup read hung: {e}"))
 
 
-def on_exit(d: Parts, fut: asyncio.Future[reaping.ExitStatus]) -> None:
+def on_exit(d: Reporter, fut: asyncio.Future[reaping.ExitStatus]) -> None:
     """The leader was reaped: the current run's exit is classified first; any other (a run
     already replaced) goes to the core as it is."""
     st = fut.result()
-    if d.job.exit_status is not fut:
-        d.post(ChildExited(st.pid, st.exit_code, st.signal))
+    if d.runs.current.exit_status is not fut:
+        d.inbox.post(ChildExited(st.pid, st.exit_code, st.signal))
         return
-    d.spawn_task(report(d, d.job, st))
+    d.tasks.spawn(report(d, d.runs.current, st))
 
 
-async def report(d: Parts, run: JobRun, st: reaping.ExitStatus) -> None:
+async def report(d: Reporter, run: JobRun, st: reaping.ExitStatus) -> None:
     """Classify the exit of `run`'s leader, save its bundle, then post ChildExited."""
     plain = ChildExited(st.pid, st.exit_code, st.signal)
     # the core ordered this run's stop (KillTree), or no longer watches this pid
     ours = run.stop_ordered or d.core.snapshot().pid != st.pid
     if ours or (st.signal is None and st.exit_code in d.cfg.job.success_exit_codes):
-        d.post(plain)  # our stop, a success, or a run the core no longer watches
+        d.inbox.post(plain)  # our stop, a success, or a run the core no longer watches
         return
     try:
         found, after = await _gather(d, run)
@@ -81,14 +109,14 @@ async def report(d: Parts, run: JobRun, st: reaping.ExitStatus) -> None:
         path = await _bundle(d, run, cause, facts, oomrecord.describe(run.oom_before, after))
     except Exception as e:  # the cause is a bonus: the exit must reach the core
         d.emit("internal_error_caught", error=f"exit cause: {type(e).__name__}: {e}")
-        d.post(plain)
+        d.inbox.post(plain)
         return
     name, klass, line = cause.cause, cause.cause_class, cause.cause_line
-    d.post(ChildExited(st.pid, st.exit_code, st.signal, name, klass, line, path))
+    d.inbox.post(ChildExited(st.pid, st.exit_code, st.signal, name, klass, line, path))
 
 
-async def _gather(d: Parts, run: JobRun) -> tuple[list[str], oomrecord.OomReading]:
-    log, progress = d.cfg.job.log_file, sampling.progress_file_now(d)
+async def _gather(d: Reporter, run: JobRun) -> tuple[list[str], oomrecord.OomReading]:
+    log, progress = d.cfg.job.log_file, d.sampler.progress_file_now()
     cgroup = run.oom_before.cgroup if run.oom_before is not None else None
 
     def work() -> tuple[list[str], oomrecord.OomReading]:
@@ -111,7 +139,7 @@ async def _gather(d: Parts, run: JobRun) -> tuple[list[str], oomrecord.OomReadin
         return [], oomrecord.OomReading(None, None, why=f"unreadable: {e}")
 
 
-async def _write_cause(d: Parts, path: str, record: Mapping[str, object]) -> None:
+async def _write_cause(d: Reporter, path: str, record: Mapping[str, object]) -> None:
     text = json.dumps(record, indent=2, default=str, ensure_ascii=False) + "\n"
 
     def write() -> None:
@@ -125,11 +153,11 @@ async def _write_cause(d: Parts, path: str, record: Mapping[str, object]) -> Non
 
 
 async def _bundle(
-    d: Parts, run: JobRun, cause: causes.Cause, facts: causes.ExitFacts, oom: dict[str, object]
+    d: Reporter, run: JobRun, cause: causes.Cause, facts: causes.ExitFacts, oom: dict[str, object]
 ) -> str | None:
     """SPEC §14: every failed run leaves a bundle: its log tail, cause.json, and what is left
     of its tree (the leader is gone; its descendants, if any, are listed)."""
-    left = await tree.find_tree_async(None, d.token, timeout_s=1.0) or []
+    left = await tree.find_tree_async(None, d.tree.token, timeout_s=1.0) or []
     record = {
         **cause.fields(),
         "exception": cause.exception,
@@ -147,7 +175,7 @@ async def _bundle(
             verdict={"reason": "exited", **record},
             log_path=d.cfg.job.log_file,
             job_log=run.log,  # the file the job writes, whatever its name (docs/logrotate.md)
-            progress_path=sampling.progress_file_now(d),
+            progress_path=d.sampler.progress_file_now(),
             gpu_samples=d.gpus.recent_as_dicts(),
             pids=[p.pid for p in left],
             pyspy_timeout_s=min(d.cfg.incidents.pyspy_timeout_s, 2.0),
@@ -157,6 +185,6 @@ async def _bundle(
         d.emit("incident_failed", reason=cause.cause, error=str(e))
         return None
     await _write_cause(d, path, record)
-    d.incident_path = path
+    d.runs.incident_path = path
     d.emit("incident_saved", reason=cause.cause, path=path, flight_records=0)
     return path

@@ -16,19 +16,37 @@ import os
 import socket
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog import __version__, config
 from watchdog.core.health import monitor as health
 from watchdog.core.protocol import wire as protocol
 from watchdog.core.supervisor.events import HandoverResumed
 from watchdog.core.supervisor.machine import Supervisor
-from watchdog.daemon import params, sampling
+from watchdog.daemon import params
 from watchdog.daemon.run import JobRun
 from watchdog.progress.joblog import JobLog
 
 if TYPE_CHECKING:
-    from watchdog.daemon.parts import Parts
+    from watchdog.daemon.consumer import Consumer
+    from watchdog.daemon.jobtree import JobTree
+    from watchdog.daemon.run import Runs
+    from watchdog.daemon.sampling import Sampler
+    from watchdog.daemon.wiring import Lifetime
+
+
+class Resumer(Protocol):
+    """What the new code's side takes the state over into (adoption.py calls it)."""
+
+    life: Lifetime
+    tree: JobTree
+    runs: Runs
+    consumer: Consumer
+    sampler: Sampler
+
+    @property
+    def cfg(self) -> config.Config: ...
+
 
 STATE_ENV = "WATCHDOGD_REEXEC_FD"
 FORMAT = 1
@@ -88,18 +106,18 @@ def check_main(config_path: str) -> int:
     return 0
 
 
-def resume(d: Parts, state: dict[str, Any]) -> None:
+async def resume(d: Resumer, state: dict[str, Any]) -> None:
     """Take the state over inside the new code (the control socket already serves)."""
     fds = state["fds"]
-    d.consumer.resume(state["supervisor"])
-    monitor = health.HealthMonitor(params.health_of(d.cfg), d.books.stall)
+    await d.consumer.resume(state["supervisor"])
+    monitor = d.runs.monitor(d.cfg)
     monitor.resume(state["health"])
     pid = state["supervisor"]["pid"]
     exit_status = None
     if isinstance(pid, int):
         if isinstance(fds["pidfd"], int):
             os.set_inheritable(fds["pidfd"], False)  # back to close-on-exec for our helpers
-        exit_status = d.watch_job(pid, fds["pidfd"])
+        exit_status = d.tree.watch(pid, fds["pidfd"])
     polled_at = float(state["polled_at"])
     command = state.get("command")  # absent in the state of older code
     run = JobRun(
@@ -110,14 +128,14 @@ def resume(d: Parts, state: dict[str, Any]) -> None:
         command=tuple(command) if isinstance(command, list) else None,
     )
     if isinstance(state["follower"], dict):
-        run.use_follower(sampling.resumed_follower(d, state["follower"]), d.progress_io.when_idle)
+        d.runs.follow(run, d.sampler.resumed_follower(state["follower"]))
     if isinstance(log_fd := fds.get("joblog"), int):
         os.set_inheritable(log_fd, False)
         fds["joblog"] = None  # the run owns it now: a failed take-over must not close it twice
         run.use_log(JobLog(log_fd, d.cfg.job.log_file))
-    d.begin_run(run)
-    d.incident_path = state["incident_path"]
-    d.started_at = float(state["daemon_started_at"])
+    d.runs.begin(run)
+    d.runs.incident_path = state["incident_path"]
+    d.life.started_at = float(state["daemon_started_at"])
 
 
 def reply(state: dict[str, Any], ok: bool, result: dict[str, Any], message: str = "") -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from watchdog.cluster.inputs import ClusterInput
+from watchdog.core.health.monitor import HealthConfig
 from watchdog.core.health.ranks import RankKey
 from watchdog.core.samples import GpuSample
 from watchdog.core.supervisor.events import Action, Event
@@ -53,8 +54,6 @@ class SampleTaken:
     run: JobRun
     pid: int | None
     gpu_sample: GpuSample | None  # None: no GPU sample was due this tick
-    degraded: Mapping[int, tuple[str, ...]]
-    access_lost: str | None
     progress: ProgressLooked | None  # None: the log was not looked at for this run
 
 
@@ -75,7 +74,51 @@ class SaveSeen:
     at: float
 
 
-Reading = SampleTaken | RanksListed | SaveSeen
+@dataclass(frozen=True, slots=True)
+class GpuSampled:
+    """An NVML sample, posted as it was read (the tick's, the watch's start, a start's drain):
+    the consumer records it (gpu/watch.py `record`), so it alone feeds the GPU watch state."""
+
+    sample: GpuSample
+    judge_access: bool  # False for the first sample of a fresh NVML session
+
+
+@dataclass(frozen=True, slots=True)
+class GpuAccessCarried:
+    """The core's record of lost NVML access (restored, or carried by a reexec) is to be the
+    GPU watch's too (SPEC §13: a fresh session cannot tell lost access from none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FaultRead:
+    """A GPU fault the NVML event watcher read: the consumer hands it to the fault watch
+    (gpu/faults.py `seen`), so it alone feeds the Xid rate limiter (SPEC §13)."""
+
+    fields: dict[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSummaryDue:
+    """The Xid rate limiter's window ended: the consumer has the fault watch summarise it."""
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorReconfigured:
+    """A reload's detector settings (SPEC §6), for the current run's monitor."""
+
+    health: HealthConfig
+
+
+Reading = (
+    SampleTaken
+    | RanksListed
+    | SaveSeen
+    | MonitorReconfigured
+    | GpuSampled
+    | GpuAccessCarried
+    | FaultRead
+    | FaultSummaryDue
+)
 Input = Event | SignalReceived | Reading | ClusterInput  # the last: the cluster's coordinator
 
 
@@ -133,3 +176,20 @@ class Inbox:
 def _wake(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
+
+
+class GpuNewsPosted:
+    """What the GPU watchers read (gpu/watch.py, gpu/faults.py), posted: the consumer alone
+    takes it in, and so alone feeds their watch state and Xid rate limiter."""
+
+    def __init__(self, inbox: Inbox) -> None:
+        self._inbox = inbox  # the one way in
+
+    def sampled(self, sample: GpuSample, judge_access: bool) -> None:
+        self._inbox.post(GpuSampled(sample, judge_access))
+
+    def fault(self, fields: dict[str, object]) -> None:
+        self._inbox.post(FaultRead(fields))
+
+    def summary_due(self) -> None:
+        self._inbox.post(FaultSummaryDue())

@@ -12,24 +12,28 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import Any
 
-from watchdog import blocking
+from watchdog import blocking, config
 from watchdog.cluster import link
-from watchdog.core.health import monitor as health
 from watchdog.core.supervisor.events import ChildSpawned, Refuse, SpawnFailed, SpawnPending
-from watchdog.daemon import exitcause, params, sampling
-from watchdog.daemon.run import Flight, JobRun
+from watchdog.daemon import exitcause
+from watchdog.daemon.inbox import Inbox
+from watchdog.daemon.jobtree import JobTree
+from watchdog.daemon.run import Flight, JobRun, Runs
+from watchdog.daemon.sampling import Sampler
+from watchdog.daemon.tasks import Tasks
+from watchdog.gpu.faults import FaultWatch
+from watchdog.gpu.watch import GpuWatch
 from watchdog.outputs import flight
 from watchdog.process import cgroup, launch, tree
 from watchdog.progress import joblog
 from watchdog.progress.follower import Follower
 from watchdog.progress.joblog import JobLog
-
-if TYPE_CHECKING:
-    from watchdog.daemon.parts import Parts
 
 LOG_OPEN_TIMEOUT_S = 10.0  # opening the job's log and writing the start marker
 
@@ -38,39 +42,260 @@ class _GateRefused(Exception):
     """The core ended the start on a gate fault that parks: nothing more to report."""
 
 
-async def start(d: Parts, attempt: int) -> None:
-    try:
-        failed, epoch = await prepare_start(d, attempt)
-        if failed is None:
-            opened = await open_log(d, attempt)
-            if isinstance(opened, SpawnFailed):
-                failed = opened
-            elif not await wanted_by_core(d, attempt, opened):
-                _drop(*opened)  # superseded while the log opened: another start runs now
-            else:
-                spawn(d, opened, epoch, attempt)
-    except asyncio.CancelledError:
-        failed = SpawnFailed("cancelled", "stopped before the job was spawned")
-    except _GateRefused:
-        failed = None  # the core already parked in host_fault (GpuFaultSeen with gate)
-    except Exception as e:
-        # Otherwise the core waits for ChildSpawned for ever: no timeout, no stop, no exit.
-        failed = SpawnFailed("internal_error", f"{type(e).__name__}: {e}")
-    if failed is not None:
-        d.post(replace(failed, attempt=attempt))
+@dataclass(frozen=True, slots=True)
+class StartGate:
+    """What must hold before a spawn besides our own checks (SPEC §4, §12)."""
+
+    gpus: GpuWatch  # drained of our earlier trees before the spawn
+    faults: FaultWatch  # the health gate: a GPU fault found now is judged by the core first
+    cluster: link.ClusterLink | None  # the barrier of docs/multi-node.md, and its epoch
 
 
-async def wanted_by_core(d: Parts, attempt: int, opened: Opened | None = None) -> bool:
-    """Whether the core still waits for start `attempt` (it answers SpawnPending): on the
-    queue, the core may have parked it (a gate fault) and an operator started `attempt + 1`
-    before this task looks again. A cancel while it asks drops what was `opened`."""
-    try:
-        answer = await d.ask(SpawnPending(attempt))
-    except BaseException:
-        if opened is not None:
-            _drop(*opened)
-        raise
-    return not any(isinstance(a, Refuse) for a in answer)
+class Starter:
+    """Carries out SpawnChild: one start at a time, cancelled by CancelStart before the spawn."""
+
+    def __init__(
+        self,
+        cfg: Callable[[], config.Config],
+        inbox: Inbox,
+        tree: JobTree,
+        runs: Runs,
+        sampler: Sampler,
+        gate: StartGate,
+        tasks: Tasks,
+        emit: Callable[..., Any],
+    ) -> None:
+        self._cfg = cfg  # the config now (a reload replaces it): job.*, the state folder
+        # how the core hears the start's end (ChildSpawned, SpawnFailed) and is asked whether it
+        # still waits for this attempt (SpawnPending)
+        self._inbox = inbox
+        self._tree = tree  # leftovers of earlier runs ended, the new leader watched, its cgroup
+        self._runs = runs  # the new run begins here; state.json records its leader
+        self._sampler = sampler  # the checkpoint baseline, the progress follower opened
+        self._gate = gate  # GPUs drained, the health gate, the cluster barrier
+        self._tasks = tasks  # the start runs as a task of the daemon's (a failure is reported)
+        self._emit = emit  # stale_tree_killed
+        self._task: asyncio.Task[None] | None = None  # the start under way, for CancelStart
+
+    def begin(self, attempt: int) -> None:
+        """SpawnChild: start attempt `attempt` (as a task: it posts its outcome)."""
+        self._task = self._tasks.spawn(self.start(attempt))
+        self._task.add_done_callback(partial(self._cancelled_unstarted, attempt))
+
+    def _cancelled_unstarted(self, attempt: int, task: asyncio.Task[None]) -> None:
+        """A start cancelled before its first step never ran `start`'s handler: it still
+        answers, or the core would wait for ChildSpawned for ever."""
+        if task.cancelled():
+            why = "stopped before the job was spawned"
+            self._inbox.post(SpawnFailed("cancelled", why, attempt))
+
+    def cancel(self) -> None:
+        """CancelStart: before the spawn only. The spawn itself never awaits, so a cancel
+        cannot split it."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    async def start(self, attempt: int) -> None:
+        try:
+            failed, epoch = await self.prepare_start(attempt)
+            if failed is None:
+                opened = await self.open_log(attempt)
+                if isinstance(opened, SpawnFailed):
+                    failed = opened
+                elif not await self.wanted_by_core(attempt, opened):
+                    _drop(*opened)  # superseded while the log opened: another start runs now
+                else:
+                    self.spawn(opened, epoch, attempt)
+        except asyncio.CancelledError:
+            failed = SpawnFailed("cancelled", "stopped before the job was spawned")
+        except _GateRefused:
+            failed = None  # the core already parked in host_fault (GpuFaultSeen with gate)
+        except Exception as e:
+            # Otherwise the core waits for ChildSpawned for ever: no timeout, no stop, no exit.
+            failed = SpawnFailed("internal_error", f"{type(e).__name__}: {e}")
+        if failed is not None:
+            self._inbox.post(replace(failed, attempt=attempt))
+
+    async def wanted_by_core(self, attempt: int, opened: Opened | None = None) -> bool:
+        """Whether the core still waits for start `attempt` (it answers SpawnPending): on the
+        queue, the core may have parked it (a gate fault) and an operator started `attempt + 1`
+        before this task looks again. A cancel while it asks drops what was `opened`."""
+        try:
+            answer = await self._inbox.ask(SpawnPending(attempt))
+        except BaseException:
+            if opened is not None:
+                _drop(*opened)
+            raise
+        return not any(isinstance(a, Refuse) for a in answer)
+
+    async def prepare_start(self, attempt: int) -> tuple[SpawnFailed | None, int | None]:
+        """Drained GPUs, the health gate, then pre_start (SPEC §4, §12). Returns why the start
+        fails, or None, and the cluster epoch the run will belong to. A gate fault that parks
+        is handed to the core, which ends the start."""
+        await self._sampler.read_checkpoint()  # the baseline: not this run's progress
+        if (left := await self.end_leftovers()) is not None:
+            return left, None
+        why = await self._gate.gpus.wait_drained(self.our_pids)
+        if why is not None:
+            return SpawnFailed("gpu_memory_held", why), None
+        faults = self._gate.faults
+        found = await faults.gate(self._gate.gpus.probe) or []
+        for fault in found:
+            faults.seen(fault, gate=True)  # posted: the core decides whether it parks the job
+        # the queue is in order: the faults above are judged by the time the core answers
+        if found and not await self.wanted_by_core(attempt):
+            raise _GateRefused  # the core ended the start (a fault that parks): nothing to report
+        if (failed := await self.run_pre_start()) is not None:
+            return failed, None
+        if self._gate.cluster is not None:
+            # The barrier of docs/multi-node.md: if the epoch moves on while the log opens, the
+            # job is stopped as soon as that is seen, and nobody starts the new one before.
+            return None, await self._gate.cluster.wait_gate()
+        return None, None
+
+    async def end_leftovers(self) -> SpawnFailed | None:
+        """SPEC §14: what an earlier run left (our instance marker, a job cgroup still
+        populated) is ended before a spawn, never run beside the new job; if it cannot be,
+        nothing starts."""
+        t, timeout_s = self._tree, self._cfg().job.stop_timeout_s
+        found = await tree.end_leftovers(t.token, t.reaper, t.cgroups, timeout_s)
+        if found.signalled:
+            self._emit("stale_tree_killed", count=found.signalled, pid=None, reason="start")
+        self._runs.current.left_behind = found.pids if found.leftovers != 0 else ()
+        if found.leftovers == 0:
+            return None
+        left = "unknown (the scan did not answer)" if found.leftovers is None else found.leftovers
+        detail = f"processes of an earlier run still alive: {left}, pids {list(found.pids)}"
+        return SpawnFailed("stop_unverified", detail)
+
+    async def run_pre_start(self) -> SpawnFailed | None:
+        """Each pre_start command in order; the first that fails is why the start fails."""
+        job = self._cfg().job
+        for argv in job.pre_start:
+            code, out = await launch.run_command(
+                self._tree.reaper,
+                list(argv),
+                timeout_s=job.pre_start_timeout_s,
+                cwd=job.cwd,
+                env=launch.job_env(os.environ, job.env, self._tree.token),
+            )
+            if code != 0:
+                detail = f"{' '.join(argv)}: exit {code}: {out[-2000:]}"
+                return SpawnFailed("pre_start_failed", detail)
+        return None
+
+    async def open_log(self, attempt: int) -> Opened | SpawnFailed:
+        """Open the job's log and write the start marker, then open the progress follower:
+        each off the loop and bounded (a log on a hung mount, or a FIFO, must not stall it).
+        A follower that cannot be opened yet does not hold up the start (sample_once retries).
+        Returns the job's descriptor, the daemon's reader of that same file (joblog.py), the
+        follower."""
+        cfg = self._cfg()
+        job, token = cfg.job, self._tree.token
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        marker = f"=== train-watchdog: start {attempt} at {stamp} ===\n".encode()
+
+        def work() -> tuple[int, JobLog | None]:
+            # PyTorch writes no flight-recorder dump into a folder that does not exist
+            flight.prepare_flight_dir(
+                flight.with_torch_evidence(
+                    launch.job_env(os.environ, job.env, token), cfg.state_dir
+                )
+            )
+            fd = launch.open_log(job.log_file)
+            try:
+                os.write(fd, marker)
+                return fd, joblog.reader_of(fd, job.log_file)
+            except BaseException:
+                os.close(fd)
+                raise
+
+        try:
+            fd, log = await self._runs.log_io.call(
+                work, LOG_OPEN_TIMEOUT_S, what=f"opening {job.log_file}", discard=_drop_opened
+            )
+        except blocking.Hung as e:
+            return SpawnFailed("log_unwritable", f"{job.log_file}: {e}")
+        except OSError as e:
+            return SpawnFailed("log_unwritable", f"{job.log_file}: {e.strerror}")
+        try:
+            return fd, log, await self._sampler.open_follower(log)
+        except BaseException:
+            _drop(fd, log, None)
+            raise
+
+    def spawn(self, opened: Opened, epoch: int | None, attempt: int | None = None) -> None:
+        """Spawn and watch. Synchronous on purpose: a cancel can never split it."""
+        (log_fd, log, follower), cfg = opened, self._cfg()
+        job = cfg.job
+        try:
+            env, dumps = self.job_env(epoch)
+            proc = self.spawn_in_cgroup(env, log_fd)
+        except (OSError, ValueError, subprocess.SubprocessError) as e:
+            why = e.strerror if isinstance(e, OSError) else str(e)
+            self._not_spawned(log, follower, f"{job.command[0]}: {why}", attempt)
+            return
+        finally:
+            os.close(log_fd)
+        proc.returncode = 0  # we reap it ourselves (pidfd); stop Popen from ever waiting on it
+        try:
+            fut = self._tree.watch(proc.pid)
+        except Exception as e:  # no pidfd (EMFILE): an unwatched job must not run
+            os.killpg(proc.pid, signal.SIGKILL)
+            self._not_spawned(log, follower, f"cannot watch the job: {e}", attempt)
+            return
+        run = JobRun(
+            self._runs.monitor(cfg),
+            pid=proc.pid,
+            exit_status=fut,
+            flight=dumps,
+            epoch=epoch,
+            polled_at=time.monotonic(),
+            log=log,
+            command=tuple(job.command),
+        )
+        self._runs.follow(run, follower)
+        self._runs.begin(run)
+        run.spawn_task(exitcause.read_baseline(run, proc.pid), self._tasks.done)  # SPEC §14
+        self._runs.save(proc.pid)
+        if self._gate.cluster is not None and epoch is not None:
+            self._gate.cluster.spawned(epoch)
+        self._inbox.post(ChildSpawned(proc.pid, attempt))
+
+    def _not_spawned(
+        self, log: JobLog | None, follower: Follower | None, why: str, attempt: int | None
+    ) -> None:
+        if log is not None:
+            log.close()
+        self._runs.follow(self._runs.current, follower)  # as if it had run: the next one's
+        self._inbox.post(SpawnFailed("spawn_failed", why, attempt))
+
+    def spawn_in_cgroup(self, env: dict[str, str], log_fd: int) -> subprocess.Popen[bytes]:
+        """The spawn, in the run's own cgroup where one is delegated (SPEC §14). cgroupfs is
+        in-kernel: its mkdir and open never wait on a disk."""
+        job = self._cfg().job
+        path = self._tree.cgroups.new_run()
+        fd = None if path is None else cgroup.open_procs(path)
+        try:
+            return launch.spawn(job.command, cwd=job.cwd, log_fd=log_fd, env=env, cgroup_fd=fd)
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def job_env(self, epoch: int | None) -> tuple[dict[str, str], Flight]:
+        """The job's environment (its epoch, PyTorch's flight recorder on), and where the
+        flight recorder's dumps and pipes of this run go, with its start time."""
+        cfg = self._cfg()
+        extra = dict(cfg.job.env)
+        if epoch is not None:
+            extra[link.EPOCH_ENV] = str(epoch)
+        env = launch.job_env(os.environ, extra, self._tree.token)
+        env = flight.with_torch_evidence(env, cfg.state_dir)
+        return env, (env.get(flight.FLIGHT_FILE_VAR), env.get(flight.PIPE_FILE_VAR), time.time())
+
+    async def our_pids(self) -> set[int]:
+        """Processes of our own previous job trees (by the instance marker)."""
+        return {p.pid for p in await tree.find_tree_async(None, self._tree.token) or []}
 
 
 def _drop(log_fd: int, log: JobLog | None, follower: Follower | None) -> None:
@@ -81,182 +306,8 @@ def _drop(log_fd: int, log: JobLog | None, follower: Follower | None) -> None:
         follower.close()
 
 
-async def prepare_start(d: Parts, attempt: int) -> tuple[SpawnFailed | None, int | None]:
-    """Drained GPUs, the health gate, then pre_start (SPEC §4, §12). Returns why the start
-    fails, or None, and the cluster epoch the run will belong to. A gate fault that parks is
-    handed to the core, which ends the start."""
-    await sampling.read_checkpoint(d)  # the baseline: not this run's progress
-    if (left := await end_leftovers(d)) is not None:
-        return left, None
-    why = await d.gpus.wait_drained(lambda: our_pids(d))
-    if why is not None:
-        return SpawnFailed("gpu_memory_held", why), None
-    found = await d.faults.gate(d.gpus.probe) or []
-    for fault in found:
-        d.faults.seen(fault, gate=True)  # posted: the core decides whether it parks the job
-    # the queue is in order: the faults above are judged by the time the core answers
-    if found and not await wanted_by_core(d, attempt):
-        raise _GateRefused  # the core ended the start (a fault that parks): nothing to report
-    if (failed := await run_pre_start(d)) is not None:
-        return failed, None
-    if d.cluster is not None:
-        # The barrier of docs/multi-node.md: if the epoch moves on while the log opens, the
-        # job is stopped as soon as that is seen, and nobody starts the new one before.
-        return None, await d.cluster.wait_gate()
-    return None, None
-
-
-async def end_leftovers(d: Parts) -> SpawnFailed | None:
-    """SPEC §14: what an earlier run left (our instance marker, a job cgroup still populated)
-    is ended before a spawn, never run beside the new job; if it cannot be, nothing starts."""
-    found = await tree.end_leftovers(d.token, d.reaper, d.cgroups, d.cfg.job.stop_timeout_s)
-    if found.signalled:
-        d.emit("stale_tree_killed", count=found.signalled, pid=None, reason="start")
-    d.job.left_behind = found.pids if found.leftovers != 0 else ()
-    if found.leftovers == 0:
-        return None
-    left = "unknown (the scan did not answer)" if found.leftovers is None else found.leftovers
-    detail = f"processes of an earlier run still alive: {left}, pids {list(found.pids)}"
-    return SpawnFailed("stop_unverified", detail)
-
-
-async def run_pre_start(d: Parts) -> SpawnFailed | None:
-    """Each pre_start command in order; the first that fails is why the start fails."""
-    job = d.cfg.job
-    for argv in job.pre_start:
-        code, out = await launch.run_command(
-            d.reaper,
-            list(argv),
-            timeout_s=job.pre_start_timeout_s,
-            cwd=job.cwd,
-            env=launch.job_env(os.environ, job.env, d.token),
-        )
-        if code != 0:
-            detail = f"{' '.join(argv)}: exit {code}: {out[-2000:]}"
-            return SpawnFailed("pre_start_failed", detail)
-    return None
-
-
 Opened = tuple[int, JobLog | None, Follower | None]
-
-
-async def open_log(d: Parts, attempt: int) -> Opened | SpawnFailed:
-    """Open the job's log and write the start marker, then open the progress follower:
-    each off the loop and bounded (a log on a hung mount, or a FIFO, must not stall it).
-    A follower that cannot be opened yet does not hold up the start (sample_once retries).
-    Returns the job's descriptor, the daemon's reader of that same file (joblog.py), the
-    follower."""
-    job = d.cfg.job
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    marker = f"=== train-watchdog: start {attempt} at {stamp} ===\n".encode()
-
-    def work() -> tuple[int, JobLog | None]:
-        # PyTorch writes no flight-recorder dump into a folder that does not exist
-        flight.prepare_flight_dir(
-            flight.with_torch_evidence(
-                launch.job_env(os.environ, job.env, d.token), d.cfg.state_dir
-            )
-        )
-        fd = launch.open_log(job.log_file)
-        try:
-            os.write(fd, marker)
-            return fd, joblog.reader_of(fd, job.log_file)
-        except BaseException:
-            os.close(fd)
-            raise
-
-    try:
-        fd, log = await d.log_io.call(
-            work, LOG_OPEN_TIMEOUT_S, what=f"opening {job.log_file}", discard=_drop_opened
-        )
-    except blocking.Hung as e:
-        return SpawnFailed("log_unwritable", f"{job.log_file}: {e}")
-    except OSError as e:
-        return SpawnFailed("log_unwritable", f"{job.log_file}: {e.strerror}")
-    try:
-        return fd, log, await sampling.open_follower(d, log)
-    except BaseException:
-        _drop(fd, log, None)
-        raise
 
 
 def _drop_opened(opened: tuple[int, JobLog | None]) -> None:
     _drop(*opened, None)
-
-
-def spawn(d: Parts, opened: Opened, epoch: int | None, attempt: int | None = None) -> None:
-    """Spawn and watch. Synchronous on purpose: a cancel can never split it."""
-    log_fd, log, follower = opened
-    job = d.cfg.job
-    try:
-        env, dumps = job_env(d, epoch)
-        proc = spawn_in_cgroup(d, env, log_fd)
-    except (OSError, ValueError, subprocess.SubprocessError) as e:
-        why = e.strerror if isinstance(e, OSError) else str(e)
-        _not_spawned(d, log, follower, f"{job.command[0]}: {why}", attempt)
-        return
-    finally:
-        os.close(log_fd)
-    proc.returncode = 0  # we reap it ourselves (pidfd); stop Popen from ever waiting on it
-    try:
-        fut = d.reaper.watch(proc.pid)
-    except Exception as e:  # no pidfd (EMFILE): an unwatched job must not run
-        os.killpg(proc.pid, signal.SIGKILL)
-        _not_spawned(d, log, follower, f"cannot watch the job: {e}", attempt)
-        return
-    fut.add_done_callback(d.on_exit)
-    monitor = health.HealthMonitor(params.health_of(d.cfg), d.books.stall)
-    run = JobRun(
-        monitor,
-        pid=proc.pid,
-        exit_status=fut,
-        flight=dumps,
-        epoch=epoch,
-        polled_at=time.monotonic(),
-        log=log,
-        command=tuple(job.command),
-    )
-    run.use_follower(follower, d.progress_io.when_idle)
-    d.begin_run(run)
-    run.spawn_task(exitcause.read_baseline(run, proc.pid), d.task_done)  # SPEC §14
-    d.save_state(proc.pid)
-    if d.cluster is not None and epoch is not None:
-        d.cluster.spawned(epoch)
-    d.post(ChildSpawned(proc.pid, attempt))
-
-
-def _not_spawned(
-    d: Parts, log: JobLog | None, follower: Follower | None, why: str, attempt: int | None
-) -> None:
-    if log is not None:
-        log.close()
-    d.job.use_follower(follower, d.progress_io.when_idle)  # as if it had run: the next one
-    d.post(SpawnFailed("spawn_failed", why, attempt))
-
-
-def spawn_in_cgroup(d: Parts, env: dict[str, str], log_fd: int) -> subprocess.Popen[bytes]:
-    """The spawn, in the run's own cgroup where one is delegated (SPEC §14). cgroupfs is
-    in-kernel: its mkdir and open never wait on a disk."""
-    job = d.cfg.job
-    path = d.cgroups.new_run()
-    fd = None if path is None else cgroup.open_procs(path)
-    try:
-        return launch.spawn(job.command, cwd=job.cwd, log_fd=log_fd, env=env, cgroup_fd=fd)
-    finally:
-        if fd is not None:
-            os.close(fd)
-
-
-def job_env(d: Parts, epoch: int | None) -> tuple[dict[str, str], Flight]:
-    """The job's environment (its epoch, PyTorch's flight recorder on), and where the flight
-    recorder's dumps and pipes of this run go, with its start time."""
-    extra = dict(d.cfg.job.env)
-    if epoch is not None:
-        extra[link.EPOCH_ENV] = str(epoch)
-    env = flight.with_torch_evidence(launch.job_env(os.environ, extra, d.token), d.cfg.state_dir)
-    return env, (env.get(flight.FLIGHT_FILE_VAR), env.get(flight.PIPE_FILE_VAR), time.time())
-
-
-async def our_pids(d: Parts) -> set[int]:
-    """Processes of our own previous job trees (by the instance marker)."""
-    return {p.pid for p in await tree.find_tree_async(None, d.token) or []}

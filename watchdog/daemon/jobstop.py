@@ -10,127 +10,158 @@ import asyncio
 import contextlib
 import os
 import signal
-import time
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import Any
 
-from watchdog import blocking
+from watchdog import blocking, config
+from watchdog.core.health import monitor as health
 from watchdog.core.protocol.wire import explain_window
 from watchdog.core.supervisor.events import IncidentSaved, KillTree, TreeStopped
-from watchdog.daemon import sampling
+from watchdog.core.supervisor.jobstate import Snapshot
+from watchdog.daemon.inbox import Inbox
+from watchdog.daemon.jobtree import JobTree
+from watchdog.daemon.run import Runs
+from watchdog.daemon.sampling import Sampler
+from watchdog.gpu.watch import GpuWatch
 from watchdog.outputs import flight, incident
 from watchdog.process import cgroup, tree
-
-if TYPE_CHECKING:
-    from watchdog.daemon.parts import Parts
 
 FLIGHT_DUMP_WAIT_S = 2.0  # for the ranks to notice their dump pipe and write the dump
 _FLIGHT_IO = blocking.BoundedWorker("flight-records")  # a stuck pipe or copy: at most one thread
 
 
-async def stop(d: Parts, action: KillTree) -> None:
-    result: tree.StopResult | None = None
-    error = "the stop was cancelled"
-    if action.incident:
+class Stopper:
+    """Carries out KillTree: the incident bundle, then the tree; TreeStopped always follows."""
+
+    def __init__(
+        self,
+        cfg: Callable[[], config.Config],
+        inbox: Inbox,
+        snapshot: Callable[[], Snapshot],
+        tree: JobTree,
+        runs: Runs,
+        sampler: Sampler,
+        gpus: GpuWatch,
+        emit: Callable[..., Any],
+    ) -> None:
+        self._cfg = cfg  # the config now (a reload replaces it): job.stop_*, incidents.*
+        self._inbox = inbox  # how the core hears the stop's end: IncidentSaved, TreeStopped
+        self._snapshot = snapshot  # the leader and the firing detectors, for verdict.json
+        self._tree = tree  # the job's tree: the marker, the reaper, its cgroups
+        self._runs = runs  # the run being stopped: its leader's exit, its log, flight records
+        self._sampler = sampler  # the run's last lines and checkpoint before the core judges
+        self._gpus = gpus  # the recent GPU samples an incident bundle holds
+        self._emit = emit  # incident_saved, incident_failed
+
+    async def stop(self, action: KillTree, verdict: health.Verdict | None = None) -> None:
+        """Carry out `action`; `verdict` is the run's when the core decided it (the consumer
+        took it: only the consumer's task feeds the monitor), for the incident bundle."""
+        result: tree.StopResult | None = None
+        error = "the stop was cancelled"
+        if action.incident and verdict is not None:
+            try:
+                if (path := await self.write_incident(action.reason, verdict)) is not None:
+                    self._inbox.post(IncidentSaved(path))
+            except Exception as e:  # evidence is a bonus; the stop must still happen
+                error_text = f"{type(e).__name__}: {e}"
+                self._emit("incident_failed", reason=action.reason, error=error_text)
         try:
-            if (path := await write_incident(d, action.reason)) is not None:
-                d.post(IncidentSaved(path))
-        except Exception as e:  # evidence is a bonus; the stop must still happen
-            d.emit("incident_failed", reason=action.reason, error=f"{type(e).__name__}: {e}")
-    try:
+            result = await self.stop_tree(action)
+        except Exception as e:
+            # A watchdog bug inside the stop: fail closed. Kill what we can prove is the job,
+            # then park; reporting "stopped" here would start a second job beside the first.
+            error = f"{type(e).__name__}: {e}"
+            self.kill_job_session(action.pid)
+        finally:
+            # Whatever happened, the core must hear the stop ended, or it waits for ever.
+            if result is None:
+                self._inbox.post(TreeStopped(killed=True, leftovers=None, error=error))
+            else:
+                self._inbox.post(TreeStopped(result.killed, result.leftovers, pids=result.pids))
+
+    async def stop_tree(self, action: KillTree) -> tree.StopResult:
+        """The whole tree ended (SPEC §4, §14), then the run closed and its last words read."""
+        job, t, run = self._cfg().job, self._tree, self._runs.current
         result = await tree.stop_tree(
             action.pid,
-            d.token,
-            stop_signal=d.cfg.job.stop_signal,
-            timeout_s=d.cfg.job.stop_timeout_s,
-            leader_exit=d.job.exit_status,
-            reaper=d.reaper,
-            kill_grace_s=d.cfg.job.stop_timeout_s,  # SPEC §14: the SIGKILL passes' bound
-            delegation=d.cgroups,
+            t.token,
+            stop_signal=job.stop_signal,
+            timeout_s=job.stop_timeout_s,
+            leader_exit=run.exit_status,
+            reaper=t.reaper,
+            kill_grace_s=job.stop_timeout_s,  # SPEC §14: the SIGKILL passes' bound
+            delegation=t.cgroups,
         )
-        d.job.left_behind = result.pids if result.leftovers else ()
+        self._runs.current.left_behind = result.pids if result.leftovers else ()
         if result.leftovers == 0:
-            tree.remove_runs(d.cgroups)  # the run's empty cgroup (cgroupfs: never blocks)
-        d.save_state(None)
-        d.job.close()  # its rank listings end; its monitor stays for status until the next
-        await sampling.read_checkpoint(d)  # all the run wrote, before the core judges the run
+            tree.remove_runs(t.cgroups)  # the run's empty cgroup (cgroupfs: never blocks)
+        self._runs.save(None)
+        self._runs.current.close()  # its rank listings end; its monitor stays for status
+        await self._sampler.read_checkpoint()  # all the run wrote, before the core judges it
         if action.reason == "completed":  # its last lines: job_completed says where it got
-            await sampling.sample_once(d, gpu=False)
-    except Exception as e:
-        # A watchdog bug inside the stop: fail closed. Kill what we can prove is the job,
-        # then park; reporting "stopped" here would start a second job beside the first.
-        error = f"{type(e).__name__}: {e}"
-        kill_job_session(d, action.pid)
-    finally:
-        # Whatever happened, the core must hear the stop ended, or it waits for ever.
-        if result is None:
-            d.post(TreeStopped(killed=True, leftovers=None, error=error))
-        else:
-            d.post(TreeStopped(result.killed, result.leftovers, pids=result.pids))
+            await self._sampler.sample_once(gpu=False)
+        return result
 
-
-def kill_job_session(d: Parts, pid: int | None) -> None:
-    """SIGKILL the job's leader (pidfd) and its process group: the group id is the leader's
-    pid (a new session), safe to signal while the leader is not reaped; and the job's
-    cgroups whole (SPEC §14)."""
-    for path in d.cgroups.runs():
+    def kill_job_session(self, pid: int | None) -> None:
+        """SIGKILL the job's leader (pidfd) and its process group: the group id is the leader's
+        pid (a new session), safe to signal while the leader is not reaped; and the job's
+        cgroups whole (SPEC §14)."""
+        cgroups = self._tree.cgroups
+        for path in cgroups.runs():
+            with contextlib.suppress(OSError):
+                cgroup.kill(path, cgroups.kill_file)
+        if pid is None or self._runs.current.leader_reaped:
+            return
+        self._tree.reaper.signal(pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
-            cgroup.kill(path, d.cgroups.kill_file)
-    if pid is None or d.job.leader_reaped:
-        return
-    d.reaper.signal(pid, signal.SIGKILL)
-    with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)
+            os.killpg(pid, signal.SIGKILL)
 
+    async def write_incident(self, reason: str, verdict: health.Verdict) -> str | None:
+        snap, run, cfg = self._snapshot(), self._runs.current, self._cfg()
+        leader = None if run.exit_status is not None and run.exit_status.done() else snap.pid
+        pids = [p.pid for p in await tree.find_tree_async(leader, self._tree.token) or []]
+        try:
+            path = await incident.write_bundle(
+                cfg.state_dir,
+                reason,
+                now_utc=datetime.now(UTC),
+                # verdict.json holds {reason, time, evidence: <this>}
+                verdict={**verdict.evidence, "pid": snap.pid, "firing": sorted(snap.firing)}
+                | self._stall_window(),
+                log_path=cfg.job.log_file,  # tracebacks land here even with progress.file
+                job_log=run.log,  # the file the job writes, whatever its name (docs/logrotate.md)
+                progress_path=self._sampler.progress_file_now(),
+                gpu_samples=self._gpus.recent_as_dicts(),
+                pids=pids,
+                pyspy_timeout_s=cfg.incidents.pyspy_timeout_s,
+                keep=cfg.incidents.keep,
+            )
+        except OSError as e:
+            self._emit("incident_failed", reason=reason, error=str(e))
+            return None
+        self._runs.incident_path = path
+        copied = await self.flight_records(path)
+        self._emit("incident_saved", reason=reason, path=path, flight_records=len(copied))
+        return path
 
-async def write_incident(d: Parts, reason: str) -> str | None:
-    snap = d.core.snapshot()
-    leader = None if d.job.exit_status is not None and d.job.exit_status.done() else snap.pid
-    pids = [p.pid for p in await tree.find_tree_async(leader, d.token) or []]
-    verdict = d.consumer.verdict(time.monotonic())
-    try:
-        path = await incident.write_bundle(
-            d.cfg.state_dir,
-            reason,
-            now_utc=datetime.now(UTC),
-            # verdict.json holds {reason, time, evidence: <this>}
-            verdict={**verdict.evidence, "pid": snap.pid, "firing": sorted(snap.firing)}
-            | _stall_window(d),
-            log_path=d.cfg.job.log_file,  # tracebacks land here even with progress.file
-            job_log=d.job.log,  # the file the job writes, whatever its name (docs/logrotate.md)
-            progress_path=sampling.progress_file_now(d),
-            gpu_samples=d.gpus.recent_as_dicts(),
-            pids=pids,
-            pyspy_timeout_s=d.cfg.incidents.pyspy_timeout_s,
-            keep=d.cfg.incidents.keep,
-        )
-    except OSError as e:
-        d.emit("incident_failed", reason=reason, error=str(e))
-        return None
-    d.incident_path = path
-    copied = await flight_records(d, path)
-    d.emit("incident_saved", reason=reason, path=path, flight_records=len(copied))
-    return path
+    def _stall_window(self) -> dict[str, object]:
+        """SPEC §14: why the stall window was what it was (verdict.json), for every verdict."""
+        window = self._runs.current.monitor.stall_window().to_json()
+        return {"stall_window": window, "stall_window_why": explain_window(window)}
 
-
-def _stall_window(d: Parts) -> dict[str, object]:
-    """SPEC §14: why the stall window was what it was (verdict.json), for every verdict."""
-    window = d.job.monitor.stall_window().to_json()
-    return {"stall_window": window, "stall_window_why": explain_window(window)}
-
-
-async def flight_records(d: Parts, bundle: str) -> list[str]:
-    """PyTorch's own record of the hang (NCCL only): ask every rank to dump it, give them a
-    moment, copy what this run left into the bundle. Bounded: the kill waits on it."""
-    prefix, pipes, since = d.job.flight
-    try:
-        what = "asking the ranks for their flight records"
-        if await _FLIGHT_IO.call(lambda: flight.trigger_dumps(pipes), 1.0, what=what):
-            await asyncio.sleep(FLIGHT_DUMP_WAIT_S)  # the ranks poll their pipe: no reply
-        return await _FLIGHT_IO.call(
-            lambda: flight.collect_flight_records(prefix, since, bundle),
-            2.0,
-            what="copying the flight records",
-        )
-    except blocking.Hung:
-        return []
+    async def flight_records(self, bundle: str) -> list[str]:
+        """PyTorch's own record of the hang (NCCL only): ask every rank to dump it, give them a
+        moment, copy what this run left into the bundle. Bounded: the kill waits on it."""
+        prefix, pipes, since = self._runs.current.flight
+        try:
+            what = "asking the ranks for their flight records"
+            if await _FLIGHT_IO.call(lambda: flight.trigger_dumps(pipes), 1.0, what=what):
+                await asyncio.sleep(FLIGHT_DUMP_WAIT_S)  # the ranks poll their pipe: no reply
+            return await _FLIGHT_IO.call(
+                lambda: flight.collect_flight_records(prefix, since, bundle),
+                2.0,
+                what="copying the flight records",
+            )
+        except blocking.Hung:
+            return []

@@ -5,10 +5,9 @@ the cluster link, signal handlers) post inputs on one queue (inbox.py); one cons
 them in order, asks `Supervisor.handle()` and executes the returned actions. Slow actions
 (start, stop, incident) run as tasks that post their outcome: nothing re-enters the core.
 
-The parts: jobstart.py (the start sequence and the spawn), jobstop.py (incident, then the
-tree), sampling.py (the tick: reads GPUs, progress, ranks, checkpoint; posts them), adoption.py
-(a job we did not spawn: adoption, reexec), params.py (config into the core's parameters),
-consumer.py (the one consumer), run.py (one run of the job), books.py (goodput, timeline).
+The parts, each built with the few things it uses: Starter (jobstart.py), Stopper (jobstop.py),
+Sampler (sampling.py), carried out from one ActionTable (actions.py); adoption.py (a job we did
+not spawn), consumer.py (the one consumer), run.py (the runs of the job), wiring.py.
 """
 
 from __future__ import annotations
@@ -19,57 +18,49 @@ import sys
 import time
 from typing import Any
 
-from watchdog import blocking, config
+from watchdog import config
 from watchdog.cluster import link
 from watchdog.cluster.inputs import ClusterInput
 from watchdog.control.server import ControlServer
 from watchdog.core.health import monitor as health
 from watchdog.core.supervisor.events import (
     Action,
+    Answer,
     CancelStart,
     Emit,
     Event,
     Exit,
-    GpuAccessChanged,
     GpuFaultSeen,
     KillTree,
+    PolicyChanged,
     Refuse,
     RestartCluster,
     RestartRequested,
     ShutdownRequested,
     SpawnChild,
 )
+from watchdog.core.supervisor.jobstate import Snapshot
 from watchdog.core.supervisor.machine import Supervisor
-from watchdog.daemon import (
-    adoption,
-    exitcause,
-    jobstart,
-    jobstop,
-    params,
-    reexec,
-    reloading,
-    sampling,
-    scheduler,
-    statusview,
-)
+from watchdog.core.views.status import status_line
+from watchdog.daemon import adoption, exitcause, params, reexec, scheduler, statusview
+from watchdog.daemon.actions import ActionTable
 from watchdog.daemon.books import Books, start_metrics
-from watchdog.daemon.consumer import Consumer
-from watchdog.daemon.inbox import SignalReceived
+from watchdog.daemon.consumer import AnswerBook, Consumer
+from watchdog.daemon.inbox import GpuNewsPosted, Inbox, MonitorReconfigured, SignalReceived
 from watchdog.daemon.inputlog import InputLog
-from watchdog.daemon.run import JobRun
+from watchdog.daemon.jobstart import Starter, StartGate
+from watchdog.daemon.jobstop import Stopper
+from watchdog.daemon.jobtree import JobTree
+from watchdog.daemon.reloading import Reloader
+from watchdog.daemon.run import JobRun, Runs
+from watchdog.daemon.sampling import Sampler
+from watchdog.daemon.tasks import Tasks
+from watchdog.daemon.wiring import Lifetime, make_outputs
 from watchdog.gpu.faults import FaultWatch
 from watchdog.gpu.watch import GpuWatch
-from watchdog.outputs import metrics
 from watchdog.outputs.eventlog import EventLog
-from watchdog.outputs.hooks import Hooks
-from watchdog.outputs.notify import Notifier
-from watchdog.outputs.proctitle import ProcTitle
-from watchdog.process import cgroup, identity, reaping
-from watchdog.progress.ranks import RankLister
+from watchdog.process import cgroup, reaping
 from watchdog.state.folder import StateDir
-from watchdog.state.writers import StateWriter, WriteHealth
-
-FLUSH_TIMEOUT_S = 10.0  # the state files at exit or before a reexec
 
 
 class Daemon:
@@ -80,74 +71,107 @@ class Daemon:
         lock_fd: int | None = None,
         exit_with_job: bool = False,
     ) -> None:
-        self.cfg = cfg
-        self.ending = scheduler.ExitWithJob(exit_with_job)  # SPEC §13: under a scheduler
-        self.handover = handover  # the state a `reexec` of the previous code carried over
-        self.lock_fd = lock_fd
-        self.loop = asyncio.get_running_loop()
-        self.started_at = time.monotonic()
-        self.state = StateDir(cfg.state_dir)
-        self.events = EventLog(cfg.job.name, self.state.file("events.jsonl"))
-        self._make_core()
-        self.reaper = reaping.Reaper(self.loop)
-        self.gpus = GpuWatch(cfg.gpus, self.emit, self._gpu_access)
-        self.faults = FaultWatch(cfg.gpus, self._gpu_fault, self.emit)
+        loop = asyncio.get_running_loop()
+        state = StateDir(cfg.state_dir)
+        ending = scheduler.ExitWithJob(exit_with_job)  # SPEC §13: under a scheduler
+        # where it came from (a reexec's state, the lock) and how it ends (the Exit action)
+        self.life = Lifetime(
+            state, handover, lock_fd, time.monotonic(), ending, loop.create_future()
+        )
+        self.tasks = Tasks(self.emit)  # the daemon's own tasks: a failure is reported
+        reaper, token = reaping.Reaper(loop), state.instance_token()
+        # events, systemd, hooks, books, state.json
+        self.out = make_outputs(cfg, state, token, reaper, self.tasks.spawn)
+        self.reloader = Reloader(cfg, self.out.notifier, self.emit)  # the config now
+        inputs = InputLog(state.file("inputs.jsonl"), self._input_log_failed)
+        # the one consumer: its inbox is the one way in, and it alone feeds the core
+        policy = params.local_policy_of(cfg, ending.enabled)
+        self.consumer = Consumer(inputs, policy, self)
+        cgroups = cgroup.probe(cfg.job.stop_mode)  # SPEC §14: how a stop ends the tree
+        self.tree = JobTree(token, reaper, cgroups, self.on_exit)  # the job's process tree
+        news = GpuNewsPosted(self.consumer.inbox)  # what the GPU watchers read: posted
+        feeding = self.consumer.feeding  # the pure objects' feeders check who calls them
+        self.gpus = GpuWatch(cfg.gpus, self.emit, report=news.sampled, feeding=feeding)
+        self.faults = FaultWatch(cfg.gpus, self._gpu_fault, self.emit, news, feeding)
         self.control = ControlServer(self)
-        self.token = self.state.instance_token()
-        self.cgroups = cgroup.probe(cfg.job.stop_mode)  # SPEC §14: how a stop ends the tree
-        self.write_health = WriteHealth(self.emit)  # SPEC §14: failed writes, rate-limited
-        self.writer = StateWriter(self.state, self.token, identity.boot_id(), self.write_health)
         # the current run of the job (or the last one; idle before the first spawn)
-        self.job = JobRun(health.HealthMonitor(params.health_of(cfg)))
-        self._make_workers()
-        # the progress reader is stuck (said once per spell; it outlives a run, as the worker)
-        self.progress_hung = False
-        self.incident_path: str | None = None
-        self._make_outputs()
-        self.cluster = self._cluster_link()  # issue 14: several nodes, one epoch
-        self.checkpoints = params.checkpoint_watch(cfg)
-        self.ranks = RankLister()
-        self.forwarder = scheduler.SignalForwarder(
-            self.loop, lambda: self.core.snapshot().pid, self.emit
+        first = JobRun(health.HealthMonitor(params.health_of(cfg)))
+        self.runs = Runs(first, self.out.books.stall, self.out.writer)
+        self.cluster = self._cluster_link()  # several nodes, one epoch (docs/multi-node.md)
+        leader = self._leader
+        self.forwarder = scheduler.SignalForwarder(loop, leader, self.emit)  # SPEC §13
+        self._make_steps()
+
+    def _make_steps(self) -> None:
+        """The sampler, the starter, the stopper, and the table that carries out the core's
+        actions with them."""
+        cfg, inbox, snapshot = self._cfg_now, self.consumer.inbox, self._snapshot
+        self.sampler = Sampler(
+            cfg, inbox, snapshot, self.runs, self.gpus, self.tree, self.tasks, self.emit
+        )
+        gate = StartGate(self.gpus, self.faults, self.cluster)
+        starter = Starter(
+            cfg, inbox, self.tree, self.runs, self.sampler, gate, self.tasks, self.emit
+        )
+        self.stopper = Stopper(
+            cfg, inbox, snapshot, self.tree, self.runs, self.sampler, self.gpus, self.emit
+        )
+        self._actions = ActionTable(
+            {
+                Emit: self._emit_action,
+                SpawnChild: lambda a: starter.begin(a.attempt),
+                KillTree: self._stop,
+                # before the spawn only: the spawn itself never awaits, so a cancel cannot split it
+                CancelStart: lambda a: starter.cancel(),
+                Exit: self._exit,
+                Refuse: _nothing,  # the caller (a control command) reads it from ask()'s answer
+                Answer: _nothing,  # handed to the waiting command by the consumer (AnswerBook)
+                RestartCluster: _nothing,  # told to the cluster link first (_tell_cluster)
+            }
         )
 
-    def _make_outputs(self) -> None:
-        """sd_notify, the process title, hooks; goodput and the timeline (issue 8, SPEC §13)."""
-        self.notifier = Notifier()
-        self.title = ProcTitle()
-        self.hooks = Hooks(self.cfg.hooks, self.reaper, self.emit, self.spawn_task)
-        self.events.add_hook(self.hooks)
-        self.books = Books(self.state, self.cfg.timeline.bucket_s, self.emit, self.write_health)
-        self.events.add_hook(self.books.timeline.event)
-        self.metrics_server: metrics.MetricsServer | None = None
+    def _cfg_now(self) -> config.Config:
+        return self.reloader.cfg
 
-    def _make_core(self) -> None:
-        """The core behind its one consumer and queue (issue 23); every input recorded."""
-        self.inputs = InputLog(self.state.file("inputs.jsonl"), self._input_log_failed)
-        policy = params.local_policy_of(self.cfg, self.ending.enabled)
-        self.consumer = Consumer(self.inputs, policy, self)
-        self.answers = self.consumer.answers  # a command's outcome, answered by the core
-        self._start_task: asyncio.Task[None] | None = None
-        self._done: asyncio.Future[None] = self.loop.create_future()
-        self._tasks: set[asyncio.Task[Any]] = set()
+    def _snapshot(self) -> Snapshot:
+        return self.consumer.core.snapshot()
 
-    def _make_workers(self) -> None:
-        """One bounded worker per purpose: a read stuck in one holds no other."""
-        # Blocking file and /proc reads run off the loop, each bounded (blocking.py says why).
-        self.log_io = blocking.BoundedWorker("log-open")
-        self.progress_io = blocking.BoundedWorker("progress-read")
-        # A reload's checks (the config file, StrictModes stats, job.cwd) can hang on a mount.
-        self.reload_io = blocking.BoundedWorker("config-reload")
-        # The state files at exit and before a reexec (an fsync on a busy or hung disk).
-        self.flush_io = blocking.BoundedWorker("state-flush")
+    def _leader(self) -> int | None:
+        return self.consumer.core.snapshot().pid
 
     def _cluster_link(self) -> link.ClusterLink | None:
-        if self.cfg.cluster is None:
+        cfg = self.cfg
+        if cfg.cluster is None:
             return None
-        made = params.policy_of(self.cfg)
-        return link.ClusterLink(
-            self.cfg.cluster, made, self.emit, self.restart_for_cluster, self.post
-        )
+        made = params.policy_of(cfg)
+        post, feeding = self.consumer.inbox.post, self.consumer.feeding
+        restart = self.restart_for_cluster
+        return link.ClusterLink(cfg.cluster, made, self.emit, restart, post, feeding)
+
+    # ----------------------------------------------------------------- what parts read
+
+    @property
+    def cfg(self) -> config.Config:
+        """The config now (a reload replaces it: reloading.py)."""
+        return self.reloader.cfg
+
+    @property
+    def job(self) -> JobRun:
+        """The job's current run (run.py)."""
+        return self.runs.current
+
+    @property
+    def events(self) -> EventLog:
+        return self.out.events
+
+    @property
+    def books(self) -> Books:
+        return self.out.books
+
+    @property
+    def answers(self) -> AnswerBook:
+        """The core's answers to the commands that wait on them (control/commands.py)."""
+        return self.consumer.answers
 
     # -------------------------------------------------------------------- running
 
@@ -156,50 +180,57 @@ class Daemon:
         if isinstance(server, str):
             print(f"watchdogd: {server}", file=sys.stderr)
             return 1
-        self.metrics_server = server
-        consumer = self.spawn_task(self.consumer.run())
+        self.out.metrics_server = server
+        consumer = self.tasks.spawn(self.consumer.run())
         # Before anything is served (the control socket, the watchers): a command the daemon
         # answers meets the job's state, carried by a reexec or restored, never a blank core.
         taken_over, leader = await adoption.previous_state(self)
         await self._start_parts()
         await adoption.take_the_job(self, leader, taken_over)
-        ticker = self.spawn_task(sampling.tick_loop(self))
-        pinger = self.spawn_task(self._watchdog_loop())
-        await self._done
-        self.notifier.stopping()
+        ticker = self.tasks.spawn(self.sampler.tick_loop(self.consumer.next_due, self._ticked))
+        pinger = self.tasks.spawn(self._watchdog_loop())
+        await self.life.done
+        self.out.notifier.stopping()
         self.forwarder.close()
         for task in (ticker, pinger, consumer):
             task.cancel()
         return await self._shut_down()
 
+    def _ticked(self) -> None:
+        if self.out.notifier.enabled:  # building the status costs more than the rest of a tick
+            self.out.notifier.status(status_line(self.status()))
+
     async def _start_parts(self) -> None:
         """The reaper, signals, the control socket, the GPU watchers, the cluster link."""
+        loop = asyncio.get_running_loop()
         reaping.make_subreaper()
-        self.reaper.install()
+        self.tree.reaper.install()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # handlers only post
-            self.loop.add_signal_handler(sig, self.post, SignalReceived(sig))
+            loop.add_signal_handler(sig, self.inbox.post, SignalReceived(sig))
         self.forwarder.apply(self.cfg.job.forward_signals)  # SPEC §13
-        await self.control.start(None if self.handover is None else self.handover["fds"]["control"])
+        handover = self.life.handover
+        await self.control.start(None if handover is None else handover["fds"]["control"])
         await self.gpus.start()
         if self.cluster is not None:
             await self.cluster.start()
-        self.faults.start(self.loop, self.gpus.probe)
+        self.faults.start(loop, self.gpus.probe)
 
     async def _shut_down(self) -> int:
         """Everything closed and on disk; the exit status."""
         await self.control.close()
         if self.cluster is not None:
             await self.cluster.close()
-        if self.metrics_server is not None:
-            await self.metrics_server.close()
+        if self.out.metrics_server is not None:
+            await self.out.metrics_server.close()
         self.gpus.close()
         self.faults.close()
-        self.save_state(None)
+        self.runs.save(None)
         self.account()
         self.books.save_goodput()
         await self.flush_files()
-        code = self.ending.exit_status()
-        self.emit("daemon_stopped", **({"exit_code": code} if self.ending.enabled else {}))
+        ending = self.life.ending
+        code = ending.exit_status()
+        self.emit("daemon_stopped", **({"exit_code": code} if ending.enabled else {}))
         return code
 
     @property
@@ -207,16 +238,17 @@ class Daemon:
         """The pure core; only the consumer feeds it (consumer.py)."""
         return self.consumer.core
 
-    def post(self, event: Event | SignalReceived | ClusterInput) -> None:
-        """Hand an input to the consumer (any producer, any callback); returns at once."""
-        self.consumer.inbox.post(event)
+    @property
+    def inbox(self) -> Inbox:
+        """The one way in: every producer posts (or asks) here (inbox.py)."""
+        return self.consumer.inbox
 
     def inputs_waiting(self) -> int:
         """Inputs posted and not yet handled (a reexec carries the state only with none)."""
         return self.consumer.inbox.waiting()
 
     async def ask(self, event: Event) -> list[Action]:
-        """Post `event` and wait for the core's actions (control commands: Refuse, the state)."""
+        """The control server's door (control/backend.py): the inbox's `ask`, nothing else."""
         return await self.consumer.inbox.ask(event)
 
     def _input_log_failed(self, error: str) -> None:
@@ -225,7 +257,7 @@ class Daemon:
     def restart_for_cluster(self, reason: str) -> None:
         """The cluster link's StopLocal: posted, so a restart the link asks for while an input
         is being handled (its KillTree told the link) is handled after it, never inside it."""
-        self.post(RestartRequested(reason))
+        self.inbox.post(RestartRequested(reason))
 
     def cluster_input(self, event: ClusterInput) -> None:
         """The cluster link's input, taken from the queue by the consumer: back to the link."""
@@ -236,45 +268,37 @@ class Daemon:
         """SIGHUP reloads; SIGTERM/SIGINT stop the job gracefully, then exit (128+signum with
         --exit-with-job). The handlers only posted; this runs in the consumer."""
         if signum == signal.SIGHUP:
-            self.spawn_task(self.reload())
+            self.tasks.spawn(self.reload())
             return None
         return ShutdownRequested(signum)
 
     def carry_out(self, event: Event, actions: list[Action]) -> None:
-        """The core's actions for `event`, then what follows every input."""
+        """The core's actions for `event` (from the one table), then what follows every input."""
         if self.cluster is not None:
             self._tell_cluster(actions)
-        for action in actions:
-            self._execute(action)
-        self.writer.supervisor(self.core.durable())  # after the spawn: off its critical path
+        self._actions.carry_out(actions)
+        self.out.writer.supervisor(self.core.durable())  # after the spawn: off its critical path
         snap = self.core.snapshot()
-        self.title.show(self.cfg.job.name, snap.state.value, snap.pid)
+        self.out.title.show(self.cfg.job.name, snap.state.value, snap.pid)
         self.account()
 
-    def _execute(self, action: Action) -> None:
-        match action:
-            case Emit(event=name, fields=fields):
-                if name == "restart_scheduled":
-                    self.books.goodput.count_lost_work(fields.get("lost_work_s"))
-                self.emit(name, **fields)
-            case SpawnChild(attempt=attempt):
-                self._start_task = self.spawn_task(jobstart.start(self, attempt))
-            case KillTree(pid=pid):
-                if pid is None or self.job.pid in (None, pid):
-                    self.job.stopping()  # its leader's exit is our stop's (exitcause.py)
-                self.spawn_task(jobstop.stop(self, action))
-            case CancelStart():
-                # Before the spawn only: the spawn itself never awaits, so a cancel cannot split it.
-                if self._start_task is not None and not self._start_task.done():
-                    self._start_task.cancel()
-            case Exit(code=code):
-                self.ending.code = code  # SPEC §13: the core decided it (core/supervisor/ending.py)
-                if not self._done.done():
-                    self._done.set_result(None)
-            case Refuse():
-                pass  # the caller (a control command) reads it from ask()'s answer
-            case RestartCluster():
-                pass  # told to the cluster link before the actions run (_tell_cluster)
+    def _emit_action(self, action: Emit) -> None:
+        if action.event == "restart_scheduled":
+            self.books.goodput.count_lost_work(action.fields.get("lost_work_s"))
+        self.emit(action.event, **action.fields)
+
+    def _stop(self, action: KillTree) -> None:
+        """A task: it posts TreeStopped when done. The incident's verdict is taken now, here
+        in the consumer's task, the one that feeds the run's monitor."""
+        if action.pid is None or self.job.pid in (None, action.pid):
+            self.job.stopping()  # its leader's exit is our stop's (exitcause.py)
+        verdict = self.consumer.verdict(time.monotonic()) if action.incident else None
+        self.tasks.spawn(self.stopper.stop(action, verdict))
+
+    def _exit(self, action: Exit) -> None:
+        self.life.ending.code = action.code  # SPEC §13: the core decided it (ending.py)
+        if not self.life.done.done():
+            self.life.done.set_result(None)
 
     def _tell_cluster(self, actions: list[Action]) -> None:
         """What the core decided for the cluster: an operator's restart restarts every node;
@@ -286,20 +310,6 @@ class Daemon:
             elif isinstance(a, KillTree):
                 self.cluster.job_stopping(a.reason, a.restart_cluster)
 
-    def spawn_task(self, coro: Any) -> asyncio.Task[Any]:
-        task = self.loop.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(self.task_done)
-        return task
-
-    def task_done(self, task: asyncio.Task[Any]) -> None:
-        """A task ended (the daemon's, or a run's): a failure is reported, never fatal."""
-        if not task.cancelled() and task.exception() is not None:
-            # A watchdog bug must never kill a healthy job: report it, keep supervising.
-            exc = task.exception()
-            self.emit("internal_error_caught", error=f"{type(exc).__name__}: {exc}")
-
     async def wait_changed(self, timeout_s: float) -> None:
         await self.consumer.wait_changed(timeout_s)
 
@@ -309,20 +319,18 @@ class Daemon:
         # the core decides whether the fault parks the job (Policy.parks)
         if not gate and fields.get("action") in ("reset_gpu", "reboot_host"):  # SPEC §14
             self.job.fault_seen(str(fields.get("message") or fields.get("xid") or "GPU fault"))
-        self.post(GpuFaultSeen(str(fields.get("action")), fields, gate=gate, quiet=quiet))
-
-    def _gpu_access(self, lost: bool, detail: str) -> None:
-        self.post(GpuAccessChanged(lost, detail))  # SPEC §13: the core decides
+        self.inbox.post(GpuFaultSeen(str(fields.get("action")), fields, gate=gate, quiet=quiet))
 
     def on_exit(self, fut: asyncio.Future[reaping.ExitStatus]) -> None:
         exitcause.on_exit(self, fut)  # SPEC §14: why it died, then ChildExited
 
     async def _watchdog_loop(self) -> None:
-        interval = self.notifier.watchdog_interval_s
+        notifier = self.out.notifier
+        interval = notifier.watchdog_interval_s
         if interval is None:
             return
         while True:  # from the main loop, never a side thread: a hung loop must miss its pings
-            self.notifier.watchdog()
+            notifier.watchdog()
             await asyncio.sleep(interval)
 
     # -------------------------------------------------------------------- queries
@@ -342,11 +350,30 @@ class Daemon:
     # -------------------------------------------------------------------- events & config
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
-        return self.events.emit(event, **fields)
+        return self.out.events.emit(event, **fields)
 
     async def reload(self) -> str | None:
-        """Re-read the config (SIGHUP, `watchdogctl reload`): reloading.py. The error or None."""
-        return await reloading.reload(self)
+        """Re-read the config (SIGHUP, `watchdogctl reload`; reloading.py), then hand it to the
+        parts that hold a piece of it and, as PolicyChanged, to the core. The error or None."""
+        read = await self.reloader.read()
+        if isinstance(read, str):
+            return read
+        old, new = read
+        self.out.events.set_job(new.job.name)
+        self.gpus.cfg = new.gpus
+        self.faults.cfg = new.gpus  # gpus.faults applies to the next fault
+        self.out.hooks.cfg = new.hooks
+        self.forwarder.apply(new.job.forward_signals)
+        self.inbox.post(MonitorReconfigured(params.health_of(new)))  # fed by the consumer
+        self.sampler.reconfigure(old, new)
+        await self.inbox.ask(PolicyChanged(params.local_policy_of(new, self.life.ending.enabled)))
+        if self.cluster is not None:
+            self.cluster.policy_changed(params.policy_of(new))  # the next proposal uses it
+        self.emit(
+            "config_reloaded", config=new.source, needs_restart=params.needs_restart(old, new)
+        )
+        self.reloader.done()
+        return None
 
     # -------------------------------------------------------- goodput & metrics (issue 8)
 
@@ -355,40 +382,14 @@ class Daemon:
         self.books.account(self.core.snapshot(), self.job.monitor.last_progress_at)
 
     async def flush_files(self) -> None:
-        """state.json and goodput.json on disk now (at exit, before a reexec), off the loop."""
-        self.writer.settle()  # a high mark that waited goes out with the rest
-        files = (self.writer.file, *self.books.files(), self.inputs)
-        try:
-            errors = await self.flush_io.call(
-                lambda: [f.flush() for f in files], FLUSH_TIMEOUT_S, what="flushing the state files"
-            )
-        except blocking.Hung as e:
-            errors = [str(e)]
-        for error in errors:
-            if error is not None:
-                self.emit("state_write_failed", error=error)
-
-    # -------------------------------------------------------------------- state file
-
-    def save_state(self, pid: int | None) -> None:
-        started = None if pid is None else identity.process_start_time(pid)
-        self.writer.job(pid, started, None if pid is None else identity.process_start_ticks(pid))
-
-    def watch_job(self, pid: int, pidfd: int | None) -> asyncio.Future[reaping.ExitStatus]:
-        """The exit of a job we did not just spawn (adopted, resumed); the consumer hears it."""
-        fut = self.reaper.watch(pid, pidfd)
-        fut.add_done_callback(self.on_exit)
-        return fut
-
-    def begin_run(self, run: JobRun, close_follower: bool = True) -> None:
-        """`run` is the job's run from now on; the one it replaces is closed (and its follower,
-        once no read is stuck on it, unless its descriptor is closed already)."""
-        old, self.job = self.job, run
-        old.close()
-        if close_follower:
-            old.use_follower(None, self.progress_io.when_idle)
+        """state.json, goodput.json, the input log on disk now (at exit, before a reexec)."""
+        await self.out.flush(self.consumer.inputs)
 
     # -------------------------------------------------------------------- reexec (SPEC §12)
 
     async def reexec(self, req_id: int | str | None, conn: Any) -> None:
         await reexec.perform(self, req_id, conn)
+
+
+def _nothing(action: Action) -> None:
+    """An action carried out elsewhere (see the table's comment beside it)."""

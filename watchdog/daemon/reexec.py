@@ -32,7 +32,7 @@ import json
 import os
 import socket
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog import __version__, blocking
 from watchdog.control.backend import ReexecRefused
@@ -42,7 +42,35 @@ from watchdog.daemon.handover import FORMAT, STATE_ENV
 from watchdog.process import launch
 
 if TYPE_CHECKING:
-    from watchdog.daemon.parts import Parts
+    from watchdog.control.server import ControlServer
+    from watchdog.core.supervisor.machine import Supervisor
+    from watchdog.daemon.inbox import Inbox
+    from watchdog.daemon.jobtree import JobTree
+    from watchdog.daemon.run import Runs
+    from watchdog.daemon.wiring import Lifetime, Outputs
+
+
+class Carrier(Protocol):
+    """What the old code's side reads to hand the state over, and how it pauses and flushes."""
+
+    life: Lifetime
+    tree: JobTree
+    runs: Runs
+    control: ControlServer
+    out: Outputs
+
+    @property
+    def core(self) -> Supervisor: ...
+
+    def inputs_waiting(self) -> int: ...
+
+    @property
+    def inbox(self) -> Inbox: ...
+
+    def account(self) -> None: ...
+
+    async def flush_files(self) -> None: ...
+
 
 CHECK_TIMEOUT_S = 60.0
 FLUSH_TIMEOUT_S = 10.0  # the event history before the exec
@@ -60,23 +88,23 @@ def entry_argv() -> list[str]:
     return [os.path.abspath(sys.argv[0]), *sys.argv[1:]]
 
 
-def build_state(d: Parts, req_id: int | str | None, conn: socket.socket | None) -> dict[str, Any]:
+def build_state(d: Carrier, req_id: int | str | None, conn: socket.socket | None) -> dict[str, Any]:
     """Everything the new code needs; Refused while a start or stop is under way."""
     carried = d.core.carry()
     if carried is None:
         raise Refused("busy", "a start or stop is under way; try again when it is over")
     pid = carried["pid"]
-    pidfd = d.reaper.pidfd_of(pid) if isinstance(pid, int) else None
+    pidfd = d.tree.reaper.pidfd_of(pid) if isinstance(pid, int) else None
     if isinstance(pid, int) and pidfd is None:
         raise Refused("busy", "the job's exit is being handled; try again")
-    run = d.job
+    run = d.runs.current
     follower = run.follower.carry() if run.follower is not None else None
     return {
         "format": FORMAT,
         "old_version": __version__,
-        "daemon_started_at": d.started_at,
+        "daemon_started_at": d.life.started_at,
         "request_id": req_id,
-        "incident_path": d.incident_path,
+        "incident_path": d.runs.incident_path,
         "polled_at": run.polled_at,
         # SPEC §14: the running job's command, which a reload may have made differ from the
         # config's (status shows it, and the config's as pending)
@@ -86,7 +114,7 @@ def build_state(d: Parts, req_id: int | str | None, conn: socket.socket | None) 
         "follower": follower,
         "fds": {
             "control": None,  # the listener: set by perform() once accepting has stopped
-            "lock": d.lock_fd,
+            "lock": d.life.lock_fd,
             "conn": None if conn is None else conn.fileno(),
             "pidfd": pidfd,
             "joblog": run.log.fd if run.log is not None else None,  # the file the job writes
@@ -94,7 +122,7 @@ def build_state(d: Parts, req_id: int | str | None, conn: socket.socket | None) 
     }
 
 
-async def perform(d: Parts, req_id: int | str | None, conn: socket.socket | None) -> None:
+async def perform(d: Carrier, req_id: int | str | None, conn: socket.socket | None) -> None:
     """Check the new code on the state, then exec it. Returns only by raising Refused."""
     entry = entry_argv()
     state = build_state(d, req_id, conn)
@@ -103,7 +131,7 @@ async def perform(d: Parts, req_id: int | str | None, conn: socket.socket | None
     listener = await d.control.pause_for_handover(DRAIN_S)
     try:
         await prepare(d)
-        await d.ask(Tick())  # in order: every input posted before now is judged, then carried
+        await d.inbox.ask(Tick())  # in order: every input posted before now is judged, then carried
         # Synchronous from here to the exec: nothing can change the state in between.
         if d.inputs_waiting():
             raise Refused("busy", "inputs are still being handled; try again")
@@ -116,20 +144,20 @@ async def perform(d: Parts, req_id: int | str | None, conn: socket.socket | None
         raise
 
 
-async def prepare(d: Parts) -> None:
+async def prepare(d: Carrier) -> None:
     """Just before the exec: state, goodput and the event history on disk (the new code
     reads them back; the fallback adopts the job from state.json)."""
-    d.save_state(d.core.snapshot().pid)
+    d.runs.save(d.core.snapshot().pid)
     d.account()
-    d.books.save_goodput()
+    d.out.books.save_goodput()
     await d.flush_files()
     with contextlib.suppress(blocking.Hung):  # the exec goes ahead; the history is a bonus
-        await d.flush_io.call(d.events.flush, FLUSH_TIMEOUT_S, what="the event history")
+        await d.out.flush_io.call(d.out.events.flush, FLUSH_TIMEOUT_S, what="the event history")
 
 
-async def _check_new_code(d: Parts, entry: list[str], state: dict[str, Any]) -> str:
+async def _check_new_code(d: Carrier, entry: list[str], state: dict[str, Any]) -> str:
     code, out = await launch.run_command(
-        d.reaper,
+        d.tree.reaper,
         [*entry, "--check-reexec"],
         timeout_s=CHECK_TIMEOUT_S,
         stdin_data=json.dumps(state).encode(),
@@ -142,8 +170,8 @@ async def _check_new_code(d: Parts, entry: list[str], state: dict[str, Any]) -> 
     raise Refused("reexec_failed", f"the new code failed its check ({why}): {out[-1500:]}")
 
 
-def _exec(d: Parts, entry: list[str], state: dict[str, Any]) -> None:
-    d.notifier.reloading()
+def _exec(d: Carrier, entry: list[str], state: dict[str, Any]) -> None:
+    d.out.notifier.reloading()
     sys.stdout.flush()
     fds = [
         fd for fd in (*state["fds"].values(), handover.follower_fd(state)) if isinstance(fd, int)
@@ -161,7 +189,7 @@ def _exec(d: Parts, entry: list[str], state: dict[str, Any]) -> None:
             with contextlib.suppress(OSError):
                 os.set_inheritable(fd, False)
         os.close(memfd)
-        d.notifier.reloaded()
+        d.out.notifier.reloaded()
         raise Refused("reexec_failed", f"execve {entry[0]}: {e.strerror or e}") from None
 
 

@@ -12,16 +12,32 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any
 
+from watchdog import blocking, config
 from watchdog.core.health import monitor as health
 from watchdog.core.health.ranks import RankTracker
-from watchdog.process import oomrecord, reaping
+from watchdog.core.progress.stall_window import StallKnowledge
+from watchdog.daemon import params
+from watchdog.process import identity, oomrecord, reaping
 from watchdog.progress.follower import Follower, FollowResult
 from watchdog.progress.joblog import JobLog
+from watchdog.state.writers import StateWriter
 
 # PyTorch's flight-recorder dump and pipe prefixes, and the spawn time (wall clock)
 Flight = tuple[str | None, str | None, float]
+
+
+@dataclass(slots=True)
+class Evidence:
+    """SPEC §14: what a run's death is classified by besides its last lines."""
+
+    oom_before: oomrecord.OomReading | None = None  # its cgroup's OOM-kill counter at spawn
+    faults_seen: list[str] = field(default_factory=list)  # GPU faults while it ran
+    # the core ordered its stop (its KillTree): the leader's exit is ours, not a death to
+    # classify; the core decided, the shell only notes it
+    stop_ordered: bool = False
 
 
 class JobRun:
@@ -47,7 +63,6 @@ class JobRun:
         self.flight = flight
         self.epoch = epoch  # the cluster epoch this run belongs to
         self.polled_at = polled_at  # the last look at the progress log (monotonic)
-        self.checkpoint_read_at = 0.0
         self.follower: Follower | None = None
         # The file this run's job writes (docs/logrotate.md): `logs`, status and incidents read
         # it, not the path. Closed with the run; None before a spawn, or where it was not found.
@@ -59,16 +74,11 @@ class JobRun:
         self.closed = False
         # SPEC §14: pids of a tree left alive by a stop (or found by a start): status names them
         self.left_behind: tuple[int, ...] = ()
-        # SPEC §14: the job's cgroup OOM counter at spawn, GPU faults seen (daemon/exitcause.py)
-        self.oom_before: oomrecord.OomReading | None = None
-        self.faults_seen: list[str] = []
-        # the core ordered this run's stop (its KillTree): the leader's exit is ours, not a
-        # death to classify (daemon/exitcause.py); the core decided, the shell only notes it
-        self.stop_ordered = False
+        self.evidence = Evidence()  # SPEC §14: what its death is classified by (exitcause.py)
 
     def stopping(self) -> None:
         """The core returned KillTree for this run (SPEC §4: the whole tree is being stopped)."""
-        self.stop_ordered = True
+        self.evidence.stop_ordered = True
 
     @property
     def leader_reaped(self) -> bool:
@@ -93,22 +103,27 @@ class JobRun:
         if old is not None and old is not log:
             old.close()
 
+    @property
+    def oom_before(self) -> oomrecord.OomReading | None:
+        return self.evidence.oom_before
+
+    @property
+    def faults_seen(self) -> list[str]:
+        return self.evidence.faults_seen
+
+    @property
+    def stop_ordered(self) -> bool:
+        return self.evidence.stop_ordered
+
     def oom_baseline(self, reading: oomrecord.OomReading) -> None:
-        self.oom_before = reading
+        self.evidence.oom_before = reading
 
     def fault_seen(self, message: str) -> None:
-        if len(self.faults_seen) < 20:  # bounded: the newest few name the cause
-            self.faults_seen.append(message)
+        if len(self.evidence.faults_seen) < 20:  # bounded: the newest few name the cause
+            self.evidence.faults_seen.append(message)
 
     def polled(self, now: float) -> None:
         self.polled_at = now
-
-    def checkpoint_due(self, now: float, every_s: float) -> bool:
-        """True at most every `every_s` (status's view of progress.checkpoint)."""
-        if now - self.checkpoint_read_at < every_s:
-            return False
-        self.checkpoint_read_at = now
-        return True
 
     def keep_late(self, follower: Follower, late: FollowResult) -> None:
         """A stuck read of `follower` returned after its caller gave up (any thread)."""
@@ -138,3 +153,45 @@ class JobRun:
             self.log = None
         for task in list(self._tasks):
             task.cancel()
+
+
+class Runs:
+    """The job's current run, and the one door that replaces it (`begin`): the starter, adoption
+    and a reexec's resume begin runs; the stopper ends them; everyone else reads `current`."""
+
+    def __init__(
+        self,
+        first: JobRun,
+        stall: StallKnowledge,
+        writer: StateWriter,
+    ) -> None:
+        self.current = first  # the current run (idle, with no pid, before the first spawn)
+        self._stall = stall  # SPEC §14: the learned stall windows every new run's monitor uses
+        self._writer = writer  # state.json's job record: the leader a restarted daemon proves
+        # Blocking file and /proc reads run off the loop, each bounded (blocking.py says why),
+        # one worker per purpose: a read stuck in one holds no other. The progress log's reads
+        # (a replaced follower is closed once no read is stuck on it):
+        self.progress_io = blocking.BoundedWorker("progress-read")
+        self.log_io = blocking.BoundedWorker("log-open")  # the job's log; an adopted job's stdout
+        self.incident_path: str | None = None  # the newest bundle of any run (status; reexec)
+
+    def monitor(self, cfg: config.Config) -> health.HealthMonitor:
+        """Fresh detectors for a new run, under `cfg`, with what the stall window learned."""
+        return health.HealthMonitor(params.health_of(cfg), self._stall)
+
+    def begin(self, run: JobRun, close_follower: bool = True) -> None:
+        """`run` is the job's run from now on; the one it replaces is closed (and its follower,
+        once no read is stuck on it, unless its descriptor is closed already)."""
+        old, self.current = self.current, run
+        old.close()
+        if close_follower:
+            old.use_follower(None, self.progress_io.when_idle)
+
+    def follow(self, run: JobRun, follower: Follower | None) -> None:
+        """`run` follows its progress log with `follower` from now on."""
+        run.use_follower(follower, self.progress_io.when_idle)
+
+    def save(self, pid: int | None) -> None:
+        """The job's leader in state.json (None: no job), with what proves it ours later."""
+        started = None if pid is None else identity.process_start_time(pid)
+        self._writer.job(pid, started, None if pid is None else identity.process_start_ticks(pid))

@@ -6,19 +6,44 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog import __version__
 from watchdog.core.progress.stall_window import LEARNING
 from watchdog.core.views import status
 
 if TYPE_CHECKING:
-    from watchdog.daemon.parts import Parts
+    from watchdog import config
+    from watchdog.core.supervisor.machine import Supervisor
+    from watchdog.daemon.jobtree import JobTree
+    from watchdog.daemon.run import Runs
+    from watchdog.daemon.sampling import Sampler
+    from watchdog.daemon.wiring import Lifetime, Outputs
+    from watchdog.gpu.faults import FaultWatch
+    from watchdog.gpu.watch import GpuWatch
 
 
-def build(d: Parts) -> dict[str, Any]:
-    monitor, gpus, faults, snap = d.job.monitor, d.gpus, d.faults, d.core.snapshot()
-    running = d.job.command if snap.pid is not None else None
+class Shown(Protocol):
+    """The parts whose state the status object shows (a read: it changes none of them)."""
+
+    runs: Runs
+    gpus: GpuWatch
+    faults: FaultWatch
+    sampler: Sampler
+    tree: JobTree
+    life: Lifetime
+    out: Outputs
+
+    @property
+    def cfg(self) -> config.Config: ...
+
+    @property
+    def core(self) -> Supervisor: ...
+
+
+def build(d: Shown) -> dict[str, Any]:
+    gpus, faults, snap, checkpoints = d.gpus, d.faults, d.core.snapshot(), d.sampler.checkpoints
+    monitor, running = d.runs.current.monitor, d.runs.current.command if snap.pid else None
     st = status.build_status(
         status.StatusInputs(
             snap=snap,
@@ -31,13 +56,13 @@ def build(d: Parts) -> dict[str, Any]:
             progress=monitor.last_progress,
             last_progress_at=monitor.last_progress_at,
             host_warnings=gpus.host_warnings,
-            incident=d.incident_path,
+            incident=d.runs.incident_path,
             daemon_pid=os.getpid(),
-            daemon_started_at=d.started_at,
+            daemon_started_at=d.life.started_at,
             version=__version__,
             log_file=d.cfg.job.log_file,
-            goodput=d.books.goodput.totals(),
-            checkpoint=None if d.checkpoints is None else d.checkpoints.as_dict(),
+            goodput=d.out.books.goodput.totals(),
+            checkpoint=None if checkpoints is None else checkpoints.as_dict(),
             checkpoint_at=snap.best_mark_at,
             gpu_faults=faults.by_gpu,
             gpu_unchecked=faults.unchecked,
@@ -58,14 +83,14 @@ def build(d: Parts) -> dict[str, Any]:
     return st
 
 
-def _add_turn4(d: Parts, st: dict[str, Any], running: Sequence[str] | None) -> None:
+def _add_turn4(d: Shown, st: dict[str, Any], running: Sequence[str] | None) -> None:
     """SPEC §14's additions: the stop mode, a reloaded command not yet in effect, failed writes."""
-    st["job"]["stop_mode"] = d.cgroups.mode  # cgroup or signals
-    st["cgroup"] = d.cgroups.as_dict()  # which cgroup, and why that mode
+    st["job"]["stop_mode"] = d.tree.cgroups.mode  # cgroup or signals
+    st["cgroup"] = d.tree.cgroups.as_dict()  # which cgroup, and why that mode
     # a reload's command applies at the next start; until then it is pending
     pending = running is not None and list(running) != list(d.cfg.job.command)
     st["job"]["pending"] = {"command": list(d.cfg.job.command)} if pending else None
-    st["state_writes"] = d.write_health.view()  # failing since …, how many
+    st["state_writes"] = d.out.write_health.view()  # failing since …, how many
     # what holds the job back while none of it runs: processes a stop or a start left alive
-    left = d.job.left_behind if running is None else ()
+    left = d.runs.current.left_behind if running is None else ()
     st["leftovers"] = {"pids": list(left)} if left else None

@@ -10,7 +10,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from watchdog.config import GpusConfig
 from watchdog.core.health import xid
@@ -19,16 +19,33 @@ from watchdog.core.ratelimit import RepeatSummary
 KEEP_PER_GPU = 20  # gpus[].faults in status: the newest this many per GPU
 
 
+class Report(Protocol):
+    """Where the watch hands what it saw, to be taken in by whoever feeds its rate limiter."""
+
+    def fault(self, fields: dict[str, object]) -> None:
+        """An NVML event's fault: to be passed to `FaultWatch.seen`."""
+
+    def summary_due(self) -> None:
+        """The repeat summary's window ended: `FaultWatch.summarise` is due."""
+
+
 class FaultWatch:
     def __init__(
         self,
         cfg: GpusConfig,
         on_fault: Callable[..., None],
         emit: Callable[..., object] | None = None,
+        report: Report | None = None,
+        feeding: Callable[[], None] = lambda: None,
     ):
         self.cfg = cfg
         self._on_fault = on_fault  # (fields, gate[, quiet]): the daemon hands it to the core
         self._emit = emit
+        # Where an event's fault, and the summary's due time, go to be taken in: the daemon
+        # posts them, so its consumer alone feeds the rate limiter below (`seen`, `summarise`);
+        # without one (a FaultWatch on its own) they are taken in at once.
+        self._report: Report = report or _TakeNow(self)
+        self._feeding = feeding  # raises unless called from the daemon's consumer task
         # SPEC §13: per (GPU, Xid or kind) the first event in full, then a count per window
         self._repeats = RepeatSummary(cfg.faults.repeat_summary_s)
         self._summary_timer: asyncio.TimerHandle | None = None
@@ -45,7 +62,7 @@ class FaultWatch:
         from watchdog.gpu.nvml.events import EventWatcher
 
         self._loop = loop
-        self._watcher = EventWatcher(self.cfg.devices, self.seen, loop)
+        self._watcher = EventWatcher(self.cfg.devices, self._report.fault, loop)
         # Thread.start() waits until the new thread runs: on a loaded host that alone held the
         # loop for over 0.1 s, so the probe's own worker thread starts it.
         probe.run_in_worker(self._watcher.start)
@@ -74,6 +91,8 @@ class FaultWatch:
         (it still parks or restarts; it is not logged when it changes nothing) and is summed in
         one gpu_fault_repeated per window (SPEC §13: a flapping GPU's 1,500 Xids are not 1,500
         events and hooks). The health gate's faults are never rate-limited."""
+        if not gate:
+            self._feeding()  # the rate limiter's one feeder (the gate's faults skip it)
         gpu = fields.get("gpu")
         what = fields.get("xid", fields.get("kind"))
         key = (str(gpu), str(what), str(fields.get("action")))
@@ -92,11 +111,15 @@ class FaultWatch:
         if self._summary_timer is not None or self._loop is None or due is None:
             return
         delay = max(0.0, due - time.monotonic())
-        self._summary_timer = self._loop.call_later(delay, self._summarise)
+        self._summary_timer = self._loop.call_later(delay, self._summary_due)
 
-    def _summarise(self) -> None:
-        """gpu_fault_repeated for each (GPU, Xid) whose window ended with repeats."""
+    def _summary_due(self) -> None:
         self._summary_timer = None
+        self._report.summary_due()
+
+    def summarise(self) -> None:
+        """gpu_fault_repeated for each (GPU, Xid) whose window ended with repeats."""
+        self._feeding()
         window = self._repeats.window_s
         for _key, count, sample in self._repeats.due(time.monotonic()):
             if self._emit is not None and isinstance(sample, dict):
@@ -113,3 +136,16 @@ class FaultWatch:
             return None
         self.unchecked = {c.gpu: c.unchecked for c in counters if c.unchecked}
         return xid.gate(counters)
+
+
+class _TakeNow:
+    """A FaultWatch on its own takes what it saw in at once."""
+
+    def __init__(self, watch: FaultWatch) -> None:
+        self._watch = watch
+
+    def fault(self, fields: dict[str, object]) -> None:
+        self._watch.seen(fields)
+
+    def summary_due(self) -> None:
+        self._watch.summarise()

@@ -29,10 +29,18 @@ from watchdog.gpu.holders import processes_using_nvidia_devices
 
 Emit = Callable[..., Any]
 OnAccess = Callable[[bool, str], None]
+Report = Callable[[GpuSample, bool], None]  # a sample read, and whether it judges access
 
 
 class GpuWatch:
-    def __init__(self, cfg: GpusConfig, emit: Emit, on_access: OnAccess | None = None) -> None:
+    def __init__(
+        self,
+        cfg: GpusConfig,
+        emit: Emit,
+        on_access: OnAccess | None = None,
+        report: Report | None = None,
+        feeding: Callable[[], None] = lambda: None,
+    ) -> None:
         self.cfg = cfg
         self._emit = emit
         self.expected = cfg.devices != ()
@@ -42,6 +50,11 @@ class GpuWatch:
         # SPEC §13: NVML access lost/restored goes to the core (it parks restarts meanwhile);
         # the verdicts on the samples (probe hung, GPUs lost, slowdowns) come from the core.
         self._on_access = on_access
+        # Where a sample read here (at start, while draining) goes to be recorded: the daemon
+        # posts it, so its consumer alone feeds the watch state below (`record`); without
+        # one (a GpuWatch on its own) it is recorded at once.
+        self._report: Report = report or self._record_now
+        self._feeding = feeding  # raises unless called from the daemon's consumer task
         self._state = GpuWatchState(cfg.probe_timeout_s, cfg.degraded_after_s)
 
     async def start(self) -> None:
@@ -53,7 +66,7 @@ class GpuWatch:
         self._probe = NvmlProbe(self.cfg.devices, call_timeout_s=self.cfg.probe_timeout_s)
         # Access lost/restored is first judged at the next sample: the core is told once the
         # daemon has synced `access_lost` with the state it restored or took over (one event).
-        self._record(await self._probe.start(), judge_access=False)
+        self._report(await self._probe.start(), False)
 
     @property
     def probe(self) -> Any:
@@ -88,18 +101,25 @@ class GpuWatch:
         if self._probe is None:
             return None
         s: GpuSample = await self._probe.sample(with_pids)
-        self._record(s)
+        self._report(s, True)  # recorded by whoever takes the report in (`record`)
         return s
 
-    def _record(self, s: GpuSample, judge_access: bool = True) -> None:
+    def record(self, s: GpuSample, judge_access: bool = True) -> tuple[bool, str] | None:
+        """Feed the watch state with `s` (the daemon's consumer alone calls it); the change of
+        NVML access it shows, if any (lost, detail), for the core."""
+        self._feeding()
         self.last = s
         self.recent.append((time.time(), s))
         self._state.reconfigure(self.cfg.probe_timeout_s, self.cfg.degraded_after_s)
         seen = self._state.observe(s, time.monotonic(), judge_access=judge_access)
-        if seen.access is not None and self._on_access is not None:
-            self._on_access(*seen.access)
         for name, fields in seen.events:
             self._emit(name, **fields)
+        return seen.access
+
+    def _record_now(self, s: GpuSample, judge_access: bool) -> None:
+        access = self.record(s, judge_access)
+        if access is not None and self._on_access is not None:
+            self._on_access(*access)
 
     def degraded_now(self) -> dict[int, tuple[str, ...]]:
         """GPU -> hardware slowdown reasons of every degraded GPU (the health verdict)."""

@@ -1,0 +1,94 @@
+"""Two small holders the daemon is wired from (loop.py): its own lifetime, and where what it
+learns goes out. Plain records: each field is one long-lived part, named for what it is for."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from watchdog import blocking, config
+from watchdog.daemon.books import Books
+from watchdog.daemon.scheduler import ExitWithJob
+from watchdog.outputs import metrics
+from watchdog.outputs.eventlog import EventLog
+from watchdog.outputs.hooks import Hooks
+from watchdog.outputs.notify import Notifier
+from watchdog.outputs.proctitle import ProcTitle
+from watchdog.process import identity, reaping
+from watchdog.state.folder import StateDir
+from watchdog.state.writers import StateWriter, WriteHealth
+
+FLUSH_TIMEOUT_S = 10.0  # the state files at exit or before a reexec
+
+
+class Flushable(Protocol):
+    def flush(self) -> str | None:
+        """Write what is pending; the error, or None."""
+
+
+@dataclass(slots=True)
+class Lifetime:
+    """The daemon's own life, not the job's: where it came from and how it ends."""
+
+    state: StateDir  # the state folder: what the previous daemon left, what the next one reads
+    handover: dict[str, Any] | None  # what a `reexec` of the previous code carried (served once)
+    lock_fd: int | None  # the state folder's lock, kept open across a reexec
+    started_at: float  # monotonic; a reexec carries the first daemon's
+    ending: ExitWithJob  # SPEC §13: the exit code under a scheduler
+    done: asyncio.Future[None]  # resolved by the core's Exit: the loop winds down
+
+
+@dataclass(slots=True)
+class Outputs:
+    """Where what the daemon learns goes out: events, systemd, the title, hooks, the books,
+    state.json; the one worker that flushes the state files."""
+
+    events: EventLog  # events.jsonl and its live subscribers
+    notifier: Notifier  # sd_notify: READY, STATUS, WATCHDOG, RELOADING
+    title: ProcTitle  # the process title: the job's state at a glance
+    hooks: Hooks  # on_* commands (SPEC §9)
+    books: Books  # goodput, the timeline, the learned stall windows (books.py)
+    writer: StateWriter  # state.json
+    write_health: WriteHealth  # SPEC §14: failed writes, rate-limited
+    flush_io: blocking.BoundedWorker  # the state files at exit and before a reexec (an fsync)
+    metrics_server: metrics.MetricsServer | None = None  # once run() has bound it
+
+    async def flush(self, *more: Flushable) -> None:
+        """state.json, the books' files and `more` on disk now (at exit, before a reexec), off
+        the loop and bounded."""
+        self.writer.settle()  # a high mark that waited goes out with the rest
+        files = (self.writer.file, *self.books.files(), *more)
+        try:
+            errors = await self.flush_io.call(
+                lambda: [f.flush() for f in files], FLUSH_TIMEOUT_S, what="flushing the state files"
+            )
+        except blocking.Hung as e:
+            errors = [str(e)]
+        for error in errors:
+            if error is not None:
+                self.events.emit("state_write_failed", error=error)
+
+
+def make_outputs(
+    cfg: config.Config,
+    state: StateDir,
+    token: str,
+    reaper: reaping.Reaper,
+    spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]],
+) -> Outputs:
+    """The event log, sd_notify, the process title, hooks; goodput and the timeline
+    (SPEC §13); state.json. Blocking file and /proc reads run off the loop, each bounded
+    (blocking.py says why): the state files' flush has its own worker. The event log comes
+    first: the others may report while they are made (a state file reset)."""
+    events = EventLog(cfg.job.name, state.file("events.jsonl"))
+    emit = events.emit
+    health = WriteHealth(emit)  # SPEC §14: failed writes, rate-limited
+    writer = StateWriter(state, token, identity.boot_id(), health)
+    hooks = Hooks(cfg.hooks, reaper, emit, spawn)
+    events.add_hook(hooks)
+    books = Books(state, cfg.timeline.bucket_s, emit, health)
+    events.add_hook(books.timeline.event)
+    flush_io = blocking.BoundedWorker("state-flush")
+    return Outputs(events, Notifier(), ProcTitle(), hooks, books, writer, health, flush_io)
