@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pathlib
+import time
+from collections.abc import Callable
 from typing import Any
 
 from conftest import DaemonFactory
@@ -169,3 +172,43 @@ def crash_loop_more(fed: LoggedCore, now: float) -> float:
     if any(isinstance(a, KillTree) for a in fed.feed(ChildExited(pid, 1, None), now + 6.0)):
         fed.feed(TreeStopped(killed=False), now + 6.0)
     return now + 6.0
+
+
+def test_inputs_that_arrive_within_the_write_delay_go_out_in_one_write(
+    tmp_path: pathlib.Path, monkeypatch: Any
+) -> None:
+    """Inputs kicked one after another within WRITE_DELAY_S of the first reach the file in one
+    hand-off to the writer thread, and all of them; the next input after it starts the next."""
+    monkeypatch.setattr(inputlog, "WRITE_DELAY_S", 0.5)
+    path = tmp_path / "inputs.jsonl"
+    log = inputlog.InputLog(str(path), lambda error: None)
+    writes: list[int] = []
+    real_append = log.append
+
+    def counting(chunks: list[str]) -> int:
+        writes.append(len(chunks))
+        return real_append(chunks)
+
+    monkeypatch.setattr(log, "append", counting)
+
+    async def feed() -> None:
+        log.supervisor(Policy(), 7, 0.0)
+        for i in range(5):  # five inputs 50 ms apart: all within the delay of the first
+            log.event(Tick(), float(i))
+            log.kick()
+            await asyncio.sleep(0.05)
+        await wait_async(lambda: bool(writes), 10)
+        log.event(Tick(), 9.0)
+        log.kick()
+        await wait_async(lambda: len(writes) == 2, 10)
+
+    asyncio.run(feed())
+    assert writes == [6, 1]  # the head and five inputs, then the next one
+    assert len(inputlog.read(str(path))) == 7
+
+
+async def wait_async(cond: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)

@@ -10,6 +10,7 @@ import ctypes.util
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -504,3 +505,36 @@ def test_a_control_device_that_cannot_be_opened_is_access_lost(
         assert used(sample) == [10.0, 10.0]  # the kept session still reads
     ctl.unlink()
     assert probe.sample()["access_lost"] is None
+
+
+def test_the_stand_in_sees_every_rewrite_of_the_gpus_file(
+    tmp_path: Path, spawn_probe: Spawn
+) -> None:
+    """The stand-in keeps its parse of `gpus` only while the file's inode, size, mtime and ctime
+    stay and the file is older than 50 ms: a rewrite in place (same inode and size), a second
+    one within the same timestamp tick, an mtime set back, or a rename is seen at the next call."""
+    write_gpus(tmp_path, 2, util=[1, 2])
+    path = tmp_path / "gpus"
+    old = time.time() - 10
+    os.utime(path, (old, old))  # old enough to be kept
+    probe = spawn_probe(tmp_path)
+
+    def utils() -> list[int]:
+        return [g["util_pct"] for g in probe.sample("sample")["gpus"]]
+
+    def in_place(util: int) -> None:
+        text = re.sub(r"util=\d", f"util={util}", path.read_text(), count=1)
+        with open(path, "r+") as f:  # the same inode, the same size
+            f.write(text)
+
+    assert [g["util_pct"] for g in probe.sample("start")["gpus"]] == [1, 2]
+    assert utils() == [1, 2]  # from the kept parse
+    in_place(3)
+    assert utils() == [3, 2]
+    in_place(4)  # within the same tick as the last rewrite
+    assert utils() == [4, 2]
+    in_place(5)
+    os.utime(path, (old, old))  # the mtime the kept parse was read at (ctime moves on)
+    assert utils() == [5, 2]
+    write_gpus(tmp_path, 2, util=[6, 6])  # replaced by a rename
+    assert utils() == [6, 6]

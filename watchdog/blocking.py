@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import queue
 import threading
 import time
@@ -53,6 +54,34 @@ class Worker:
                 future.set_result(fn())
             except Exception as exc:  # a bug in a job: hand it to the awaiting caller
                 future.set_exception(exc)
+
+
+async def result_within(fut: concurrent.futures.Future[_T], timeout_s: float | None) -> _T:
+    """`fut`'s result, or TimeoutError after `timeout_s` (None: no limit). The worker's thread
+    hands the result to one loop future (one wake-up, one loop turn to copy it) where
+    `wait_for(shield(wrap_future(fut)))` chained three futures and a turn for each; a timeout or
+    a cancellation of the caller leaves `fut` itself alone, as `shield` did."""
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[_T] = loop.create_future()
+
+    def copy(done: concurrent.futures.Future[_T]) -> None:  # on the loop
+        if waiter.done():
+            return  # the caller gave up
+        if done.cancelled():
+            waiter.cancel()
+        elif (exc := done.exception()) is not None:
+            waiter.set_exception(exc)
+        else:
+            waiter.set_result(done.result())
+
+    def wake(done: concurrent.futures.Future[_T]) -> None:  # on the worker's thread
+        if not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (daemon exit)
+                loop.call_soon_threadsafe(copy, done)
+
+    fut.add_done_callback(wake)
+    async with asyncio.timeout(timeout_s):
+        return await waiter
 
 
 class Hung(Exception):
@@ -108,7 +137,7 @@ class BoundedWorker:
             self._inflight, self._inflight_what = fut, what or self.name
             self._inflight_at = time.monotonic()
             try:
-                return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), timeout_s)
+                return await result_within(fut, timeout_s)
             except TimeoutError:
                 if discard is not None:
                     fut.add_done_callback(lambda f: _discard_late(f, discard))

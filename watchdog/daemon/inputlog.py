@@ -39,7 +39,11 @@ ROTATE = ""  # in the lines to write: move the file to inputs.1.jsonl here (a li
 MAX_FILE_BYTES = 4 << 20  # then inputs.jsonl becomes inputs.1.jsonl
 MAX_PENDING = 10_000  # lines waiting for the file while its write is stuck
 WRITE_TIMEOUT_S = 10.0
-WRITE_DELAY_S = 0.2  # pending lines are written together, this long after the first
+# Pending lines are written together, this long after the first: at a 1 s sample interval two
+# ticks' inputs make one hand-off to the writer thread (at 0.2 s each tick made one: a loop
+# wake-up for the timer and one for the result, bench/README.md). A daemon killed outright
+# loses at most this much of the record; an exit and a reexec write what is pending first.
+WRITE_DELAY_S = 2.0
 
 
 # ------------------------------------------------------------------------ the replay

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from watchdog.blocking import Worker
+from watchdog.blocking import Worker, result_within
 from watchdog.core.health.xid import Counters
 from watchdog.core.samples import GpuSample
 from watchdog.gpu.nvml.session import CONTROL_DEVICE, Session
@@ -80,9 +80,13 @@ class NvmlProbe:
             deadline_s += self._init_timeout_s
         self._inflight = self._worker.submit(functools.partial(self._session.sample, with_pids))
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(self._inflight), deadline_s)
+            return await result_within(self._inflight, deadline_s)
         except TimeoutError:
+            self._inflight.cancel()  # not started yet: never run (as wait_for's cancel did)
             return self._hung(deadline_s)
+        except asyncio.CancelledError:
+            self._inflight.cancel()
+            raise
 
     def run_in_worker(self, fn: Callable[[], object]) -> None:
         """Run `fn` on the probe's thread, after whatever it is doing; never waits for it."""
@@ -103,8 +107,9 @@ class NvmlProbe:
             fut = self._worker.submit(self._session.counters)
             self._inflight = fut  # type: ignore[assignment]
             try:
-                return await asyncio.wait_for(asyncio.wrap_future(fut), self._call_timeout_s)
+                return await result_within(fut, self._call_timeout_s)
             except TimeoutError:
+                fut.cancel()
                 return None
 
     def _hung(self, deadline_s: float | None) -> GpuSample:
