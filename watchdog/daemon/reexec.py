@@ -75,6 +75,7 @@ class Carrier(Protocol):
 CHECK_TIMEOUT_S = 60.0
 FLUSH_TIMEOUT_S = 10.0  # the event history before the exec
 DRAIN_S = 0.5  # requests under way on the old code get this long to be answered
+DRAIN_TRIES = 20  # the queue emptied before the exec: as many rounds, each one input behind
 
 
 # the control commands catch it through their backend Protocol, never importing this module
@@ -131,7 +132,10 @@ async def perform(d: Carrier, req_id: int | str | None, conn: socket.socket | No
     listener = await d.control.pause_for_handover(DRAIN_S)
     try:
         await prepare(d)
-        await d.inbox.ask(Tick())  # in order: every input posted before now is judged, then carried
+        for _ in range(DRAIN_TRIES):  # samples and faults keep coming: let the queue empty
+            await d.inbox.ask(Tick())  # in order: every input posted before now is judged
+            if not d.inputs_waiting():
+                break
         # Synchronous from here to the exec: nothing can change the state in between.
         if d.inputs_waiting():
             raise Refused("busy", "inputs are still being handled; try again")
