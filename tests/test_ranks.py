@@ -109,18 +109,31 @@ def test_idle_tree_is_listed_every_few_seconds_and_known_ranks_every_sample() ->
     within one sample); when the workers are gone, back to every few seconds; a new run starts
     with a listing."""
     t = RankTracker()
-    assert t.listing_due(100.0, idle_every_s=5.0)
-    assert not t.listing_due(101.0, idle_every_s=5.0)
-    assert not t.listing_due(104.9, idle_every_s=5.0)
-    assert t.listing_due(105.0, idle_every_s=5.0)
+    assert t.listing_due(100.0, idle_every_s=5.0, startup_s=0.0)
+    assert not t.listing_due(101.0, idle_every_s=5.0, startup_s=0.0)
+    assert not t.listing_due(104.9, idle_every_s=5.0, startup_s=0.0)
+    assert t.listing_due(105.0, idle_every_s=5.0, startup_s=0.0)
     t.observe({(10, 1.0): "rank 0 (local 0)"})
-    assert t.listing_due(106.0, idle_every_s=5.0)
-    assert t.listing_due(107.0, idle_every_s=5.0)
+    assert t.listing_due(106.0, idle_every_s=5.0, startup_s=0.0)
+    assert t.listing_due(107.0, idle_every_s=5.0, startup_s=0.0)
     assert t.observe({}) == [(10, "rank 0 (local 0)")]
-    assert not t.listing_due(108.0, idle_every_s=5.0)
-    assert t.listing_due(112.0, idle_every_s=5.0)
+    assert not t.listing_due(108.0, idle_every_s=5.0, startup_s=0.0)
+    assert t.listing_due(112.0, idle_every_s=5.0, startup_s=0.0)
     t.reset()
-    assert t.listing_due(112.5, idle_every_s=5.0)
+    assert t.listing_due(112.5, idle_every_s=5.0, startup_s=0.0)
+
+
+def test_a_runs_first_seconds_list_the_tree_every_sample() -> None:
+    """In a run's first STARTUP_LIST_S every sample lists the tree (torchrun starts its workers
+    then; one that dies before an idle listing came round is still seen), then every few
+    seconds until a worker is known; a new run starts the window again."""
+    t = RankTracker()
+    assert all(t.listing_due(100.0 + i, idle_every_s=5.0, startup_s=10.0) for i in range(10))
+    assert not t.listing_due(110.5, idle_every_s=5.0, startup_s=10.0)
+    assert t.listing_due(114.0, idle_every_s=5.0, startup_s=10.0)
+    t.reset()
+    assert t.listing_due(115.0, idle_every_s=5.0, startup_s=10.0)
+    assert t.listing_due(116.0, idle_every_s=5.0, startup_s=10.0)
 
 
 GROWING_AGENT = """

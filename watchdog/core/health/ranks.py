@@ -19,6 +19,10 @@ RankKey = tuple[int, float]  # (pid, process start time)
 # /proc walk and a thread hand-off every few seconds, not every second. Once a listing found a
 # worker, every sample lists the tree again, so a dead rank is still seen within one sample.
 IDLE_LIST_EVERY_S = 5.0
+# ... except in a run's first seconds, when torchrun starts its workers: every sample lists the
+# tree then, so a rank that dies seconds after the start (before an idle listing came round) is
+# still seen, and torchrun's own restart of it (--max-restarts) does not hide it.
+STARTUP_LIST_S = 10.0
 
 
 class RankTracker:
@@ -27,17 +31,26 @@ class RankTracker:
     def __init__(self) -> None:
         self._seen: dict[RankKey, str] = {}
         self._listed_at: float | None = None
+        self._first_at: float | None = None  # this run's first listing
 
     def reset(self) -> None:
         """A new run: nothing seen yet."""
         self._seen = {}
-        self._listed_at = None
+        self._listed_at = self._first_at = None
 
-    def listing_due(self, now: float, idle_every_s: float = IDLE_LIST_EVERY_S) -> bool:
+    def listing_due(
+        self,
+        now: float,
+        idle_every_s: float = IDLE_LIST_EVERY_S,
+        startup_s: float = STARTUP_LIST_S,
+    ) -> bool:
         """Whether to list the tree at this sample (`now`: monotonic seconds): always while
-        workers are known, else at most every `idle_every_s`. True counts as listed now."""
+        workers are known or in the run's first `startup_s`, else at most every `idle_every_s`.
+        True counts as listed now."""
+        if self._first_at is None:
+            self._first_at = now
         idle = self._listed_at is not None and now - self._listed_at < idle_every_s
-        if self._seen or not idle:
+        if self._seen or not idle or now - self._first_at < startup_s:
             self._listed_at = now
             return True
         return False
