@@ -99,7 +99,9 @@ class Stopper:
         self._runs.save(None)
         self._runs.current.close()  # its rank listings end; its monitor stays for status
         await self._sampler.read_checkpoint()  # all the run wrote, before the core judges it
-        if action.reason == "completed":  # its last lines: job_completed says where it got
+        if action.reason in ("completed", "exited"):
+            # its last lines, before the core judges the run: job_completed says where it got,
+            # and a death's steps count for the no-progress tally (SPEC §12)
             await self._sampler.sample_once(gpu=False)
         return result
 
