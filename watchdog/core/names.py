@@ -257,6 +257,8 @@ DETECTORS = (
 CAUSED_FAILURES = frozenset({"exited", "spawn_failed"})
 # Stops somebody asked for (an operator, the daemon's own shutdown), not a verdict on the job.
 REQUESTED_STOPS = frozenset({"operator", "shutdown"})
+# Stops of a run that ended by itself: its last lines are read before the core judges it
+ENDED_BY_ITSELF = frozenset({"completed", "exited"})
 # Events `watchdogctl timeline` marks (restarts and incidents, SPEC §13) and the ones that
 # explain a gap or a change of state.
 TIMELINE_EVENTS = frozenset(

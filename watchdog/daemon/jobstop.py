@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from watchdog import blocking, config
+from watchdog.core import names
 from watchdog.core.health import monitor as health
 from watchdog.core.protocol.wire import explain_window
 from watchdog.core.supervisor.events import IncidentSaved, KillTree, TreeStopped
@@ -99,7 +100,7 @@ class Stopper:
         self._runs.save(None)
         self._runs.current.close()  # its rank listings end; its monitor stays for status
         await self._sampler.read_checkpoint()  # all the run wrote, before the core judges it
-        if action.reason in ("completed", "exited"):
+        if action.reason in names.ENDED_BY_ITSELF:
             # its last lines, before the core judges the run: job_completed says where it got,
             # and a death's steps count for the no-progress tally (SPEC §12)
             await self._sampler.sample_once(gpu=False)
