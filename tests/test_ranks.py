@@ -4,10 +4,12 @@ real listing of a process tree's torchrun-style workers."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -136,6 +138,27 @@ def test_a_runs_first_seconds_list_the_tree_every_sample() -> None:
     assert t.listing_due(116.0, idle_every_s=5.0, startup_s=10.0)
 
 
+@contextlib.contextmanager
+def launched_agent(script: str) -> Iterator[subprocess.Popen[str]]:
+    """`script` in a session of its own (a stand-in for torchrun's agent), talked to over its
+    stdin and stdout; its whole group is killed at the end."""
+    agent = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        yield agent
+    finally:
+        os.killpg(agent.pid, 9)
+        agent.wait()
+        for stream in (agent.stdout, agent.stdin):
+            if stream is not None:
+                stream.close()
+
+
 GROWING_AGENT = """
 import os, subprocess, sys, time
 def rank(r):
@@ -153,14 +176,7 @@ def test_lister_cache_sees_a_new_rank_and_keys_facts_by_start_time(tmp_path: Pat
     """What the lister remembers per process is keyed by pid and start time: a rank started
     after the cache was filled is listed, and a remembered entry for the same pid with another
     start time (a recycled pid) is not used for the process living under that pid now."""
-    agent = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(GROWING_AGENT)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
+    with launched_agent(GROWING_AGENT) as agent:
         assert agent.stdout is not None and agent.stdin is not None
         rank0 = int(agent.stdout.readline())
         wait_until(lambda: psutil.Process(rank0).environ().get("RANK") == "0", 30, "rank 0")
@@ -182,12 +198,6 @@ def test_lister_cache_sees_a_new_rank_and_keys_facts_by_start_time(tmp_path: Pat
         lister._facts = {(rank0, stat[2] + 1): ((rank0, 0.0), "rank 9 (local 9)")}
         third = asyncio.run(lister.list(agent.pid, "no-such-token"))
         assert third == second
-    finally:
-        os.killpg(agent.pid, 9)
-        agent.wait()
-        for stream in (agent.stdout, agent.stdin):
-            if stream is not None:
-                stream.close()
 
 
 FORK_THEN_EXEC = """
@@ -205,14 +215,7 @@ os.waitpid(pid, 0)
 def test_a_child_listed_between_its_fork_and_its_exec_is_a_rank_after_the_exec() -> None:
     """A process read before its exec (the parent's environment, no RANK) keeps its pid and start
     time through the exec: the lister reads it again rather than remembering it as no rank."""
-    agent = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(FORK_THEN_EXEC)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
+    with launched_agent(FORK_THEN_EXEC) as agent:
         assert agent.stdout is not None and agent.stdin is not None
         child = int(agent.stdout.readline())
         lister = RankLister()
@@ -223,9 +226,3 @@ def test_a_child_listed_between_its_fork_and_its_exec_is_a_rank_after_the_exec()
         listed = asyncio.run(lister.list(agent.pid, "no-such-token"))
         assert listed is not None
         assert {pid: label for (pid, _), label in listed.items()} == {child: "rank 0 (local 0)"}
-    finally:
-        os.killpg(agent.pid, 9)
-        agent.wait()
-        for stream in (agent.stdout, agent.stdin):
-            if stream is not None:
-                stream.close()
