@@ -308,6 +308,20 @@ def test_checkpoint_watch_counts_writes_after_its_first_read() -> None:
     assert not watch.wrote_since(Checkpoint(None, activity_at=None))
 
 
+def test_checkpoint_look_says_write_quiet_or_unknown() -> None:
+    """Each read after the first says what it found (SPEC §14): a write, or quiet (nothing
+    newer, or still no folder); the first read and a read that did not answer say nothing."""
+    watch = CheckpointWatch("/nonexistent", "hf")
+    assert watch.look(Checkpoint(None, activity_at=None)) is None  # the first: the baseline
+    assert watch.look(Checkpoint(None, activity_at=None)) == "quiet"  # still no folder
+    assert watch.look(Checkpoint(None, activity_at=100.0)) == "write"  # the folder appeared
+    assert watch.look(Checkpoint(None, activity_at=100.0)) == "quiet"
+    watch.hung = True  # as read() leaves it when the read outlived READ_TIMEOUT_S
+    assert watch.look(Checkpoint(None, error="read took over 5 s")) is None
+    watch.hung = False
+    assert watch.look(Checkpoint(None, activity_at=101.0)) == "write"
+
+
 def test_checkpoint_folder_appearing_after_the_first_read_is_a_write() -> None:
     """A fresh run's first save creates the checkpoint folder: the first read found nothing
     (no folder yet), so the folder's appearing is a write under way, not the baseline."""
