@@ -299,6 +299,19 @@ def test_newest_write_sees_a_shard_growing_two_levels_down(tmp_path: pathlib.Pat
     assert after is not None and after > past + 40
 
 
+def test_an_empty_checkpoint_folder_appearing_is_no_write(tmp_path: pathlib.Path) -> None:
+    """The folder saves go to, made empty before the first step (HF's Trainer makes its
+    output_dir when it is built), is no save; the first thing written into it is."""
+    out = tmp_path / "out"
+    watch = CheckpointWatch(str(out), "hf")
+    assert watch.look(Checkpoint(None, activity_at=newest_write(str(out), "hf"))) is None
+    out.mkdir()
+    assert newest_write(str(out), "hf") is None
+    assert watch.look(Checkpoint(None, activity_at=newest_write(str(out), "hf"))) == "quiet"
+    (out / "checkpoint-20").mkdir()
+    assert watch.look(Checkpoint(None, activity_at=newest_write(str(out), "hf"))) == "write"
+
+
 def test_checkpoint_watch_counts_writes_after_its_first_read() -> None:
     """The first read only sets where to count from; a newer write after it is activity."""
     watch = CheckpointWatch("/nonexistent", "hf")

@@ -172,11 +172,15 @@ def _read_mtime(path: str) -> Checkpoint:
 def newest_write(path: str, kind: str, depth: int = 3) -> float | None:
     """Blocking: the newest mtime of the checkpoint folder, its entries, and down the newest
     subfolder (`checkpoint-500/`, `iter_0000500/mp_rank_00/`: the shards being written) to
-    `depth` levels; each folder looked at holds at most MAX_ENTRIES entries of the look."""
+    `depth` levels; each folder looked at holds at most MAX_ENTRIES entries of the look. None
+    for a folder with nothing in it yet: where saves will go, no save (HF's Trainer makes its
+    output_dir when it is built, around its first step: that is no checkpoint phase)."""
     folder = path
     if kind == "megatron" and os.path.basename(path) == TRACKER:
         folder = os.path.dirname(path) or "."
     try:
+        if _empty_folder(folder):
+            return None
         newest = os.stat(folder).st_mtime
         while depth > 0 and os.path.isdir(folder):
             depth -= 1
@@ -198,6 +202,13 @@ def newest_write(path: str, kind: str, depth: int = 3) -> float | None:
     except OSError:
         return None
     return newest
+
+
+def _empty_folder(folder: str) -> bool:
+    if not os.path.isdir(folder):
+        return False
+    with os.scandir(folder) as it:
+        return next(it, None) is None
 
 
 def _read_with_activity(path: str, kind: str) -> Checkpoint:
