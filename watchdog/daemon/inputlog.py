@@ -27,10 +27,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from watchdog import blocking
+from watchdog.core.health.replay import HealthReplay, Tape
 from watchdog.core.supervisor import image as stateimage
 from watchdog.core.supervisor import replay as records
 from watchdog.core.supervisor.budget import Policy
-from watchdog.core.supervisor.events import Action, Event, PolicyChanged
+from watchdog.core.supervisor.events import Action, Event, HealthAssessed, PolicyChanged
 from watchdog.core.supervisor.machine import Supervisor
 
 KEEP = 1000  # records in memory
@@ -71,6 +72,24 @@ def _core_at(head: Mapping[str, Any]) -> Supervisor:
     return Supervisor(made.policy, random.Random(head["seed"]).random)
 
 
+def health_replay(
+    entries: Iterable[Mapping[str, Any]],
+) -> list[tuple[HealthAssessed, HealthAssessed]]:
+    """Each HealthAssessed the daemon handed its core, after the one that fresh monitors fed
+    the log's readings give for it (core/health/replay.py): pairs that are equal when the
+    verdicts replay. A verdict of a run whose MonitorMade is in an older, lost file is left out."""
+    pairs = []
+    for a in HealthReplay().feed(entries).assessed:
+        record = None if a.then is None else a.then.get("record")
+        if record is None or record.get("event") != "HealthAssessed":
+            continue  # a verdict not handed to the core (an incident's verdict.json)
+        logged = records.from_record(record)
+        assert isinstance(logged, HealthAssessed)
+        v = a.verdict
+        pairs.append((HealthAssessed(logged.pid, v.healthy, v.firing, v.evidence), logged))
+    return pairs
+
+
 # ------------------------------------------------------------------------ the log
 
 
@@ -88,6 +107,9 @@ class InputLog:
         self._io = blocking.BoundedWorker("input-log")
         self._task: asyncio.Task[None] | None = None
         self._failing = False
+        # The run's detectors write what they are fed here too, among the core's inputs, so
+        # their verdicts replay (core/health/replay.py, docs/replay.md)
+        self.tape = Tape(self._keep)
 
     def supervisor(self, made: Policy, seed: int, now: float) -> Supervisor:
         """A new core whose jitter draws from `seed`, recorded as the log's first input."""

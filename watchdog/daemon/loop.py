@@ -22,7 +22,6 @@ from watchdog import config
 from watchdog.cluster import link
 from watchdog.cluster.inputs import ClusterInput
 from watchdog.control.server import ControlServer
-from watchdog.core.health import monitor as health
 from watchdog.core.supervisor.events import (
     Action,
     Answer,
@@ -95,8 +94,8 @@ class Daemon:
         self.faults = FaultWatch(cfg.gpus, self._gpu_fault, self.emit, news, feeding)
         self.control = ControlServer(self)
         # the current run of the job (or the last one; idle before the first spawn)
-        first = JobRun(health.HealthMonitor(params.health_of(cfg)))
-        self.runs = Runs(first, self.out.books.stall, self.out.writer)
+        first = JobRun(inputs.tape.monitor(params.health_of(cfg)))
+        self.runs = Runs(first, self.out.books.stall, self.out.writer, inputs.tape)
         self.cluster = self._cluster_link()  # several nodes, one epoch (docs/multi-node.md)
         leader = self._leader
         self.forwarder = scheduler.SignalForwarder(loop, leader, self.emit)  # SPEC §13

@@ -1,0 +1,66 @@
+"""A real daemon's health verdicts replay from its input log (docs/replay.md): the readings its
+run's detectors were fed are in inputs.jsonl, beside the core's inputs."""
+
+from __future__ import annotations
+
+import pathlib
+
+from conftest import DaemonFactory
+from support import fakegpu
+from support.gpus import cfg, job
+from support.gpus import gpus as gpus  # the 8-GPU fixture, shared
+from support.harness import write_script
+
+from watchdog.core.health.replay import HealthReplay
+from watchdog.daemon import inputlog
+
+
+def test_eight_gpus_freed_replay_to_every_health_verdict_handed_the_core(
+    make_daemon: DaemonFactory, gpus: pathlib.Path
+) -> None:
+    """A job on 8 stand-in GPUs that frees them (gpus_idle, then a restart): fresh monitors fed
+    the readings of its inputs.jsonl give every HealthAssessed the daemon handed its core."""
+    d = make_daemon(job("--free-after", "1.5"), cfg(), env=fakegpu.fake_env(gpus))
+    d.wait_event("restart_scheduled", timeout=20)
+    d.wait_state("running", timeout=20)  # the second run's monitor, from its MonitorMade
+    d.stop()  # an exit writes what is pending
+    entries = inputlog.read(str(d.state_dir / "inputs.jsonl"))
+    logged = [r for r in entries if r.get("record", {}).get("event") == "HealthAssessed"]
+    pairs = inputlog.health_replay(entries)
+    assert len(pairs) == len(logged) > 10
+    assert [replayed for replayed, _ in pairs] == [handed for _, handed in pairs]
+    assert any("gpus_idle" in handed.firing for _, handed in pairs)
+    made = [r for r in entries if r.get("type") == "MonitorMade"]
+    assert len(made) >= 3  # the idle run before the first spawn, then one per run
+    assert HealthReplay().feed(entries).unknown == 0
+
+
+def test_a_stalled_run_replays_to_its_stalled_verdict(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """A job that prints steps then goes quiet (no GPUs): its progress readings, replayed, give
+    the daemon's `stalled` verdict and every healthy one before it."""
+    script = write_script(
+        tmp_path / "stall.py",
+        "import sys, time\n"
+        "for i in range(1, 6):\n"
+        "    print(f'step {i} tokens/s 100', flush=True)\n"
+        "    time.sleep(0.1)\n"
+        "time.sleep(600)\n",
+    )
+    settings = {
+        "gpus": {"devices": [], "sample_interval_s": 0.1},
+        "progress": {
+            "pattern": r"step (?P<step>\d+) tokens/s (?P<tokens_per_s>[\d.]+)",
+            "stall_after_s": 1.0,
+            "stall_window": "fixed",
+        },
+    }
+    d = make_daemon([script], settings)
+    d.wait_event("detector_fired", timeout=30, reason="stalled")
+    d.stop()
+    entries = inputlog.read(str(d.state_dir / "inputs.jsonl"))
+    pairs = inputlog.health_replay(entries)
+    assert pairs and [r for r, _ in pairs] == [h for _, h in pairs]
+    assert any(h.healthy for _, h in pairs)
+    assert any("stalled" in h.firing for _, h in pairs)
