@@ -31,6 +31,7 @@ PURE_MODULES = frozenset(
         "tests/core/health/test_gpu_degraded.py",
         "tests/core/health/test_gpu_news.py",
         "tests/core/health/test_monitor.py",
+        "tests/core/health/test_replay.py",
         "tests/core/health/test_xid.py",
         "tests/core/progress/test_auto.py",
         "tests/core/progress/test_stall_window.py",
