@@ -195,3 +195,16 @@ def test_records_of_a_monitor_made_in_a_lost_file_are_counted_not_guessed() -> N
     m.assess(1.0)
     replayed = HealthReplay().feed(written[1:])
     assert replayed.assessed == [] and replayed.unknown == 1
+
+
+def test_a_gpu_whose_memory_moved_is_written_as_what_changed() -> None:
+    """A GPU whose memory and utilisation moved since the previous sample is written as those
+    two fields by position, and decodes to the new reading."""
+    g = GpuReading(0, "GPU-0", "H100", 70000.0, 81559.0, 97, "v2")
+    moved = GpuReading(0, "GPU-0", "H100", 70100.0, 81559.0, 95, "v2")
+    delta = rec.encode_sample(GpuSample(True, (moved,)), GpuSample(True, (g,)))[1][0]
+    assert delta == {"3": 70100.0, "5": 95}
+    back = rec.decode_sample(
+        through_json([True, [delta], None, False, None]), GpuSample(True, (g,))
+    )
+    assert back == GpuSample(True, (moved,))

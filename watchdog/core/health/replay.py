@@ -151,7 +151,10 @@ class TapedRanks(RankTracker):
     def listing_due(
         self, now: float, idle_every_s: float = IDLE_LIST_EVERY_S, startup_s: float = STARTUP_LIST_S
     ) -> bool:
-        self._fed("listing_due", now=now, idle_every_s=idle_every_s, startup_s=startup_s)
+        if (idle_every_s, startup_s) == (IDLE_LIST_EVERY_S, STARTUP_LIST_S):
+            self._fed("listing_due", now=now)  # as the daemon lists: the defaults, not written
+        else:
+            self._fed("listing_due", now=now, idle_every_s=idle_every_s, startup_s=startup_s)
         return super().listing_due(now, idle_every_s, startup_s)
 
     def observe(self, ranks: Mapping[RankKey, str]) -> list[tuple[int, str]]:
@@ -259,7 +262,8 @@ class HealthReplay:
             gone = run.ranks.observe(rec.decode_ranks(e["ranks"]))
             self.gone.append(Gone(e["monitor"], gone, then))
         elif name == "listing_due":
-            run.ranks.listing_due(e["now"], e["idle_every_s"], e["startup_s"])
+            every_s = e.get("idle_every_s", IDLE_LIST_EVERY_S)
+            run.ranks.listing_due(e["now"], every_s, e.get("startup_s", STARTUP_LIST_S))
         elif name == "reset":
             run.ranks.reset()
         else:
