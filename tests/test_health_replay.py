@@ -64,3 +64,25 @@ def test_a_stalled_run_replays_to_its_stalled_verdict(
     assert pairs and [r for r, _ in pairs] == [h for _, h in pairs]
     assert any(h.healthy for _, h in pairs)
     assert any("stalled" in h.firing for _, h in pairs)
+
+
+def test_a_lost_gpu_replays_through_a_fresh_gpu_watch_state(
+    make_daemon: DaemonFactory, gpus: pathlib.Path
+) -> None:
+    """GPU_IS_LOST on one of 8 stand-in GPUs: the samples the daemon's GPU watch state took in,
+    replayed through a fresh one, report that GPU lost once, as the daemon's gpu_lost event did;
+    the health verdicts (gpu_lost, warn-only) replay too."""
+    d = make_daemon(job(), cfg(), env=fakegpu.fake_env(gpus))
+    d.wait_state("running", timeout=20)
+    fakegpu.set_faults(gpus, ["func=* gpu=3 code=15"])
+    lost = d.wait_event("gpu_lost", timeout=15)[0]
+    d.wait_status(lambda s: "gpu_lost" in s["reasons"], 10, "gpu_lost in status")
+    d.stop()
+    entries = inputlog.read(str(d.state_dir / "inputs.jsonl"))
+    replayed = HealthReplay().feed(entries)
+    news = [e for o in replayed.observed for e in o.observed.events if e[0] == "gpu_lost"]
+    assert news == [("gpu_lost", {"reason": "gpu_lost", "gpu": 3, "uuid": lost["uuid"]})]
+    assert replayed.unknown == 0 and len(replayed.observed) > 5
+    pairs = inputlog.health_replay(entries)
+    assert [r for r, _ in pairs] == [h for _, h in pairs]
+    assert any("gpu_lost" in h.firing for _, h in pairs)

@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from watchdog import blocking
-from watchdog.core.health.replay import HealthReplay, Tape
+from watchdog.core.health.replay import HealthReplay
+from watchdog.core.health.taped import Tape
 from watchdog.core.supervisor import image as stateimage
 from watchdog.core.supervisor import replay as records
 from watchdog.core.supervisor.budget import Policy

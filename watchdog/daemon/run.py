@@ -17,7 +17,7 @@ from typing import Any
 
 from watchdog import blocking, config
 from watchdog.core.health import monitor as health
-from watchdog.core.health.replay import Tape, tracker_for
+from watchdog.core.health.taped import Tape, tracker_for
 from watchdog.core.progress.stall_window import StallKnowledge
 from watchdog.daemon import params
 from watchdog.process import identity, oomrecord, reaping

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from watchdog.core.health import records as rec
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor, Verdict
-from watchdog.core.health.replay import HealthReplay, Tape, TapedMonitor, TapedRanks, tracker_for
+from watchdog.core.health.replay import HealthReplay
+from watchdog.core.health.taped import Tape, TapedMonitor, TapedRanks, tracker_for
 from watchdog.core.progress.stall_window import StallConfig, StallKnowledge
 from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
 
@@ -208,3 +209,25 @@ def test_a_gpu_whose_memory_moved_is_written_as_what_changed() -> None:
         through_json([True, [delta], None, False, None]), GpuSample(True, (g,))
     )
     assert back == GpuSample(True, (moved,))
+
+
+def test_the_gpu_watch_state_replays_its_news_and_the_access_it_was_told() -> None:
+    """The taped GPU watch state (a GPU lost, NVML access lost and back, a reload's timeout, the
+    core's view carried in): a fresh one fed its records reports the same news in order."""
+    written: list[dict[str, Any]] = []
+    w = Tape(lambda r: written.append(through_json(r))).watch_state(0.5, 30.0)
+    ok = GpuReading(0, "GPU-0", "H100", 70000.0, 81559.0, 97, "v2")
+    lost = GpuReading(1, "GPU-1", "H100", None, None, None, "v2", error="GPU_IS_LOST", lost=True)
+    news = [
+        w.observe(GpuSample(True, (ok,)), 1.0, judge_access=False),
+        w.observe(GpuSample(True, (ok, lost)), 2.0),
+        w.observe(GpuSample(False, (), "no permission", access_lost="no permission"), 3.0),
+    ]
+    w.reconfigure(1.5, 30.0)
+    w.access_carried(None)
+    news.append(w.observe(GpuSample(True, (ok,), hung=True, reason="timeout"), 4.0))
+    news.append(w.observe(GpuSample(True, (ok,)), 5.0))
+    replayed = HealthReplay().feed(written)
+    assert [o.observed for o in replayed.observed] == news
+    assert any(n.access == (True, "no permission") for n in news)
+    assert [r["input"] for r in written[1:]].count("access_carried") == 1

@@ -1,173 +1,23 @@
-"""PURE: a run's detectors taped into the input log, and their replay (docs/replay.md).
+"""PURE: the replay of what the taped detectors wrote into the input log (docs/replay.md).
 
-The supervisor replays from its logged inputs (core/supervisor/replay.py); its health verdicts
-(HealthAssessed, RankExited) are among them only as results. So each run's HealthMonitor and
-RankTracker are made by a `Tape`: a `TapedMonitor` is the real monitor that also writes, at each
-of its doors, what it was given (with the `now` it was given) into the same log, in the order the
-daemon's consumer fed it, among the core's inputs. `HealthReplay` feeds those records to fresh
-monitors and trackers: the verdicts come out as the daemon's did, each beside the log's next
-entry (the HealthAssessed or RankExited the daemon handed the core, when it handed one).
-
-Records: {"type": "MonitorMade", "monitor": n, "config", "learned"} opens a run's monitor (the
-run boundary: every later record names its monitor `n`); {"type": "MonitorFed", "monitor": n,
-"input": <the monitor's method>, ...its arguments}; {"type": "RanksFed", ...} likewise for the
-run's rank tracker. A setter given what it already holds (no GPU degraded, NVML access fine, the
-progress log readable, the same config) is not written: the replay holds the same value.
+`HealthReplay` feeds the records core/health/taped.py wrote to fresh monitors, rank trackers and
+a fresh GPU watch state: their verdicts come out as the daemon's did, each beside the log's next
+entry (the HealthAssessed, RankExited or GpuAccessChanged the daemon handed the core, when it
+handed one).
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog.core.health import records as rec
-from watchdog.core.health.monitor import HealthConfig, HealthMonitor, Verdict
-from watchdog.core.health.ranks import IDLE_LIST_EVERY_S, STARTUP_LIST_S, RankKey, RankTracker
-from watchdog.core.progress.stall_window import Phase, StallKnowledge
-from watchdog.core.samples import GpuSample, ProgressReading
-
-Sink = Callable[[dict[str, Any]], None]
-
-
-class Tape:
-    """Makes taped monitors, numbered, whose records go to `sink` (the daemon's input log)."""
-
-    def __init__(self, sink: Sink) -> None:
-        self._sink = sink
-        self._numbers = itertools.count(1)
-
-    def monitor(self, cfg: HealthConfig, learned: StallKnowledge | None = None) -> TapedMonitor:
-        """A new run's monitor: its MonitorMade record first (what it knows at its start)."""
-        number = next(self._numbers)
-        self._sink(
-            {
-                "type": "MonitorMade",
-                "monitor": number,
-                "config": rec.encode_config(cfg),
-                "learned": None if learned is None else learned.to_json(),
-            }
-        )
-        return TapedMonitor(cfg, learned, self._sink, number)
-
-
-class TapedMonitor(HealthMonitor):
-    """The run's HealthMonitor, whose inputs are also written (MonitorFed records)."""
-
-    def __init__(
-        self, cfg: HealthConfig, learned: StallKnowledge | None, sink: Sink, number: int
-    ) -> None:
-        super().__init__(cfg, learned)
-        self.number = number
-        self._sink = sink
-        self._sample: GpuSample | None = None  # the last sample written (the next is a delta)
-        self._said: dict[str, object] = {"degraded": {}, "detail": None, "unreadable": False}
-        self._inside = False  # in progress_line, whose progress() is not an input of its own
-
-    def _fed(self, name: str, **fields: Any) -> None:
-        self._sink({"type": "MonitorFed", "monitor": self.number, "input": name, **fields})
-
-    def _changed(self, key: str, value: object) -> bool:
-        """Whether a setter's value differs from what it holds (else it is not written)."""
-        if self._said[key] == value:
-            return False
-        self._said[key] = value
-        return True
-
-    def ranks(self) -> TapedRanks:
-        """The run's rank tracker, taped under this monitor's number."""
-        return TapedRanks(self._sink, self.number)
-
-    def reconfigure(self, cfg: HealthConfig) -> None:
-        if cfg != self._cfg:
-            self._fed("reconfigure", config=rec.encode_config(cfg))
-        super().reconfigure(cfg)
-
-    def gpu_sample(self, sample: GpuSample) -> None:
-        self._fed("gpu_sample", sample=rec.encode_sample(sample, self._sample))
-        self._sample = sample
-        super().gpu_sample(sample)
-
-    def gpu_degraded(self, degraded: Mapping[int, tuple[str, ...]]) -> None:
-        if self._changed("degraded", dict(degraded)):
-            self._fed("gpu_degraded", degraded=rec.encode_degraded(degraded))
-        super().gpu_degraded(degraded)
-
-    def gpu_access_lost(self, detail: str | None) -> None:
-        if self._changed("detail", detail):
-            self._fed("gpu_access_lost", detail=detail)
-        super().gpu_access_lost(detail)
-
-    def progress_unreadable(self, unreadable: bool) -> None:
-        if self._changed("unreadable", unreadable):
-            self._fed("progress_unreadable", unreadable=unreadable)
-        super().progress_unreadable(unreadable)
-
-    def progress_line(
-        self, reading: ProgressReading, now: float, age_s: float | None, polled_at: float
-    ) -> None:
-        reading_ = rec.encode_progress(reading)
-        self._fed("progress_line", reading=reading_, now=now, age_s=age_s, polled_at=polled_at)
-        self._inside = True
-        try:
-            super().progress_line(reading, now, age_s, polled_at)
-        finally:
-            self._inside = False
-
-    def progress(self, reading: ProgressReading, now: float) -> None:
-        if not self._inside:
-            self._fed("progress", reading=rec.encode_progress(reading), now=now)
-        super().progress(reading, now)
-
-    def activity(self, now: float, phase: Phase | None = None) -> None:
-        self._fed("activity", now=now, phase=phase)
-        super().activity(now, phase)
-
-    def resume(self, c: Mapping[str, object]) -> None:
-        self._fed("resume", carried=dict(c))
-        super().resume(c)
-
-    def assess(self, now: float) -> Verdict:
-        self._fed("assess", now=now)
-        return super().assess(now)
-
-
-class TapedRanks(RankTracker):
-    """The run's RankTracker, whose inputs are also written (RanksFed records)."""
-
-    def __init__(self, sink: Sink, number: int) -> None:
-        super().__init__()
-        self._sink = sink
-        self.number = number
-
-    def _fed(self, name: str, **fields: Any) -> None:
-        self._sink({"type": "RanksFed", "monitor": self.number, "input": name, **fields})
-
-    def reset(self) -> None:
-        self._fed("reset")
-        super().reset()
-
-    def listing_due(
-        self, now: float, idle_every_s: float = IDLE_LIST_EVERY_S, startup_s: float = STARTUP_LIST_S
-    ) -> bool:
-        if (idle_every_s, startup_s) == (IDLE_LIST_EVERY_S, STARTUP_LIST_S):
-            self._fed("listing_due", now=now)  # as the daemon lists: the defaults, not written
-        else:
-            self._fed("listing_due", now=now, idle_every_s=idle_every_s, startup_s=startup_s)
-        return super().listing_due(now, idle_every_s, startup_s)
-
-    def observe(self, ranks: Mapping[RankKey, str]) -> list[tuple[int, str]]:
-        self._fed("observe", ranks=rec.encode_ranks(ranks))
-        return super().observe(ranks)
-
-
-def tracker_for(monitor: HealthMonitor) -> RankTracker:
-    """The rank tracker of the run `monitor` judges: taped with it, when it is taped."""
-    return monitor.ranks() if isinstance(monitor, TapedMonitor) else RankTracker()
-
-
-# ------------------------------------------------------------------------------ the replay
+from watchdog.core.health.gpu_news import GpuObserved, GpuWatchState
+from watchdog.core.health.monitor import HealthMonitor, Verdict
+from watchdog.core.health.ranks import IDLE_LIST_EVERY_S, STARTUP_LIST_S, RankTracker
+from watchdog.core.progress.stall_window import StallKnowledge
+from watchdog.core.samples import GpuSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +41,16 @@ class Gone:
     then: Mapping[str, Any] | None
 
 
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """What one sample changed for the replayed GPU watch state; `then` as for Assessed (the
+    daemon's GpuAccessChanged, when access was lost or came back)."""
+
+    now: float
+    observed: GpuObserved
+    then: Mapping[str, Any] | None
+
+
 @dataclass
 class _Run:
     monitor: HealthMonitor
@@ -206,8 +66,10 @@ class HealthReplay:
 
     assessed: list[Assessed] = field(default_factory=list)
     gone: list[Gone] = field(default_factory=list)
+    observed: list[Observed] = field(default_factory=list)
     unknown: int = 0
     _runs: dict[int, _Run] = field(default_factory=dict)
+    _watch: tuple[GpuWatchState, list[GpuSample]] | None = None  # and its last sample
 
     def feed(self, entries: Iterable[Mapping[str, Any]]) -> HealthReplay:
         listed = list(entries)
@@ -219,6 +81,10 @@ class HealthReplay:
                 knowledge = None if learned is None else StallKnowledge.from_json(learned)
                 cfg = rec.decode_config(entry["config"])
                 self._runs[entry["monitor"]] = _Run(HealthMonitor(cfg, knowledge))
+            elif kind == "WatchMade":
+                self._watch = GpuWatchState(entry["probe_timeout_s"], entry["degraded_after_s"]), []
+            elif kind == "WatchFed":
+                self._watch_fed(entry, then)
             elif kind in ("MonitorFed", "RanksFed"):
                 run = self._runs.get(entry["monitor"])
                 if run is None:
@@ -268,3 +134,21 @@ class HealthReplay:
             run.ranks.reset()
         else:
             raise ValueError(f"not a rank tracker input: {name!r}")
+
+    def _watch_fed(self, e: Mapping[str, Any], then: Mapping[str, Any] | None) -> None:
+        if self._watch is None:
+            self.unknown += 1  # its WatchMade is in a lost file
+            return
+        state, last = self._watch
+        name = e["input"]
+        if name == "observe":
+            sample = rec.decode_sample(e["sample"], last[-1] if last else None)
+            last[:] = [sample]
+            observed = state.observe(sample, e["now"], e["judge_access"])
+            self.observed.append(Observed(e["now"], observed, then))
+        elif name == "reconfigure":
+            state.reconfigure(e["probe_timeout_s"], e["after_s"])
+        elif name == "access_carried":
+            state.access_carried(e["why"])
+        else:
+            raise ValueError(f"not a GPU watch input: {name!r}")
