@@ -41,6 +41,7 @@ PURE_MODULES = frozenset(
         "tests/core/supervisor/test_budget_durable.py",
         "tests/core/supervisor/test_budget_no_progress.py",
         "tests/core/supervisor/test_cluster.py",
+        "tests/core/supervisor/test_cluster_replay.py",
         "tests/core/supervisor/test_ending.py",
         "tests/core/supervisor/test_handover.py",
         "tests/core/supervisor/test_machine.py",

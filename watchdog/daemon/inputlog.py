@@ -110,7 +110,7 @@ class InputLog:
         self._failing = False
         # The run's detectors write what they are fed here too, among the core's inputs, so
         # their verdicts replay (core/health/replay.py, docs/replay.md)
-        self.tape = Tape(self._keep)
+        self.tape = Tape(self.reading)
 
     def supervisor(self, made: Policy, seed: int, now: float) -> Supervisor:
         """A new core whose jitter draws from `seed`, recorded as the log's first input."""
@@ -143,6 +143,11 @@ class InputLog:
         """`event`, handed to the core at `now` (logged after its handle(): off the respawn
         path; `before` was called first)."""
         self._keep(records.log_entry(event, now))
+
+    def reading(self, record: dict[str, Any]) -> None:
+        """A record of what the run's detectors or the cluster's coordinator were fed (its
+        "type" keeps the supervisor's replay off it), in order with the core's inputs."""
+        self._keep(record)
 
     def _rotate(self) -> None:
         self._pending.append(ROTATE)

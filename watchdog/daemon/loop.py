@@ -146,7 +146,8 @@ class Daemon:
         made = params.policy_of(cfg)
         post, feeding = self.consumer.inbox.post, self.consumer.feeding
         restart = self.restart_for_cluster
-        return link.ClusterLink(cfg.cluster, made, self.emit, restart, post, feeding)
+        tape = self.consumer.inputs.reading  # its inputs, in the input log (docs/replay.md)
+        return link.ClusterLink(cfg.cluster, made, self.emit, restart, post, feeding, tape)
 
     # ----------------------------------------------------------------- what parts read
 
