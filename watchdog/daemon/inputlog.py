@@ -46,6 +46,7 @@ WRITE_TIMEOUT_S = 10.0
 # wake-up for the timer and one for the result, bench/README.md). A daemon killed outright
 # loses at most this much of the record; an exit and a reexec write what is pending first.
 WRITE_DELAY_S = 2.0
+_COMPACT = (",", ":")  # no blank after each comma and colon: a tenth of a tick's bytes
 
 
 # ------------------------------------------------------------------------ the replay
@@ -158,7 +159,7 @@ class InputLog:
         if len(self._pending) >= MAX_PENDING:
             self._dropped += 1  # the writer is stuck: counted, and healed by `before`
             return
-        line = json.dumps(record) + "\n"
+        line = json.dumps(record, separators=_COMPACT) + "\n"
         self._pending.append(line)
         if self._bytes is not None:
             self._bytes += len(line)  # ASCII: json.dumps escapes the rest

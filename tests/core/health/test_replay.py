@@ -231,3 +231,31 @@ def test_the_gpu_watch_state_replays_its_news_and_the_access_it_was_told() -> No
     assert [o.observed for o in replayed.observed] == news
     assert any(n.access == (True, "no permission") for n in news)
     assert [r["input"] for r in written[1:]].count("access_carried") == 1
+
+
+def test_the_ticks_sample_is_written_once_for_the_watch_and_the_monitor() -> None:
+    """The sample the GPU watch state took in, handed to the run's monitor, is written once
+    ("watch" in the monitor's record), a steady listing as `same`: the replay still gives the
+    monitor's verdicts and the tracker's vanished ranks."""
+    written: list[dict[str, Any]] = []
+    tape = Tape(lambda r: written.append(through_json(r)))
+    watch, m = tape.watch_state(0.5, 30.0), tape.monitor(HealthConfig(idle_samples=2))
+    ranks = tracker_for(m)
+    busy = GpuReading(0, "GPU-0", "H100", 70000.0, 81559.0, 97, "v2")
+    said = []
+    for t, used in enumerate([70000.0, 70000.0, 10.0, 12.0, 11.0]):
+        s = GpuSample(True, (GpuReading(0, "GPU-0", "H100", used, 81559.0, 97, "v2"),))
+        watch.observe(s, float(t))
+        m.gpu_sample(s)
+        m.progress_line(ProgressReading(None, t), float(t), None, t - 1.0)
+        ranks.observe({(7, 1.0): "rank 0"} if t < 4 else {})
+        said.append(m.assess(float(t)))
+    m.gpu_sample(GpuSample(True, (busy,)))  # not the watch's: written itself
+    said.append(m.assess(9.0))
+    samples = [r["sample"] for r in written if r.get("input") == "gpu_sample"]
+    assert samples[:5] == ["watch"] * 5 and samples[5] != "watch"
+    assert sum(1 for r in written if r.get("same")) == 3
+    replayed = HealthReplay().feed(written)
+    assert [a.verdict for a in replayed.assessed] == said
+    assert any("gpus_idle" in v.firing for v in said)
+    assert [g.gone for g in replayed.gone] == [[], [], [], [], [(7, "rank 0")]]

@@ -100,7 +100,14 @@ class HealthReplay:
         if name == "assess":
             self.assessed.append(Assessed(e["monitor"], e["now"], m.assess(e["now"]), then))
         elif name == "gpu_sample":
-            run.sample = rec.decode_sample(e["sample"], run.sample)
+            watched = self._watch[1] if self._watch is not None else []
+            if e["sample"] != "watch":
+                run.sample = rec.decode_sample(e["sample"], run.sample)
+            elif watched:
+                run.sample = watched[-1]  # the sample the GPU watch state took in last
+            else:
+                self.unknown += 1  # that sample's record is in a lost file
+                return
             m.gpu_sample(run.sample)
         elif name == "progress_line":
             reading = rec.decode_progress(e["reading"])
@@ -125,7 +132,8 @@ class HealthReplay:
     def _ranks_fed(self, e: Mapping[str, Any], run: _Run, then: Mapping[str, Any] | None) -> None:
         name = e["input"]
         if name == "observe":
-            gone = run.ranks.observe(rec.decode_ranks(e["ranks"]))
+            seen = run.ranks.seen if e.get("same") else rec.decode_ranks(e["ranks"])
+            gone = run.ranks.observe(seen)
             self.gone.append(Gone(e["monitor"], gone, then))
         elif name == "listing_due":
             every_s = e.get("idle_every_s", IDLE_LIST_EVERY_S)

@@ -37,6 +37,9 @@ class Tape:
     def __init__(self, sink: Sink) -> None:
         self._sink = sink
         self._numbers = itertools.count(1)
+        # the sample the GPU watch state took in last: a monitor given that very sample (the
+        # tick's, as a rule) writes "watch" for it instead of the sample again
+        self.watched: list[GpuSample] = []
 
     def monitor(self, cfg: HealthConfig, learned: StallKnowledge | None = None) -> TapedMonitor:
         """A new run's monitor: its MonitorMade record first (what it knows at its start)."""
@@ -49,24 +52,25 @@ class Tape:
                 "learned": None if learned is None else learned.to_json(),
             }
         )
-        return TapedMonitor(cfg, learned, self._sink, number)
+        return TapedMonitor(cfg, learned, self, number)
 
     def watch_state(self, probe_timeout_s: float, degraded_after_s: float) -> TapedWatch:
         """The daemon's GPU watch state: its WatchMade record first."""
         made = {"probe_timeout_s": probe_timeout_s, "degraded_after_s": degraded_after_s}
         self._sink({"type": "WatchMade", **made})
-        return TapedWatch(probe_timeout_s, degraded_after_s, self._sink)
+        return TapedWatch(probe_timeout_s, degraded_after_s, self)
 
 
 class TapedMonitor(HealthMonitor):
     """The run's HealthMonitor, whose inputs are also written (MonitorFed records)."""
 
     def __init__(
-        self, cfg: HealthConfig, learned: StallKnowledge | None, sink: Sink, number: int
+        self, cfg: HealthConfig, learned: StallKnowledge | None, tape: Tape, number: int
     ) -> None:
         super().__init__(cfg, learned)
         self.number = number
-        self._sink = sink
+        self._tape = tape
+        self._sink = tape._sink
         self._sample: GpuSample | None = None  # the last sample written (the next is a delta)
         self._said: dict[str, object] = {"degraded": {}, "detail": None, "unreadable": False}
         self._inside = False  # in progress_line, whose progress() is not an input of its own
@@ -91,7 +95,10 @@ class TapedMonitor(HealthMonitor):
         super().reconfigure(cfg)
 
     def gpu_sample(self, sample: GpuSample) -> None:
-        self._fed("gpu_sample", sample=rec.encode_sample(sample, self._sample))
+        if self._tape.watched and self._tape.watched[0] is sample:
+            self._fed("gpu_sample", sample="watch")
+        else:
+            self._fed("gpu_sample", sample=rec.encode_sample(sample, self._sample))
         self._sample = sample
         super().gpu_sample(sample)
 
@@ -164,16 +171,20 @@ class TapedRanks(RankTracker):
         return super().listing_due(now, idle_every_s, startup_s)
 
     def observe(self, ranks: Mapping[RankKey, str]) -> list[tuple[int, str]]:
-        self._fed("observe", ranks=rec.encode_ranks(ranks))
+        if ranks == self._seen:
+            self._fed("observe", same=True)  # the workers it knows, all there (the rule)
+        else:
+            self._fed("observe", ranks=rec.encode_ranks(ranks))
         return super().observe(ranks)
 
 
 class TapedWatch(GpuWatchState):
     """The GPU watch state, whose inputs are also written (WatchFed records)."""
 
-    def __init__(self, probe_timeout_s: float, degraded_after_s: float, sink: Sink) -> None:
+    def __init__(self, probe_timeout_s: float, degraded_after_s: float, tape: Tape) -> None:
         super().__init__(probe_timeout_s, degraded_after_s)
-        self._sink = sink
+        self._tape = tape
+        self._sink = tape._sink
         self._sample: GpuSample | None = None  # the last sample written (the next is a delta)
 
     def _fed(self, name: str, **fields: Any) -> None:
@@ -194,6 +205,7 @@ class TapedWatch(GpuWatchState):
         encoded = rec.encode_sample(sample, self._sample)
         self._fed("observe", sample=encoded, now=now, judge_access=judge_access)
         self._sample = sample
+        self._tape.watched[:] = [sample]
         return super().observe(sample, now, judge_access)
 
 
