@@ -1,4 +1,4 @@
-"""What taping a tick's readings into inputs.jsonl costs (docs/replay.md): bytes and CPU per tick.
+"""What taping a tick's readings into inputs.jsonl costs (docs/state.md): bytes and CPU per tick.
 
     .venv/bin/python -m bench.tape_cost [ticks]
 

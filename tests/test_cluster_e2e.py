@@ -177,7 +177,7 @@ KEPT = ("epoch", "nodes", "node_rank", "last_restart", "fatal")  # what a stop l
 
 def assert_coordinator_replays(d: Daemon) -> None:
     """The node's cluster inputs in its inputs.jsonl, replayed through a fresh coordinator
-    (docs/replay.md), say what its coordinator said (its epoch events) and end on the epoch its
+    (docs/state.md), say what its coordinator said (its epoch events) and end on the epoch its
     status showed."""
     shown = d.status()["cluster"]
     d.stop()  # an exit writes what is pending

@@ -1,4 +1,4 @@
-"""A real daemon's health verdicts replay from its input log (docs/replay.md): the readings its
+"""A real daemon's health verdicts replay from its input log (docs/state.md): the readings its
 run's detectors were fed are in inputs.jsonl, beside the core's inputs."""
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def test_a_lost_gpu_replays_through_a_fresh_gpu_watch_state(
     replayed = HealthReplay().feed(entries)
     news = [e for o in replayed.observed for e in o.observed.events if e[0] == "gpu_lost"]
     assert news == [("gpu_lost", {"reason": "gpu_lost", "gpu": 3, "uuid": lost["uuid"]})]
-    assert replayed.unknown == 0 and len(replayed.observed) > 5
+    assert replayed.unknown == 0 and len(replayed.observed) >= 2  # before the loss, and it
     pairs = inputlog.health_replay(entries)
     assert [r for r, _ in pairs] == [h for _, h in pairs]
     assert any("gpu_lost" in h.firing for _, h in pairs)

@@ -110,7 +110,7 @@ class InputLog:
         self._task: asyncio.Task[None] | None = None
         self._failing = False
         # The run's detectors write what they are fed here too, among the core's inputs, so
-        # their verdicts replay (core/health/replay.py, docs/replay.md)
+        # their verdicts replay (core/health/replay.py, docs/state.md)
         self.tape = Tape(self.reading)
 
     def supervisor(self, made: Policy, seed: int, now: float) -> Supervisor:

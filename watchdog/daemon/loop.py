@@ -146,7 +146,7 @@ class Daemon:
         made = params.policy_of(cfg)
         post, feeding = self.consumer.inbox.post, self.consumer.feeding
         restart = self.restart_for_cluster
-        tape = self.consumer.inputs.reading  # its inputs, in the input log (docs/replay.md)
+        tape = self.consumer.inputs.reading  # its inputs, in the input log (docs/state.md)
         return link.ClusterLink(cfg.cluster, made, self.emit, restart, post, feeding, tape)
 
     # ----------------------------------------------------------------- what parts read

@@ -59,7 +59,7 @@ class JobRun:
         self.command = command
         self.exit_status = exit_status  # done once the leader is reaped (its pidfd)
         self.monitor = monitor  # this run's detectors
-        self.rank_tracker = tracker_for(monitor)  # taped with its monitor (docs/replay.md)
+        self.rank_tracker = tracker_for(monitor)  # taped with its monitor (docs/state.md)
         self.flight = flight
         self.epoch = epoch  # the cluster epoch this run belongs to
         self.polled_at = polled_at  # the last look at the progress log (monotonic)

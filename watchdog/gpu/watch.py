@@ -58,7 +58,7 @@ class GpuWatch:
         self._report: Report = report or self._record_now
         self._feeding = feeding  # raises unless called from the daemon's consumer task
         times = (cfg.probe_timeout_s, cfg.degraded_after_s)
-        # written to the input log as it is fed, when taped (docs/replay.md)
+        # written to the input log as it is fed, when taped (docs/state.md)
         self._state = GpuWatchState(*times) if tape is None else tape.watch_state(*times)
 
     async def start(self) -> None:

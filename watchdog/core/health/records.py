@@ -1,4 +1,4 @@
-"""PURE JSON records of what a run's detectors are fed (docs/replay.md): exact round trips.
+"""PURE JSON records of what a run's detectors are fed (docs/state.md): exact round trips.
 
 `decode_x(encode_x(v)) == v` for every value the health monitor, the GPU watch state and the
 rank tracker take in. GPU samples are the bulk of a tick: a sample is a short list, each GPU a

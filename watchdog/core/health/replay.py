@@ -1,4 +1,4 @@
-"""PURE: the replay of what the taped detectors wrote into the input log (docs/replay.md).
+"""PURE: the replay of what the taped detectors wrote into the input log (docs/state.md).
 
 `HealthReplay` feeds the records core/health/taped.py wrote to fresh monitors, rank trackers and
 a fresh GPU watch state: their verdicts come out as the daemon's did, each beside the log's next
@@ -70,6 +70,10 @@ class HealthReplay:
     unknown: int = 0
     _runs: dict[int, _Run] = field(default_factory=dict)
     _watch: tuple[GpuWatchState, list[GpuSample]] | None = None  # and its last sample
+
+    def monitor(self, number: int) -> HealthMonitor:
+        """The replayed monitor `number` as the records fed so far left it (to look into)."""
+        return self._runs[number].monitor
 
     def feed(self, entries: Iterable[Mapping[str, Any]]) -> HealthReplay:
         listed = list(entries)

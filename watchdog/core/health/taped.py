@@ -1,4 +1,4 @@
-"""PURE: a run's detectors and the GPU watch state, taped into the input log (docs/replay.md).
+"""PURE: a run's detectors and the GPU watch state, taped into the input log (docs/state.md).
 
 The supervisor replays from its logged inputs (core/supervisor/replay.py); its health verdicts
 (HealthAssessed, RankExited, GpuAccessChanged) are among them only as results. So each run's

@@ -6,7 +6,7 @@ input becomes a Coordinator call) and, when it has an input log, writes it first
 {"type": "CoordinatorMade", ...} that names the coordinator's rank, size, policy and the seed of
 its jitter. A start that reaches the barrier carries a future (the epoch it is handed when the
 gate opens): the record says only that it came (`ClusterGateReached`), which is all the
-coordinator is given. `ClusterReplay` feeds the records to a fresh coordinator (docs/replay.md):
+coordinator is given. `ClusterReplay` feeds the records to a fresh coordinator (docs/state.md):
 its actions are the daemon's, in order. Exact: `decode_values(encode_values(v)) == v`.
 """
 
