@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from watchdog import blocking
 from watchdog.cluster import inputs as given
+from watchdog.core import images
 from watchdog.core.supervisor import cluster as core
 from watchdog.core.supervisor import cluster_replay as replayed
 from watchdog.core.supervisor.budget import Policy
@@ -87,8 +88,9 @@ class ClusterLink:
         )
         self.co = made.coordinator()
         self._tape = tape  # the daemon's input log: each input, before the coordinator takes it
+        self._made = made.record()  # its head; a rotated log repeats it with the whole state
         if tape is not None:
-            tape(made.record())
+            tape(self._made)
         self.etcd: Etcd | None = None  # made in start(): off the loop
         self._emit = emit
         self._restart_local = restart_local
@@ -200,6 +202,10 @@ class ClusterLink:
         self._feed(replayed.step(self.co, name, now, wall_now, values))
         if self.co.waiting != waiting:  # the supervisor's state is `waiting_nodes` meanwhile
             self._post(NodesAwaited(self.co.waiting))
+
+    def heads(self) -> list[dict[str, Any]]:
+        """Where a rotated input log starts: the coordinator, whole (core/images.py)."""
+        return [{**self._made, "image": images.image(self.co)}]
 
     def policy_changed(self, policy: Policy) -> None:
         """A reload's restart.*: posted, so the coordinator takes it in the consumer's order."""

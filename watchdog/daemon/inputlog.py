@@ -112,14 +112,20 @@ class InputLog:
         # The run's detectors write what they are fed here too, among the core's inputs, so
         # their verdicts replay (core/health/replay.py, docs/state.md)
         self.tape = Tape(self.reading)
+        # where a new stretch of the log starts, after the core's state: the state of the other
+        # pure objects it goes on feeding (the taped detectors; the cluster link adds its own)
+        self.heads: list[Callable[[], list[dict[str, Any]]]] = [self.tape.heads]
 
     def supervisor(self, made: Policy, seed: int, now: float) -> Supervisor:
         """A new core whose jitter draws from `seed`, recorded as the log's first input."""
         head = records.log_entry(PolicyChanged(made), now)
-        if self._bytes is not None and self._bytes >= MAX_FILE_BYTES:
+        rotated = self._bytes is not None and self._bytes >= MAX_FILE_BYTES
+        if rotated:
             self._rotate()
         self._dropped = 0  # a new core's head starts afresh
         self._keep({**head, "type": "SupervisorMade", "seed": seed})
+        if rotated:
+            self._keep_all(self._heads())
         rng = random.Random(seed)
         core = Supervisor(made, rng.random)
         self._core = (core, rng)
@@ -132,13 +138,24 @@ class InputLog:
         exact (the dropped ones are counted in an InputsDropped record before it)."""
         if self._core is None:
             return
-        if self._dropped and len(self._pending) < MAX_PENDING - 2:
-            self._keep({"type": "InputsDropped", "now": now, "count": self._dropped})
-            self._dropped = 0
-            self._keep(self._state_record(now))
+        if self._dropped:
+            heads = self._heads()
+            if len(self._pending) + 2 + len(heads) < MAX_PENDING:  # room for all of it
+                self._keep({"type": "InputsDropped", "now": now, "count": self._dropped})
+                self._dropped = 0
+                self._keep(self._state_record(now))
+                self._keep_all(heads)
         elif self._bytes is not None and self._bytes >= MAX_FILE_BYTES:
             self._rotate()
             self._keep(self._state_record(now))
+            self._keep_all(self._heads())
+
+    def _heads(self) -> list[dict[str, Any]]:
+        return [record for heads in self.heads for record in heads()]
+
+    def _keep_all(self, records: list[dict[str, Any]]) -> None:
+        for record in records:
+            self._keep(record)
 
     def event(self, event: Event, now: float) -> None:
         """`event`, handed to the core at `now` (logged after its handle(): off the respawn

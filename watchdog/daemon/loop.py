@@ -146,8 +146,12 @@ class Daemon:
         made = params.policy_of(cfg)
         post, feeding = self.consumer.inbox.post, self.consumer.feeding
         restart = self.restart_for_cluster
-        tape = self.consumer.inputs.reading  # its inputs, in the input log (docs/state.md)
-        return link.ClusterLink(cfg.cluster, made, self.emit, restart, post, feeding, tape)
+        inputs = self.consumer.inputs  # its inputs, in the input log (docs/state.md)
+        made_link = link.ClusterLink(
+            cfg.cluster, made, self.emit, restart, post, feeding, inputs.reading
+        )
+        inputs.heads.append(made_link.heads)
+        return made_link
 
     # ----------------------------------------------------------------- what parts read
 

@@ -259,3 +259,42 @@ def test_the_ticks_sample_is_written_once_for_the_watch_and_the_monitor() -> Non
     assert [a.verdict for a in replayed.assessed] == said
     assert any("gpus_idle" in v.firing for v in said)
     assert [g.gone for g in replayed.gone] == [[], [], [], [], [(7, "rank 0")]]
+
+
+@settings(max_examples=100, deadline=None)
+@given(configs, ops, ops)
+def test_a_replay_from_a_head_record_alone_says_what_the_taped_monitor_said_after_it(
+    cfg: HealthConfig, before: list[tuple[Any, ...]], after: list[tuple[Any, ...]]
+) -> None:
+    """Where a rotated log starts, the tape writes the GPU watch state and the run's monitor
+    and tracker whole (core/images.py): the records from there on, alone, replay to the
+    verdicts, rank listings and GPU news the live objects gave after that point."""
+    written: list[dict[str, Any]] = []
+    tape = Tape(lambda r: written.append(through_json(r)))
+    watch = tape.watch_state(0.5, 2.0)
+    m = tape.monitor(cfg, StallKnowledge())
+    ranks = tracker_for(m)
+    now = 1000.0
+    slow = GpuReading(0, "GPU-0", "H100", 9.0, 80.0, 1, "v2", clocks_event_reasons=0x8)
+
+    def tick(op: tuple[Any, ...], t: int) -> tuple[Verdict | None, Any, Any]:
+        nonlocal now
+        s = GpuSample(True, (slow,) if t % 3 else ())
+        news = watch.observe(s, now)
+        m.gpu_sample(s)
+        now, verdict = drive(m, op, now)
+        listed = ranks.listing_due(now)
+        gone = ranks.observe({(7, 1.0): "rank 0"} if t % 4 else {}) if listed else None
+        return verdict, news, gone
+
+    for t, op in enumerate(before):
+        tick(op, t)
+    written.clear()
+    for head in tape.heads():
+        written.append(through_json(head))
+    said = [tick(op, t) for t, op in enumerate(after)]
+    replayed = HealthReplay().feed(written)
+    assert [a.verdict for a in replayed.assessed] == [v for v, _, _ in said if v is not None]
+    assert [o.observed for o in replayed.observed] == [n for _, n, _ in said]
+    assert [g.gone for g in replayed.gone] == [g for _, _, g in said if g is not None]
+    assert replayed.unknown == 0

@@ -11,6 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from watchdog.core import images
 from watchdog.core.supervisor import cluster as C
 from watchdog.core.supervisor import cluster_replay as R
 from watchdog.core.supervisor.budget import Policy
@@ -153,6 +154,42 @@ def test_three_nodes_recorded_inputs_replay_to_the_same_actions(
         node = nodes[rank]
         name, values = values_for(what, node, store.record.epoch if store.record else 0)
         node.give(name, now, values)
+    for node in nodes:
+        replayed = R.ClusterReplay().feed(node.tape)
+        assert [s.actions for s in replayed.steps] == node.answered
+        assert replayed.coordinator is not None
+        assert replayed.coordinator.snapshot() == node.co.snapshot()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 2), INPUTS, st.floats(0, 3)), max_size=40),
+    st.lists(st.tuples(st.integers(0, 2), INPUTS, st.floats(0, 3)), max_size=40),
+    st.integers(0, 2**32 - 1),
+)
+def test_a_coordinator_replays_from_its_image_where_a_rotated_log_starts(
+    before: list[tuple[int, str, float]], after: list[tuple[int, str, float]], seed: int
+) -> None:
+    """The CoordinatorMade a rotated log starts with carries the whole coordinator, its jitter
+    generator included (core/images.py): the records from there on, alone, replay to the
+    actions the live one answered with."""
+    store = Store()
+    nodes = [Node(store, rank, seed + rank) for rank in range(3)]
+    now = 0.0
+
+    def play(script: list[tuple[int, str, float]]) -> None:
+        nonlocal now
+        for rank, what, dt in script:
+            now += dt
+            node = nodes[rank]
+            name, values = values_for(what, node, store.record.epoch if store.record else 0)
+            node.give(name, now, values)
+
+    play(before)
+    for node in nodes:
+        head = {"type": "CoordinatorMade", "image": images.image(node.co)}
+        node.tape, node.answered = [through_json(head)], []
+    play(after)
     for node in nodes:
         replayed = R.ClusterReplay().feed(node.tape)
         assert [s.actions for s in replayed.steps] == node.answered

@@ -12,12 +12,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from watchdog.core import images
 from watchdog.core.health import records as rec
+from watchdog.core.health.gpu_degraded import DegradedTracker
+from watchdog.core.health.gpu_degraded import _Held as Held
 from watchdog.core.health.gpu_news import GpuObserved, GpuWatchState
-from watchdog.core.health.monitor import HealthMonitor, Verdict
+from watchdog.core.health.monitor import HealthConfig, HealthMonitor, Verdict
 from watchdog.core.health.ranks import IDLE_LIST_EVERY_S, STARTUP_LIST_S, RankTracker
-from watchdog.core.progress.stall_window import StallKnowledge
-from watchdog.core.samples import GpuSample
+from watchdog.core.progress.stall_window import GapRing, RunPhase, StallConfig, StallKnowledge
+from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +61,54 @@ class _Run:
     sample: GpuSample | None = None  # the last one fed (the next record is a delta of it)
 
 
+# the classes a head record's image may name (core/images.py)
+KNOWN: dict[str, type[Any]] = {
+    c.__name__: c
+    for c in (
+        HealthMonitor,
+        HealthConfig,
+        StallConfig,
+        RunPhase,
+        StallKnowledge,
+        GapRing,
+        GpuSample,
+        GpuReading,
+        ProgressReading,
+        RankTracker,
+        GpuWatchState,
+        DegradedTracker,
+    )
+}
+KNOWN["_Held"] = Held
+
+
+def _is_head(entry: Mapping[str, Any]) -> bool:
+    """Whether `entry` starts a stretch of the log (the state of what it goes on feeding)."""
+    return "image" in entry or entry.get("type") in ("SupervisorState", "InputsDropped")
+
+
+def _last(entry: Mapping[str, Any]) -> GpuSample | None:
+    return None if entry.get("sample") is None else rec.decode_sample(entry["sample"])
+
+
+def _made(entry: Mapping[str, Any]) -> _Run:
+    """A run's monitor as its MonitorMade says: new, or whole where a rotated log starts."""
+    if "image" in entry:
+        ranks = images.restored(entry["ranks"], KNOWN) if "ranks" in entry else RankTracker()
+        return _Run(images.restored(entry["image"], KNOWN), ranks, _last(entry))
+    learned = entry["learned"]
+    knowledge = None if learned is None else StallKnowledge.from_json(learned)
+    return _Run(HealthMonitor(rec.decode_config(entry["config"]), knowledge))
+
+
+def _watch_made(entry: Mapping[str, Any]) -> tuple[GpuWatchState, list[GpuSample]]:
+    """The GPU watch state as its WatchMade says (and the last sample it took in)."""
+    last = _last(entry)
+    if "image" in entry:
+        return images.restored(entry["image"], KNOWN), [] if last is None else [last]
+    return GpuWatchState(entry["probe_timeout_s"], entry["degraded_after_s"]), []
+
+
 @dataclass
 class HealthReplay:
     """Fresh monitors and trackers fed a log's records in order; what they said, collected.
@@ -77,16 +128,18 @@ class HealthReplay:
 
     def feed(self, entries: Iterable[Mapping[str, Any]]) -> HealthReplay:
         listed = list(entries)
-        for i, entry in enumerate(listed):
-            then = listed[i + 1] if i + 1 < len(listed) else None
+        # the entry after each: the input the daemon handed its core next, past the head
+        # records a new stretch of the log starts with (they may fall in between)
+        after: list[Mapping[str, Any] | None] = [None]
+        for entry in reversed(listed[1:]):
+            after.append(after[-1] if _is_head(entry) else entry)
+        after.reverse()
+        for entry, then in zip(listed, after, strict=True):
             kind = entry.get("type")
             if kind == "MonitorMade":
-                learned = entry["learned"]
-                knowledge = None if learned is None else StallKnowledge.from_json(learned)
-                cfg = rec.decode_config(entry["config"])
-                self._runs[entry["monitor"]] = _Run(HealthMonitor(cfg, knowledge))
+                self._runs[entry["monitor"]] = _made(entry)
             elif kind == "WatchMade":
-                self._watch = GpuWatchState(entry["probe_timeout_s"], entry["degraded_after_s"]), []
+                self._watch = _watch_made(entry)
             elif kind == "WatchFed":
                 self._watch_fed(entry, then)
             elif kind in ("MonitorFed", "RanksFed"):

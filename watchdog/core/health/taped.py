@@ -21,6 +21,7 @@ import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from watchdog.core import images
 from watchdog.core.health import records as rec
 from watchdog.core.health.gpu_news import GpuObserved, GpuWatchState
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor, Verdict
@@ -29,6 +30,10 @@ from watchdog.core.progress.stall_window import Phase, StallKnowledge
 from watchdog.core.samples import GpuSample, ProgressReading
 
 Sink = Callable[[dict[str, Any]], None]
+# what a taped object holds besides the object it tapes: left out of its image
+TAPE_ATTRS = frozenset(
+    {"number", "_tape", "_sink", "last_written", "made", "tracker", "_said", "_inside"}
+)
 
 
 class Tape:
@@ -40,29 +45,44 @@ class Tape:
         # the sample the GPU watch state took in last: a monitor given that very sample (the
         # tick's, as a rule) writes "watch" for it instead of the sample again
         self.watched: list[GpuSample] = []
+        self._current: list[TapedMonitor | TapedWatch] = []  # the newest monitor, the watch
+
+    def heads(self) -> list[dict[str, Any]]:
+        """Where a rotated log starts: the GPU watch state and the newest run's monitor and
+        rank tracker, whole (core/images.py), so their replay can start there."""
+        out = []
+        for taped in self._current:
+            base = None if taped.last_written is None else rec.encode_sample(taped.last_written)
+            head = {**taped.made, "image": images.image(taped, TAPE_ATTRS), "sample": base}
+            if isinstance(taped, TapedMonitor) and taped.tracker is not None:
+                head["ranks"] = images.image(taped.tracker, TAPE_ATTRS)
+            out.append(head)
+        return out
 
     def monitor(self, cfg: HealthConfig, learned: StallKnowledge | None = None) -> TapedMonitor:
         """A new run's monitor: its MonitorMade record first (what it knows at its start)."""
         number = next(self._numbers)
-        self._sink(
-            {
-                "type": "MonitorMade",
-                "monitor": number,
-                "config": rec.encode_config(cfg),
-                "learned": None if learned is None else learned.to_json(),
-            }
-        )
-        return TapedMonitor(cfg, learned, self, number)
+        made = {"type": "MonitorMade", "monitor": number, "config": rec.encode_config(cfg)}
+        self._sink({**made, "learned": None if learned is None else learned.to_json()})
+        monitor = TapedMonitor(cfg, learned, self, number)
+        monitor.made = made
+        self._current = [*(t for t in self._current if isinstance(t, TapedWatch)), monitor]
+        return monitor
 
     def watch_state(self, probe_timeout_s: float, degraded_after_s: float) -> TapedWatch:
         """The daemon's GPU watch state: its WatchMade record first."""
         made = {"probe_timeout_s": probe_timeout_s, "degraded_after_s": degraded_after_s}
         self._sink({"type": "WatchMade", **made})
-        return TapedWatch(probe_timeout_s, degraded_after_s, self)
+        watch = TapedWatch(probe_timeout_s, degraded_after_s, self)
+        watch.made = {"type": "WatchMade", **made}
+        self._current = [watch, *(t for t in self._current if isinstance(t, TapedMonitor))]
+        return watch
 
 
 class TapedMonitor(HealthMonitor):
     """The run's HealthMonitor, whose inputs are also written (MonitorFed records)."""
+
+    IMAGED_AS = "HealthMonitor"  # a replay builds the plain one (core/images.py)
 
     def __init__(
         self, cfg: HealthConfig, learned: StallKnowledge | None, tape: Tape, number: int
@@ -71,7 +91,9 @@ class TapedMonitor(HealthMonitor):
         self.number = number
         self._tape = tape
         self._sink = tape._sink
-        self._sample: GpuSample | None = None  # the last sample written (the next is a delta)
+        self.last_written: GpuSample | None = None  # the next sample is written as a delta
+        self.made: dict[str, Any] = {}  # its MonitorMade's head (a rotated log repeats it)
+        self.tracker: TapedRanks | None = None  # its run's rank tracker, once made
         self._said: dict[str, object] = {"degraded": {}, "detail": None, "unreadable": False}
         self._inside = False  # in progress_line, whose progress() is not an input of its own
 
@@ -87,7 +109,8 @@ class TapedMonitor(HealthMonitor):
 
     def ranks(self) -> TapedRanks:
         """The run's rank tracker, taped under this monitor's number."""
-        return TapedRanks(self._sink, self.number)
+        self.tracker = TapedRanks(self._sink, self.number)
+        return self.tracker
 
     def reconfigure(self, cfg: HealthConfig) -> None:
         if cfg != self._cfg:
@@ -98,8 +121,8 @@ class TapedMonitor(HealthMonitor):
         if self._tape.watched and self._tape.watched[0] is sample:
             self._fed("gpu_sample", sample="watch")
         else:
-            self._fed("gpu_sample", sample=rec.encode_sample(sample, self._sample))
-        self._sample = sample
+            self._fed("gpu_sample", sample=rec.encode_sample(sample, self.last_written))
+        self.last_written = sample
         super().gpu_sample(sample)
 
     def gpu_degraded(self, degraded: Mapping[int, tuple[str, ...]]) -> None:
@@ -149,6 +172,8 @@ class TapedMonitor(HealthMonitor):
 class TapedRanks(RankTracker):
     """The run's RankTracker, whose inputs are also written (RanksFed records)."""
 
+    IMAGED_AS = "RankTracker"
+
     def __init__(self, sink: Sink, number: int) -> None:
         super().__init__()
         self._sink = sink
@@ -181,11 +206,14 @@ class TapedRanks(RankTracker):
 class TapedWatch(GpuWatchState):
     """The GPU watch state, whose inputs are also written (WatchFed records)."""
 
+    IMAGED_AS = "GpuWatchState"
+
     def __init__(self, probe_timeout_s: float, degraded_after_s: float, tape: Tape) -> None:
         super().__init__(probe_timeout_s, degraded_after_s)
         self._tape = tape
         self._sink = tape._sink
-        self._sample: GpuSample | None = None  # the last sample written (the next is a delta)
+        self.last_written: GpuSample | None = None  # the next sample is written as a delta
+        self.made: dict[str, Any] = {}  # its WatchMade's head (a rotated log repeats it)
 
     def _fed(self, name: str, **fields: Any) -> None:
         self._sink({"type": "WatchFed", "input": name, **fields})
@@ -202,9 +230,9 @@ class TapedWatch(GpuWatchState):
         super().access_carried(why)
 
     def observe(self, sample: GpuSample, now: float, judge_access: bool = True) -> GpuObserved:
-        encoded = rec.encode_sample(sample, self._sample)
+        encoded = rec.encode_sample(sample, self.last_written)
         self._fed("observe", sample=encoded, now=now, judge_access=judge_access)
-        self._sample = sample
+        self.last_written = sample
         self._tape.watched[:] = [sample]
         return super().observe(sample, now, judge_access)
 

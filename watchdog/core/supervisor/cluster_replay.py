@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from watchdog.core import images
 from watchdog.core.supervisor import cluster as core
 from watchdog.core.supervisor.budget import Policy
 from watchdog.core.supervisor.replay import decode, encode
@@ -155,7 +156,9 @@ class ClusterReplay:
     def feed(self, entries: Iterable[Mapping[str, Any]]) -> ClusterReplay:
         for e in entries:
             kind = e.get("type")
-            if kind == "CoordinatorMade":
+            if kind == "CoordinatorMade" and "image" in e:  # where a rotated log starts
+                self.coordinator = images.restored(e["image"], KNOWN)
+            elif kind == "CoordinatorMade":
                 self.coordinator = Made.from_record(e).coordinator()
                 self.steps = []
             elif kind == "ClusterFed" and self.coordinator is not None:
@@ -166,3 +169,7 @@ class ClusterReplay:
 
 
 _HEAD = ("type", "input", "now", "wall_now")
+# the classes a CoordinatorMade's image may name (core/images.py)
+KNOWN: dict[str, type[Any]] = {
+    c.__name__: c for c in (core.Coordinator, core.Member, core.View, core.EpochRecord, Policy)
+}
