@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import inspect
 import os
 import pathlib
 import signal
@@ -38,6 +39,7 @@ from watchdog.daemon.inbox import Inbox, Input, SampleTaken
 from watchdog.daemon.jobstart import Starter, StartGate
 from watchdog.daemon.jobstop import Stopper
 from watchdog.daemon.jobtree import JobTree
+from watchdog.daemon.port import Port
 from watchdog.daemon.run import JobRun, Runs
 from watchdog.daemon.sampling import Sampler
 from watchdog.daemon.tasks import Tasks
@@ -50,6 +52,7 @@ from watchdog.state.writers import StateWriter, WriteHealth
 STEP = r"step (?P<step>[0-9]+)"
 DAEMON = pathlib.Path(__file__).resolve().parent.parent / "watchdog" / "daemon"
 MAX_ATTRIBUTES = 15  # STYLE.md: a class under ~15 attributes
+MAX_PARAMETERS = 5  # STYLE.md: a starter, a stopper, a sampler, each built with 3-5 things
 
 
 @dataclass
@@ -88,30 +91,16 @@ class Kit:
         assert self.writer.file.flush() is None
         return StateDir(self.cfg.state_dir).load_job().get("job_pid")
 
+    def port(self) -> Port:
+        """How the parts talk to the rest: this config, this inbox, these events and tasks."""
+        return Port(lambda: self.cfg, self.inbox, self.emit, self.tasks)
+
     def starter(self) -> Starter:
         gate = StartGate(self.gpus, FaultWatch(self.cfg.gpus, _no_fault, self.emit), None)
-        return Starter(
-            lambda: self.cfg,
-            self.inbox,
-            self.tree,
-            self.runs,
-            self.sampler,
-            gate,
-            self.tasks,
-            self.emit,
-        )
+        return Starter(self.port(), self.tree, self.runs, self.sampler, gate)
 
     def stopper(self) -> Stopper:
-        return Stopper(
-            lambda: self.cfg,
-            self.inbox,
-            self.core.snapshot,
-            self.tree,
-            self.runs,
-            self.sampler,
-            self.gpus,
-            self.emit,
-        )
+        return Stopper(self.port(), self.tree, self.runs, self.sampler, self.gpus)
 
 
 def _no_fault(fields: dict[str, object], gate: bool, quiet: bool = False) -> None:
@@ -139,7 +128,8 @@ def make_kit(tmp_path: pathlib.Path, command: list[str], over: dict[str, Any] | 
     tasks, inbox = Tasks(emit), Inbox()
     core = Supervisor(params.policy_of(cfg), lambda: 0.5)
     gpus = GpuWatch(cfg.gpus, emit)
-    sampler = Sampler(lambda: cfg, inbox, core.snapshot, runs, gpus, tree, tasks, emit)
+    port = Port(lambda: cfg, inbox, emit, tasks)
+    sampler = Sampler(port, lambda: core.snapshot().pid, runs, gpus, tree)
     return Kit(cfg, inbox, core, tree, runs, tasks, gpus, sampler, writer, emitted)
 
 
@@ -272,6 +262,14 @@ def test_a_sampler_built_from_its_parts_reads_the_runs_progress(tmp_path: pathli
         run.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("part", [Starter, Stopper, Sampler], ids=lambda c: c.__name__)
+def test_each_part_is_built_with_at_most_five_things(part: type) -> None:
+    """The starter, the stopper and the sampler each take at most five constructor parameters
+    (STYLE.md, narrow collaborators): what each uses, never the whole daemon."""
+    params = list(inspect.signature(part.__init__).parameters)[1:]  # after `self`
+    assert len(params) <= MAX_PARAMETERS, f"{part.__name__}({', '.join(params)})"
 
 
 def test_an_action_type_without_a_handler_is_an_error_when_the_table_is_built() -> None:
