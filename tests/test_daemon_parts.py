@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import dataclasses
 import inspect
+import json
 import os
 import pathlib
 import signal
@@ -21,13 +23,14 @@ import yaml
 from support.harness import base_config, merge, write_script
 
 from watchdog import config
-from watchdog.core.health.monitor import HealthConfig, HealthMonitor
+from watchdog.core.health.monitor import HealthConfig, HealthMonitor, Verdict
 from watchdog.core.progress.stall_window import StallKnowledge
 from watchdog.core.supervisor.events import (
     ChildSpawned,
     DaemonStarted,
     Emit,
     Exit,
+    IncidentSaved,
     KillTree,
     SpawnPending,
     TreeStopped,
@@ -37,7 +40,7 @@ from watchdog.daemon import params
 from watchdog.daemon.actions import ACTION_TYPES, ActionTable, UnhandledAction
 from watchdog.daemon.inbox import Inbox, Input, SampleTaken
 from watchdog.daemon.jobstart import Starter, StartGate
-from watchdog.daemon.jobstop import Stopper
+from watchdog.daemon.jobstop import Judgement, Stopper
 from watchdog.daemon.jobtree import JobTree
 from watchdog.daemon.port import Port
 from watchdog.daemon.run import JobRun, Runs
@@ -238,6 +241,30 @@ def test_a_stopper_built_from_its_parts_ends_the_tree_and_says_so(tmp_path: path
         assert kit.leader_on_disk() is None
 
     run_with(tmp_path, body)
+
+
+def test_a_stopper_writes_the_incident_with_the_view_it_was_given(tmp_path: pathlib.Path) -> None:
+    """A Stopper (no Daemon, no snapshot of its own) writes the incident bundle from the
+    Judgement it is handed with KillTree: verdict.json holds that verdict's evidence and the
+    leader and firing detectors of the core's view when the stop was decided; IncidentSaved
+    then TreeStopped follow."""
+
+    async def body(kit: Kit) -> None:
+        pid = await spawned(kit)
+        snap = dataclasses.replace(kit.core.snapshot(), firing=frozenset({"stalled"}))
+        verdict = Verdict(False, frozenset({"stalled"}), {"stalled_for_s": "12"})
+        await kit.stopper().stop(KillTree(pid, "stalled", incident=True), Judgement(verdict, snap))
+        saved, stopped = await kit.next_input(), await kit.next_input()
+        assert isinstance(saved, IncidentSaved) and isinstance(stopped, TreeStopped), (
+            saved,
+            stopped,
+        )
+        written = json.loads((pathlib.Path(saved.path) / "verdict.json").read_text())["evidence"]
+        assert written["stalled_for_s"] == "12"
+        assert written["pid"] == pid and written["firing"] == ["stalled"]
+        assert "incident_saved" in kit.emitted
+
+    run_with(tmp_path, body, {"incidents": {"pyspy_timeout_s": 1}})
 
 
 def test_a_sampler_built_from_its_parts_reads_the_runs_progress(tmp_path: pathlib.Path) -> None:
