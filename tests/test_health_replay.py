@@ -4,7 +4,9 @@ run's detectors were fed are in inputs.jsonl, beside the core's inputs."""
 from __future__ import annotations
 
 import pathlib
+from typing import Any
 
+import yaml
 from conftest import DaemonFactory
 from support import fakegpu
 from support.gpus import cfg, job
@@ -48,21 +50,39 @@ def test_a_stalled_run_replays_to_its_stalled_verdict(
         "    time.sleep(0.1)\n"
         "time.sleep(600)\n",
     )
-    settings = {
-        "gpus": {"devices": [], "sample_interval_s": 0.1},
-        "progress": {
-            "pattern": r"step (?P<step>\d+) tokens/s (?P<tokens_per_s>[\d.]+)",
-            "stall_after_s": 1.0,
-            "stall_window": "fixed",
-        },
-    }
-    d = make_daemon([script], settings)
+    d = make_daemon([script], quiet_settings(1.0))
     d.wait_event("detector_fired", timeout=30, reason="stalled")
     d.stop()
     entries = inputlog.read(str(d.state_dir / "inputs.jsonl"))
     pairs = inputlog.health_replay(entries)
     assert pairs and [r for r, _ in pairs] == [h for _, h in pairs]
     assert any(h.healthy for _, h in pairs)
+    assert any("stalled" in h.firing for _, h in pairs)
+
+
+def test_a_reload_that_shortens_the_stall_window_replays_to_its_stalled_verdict(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """A quiet job under a 60 s stall window, then a reload to 1 s (MonitorReconfigured): the
+    new settings are in inputs.jsonl where the monitor took them, so the replay stalls where
+    the daemon did, and every verdict before and after replays."""
+    script = write_script(
+        tmp_path / "quiet.py",
+        "import time\nfor i in range(1, 4):\n    print(f'step {i} tokens/s 100', flush=True)\n"
+        "time.sleep(600)\n",
+    )
+    d = make_daemon([script], quiet_settings(60.0))
+    d.wait_state("running", timeout=30)
+    d.wait_status(lambda s: s["healthy"] is True, 20, "healthy")
+    d.cfg["progress"]["stall_after_s"] = 1.0
+    d.config_path.write_text(yaml.safe_dump(d.cfg))
+    assert d.ctl("reload")[0] == 0
+    d.wait_event("detector_fired", timeout=30, reason="stalled")
+    d.stop()
+    entries = inputlog.read(str(d.state_dir / "inputs.jsonl"))
+    assert any(r.get("input") == "reconfigure" for r in entries)
+    pairs = inputlog.health_replay(entries)
+    assert [r for r, _ in pairs] == [h for _, h in pairs]
     assert any("stalled" in h.firing for _, h in pairs)
 
 
@@ -86,3 +106,15 @@ def test_a_lost_gpu_replays_through_a_fresh_gpu_watch_state(
     pairs = inputlog.health_replay(entries)
     assert [r for r, _ in pairs] == [h for _, h in pairs]
     assert any("gpu_lost" in h.firing for _, h in pairs)
+
+
+def quiet_settings(stall_after_s: float) -> dict[str, Any]:
+    """No GPUs, `step N tokens/s X` lines, a fixed stall window."""
+    return {
+        "gpus": {"devices": [], "sample_interval_s": 0.1},
+        "progress": {
+            "pattern": r"step (?P<step>\d+) tokens/s (?P<tokens_per_s>[\d.]+)",
+            "stall_after_s": stall_after_s,
+            "stall_window": "fixed",
+        },
+    }
