@@ -256,3 +256,11 @@ def test_a_rotated_log_replays_the_health_verdicts_from_the_new_file_alone(
     pairs = inputlog.health_replay(both)
     assert len(pairs) == len(handed) - 1 > 5 and [r for r, _ in pairs] == [h for _, h in pairs]
     assert HealthReplay().feed(both).unknown == 0
+
+
+def test_a_line_cut_short_at_the_end_is_left_out_of_a_read(tmp_path: pathlib.Path) -> None:
+    """A read while a write is under way (or of a file a kill cut short) sees whole lines only:
+    the last one, without its newline, is left out instead of failing the read."""
+    path = tmp_path / "inputs.jsonl"
+    path.write_text('{"now": 1.0, "record": {"event": "Tick"}}\n{"now": 2.0, "rec')
+    assert inputlog.read(str(path)) == [{"now": 1.0, "record": {"event": "Tick"}}]

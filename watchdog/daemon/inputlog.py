@@ -262,10 +262,11 @@ def rotated(path: str) -> str:
 
 
 def read(path: str) -> list[dict[str, Any]]:
-    """The records of inputs.1.jsonl then inputs.jsonl (a bug report's log, for replay)."""
+    """The records of inputs.1.jsonl then inputs.jsonl (a bug report's log, for replay). A
+    last line without its newline (a write under way, or cut short by a kill) is left out."""
     out: list[dict[str, Any]] = []
     for file in (rotated(path), path):
         if os.path.exists(file):
             with open(file, encoding="utf-8") as fh:
-                out.extend(json.loads(line) for line in fh if line.strip())
+                out.extend(json.loads(line) for line in fh if line.endswith("\n") and line.strip())
     return out
