@@ -4,6 +4,8 @@ run's detectors were fed are in inputs.jsonl, beside the core's inputs."""
 from __future__ import annotations
 
 import pathlib
+import subprocess
+import sys
 from typing import Any
 
 import yaml
@@ -32,6 +34,16 @@ def test_eight_gpus_freed_replay_to_every_health_verdict_handed_the_core(
     assert len(pairs) == len(logged) > 10
     assert [replayed for replayed, _ in pairs] == [handed for _, handed in pairs]
     assert any("gpus_idle" in handed.firing for _, handed in pairs)
+    replayed = subprocess.run(
+        [sys.executable, "-m", "watchdog.daemon.replaying", str(d.state_dir / "inputs.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert replayed.returncode == 0, replayed.stderr
+    assert f"health: {len(pairs)} of {len(pairs)} verdicts handed to the core replay" in (
+        replayed.stdout
+    )
     made = [r for r in entries if r.get("type") == "MonitorMade"]
     assert len(made) >= 3  # the idle run before the first spawn, then one per run
     assert HealthReplay().feed(entries).unknown == 0

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from conftest import DaemonFactory
 from support.harness import wait_until, write_script
 
@@ -31,7 +32,7 @@ from watchdog.core.supervisor.events import (
     TreeStopped,
 )
 from watchdog.core.supervisor.machine import Supervisor
-from watchdog.daemon import inputlog
+from watchdog.daemon import inputlog, replaying
 
 
 def test_a_daemons_input_log_replays_to_the_state_and_restarts_status_shows(
@@ -264,3 +265,21 @@ def test_a_line_cut_short_at_the_end_is_left_out_of_a_read(tmp_path: pathlib.Pat
     path = tmp_path / "inputs.jsonl"
     path.write_text('{"now": 1.0, "record": {"event": "Tick"}}\n{"now": 2.0, "rec')
     assert inputlog.read(str(path)) == [{"now": 1.0, "record": {"event": "Tick"}}]
+
+
+def test_the_replay_command_says_which_verdict_differs(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m watchdog.daemon.replaying` exits 1 and prints the verdict whose replay differs
+    from what the log says the core was handed; 2 without a file to read."""
+    path = tmp_path / "inputs.jsonl"
+    log = inputlog.InputLog(str(path), lambda error: None)
+    fed = LoggedCore(log, log.supervisor(Policy(), 1234, 0.0))
+    monitor = log.tape.monitor(HealthConfig(expect_gpus=False))
+    v = monitor.assess(1.0)
+    fed.feed(HealthAssessed(4182, not v.healthy, v.firing, v.evidence), 1.0)  # not what it said
+    assert replaying.main([str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "health: 0 of 1 verdicts handed to the core replay" in out and "differs:" in out
+    assert replaying.main([]) == 2
+    assert replaying.main([str(tmp_path / "missing.jsonl")]) == 2
