@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from watchdog.core.health import records as rec
+from watchdog.core.health.gpu_news import GpuWatchState
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor, Verdict
+from watchdog.core.health.ranks import RankTracker
 from watchdog.core.health.replay import HealthReplay
-from watchdog.core.health.taped import Tape, TapedMonitor, TapedRanks, tracker_for
+from watchdog.core.health.taped import Tape, TapedMonitor, TapedRanks, TapedWatch, tracker_for
 from watchdog.core.progress.stall_window import StallConfig, StallKnowledge
 from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
 
@@ -298,3 +301,24 @@ def test_a_replay_from_a_head_record_alone_says_what_the_taped_monitor_said_afte
     assert [o.observed for o in replayed.observed] == [n for _, n, _ in said]
     assert [g.gone for g in replayed.gone] == [g for _, _, g in said if g is not None]
     assert replayed.unknown == 0
+
+
+QUERIES = {
+    HealthMonitor: {"next_due", "stall_window", "carry"},
+    RankTracker: set(),
+    GpuWatchState: {"degraded_now"},
+}
+
+
+@pytest.mark.parametrize("plain", list(QUERIES), ids=lambda c: c.__name__)
+def test_every_input_of_a_taped_object_is_written(plain: type[Any]) -> None:
+    """Each public method of the monitor, the rank tracker and the GPU watch state that is not
+    a query is overridden by its taped class (a new input the tape does not write would make
+    the replay quietly differ: add it to core/health/taped.py and replay.py)."""
+    taped = {HealthMonitor: TapedMonitor, RankTracker: TapedRanks, GpuWatchState: TapedWatch}
+    methods = {
+        name
+        for name, member in vars(plain).items()
+        if callable(member) and not name.startswith("_")
+    }
+    assert methods - QUERIES[plain] <= set(vars(taped[plain]))
