@@ -22,7 +22,6 @@ from watchdog import config
 from watchdog.cluster import link
 from watchdog.cluster.inputs import ClusterInput
 from watchdog.control.server import ControlServer
-from watchdog.core.health import monitor as health
 from watchdog.core.supervisor.events import (
     Action,
     Answer,
@@ -91,12 +90,13 @@ class Daemon:
         self.tree = JobTree(token, reaper, cgroups, self.on_exit)  # the job's process tree
         news = GpuNewsPosted(self.consumer.inbox)  # what the GPU watchers read: posted
         feeding = self.consumer.feeding  # the pure objects' feeders check who calls them
-        self.gpus = GpuWatch(cfg.gpus, self.emit, report=news.sampled, feeding=feeding)
+        tape = inputs.tape  # the GPU watch state and each run's detectors, in the input log
+        self.gpus = GpuWatch(cfg.gpus, self.emit, report=news.sampled, feeding=feeding, tape=tape)
         self.faults = FaultWatch(cfg.gpus, self._gpu_fault, self.emit, news, feeding)
         self.control = ControlServer(self)
         # the current run of the job (or the last one; idle before the first spawn)
-        first = JobRun(health.HealthMonitor(params.health_of(cfg)))
-        self.runs = Runs(first, self.out.books.stall, self.out.writer)
+        first = JobRun(tape.monitor(params.health_of(cfg)))
+        self.runs = Runs(first, self.out.books.stall, self.out.writer, tape)
         self.cluster = self._cluster_link()  # several nodes, one epoch (docs/multi-node.md)
         leader = self._leader
         self.forwarder = scheduler.SignalForwarder(loop, leader, self.emit)  # SPEC §13
@@ -137,7 +137,12 @@ class Daemon:
         made = params.policy_of(cfg)
         post, feeding = self.consumer.inbox.post, self.consumer.feeding
         restart = self.restart_for_cluster
-        return link.ClusterLink(cfg.cluster, made, self.emit, restart, post, feeding)
+        inputs = self.consumer.inputs  # its inputs, in the input log (docs/state.md)
+        made_link = link.ClusterLink(
+            cfg.cluster, made, self.emit, restart, post, feeding, inputs.reading
+        )
+        inputs.heads.append(made_link.heads)
+        return made_link
 
     # ----------------------------------------------------------------- what parts read
 
