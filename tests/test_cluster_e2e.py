@@ -17,6 +17,10 @@ from support import fakegpu
 from support.etcdcluster import ETCD, SKIP_REASON, EtcdCluster
 from support.harness import ROOT, Daemon, base_config, merge, wait_until
 
+from watchdog.core.supervisor.cluster_replay import ClusterReplay
+from watchdog.core.supervisor.events import Emit
+from watchdog.daemon import inputlog
+
 JOB = str(ROOT / "tests" / "support" / "jobs" / "clusterjob.py")
 TTL = 3
 NODES = 3
@@ -163,6 +167,37 @@ def test_job_killed_on_one_node_restarts_all_three_into_the_next_epoch(cluster: 
     rc, out, _ = c.daemons[2].ctl("status")
     assert rc == 0, out
     assert "Cluster: epoch 2 · 3/3 nodes · last restart by node 1: exited" in out
+    for d in c.daemons:
+        assert_coordinator_replays(d)
+
+
+COORDINATOR_EVENTS = ("epoch_proposed", "epoch_started", "node_lost", "node_joined")
+KEPT = ("epoch", "nodes", "node_rank", "last_restart", "fatal")  # what a stop leaves as it was
+
+
+def assert_coordinator_replays(d: Daemon) -> None:
+    """The node's cluster inputs in its inputs.jsonl, replayed through a fresh coordinator
+    (docs/state.md), say what its coordinator said (its epoch events) and end on the epoch its
+    status showed."""
+    shown = d.status()["cluster"]
+    d.stop()  # an exit writes what is pending
+    entries = inputlog.read(str(d.state_dir / "inputs.jsonl"))
+    replayed = ClusterReplay().feed(entries)
+    assert replayed.coordinator is not None
+    ended = replayed.coordinator.snapshot()  # after the exit's stop: the job's epoch is gone
+    assert {k: ended[k] for k in KEPT} == {k: shown[k] for k in KEPT}
+    said = [
+        (a.event, a.fields)
+        for s in replayed.steps
+        for a in s.actions
+        if isinstance(a, Emit) and a.event in COORDINATOR_EVENTS
+    ]
+    history = [e for e in d.history() if e["event"] in COORDINATOR_EVENTS]
+    assert len(history) == len(said) > 2
+    assert [
+        (e["event"], {k: e[k] for k in fields})
+        for e, (_, fields) in zip(history, said, strict=True)
+    ] == said
 
 
 def test_lost_node_makes_the_others_wait_and_its_return_restarts_all(cluster: Cluster) -> None:

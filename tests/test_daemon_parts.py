@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import dataclasses
+import inspect
+import json
 import os
 import pathlib
 import signal
@@ -20,13 +23,14 @@ import yaml
 from support.harness import base_config, merge, write_script
 
 from watchdog import config
-from watchdog.core.health.monitor import HealthConfig, HealthMonitor
+from watchdog.core.health.monitor import HealthConfig, HealthMonitor, Verdict
 from watchdog.core.progress.stall_window import StallKnowledge
 from watchdog.core.supervisor.events import (
     ChildSpawned,
     DaemonStarted,
     Emit,
     Exit,
+    IncidentSaved,
     KillTree,
     SpawnPending,
     TreeStopped,
@@ -36,8 +40,9 @@ from watchdog.daemon import params
 from watchdog.daemon.actions import ACTION_TYPES, ActionTable, UnhandledAction
 from watchdog.daemon.inbox import Inbox, Input, SampleTaken
 from watchdog.daemon.jobstart import Starter, StartGate
-from watchdog.daemon.jobstop import Stopper
+from watchdog.daemon.jobstop import Judgement, Stopper
 from watchdog.daemon.jobtree import JobTree
+from watchdog.daemon.port import Port
 from watchdog.daemon.run import JobRun, Runs
 from watchdog.daemon.sampling import Sampler
 from watchdog.daemon.tasks import Tasks
@@ -50,6 +55,7 @@ from watchdog.state.writers import StateWriter, WriteHealth
 STEP = r"step (?P<step>[0-9]+)"
 DAEMON = pathlib.Path(__file__).resolve().parent.parent / "watchdog" / "daemon"
 MAX_ATTRIBUTES = 15  # STYLE.md: a class under ~15 attributes
+MAX_PARAMETERS = 5  # STYLE.md: a starter, a stopper, a sampler, each built with 3-5 things
 
 
 @dataclass
@@ -88,30 +94,16 @@ class Kit:
         assert self.writer.file.flush() is None
         return StateDir(self.cfg.state_dir).load_job().get("job_pid")
 
+    def port(self) -> Port:
+        """How the parts talk to the rest: this config, this inbox, these events and tasks."""
+        return Port(lambda: self.cfg, self.inbox, self.emit, self.tasks)
+
     def starter(self) -> Starter:
         gate = StartGate(self.gpus, FaultWatch(self.cfg.gpus, _no_fault, self.emit), None)
-        return Starter(
-            lambda: self.cfg,
-            self.inbox,
-            self.tree,
-            self.runs,
-            self.sampler,
-            gate,
-            self.tasks,
-            self.emit,
-        )
+        return Starter(self.port(), self.tree, self.runs, self.sampler, gate)
 
     def stopper(self) -> Stopper:
-        return Stopper(
-            lambda: self.cfg,
-            self.inbox,
-            self.core.snapshot,
-            self.tree,
-            self.runs,
-            self.sampler,
-            self.gpus,
-            self.emit,
-        )
+        return Stopper(self.port(), self.tree, self.runs, self.sampler, self.gpus)
 
 
 def _no_fault(fields: dict[str, object], gate: bool, quiet: bool = False) -> None:
@@ -139,7 +131,8 @@ def make_kit(tmp_path: pathlib.Path, command: list[str], over: dict[str, Any] | 
     tasks, inbox = Tasks(emit), Inbox()
     core = Supervisor(params.policy_of(cfg), lambda: 0.5)
     gpus = GpuWatch(cfg.gpus, emit)
-    sampler = Sampler(lambda: cfg, inbox, core.snapshot, runs, gpus, tree, tasks, emit)
+    port = Port(lambda: cfg, inbox, emit, tasks)
+    sampler = Sampler(port, lambda: core.snapshot().pid, runs, gpus, tree)
     return Kit(cfg, inbox, core, tree, runs, tasks, gpus, sampler, writer, emitted)
 
 
@@ -250,6 +243,30 @@ def test_a_stopper_built_from_its_parts_ends_the_tree_and_says_so(tmp_path: path
     run_with(tmp_path, body)
 
 
+def test_a_stopper_writes_the_incident_with_the_view_it_was_given(tmp_path: pathlib.Path) -> None:
+    """A Stopper (no Daemon, no snapshot of its own) writes the incident bundle from the
+    Judgement it is handed with KillTree: verdict.json holds that verdict's evidence and the
+    leader and firing detectors of the core's view when the stop was decided; IncidentSaved
+    then TreeStopped follow."""
+
+    async def body(kit: Kit) -> None:
+        pid = await spawned(kit)
+        snap = dataclasses.replace(kit.core.snapshot(), firing=frozenset({"stalled"}))
+        verdict = Verdict(False, frozenset({"stalled"}), {"stalled_for_s": "12"})
+        await kit.stopper().stop(KillTree(pid, "stalled", incident=True), Judgement(verdict, snap))
+        saved, stopped = await kit.next_input(), await kit.next_input()
+        assert isinstance(saved, IncidentSaved) and isinstance(stopped, TreeStopped), (
+            saved,
+            stopped,
+        )
+        written = json.loads((pathlib.Path(saved.path) / "verdict.json").read_text())["evidence"]
+        assert written["stalled_for_s"] == "12"
+        assert written["pid"] == pid and written["firing"] == ["stalled"]
+        assert "incident_saved" in kit.emitted
+
+    run_with(tmp_path, body, {"incidents": {"pyspy_timeout_s": 1}})
+
+
 def test_a_sampler_built_from_its_parts_reads_the_runs_progress(tmp_path: pathlib.Path) -> None:
     """A Sampler with a real inbox, runs and GPU watch (no Daemon, no job) follows the current
     run's progress log and hands what it read, tagged with that run, to the inbox."""
@@ -272,6 +289,14 @@ def test_a_sampler_built_from_its_parts_reads_the_runs_progress(tmp_path: pathli
         run.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("part", [Starter, Stopper, Sampler], ids=lambda c: c.__name__)
+def test_each_part_is_built_with_at_most_five_things(part: type) -> None:
+    """The starter, the stopper and the sampler each take at most five constructor parameters
+    (STYLE.md, narrow collaborators): what each uses, never the whole daemon."""
+    params = list(inspect.signature(part.__init__).parameters)[1:]  # after `self`
+    assert len(params) <= MAX_PARAMETERS, f"{part.__name__}({', '.join(params)})"
 
 
 def test_an_action_type_without_a_handler_is_an_error_when_the_table_is_built() -> None:

@@ -190,9 +190,10 @@ def test_a_reexec_state_the_core_cannot_take_raises_to_the_take_over(
 
 
 def test_only_the_links_apply_calls_the_cluster_coordinator() -> None:
-    """Outside the core, the cluster Coordinator's mutators are called in cluster/link.py's
-    `_step` alone (reached only through `ClusterLink.apply`, which the consumer calls): the
-    link's tasks and timer post their inputs on the daemon's queue instead."""
+    """Outside the core, nothing calls the cluster Coordinator's mutators: its one dispatch is
+    core/supervisor/cluster_replay.py's `step` (which a replay of the input log uses too), and
+    cluster/link.py's `ClusterLink.apply` (which the consumer calls) is the one caller of it:
+    the link's tasks and timer post their inputs on the daemon's queue instead."""
     import ast
     import inspect
     import pathlib
@@ -219,12 +220,13 @@ def test_only_the_links_apply_calls_the_cluster_coordinator() -> None:
                 if (
                     isinstance(node, ast.Call)
                     and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in mutators
                     and isinstance(receiver := node.func.value, ast.Name | ast.Attribute)
-                    and (receiver.id if isinstance(receiver, ast.Name) else receiver.attr) == "co"
+                    and (receiver.id if isinstance(receiver, ast.Name) else receiver.attr)
+                    in ("co", "replayed")
+                    and node.func.attr in {*mutators, "step"}
                 ):
-                    callers.add(f"{path.relative_to(root)}::{fn.name}")
-    assert callers == {"cluster/link.py::_step"}
+                    callers.add(f"{path.relative_to(root)}::{fn.name}::{node.func.attr}")
+    assert callers == {"cluster/link.py::apply::step"}
 
 
 MONITOR_MUTATORS = {

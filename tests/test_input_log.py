@@ -9,9 +9,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from conftest import DaemonFactory
 from support.harness import wait_until, write_script
 
+from watchdog.core.health.monitor import HealthConfig
+from watchdog.core.health.replay import HealthReplay
+from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
 from watchdog.core.supervisor import image as stateimage
 from watchdog.core.supervisor.budget import Policy
 from watchdog.core.supervisor.events import (
@@ -28,7 +32,7 @@ from watchdog.core.supervisor.events import (
     TreeStopped,
 )
 from watchdog.core.supervisor.machine import Supervisor
-from watchdog.daemon import inputlog
+from watchdog.daemon import inputlog, replaying
 
 
 def test_a_daemons_input_log_replays_to_the_state_and_restarts_status_shows(
@@ -212,3 +216,70 @@ async def wait_async(cond: Callable[[], bool], timeout_s: float) -> None:
     while not cond():
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.01)
+
+
+def test_a_rotated_log_replays_the_health_verdicts_from_the_new_file_alone(
+    tmp_path: pathlib.Path, monkeypatch: Any
+) -> None:
+    """A rotated file starts with the GPU watch state and the current run's monitor whole
+    (docs/state.md, "The input log"), after the core's state: the newest file alone replays
+    every health verdict the daemon handed its core, within a run that began in an older file."""
+    monkeypatch.setattr(inputlog, "MAX_FILE_BYTES", 15_000)  # a head is some 8 kB here
+    path = tmp_path / "inputs.jsonl"
+    log = inputlog.InputLog(str(path), lambda error: None)
+    fed = LoggedCore(log, log.supervisor(Policy(), 1234, 0.0))
+    watch = log.tape.watch_state(0.5, 30.0)
+    fed.feed(DaemonStarted(), 0.0)
+    fed.feed(ChildSpawned(4182), 0.0)
+    monitor = log.tape.monitor(HealthConfig(idle_samples=3, stall_after_s=50.0))
+    for t in range(1, 200):
+        used = 70000.0 if t < 185 else 5.0  # the job frees its GPU: gpus_idle
+        sample = GpuSample(True, (GpuReading(0, "GPU-0", "H100", used, 81559.0, 97, "v2"),))
+        watch.observe(sample, float(t))
+        monitor.gpu_sample(sample)
+        if t < 150:
+            monitor.progress_line(ProgressReading(100.0, t), float(t), 0.1, t - 1.0)
+        v = monitor.assess(float(t))
+        fed.feed(HealthAssessed(4182, v.healthy, v.firing, v.evidence), float(t))
+    assert (tmp_path / "inputs.1.jsonl").exists()
+    with open(path, encoding="utf-8") as fh:
+        newest = [json.loads(line) for line in fh]
+    assert [r.get("type") for r in newest[:3]] == ["SupervisorState", "WatchMade", "MonitorMade"]
+    assert sum(1 for r in log.recent if r.get("type") == "SupervisorState") >= 3
+    handed = [r for r in newest if r.get("record", {}).get("event") == "HealthAssessed"]
+    pairs = inputlog.health_replay(newest)
+    # the verdict asked for just before the new file began is the older file's
+    assert len(handed) - 1 <= len(pairs) <= len(handed) and pairs
+    assert [r for r, _ in pairs] == [h for _, h in pairs]
+    assert "gpus_idle" in pairs[-1][1].firing
+    both = inputlog.read(str(path))  # and with the older file (itself a rotated one)
+    handed = [r for r in both if r.get("record", {}).get("event") == "HealthAssessed"]
+    pairs = inputlog.health_replay(both)
+    assert len(pairs) == len(handed) - 1 > 5 and [r for r, _ in pairs] == [h for _, h in pairs]
+    assert HealthReplay().feed(both).unknown == 0
+
+
+def test_a_line_cut_short_at_the_end_is_left_out_of_a_read(tmp_path: pathlib.Path) -> None:
+    """A read while a write is under way (or of a file a kill cut short) sees whole lines only:
+    the last one, without its newline, is left out instead of failing the read."""
+    path = tmp_path / "inputs.jsonl"
+    path.write_text('{"now": 1.0, "record": {"event": "Tick"}}\n{"now": 2.0, "rec')
+    assert inputlog.read(str(path)) == [{"now": 1.0, "record": {"event": "Tick"}}]
+
+
+def test_the_replay_command_says_which_verdict_differs(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m watchdog.daemon.replaying` exits 1 and prints the verdict whose replay differs
+    from what the log says the core was handed; 2 without a file to read."""
+    path = tmp_path / "inputs.jsonl"
+    log = inputlog.InputLog(str(path), lambda error: None)
+    fed = LoggedCore(log, log.supervisor(Policy(), 1234, 0.0))
+    monitor = log.tape.monitor(HealthConfig(expect_gpus=False))
+    v = monitor.assess(1.0)
+    fed.feed(HealthAssessed(4182, not v.healthy, v.firing, v.evidence), 1.0)  # not what it said
+    assert replaying.main([str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "health: 0 of 1 verdicts handed to the core replay" in out and "differs:" in out
+    assert replaying.main([]) == 2
+    assert replaying.main([str(tmp_path / "missing.jsonl")]) == 2

@@ -16,6 +16,9 @@ import pytest
 from support.harness import Daemon, wait_until
 from support.torchrun import PATTERN, runs, torchrun_config
 
+from watchdog.core.health.replay import HealthReplay
+from watchdog.daemon import inputlog
+
 pytestmark = [
     pytest.mark.slow,  # real torchrun, torch imported by every rank: started first by make test
     pytest.mark.skipif(
@@ -82,6 +85,21 @@ def test_killed_rank_restarts_the_whole_tree(
     finally:
         d.stop()
     assert not d.job_processes()
+    assert_rank_listings_replay(d)
+
+
+def assert_rank_listings_replay(d: Daemon) -> None:
+    """The rank listings in the daemon's inputs.jsonl, replayed through fresh rank trackers
+    (docs/state.md, "The input log"), find the very ranks vanished whose RankExited the daemon
+    handed its core, in order."""
+    entries = inputlog.read(str(d.state_dir / "inputs.jsonl"))
+    handed = [
+        (r["record"]["rank_pid"], r["record"]["rank"])
+        for r in entries
+        if r.get("record", {}).get("event") == "RankExited"
+    ]
+    replayed = [rank for listing in HealthReplay().feed(entries).gone for rank in listing.gone]
+    assert replayed == handed
 
 
 def test_rank_hung_in_all_reduce_is_stalled_with_a_stack_per_rank(

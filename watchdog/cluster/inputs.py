@@ -11,7 +11,9 @@ an operator's restart) are applied at once, in the same way.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from watchdog.core.supervisor import cluster as core
 from watchdog.core.supervisor.budget import Policy
@@ -87,3 +89,12 @@ class ClusterPolicyChanged(ClusterInput):
     """A reload's restart.* (SPEC §6): the next proposal uses it."""
 
     policy: Policy
+
+
+def values_of(event: ClusterInput) -> tuple[str, dict[str, Any]]:
+    """The input's name and its values for the coordinator (core/supervisor/cluster_replay.py):
+    all its fields but a gate's future, which only the link keeps (it cannot be recorded)."""
+    assert dataclasses.is_dataclass(event)
+    fields = dataclasses.fields(event)
+    values = {f.name: getattr(event, f.name) for f in fields if f.name != "opened"}
+    return type(event).__name__, values

@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from watchdog import blocking
 from watchdog.cluster import inputs as given
+from watchdog.core import images
 from watchdog.core.supervisor import cluster as core
+from watchdog.core.supervisor import cluster_replay as replayed
 from watchdog.core.supervisor.budget import Policy
 from watchdog.core.supervisor.events import Emit, NodesAwaited
 
@@ -75,12 +77,20 @@ class ClusterLink:
         restart_local: Callable[[str], object],
         post: Callable[[given.ClusterInput | NodesAwaited], object],
         feeding: Callable[[], None] = lambda: None,
+        tape: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.prefix = f"{KEY_ROOT}/{cfg.job_id}/"
-        self.co = core.Coordinator(
-            cfg.node_rank, cfg.nodes, policy, random.random, socket.gethostname(), os.getpid()
+        # its jitter's seed is in the input log's CoordinatorMade: a replay draws the same
+        seed = random.SystemRandom().randrange(1 << 32)
+        made = replayed.Made(
+            cfg.node_rank, cfg.nodes, policy, seed, socket.gethostname(), os.getpid()
         )
+        self.co = made.coordinator()
+        self._tape = tape  # the daemon's input log: each input, before the coordinator takes it
+        self._made = made.record()  # its head; a rotated log repeats it with the whole state
+        if tape is not None:
+            tape(self._made)
         self.etcd: Etcd | None = None  # made in start(): off the loop
         self._emit = emit
         self._restart_local = restart_local
@@ -186,36 +196,16 @@ class ClusterLink:
         elif isinstance(event, given.ClusterGateLeft):
             self._gate = None
         waiting = self.co.waiting
-        self._feed(self._step(event, now, wall_now))
+        name, values = given.values_of(event)
+        if self._tape is not None:  # first: a replay of the log sees what the coordinator saw
+            self._tape(replayed.fed_record(name, now, wall_now, values))
+        self._feed(replayed.step(self.co, name, now, wall_now, values))
         if self.co.waiting != waiting:  # the supervisor's state is `waiting_nodes` meanwhile
             self._post(NodesAwaited(self.co.waiting))
 
-    def _step(self, event: given.ClusterInput, now: float, wall_now: float) -> list[core.Action]:
-        co = self.co
-        match event:
-            case given.ClusterViewRead(view=view):
-                return co.observe(view, now, wall_now)
-            case given.ClusterTimerFired():
-                return co.tick(now, wall_now)
-            case given.ClusterProposalFailed():
-                co.proposal_failed()
-                return []
-            case given.ClusterGateReached():
-                return co.gate_reached(now, wall_now)
-            case given.ClusterGateLeft():
-                return co.gate_left()
-            case given.ClusterEpochRead(epoch=epoch):
-                return co.adopted(epoch, now, wall_now)
-            case given.ClusterJobSpawned(epoch=epoch):
-                return co.spawned(epoch)
-            case given.ClusterJobStopping(reason=reason, restart=restart):
-                return co.job_stopping(reason, restart, now, wall_now)
-            case given.ClusterOperatorRestart():
-                return co.operator_restart(now, wall_now)
-            case given.ClusterPolicyChanged(policy=policy):
-                co.policy = policy
-                return []
-        raise TypeError(f"not a cluster input: {event!r}")
+    def heads(self) -> list[dict[str, Any]]:
+        """Where a rotated input log starts: the coordinator, whole (core/images.py)."""
+        return [{**self._made, "image": images.image(self.co)}]
 
     def policy_changed(self, policy: Policy) -> None:
         """A reload's restart.*: posted, so the coordinator takes it in the consumer's order."""

@@ -27,10 +27,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from watchdog import blocking
+from watchdog.core.health.replay import HealthReplay
+from watchdog.core.health.taped import Tape
 from watchdog.core.supervisor import image as stateimage
 from watchdog.core.supervisor import replay as records
 from watchdog.core.supervisor.budget import Policy
-from watchdog.core.supervisor.events import Action, Event, PolicyChanged
+from watchdog.core.supervisor.events import Action, Event, HealthAssessed, PolicyChanged
 from watchdog.core.supervisor.machine import Supervisor
 
 KEEP = 1000  # records in memory
@@ -44,6 +46,7 @@ WRITE_TIMEOUT_S = 10.0
 # wake-up for the timer and one for the result, bench/README.md). A daemon killed outright
 # loses at most this much of the record; an exit and a reexec write what is pending first.
 WRITE_DELAY_S = 2.0
+_COMPACT = (",", ":")  # no blank after each comma and colon: a tenth of a tick's bytes
 
 
 # ------------------------------------------------------------------------ the replay
@@ -71,6 +74,24 @@ def _core_at(head: Mapping[str, Any]) -> Supervisor:
     return Supervisor(made.policy, random.Random(head["seed"]).random)
 
 
+def health_replay(
+    entries: Iterable[Mapping[str, Any]],
+) -> list[tuple[HealthAssessed, HealthAssessed]]:
+    """Each HealthAssessed the daemon handed its core, after the one that fresh monitors fed
+    the log's readings give for it (core/health/replay.py): pairs that are equal when the
+    verdicts replay. A verdict of a run whose MonitorMade is in an older, lost file is left out."""
+    pairs = []
+    for a in HealthReplay().feed(entries).assessed:
+        record = None if a.then is None else a.then.get("record")
+        if record is None or record.get("event") != "HealthAssessed":
+            continue  # a verdict not handed to the core (an incident's verdict.json)
+        logged = records.from_record(record)
+        assert isinstance(logged, HealthAssessed)
+        v = a.verdict
+        pairs.append((HealthAssessed(logged.pid, v.healthy, v.firing, v.evidence), logged))
+    return pairs
+
+
 # ------------------------------------------------------------------------ the log
 
 
@@ -88,14 +109,23 @@ class InputLog:
         self._io = blocking.BoundedWorker("input-log")
         self._task: asyncio.Task[None] | None = None
         self._failing = False
+        # The run's detectors write what they are fed here too, among the core's inputs, so
+        # their verdicts replay (core/health/replay.py, docs/state.md)
+        self.tape = Tape(self.reading)
+        # where a new stretch of the log starts, after the core's state: the state of the other
+        # pure objects it goes on feeding (the taped detectors; the cluster link adds its own)
+        self.heads: list[Callable[[], list[dict[str, Any]]]] = [self.tape.heads]
 
     def supervisor(self, made: Policy, seed: int, now: float) -> Supervisor:
         """A new core whose jitter draws from `seed`, recorded as the log's first input."""
         head = records.log_entry(PolicyChanged(made), now)
-        if self._bytes is not None and self._bytes >= MAX_FILE_BYTES:
+        rotated = self._bytes is not None and self._bytes >= MAX_FILE_BYTES
+        if rotated:
             self._rotate()
         self._dropped = 0  # a new core's head starts afresh
         self._keep({**head, "type": "SupervisorMade", "seed": seed})
+        if rotated:
+            self._keep_all(self._heads())
         rng = random.Random(seed)
         core = Supervisor(made, rng.random)
         self._core = (core, rng)
@@ -108,18 +138,34 @@ class InputLog:
         exact (the dropped ones are counted in an InputsDropped record before it)."""
         if self._core is None:
             return
-        if self._dropped and len(self._pending) < MAX_PENDING - 2:
-            self._keep({"type": "InputsDropped", "now": now, "count": self._dropped})
-            self._dropped = 0
-            self._keep(self._state_record(now))
+        if self._dropped:
+            heads = self._heads()
+            if len(self._pending) + 2 + len(heads) < MAX_PENDING:  # room for all of it
+                self._keep({"type": "InputsDropped", "now": now, "count": self._dropped})
+                self._dropped = 0
+                self._keep(self._state_record(now))
+                self._keep_all(heads)
         elif self._bytes is not None and self._bytes >= MAX_FILE_BYTES:
             self._rotate()
             self._keep(self._state_record(now))
+            self._keep_all(self._heads())
+
+    def _heads(self) -> list[dict[str, Any]]:
+        return [record for heads in self.heads for record in heads()]
+
+    def _keep_all(self, records: list[dict[str, Any]]) -> None:
+        for record in records:
+            self._keep(record)
 
     def event(self, event: Event, now: float) -> None:
         """`event`, handed to the core at `now` (logged after its handle(): off the respawn
         path; `before` was called first)."""
         self._keep(records.log_entry(event, now))
+
+    def reading(self, record: dict[str, Any]) -> None:
+        """A record of what the run's detectors or the cluster's coordinator were fed (its
+        "type" keeps the supervisor's replay off it), in order with the core's inputs."""
+        self._keep(record)
 
     def _rotate(self) -> None:
         self._pending.append(ROTATE)
@@ -130,7 +176,7 @@ class InputLog:
         if len(self._pending) >= MAX_PENDING:
             self._dropped += 1  # the writer is stuck: counted, and healed by `before`
             return
-        line = json.dumps(record) + "\n"
+        line = json.dumps(record, separators=_COMPACT) + "\n"
         self._pending.append(line)
         if self._bytes is not None:
             self._bytes += len(line)  # ASCII: json.dumps escapes the rest
@@ -216,10 +262,11 @@ def rotated(path: str) -> str:
 
 
 def read(path: str) -> list[dict[str, Any]]:
-    """The records of inputs.1.jsonl then inputs.jsonl (a bug report's log, for replay)."""
+    """The records of inputs.1.jsonl then inputs.jsonl (a bug report's log, for replay). A
+    last line without its newline (a write under way, or cut short by a kill) is left out."""
     out: list[dict[str, Any]] = []
     for file in (rotated(path), path):
         if os.path.exists(file):
             with open(file, encoding="utf-8") as fh:
-                out.extend(json.loads(line) for line in fh if line.strip())
+                out.extend(json.loads(line) for line in fh if line.endswith("\n") and line.strip())
     return out

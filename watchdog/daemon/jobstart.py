@@ -12,21 +12,18 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any
 
-from watchdog import blocking, config
+from watchdog import blocking
 from watchdog.cluster import link
 from watchdog.core.supervisor.events import ChildSpawned, Refuse, SpawnFailed, SpawnPending
 from watchdog.daemon import exitcause
-from watchdog.daemon.inbox import Inbox
 from watchdog.daemon.jobtree import JobTree
+from watchdog.daemon.port import Port
 from watchdog.daemon.run import Flight, JobRun, Runs
 from watchdog.daemon.sampling import Sampler
-from watchdog.daemon.tasks import Tasks
 from watchdog.gpu.faults import FaultWatch
 from watchdog.gpu.watch import GpuWatch
 from watchdog.outputs import flight
@@ -55,26 +52,19 @@ class Starter:
     """Carries out SpawnChild: one start at a time, cancelled by CancelStart before the spawn."""
 
     def __init__(
-        self,
-        cfg: Callable[[], config.Config],
-        inbox: Inbox,
-        tree: JobTree,
-        runs: Runs,
-        sampler: Sampler,
-        gate: StartGate,
-        tasks: Tasks,
-        emit: Callable[..., Any],
+        self, port: Port, tree: JobTree, runs: Runs, sampler: Sampler, gate: StartGate
     ) -> None:
-        self._cfg = cfg  # the config now (a reload replaces it): job.*, the state folder
+        # `port`: how the start talks to the rest of the daemon (port.py), of which it uses:
+        self._cfg = port.cfg  # the config now (a reload replaces it): job.*, the state folder
         # how the core hears the start's end (ChildSpawned, SpawnFailed) and is asked whether it
         # still waits for this attempt (SpawnPending)
-        self._inbox = inbox
+        self._inbox = port.inbox
+        self._emit = port.emit  # stale_tree_killed
+        self._tasks = port.tasks  # the start runs as a task of the daemon's (a failure is reported)
         self._tree = tree  # leftovers of earlier runs ended, the new leader watched, its cgroup
         self._runs = runs  # the new run begins here; state.json records its leader
         self._sampler = sampler  # the checkpoint baseline, the progress follower opened
         self._gate = gate  # GPUs drained, the health gate, the cluster barrier
-        self._tasks = tasks  # the start runs as a task of the daemon's (a failure is reported)
-        self._emit = emit  # stale_tree_killed
         self._task: asyncio.Task[None] | None = None  # the start under way, for CancelStart
 
     def begin(self, attempt: int) -> None:

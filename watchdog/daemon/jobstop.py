@@ -10,18 +10,17 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
-from watchdog import blocking, config
+from watchdog import blocking
 from watchdog.core import names
 from watchdog.core.health import monitor as health
 from watchdog.core.protocol.wire import explain_window
 from watchdog.core.supervisor.events import IncidentSaved, KillTree, TreeStopped
 from watchdog.core.supervisor.jobstate import Snapshot
-from watchdog.daemon.inbox import Inbox
 from watchdog.daemon.jobtree import JobTree
+from watchdog.daemon.port import Port
 from watchdog.daemon.run import Runs
 from watchdog.daemon.sampling import Sampler
 from watchdog.gpu.watch import GpuWatch
@@ -32,37 +31,43 @@ FLIGHT_DUMP_WAIT_S = 2.0  # for the ranks to notice their dump pipe and write th
 _FLIGHT_IO = blocking.BoundedWorker("flight-records")  # a stuck pipe or copy: at most one thread
 
 
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """What verdict.json says of the run, taken when the core decided the stop, in the
+    consumer's task (the one that feeds the run's monitor and the core)."""
+
+    verdict: health.Verdict  # the run's verdict: its evidence
+    snap: Snapshot  # the core's view then: the leader, the firing detectors
+
+
 class Stopper:
     """Carries out KillTree: the incident bundle, then the tree; TreeStopped always follows."""
 
     def __init__(
-        self,
-        cfg: Callable[[], config.Config],
-        inbox: Inbox,
-        snapshot: Callable[[], Snapshot],
-        tree: JobTree,
-        runs: Runs,
-        sampler: Sampler,
-        gpus: GpuWatch,
-        emit: Callable[..., Any],
+        self, port: Port, tree: JobTree, runs: Runs, sampler: Sampler, gpus: GpuWatch
     ) -> None:
-        self._cfg = cfg  # the config now (a reload replaces it): job.stop_*, incidents.*
-        self._inbox = inbox  # how the core hears the stop's end: IncidentSaved, TreeStopped
-        self._snapshot = snapshot  # the leader and the firing detectors, for verdict.json
+        # `port`: how the stop talks to the rest of the daemon (port.py), of which it uses:
+        self._cfg = port.cfg  # the config now (a reload replaces it): job.stop_*, incidents.*
+        self._inbox = port.inbox  # how the core hears the stop's end: IncidentSaved, TreeStopped
+        self._emit = port.emit  # incident_saved, incident_failed
+        self._tasks = port.tasks  # the stop runs as a task of the daemon's (a failure is reported)
         self._tree = tree  # the job's tree: the marker, the reaper, its cgroups
         self._runs = runs  # the run being stopped: its leader's exit, its log, flight records
         self._sampler = sampler  # the run's last lines and checkpoint before the core judges
         self._gpus = gpus  # the recent GPU samples an incident bundle holds
-        self._emit = emit  # incident_saved, incident_failed
 
-    async def stop(self, action: KillTree, verdict: health.Verdict | None = None) -> None:
-        """Carry out `action`; `verdict` is the run's when the core decided it (the consumer
-        took it: only the consumer's task feeds the monitor), for the incident bundle."""
+    def begin(self, action: KillTree, judged: Judgement | None) -> None:
+        """KillTree: the stop, as a task of the daemon's (it posts TreeStopped when done)."""
+        self._tasks.spawn(self.stop(action, judged))
+
+    async def stop(self, action: KillTree, judged: Judgement | None = None) -> None:
+        """Carry out `action`; `judged` is what the core and the run's monitor said when the
+        stop was decided, for the incident bundle (only the consumer's task feeds the monitor)."""
         result: tree.StopResult | None = None
         error = "the stop was cancelled"
-        if action.incident and verdict is not None:
+        if action.incident and judged is not None:
             try:
-                if (path := await self.write_incident(action.reason, verdict)) is not None:
+                if (path := await self.write_incident(action.reason, judged)) is not None:
                     self._inbox.post(IncidentSaved(path))
             except Exception as e:  # evidence is a bonus; the stop must still happen
                 error_text = f"{type(e).__name__}: {e}"
@@ -120,8 +125,8 @@ class Stopper:
         with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGKILL)
 
-    async def write_incident(self, reason: str, verdict: health.Verdict) -> str | None:
-        snap, run, cfg = self._snapshot(), self._runs.current, self._cfg()
+    async def write_incident(self, reason: str, judged: Judgement) -> str | None:
+        snap, run, cfg = judged.snap, self._runs.current, self._cfg()
         leader = None if run.exit_status is not None and run.exit_status.done() else snap.pid
         pids = [p.pid for p in await tree.find_tree_async(leader, self._tree.token) or []]
         try:
@@ -130,7 +135,7 @@ class Stopper:
                 reason,
                 now_utc=datetime.now(UTC),
                 # verdict.json holds {reason, time, evidence: <this>}
-                verdict={**verdict.evidence, "pid": snap.pid, "firing": sorted(snap.firing)}
+                verdict={**judged.verdict.evidence, "pid": snap.pid, "firing": sorted(snap.firing)}
                 | self._stall_window(),
                 log_path=cfg.job.log_file,  # tracebacks land here even with progress.file
                 job_log=run.log,  # the file the job writes, whatever its name (docs/logrotate.md)

@@ -22,7 +22,6 @@ from watchdog import config
 from watchdog.cluster import link
 from watchdog.cluster.inputs import ClusterInput
 from watchdog.control.server import ControlServer
-from watchdog.core.health import monitor as health
 from watchdog.core.supervisor.events import (
     Action,
     Answer,
@@ -39,7 +38,6 @@ from watchdog.core.supervisor.events import (
     ShutdownRequested,
     SpawnChild,
 )
-from watchdog.core.supervisor.jobstate import Snapshot
 from watchdog.core.supervisor.machine import Supervisor
 from watchdog.core.views.status import status_line
 from watchdog.daemon import adoption, exitcause, params, reexec, scheduler, statusview
@@ -49,8 +47,9 @@ from watchdog.daemon.consumer import AnswerBook, Consumer
 from watchdog.daemon.inbox import GpuNewsPosted, Inbox, MonitorReconfigured, SignalReceived
 from watchdog.daemon.inputlog import InputLog
 from watchdog.daemon.jobstart import Starter, StartGate
-from watchdog.daemon.jobstop import Stopper
+from watchdog.daemon.jobstop import Judgement, Stopper
 from watchdog.daemon.jobtree import JobTree
+from watchdog.daemon.port import Port
 from watchdog.daemon.reloading import Reloader
 from watchdog.daemon.run import JobRun, Runs
 from watchdog.daemon.sampling import Sampler
@@ -91,12 +90,13 @@ class Daemon:
         self.tree = JobTree(token, reaper, cgroups, self.on_exit)  # the job's process tree
         news = GpuNewsPosted(self.consumer.inbox)  # what the GPU watchers read: posted
         feeding = self.consumer.feeding  # the pure objects' feeders check who calls them
-        self.gpus = GpuWatch(cfg.gpus, self.emit, report=news.sampled, feeding=feeding)
+        tape = inputs.tape  # the GPU watch state and each run's detectors, in the input log
+        self.gpus = GpuWatch(cfg.gpus, self.emit, report=news.sampled, feeding=feeding, tape=tape)
         self.faults = FaultWatch(cfg.gpus, self._gpu_fault, self.emit, news, feeding)
         self.control = ControlServer(self)
         # the current run of the job (or the last one; idle before the first spawn)
-        first = JobRun(health.HealthMonitor(params.health_of(cfg)))
-        self.runs = Runs(first, self.out.books.stall, self.out.writer)
+        first = JobRun(tape.monitor(params.health_of(cfg)))
+        self.runs = Runs(first, self.out.books.stall, self.out.writer, tape)
         self.cluster = self._cluster_link()  # several nodes, one epoch (docs/multi-node.md)
         leader = self._leader
         self.forwarder = scheduler.SignalForwarder(loop, leader, self.emit)  # SPEC §13
@@ -105,17 +105,11 @@ class Daemon:
     def _make_steps(self) -> None:
         """The sampler, the starter, the stopper, and the table that carries out the core's
         actions with them."""
-        cfg, inbox, snapshot = self._cfg_now, self.consumer.inbox, self._snapshot
-        self.sampler = Sampler(
-            cfg, inbox, snapshot, self.runs, self.gpus, self.tree, self.tasks, self.emit
-        )
+        port = Port(self._cfg_now, self.consumer.inbox, self.emit, self.tasks)  # port.py
+        self.sampler = Sampler(port, self._leader, self.runs, self.gpus, self.tree)
         gate = StartGate(self.gpus, self.faults, self.cluster)
-        starter = Starter(
-            cfg, inbox, self.tree, self.runs, self.sampler, gate, self.tasks, self.emit
-        )
-        self.stopper = Stopper(
-            cfg, inbox, snapshot, self.tree, self.runs, self.sampler, self.gpus, self.emit
-        )
+        starter = Starter(port, self.tree, self.runs, self.sampler, gate)
+        self.stopper = Stopper(port, self.tree, self.runs, self.sampler, self.gpus)
         self._actions = ActionTable(
             {
                 Emit: self._emit_action,
@@ -133,9 +127,6 @@ class Daemon:
     def _cfg_now(self) -> config.Config:
         return self.reloader.cfg
 
-    def _snapshot(self) -> Snapshot:
-        return self.consumer.core.snapshot()
-
     def _leader(self) -> int | None:
         return self.consumer.core.snapshot().pid
 
@@ -146,7 +137,12 @@ class Daemon:
         made = params.policy_of(cfg)
         post, feeding = self.consumer.inbox.post, self.consumer.feeding
         restart = self.restart_for_cluster
-        return link.ClusterLink(cfg.cluster, made, self.emit, restart, post, feeding)
+        inputs = self.consumer.inputs  # its inputs, in the input log (docs/state.md)
+        made_link = link.ClusterLink(
+            cfg.cluster, made, self.emit, restart, post, feeding, inputs.reading
+        )
+        inputs.heads.append(made_link.heads)
+        return made_link
 
     # ----------------------------------------------------------------- what parts read
 
@@ -288,12 +284,14 @@ class Daemon:
         self.emit(action.event, **action.fields)
 
     def _stop(self, action: KillTree) -> None:
-        """A task: it posts TreeStopped when done. The incident's verdict is taken now, here
-        in the consumer's task, the one that feeds the run's monitor."""
+        """A task: it posts TreeStopped when done. The incident's verdict and the core's view
+        are taken now, here in the consumer's task, the one that feeds the run's monitor."""
         if action.pid is None or self.job.pid in (None, action.pid):
             self.job.stopping()  # its leader's exit is our stop's (exitcause.py)
-        verdict = self.consumer.verdict(time.monotonic()) if action.incident else None
-        self.tasks.spawn(self.stopper.stop(action, verdict))
+        judged = None
+        if action.incident:
+            judged = Judgement(self.consumer.verdict(time.monotonic()), self.core.snapshot())
+        self.stopper.begin(action, judged)
 
     def _exit(self, action: Exit) -> None:
         self.life.ending.code = action.code  # SPEC §13: the core decided it (ending.py)

@@ -17,7 +17,7 @@ from typing import Any
 
 from watchdog import blocking, config
 from watchdog.core.health import monitor as health
-from watchdog.core.health.ranks import RankTracker
+from watchdog.core.health.taped import Tape, tracker_for
 from watchdog.core.progress.stall_window import StallKnowledge
 from watchdog.daemon import params
 from watchdog.process import identity, oomrecord, reaping
@@ -59,7 +59,7 @@ class JobRun:
         self.command = command
         self.exit_status = exit_status  # done once the leader is reaped (its pidfd)
         self.monitor = monitor  # this run's detectors
-        self.rank_tracker = RankTracker()
+        self.rank_tracker = tracker_for(monitor)  # taped with its monitor (docs/state.md)
         self.flight = flight
         self.epoch = epoch  # the cluster epoch this run belongs to
         self.polled_at = polled_at  # the last look at the progress log (monotonic)
@@ -164,6 +164,7 @@ class Runs:
         first: JobRun,
         stall: StallKnowledge,
         writer: StateWriter,
+        tape: Tape | None = None,
     ) -> None:
         self.current = first  # the current run (idle, with no pid, before the first spawn)
         self._stall = stall  # SPEC §14: the learned stall windows every new run's monitor uses
@@ -174,10 +175,13 @@ class Runs:
         self.progress_io = blocking.BoundedWorker("progress-read")
         self.log_io = blocking.BoundedWorker("log-open")  # the job's log; an adopted job's stdout
         self.incident_path: str | None = None  # the newest bundle of any run (status; reexec)
+        self._tape = tape  # new monitors write what they are fed to the input log (replay)
 
     def monitor(self, cfg: config.Config) -> health.HealthMonitor:
         """Fresh detectors for a new run, under `cfg`, with what the stall window learned."""
-        return health.HealthMonitor(params.health_of(cfg), self._stall)
+        if self._tape is None:
+            return health.HealthMonitor(params.health_of(cfg), self._stall)
+        return self._tape.monitor(params.health_of(cfg), self._stall)
 
     def begin(self, run: JobRun, close_follower: bool = True) -> None:
         """`run` is the job's run from now on; the one it replaces is closed (and its follower,

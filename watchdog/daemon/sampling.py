@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from watchdog import blocking, config
 from watchdog.core.supervisor.events import ProgressMarked
-from watchdog.core.supervisor.jobstate import Snapshot
 from watchdog.daemon import params
-from watchdog.daemon.inbox import Inbox, ProgressLooked, RanksListed, SampleTaken, SaveSeen
+from watchdog.daemon.inbox import ProgressLooked, RanksListed, SampleTaken, SaveSeen
 from watchdog.daemon.jobtree import JobTree
+from watchdog.daemon.port import Port
 from watchdog.daemon.run import JobRun, Runs
-from watchdog.daemon.tasks import Tasks
 from watchdog.gpu.watch import GpuWatch
 from watchdog.progress.follower import Follower, FollowResult, LogFollower
 from watchdog.progress.newest import GlobFollower, is_glob
@@ -41,24 +40,22 @@ CHECKPOINT_EVERY_S = 2.0  # status's view of progress.checkpoint; decisions read
 class Sampler:
     def __init__(
         self,
-        cfg: Callable[[], config.Config],
-        inbox: Inbox,
-        snapshot: Callable[[], Snapshot],
+        port: Port,
+        leader: Callable[[], int | None],
         runs: Runs,
         gpus: GpuWatch,
         tree: JobTree,
-        tasks: Tasks,
-        emit: Callable[..., Any],
     ) -> None:
-        self._cfg = cfg  # the config now (a reload replaces it): progress.*, the GPU interval
-        self._inbox = inbox  # where every reading goes: the consumer feeds the monitors with it
-        self._snapshot = snapshot  # the core's view: is there a leader to sample the ranks of
+        # `port`: how the sampler talks to the rest of the daemon (port.py), of which it uses:
+        self._cfg = port.cfg  # the config now (a reload replaces it): progress.*, the GPU interval
+        self._inbox = port.inbox  # where every reading goes: the consumer feeds the monitors
+        self._leader = leader  # the core's leader now: is there one to sample the ranks of
         self._runs = runs  # the current run: its follower, its log, its tasks
         self._gpus = gpus  # the NVML sample (read here; the consumer records it)
         self._tree = tree  # the instance marker: the ranks listed are ours
-        self._tasks = tasks  # the checkpoint read outlives a tick (the daemon's own tasks)
-        self._emit = emit  # progress_read_hung / _recovered, a sampling bug caught
-        self.checkpoints = params.checkpoint_watch(cfg())  # progress.checkpoint (a reload: anew)
+        self._tasks = port.tasks  # the checkpoint read outlives a tick (the daemon's own tasks)
+        self._emit = port.emit  # progress_read_hung / _recovered, a sampling bug caught
+        self.checkpoints = params.checkpoint_watch(port.cfg())  # progress.checkpoint (reload: anew)
         self._ranks = RankLister()  # the tree's workers (torchrun's ranks, SPEC §12)
         self._progress_hung = False  # the progress reader is stuck (said once per spell)
         self._checkpoint_read: tuple[JobRun, float] | None = None  # the last read: which run, when
@@ -105,12 +102,12 @@ class Sampler:
         sample = await self._gpus.sample() if gpu else None
         progress = await self.look_at_progress()
         now = time.monotonic()
-        snap, run = self._snapshot(), self._runs.current
+        leader, run = self._leader(), self._runs.current
         if self.checkpoints is not None and self._checkpoint_due(run, now):
             self._tasks.spawn(self.read_checkpoint())
-        if snap.pid is not None and gpu and run.rank_tracker.listing_due(now):
-            run.spawn_task(self.watch_ranks(run, snap.pid), self._tasks.done)
-        return SampleTaken(run, snap.pid, sample, progress)
+        if leader is not None and gpu and run.rank_tracker.listing_due(now):
+            run.spawn_task(self.watch_ranks(run, leader), self._tasks.done)
+        return SampleTaken(run, leader, sample, progress)
 
     def _checkpoint_due(self, run: JobRun, now: float) -> bool:
         """At most every CHECKPOINT_EVERY_S, and at once for a new run (status's view)."""
@@ -123,7 +120,7 @@ class Sampler:
     async def look_at_progress(self) -> ProgressLooked | None:
         """One poll of the run's progress log; None when the run changed meanwhile."""
         run = self._runs.current
-        if run.follower is None and self._snapshot().pid is not None:  # its first open hung
+        if run.follower is None and self._leader() is not None:  # its first open hung
             follower = await self.open_follower(run.log)
             if run is not self._runs.current:
                 return None

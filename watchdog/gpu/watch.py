@@ -24,6 +24,7 @@ from watchdog.config import GpusConfig
 from watchdog.core.health.gpu_degraded import DegradedTracker, throttle_names
 from watchdog.core.health.gpu_news import GpuWatchState
 from watchdog.core.health.gpu_use import is_in_use
+from watchdog.core.health.taped import Tape
 from watchdog.core.samples import GpuSample
 from watchdog.gpu.holders import processes_using_nvidia_devices
 
@@ -40,6 +41,7 @@ class GpuWatch:
         on_access: OnAccess | None = None,
         report: Report | None = None,
         feeding: Callable[[], None] = lambda: None,
+        tape: Tape | None = None,
     ) -> None:
         self.cfg = cfg
         self._emit = emit
@@ -55,7 +57,9 @@ class GpuWatch:
         # one (a GpuWatch on its own) it is recorded at once.
         self._report: Report = report or self._record_now
         self._feeding = feeding  # raises unless called from the daemon's consumer task
-        self._state = GpuWatchState(cfg.probe_timeout_s, cfg.degraded_after_s)
+        times = (cfg.probe_timeout_s, cfg.degraded_after_s)
+        # written to the input log as it is fed, when taped (docs/state.md)
+        self._state = GpuWatchState(*times) if tape is None else tape.watch_state(*times)
 
     async def start(self) -> None:
         if not self.expected:
@@ -90,7 +94,7 @@ class GpuWatch:
 
     @access_lost.setter
     def access_lost(self, why: str | None) -> None:
-        self._state.access_lost = why
+        self._state.access_carried(why)
 
     @property
     def degraded(self) -> DegradedTracker:

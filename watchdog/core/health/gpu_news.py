@@ -44,6 +44,11 @@ class GpuWatchState:
         self.probe_timeout_s = probe_timeout_s
         self.degraded.degraded_after_s = degraded_after_s
 
+    def access_carried(self, why: str | None) -> None:
+        """The core's view of NVML access (restored, or carried by a reexec): the next sample
+        reports only a real change (SPEC §13)."""
+        self.access_lost = why
+
     @property
     def host_warnings(self) -> frozenset[str]:
         """The host's standing verdicts for the status's `reasons`."""

@@ -55,6 +55,11 @@ class RankTracker:
             return True
         return False
 
+    @property
+    def seen(self) -> dict[RankKey, str]:
+        """The workers of the previous listing."""
+        return dict(self._seen)
+
     def observe(self, ranks: Mapping[RankKey, str]) -> list[tuple[int, str]]:
         """Record the current workers; return (pid, rank) of each one seen before and gone now."""
         gone = [(key[0], label) for key, label in self._seen.items() if key not in ranks]

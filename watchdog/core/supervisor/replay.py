@@ -65,6 +65,8 @@ def feed(
 ) -> Supervisor:
     """`sup` (a fresh core, or one rebuilt from a log's state record) fed the logged inputs."""
     for entry in entries:
+        if "type" in entry:
+            continue  # what the detectors or the coordinator were fed: their own replays
         done = sup.handle(from_record(entry["record"]), float(entry["now"]))
         if actions is not None:
             actions.extend(done)

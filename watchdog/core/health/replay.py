@@ -1,0 +1,219 @@
+"""PURE: the replay of what the taped detectors wrote into the input log (docs/state.md).
+
+`HealthReplay` feeds the records core/health/taped.py wrote to fresh monitors, rank trackers and
+a fresh GPU watch state: their verdicts come out as the daemon's did, each beside the log's next
+entry (the HealthAssessed, RankExited or GpuAccessChanged the daemon handed the core, when it
+handed one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from watchdog.core import images
+from watchdog.core.health import records as rec
+from watchdog.core.health.gpu_degraded import DegradedTracker
+from watchdog.core.health.gpu_degraded import _Held as Held
+from watchdog.core.health.gpu_news import GpuObserved, GpuWatchState
+from watchdog.core.health.monitor import HealthConfig, HealthMonitor, Verdict
+from watchdog.core.health.ranks import IDLE_LIST_EVERY_S, STARTUP_LIST_S, RankTracker
+from watchdog.core.progress.stall_window import GapRing, RunPhase, StallConfig, StallKnowledge
+from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
+
+
+@dataclass(frozen=True, slots=True)
+class Assessed:
+    """One verdict of a replayed monitor; `then`: the log's entry after its assess record (the
+    daemon's HealthAssessed input to the core, when the verdict was handed to it)."""
+
+    monitor: int
+    now: float
+    verdict: Verdict
+    then: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Gone:
+    """The ranks a replayed tracker found vanished at one listing; `then` as for Assessed (the
+    daemon's first RankExited, when there was one)."""
+
+    monitor: int
+    gone: list[tuple[int, str]]
+    then: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """What one sample changed for the replayed GPU watch state; `then` as for Assessed (the
+    daemon's GpuAccessChanged, when access was lost or came back)."""
+
+    now: float
+    observed: GpuObserved
+    then: Mapping[str, Any] | None
+
+
+@dataclass
+class _Run:
+    monitor: HealthMonitor
+    ranks: RankTracker = field(default_factory=RankTracker)
+    sample: GpuSample | None = None  # the last one fed (the next record is a delta of it)
+
+
+# the classes a head record's image may name (core/images.py)
+KNOWN: dict[str, type[Any]] = {
+    c.__name__: c
+    for c in (
+        HealthMonitor,
+        HealthConfig,
+        StallConfig,
+        RunPhase,
+        StallKnowledge,
+        GapRing,
+        GpuSample,
+        GpuReading,
+        ProgressReading,
+        RankTracker,
+        GpuWatchState,
+        DegradedTracker,
+    )
+}
+KNOWN["_Held"] = Held
+
+
+def _is_head(entry: Mapping[str, Any]) -> bool:
+    """Whether `entry` starts a stretch of the log (the state of what it goes on feeding)."""
+    return "image" in entry or entry.get("type") in ("SupervisorState", "InputsDropped")
+
+
+def _last(entry: Mapping[str, Any]) -> GpuSample | None:
+    return None if entry.get("sample") is None else rec.decode_sample(entry["sample"])
+
+
+def _made(entry: Mapping[str, Any]) -> _Run:
+    """A run's monitor as its MonitorMade says: new, or whole where a rotated log starts."""
+    if "image" in entry:
+        ranks = images.restored(entry["ranks"], KNOWN) if "ranks" in entry else RankTracker()
+        return _Run(images.restored(entry["image"], KNOWN), ranks, _last(entry))
+    learned = entry["learned"]
+    knowledge = None if learned is None else StallKnowledge.from_json(learned)
+    return _Run(HealthMonitor(rec.decode_config(entry["config"]), knowledge))
+
+
+def _watch_made(entry: Mapping[str, Any]) -> tuple[GpuWatchState, list[GpuSample]]:
+    """The GPU watch state as its WatchMade says (and the last sample it took in)."""
+    last = _last(entry)
+    if "image" in entry:
+        return images.restored(entry["image"], KNOWN), [] if last is None else [last]
+    return GpuWatchState(entry["probe_timeout_s"], entry["degraded_after_s"]), []
+
+
+@dataclass
+class HealthReplay:
+    """Fresh monitors and trackers fed a log's records in order; what they said, collected.
+    A record of a monitor whose MonitorMade is not in the log (an older file that is gone) is
+    counted in `unknown` and skipped."""
+
+    assessed: list[Assessed] = field(default_factory=list)
+    gone: list[Gone] = field(default_factory=list)
+    observed: list[Observed] = field(default_factory=list)
+    unknown: int = 0
+    _runs: dict[int, _Run] = field(default_factory=dict)
+    _watch: tuple[GpuWatchState, list[GpuSample]] | None = None  # and its last sample
+
+    def monitor(self, number: int) -> HealthMonitor:
+        """The replayed monitor `number` as the records fed so far left it (to look into)."""
+        return self._runs[number].monitor
+
+    def feed(self, entries: Iterable[Mapping[str, Any]]) -> HealthReplay:
+        listed = list(entries)
+        # the entry after each: the input the daemon handed its core next, past the head
+        # records a new stretch of the log starts with (they may fall in between)
+        after: list[Mapping[str, Any] | None] = [None]
+        for entry in reversed(listed[1:]):
+            after.append(after[-1] if _is_head(entry) else entry)
+        after.reverse()
+        for entry, then in zip(listed, after, strict=True):
+            kind = entry.get("type")
+            if kind == "MonitorMade":
+                self._runs[entry["monitor"]] = _made(entry)
+            elif kind == "WatchMade":
+                self._watch = _watch_made(entry)
+            elif kind == "WatchFed":
+                self._watch_fed(entry, then)
+            elif kind in ("MonitorFed", "RanksFed"):
+                run = self._runs.get(entry["monitor"])
+                if run is None:
+                    self.unknown += 1
+                elif kind == "MonitorFed":
+                    self._monitor_fed(entry, run, then)
+                else:
+                    self._ranks_fed(entry, run, then)
+        return self
+
+    def _monitor_fed(self, e: Mapping[str, Any], run: _Run, then: Mapping[str, Any] | None) -> None:
+        m, name = run.monitor, e["input"]
+        if name == "assess":
+            self.assessed.append(Assessed(e["monitor"], e["now"], m.assess(e["now"]), then))
+        elif name == "gpu_sample":
+            watched = self._watch[1] if self._watch is not None else []
+            if e["sample"] != "watch":
+                run.sample = rec.decode_sample(e["sample"], run.sample)
+            elif watched:
+                run.sample = watched[-1]  # the sample the GPU watch state took in last
+            else:
+                self.unknown += 1  # that sample's record is in a lost file
+                return
+            m.gpu_sample(run.sample)
+        elif name == "progress_line":
+            reading = rec.decode_progress(e["reading"])
+            m.progress_line(reading, e["now"], e["age_s"], e["polled_at"])
+        elif name == "progress":
+            m.progress(rec.decode_progress(e["reading"]), e["now"])
+        elif name == "activity":
+            m.activity(e["now"], e["phase"])
+        elif name == "gpu_degraded":
+            m.gpu_degraded(rec.decode_degraded(e["degraded"]))
+        elif name == "gpu_access_lost":
+            m.gpu_access_lost(e["detail"])
+        elif name == "progress_unreadable":
+            m.progress_unreadable(e["unreadable"])
+        elif name == "reconfigure":
+            m.reconfigure(rec.decode_config(e["config"]))
+        elif name == "resume":
+            m.resume(e["carried"])
+        else:
+            raise ValueError(f"not a monitor input: {name!r}")
+
+    def _ranks_fed(self, e: Mapping[str, Any], run: _Run, then: Mapping[str, Any] | None) -> None:
+        name = e["input"]
+        if name == "observe":
+            seen = run.ranks.seen if e.get("same") else rec.decode_ranks(e["ranks"])
+            gone = run.ranks.observe(seen)
+            self.gone.append(Gone(e["monitor"], gone, then))
+        elif name == "listing_due":
+            every_s = e.get("idle_every_s", IDLE_LIST_EVERY_S)
+            run.ranks.listing_due(e["now"], every_s, e.get("startup_s", STARTUP_LIST_S))
+        elif name == "reset":
+            run.ranks.reset()
+        else:
+            raise ValueError(f"not a rank tracker input: {name!r}")
+
+    def _watch_fed(self, e: Mapping[str, Any], then: Mapping[str, Any] | None) -> None:
+        if self._watch is None:
+            self.unknown += 1  # its WatchMade is in a lost file
+            return
+        state, last = self._watch
+        name = e["input"]
+        if name == "observe":
+            sample = rec.decode_sample(e["sample"], last[-1] if last else None)
+            last[:] = [sample]
+            observed = state.observe(sample, e["now"], e["judge_access"])
+            self.observed.append(Observed(e["now"], observed, then))
+        elif name == "reconfigure":
+            state.reconfigure(e["probe_timeout_s"], e["after_s"])
+        elif name == "access_carried":
+            state.access_carried(e["why"])
+        else:
+            raise ValueError(f"not a GPU watch input: {name!r}")

@@ -1,0 +1,27 @@
+"""How a part of the daemon talks to the rest of it (STYLE.md, narrow collaborators): the config
+now, the one way in (the inbox), the one way out (the event stream), and the daemon's own tasks.
+
+One concept, not a bag of parts: these four are the same for every part and belong to none.
+The daemon owns each; a part only reads the config, posts inputs, emits events and spawns tasks
+through them, and holds no state of theirs. What a part reaches that is its own (the job's
+tree, the runs, the GPU watch, the sampler) is a constructor parameter beside the port, so each
+part's signature still says what it works on (docs/architecture.md has the table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from watchdog import config
+from watchdog.daemon.inbox import Inbox
+from watchdog.daemon.tasks import Tasks
+
+
+@dataclass(frozen=True, slots=True)
+class Port:
+    cfg: Callable[[], config.Config]  # the config now (a reload replaces it: reloading.py)
+    inbox: Inbox  # the one way in: every input for the core is posted (or asked) here
+    emit: Callable[..., Any]  # the one way out: events.jsonl, its subscribers, the hooks
+    tasks: Tasks  # the daemon's own tasks: work that outlives a call; a failure is reported

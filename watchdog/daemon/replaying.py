@@ -1,0 +1,57 @@
+"""`python -m watchdog.daemon.replaying <state_dir>/inputs.jsonl`: a bug report's input log
+replayed through fresh pure objects (docs/state.md, "The input log"), one line for each part.
+
+The supervisor (where its core got to), the health verdicts it was handed (each against the one
+fresh monitors give), the GPU watch state's news and the cluster coordinator's actions. Exit 0
+when every verdict replays, 1 when one differs (each difference is printed), 2 on a bad file.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from watchdog.core.health.replay import HealthReplay
+from watchdog.core.supervisor.cluster_replay import ClusterReplay
+from watchdog.daemon import inputlog
+
+
+def report(path: str) -> tuple[list[str], int]:
+    """The lines to print and the exit status."""
+    entries = inputlog.read(path)
+    core = inputlog.replay(entries).snapshot()
+    lines = [f"supervisor: {core.state.value}, {core.restarts_total} restarts"]
+    pairs = inputlog.health_replay(entries)
+    differ = [(r, h) for r, h in pairs if r != h]
+    health = HealthReplay().feed(entries)
+    lines.append(
+        f"health: {len(pairs) - len(differ)} of {len(pairs)} verdicts handed to the core "
+        f"replay; {len(health.observed)} GPU samples, {len(health.gone)} rank listings"
+        + (f"; {health.unknown} records of objects made in a lost file" if health.unknown else "")
+    )
+    lines += [f"  differs: replayed {r} / handed {h}" for r, h in differ]
+    cluster = ClusterReplay().feed(entries)
+    if cluster.coordinator is not None:
+        snap = cluster.coordinator.snapshot()
+        lines.append(f"cluster: {len(cluster.steps)} inputs replayed, epoch {snap['epoch']}")
+    return lines, 1 if differ else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print(
+            "usage: python -m watchdog.daemon.replaying <state_dir>/inputs.jsonl", file=sys.stderr
+        )
+        return 2
+    try:
+        lines, status = report(args[0])
+    except (OSError, ValueError, KeyError, AssertionError) as e:
+        print(f"{args[0]}: cannot replay: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
