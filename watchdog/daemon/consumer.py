@@ -251,7 +251,7 @@ class Consumer:
             return self._ranks_listed(event)
         if isinstance(event, SaveSeen):
             if event.run is self._shell.job and event.quiet:
-                event.run.monitor.run_phase.quiet(event.at)  # SPEC §14: a save may end after it
+                event.run.monitor.save_quiet(event.at)  # SPEC §14: a save may end after it
             elif event.run is self._shell.job:
                 # SPEC §13: a save under way is no stall; §14: it is the checkpoint phase
                 event.run.monitor.activity(event.at, "checkpoint")
