@@ -242,7 +242,7 @@ class Sampler:
             error = f"{type(e).__name__}: {e}"
             self._emit("internal_error_caught", where="checkpoint", error=error)
             return
-        seen = watch.look(found)  # SPEC §13: a write is a save under way; §14: quiet ends one
+        seen = watch.look(found)  # SPEC §13: a write is a save going on; §14: quiet lets it end
         if seen is not None and watch is self.checkpoints:
             self._inbox.post(SaveSeen(self._runs.current, time.monotonic(), seen == "quiet"))
         if found.mark is not None and found.written_at is not None:
