@@ -120,6 +120,48 @@ def test_a_lost_gpu_replays_through_a_fresh_gpu_watch_state(
     assert any("gpu_lost" in h.firing for _, h in pairs)
 
 
+def test_a_save_seen_in_the_checkpoint_folder_replays_with_its_quiet_looks(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """A job that learns its rhythm, saves into progress.checkpoint.path in two bursts 3 s
+    apart, trains again, then hangs: the looks that found the folder quiet are in inputs.jsonl
+    (save_quiet), the save ends after one (the stall is judged in `training`), and every
+    verdict replays."""
+    ckpt = tmp_path / "ckpt"
+    script = write_script(
+        tmp_path / "save.py",
+        "import os, sys, time\n"
+        "def steps(a, b):\n"
+        "    for i in range(a, b):\n"
+        "        print(f'step {i} tokens/s 100', flush=True)\n"
+        "        time.sleep(0.05)\n"
+        "steps(1, 40)\n"
+        f"os.makedirs({str(ckpt)!r})\n"
+        "for burst in range(2):\n"
+        f"    with open(os.path.join({str(ckpt)!r}, 'model.bin'), 'ab') as f:\n"
+        "        f.write(b'0' * 4096)\n"
+        "    time.sleep(3)\n"
+        "steps(40, 140)\n"
+        "time.sleep(600)\n",
+    )
+    settings = quiet_settings(30.0)
+    settings["progress"].update(
+        stall_window="auto",
+        stall_floor_s=1.0,
+        checkpoint={"path": str(ckpt), "kind": "mtime"},
+    )
+    d = make_daemon([script], settings)
+    fired = d.wait_event("detector_fired", timeout=60, reason="stalled")[0]
+    d.stop()
+    assert fired["phase"] == "training", fired
+    entries = inputlog.read(str(d.state_dir / "inputs.jsonl"))
+    assert any(r.get("input") == "save_quiet" for r in entries)
+    assert any(r.get("input") == "activity" and r.get("phase") == "checkpoint" for r in entries)
+    pairs = inputlog.health_replay(entries)
+    assert [r for r, _ in pairs] == [h for _, h in pairs]
+    assert any("stalled" in h.firing for _, h in pairs)
+
+
 def quiet_settings(stall_after_s: float) -> dict[str, Any]:
     """No GPUs, `step N tokens/s X` lines, a fixed stall window."""
     return {

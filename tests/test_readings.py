@@ -191,3 +191,24 @@ def test_the_gpu_watchers_pure_state_is_fed_only_from_the_consumers_task(
 
     run_daemon(tmp_path, scenario)
     assert refused == ["record", "seen", "summarise"]
+
+
+def test_a_quiet_look_at_the_checkpoint_path_reaches_the_run_phase_only(
+    tmp_path: pathlib.Path,
+) -> None:
+    """SaveSeen with `quiet` (a look that found no write) goes to the current run's phase
+    (SPEC §14: a save ends only after one) and is no sign of life: no activity, nothing for the
+    core; a write still puts the run in its save."""
+    runs: list[JobRun] = []
+
+    async def scenario(d: Daemon) -> None:
+        run = new_run(d, 4242)
+        runs.append(run)
+        await d.consumer.inbox.ask(SampleTaken(run, None, None, step_read(7)))
+        await d.consumer.inbox.ask(SaveSeen(run, time.monotonic(), quiet=True))
+        assert run.monitor.run_phase.watched and run.monitor.run_phase.phase == "training"
+        assert run.monitor.last_activity_at == run.monitor.last_progress_at  # not activity
+        await d.consumer.inbox.ask(SaveSeen(run, time.monotonic()))
+
+    assert [type(e).__name__ for e in run_daemon(tmp_path, scenario)] == ["ProgressMarked"]
+    assert runs[0].monitor.run_phase.phase == "checkpoint"

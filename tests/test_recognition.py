@@ -299,6 +299,19 @@ def test_newest_write_sees_a_shard_growing_two_levels_down(tmp_path: pathlib.Pat
     assert after is not None and after > past + 40
 
 
+def test_an_empty_checkpoint_folder_appearing_is_no_write(tmp_path: pathlib.Path) -> None:
+    """The folder saves go to, made empty before the first step (HF's Trainer makes its
+    output_dir when it is built), is no save; the first thing written into it is."""
+    out = tmp_path / "out"
+    watch = CheckpointWatch(str(out), "hf")
+    assert watch.look(Checkpoint(None, activity_at=newest_write(str(out), "hf"))) is None
+    out.mkdir()
+    assert newest_write(str(out), "hf") is None
+    assert watch.look(Checkpoint(None, activity_at=newest_write(str(out), "hf"))) == "quiet"
+    (out / "checkpoint-20").mkdir()
+    assert watch.look(Checkpoint(None, activity_at=newest_write(str(out), "hf"))) == "write"
+
+
 def test_checkpoint_watch_counts_writes_after_its_first_read() -> None:
     """The first read only sets where to count from; a newer write after it is activity."""
     watch = CheckpointWatch("/nonexistent", "hf")
@@ -306,6 +319,20 @@ def test_checkpoint_watch_counts_writes_after_its_first_read() -> None:
     assert not watch.wrote_since(Checkpoint(None, activity_at=100.0))
     assert watch.wrote_since(Checkpoint(None, activity_at=101.0))
     assert not watch.wrote_since(Checkpoint(None, activity_at=None))
+
+
+def test_checkpoint_look_says_write_quiet_or_unknown() -> None:
+    """Each read after the first says what it found (SPEC §14): a write, or quiet (nothing
+    newer, or still no folder); the first read and a read that did not answer say nothing."""
+    watch = CheckpointWatch("/nonexistent", "hf")
+    assert watch.look(Checkpoint(None, activity_at=None)) is None  # the first: the baseline
+    assert watch.look(Checkpoint(None, activity_at=None)) == "quiet"  # still no folder
+    assert watch.look(Checkpoint(None, activity_at=100.0)) == "write"  # the folder appeared
+    assert watch.look(Checkpoint(None, activity_at=100.0)) == "quiet"
+    watch.hung = True  # as read() leaves it when the read outlived READ_TIMEOUT_S
+    assert watch.look(Checkpoint(None, error="read took over 5 s")) is None
+    watch.hung = False
+    assert watch.look(Checkpoint(None, activity_at=101.0)) == "write"
 
 
 def test_checkpoint_folder_appearing_after_the_first_read_is_a_write() -> None:

@@ -146,13 +146,6 @@ def test_trainer_evaluation_longer_than_the_learned_window_is_no_stall(
     assert d.status()["progress"]["stall_windows"]["eval"] >= batch_s
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known race (docs/stall-windows.md, Known limits): step lines printed just before a "
-    "save but read after its first write can end the checkpoint phase, which then learns the "
-    "training rhythm and calls the save's next silent pause a stall; seen in about half of the "
-    "full-suite runs on a quiet machine, never alone",
-)
 def test_slow_checkpoint_write_is_no_stall(make_daemon: DaemonFactory, work: pathlib.Path) -> None:
     """A save that writes into progress.checkpoint.path in bursts with pauses longer than the
     learned training window, silent in the log, is the `checkpoint` phase: never `stalled`."""
@@ -165,8 +158,9 @@ def test_slow_checkpoint_write_is_no_stall(make_daemon: DaemonFactory, work: pat
         # factor 20: the training window stays the floor (5 s, < the 12 s pauses), while a
         # checkpoint phase ended after a sub-second look (seen here under load, before the slow
         # save) cannot learn a window shorter than the pauses (a known limit of
-        # docs/stall-windows.md); the step line printed just before the save is often read after
-        # the save's first write (a save ends only on a second new step: stall_window.py)
+        # docs/stall-windows.md); the step lines printed just before the save are often read
+        # after a look saw its first write: they end nothing, as a save ends only on new steps
+        # after a look that found its files quiet (stall_window.py, RunPhase._save_ended_at)
         progress={
             "stall_floor_s": 5,
             "stall_factor": 20,

@@ -68,10 +68,13 @@ class RanksListed:
 
 @dataclass(frozen=True, slots=True)
 class SaveSeen:
-    """progress.checkpoint is being written at `at` (monotonic): not a step, not a stall."""
+    """progress.checkpoint is being written at `at` (monotonic): not a step, not a stall; with
+    `quiet`, a look at `at` found no write since the previous one (SPEC §14: a save ends only
+    after such a look, core/progress/stall_window.py)."""
 
     run: JobRun
     at: float
+    quiet: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -242,8 +242,9 @@ class Sampler:
             error = f"{type(e).__name__}: {e}"
             self._emit("internal_error_caught", where="checkpoint", error=error)
             return
-        if watch.wrote_since(found) and watch is self.checkpoints:
-            self._inbox.post(SaveSeen(self._runs.current, time.monotonic()))  # SPEC §13
+        seen = watch.look(found)  # SPEC §13: a write is a save going on; §14: quiet lets it end
+        if seen is not None and watch is self.checkpoints:
+            self._inbox.post(SaveSeen(self._runs.current, time.monotonic(), seen == "quiet"))
         if found.mark is not None and found.written_at is not None:
             # Its own mtime on the monotonic clock, however old: lost work counts from it.
             at = time.monotonic() - max(0.0, time.time() - found.written_at)

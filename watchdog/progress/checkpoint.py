@@ -25,6 +25,7 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 from watchdog import blocking
 
@@ -171,11 +172,15 @@ def _read_mtime(path: str) -> Checkpoint:
 def newest_write(path: str, kind: str, depth: int = 3) -> float | None:
     """Blocking: the newest mtime of the checkpoint folder, its entries, and down the newest
     subfolder (`checkpoint-500/`, `iter_0000500/mp_rank_00/`: the shards being written) to
-    `depth` levels; each folder looked at holds at most MAX_ENTRIES entries of the look."""
+    `depth` levels; each folder looked at holds at most MAX_ENTRIES entries of the look. None
+    for a folder with nothing in it yet: where saves will go, no save (HF's Trainer makes its
+    output_dir when it is built, around its first step: that is no checkpoint phase)."""
     folder = path
     if kind == "megatron" and os.path.basename(path) == TRACKER:
         folder = os.path.dirname(path) or "."
     try:
+        if _empty_folder(folder):
+            return None
         newest = os.stat(folder).st_mtime
         while depth > 0 and os.path.isdir(folder):
             depth -= 1
@@ -199,6 +204,13 @@ def newest_write(path: str, kind: str, depth: int = 3) -> float | None:
     return newest
 
 
+def _empty_folder(folder: str) -> bool:
+    if not os.path.isdir(folder):
+        return False
+    with os.scandir(folder) as it:
+        return next(it, None) is None
+
+
 def _read_with_activity(path: str, kind: str) -> Checkpoint:
     found = read_checkpoint(path, kind)
     return dataclasses.replace(found, activity_at=newest_write(path, kind))
@@ -212,6 +224,7 @@ class CheckpointWatch:
         self.last: Checkpoint | None = None
         self._activity_at: float | None = None  # the newest write seen so far
         self._looked = False  # a read was made (it may have found no folder yet)
+        self.hung = False  # the last read did not answer within READ_TIMEOUT_S
 
     def wrote_since(self, found: Checkpoint) -> bool:
         """Something was written where checkpoints are saved since the previous read (the
@@ -224,15 +237,26 @@ class CheckpointWatch:
         before, self._activity_at = self._activity_at, max(at, self._activity_at or at)
         return not first and (before is None or at > before)
 
+    def look(self, found: Checkpoint) -> Literal["write", "quiet"] | None:
+        """What a read found since the previous one: a write, or none ("quiet": SPEC §14, a save
+        ends only after such a look); None for the first read (it only sets where to count
+        from) and for a read that did not answer (unknown is never quiet)."""
+        first, hung = not self._looked, self.hung
+        if self.wrote_since(found):
+            return "write"
+        return None if first or hung else "quiet"
+
     async def read(self) -> Checkpoint:
         """The newest checkpoint now; while a read still hangs from before, none is doubled
         (the bounded worker, blocking.py: never asyncio's default executor, issue 23)."""
         path, kind = self.path, self.kind
+        self.hung = False
         try:
             found = await _READS.call(
                 lambda: _read_with_activity(path, kind), READ_TIMEOUT_S, what=f"reading {path}"
             )
         except blocking.Hung:
+            self.hung = True
             found = Checkpoint(None, error=f"{self.path}: read took over {READ_TIMEOUT_S:g} s")
         if found.mark is not None or self.last is None or self.last.mark is None:
             self.last = found

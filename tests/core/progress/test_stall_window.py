@@ -260,6 +260,7 @@ _SIGNS = st.lists(
     ceiling=st.floats(min_value=1.0, max_value=3600.0),
     factor=st.floats(min_value=0.1, max_value=20.0),
     fixed=st.booleans(),
+    looks=st.booleans(),
 )
 def test_window_never_leaves_floor_and_ceiling(
     signs: list[tuple[Phase | None, float]],
@@ -267,14 +268,19 @@ def test_window_never_leaves_floor_and_ceiling(
     ceiling: float,
     factor: float,
     fixed: bool,
+    looks: bool,
 ) -> None:
-    """Whatever the gaps and phases, every phase's window lies in [min(floor, ceiling), ceiling]
-    (the ceiling wins over a floor set above it)."""
+    """Whatever the gaps and phases (and quiet looks at the checkpoint path among them), every
+    phase's window lies in [min(floor, ceiling), ceiling] (the ceiling wins over a floor set
+    above it)."""
     cfg = StallConfig("fixed" if fixed else "auto", 3, factor, floor)
     rp = RunPhase(StallKnowledge())
     at, prev = 0.0, None
     for kind, gap in signs:
         at += gap
+        if looks and kind is None:
+            rp.quiet(at)  # a look that found nothing written: no sign of life
+            continue
         rp.signal(kind, at, prev)
         prev = at if rp.phase != "startup" else None
     for p in ("startup", "training", "eval", "checkpoint"):
@@ -293,13 +299,17 @@ def test_window_never_leaves_floor_and_ceiling(
         ),
         max_size=5,
     ),
+    looks=st.booleans(),
 )
 def test_gaps_inside_eval_or_checkpoint_never_lower_the_training_window(
-    train: list[float], episodes: list[tuple[int, Phase, list[float]]]
+    train: list[float], episodes: list[tuple[int, Phase, list[float]]], looks: bool
 ) -> None:
     """Evaluations and saves with tiny gaps (a fast eval bar) slipped between training steps
-    leave the training window exactly as the training gaps alone make it: never lower."""
+    leave the training window exactly as the training gaps alone make it: never lower (also
+    where the checkpoint path is looked at, each save followed by a look that found it quiet)."""
     plain, mixed = RunPhase(StallKnowledge()), RunPhase(StallKnowledge())
+    if looks:
+        mixed.quiet(0.0)
     at = 0.0
     plain.signal("training", at, None)
     mixed.signal("training", at, None)
@@ -313,6 +323,8 @@ def test_gaps_inside_eval_or_checkpoint_never_lower_the_training_window(
             for g in gaps:
                 mixed.signal(kind, at + g, at)
                 at += g
+            if looks:
+                mixed.quiet(at)  # the look after the episode's last sign found nothing new
             # the step that ends the episode: its gap is the episode's, never training's (a
             # save's end is confirmed by the next step, whose gap is training's again)
             mixed.signal("training", at + 1.0, at)
@@ -433,3 +445,76 @@ def test_the_last_eval_bar_before_a_save_read_after_its_first_write_ends_nothing
         rp.step(step, at + 120.0 + i, at + 118.0 + i * 2)
     assert rp.phase == "training" and k.finished["checkpoint"] == 1
     assert k.window("checkpoint", AUTO, CEILING).window_s >= 5 * 99.0
+
+
+def test_steps_read_after_a_watched_save_began_end_it_only_after_a_quiet_look() -> None:
+    """The slow-save race (progress.checkpoint.path watched): the steps printed just before a
+    save (299, 300) are read, and timed, after a look found the save's first write; its files
+    then pause 12 s between bursts. Those steps end nothing: a save ends only on new steps that
+    arrive after a look found no write since the save's last one (a quiet look), so every pause
+    is judged under the checkpoint window, and the save ends on the first steps after the quiet
+    look that follows its last write."""
+    cfg = StallConfig(floor_s=5.0)
+    k = StallKnowledge()
+    rp = RunPhase(k)
+    at = 0.0
+    for step in range(275, 299):  # steps 275..298, 0.1 s apart: training learned, window 5 s
+        rp.step(step, at, None if step == 275 else at - 0.1)
+        if step % 20 == 0:
+            rp.quiet(at)  # the looks at the checkpoint path while training: nothing written
+        at += 0.1
+    last = at - 0.1
+    assert rp.window(cfg, CEILING).window_s == 5.0
+    rp.signal("checkpoint", at + 0.4, last)  # slow.bin's first burst, seen by a look
+    rp.step(299, at + 0.5, at + 0.4)  # the steps printed before the save, read only now
+    rp.step(300, at + 0.6, at + 0.5)
+    assert rp.phase == "checkpoint" and k.finished["checkpoint"] == 0
+    rp.quiet(at + 2.4)  # the looks during the pause find nothing new
+    rp.quiet(at + 4.4)
+    assert rp.window(cfg, CEILING).window_s == CEILING  # the 12 s pause: no stall
+    rp.signal("checkpoint", at + 12.6, at + 0.6)  # the next burst: the save goes on
+    rp.quiet(at + 14.6)
+    rp.signal("checkpoint", at + 24.6, at + 12.6)  # the last burst (and trainer_state.json)
+    rp.step(301, at + 25.0, at + 24.6)  # training again, before any quiet look: no end yet
+    rp.step(302, at + 25.1, at + 25.0)
+    assert rp.phase == "checkpoint" and k.finished["checkpoint"] == 0
+    rp.quiet(at + 26.6)  # the first look after the last write that found nothing new
+    training = k.rings["training"].gaps()
+    rp.step(303, at + 26.7, at + 25.1)  # a new step after it: the save's end, once confirmed
+    assert rp.window(cfg, CEILING).window_s == CEILING  # the larger of checkpoint and training
+    rp.step(304, at + 26.8, at + 26.7)  # the second new step confirms it ended at 303
+    assert rp.phase == "training" and k.finished["checkpoint"] == 1
+    assert k.rings["training"].gaps() == [*training, 0.1]
+    assert max(k.rings["checkpoint"].gaps()) == 12.0
+    assert rp.window(cfg, CEILING).window_s == 5.0
+    assert k.window("checkpoint", cfg, CEILING).window_s == 60.0  # 5 × its 12 s pauses
+
+
+def test_a_save_known_from_its_line_ends_after_the_next_quiet_look() -> None:
+    """A save known only from its log line (`Saving model checkpoint to …`) while the
+    checkpoint path is watched and never written: it ends on the new steps after the next look
+    that found nothing written, not before."""
+    k = StallKnowledge()
+    rp = RunPhase(k)
+    rp.quiet(0.0)
+    at = _train(rp, [0.1] * 25)
+    rp.signal("checkpoint", at + 1.0, at)  # the save's line
+    rp.step(None, at + 1.1, at + 1.0)  # steps before the next look: the save may go on
+    rp.step(None, at + 1.2, at + 1.1)
+    assert rp.phase == "checkpoint"
+    rp.quiet(at + 2.0)
+    rp.step(None, at + 2.1, at + 1.2)
+    rp.step(None, at + 2.2, at + 2.1)
+    assert rp.phase == "training" and k.finished["checkpoint"] == 1
+
+
+def test_without_looks_at_the_checkpoint_path_a_save_ends_as_before() -> None:
+    """No progress.checkpoint.path (no look ever reported): a save known from its line ends on
+    two new steps with no sign of it between, as before quiet looks existed."""
+    k = StallKnowledge()
+    rp = RunPhase(k)
+    at = _train(rp, [0.1] * 25)
+    rp.signal("checkpoint", at + 1.0, at)
+    rp.step(None, at + 1.1, at + 1.0)
+    rp.step(None, at + 1.2, at + 1.1)
+    assert rp.phase == "training" and k.finished["checkpoint"] == 1

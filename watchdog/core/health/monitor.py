@@ -129,6 +129,9 @@ class HealthMonitor:
         if self._last_activity_at is None or now > self._last_activity_at:
             self._last_activity_at = now
 
+    def save_quiet(self, now: float) -> None:  # SPEC §14: a look found no write; a save may end
+        self.run_phase.quiet(now)
+
     @property
     def progressed(self) -> bool:  # SPEC §14: a startup_error comes before the first progress
         return self._first_progress_at is not None
@@ -373,9 +376,7 @@ class HealthMonitor:
 
     def _is_idle(self, part: GpuPart) -> bool:
         # require all: one idle GPU is enough; require any: every GPU must be idle (SPEC §4).
-        if self._cfg.require == "all":
-            return part in ("idle", "partial")
-        return part == "idle"
+        return part in (("idle", "partial") if self._cfg.require == "all" else ("idle",))
 
     def _floor(self) -> float | None:
         """tokens/s below which a reading is low: the higher of the absolute and relative floors."""
@@ -389,8 +390,7 @@ class HealthMonitor:
         return max(known) if known else None
 
     def _below_floor(self, tps: float) -> bool:
-        floor = self._floor()
-        return floor is not None and tps < floor
+        return (floor := self._floor()) is not None and tps < floor
 
     def _gpu_summary(self) -> str:
         if self._gpu is None:

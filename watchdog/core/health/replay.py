@@ -173,6 +173,8 @@ class HealthReplay:
             m.progress(rec.decode_progress(e["reading"]), e["now"])
         elif name == "activity":
             m.activity(e["now"], e["phase"])
+        elif name == "save_quiet":
+            m.save_quiet(e["now"])
         elif name == "gpu_degraded":
             m.gpu_degraded(rec.decode_degraded(e["degraded"]))
         elif name == "gpu_access_lost":

@@ -160,6 +160,10 @@ class TapedMonitor(HealthMonitor):
         self._fed("activity", now=now, phase=phase)
         super().activity(now, phase)
 
+    def save_quiet(self, now: float) -> None:
+        self._fed("save_quiet", now=now)
+        super().save_quiet(now)
+
     def resume(self, c: Mapping[str, object]) -> None:
         self._fed("resume", carried=dict(c))
         super().resume(c)

@@ -10,7 +10,8 @@ Once `learn_steps` gaps are known the training window is
 Phases: `startup` (until the run's first progress line: the startup detector's business, never
 a gap), `training`, `eval` and `checkpoint` (a recognised evaluation or save, files growing under
 `progress.checkpoint.path`), entered on their first sign and left at the next training step (a
-save: at the second sign of what follows it with no write between, RunPhase._save_ended_at). A
+save: at the second sign of what follows it with no write between and, where the path is looked
+at, after a look that found it quiet, RunPhase._save_ended_at). A
 gap that touches a non-training phase teaches that phase, never the training window; each such
 phase has its own learned window, the ceiling until one of its kind has been seen to finish.
 
@@ -194,6 +195,15 @@ class RunPhase:
         self.last_step: int | None = None  # the step the last progress line showed
         # a step or eval sign in a save, not yet known to come after the save (see signal())
         self.ending: tuple[Phase, float] | None = None
+        self.watched = False  # looks at progress.checkpoint.path are reported (quiet())
+        self.quiet_at: float | None = None  # the first quiet look since the last save sign
+
+    def quiet(self, at: float) -> None:
+        """A look at `progress.checkpoint.path` at `at` found no write since the previous look:
+        a save may end on what follows (_save_ended_at). Not a sign of life of the job."""
+        self.watched = True
+        if self.quiet_at is None:
+            self.quiet_at = at
 
     def step(self, step: int | None, at: float, previous_at: float | None) -> None:
         """A progress line: a training step, unless it shows the step the previous one showed
@@ -207,6 +217,8 @@ class RunPhase:
         sign ("eval", "checkpoint"), or other activity (None: the phase goes on). `previous_at`
         is the previous sign's instant (None before the run's first progress: startup)."""
         before = self.phase
+        if kind == "checkpoint":
+            self.quiet_at = None  # a save's sign: its end waits for a quiet look after it
         if before == "startup" and kind != "training":
             return  # the start up to the first step is the startup detector's business
         late = self.entered_at is not None and at < self.entered_at
@@ -230,13 +242,24 @@ class RunPhase:
     def _save_ended_at(self, kind: Phase | None, at: float) -> float | None:
         """When the save ended, once a second sign confirms it. The save's files are seen by a
         reader of their own, in no order with the log: the line of the step (or the last eval
-        bar) before a save can be read, and timed, after the save's first write. So in
-        `checkpoint` a new step (an eval sign) ends the phase only when a second one follows with
-        no write between; a write between says the save went on."""
+        bar) before a save can be read, and timed, after a look found the save's first write.
+
+        Where `progress.checkpoint.path` is looked at (`watched`), a new step (an eval sign)
+        ends nothing until a look found no write since the save's last sign (`quiet_at`), in
+        the order the inputs arrive: each tick hands over its poll of the log before it starts
+        its look at the path, and the looks run one after the other, so a line completed before
+        the save's first write reaches the core before any quiet look that followed the look
+        which saw that write. A step that arrives after such a quiet look was therefore
+        completed after the save's writes began. It is a candidate; a second new sign of its
+        kind, with no write between, confirms it (a write between says the save went on). Not
+        covered: a poll stuck past its deadline whose lines come later, a look queued behind a
+        read slower than the looks' interval, and a bar line completed only by a redraw in a
+        pause; the confirming second sign covers one such line. Without looks (saves known only
+        from their log lines), the two signs alone decide, as before."""
         if self.phase != "checkpoint" or kind is None:
             return None
         ending, self.ending = self.ending, None
-        if kind == "checkpoint":
+        if kind == "checkpoint" or (self.watched and self.quiet_at is None):
             return None
         if ending is not None and ending[0] == kind:
             return ending[1]
@@ -258,3 +281,4 @@ class RunPhase:
         """The phase a re-exec carried (absent from older code: startup until the next step)."""
         self.phase = next((p for p in PHASES if p == phase), "startup")
         self.ending = None
+        self.quiet_at = None
