@@ -283,3 +283,21 @@ def test_the_replay_command_says_which_verdict_differs(
     assert "health: 0 of 1 verdicts handed to the core replay" in out and "differs:" in out
     assert replaying.main([]) == 2
     assert replaying.main([str(tmp_path / "missing.jsonl")]) == 2
+
+
+def test_the_replay_command_says_plainly_what_is_wrong_with_its_argument(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A missing file is named as missing, a file that is no input log is said to be one, and
+    --help prints the usage and exits 0: no Python exception names reach the operator."""
+    missing = tmp_path / "missing.jsonl"
+    assert replaying.main([str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert f"{missing}: no such file" in err and "Error" not in err
+    other = tmp_path / "notes.jsonl"
+    other.write_text('{"hello": 1}\n')
+    assert replaying.main([str(other)]) == 2
+    err = capsys.readouterr().err
+    assert "not an input log" in err and "AssertionError" not in err
+    assert replaying.main(["--help"]) == 0
+    assert "usage: python -m watchdog.daemon.replaying" in capsys.readouterr().out

@@ -58,7 +58,8 @@ def replay(entries: Iterable[Mapping[str, Any]], actions: list[Action] | None = 
     got to. `actions`, when given, collects what the core returned."""
     entries = list(entries)
     starts = [i for i, e in enumerate(entries) if e.get("type") in HEADS]
-    assert starts, "no SupervisorMade or SupervisorState record"
+    if not starts:
+        raise ValueError("not an input log: no SupervisorMade or SupervisorState record")
     return records.feed(_core_at(entries[starts[-1]]), entries[starts[-1] + 1 :], actions)
 
 

@@ -8,6 +8,7 @@ when every verdict replays, 1 when one differs (each difference is printed), 2 o
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -37,17 +38,30 @@ def report(path: str) -> tuple[list[str], int]:
     return lines, 1 if differ else 0
 
 
+USAGE = "usage: python -m watchdog.daemon.replaying <state_dir>/inputs.jsonl"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args in (["-h"], ["--help"]):
+        print(USAGE + "\n\n" + (__doc__ or "").strip())
+        return 0
     if len(args) != 1:
-        print(
-            "usage: python -m watchdog.daemon.replaying <state_dir>/inputs.jsonl", file=sys.stderr
-        )
+        print(USAGE, file=sys.stderr)
         return 2
     try:
+        if not os.path.exists(args[0]):
+            raise FileNotFoundError(args[0])
         lines, status = report(args[0])
-    except (OSError, ValueError, KeyError, AssertionError) as e:
-        print(f"{args[0]}: cannot replay: {type(e).__name__}: {e}", file=sys.stderr)
+    except FileNotFoundError:
+        print(f"{args[0]}: no such file", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"{args[0]}: cannot read: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except (ValueError, KeyError, TypeError) as e:  # a record that is not ours, or torn
+        why = str(e) if isinstance(e, ValueError) else f"a record lacks {e}"
+        print(f"{args[0]}: cannot replay: {why}", file=sys.stderr)
         return 2
     print("\n".join(lines))
     return status
