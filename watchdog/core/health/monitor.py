@@ -6,10 +6,9 @@ and asks `assess(now)`. The verdict feeds `policy.HealthAssessed`.
 The startup window ends the first time the child is healthy (GPUs in use and a progress line);
 `gpus_idle` only counts after that, `stalled` after the first progress line (SPEC §4), under the
 window core/progress/stall_window.py learned (SPEC §14). A job that never gets there is the core's
-`startup_timeout`. `stalled` counts from when the last progress line was written: its file's
-mtime, bounded by our previous poll and now (`progress_line`), never a timestamp the job printed
-in the line. `throughput_low` compares each reading with the median of the normal ones before
-it, once there are `min_median_readings` of them.
+`startup_timeout`. `stalled` counts from the last line's writing (its file's mtime, within our
+previous poll and now: `progress_line`), never from a time the job printed. `throughput_low`
+compares a reading with the median of the normal ones before it (`min_median_readings` of them).
 
 Unknown is never healthy (SPEC §13), yet never a restart: NVML access lost (`gpu_access_lost`),
 an expected GPU NVML cannot read (`gpu_unreadable`) or a progress read that does not answer
