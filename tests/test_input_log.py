@@ -48,7 +48,7 @@ def test_a_daemons_input_log_replays_to_the_state_and_restarts_status_shows(
     log = d.state_dir / "inputs.jsonl"
 
     def replayed() -> Supervisor | None:
-        # the file is made before its first batch is written (2 s later, inputlog.WRITE_DELAY_S)
+        # the file exists from the first write on, before that write has put down a whole line
         entries = inputlog.read(str(log)) if log.exists() else []
         if not any(e.get("type") in inputlog.HEADS for e in entries):
             return None
