@@ -93,9 +93,7 @@ def test_a_reload_that_shortens_the_stall_window_replays_to_its_stalled_verdict(
     d.stop()
     entries = inputlog.read(str(d.state_dir / "inputs.jsonl"))
     assert any(r.get("input") == "reconfigure" for r in entries)
-    pairs = inputlog.health_replay(entries)
-    assert [r for r, _ in pairs] == [h for _, h in pairs]
-    assert any("stalled" in h.firing for _, h in pairs)
+    assert_verdicts_replay(entries, firing="stalled")
 
 
 def test_a_lost_gpu_replays_through_a_fresh_gpu_watch_state(
@@ -115,9 +113,7 @@ def test_a_lost_gpu_replays_through_a_fresh_gpu_watch_state(
     news = [e for o in replayed.observed for e in o.observed.events if e[0] == "gpu_lost"]
     assert news == [("gpu_lost", {"reason": "gpu_lost", "gpu": 3, "uuid": lost["uuid"]})]
     assert replayed.unknown == 0 and len(replayed.observed) >= 2  # before the loss, and it
-    pairs = inputlog.health_replay(entries)
-    assert [r for r, _ in pairs] == [h for _, h in pairs]
-    assert any("gpu_lost" in h.firing for _, h in pairs)
+    assert_verdicts_replay(entries, firing="gpu_lost")
 
 
 def test_a_save_seen_in_the_checkpoint_folder_replays_with_its_quiet_looks(
@@ -157,9 +153,7 @@ def test_a_save_seen_in_the_checkpoint_folder_replays_with_its_quiet_looks(
     entries = inputlog.read(str(d.state_dir / "inputs.jsonl"))
     assert any(r.get("input") == "save_quiet" for r in entries)
     assert any(r.get("input") == "activity" and r.get("phase") == "checkpoint" for r in entries)
-    pairs = inputlog.health_replay(entries)
-    assert [r for r, _ in pairs] == [h for _, h in pairs]
-    assert any("stalled" in h.firing for _, h in pairs)
+    assert_verdicts_replay(entries, firing="stalled")
 
 
 def quiet_settings(stall_after_s: float) -> dict[str, Any]:
@@ -172,3 +166,11 @@ def quiet_settings(stall_after_s: float) -> dict[str, Any]:
             "stall_window": "fixed",
         },
     }
+
+
+def assert_verdicts_replay(entries: list[dict[str, Any]], firing: str) -> None:
+    """Every verdict the daemon handed its core replays through fresh monitors, and some
+    verdict had `firing` among its reasons."""
+    pairs = inputlog.health_replay(entries)
+    assert pairs and [r for r, _ in pairs] == [h for _, h in pairs]
+    assert any(firing in h.firing for _, h in pairs)
