@@ -250,9 +250,11 @@ class Consumer:
         if isinstance(event, RanksListed):
             return self._ranks_listed(event)
         if isinstance(event, SaveSeen):
-            if event.run is self._shell.job and event.quiet:
+            if event.run is not self._shell.job:
+                return []  # a look for a run that has been replaced since
+            if event.quiet:
                 event.run.monitor.save_quiet(event.at)  # SPEC §14: a save may end after it
-            elif event.run is self._shell.job:
+            else:
                 # SPEC §13: a save under way is no stall; §14: it is the checkpoint phase
                 event.run.monitor.activity(event.at, "checkpoint")
             return []
