@@ -25,7 +25,7 @@ import pytest
 import yaml
 from conftest import DaemonFactory
 from support import fakegpu
-from support.harness import ROOT, Daemon, write_script
+from support.harness import PROMPT_S, ROOT, Daemon, write_script
 
 from watchdog.control import server as control
 from watchdog.core.protocol import wire as protocol
@@ -138,7 +138,7 @@ def test_status_answers_fast_while_the_gpu_probe_hangs(gpu_daemon: Daemon) -> No
         for _ in range(5):
             t0 = time.monotonic()
             _, out, _ = gpu_daemon.ctl("status", "--json")
-            assert time.monotonic() - t0 < 1.5
+            assert time.monotonic() - t0 < PROMPT_S  # the probe hangs for 60 s
             assert "gpu_probe_hung" in json.loads(out)["reasons"]
     finally:
         fakegpu.set_faults(gpus, [])  # the stalled call returns within 20 ms
@@ -180,7 +180,7 @@ def timed_status(d: Daemon) -> float:
     t0 = time.monotonic()
     rc, out, err = d.ctl("status", "--json")
     assert rc == 0, err
-    assert json.loads(out)["progress"]["last_progress_age_s"] < 2, "the loop keeps sampling"
+    assert json.loads(out)["progress"]["last_progress_age_s"] < PROMPT_S, "the loop keeps sampling"
     return time.monotonic() - t0
 
 
@@ -195,7 +195,7 @@ def test_idle_junk_and_slow_clients_leave_status_prompt_and_the_daemon_alive(
     socks: list[socket.socket] = []
     try:
         socks += [connect(d.socket) for _ in range(100)]
-        assert timed_status(d) < 1.5
+        assert timed_status(d) < PROMPT_S
         junk = connect(d.socket)
         socks.append(junk)
         junk.sendall(b"x" * (2 << 20))
@@ -216,12 +216,12 @@ def test_idle_junk_and_slow_clients_leave_status_prompt_and_the_daemon_alive(
         slow = connect(d.socket)
         socks.append(slow)
         slow.sendall(protocol.encode_request(5, "logs", {"n": 2000}))  # never read
-        assert timed_status(d) < 1.5
+        assert timed_status(d) < PROMPT_S
         assert d.proc is not None and d.proc.poll() is None
     finally:
         for s in socks:
             s.close()
-    assert timed_status(d) < 1.5
+    assert timed_status(d) < PROMPT_S
 
 
 def test_socket_is_0660_in_a_0750_folder_the_daemon_creates(

@@ -14,7 +14,7 @@ from conftest import DaemonFactory
 from support import fakegpu
 from support.gpus import cfg, job
 from support.gpus import gpus as gpus  # the 8-GPU fixture, shared
-from support.harness import Daemon, free_port, wait_until
+from support.harness import PROMPT_S, Daemon, free_port, wait_until
 from support.metrics import scrape
 
 
@@ -40,10 +40,10 @@ def test_a_lost_gpu_makes_status_not_healthy_and_never_restarts(
     assert not names & {"restart_scheduled", "child_stopping"}
 
 
-def test_xid_79_on_gpu_3_parks_the_job_in_host_fault_within_2_s(
+def test_xid_79_on_gpu_3_parks_the_job_in_host_fault_promptly(
     make_daemon: DaemonFactory, gpus: pathlib.Path
 ) -> None:
-    """Injected Xid 79 on GPU 3 of a healthy job: stopped within 2 s of the event, state
+    """Injected Xid 79 on GPU 3 of a healthy job: stopped promptly (the figure is bench's), state
     host_fault, 0 restarts, `status` exits 3 and names GPU 3 and the action."""
     port = free_port()
     d = make_daemon(job(), cfg(metrics={"listen": f"127.0.0.1:{port}"}), env=fakegpu.fake_env(gpus))
@@ -55,7 +55,7 @@ def test_xid_79_on_gpu_3_parks_the_job_in_host_fault_within_2_s(
     assert (fault["gpu"], fault["xid"], fault["action"]) == (3, 79, "reboot_host")
     st = d.wait_state("host_fault", timeout=10)
     stopped = d.wait_event("child_stopped", timeout=10, reason="gpu_fault")[0]
-    assert wall(stopped) - injected_at < 2.0  # the daemon's own clock: not our polling
+    assert injected_at <= wall(stopped) < injected_at + PROMPT_S  # the daemon's own clock
     assert st["job"]["pid"] is None and st["restarts"]["total"] == 0
     assert st["host_fault"]["xid"] == 79 and st["gpus"][3]["faults"][-1]["xid"] == 79
     rc, text, _ = d.ctl("status")
@@ -103,14 +103,14 @@ def test_a_pending_row_remap_blocks_the_next_start_with_its_reason(
 def test_a_hung_event_wait_never_delays_status_or_a_restart(
     make_daemon: DaemonFactory, gpus: pathlib.Path
 ) -> None:
-    """nvmlEventSetWait_v2 stuck in the driver: status answers in < 2 s, a crash still restarts."""
+    """nvmlEventSetWait_v2 stuck in the driver: status answers promptly, a crash still restarts."""
     fakegpu.set_faults(gpus, ["func=nvmlEventSetWait_v2 delay_ms=600000"])
     d = make_daemon(job(), cfg(), env=fakegpu.fake_env(gpus))
     pid = d.wait_state("running", timeout=15)["job"]["pid"]
     for _ in range(5):
         t0 = time.monotonic()
         rc, _, err = d.ctl("status", "--json")
-        assert time.monotonic() - t0 < 2.0 and rc in (0, 1), err
+        assert time.monotonic() - t0 < PROMPT_S and rc in (0, 1), err
     # The crash comes after the questions, not on a clock: a loaded machine may take longer
     # than the job's life to ask five of them, and status exits 3 between a crash and its restart.
     os.kill(pid, signal.SIGKILL)

@@ -12,7 +12,7 @@ import pytest
 from conftest import DaemonFactory
 from support import fakegpu
 from support.gpus import GPU_CFG, GPUJOB
-from support.harness import Daemon, wait_until
+from support.harness import PROMPT_S, Daemon, wait_until
 
 
 @pytest.fixture
@@ -97,18 +97,15 @@ def _timed_status(d: Daemon) -> float:
 def test_nvml_hang_reports_probe_hung_and_status_stays_fast(
     make_daemon: DaemonFactory, gpus: pathlib.Path
 ) -> None:
-    """An 8 s NVML hang → gpu_probe_hung, not healthy but never restarted; watchdogctl status
-    still answers in under a second more than before the hang."""
+    """A 60 s NVML hang → gpu_probe_hung, not healthy but never restarted; watchdogctl status
+    still answers promptly (the hang ends when the fault is cleared)."""
     d = make_daemon(job(), cfg(), env=fakegpu.fake_env(gpus))
     pid = d.wait_state("running", timeout=15)["job"]["pid"]
-    # What a status costs on this machine now: on a loaded one watchdogctl's own start takes
-    # part of a second.
-    calm = max(_timed_status(d) for _ in range(3))
-    fakegpu.set_faults(gpus, ["func=nvmlDeviceGetMemoryInfo_v2 gpu=* delay_ms=8000"])
+    fakegpu.set_faults(gpus, ["func=nvmlDeviceGetMemoryInfo_v2 gpu=* delay_ms=60000"])
     d.wait_event("gpu_probe_hung", timeout=10)
     for _ in range(5):
         took = _timed_status(d)
-        assert took < calm + 1.0, f"status took {took:.1f} s in the hang, {calm:.1f} s before"
+        assert took < PROMPT_S, f"status took {took:.1f} s in a 60 s hang"
     st = d.wait_state("unhealthy", timeout=10)  # unread GPUs are never a pass (SPEC §13)
     assert "gpu_probe_hung" in st["reasons"] and st["job"]["pid"] == pid
     assert st["healthy"] is False

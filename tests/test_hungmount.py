@@ -15,7 +15,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from support.harness import Daemon, base_config, wait_until, write_script
+from support.harness import PROMPT_S, Daemon, base_config, wait_until, write_script
 from support.hungfs import hung_mount
 
 from watchdog.outputs.incident import write_bundle
@@ -97,7 +97,7 @@ def test_a_progress_file_on_a_hung_mount_is_unhealthy_never_restarted(
 def _answers_promptly(d: Daemon) -> bool:
     t0 = time.monotonic()
     rc = d.ctl("status", "--json", timeout=10)[0]
-    return rc != 4 and time.monotonic() - t0 < 3.0
+    return rc != 4 and time.monotonic() - t0 < PROMPT_S
 
 
 def test_a_reload_while_the_jobs_cwd_hangs_never_blocks_the_loop(tmp_path: pathlib.Path) -> None:

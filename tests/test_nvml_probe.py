@@ -36,7 +36,7 @@ from support.fakegpu import (
     set_faults,
     write_gpus,
 )
-from support.harness import wait_until
+from support.harness import PROMPT_S, wait_until
 
 from watchdog.gpu.holders import processes_using_nvidia_devices
 
@@ -272,18 +272,20 @@ def test_driver_not_loaded_is_unavailable_until_it_loads(
 
 
 def test_hung_call_returns_hung_on_time_and_recovers(tmp_path: Path, spawn_probe: Spawn) -> None:
-    """An 8 s stall gives hung within the deadline, keeps the loop ticking, adds no thread."""
+    """A 60 s stall gives hung at the deadline, keeps the loop ticking, adds no thread."""
     write_gpus(tmp_path, 4)
     probe = spawn_probe(tmp_path)
     assert probe.sample("start")["available"]
-    set_faults(tmp_path, ["func=nvmlDeviceGetMemoryInfo_v2 gpu=1 delay_ms=8000"])
+    set_faults(tmp_path, ["func=nvmlDeviceGetMemoryInfo_v2 gpu=1 delay_ms=60000"])
     answer = probe.ask("sample")
     assert answer["sample"]["hung"] and answer["sample"]["available"]
     assert "nvmlDeviceGetMemoryInfo (GPU 1)" in answer["sample"]["reason"]
-    assert CALL_TIMEOUT_S * 0.9 <= answer["elapsed_s"] < CALL_TIMEOUT_S + 0.5
-    assert answer["max_tick_gap_s"] < 0.25
+    assert CALL_TIMEOUT_S * 0.9 <= answer["elapsed_s"] < PROMPT_S  # the deadline, not the hang
+    # The loop ticked while it waited: a call on the loop would stop it for the whole wait.
+    assert answer["max_tick_gap_s"] < answer["elapsed_s"] * 0.8
     again = probe.ask("sample")  # still stuck: answered at once, no new call or thread
-    assert again["sample"]["hung"] and again["elapsed_s"] < 0.5  # no new call, no wait
+    # No new call, no wait: a new call would wait out its deadline again.
+    assert again["sample"]["hung"] and again["elapsed_s"] < answer["elapsed_s"] / 2
     assert again["threads"] == answer["threads"] == ["MainThread", "nvml-probe"]
     set_faults(tmp_path, [])
     recovered = sample_until_not_hung(probe)
@@ -295,11 +297,11 @@ def test_stuck_call_blocks_neither_close_nor_exit(tmp_path: Path, spawn_probe: S
     write_gpus(tmp_path, 2)
     probe = spawn_probe(tmp_path)
     assert probe.sample("start")["available"]
-    set_faults(tmp_path, ["delay_ms=8000"])
+    set_faults(tmp_path, ["delay_ms=60000"])
     assert probe.sample()["hung"]
-    assert probe.ask("close")["elapsed_s"] < 0.5  # never waits on the stuck call
+    assert probe.ask("close")["elapsed_s"] < PROMPT_S  # never waits on the 60 s call
     probe.ask("exit")
-    assert probe.proc.wait(timeout=2.0) == 0
+    assert probe.proc.wait(timeout=30) == 0
 
 
 def test_close_gives_up_on_a_slow_shutdown(tmp_path: Path, spawn_probe: Spawn) -> None:
@@ -307,8 +309,8 @@ def test_close_gives_up_on_a_slow_shutdown(tmp_path: Path, spawn_probe: Spawn) -
     write_gpus(tmp_path, 1)
     probe = spawn_probe(tmp_path)
     assert probe.sample("start")["available"]
-    set_faults(tmp_path, ["func=nvmlShutdown delay_ms=8000"])
-    assert probe.ask("close")["elapsed_s"] < 1.0
+    set_faults(tmp_path, ["func=nvmlShutdown delay_ms=60000"])
+    assert probe.ask("close")["elapsed_s"] < PROMPT_S
 
 
 def test_init_has_its_own_longer_deadline(tmp_path: Path, spawn_probe: Spawn) -> None:
@@ -323,12 +325,12 @@ def test_init_has_its_own_longer_deadline(tmp_path: Path, spawn_probe: Spawn) ->
 def test_hung_init_is_reported_and_recovers(tmp_path: Path, spawn_probe: Spawn) -> None:
     """An nvmlInit past its deadline gives hung and unavailable; once it returns, samples flow."""
     write_gpus(tmp_path, 1, base_mib=7)
-    set_faults(tmp_path, ["func=nvmlInitWithFlags delay_ms=8000"])
+    set_faults(tmp_path, ["func=nvmlInitWithFlags delay_ms=60000"])
     probe = spawn_probe(tmp_path, call_timeout_s=0.2, init_timeout_s=0.3)
     answer = probe.ask("start")
     assert answer["sample"]["hung"] and not answer["sample"]["available"]
     assert "nvmlInit" in answer["sample"]["reason"]
-    assert answer["elapsed_s"] < 1.0
+    assert answer["elapsed_s"] < PROMPT_S  # its deadline, not the 60 s init
     set_faults(tmp_path, [])
     recovered = sample_until_not_hung(probe)
     assert recovered["available"] and used(recovered) == [7.0]

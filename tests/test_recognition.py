@@ -207,11 +207,12 @@ def test_follower_reads_jsonl_step_and_tokens(log: pathlib.Path) -> None:
         b"validation loss at iteration " * 140,
     ],
 )
-def test_fifty_mib_of_pathological_lines_costs_under_a_second(
+def test_fifty_mib_of_pathological_lines_cost_seconds_not_minutes(
     log: pathlib.Path, unit: bytes
 ) -> None:
     """50 MiB of pathological lines (digits, near-misses of each format), read by the follower
-    in polls as the daemon makes them, cost under 1 s of CPU in all."""
+    in polls as the daemon makes them, cost a few seconds of CPU at most (a quadratic read
+    would take minutes; the figure itself is bench/'s)."""
     lines = (unit + b"\n") * ((4 << 20) // (len(unit) + 1))
     with _follow(log) as f:
         f.poll()
@@ -223,11 +224,11 @@ def test_fifty_mib_of_pathological_lines_costs_under_a_second(
             started = time.process_time()
             f.poll()
             spent += time.process_time() - started
-    assert spent < 1.0, f"{spent:.2f} s of CPU for {written >> 20} MiB"
+    assert spent < 5.0, f"{spent:.2f} s of CPU for {written >> 20} MiB"
 
 
-def test_one_fifty_mib_line_of_digits_costs_under_a_second(log: pathlib.Path) -> None:
-    """One 50 MiB line of digits (no newline until its end) costs under 1 s of CPU."""
+def test_one_fifty_mib_line_of_digits_costs_seconds_not_minutes(log: pathlib.Path) -> None:
+    """One 50 MiB line of digits (no newline until its end) costs seconds of CPU, not minutes."""
     with _follow(log) as f:
         started = time.process_time()
         for _ in range(50):
@@ -236,7 +237,7 @@ def test_one_fifty_mib_line_of_digits_costs_under_a_second(log: pathlib.Path) ->
         _append(log, b" tok/s\n")
         found = f.poll()
         spent = time.process_time() - started
-    assert found.readings == () and spent < 1.0
+    assert found.readings == () and spent < 5.0
 
 
 # ---------------------------------------------------------------------------- globs

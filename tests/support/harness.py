@@ -36,6 +36,13 @@ def free_port() -> int:
         return port
 
 
+# What "answers promptly" means in a test: far above what a status round trip or a bounded call
+# takes on a loaded 2-core machine, far below every hang the tests cause (30 s and more). A test
+# compares a measured time only with this, never with a figure a busy machine can miss: speed
+# figures are bench/'s (docs/testing.md).
+PROMPT_S = 5.0
+
+
 def wait_until(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.02) -> Any:
     """Poll `pred` until it returns something truthy; fail with `what` after `timeout` s."""
     deadline = time.monotonic() + timeout

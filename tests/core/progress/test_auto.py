@@ -357,12 +357,12 @@ def test_strip_ansi_removes_colour_cursor_and_title_codes() -> None:
     ],
 )
 def test_every_recogniser_is_linear_on_pathological_lines(line: str) -> None:
-    """1,000 pathological 4 KiB lines cost well under a second of CPU (the old default pattern
-    took 0.18 s for ONE line of 4,096 digits)."""
+    """1,000 pathological 4 KiB lines cost seconds of CPU at most, not minutes (the old default
+    pattern took 0.18 s for ONE line of 4,096 digits: 180 s for these)."""
     started = time.process_time()
     for _ in range(1000):
         recognise(line)
-    assert time.process_time() - started < 1.0
+    assert time.process_time() - started < 5.0
 
 
 # ---------------------------------------------------------------------------- the tracker
