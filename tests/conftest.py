@@ -18,6 +18,31 @@ pytest_plugins = ["ci_no_skip", "tiers", "pytester"]
 
 DaemonFactory = Callable[..., Daemon]
 
+_SYSTEMD_TESTS = pathlib.Path(__file__).parent / "systemd"
+_prebuild: list[Any] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A fresh machine has no cached root file system for the systemd tests: build it while the
+    other tests run (the controller only, and only when tests/systemd is part of an unnarrowed
+    run: `make check`'s pure tests and `-k` runs never wait for a build they do not need)."""
+    if hasattr(config, "workerinput") or config.option.markexpr or config.option.keyword:
+        return
+    paths = [pathlib.Path(a.split("::")[0]).resolve() for a in config.args] or [pathlib.Path.cwd()]
+    if not any(p == _SYSTEMD_TESTS or p in _SYSTEMD_TESTS.parents for p in paths):
+        return
+    from systemd import nspawn
+
+    proc = nspawn.prebuild(nspawn.ROOTFS.with_name(nspawn.ROOTFS.name + ".build.log"))
+    if proc is not None:
+        _prebuild.append(proc)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The build started above ends before the session does (it is bounded by its own deadline)."""
+    for proc in _prebuild:
+        proc.wait(timeout=1200)
+
 
 @pytest.fixture
 def make_daemon(tmp_path: pathlib.Path) -> Iterator[DaemonFactory]:

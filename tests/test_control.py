@@ -26,6 +26,7 @@ import yaml
 from conftest import DaemonFactory
 from support import fakegpu
 from support.harness import PROMPT_S, ROOT, Daemon, write_script
+from support.waiting import wait_until_async
 
 from watchdog.control import server as control
 from watchdog.core.protocol import wire as protocol
@@ -467,8 +468,8 @@ def test_reply_to_a_client_that_never_reads_is_dropped(
             client.connect(server.path)
             client.setblocking(False)
             client.sendall(protocol.encode_request(1, "logs", {"n": 3000}))  # ~1 MB reply
-            await wait_for_async(lambda: server._conns, 5, "the connection")
-            await wait_for_async(lambda: not server._conns, 5, "the slow client dropped")
+            await wait_until_async(lambda: server._conns, 15, "the connection")
+            await wait_until_async(lambda: not server._conns, 15, "the slow client dropped")
             data = b""
             with contextlib.suppress(ConnectionResetError):
                 while chunk := await asyncio.wait_for(
@@ -481,13 +482,6 @@ def test_reply_to_a_client_that_never_reads_is_dropped(
             await server.close()
 
     asyncio.run(scenario())
-
-
-async def wait_for_async(pred: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)  # polling a condition with a deadline
 
 
 def test_wait_healthy_request_answers_for_a_live_and_a_gone_pid(

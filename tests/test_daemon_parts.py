@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 from support.harness import base_config, merge, write_script
+from support.waiting import wait_until_async
 
 from watchdog import config
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor, Verdict
@@ -197,10 +198,7 @@ def test_a_starter_cancelled_before_the_spawn_says_so(tmp_path: pathlib.Path) ->
         kit.core.handle(DaemonStarted(fresh_run=False), time.monotonic())
         starter = kit.starter()
         starter.begin(1)
-        deadline = time.monotonic() + 30
-        while not began.exists():  # the start is under way: its pre_start runs
-            assert time.monotonic() < deadline, "pre_start never began"
-            await asyncio.sleep(0.02)
+        await wait_until_async(began.exists, 30, "pre_start to begin")  # the start is under way
         starter.cancel()
         got = await kit.next_input()
         assert type(got).__name__ == "SpawnFailed" and getattr(got, "reason", None) == "cancelled"

@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from conftest import DaemonFactory
 from support.harness import wait_until, write_script
+from support.waiting import wait_until_async
 
 from watchdog.core.health.monitor import HealthConfig
 from watchdog.core.health.replay import HealthReplay
@@ -203,21 +202,14 @@ def test_inputs_that_arrive_within_the_write_delay_go_out_in_one_write(
             log.event(Tick(), float(i))
             log.kick()
             await asyncio.sleep(0.05)
-        await wait_async(lambda: bool(writes), 10)
+        await wait_until_async(lambda: bool(writes), 10, "the first write")
         log.event(Tick(), 9.0)
         log.kick()
-        await wait_async(lambda: len(writes) == 2, 10)
+        await wait_until_async(lambda: len(writes) == 2, 10, "the second write")
 
     asyncio.run(feed())
     assert writes == [6, 1]  # the head and five inputs, then the next one
     assert len(inputlog.read(str(path))) == 7
-
-
-async def wait_async(cond: Callable[[], bool], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
 
 
 def test_a_rotated_log_replays_the_health_verdicts_from_the_new_file_alone(

@@ -138,19 +138,13 @@ def helper_procs() -> Iterator[list[subprocess.Popen[bytes]]]:
         proc.wait()
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)  # polling a condition under a deadline
+def sample_until_not_hung(probe: ProbeProcess, timeout_s: float = 15.0) -> dict[str, Any]:
+    def recovered() -> dict[str, Any] | None:
+        sample = probe.sample()
+        return None if sample["hung"] else sample
 
-
-def sample_until_not_hung(probe: ProbeProcess, timeout_s: float = 5.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while (sample := probe.sample())["hung"]:
-        assert time.monotonic() < deadline, "the probe did not recover in time"
-        time.sleep(0.01)  # polling a condition under a deadline
-    return sample
+    result: dict[str, Any] = wait_until(recovered, timeout_s, "the probe to recover", 0.01)
+    return result
 
 
 def proc_state(pid: int) -> str:
@@ -193,7 +187,7 @@ def test_memory_of_a_process_is_freed_when_it_dies(
     assert sample["gpus"][2]["pids"] == [job.pid]
     assert sample["gpus"][0]["pids"] == []
     os.kill(job.pid, signal.SIGKILL)
-    wait_for(lambda: proc_state(job.pid) == "Z")  # a zombie holds no GPU memory
+    wait_until(lambda: proc_state(job.pid) == "Z", 15, "a zombie")  # it holds no GPU memory
     sample = probe.sample("sample_pids")
     assert used(sample) == [0.0] * 8
     assert sample["gpus"][2]["pids"] == []

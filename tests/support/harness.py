@@ -22,6 +22,7 @@ from typing import Any
 import psutil
 import yaml
 
+from support.waiting import wait_until as wait_until  # the one wait, re-exported
 from watchdog.cli.client import Client, Unreachable
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
@@ -41,18 +42,6 @@ def free_port() -> int:
 # compares a measured time only with this, never with a figure a busy machine can miss: speed
 # figures are bench/'s (docs/testing.md).
 PROMPT_S = 5.0
-
-
-def wait_until(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.02) -> Any:
-    """Poll `pred` until it returns something truthy; fail with `what` after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 def write_script(path: pathlib.Path, body: str) -> str:

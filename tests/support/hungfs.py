@@ -215,14 +215,15 @@ class HungMount:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        deadline = time.monotonic() + 30
-        while not _mounted(self.path):  # a condition with a deadline: the mount appears
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.close()
-                raise RuntimeError(
-                    "the FUSE mount did not come up: " + (tmp / "hungfs.out").read_text()
-                )
-            time.sleep(0.02)
+        from support.waiting import wait_until  # here: this file also runs as the server
+
+        with contextlib.suppress(AssertionError):  # the mount appears, or its server ends early
+            wait_until(lambda: _mounted(self.path) or self.proc.poll() is not None, 30, "a mount")
+        if not _mounted(self.path):
+            self.close()
+            raise RuntimeError(
+                "the FUSE mount did not come up: " + (tmp / "hungfs.out").read_text()
+            )
 
     def hang(self) -> None:
         """From now on every operation on the mount blocks (a dead server)."""

@@ -18,9 +18,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+if __name__ == "__main__":  # run as a script (prebuild): the tests' folder holds support/
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from support.waiting import wait_until as wait_until  # the one wait (test_unit imports it here)
 
 ROOTFS = Path("/var/tmp/train-watchdog-nspawn-root")
 SUITE = "bookworm"
@@ -48,17 +53,6 @@ CONTAINER_ENV = {
 
 class Unavailable(Exception):
     """This machine cannot run the container (not root, no nspawn, no network for debootstrap)."""
-
-
-def wait_until(
-    condition: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.1
-) -> None:
-    """Poll `condition` until it holds; AssertionError naming `what` after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(poll_s)
 
 
 def run_bounded(
@@ -146,9 +140,33 @@ def _own_cgroup(root: Path) -> Path:
 # ---------------------------------------------------------------- the root file system
 
 
+def _stamp() -> str:
+    return "\n".join((SUITE, *PACKAGES)) + "\n"
+
+
+def rootfs_ready() -> bool:
+    return _stamp_matches(_stamp())
+
+
+def prebuild(log_path: Path) -> subprocess.Popen[bytes] | None:
+    """On a machine without the cached root file system, start building it now in a process of
+    its own, so that the ~2.5 min of debootstrap run while other tests do; the container
+    fixture waits on the same lock. None when there is nothing to build or it cannot run here."""
+    if rootfs_ready() or not _tools_present() or unavailable_reason() is not None:
+        return None
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            [sys.executable, __file__, "--build"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
 def ensure_rootfs(timeout_s: float = 900) -> Path:
     """The cached root file system, built first if missing or built with other packages."""
-    stamp = "\n".join((SUITE, *PACKAGES)) + "\n"
+    stamp = _stamp()
     if _stamp_matches(stamp):
         return ROOTFS
     lock_path = ROOTFS.with_name(ROOTFS.name + ".lock")
@@ -328,7 +346,7 @@ def _wait_running(container: Container, timeout_s: float) -> None:
         return done.stdout.strip() in ("running", "degraded")
 
     # The first calls can come before systemd listens on its private bus: retry until then.
-    wait_until(system_running, timeout_s, "systemctl is-system-running", poll_s=0.2)
+    wait_until(system_running, timeout_s, "systemctl is-system-running", interval=0.2)
 
 
 def _child_named(parent: int, comm: str) -> int:
@@ -394,3 +412,10 @@ def _pids_in(cgroup: Path) -> list[int]:
         with contextlib.suppress(OSError):
             pids += [int(p) for p in (folder / "cgroup.procs").read_text().split()]
     return pids
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--build"]:
+    try:
+        print(ensure_rootfs(), flush=True)
+    except Unavailable as exc:
+        print(f"not built: {exc}", flush=True)

@@ -1,0 +1,40 @@
+"""The one way a test waits: poll a condition until it holds, under a deadline (docs/testing.md).
+
+Standard library only, so the systemd container's helpers (tests/systemd/nspawn.py, also run as a
+script) use it too. A wait never asserts how soon something happened: the deadline is generous
+and its expiry names what was awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def wait_until(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.02) -> Any:
+    """Poll `pred` until it returns something truthy (returned); AssertionError naming `what`
+    after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+async def wait_until_async(
+    pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.02
+) -> Any:
+    """`wait_until` inside a running event loop: the loop runs while the condition is polled."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(interval)
