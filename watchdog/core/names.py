@@ -44,6 +44,11 @@ EVENTS: dict[str, EventName] = {
     "command_received": EventName("a mutating control command, with the caller's uid"),
     "metrics_started": EventName("the Prometheus endpoint listens"),
     "internal_error_caught": EventName("a watchdog bug, caught; supervision goes on", ERR),
+    "daemon_was_frozen": EventName(
+        "the daemon itself was stopped for_s seconds (SIGSTOP, a frozen container): it read the"
+        " log and sampled before any verdict, and measures silences from the wake",
+        WARNING,
+    ),
     "input_refused": EventName(
         "the core's table does not allow this input in this state (input, state, reason): it"
         " changed nothing (docs/state-machine.md)"
