@@ -9,13 +9,17 @@ Real SIGSTOP/SIGCONT of the daemon and of the job's tree, real limits, a real `r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import re
+import resource
 import signal
+import socket
 import time
 from typing import Any
 
+import pytest
 from conftest import DaemonFactory
 from support.harness import Daemon, wait_until, write_script
 
@@ -113,3 +117,107 @@ def test_container_frozen_whole_and_thawed_daemon_first_keeps_the_job(
     assert float(frozen["for_s"]) >= 3.0, frozen
     st = d.status()
     assert st["state"] == "running" and st["job"]["pid"] == pid, st
+
+
+def pids_cgroup(name: str) -> pathlib.Path | str:
+    """A new pids cgroup of this machine's hierarchy (v2 where the unified one has the pids
+    controller, else v1's pids hierarchy), or why none can be made here."""
+    root = pathlib.Path("/sys/fs/cgroup")
+    if (root / "cgroup.controllers").exists():
+        if "pids" not in (root / "cgroup.subtree_control").read_text().split():
+            return "cgroup v2 without the pids controller enabled at its root"
+        base = root
+    elif (root / "pids" / "cgroup.procs").exists():
+        base = root / "pids"
+    else:
+        return "no pids cgroup hierarchy on this machine"
+    made = base / name
+    try:
+        made.mkdir()
+    except OSError as e:
+        return f"cannot make a pids cgroup ({e.strerror}): not root, or cgroupfs is read-only"
+    return made
+
+
+def release_cgroup(made: pathlib.Path) -> None:
+    """Every process of `made` back to its parent, then `made` removed."""
+    (made / "pids.max").write_text("max")
+    for pid in (made / "cgroup.procs").read_text().split():
+        with contextlib.suppress(ProcessLookupError):  # it exited meanwhile
+            (made.parent / "cgroup.procs").write_text(pid)
+    wait_until(lambda: not (made / "cgroup.procs").read_text().split(), 10, "an empty cgroup")
+    made.rmdir()
+
+
+def test_spawn_refused_by_the_pids_limit_is_retried_and_starts_once_lifted(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """A spawn refused by a real pids cgroup limit (EAGAIN) is `spawn_refused`, named with the
+    limit: retried after backoff past restart.same_cause_limit, never parked; the job starts
+    once the limit is lifted."""
+    made = pids_cgroup(f"train-watchdog-test-{os.getpid()}-{tmp_path.name}")
+    if isinstance(made, str):
+        print(f"SKIP reason: {made}")
+        pytest.skip(made)
+    try:
+        job = write_script(tmp_path / "stepper.py", STEPPER)
+        d = make_daemon([job], {"progress": {"pattern": STEP_PATTERN}})
+        d.wait_state("running")
+        assert d.ctl("stop")[0] == 0
+        d.wait_state("stopped")
+        assert d.proc is not None
+        (made / "cgroup.procs").write_text(str(d.proc.pid))
+        (made / "pids.max").write_text((made / "pids.current").read_text())  # no fork more
+        d.ctl("start", timeout=5)
+        refused = wait_until(
+            lambda: named(d, "child_start_failed", reason="spawn_refused")[3:],
+            30,
+            "four refused spawns",
+        )
+        assert "EAGAIN" in refused[0]["detail"] and "pids.max" in refused[0]["detail"], refused
+        assert not named(d, "fatal"), d.events()
+        assert not named(d, "child_start_failed", reason="spawn_failed"), d.events()
+        (made / "pids.max").write_text("max")
+        st = d.wait_state("running")
+        assert st["restarts"]["last_reason"] in ("spawn_refused", None), st
+    finally:
+        release_cgroup(made)
+
+
+def test_spawn_refused_out_of_fds_is_one_clear_event_and_starts_once_lifted(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """The daemon out of file descriptors (its RLIMIT_NOFILE lowered to what it holds, as
+    `ulimit -n` would) when the job dies: the restart is `spawn_refused` naming RLIMIT_NOFILE,
+    retried past restart.same_cause_limit, never parked; clients knocking meanwhile print no
+    traceback; the job starts once the limit is lifted."""
+    job = write_script(tmp_path / "stepper.py", STEPPER)
+    d = make_daemon([job], {"progress": {"pattern": STEP_PATTERN}})
+    pid = d.wait_state("running")["job"]["pid"]
+    assert d.proc is not None
+    soft, hard = resource.prlimit(d.proc.pid, resource.RLIMIT_NOFILE)
+    held = len(os.listdir(f"/proc/{d.proc.pid}/fd"))
+    resource.prlimit(d.proc.pid, resource.RLIMIT_NOFILE, (held, hard))
+    try:
+        os.killpg(pid, signal.SIGKILL)
+        refused = wait_until(
+            lambda: [
+                e
+                for e in d.history()
+                if e["event"] == "child_start_failed" and e["reason"] == "spawn_refused"
+            ][3:],
+            30,
+            "four refused spawns",
+        )
+        for _ in range(3):  # clients knock: the daemon cannot accept them
+            with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as s:
+                s.settimeout(2)
+                s.connect(d.socket)
+                s.recv(1)
+    finally:
+        resource.prlimit(d.proc.pid, resource.RLIMIT_NOFILE, (soft, hard))
+    assert "EMFILE" in refused[0]["detail"] and "RLIMIT_NOFILE" in refused[0]["detail"], refused
+    st = d.wait_state("running")
+    assert st["job"]["pid"] != pid, st
+    assert not named(d, "fatal"), d.events()
+    assert "Traceback" not in d.output(), d.output()

@@ -49,6 +49,7 @@ from watchdog.daemon.inputlog import InputLog
 from watchdog.daemon.jobstart import Starter, StartGate
 from watchdog.daemon.jobstop import Judgement, Stopper
 from watchdog.daemon.jobtree import JobTree
+from watchdog.daemon.loopfaults import LoopFaults
 from watchdog.daemon.port import Port
 from watchdog.daemon.reloading import Reloader
 from watchdog.daemon.run import JobRun, Runs
@@ -199,6 +200,7 @@ class Daemon:
     async def _start_parts(self) -> None:
         """The reaper, signals, the control socket, the GPU watchers, the cluster link."""
         loop = asyncio.get_running_loop()
+        LoopFaults(self.emit).install(loop)  # out of fds: one event, not a traceback a second
         reaping.make_subreaper()
         self.tree.reaper.install()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # handlers only post

@@ -37,6 +37,7 @@ CAUSES: dict[str, CauseClass] = {
     "checkpoint_unreadable": "deterministic",
     "host_oom": "host",
     "gpu_fault": "host",
+    "spawn_refused": "host",  # retried after backoff, not parked (core/supervisor/runs.py)
     "nccl_timeout": "transient",
     "nccl_error": "transient",
     "dataloader_killed": "transient",
