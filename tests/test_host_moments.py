@@ -14,6 +14,7 @@ import os
 import pathlib
 import re
 import resource
+import shutil
 import signal
 import socket
 import time
@@ -221,3 +222,27 @@ def test_spawn_refused_out_of_fds_is_one_clear_event_and_starts_once_lifted(
     assert st["job"]["pid"] != pid, st
     assert not named(d, "fatal"), d.events()
     assert "Traceback" not in d.output(), d.output()
+
+
+@pytest.mark.parametrize("remove", ["socket", "folder"])
+def test_deleted_control_socket_is_bound_again(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path, remove: str
+) -> None:
+    """`rm` of the control socket (or `rm -rf` of its folder, as of /run/train-watchdog/*)
+    under a running daemon: it binds the socket again, `watchdogctl status` answers, and the
+    job runs on untouched."""
+    job = write_script(tmp_path / "stepper.py", STEPPER)
+    run = tmp_path / "run"
+    d = make_daemon(
+        [job], {"progress": {"pattern": STEP_PATTERN}, "control": {"socket": str(run / "ctl.sock")}}
+    )
+    pid = d.wait_state("running")["job"]["pid"]
+    if remove == "socket":
+        os.unlink(run / "ctl.sock")
+    else:
+        shutil.rmtree(run)
+    wait_until(lambda: d.ctl("status")[0] == 0, 15, "watchdogctl status answering again")
+    recreated = d.wait_event("control_socket_recreated")[0]
+    assert recreated["path"] == str(run / "ctl.sock") and recreated["reason"] == "gone"
+    st = d.status()
+    assert st["state"] == "running" and st["job"]["pid"] == pid, st

@@ -49,6 +49,16 @@ EVENTS: dict[str, EventName] = {
         " RLIMIT_NOFILE): said once a minute, with how many were suppressed",
         WARNING,
     ),
+    "control_socket_recreated": EventName(
+        "the control socket's file was deleted or replaced (reason: gone | replaced) and was"
+        " bound again at path: watchdogctl reaches the daemon again",
+        NOTICE,
+    ),
+    "control_socket_rebind_failed": EventName(
+        "the control socket's file is gone and could not be bound again (error): said once,"
+        " tried again each tick",
+        ERR,
+    ),
     "daemon_was_frozen": EventName(
         "the daemon itself was stopped for_s seconds (SIGSTOP, a frozen container): it read the"
         " log and sampled before any verdict, and measures silences from the wake",

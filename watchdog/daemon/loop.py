@@ -194,6 +194,7 @@ class Daemon:
         return await self._shut_down()
 
     def _ticked(self) -> None:
+        self.control.recheck(self.tasks.spawn)  # deleted under us: bound again (server.py)
         if self.out.notifier.enabled:  # building the status costs more than the rest of a tick
             self.out.notifier.status(status_line(self.status()))
 
@@ -266,6 +267,7 @@ class Daemon:
         """SIGHUP reloads; SIGTERM/SIGINT stop the job gracefully, then exit (128+signum with
         --exit-with-job). The handlers only posted; this runs in the consumer."""
         if signum == signal.SIGHUP:
+            self.control.recheck(self.tasks.spawn)  # an operator's nudge after cleaning /run
             self.tasks.spawn(self.reload())
             return None
         return ShutdownRequested(signum)
