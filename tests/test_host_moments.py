@@ -246,3 +246,25 @@ def test_deleted_control_socket_is_bound_again(
     assert recreated["path"] == str(run / "ctl.sock") and recreated["reason"] == "gone"
     st = d.status()
     assert st["state"] == "running" and st["job"]["pid"] == pid, st
+
+
+def test_unknown_cause_line_is_the_jobs_last_words_not_its_last_step(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """A death no rule names (`unknown`): its cause_line is the last line that is not a
+    progress line (a step line says nothing of why it died), or the exit status alone."""
+    job = write_script(
+        tmp_path / "dies.py",
+        """
+        import sys, time
+        print("shard 7 of the data set is gone, giving up after this step", flush=True)
+        for step in range(1, 4):
+            print(f"step {step} 1,000.0 tok/s", flush=True)
+            time.sleep(0.05)
+        sys.exit(3)
+        """,
+    )
+    d = make_daemon([job], {"progress": {"pattern": STEP_PATTERN}, "restart": {"max_restarts": 1}})
+    exited = d.wait_event("child_exited", reason="exited")[0]
+    assert exited["cause"] == "unknown", exited
+    assert exited["cause_line"] == "shard 7 of the data set is gone, giving up after this step"
