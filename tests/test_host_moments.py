@@ -222,6 +222,8 @@ def test_spawn_refused_out_of_fds_is_one_clear_event_and_starts_once_lifted(
     assert st["job"]["pid"] != pid, st
     assert not named(d, "fatal"), d.events()
     assert "Traceback" not in d.output(), d.output()
+    history_failed = [x for x in d.output().splitlines() if "history_write_failed" in x]
+    assert len(history_failed) == 1, history_failed  # the first of the spell; a count a minute
 
 
 @pytest.mark.parametrize("remove", ["socket", "folder"])

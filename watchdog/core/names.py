@@ -80,7 +80,11 @@ EVENTS: dict[str, EventName] = {
     "stall_windows_reset": EventName(
         "stall.json was unreadable: the stall windows are learned afresh", WARNING
     ),
-    "history_write_failed": EventName("the event history file could not be written", WARNING),
+    "history_write_failed": EventName(
+        "the event history file could not be written: the first, then one a minute (suppressed:"
+        " how many were not said)",
+        WARNING,
+    ),
     "state_restored": EventName(
         "the previous daemon's fatal, backoff, completed, or an operator's stop/pause or a park"
         " (state stopped, paused, host_fault) was restored",
