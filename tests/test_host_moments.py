@@ -9,6 +9,7 @@ Real SIGSTOP/SIGCONT of the daemon and of the job's tree, real limits, a real `r
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import pathlib
@@ -17,12 +18,16 @@ import resource
 import shutil
 import signal
 import socket
+import subprocess
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from conftest import DaemonFactory
 from support.harness import Daemon, wait_until, write_script
+
+from watchdog.outputs import incident
 
 STEP_PATTERN = r"step (?P<step>[0-9]+) (?P<tokens_per_s>[0-9][0-9,.]*) tok/s"
 
@@ -270,3 +275,56 @@ def test_unknown_cause_line_is_the_jobs_last_words_not_its_last_step(
     exited = d.wait_event("child_exited", reason="exited")[0]
     assert exited["cause"] == "unknown", exited
     assert exited["cause_line"] == "shard 7 of the data set is gone, giving up after this step"
+
+
+def test_full_state_disk_keeps_the_newest_bundle_and_drops_the_oldest(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The state dir on a real full tmpfs: a new incident bundle is written whole by dropping
+    the oldest bundles (ours); the newer old bundles, and everything else there, stay."""
+    if os.geteuid() != 0:
+        reason = f"mounting a tmpfs needs root (uid 0); this test runs as uid {os.geteuid()}"
+        print(f"SKIP: {reason}")
+        pytest.skip(reason)
+    state = tmp_path / "state"
+    state.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(state)], capture_output=True
+    )
+    assert mounted.returncode == 0, mounted.stderr
+    try:
+        incidents = state / "incidents"
+        incidents.mkdir()
+        old = ["20260101T000000Z-stalled", "20260102T000000Z-stalled", "20260103T000000Z-exited"]
+        for name in old:
+            (incidents / name).mkdir()
+            (incidents / name / "log_tail.txt").write_bytes(b"x" * 250_000)
+        (incidents / "notes").mkdir()  # not a bundle: never ours to drop
+        (incidents / "notes" / "keep.txt").write_text("an operator's notes\n")
+        with contextlib.suppress(OSError), open(state / "filler", "ab") as f:
+            while True:  # the rest of the disk, to the last byte
+                f.write(b"\0" * 4096)
+                f.flush()
+        log = tmp_path / "job.log"
+        text = "".join(f"step {i} {'y' * 600}\n" for i in range(200))  # ~120 kB of log tail
+        log.write_text(text)
+        now = datetime.now(UTC)
+        path = asyncio.run(
+            incident.write_bundle(
+                str(state),
+                "stalled",
+                now_utc=now,
+                verdict={"last_step": "199"},
+                log_path=str(log),
+                gpu_samples=[],
+                pids=[],
+                pyspy_timeout_s=1.0,
+                keep=10,
+            )
+        )
+        assert (pathlib.Path(path) / "log_tail.txt").read_text() == text
+        assert not (incidents / old[0]).exists()
+        assert (incidents / old[2]).exists()  # the newest of the old ones stays
+        assert (incidents / "notes" / "keep.txt").exists() and (state / "filler").exists()
+    finally:
+        subprocess.run(["umount", "-l", str(state)], capture_output=True)
