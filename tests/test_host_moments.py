@@ -27,6 +27,7 @@ import pytest
 from conftest import DaemonFactory
 from support.harness import Daemon, wait_until, write_script
 
+from watchdog.daemon.clockgap import GAP_S, ClockWatch
 from watchdog.outputs import incident
 
 STEP_PATTERN = r"step (?P<step>[0-9]+) (?P<tokens_per_s>[0-9][0-9,.]*) tok/s"
@@ -336,3 +337,17 @@ def test_full_state_disk_keeps_the_newest_bundle_and_drops_the_oldest(
         assert (incidents / "notes" / "keep.txt").exists() and (state / "filler").exists()
     finally:
         subprocess.run(["umount", "-l", str(state)], capture_output=True)
+
+
+def test_the_clock_watch_tells_one_gap_once_and_never_a_slow_start() -> None:
+    """Looks a beat apart are no gap, nor is a slow first look; a jump past GAP_S is told once,
+    from the last look before it to the first after; two jumps not yet told are one gap."""
+    watch = ClockWatch()
+    watch.look(100.0)  # the first look: however long the start took
+    watch.look(101.0)
+    assert watch.take() is None
+    watch.look(101.0 + GAP_S + 0.5)
+    watch.look(110.0)
+    watch.look(120.0)
+    assert watch.take() == (101.0, 120.0)
+    assert watch.take() is None and not watch.pending

@@ -20,15 +20,16 @@ HOLD_MAX_S = 30.0  # after a gap, verdicts wait this long at most for a sample r
 
 
 class ClockWatch:
-    def __init__(self, now: float) -> None:
-        self._last = now  # the loop's last look at the clock
+    def __init__(self) -> None:
+        self._last: float | None = None  # the loop's last look (none yet: a slow start is no gap)
         self._gap: tuple[float, float] | None = None  # (from, to): not yet told the consumer
         self._woken = asyncio.Event()  # a gap was seen: the sampler's sleep ends
 
     def look(self, now: float) -> None:
         """A look at the clock from a task of the loop (the consumer, the sampler)."""
-        last, self._last = self._last, max(self._last, now)
-        if now - last <= GAP_S:
+        last = self._last
+        self._last = now if last is None else max(last, now)
+        if last is None or now - last <= GAP_S:
             return
         start = last if self._gap is None else self._gap[0]  # one not yet told: one gap
         self._gap = (start, now)
@@ -50,6 +51,7 @@ class ClockWatch:
     async def sleep(self, delay_s: float) -> None:
         """The sampler's wait for its next tick, ended early by a gap."""
         if delay_s <= 0 or self._woken.is_set():
+            await asyncio.sleep(0)  # a turn of the loop all the same
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._woken.wait(), delay_s)

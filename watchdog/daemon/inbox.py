@@ -10,7 +10,6 @@ place, one input at a time, in the order the inputs came, and nothing can re-ent
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -145,7 +144,7 @@ class Inbox:
         self._items: deque[Posted] = deque()
         self._waiter: asyncio.Future[None] | None = None
         # the consumer's and the sampler's looks at the clock: a stop of the daemon itself
-        self.clock = ClockWatch(time.monotonic())
+        self.clock = ClockWatch()
 
     def _put(self, posted: Posted) -> None:
         self._items.append(posted)
