@@ -105,8 +105,8 @@ class ControlServer:
         except OSError:
             return None
         else:
-            if (st.st_dev, st.st_ino) == self._ident:
-                return None
+            if (st.st_dev, st.st_ino) == self._ident or self._rebind_failed:
+                return None  # ours; or a replacement we could not take, left until it is gone
             reason = "replaced"
         self._rebinding = True
         return reason

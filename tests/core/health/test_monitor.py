@@ -216,3 +216,15 @@ def test_the_wake_is_carried_across_a_reexec() -> None:
     again = HealthMonitor(NO_GPUS)
     again.resume(m.carry())
     assert "stalled" not in again.assess(50.0).firing
+
+
+def test_a_low_throughput_spell_is_not_measured_across_the_daemons_gap() -> None:
+    """Low from 5 s, the daemon stopped until 400 s: `throughput_low` (low_for_s 300) waits
+    until 700 s, a whole spell after the wake."""
+    cfg = HealthConfig(expect_gpus=False, min_tokens_per_s=50.0, low_for_s=300.0)
+    m = HealthMonitor(cfg)
+    m.progress(ProgressReading(tokens_per_s=10.0, step=1), 5.0)
+    m.daemon_woke(400.0)
+    m.progress(ProgressReading(tokens_per_s=10.0, step=2), 400.5)
+    assert "throughput_low" not in m.assess(401.0).firing
+    assert "throughput_low" in m.assess(700.0).firing

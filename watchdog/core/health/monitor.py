@@ -138,8 +138,9 @@ class HealthMonitor:
 
     def daemon_woke(self, now: float) -> None:
         """The daemon itself was stopped until `now` (a container frozen whole): nothing was read
-        meanwhile, so a silence is measured from what is read after the wake, never across it."""
+        meanwhile, so a silence (or a low spell) is measured from after the wake, never across."""
         self._woke_at = now if self._woke_at is None else max(now, self._woke_at)
+        self._low_since = None if self._low_since is None else max(self._low_since, now)
 
     def save_quiet(self, now: float) -> None:  # SPEC §14: a look found no write; a save may end
         self.run_phase.quiet(now)
