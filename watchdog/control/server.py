@@ -32,7 +32,7 @@ from watchdog.core.ratelimit import RateLimit
 from watchdog.progress import logfile
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Coroutine
 
     from watchdog.control.backend import Served
 
@@ -65,6 +65,8 @@ class ControlServer:
         # Denied commands are logged with the caller's uid, but a reader must not be able to
         # flush the event history with them: a burst per uid, then a count (issue 15).
         self._denied_log = RateLimit(burst=10, window_s=60.0)
+        self._rebinding = False  # a bind of a deleted socket's path is under way
+        self._rebind_failed = False  # said once until a bind works again
 
     async def start(self, listening_fd: int | None = None) -> None:
         """Bind the socket, or serve on the listener carried across a re-exec (`listening_fd`:
@@ -84,6 +86,49 @@ class ControlServer:
         self._server = await asyncio.start_unix_server(
             self._serve, sock=sock, limit=protocol.MAX_LINE_BYTES, backlog=128
         )
+
+    def recheck(self, spawn: Callable[[Coroutine[Any, Any, None]], object]) -> None:
+        """The socket deleted or replaced under the daemon: bound again, in a task of `spawn`."""
+        if (reason := self.socket_gone()) is not None:
+            spawn(self.rebind(reason))
+
+    def socket_gone(self) -> str | None:
+        """One os.stat of the socket's path (each tick, and on SIGHUP): "gone" or "replaced"
+        when it is no longer the socket we bound and serve (`rebind` is then due), else None."""
+        server = self._server
+        if server is None or self._ident is None or not server.is_serving() or self._rebinding:
+            return None
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            reason = "gone"
+        except OSError:
+            return None
+        else:
+            if (st.st_dev, st.st_ino) == self._ident or self._rebind_failed:
+                return None  # ours; or a replacement we could not take, left until it is gone
+            reason = "replaced"
+        self._rebinding = True
+        return reason
+
+    async def rebind(self, reason: str) -> None:
+        """Bind the socket's path again (deleted under the daemon: `rm -rf /run/train-watchdog/*`),
+        so watchdogctl reaches it without a restart of the daemon, which would end the job
+        under the shipped unit. Connections under way go on; the old listener is closed."""
+        old = self._server
+        try:
+            await self.start()
+        except (OSError, RuntimeError) as e:  # a live socket of somebody else's, a folder
+            if not self._rebind_failed:
+                self.d.emit("control_socket_rebind_failed", path=self.path, error=str(e))
+            self._rebind_failed = True
+            return
+        finally:
+            self._rebinding = False
+        self._rebind_failed = False
+        if old is not None:
+            old.close()
+        self.d.emit("control_socket_recreated", path=self.path, reason=reason)
 
     async def pause_for_handover(self, timeout_s: float) -> int:
         """Stop accepting (the listener stays open through a duplicate: new clients wait in its

@@ -44,6 +44,26 @@ EVENTS: dict[str, EventName] = {
     "command_received": EventName("a mutating control command, with the caller's uid"),
     "metrics_started": EventName("the Prometheus endpoint listens"),
     "internal_error_caught": EventName("a watchdog bug, caught; supervision goes on", ERR),
+    "control_accept_failed": EventName(
+        "the control socket could not accept a client for a host limit (error names it, e.g."
+        " RLIMIT_NOFILE): said once a minute, with how many were suppressed",
+        WARNING,
+    ),
+    "control_socket_recreated": EventName(
+        "the control socket's file was deleted or replaced (reason: gone | replaced) and was"
+        " bound again at path: watchdogctl reaches the daemon again",
+        NOTICE,
+    ),
+    "control_socket_rebind_failed": EventName(
+        "the control socket's file is gone and could not be bound again (error): said once,"
+        " tried again each tick",
+        ERR,
+    ),
+    "daemon_was_frozen": EventName(
+        "the daemon itself was stopped for_s seconds (SIGSTOP, a frozen container): it read the"
+        " log and sampled before any verdict, and measures silences from the wake",
+        WARNING,
+    ),
     "input_refused": EventName(
         "the core's table does not allow this input in this state (input, state, reason): it"
         " changed nothing (docs/state-machine.md)"
@@ -60,7 +80,11 @@ EVENTS: dict[str, EventName] = {
     "stall_windows_reset": EventName(
         "stall.json was unreadable: the stall windows are learned afresh", WARNING
     ),
-    "history_write_failed": EventName("the event history file could not be written", WARNING),
+    "history_write_failed": EventName(
+        "the event history file could not be written: the first, then one a minute (suppressed:"
+        " how many were not said)",
+        WARNING,
+    ),
     "state_restored": EventName(
         "the previous daemon's fatal, backoff, completed, or an operator's stop/pause or a park"
         " (state stopped, paused, host_fault) was restored",
@@ -178,6 +202,8 @@ REASONS: dict[str, str] = {
     "pre_start_failed": "a pre_start command failed",
     "log_unwritable": "the job's log could not be opened",
     "spawn_failed": "the job's command could not be executed",
+    "spawn_refused": "the host refused the spawn a resource (EAGAIN, EMFILE, ENFILE, ENOMEM: the"
+    " pids limit, the fd limit, memory): retried after backoff, never parked as a repeat",
     "internal_error": "a watchdog bug during the start",
     "cancelled": "a stop arrived before the job was spawned",
     # several nodes (issue 14): why an epoch was proposed, or a job stopped for one

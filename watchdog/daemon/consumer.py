@@ -39,6 +39,7 @@ from watchdog.core.supervisor.events import (
     Tick,
 )
 from watchdog.core.supervisor.machine import Supervisor
+from watchdog.daemon.clockgap import BEAT_S, HOLD_MAX_S
 from watchdog.daemon.inbox import (
     FaultRead,
     FaultSummaryDue,
@@ -146,6 +147,7 @@ class Consumer:
         self._changed = asyncio.Event()  # set after each input: commands wait on it
         self.answers = AnswerBook()  # the core's answers to commands that wait on them
         self._task: asyncio.Task[Any] | None = None  # run()'s: the one task that feeds the core
+        self._held_since: float | None = None  # woke from a gap: verdicts wait for a sample
 
     def new_core(self) -> Supervisor:
         """A fresh core with the daemon's policy (also after a failed reexec take-over); its
@@ -197,7 +199,14 @@ class Consumer:
         """Each input in order, or Tick at the core's next deadline; for ever."""
         self._task = asyncio.current_task()
         while True:
-            posted = await self.inbox.next(self._timeout_s()) or Posted(Tick())
+            timeout = None if self._held_since is not None else self._timeout_s()
+            posted = await self.inbox.next(BEAT_S if timeout is None else min(timeout, BEAT_S))
+            self.inbox.clock.look(time.monotonic())  # a beat at least every BEAT_S: a gap is seen
+            if posted is None:
+                beat = timeout is None or timeout > BEAT_S
+                if beat and self._held_since is None and not self.inbox.clock.pending:
+                    continue  # a beat only: nothing is due
+                posted = Posted(Tick())  # due, or a gap to tell or a hold to end (_woke)
             try:
                 actions = self._take(posted)
             except Exception as e:
@@ -230,6 +239,8 @@ class Consumer:
     def _take(self, posted: Posted) -> list[Action]:
         self.feeding()
         event = posted.input
+        if self._woke() and isinstance(event, Tick):
+            return []  # a deadline falls due after the wake's sample, not before (clockgap.py)
         if isinstance(event, StateRestored | HandoverResumed):
             return self._taken_in(event)
         if isinstance(event, GpuSampled):
@@ -265,6 +276,20 @@ class Consumer:
             event = found
         return self._dispatch(event)
 
+    def _woke(self) -> bool:
+        """After a gap in the daemon's own clock (clockgap.py): said once, the run's monitor
+        measures silences from the wake, and verdicts wait until a sample read after the wake
+        is in (or HOLD_MAX_S, should none come). Whether they wait now."""
+        gap = self.inbox.clock.take()
+        if gap is not None:
+            start, woke_at = gap
+            self._shell.emit("daemon_was_frozen", for_s=round(woke_at - start, 1))
+            self._shell.job.monitor.daemon_woke(woke_at)
+            self._held_since = woke_at
+        if self._held_since is not None and time.monotonic() - self._held_since > HOLD_MAX_S:
+            self._held_since = None
+        return self._held_since is not None
+
     def next_due(self, now: float) -> float | None:
         """When the current run's next time-based verdict (stalled, throughput_low) comes due:
         the sampler looks at the log again exactly then, so it fires on time."""
@@ -297,6 +322,8 @@ class Consumer:
         """One tick's readings into the run's monitor and the books (its GPU sample fed the
         GPU watch just before: GpuSampled, posted as it was read); the verdict to the core."""
         gpus, sample = self._shell.gpus, taken.gpu_sample
+        if self._held_since is not None and (taken.started_at or 0.0) >= self._held_since:
+            self._held_since = None  # read after the wake: verdicts wait no more (_woke)
         run = taken.run
         if run is not self._shell.job:
             return []  # a late reading of a run that has been replaced since

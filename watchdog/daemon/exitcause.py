@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -104,6 +104,7 @@ async def report(d: Reporter, run: JobRun, st: reaping.ExitStatus) -> None:
             gpu_faults=tuple(run.faults_seen),
             progressed=run.monitor.progressed,
             rules=d.cfg.causes,
+            is_progress=_progress_lines(d),
         )
         cause = causes.classify(facts)
         path = await _bundle(d, run, cause, facts, oomrecord.describe(run.oom_before, after))
@@ -113,6 +114,13 @@ async def report(d: Reporter, run: JobRun, st: reaping.ExitStatus) -> None:
         return
     name, klass, line = cause.cause, cause.cause_class, cause.cause_line
     d.inbox.post(ChildExited(st.pid, st.exit_code, st.signal, name, klass, line, path))
+
+
+def _progress_lines(d: Reporter) -> Callable[[str], bool]:
+    """Whether a line of the tail is a progress line, as the run's reader sees one (a fresh
+    reader: `candidate` holds no state but a CSV header)."""
+    reader = d.sampler.progress_reader(d.sampler.progress_path())
+    return lambda line: reader.candidate(line) is not None
 
 
 async def _gather(d: Reporter, run: JobRun) -> tuple[list[str], oomrecord.OomReading]:

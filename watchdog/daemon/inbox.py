@@ -20,6 +20,7 @@ from watchdog.core.health.monitor import HealthConfig
 from watchdog.core.health.ranks import RankKey
 from watchdog.core.samples import GpuSample
 from watchdog.core.supervisor.events import Action, Event
+from watchdog.daemon.clockgap import ClockWatch
 from watchdog.progress.follower import FollowResult
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ class SampleTaken:
     pid: int | None
     gpu_sample: GpuSample | None  # None: no GPU sample was due this tick
     progress: ProgressLooked | None  # None: the log was not looked at for this run
+    started_at: float | None = None  # when its reading began (monotonic; clockgap.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +143,8 @@ class Inbox:
     def __init__(self) -> None:
         self._items: deque[Posted] = deque()
         self._waiter: asyncio.Future[None] | None = None
+        # the consumer's and the sampler's looks at the clock: a stop of the daemon itself
+        self.clock = ClockWatch()
 
     def _put(self, posted: Posted) -> None:
         self._items.append(posted)

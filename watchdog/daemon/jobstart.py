@@ -27,7 +27,7 @@ from watchdog.daemon.sampling import Sampler
 from watchdog.gpu.faults import FaultWatch
 from watchdog.gpu.watch import GpuWatch
 from watchdog.outputs import flight
-from watchdog.process import cgroup, launch, tree
+from watchdog.process import cgroup, launch, limits, tree
 from watchdog.progress import joblog
 from watchdog.progress.follower import Follower
 from watchdog.progress.joblog import JobLog
@@ -102,7 +102,10 @@ class Starter:
             failed = None  # the core already parked in host_fault (GpuFaultSeen with gate)
         except Exception as e:
             # Otherwise the core waits for ChildSpawned for ever: no timeout, no stop, no exit.
-            failed = SpawnFailed("internal_error", f"{type(e).__name__}: {e}")
+            # Out of fds or pids on the way (a scan, a read): the host's refusal (limits.py).
+            refusal = limits.refused(e)
+            reason = "internal_error" if refusal is None else "spawn_refused"
+            failed = SpawnFailed(reason, refusal or f"{type(e).__name__}: {e}")
         if failed is not None:
             self._inbox.post(replace(failed, attempt=attempt))
 
@@ -207,7 +210,7 @@ class Starter:
         except blocking.Hung as e:
             return SpawnFailed("log_unwritable", f"{job.log_file}: {e}")
         except OSError as e:
-            return SpawnFailed("log_unwritable", f"{job.log_file}: {e.strerror}")
+            return _log_failed(job.log_file, e)
         try:
             return fd, log, await self._sampler.open_follower(log)
         except BaseException:
@@ -222,8 +225,9 @@ class Starter:
             env, dumps = self.job_env(epoch)
             proc = self.spawn_in_cgroup(env, log_fd)
         except (OSError, ValueError, subprocess.SubprocessError) as e:
-            why = e.strerror if isinstance(e, OSError) else str(e)
-            self._not_spawned(log, follower, f"{job.command[0]}: {why}", attempt)
+            refusal = limits.refused(e)
+            why = refusal or (e.strerror if isinstance(e, OSError) else str(e))
+            self._not_spawned(log, follower, f"{job.command[0]}: {why}", attempt, refusal)
             return
         finally:
             os.close(log_fd)
@@ -232,7 +236,9 @@ class Starter:
             fut = self._tree.watch(proc.pid)
         except Exception as e:  # no pidfd (EMFILE): an unwatched job must not run
             os.killpg(proc.pid, signal.SIGKILL)
-            self._not_spawned(log, follower, f"cannot watch the job: {e}", attempt)
+            refusal = limits.refused(e)
+            why = f"cannot watch the job: {refusal or e}"
+            self._not_spawned(log, follower, why, attempt, refusal)
             return
         run = JobRun(
             self._runs.monitor(cfg),
@@ -253,12 +259,19 @@ class Starter:
         self._inbox.post(ChildSpawned(proc.pid, attempt))
 
     def _not_spawned(
-        self, log: JobLog | None, follower: Follower | None, why: str, attempt: int | None
+        self,
+        log: JobLog | None,
+        follower: Follower | None,
+        why: str,
+        attempt: int | None,
+        refusal: str | None,
     ) -> None:
         if log is not None:
             log.close()
         self._runs.follow(self._runs.current, follower)  # as if it had run: the next one's
-        self._inbox.post(SpawnFailed("spawn_failed", why, attempt))
+        # the host refused a resource (limits.py): not the job's fault, retried (never parked)
+        reason = "spawn_failed" if refusal is None else "spawn_refused"
+        self._inbox.post(SpawnFailed(reason, why, attempt))
 
     def spawn_in_cgroup(self, env: dict[str, str], log_fd: int) -> subprocess.Popen[bytes]:
         """The spawn, in the run's own cgroup where one is delegated (SPEC §14). cgroupfs is
@@ -286,6 +299,13 @@ class Starter:
     async def our_pids(self) -> set[int]:
         """Processes of our own previous job trees (by the instance marker)."""
         return {p.pid for p in await tree.find_tree_async(None, self._tree.token) or []}
+
+
+def _log_failed(path: str, e: OSError) -> SpawnFailed:
+    """The job's log could not be opened; out of fds, that is the host's refusal (limits.py)."""
+    if (refusal := limits.refused(e)) is not None:
+        return SpawnFailed("spawn_refused", f"{path}: {refusal}")
+    return SpawnFailed("log_unwritable", f"{path}: {e.strerror}")
 
 
 def _drop(log_fd: int, log: JobLog | None, follower: Follower | None) -> None:

@@ -49,6 +49,7 @@ from watchdog.daemon.inputlog import InputLog
 from watchdog.daemon.jobstart import Starter, StartGate
 from watchdog.daemon.jobstop import Judgement, Stopper
 from watchdog.daemon.jobtree import JobTree
+from watchdog.daemon.loopfaults import LoopFaults
 from watchdog.daemon.port import Port
 from watchdog.daemon.reloading import Reloader
 from watchdog.daemon.run import JobRun, Runs
@@ -193,12 +194,14 @@ class Daemon:
         return await self._shut_down()
 
     def _ticked(self) -> None:
+        self.control.recheck(self.tasks.spawn)  # deleted under us: bound again (server.py)
         if self.out.notifier.enabled:  # building the status costs more than the rest of a tick
             self.out.notifier.status(status_line(self.status()))
 
     async def _start_parts(self) -> None:
         """The reaper, signals, the control socket, the GPU watchers, the cluster link."""
         loop = asyncio.get_running_loop()
+        LoopFaults(self.emit).install(loop)  # out of fds: one event, not a traceback a second
         reaping.make_subreaper()
         self.tree.reaper.install()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # handlers only post
@@ -264,6 +267,7 @@ class Daemon:
         """SIGHUP reloads; SIGTERM/SIGINT stop the job gracefully, then exit (128+signum with
         --exit-with-job). The handlers only posted; this runs in the consumer."""
         if signum == signal.SIGHUP:
+            self.control.recheck(self.tasks.spawn)  # an operator's nudge after cleaning /run
             self.tasks.spawn(self.reload())
             return None
         return ShutdownRequested(signum)

@@ -10,7 +10,6 @@ The Sampler is built with what it reads and where it posts; the daemon only runs
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import time
@@ -53,6 +52,7 @@ class Sampler:
         self._runs = runs  # the current run: its follower, its log, its tasks
         self._gpus = gpus  # the NVML sample (read here; the consumer records it)
         self._tree = tree  # the instance marker: the ranks listed are ours
+        self._clock = port.inbox.clock  # a stop of the daemon itself ends the wait (clockgap.py)
         self._tasks = port.tasks  # the checkpoint read outlives a tick (the daemon's own tasks)
         self._emit = port.emit  # progress_read_hung / _recovered, a sampling bug caught
         self.checkpoints = params.checkpoint_watch(port.cfg())  # progress.checkpoint (reload: anew)
@@ -75,6 +75,8 @@ class Sampler:
         after each (the status line for systemd)."""
         next_gpu = time.monotonic()
         while True:
+            self._clock.look(time.monotonic())  # a gap first: this sample is read after it
+            self._clock.sampling()
             gpu_due = time.monotonic() >= next_gpu
             try:
                 await self._inbox.ask(await self.take_sample(gpu=gpu_due))
@@ -89,7 +91,7 @@ class Sampler:
                 next_gpu = max(next_gpu + self._cfg().gpus.sample_interval_s, now)
             due = next_due(now)
             wake = next_gpu if due is None else min(next_gpu, due)
-            await asyncio.sleep(max(0.0, wake - now))
+            await self._clock.sleep(wake - now)  # a gap (clockgap.py) ends it: sampled at once
 
     async def sample_once(self, gpu: bool = True) -> None:
         """One tick's readings, posted: the consumer handles them in order with the other
@@ -99,6 +101,7 @@ class Sampler:
     async def take_sample(self, gpu: bool = True) -> SampleTaken:
         """Read what one tick looks at (I/O only: the consumer feeds the run's monitor with it);
         start the checkpoint read and the rank listing when due."""
+        started_at = time.monotonic()
         sample = await self._gpus.sample() if gpu else None
         progress = await self.look_at_progress()
         now = time.monotonic()
@@ -107,7 +110,7 @@ class Sampler:
             self._tasks.spawn(self.read_checkpoint())
         if leader is not None and gpu and run.rank_tracker.listing_due(now):
             run.spawn_task(self.watch_ranks(run, leader), self._tasks.done)
-        return SampleTaken(run, leader, sample, progress)
+        return SampleTaken(run, leader, sample, progress, started_at)
 
     def _checkpoint_due(self, run: JobRun, now: float) -> bool:
         """At most every CHECKPOINT_EVERY_S, and at once for a new run (status's view)."""

@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ import structlog
 
 from watchdog import blocking
 from watchdog.core import names
+from watchdog.core.ratelimit import RateLimit
 from watchdog.outputs import journal
 from watchdog.state.files import write_atomic
 
@@ -144,6 +146,9 @@ class _HistoryWriter:
         self._pending = 0
         self._dropped = 0
         self._since_compact = 0  # counted on the loop
+        # a full or failing disk: the first failure said, then one a minute with the count of
+        # those not said (it printed 129 lines in 16 s); on the writer's thread alone
+        self._failing = RateLimit(burst=1, window_s=60.0)
         # SPEC §14: after a failed append (or at first), check the file ends with a newline
         self._check_end = True
 
@@ -171,8 +176,9 @@ class _HistoryWriter:
                 text = "".join(json.dumps(r, default=str) + "\n" for r in snapshot)
                 write_atomic(self._path, text)
         except OSError as e:
-            with contextlib.suppress(OSError):  # stdout may be gone too
-                self._log.warning("history_write_failed", error=str(e))
+            if (failed := self._failing.admit("write", time.monotonic())) is not None:
+                with contextlib.suppress(OSError):  # stdout may be gone too
+                    self._log.warning("history_write_failed", error=str(e), suppressed=failed)
         finally:
             with self._lock:
                 self._pending -= 1

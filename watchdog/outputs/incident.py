@@ -14,6 +14,7 @@ a second in all), and trouble with one part is written down, never raised. Readi
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import re
@@ -35,6 +36,7 @@ from watchdog.progress.ranks import rank_label
 LOG_TAIL_LINES = 200
 # Bundle folders: only names like these are ever pruned; anything else in incidents/ is left alone.
 BUNDLE_NAME_RE = re.compile(r"[0-9]{8}T[0-9]{6}Z-[a-z0-9_]+(?:-[0-9]+)?\Z")
+_FULL = (errno.ENOSPC, errno.EDQUOT)  # a full state disk (or the daemon's quota on it)
 _PROCS_TIMEOUT_S = 0.3  # psutil over the job's tree: milliseconds unless /proc blocks
 _SLACK_S = 1.0  # the whole bundle: pyspy_timeout_s plus this
 # Each step of a bundle on its own bounded worker (blocking.py), never asyncio's default
@@ -82,10 +84,41 @@ def _make_folder(state_dir: str, name: str) -> Path:
 
 
 def _write(folder: Path, name: str, text: str, errors: list[str]) -> None:
+    """One part of the bundle; on a full state disk the oldest bundles make room for it."""
+    while True:
+        try:
+            (folder / name).write_text(text, encoding="utf-8", errors="replace")
+            return
+        except OSError as exc:
+            if exc.errno in _FULL and (dropped := _drop_oldest(folder)) is not None:
+                errors.append(f"{name}: state disk full: dropped the oldest bundle {dropped}")
+                continue
+            errors.append(f"{name}: {exc}")
+            return
+
+
+def _drop_oldest(new: Path) -> str | None:
+    """A full state disk: the newest bundle is the one an operator reads, so the oldest other
+    bundle goes (ours alone: a folder named like a bundle, never a symlink, a file or anything
+    the job wrote). Its name, or None when none is left to drop."""
     try:
-        (folder / name).write_text(text, encoding="utf-8", errors="replace")
-    except OSError as exc:
-        errors.append(f"{name}: {exc}")
+        older = [n for n in _bundles(new.parent) if n != new.name]
+    except OSError:
+        return None
+    if not older:
+        return None
+    shutil.rmtree(new.parent / older[0], ignore_errors=True)
+    return None if (new.parent / older[0]).exists() else older[0]
+
+
+def _bundles(incidents: Path) -> list[str]:
+    """The bundle folders in `incidents`, oldest first (their names start with the time)."""
+    with os.scandir(incidents) as entries:
+        return sorted(
+            e.name
+            for e in entries
+            if BUNDLE_NAME_RE.match(e.name) and e.is_dir(follow_symlinks=False)
+        )
 
 
 def _to_json(value: object) -> str:
@@ -190,12 +223,7 @@ def prune(state_dir: str, keep: int, *, spare: str | None = None) -> list[str]:
     incidents = Path(state_dir) / "incidents"
     errors: list[str] = []
     try:
-        with os.scandir(incidents) as entries:
-            names = sorted(
-                e.name
-                for e in entries
-                if BUNDLE_NAME_RE.match(e.name) and e.is_dir(follow_symlinks=False)
-            )
+        names = _bundles(incidents)
     except OSError as exc:
         return [f"prune: {exc}"]
     doomed = names[: max(0, len(names) - max(keep, 1))]

@@ -410,3 +410,14 @@ def test_no_input_is_slower_than_linear(pieces: list[str], lines: int, repeat: i
     tail = [line] * lines
     size = len(line) * lines
     assert _seconds(tail) <= FIXED_S + size * max(PER_CHAR, 2e-8) * 60, (len(line), lines)
+
+
+def test_unknown_cause_line_skips_progress_lines() -> None:
+    """`unknown` names the job's last words, never its last step line; the status when the tail
+    holds nothing but steps."""
+    steps = ["step 1 9.0 tok/s", "step 2 9.0 tok/s"]
+    is_step = re.compile(r"^step \d+").match
+    said = classify(ExitFacts(3, None, ["giving up", *steps], progressed=True, is_progress=is_step))
+    assert (said.cause, said.cause_line) == ("unknown", "giving up")
+    only = classify(ExitFacts(3, None, steps, progressed=True, is_progress=is_step))
+    assert (only.cause, only.cause_line) == ("unknown", "exit 3")

@@ -195,3 +195,36 @@ def test_assess_is_a_function_of_its_inputs_and_now() -> None:
     assert late == m.assess(30.0) and "stalled" in late.firing
     assert m.assess(5.0).healthy  # the startup window, once over, stays over: its own state
     assert s == GpuSample(True, (GpuReading(0, "GPU-0", "H100", 70_000.0, 81_559.0, 90, "v2"),))
+
+
+def test_a_silence_is_measured_from_the_daemons_wake_never_across_its_gap() -> None:
+    """The daemon itself stopped from 5 s to 45 s (a frozen container): at 45.1 the job's 45 s
+    of silence is not `stalled`; a silence of a stall window after the wake is."""
+    m = HealthMonitor(NO_GPUS)
+    m.progress(ProgressReading(tokens_per_s=100.0, step=1), 5.0)
+    m.daemon_woke(45.0)
+    assert "stalled" not in m.assess(45.1).firing
+    assert m.next_due(45.1) == 55.0
+    assert "stalled" in m.assess(55.0).firing
+
+
+def test_the_wake_is_carried_across_a_reexec() -> None:
+    """carry()/resume() keep the wake: a re-exec right after a freeze does not judge across it."""
+    m = HealthMonitor(NO_GPUS)
+    m.progress(ProgressReading(tokens_per_s=100.0, step=1), 5.0)
+    m.daemon_woke(45.0)
+    again = HealthMonitor(NO_GPUS)
+    again.resume(m.carry())
+    assert "stalled" not in again.assess(50.0).firing
+
+
+def test_a_low_throughput_spell_is_not_measured_across_the_daemons_gap() -> None:
+    """Low from 5 s, the daemon stopped until 400 s: `throughput_low` (low_for_s 300) waits
+    until 700 s, a whole spell after the wake."""
+    cfg = HealthConfig(expect_gpus=False, min_tokens_per_s=50.0, low_for_s=300.0)
+    m = HealthMonitor(cfg)
+    m.progress(ProgressReading(tokens_per_s=10.0, step=1), 5.0)
+    m.daemon_woke(400.0)
+    m.progress(ProgressReading(tokens_per_s=10.0, step=2), 400.5)
+    assert "throughput_low" not in m.assess(401.0).firing
+    assert "throughput_low" in m.assess(700.0).firing

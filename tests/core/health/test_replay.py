@@ -111,6 +111,7 @@ ops = st.lists(
             st.just("activity"), st.floats(0, 5), st.sampled_from([None, "eval", "checkpoint"])
         ),
         st.tuples(st.just("save_quiet"), st.floats(0, 5)),
+        st.tuples(st.just("daemon_woke"), st.floats(0, 50)),
         st.tuples(st.just("gpu_degraded"), st.sampled_from([{}, {1: ("hw_slowdown",)}])),
         st.tuples(st.just("gpu_access_lost"), st.sampled_from([None, "no permission"])),
         st.tuples(st.just("progress_unreadable"), st.booleans()),
@@ -135,6 +136,9 @@ def drive(m: HealthMonitor, op: tuple[Any, ...], now: float) -> tuple[float, Ver
     elif name == "save_quiet":
         now += args[0]
         m.save_quiet(now)
+    elif name == "daemon_woke":  # the daemon itself stopped for the op's step
+        now += args[0]
+        m.daemon_woke(now)
     elif name == "assess":
         now += args[0]
         return now, m.assess(now)

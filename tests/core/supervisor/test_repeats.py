@@ -203,3 +203,26 @@ def test_user_causes_load_in_order() -> None:
         check_paths=False,
     )
     assert [(r.name, r.cause_class) for r in cfg.causes] == [("a", "host"), ("b", "transient")]
+
+
+def test_spawn_refused_is_retried_after_backoff_and_never_parked() -> None:
+    """A spawn the host refused (EAGAIN at the pids limit) is `spawn_refused`, class host: it
+    backs off and retries, past same_cause_limit and max_no_progress, outside the budget."""
+    d = Driver(policy(limit=2))
+    d.feed(DaemonStarted(), 0.0)
+    pid = d.sup.snapshot().pid
+    assert pid is not None
+    d.feed(ChildExited(pid, 1, None, "startup_error", "deterministic", "ModuleNotFoundError"), 1)
+    delays = []
+    for _ in range(5):
+        when = d.sup.next_deadline()
+        assert when is not None
+        assert "SpawnChild" in names(d.sup.handle(Tick(), when))
+        why = "run.sh: EAGAIN: pids.max 40 of cgroup /lxc/101 (40 in use)"
+        out = d.feed(SpawnFailed("spawn_refused", why), when)
+        scheduled = emitted(out, "restart_scheduled")
+        assert scheduled.fields["reason"] == "spawn_refused" and "fatal" not in names(out)
+        delays.append(scheduled.fields["delay_s"])
+        snap = d.sup.snapshot()
+        assert snap.state is State.BACKOFF, snap
+    assert delays == sorted(delays) and delays[-1] > delays[0]  # the backoff grows

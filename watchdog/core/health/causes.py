@@ -18,7 +18,7 @@ regex is a literal or a bounded repetition, so the work is linear in the tail's 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -37,6 +37,7 @@ CAUSES: dict[str, CauseClass] = {
     "checkpoint_unreadable": "deterministic",
     "host_oom": "host",
     "gpu_fault": "host",
+    "spawn_refused": "host",  # retried after backoff, not parked (core/supervisor/runs.py)
     "nccl_timeout": "transient",
     "nccl_error": "transient",
     "dataloader_killed": "transient",
@@ -180,6 +181,7 @@ class ExitFacts:
     oom_limit: str | None = None  # e.g. "memory.limit_in_bytes=67108864"
     gpu_faults: Sequence[str] = ()  # the messages of the GPU faults seen during the run
     progressed: bool = False  # the run printed a step or progress line
+    is_progress: Callable[[str], bool] | None = None  # the run's progress reader: a step line
     rules: Sequence[UserRule] = field(default=())
 
 
@@ -265,7 +267,8 @@ def _by_status(facts: ExitFacts, lines: list[str]) -> Cause:
     if exc is not None:
         return _cause("python_exception", exc[1], exc[0])
     status = f"exit {code}" if facts.signal is None else f"signal {facts.signal}"
-    return _cause("unknown", _last(lines) or status)
+    said = lines if facts.is_progress is None else [x for x in lines if not facts.is_progress(x)]
+    return _cause("unknown", _last(said) or status)  # a step line says nothing of the death
 
 
 def _cause(name: str, line: str, exception: str | None = None) -> Cause:

@@ -5,6 +5,7 @@ in use, all idle, a mix, missing (NVML cannot reach one) or unknown, and why. Th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 from watchdog.core.samples import GpuReading, GpuSample
@@ -53,3 +54,23 @@ V1_IDLE_FLOOR_MIB = 1536.0
 def is_in_use(g: GpuReading, idle_below_mib: float) -> bool:
     floor = max(idle_below_mib, V1_IDLE_FLOOR_MIB) if g.memory_api == "v1" else idle_below_mib
     return g.used_mib is not None and g.used_mib >= floor
+
+
+def unreadable_evidence(s: GpuSample | None, expect_gpus: bool) -> dict[str, str] | None:
+    """A visible expected GPU whose memory NVML did not report: unknown is never a pass."""
+    if not expect_gpus or s is None or not s.available or s.hung or s.access_lost:
+        return None
+    bad = [g for g in s.gpus if g.used_mib is None and not g.unreadable]
+    if not bad:
+        return None
+    return {"gpus_unreadable": ",".join(f"{g.index}:{g.error or 'no reading'}" for g in bad)}
+
+
+def degraded_evidence(
+    degraded: Mapping[int, tuple[str, ...]], expect_gpus: bool
+) -> dict[str, str] | None:
+    """The GPUs degraded now and their reasons (core/health/gpu_degraded.py decides)."""
+    if not expect_gpus or not degraded:
+        return None
+    text = ",".join(f"{gpu}:{'+'.join(reasons)}" for gpu, reasons in sorted(degraded.items()))
+    return {"gpus_degraded": text}

@@ -24,7 +24,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from watchdog.core.health.gpu_use import GpuPart, gpu_part, unreadable_text
+from watchdog.core.health.gpu_use import (
+    GpuPart,
+    degraded_evidence,
+    gpu_part,
+    unreadable_evidence,
+    unreadable_text,
+)
 from watchdog.core.progress.stall_window import Phase, RunPhase, StallConfig, StallKnowledge, Window
 from watchdog.core.samples import GpuSample, ProgressReading
 
@@ -79,6 +85,7 @@ class HealthMonitor:
         self.progress_source: str | None = None  # what recognised the last progress line
         self._degraded: dict[int, tuple[str, ...]] = {}  # GPU -> hardware slowdown reasons
         self._access_lost: str | None = None  # the shell's view: outlives a fresh NVML session
+        self._woke_at: float | None = None  # the daemon's own stop ended here: no silence before
 
     # ---------------------------------------------------------------------- inputs
 
@@ -129,6 +136,12 @@ class HealthMonitor:
         if self._last_activity_at is None or now > self._last_activity_at:
             self._last_activity_at = now
 
+    def daemon_woke(self, now: float) -> None:
+        """The daemon itself was stopped until `now` (a container frozen whole): nothing was read
+        meanwhile, so a silence (or a low spell) is measured from after the wake, never across."""
+        self._woke_at = now if self._woke_at is None else max(now, self._woke_at)
+        self._low_since = None if self._low_since is None else max(self._low_since, now)
+
     def save_quiet(self, now: float) -> None:  # SPEC §14: a look found no write; a save may end
         self.run_phase.quiet(now)
 
@@ -168,6 +181,7 @@ class HealthMonitor:
             "last_activity_at": self._last_activity_at,
             "progress_source": self.progress_source,
             "phase": self.run_phase.phase,
+            "woke_at": self._woke_at,
         }
 
     def resume(self, c: Mapping[str, object]) -> None:
@@ -199,6 +213,7 @@ class HealthMonitor:
         source = c.get("progress_source")
         self.progress_source = source if isinstance(source, str) else None
         self.run_phase.resume(c.get("phase"))
+        self._woke_at = opt(c.get("woke_at"))  # absent from older code
 
     # ---------------------------------------------------------------------- queries
 
@@ -225,12 +240,16 @@ class HealthMonitor:
             return last
         return max(last, self._last_activity_at)
 
+    def _silence_from(self) -> float | None:  # `stalled`'s start: the stall clock, or a later wake
+        clock, woke = self._stall_clock(), self._woke_at
+        return clock if clock is None or woke is None else max(clock, woke)
+
     def next_due(self, now: float) -> float | None:
         """The next instant a time-based verdict (stalled, throughput_low) would fire if
         nothing changes, when that is still ahead of `now`."""
         cfg = self._cfg
         dues = []
-        if (stall_clock := self._stall_clock()) is not None:
+        if (stall_clock := self._silence_from()) is not None:
             dues.append(stall_clock + self.stall_window().window_s)
         if self._low_since is not None:
             dues.append(self._low_since + cfg.low_for_s)
@@ -260,8 +279,8 @@ class HealthMonitor:
         for reason, found in (
             ("gpu_access_lost", self._gpu_access_lost_evidence()),
             ("gpu_probe_hung", self._gpu_probe_hung_evidence()),
-            ("gpu_unreadable", self._gpu_unreadable_evidence()),
-            ("gpu_degraded", self._gpu_degraded_evidence()),
+            ("gpu_unreadable", unreadable_evidence(self._gpu, cfg.expect_gpus)),
+            ("gpu_degraded", degraded_evidence(self._degraded, cfg.expect_gpus)),
             ("progress_unreadable", self._progress_unreadable_evidence()),
             ("gpu_lost", self._gpu_lost_evidence(part)),
             ("gpus_idle", self._gpus_idle_evidence()),
@@ -302,31 +321,12 @@ class HealthMonitor:
             return None
         return {"gpu_probe": s.reason or "the NVML probe has not answered"}
 
-    def _gpu_unreadable_evidence(self) -> dict[str, str] | None:
-        """A visible expected GPU whose memory NVML did not report: unknown is never a pass."""
-        s = self._gpu
-        if not self._cfg.expect_gpus or s is None or not s.available or s.hung or s.access_lost:
-            return None
-        bad = [g for g in s.gpus if g.used_mib is None and not g.unreadable]
-        if not bad:
-            return None
-        return {"gpus_unreadable": ",".join(f"{g.index}:{g.error or 'no reading'}" for g in bad)}
-
     def _progress_unreadable_evidence(self) -> dict[str, str] | None:
         """Our read of the progress log does not answer (SPEC §13): nothing vouches for the job's
         progress, so it is not healthy; our blind spot is never the job's fault (warn-only)."""
         if not self._unreadable:
             return None
         return {"progress_read": "the read of the progress log has not answered"}
-
-    def _gpu_degraded_evidence(self) -> dict[str, str] | None:
-        if not self._cfg.expect_gpus or not self._degraded:
-            return None
-        return {
-            "gpus_degraded": ",".join(
-                f"{gpu}:{'+'.join(reasons)}" for gpu, reasons in sorted(self._degraded.items())
-            )
-        }
 
     def _gpus_idle_evidence(self) -> dict[str, str] | None:
         cfg = self._cfg
@@ -342,7 +342,7 @@ class HealthMonitor:
         return self.run_phase.window(self._cfg.stall, self._cfg.stall_after_s, phase)
 
     def _stalled_evidence(self, now: float) -> dict[str, str] | None:
-        last, window = self._stall_clock(), self.stall_window()
+        last, window = self._silence_from(), self.stall_window()
         if last is None or self._unreadable or now - last < window.window_s:
             return None
         progress_at = self._last_progress_at if self._last_progress_at is not None else last

@@ -175,6 +175,8 @@ class HealthReplay:
             m.activity(e["now"], e["phase"])
         elif name == "save_quiet":
             m.save_quiet(e["now"])
+        elif name == "daemon_woke":
+            m.daemon_woke(e["now"])
         elif name == "gpu_degraded":
             m.gpu_degraded(rec.decode_degraded(e["degraded"]))
         elif name == "gpu_access_lost":

@@ -160,6 +160,10 @@ class TapedMonitor(HealthMonitor):
         self._fed("activity", now=now, phase=phase)
         super().activity(now, phase)
 
+    def daemon_woke(self, now: float) -> None:
+        self._fed("daemon_woke", now=now)
+        super().daemon_woke(now)
+
     def save_quiet(self, now: float) -> None:
         self._fed("save_quiet", now=now)
         super().save_quiet(now)

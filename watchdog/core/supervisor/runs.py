@@ -130,6 +130,8 @@ def spawn_failed(s: JobState, ev: SpawnFailed, now: float) -> list[Action]:
     emit = Emit("child_start_failed", {"reason": reason, "detail": detail})
     if s.state is State.STOPPING:
         return [emit, *finish_stop(s, now)]
+    if reason == "spawn_refused" and not s.paused:
+        return [emit, *retry_refused(s, f"{reason}: {detail}"[:300], now)]
     s.tally.run_started(now)  # an empty run: it counts against max_no_progress too
     if reason == "spawn_failed":  # SPEC §14: an exec failure is a startup_error, counted alike
         line = f"{reason}: {detail}"[:300]
@@ -137,6 +139,22 @@ def spawn_failed(s: JobState, ev: SpawnFailed, now: float) -> list[Action]:
         s.last_cause = {"cause": "startup_error", "cause_class": klass, "cause_line": line}
         count_failure(s)
     return [emit, *fail(s, reason, now)]
+
+
+def retry_refused(s: JobState, line: str, now: float) -> list[Action]:
+    """The host refused the spawn a resource (the pids limit, the fds, memory): the job never
+    ran, so it is not the job's failure. Retried after the growing backoff, outside the restart
+    budget and the no-progress tally, never parked as a repeat: the job starts once the limit
+    is lifted (docs/troubleshooting.md)."""
+    s.last_cause = {"cause": "spawn_refused", "cause_class": "host", "cause_line": line}
+    count_failure(s)
+    s.last_reason, s.pid, s.healthy_since = "spawn_refused", None, None
+    delay = s.policy.backoff_delay(s.failures, s.rng())
+    s.failures += 1
+    s.state = State.BACKOFF
+    s.backoff_until = now + delay
+    fields = {"reason": "spawn_refused", "delay_s": round(delay, 3), "attempt": s.failures}
+    return [Emit("restart_scheduled", fields)]
 
 
 def exited(s: JobState, ev: ChildExited, now: float) -> list[Action]:

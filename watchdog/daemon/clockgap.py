@@ -1,0 +1,57 @@
+"""The daemon's own clock gap: a stop of the daemon itself (SIGSTOP, a container frozen whole by
+a backup in suspend mode or `pct suspend`, a VM paused), seen as the monotonic clock jumping
+past several of the loop's beats.
+
+Nothing was read during the gap, so no verdict may rest on it: the consumer (consumer.py) is
+told once (`take`), says `daemon_was_frozen`, feeds the run's monitor the wake (silences are
+measured from it, core/health/monitor.py) and holds the time-based verdicts until a sample
+taken after the wake is in; the sampler's sleep ends at once (`sleep`), so that sample comes
+now rather than up to one interval later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+BEAT_S = 1.0  # the consumer waits at most this long: a live loop looks at least this often
+GAP_S = 3.0  # several beats missed: the loop did not run (a hold of the loop is a gap as well)
+HOLD_MAX_S = 30.0  # after a gap, verdicts wait this long at most for a sample read after it
+
+
+class ClockWatch:
+    def __init__(self) -> None:
+        self._last: float | None = None  # the loop's last look (none yet: a slow start is no gap)
+        self._gap: tuple[float, float] | None = None  # (from, to): not yet told the consumer
+        self._woken = asyncio.Event()  # a gap was seen: the sampler's sleep ends
+
+    def look(self, now: float) -> None:
+        """A look at the clock from a task of the loop (the consumer, the sampler)."""
+        last = self._last
+        self._last = now if last is None else max(last, now)
+        if last is None or now - last <= GAP_S:
+            return
+        start = last if self._gap is None else self._gap[0]  # one not yet told: one gap
+        self._gap = (start, now)
+        self._woken.set()
+
+    @property
+    def pending(self) -> bool:
+        return self._gap is not None
+
+    def take(self) -> tuple[float, float] | None:
+        """The gap not yet handled, (from, to) in monotonic seconds; once."""
+        gap, self._gap = self._gap, None
+        return gap
+
+    def sampling(self) -> None:
+        """The sampler takes a sample now: a gap seen before this is covered by it."""
+        self._woken.clear()
+
+    async def sleep(self, delay_s: float) -> None:
+        """The sampler's wait for its next tick, ended early by a gap."""
+        if delay_s <= 0 or self._woken.is_set():
+            await asyncio.sleep(0)  # a turn of the loop all the same
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._woken.wait(), delay_s)
