@@ -13,10 +13,20 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
 from support.harness import Daemon, base_config, merge
 
+from watchdog.core.supervisor import machine
+
 # ci_no_skip: under CI as root a skip fails; tiers: the `pure` tier and the xdist groups.
 pytest_plugins = ["ci_no_skip", "tiers", "pytester"]
 
 DaemonFactory = Callable[..., Daemon]
+
+
+@pytest.fixture(autouse=True)
+def _strict_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In tests a handler of the core that leaves a state its cell of table.py does not declare
+    raises (machine.UndeclaredTransition) instead of being refused as in production."""
+    monkeypatch.setattr(machine, "STRICT", True)
+
 
 _SYSTEMD_TESTS = pathlib.Path(__file__).parent / "systemd"
 _prebuild: list[Any] = []

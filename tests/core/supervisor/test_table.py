@@ -6,15 +6,17 @@ from __future__ import annotations
 import ast
 import json
 import pathlib
+import re
 from collections.abc import Callable
-from typing import get_args
+from typing import Any, get_args
 
 import pytest
 
 from watchdog.core import names
 from watchdog.core.names import State
-from watchdog.core.supervisor import image
+from watchdog.core.supervisor import image, machine
 from watchdog.core.supervisor.budget import Durable, Policy
+from watchdog.core.supervisor.cells import Go
 from watchdog.core.supervisor.events import (
     Action,
     ChildExited,
@@ -42,7 +44,7 @@ from watchdog.core.supervisor.events import (
     Tick,
     TreeStopped,
 )
-from watchdog.core.supervisor.jobstate import AfterStop, Leaving, Run
+from watchdog.core.supervisor.jobstate import AfterStop, Leaving, Run, enter
 from watchdog.core.supervisor.machine import Supervisor
 from watchdog.core.supervisor.table import REFUSED, TABLE
 from watchdog.docgen import statemachine
@@ -313,3 +315,41 @@ def test_an_image_with_the_old_exit_flags_reads_back_as_leaving(
     }
     for found in (new, old):
         assert image.restored(found, lambda: 0.5).record().leaving is leaving
+
+
+def test_a_handler_that_leaves_an_undeclared_state_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A planted bug (pause in backoff parks the job in fatal): the walk fails on it in tests,
+    and in production the input is refused by name and the old state kept."""
+    cell = TABLE[State.BACKOFF][OperatorCommand]
+
+    def planted(s: Any, ev: Any, now: float) -> list[Action]:
+        actions = cell.handler(s, ev, now)
+        enter(s, State.FATAL)
+        return actions
+
+    row = TABLE[State.BACKOFF]
+    assert isinstance(row, dict)
+    monkeypatch.setitem(row, OperatorCommand, Go(planted, cell.to, cell.says))
+    with pytest.raises(machine.UndeclaredTransition, match="led to fatal"):
+        walk("backoff", State.BACKOFF, OperatorCommand, 0)
+    monkeypatch.setattr(machine, "STRICT", False)
+    sup = reach("backoff")
+    actions = sup.handle(EXAMPLES[OperatorCommand](None)[0], 2.0)
+    assert sup.snapshot().state is not State.FATAL
+    (refusal,) = refusals(actions)
+    assert "led to fatal" in refusal.fields["reason"]
+
+
+def test_only_enter_and_the_images_restore_write_the_state() -> None:
+    """One writer (issue 39): every handler enters a state through jobstate.enter, which
+    `Supervisor.handle` checks against the table; only image.py's restore sets it otherwise."""
+    core = pathlib.Path(machine.__file__).resolve().parents[1]
+    writes = sorted(
+        f"{path.relative_to(core)}:{n}"
+        for path in core.rglob("*.py")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\.state\s*(?::[^=]*)?=(?!=)", line.split("#")[0])
+    )
+    assert [w.split(":")[0] for w in writes] == ["supervisor/image.py", "supervisor/jobstate.py"]

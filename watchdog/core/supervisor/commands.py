@@ -18,7 +18,7 @@ from watchdog.core.supervisor.events import (
     RestartRequested,
     ShutdownRequested,
 )
-from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run, snapshot
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run, enter, snapshot
 from watchdog.core.supervisor.primitives import spawn, stop
 
 # SPEC §13: scancel, `systemctl stop` (KillMode=control-group) and the like send SIGTERM to the
@@ -88,7 +88,7 @@ def _stop(s: JobState) -> list[Action]:
             s.after_stop = AfterStop.STOP  # stays completed (SPEC §13)
         return []
     if s.pid is None and s.run is not Run.SPAWNING:
-        s.state = State.STOPPED
+        enter(s, State.STOPPED)
         s.host_fault = None
         return [Emit("child_stopped", {"reason": "operator"})]
     return stop(s, "operator", AfterStop.STOP)
@@ -143,7 +143,7 @@ def shutdown(s: JobState, ev: ShutdownRequested, now: float) -> list[Action]:
         # An end state is what the next daemon must find in the state file (SPEC §5, §13):
         # a clean exit (systemctl restart) in fatal or completed does not forget it.
         if s.state not in (State.COMPLETED, State.FATAL, State.HOST_FAULT):
-            s.state = State.STOPPED
+            enter(s, State.STOPPED)
         s.leaving = Leaving.EXITED
         return [Exit()]
     return stop(s, "shutdown", AfterStop.EXIT)

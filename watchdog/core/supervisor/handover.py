@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from watchdog.core.names import State
 from watchdog.core.supervisor.budget import Durable, NoProgressTally
 from watchdog.core.supervisor.events import Action, HandoverResumed, StateRestored
-from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run, enter
 
 
 def durable(s: JobState) -> Durable:
@@ -106,7 +106,7 @@ def resume(s: JobState, c: Mapping[str, object], now: float) -> None:
     if state is State.STOPPING:
         raise ValueError("a stop cannot be handed over")
     s.now = now
-    s.state = state
+    enter(s, state)
     s.pid = _opt_pid(c["pid"])
     s.run = Run.NONE if s.pid is None else Run.LIVE  # never handed over mid-start or mid-stop
     s.spawned_at = _opt_float(c["spawned_at"])
@@ -166,16 +166,16 @@ def restore(s: JobState, d: Durable, now: float) -> None:
     if d.backoff_until is not None:
         s.backoff_until = min(d.backoff_until, now + s.policy.backoff_max_s)
     if d.fatal:
-        s.state = State.FATAL
+        enter(s, State.FATAL)
     if d.completed is not None:  # SPEC §13: a run that ended well is not started again
-        s.state = State.COMPLETED
+        enter(s, State.COMPLETED)
         s.completed = dict(d.completed)
     # SPEC §13: what an operator decided (stop, pause) and a park outlive the daemon
     s.operator_stopped = d.stopped
     s.paused = d.paused
     if d.host_fault is not None:
         if d.completed is None:  # a run that ended well stays completed, the fault kept
-            s.state = State.HOST_FAULT
+            enter(s, State.HOST_FAULT)
         s.host_fault = dict(d.host_fault)
         if d.host_fault.get("kind") == "gpu_access_lost":
             # access is taken as still lost: only a reading that comes through lifts it

@@ -130,6 +130,13 @@ class Snapshot:
     failures_by_cause: Mapping[str, int] = field(default_factory=dict)  # the metric's counter
 
 
+def enter(s: JobState, state: State) -> None:
+    """The one way into a state (model: h11's `_state.py` writes its states in one place):
+    every handler enters through here, and `Supervisor.handle` checks what it entered against
+    the table's cell (table.py). Only the image's restore (image.py) sets `state` otherwise."""
+    s.state = state
+
+
 def next_deadline(s: JobState) -> float | None:
     """When the core wants a Tick: end of backoff, or end of the startup window."""
     if s.state is State.BACKOFF:

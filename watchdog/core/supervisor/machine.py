@@ -15,12 +15,28 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from watchdog.core.names import State
 from watchdog.core.supervisor import answers, ending, handover
 from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.events import Action, Event, HandoverResumed, StateRestored
-from watchdog.core.supervisor.jobstate import JobState, Snapshot, next_deadline, shown, snapshot
+from watchdog.core.supervisor.jobstate import (
+    JobState,
+    Snapshot,
+    enter,
+    next_deadline,
+    shown,
+    snapshot,
+)
 from watchdog.core.supervisor.primitives import refused
 from watchdog.core.supervisor.table import TABLE, refusal_reason
+
+# Tests set it (tests/conftest.py): a handler that leaves a state its cell does not declare
+# raises instead of being refused, so a wrong handler fails the test that drove it.
+STRICT = False
+
+
+class UndeclaredTransition(AssertionError):
+    """A handler left a state that its cell of table.py does not declare (a bug of the core)."""
 
 
 class Supervisor:
@@ -76,8 +92,24 @@ class Supervisor:
         cell = TABLE[state].get(type(event))
         if cell is None:
             return [refused(s, event, refusal_reason(type(event), state))]
+        was = s.state
         actions = cell.handler(s, event, now)
+        if (after := shown(s)) is not state and after not in cell.to:
+            actions = self._undeclared(event, state, after, was, actions)
         if isinstance(event, StateRestored | HandoverResumed):
             return actions  # taken in before the daemon starts: nothing ends it yet
         actions = answers.after_input(s, event, actions)
         return ending.after_input(s, actions, now)
+
+    def _undeclared(
+        self, event: Event, state: State, after: State, was: State, actions: list[Action]
+    ) -> list[Action]:
+        """A handler led where its cell does not say: loud in tests; in production the old
+        state is kept and the input is refused by name (the actions it decided still run: a
+        stop already asked for is not taken back)."""
+        declared = ", ".join(sorted(s.value for s in TABLE[state][type(event)].to)) or "none"
+        why = f"led to {after.value}; table.py declares {declared}: the state stays {state.value}"
+        if STRICT:
+            raise UndeclaredTransition(f"{type(event).__name__} in {state.value}: {why}")
+        enter(self._s, was)
+        return [*actions, refused(self._s, event, why)]

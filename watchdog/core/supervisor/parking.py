@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from watchdog.core.names import State
 from watchdog.core.supervisor.events import Action, Emit, GpuAccessChanged, GpuFaultSeen
-from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run, enter
 from watchdog.core.supervisor.primitives import fail, finish_stop, park_access, spawn, stop
 
 
@@ -37,14 +37,14 @@ def _fault(s: JobState, ev: GpuFaultSeen, now: float) -> list[Action]:
                 if s.after_stop in (AfterStop.RESTART, AfterStop.START):
                     s.after_stop = AfterStop.HOST_FAULT
                 return out + finish_stop(s, now)
-            s.state = State.HOST_FAULT
+            enter(s, State.HOST_FAULT)
             return out
         if live or s.state is State.STOPPING:
             if s.state is State.STOPPING and s.after_stop in (AfterStop.EXIT, AfterStop.COMPLETED):
                 return out  # a run that ended well stays completed, the fault recorded
             return out + stop(s, "gpu_fault", AfterStop.HOST_FAULT)
         if s.state in (State.BACKOFF, State.STOPPED, State.FATAL) and s.want_running:
-            s.state = State.HOST_FAULT
+            enter(s, State.HOST_FAULT)
         return out
     if ev.action == "restart_app" and live and s.pid is not None and not s.paused:
         return out + stop(s, "gpu_fault", AfterStop.RESTART)
@@ -72,7 +72,7 @@ def access_changed(s: JobState, ev: GpuAccessChanged, now: float) -> list[Action
     if s.state is not State.HOST_FAULT or fault is None or fault.get("kind") != "gpu_access_lost":
         return out
     s.host_fault = None  # restored access clears its own park, and nothing else
-    s.state = State.STOPPED
+    enter(s, State.STOPPED)
     if resume is None or s.leaving is not Leaving.STAYING:
         return out
     how, reason = resume

@@ -20,7 +20,7 @@ from watchdog.core.supervisor.events import (
     SpawnChild,
     TreeStopped,
 )
-from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run, shown
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run, enter, shown
 
 
 def refused(s: JobState, ev: Event, reason: str) -> Emit:
@@ -38,7 +38,7 @@ def spawn(s: JobState, now: float, reason: str) -> list[Action]:
     s.run = Run.SPAWNING
     s.at_barrier = False  # this start has not reached the cluster's barrier yet
     s.completed = s.completed_at = None  # a new run: the last one's end is history
-    s.state = State.STARTING
+    enter(s, State.STARTING)
     s.firing = frozenset()
     s.backoff_until = None
     s.after_stop = AfterStop.STOP
@@ -50,7 +50,7 @@ def stop(s: JobState, reason: str, after: AfterStop, incident: bool = False) -> 
     s.after_stop = after
     if s.state is State.STOPPING:
         return []  # a stop is under way; only where it leads changes
-    s.state = State.STOPPING
+    enter(s, State.STOPPING)
     s.stop_incident = None
     if s.run is Run.SPAWNING:
         return [CancelStart()]  # or, if the spawn wins the race, _spawned() kills it
@@ -77,7 +77,7 @@ def finish_stop(s: JobState, now: float) -> list[Action]:
     s.pid = None
     s.run = Run.NONE
     s.firing = frozenset()
-    s.state = State.STOPPED
+    enter(s, State.STOPPED)
     if after is AfterStop.EXIT:
         s.leaving = Leaving.EXITED
         return [Exit()]
@@ -90,9 +90,9 @@ def finish_stop(s: JobState, now: float) -> list[Action]:
             return park_access(s, "fail", reason)  # SPEC §13: never into unreachable GPUs
         return fail(s, reason, now)
     if after is AfterStop.HOST_FAULT:
-        s.state = State.HOST_FAULT  # no restart, the budget untouched (SPEC §12)
+        enter(s, State.HOST_FAULT)  # no restart, the budget untouched (SPEC §12)
     if after is AfterStop.COMPLETED and s.completed is not None:
-        s.state = State.COMPLETED  # no restart, the budget untouched (SPEC §13)
+        enter(s, State.COMPLETED)  # no restart, the budget untouched (SPEC §13)
         s.want_running = False
         s.healthy_since = None
         step = s.run_step
@@ -112,7 +112,7 @@ def fail(s: JobState, reason: str, now: float) -> list[Action]:
     s.last_reason = reason
     s.pid = None
     if s.paused:
-        s.state = State.STOPPED
+        enter(s, State.STOPPED)
         return [Emit("child_stopped", {"reason": reason, "paused": True})]
     if s.healthy_since is not None and now - s.healthy_since >= p.reset_after_s:
         s.failures = 0
@@ -129,7 +129,7 @@ def fail(s: JobState, reason: str, now: float) -> list[Action]:
         fields |= {"restarts": s.tally.in_a_row, "marker": marker, **incident}
         return [Emit("fatal", fields | {"best": s.tally.best})]
     if len(s.restart_times) >= p.max_restarts:
-        s.state = State.FATAL
+        enter(s, State.FATAL)
         fields = {"reason": reason, "restarts": len(s.restart_times), "window_s": p.window_s}
         return [Emit("fatal", fields | incident)]
     return _schedule_restart(s, reason, now, incident)
@@ -144,7 +144,7 @@ def _schedule_restart(
     s.failures += 1
     s.restart_times.append(now)
     s.restarts_total += 1
-    s.state = State.BACKOFF
+    enter(s, State.BACKOFF)
     s.backoff_until = now + delay
     fields: dict[str, object] = {
         "reason": reason,
@@ -161,7 +161,7 @@ def park_access(s: JobState, resume: str, reason: str) -> list[Action]:
     """Hold the restart that `reason` asked for until NVML access is back (SPEC §13)."""
     s.access_resume = (resume, reason)
     s.backoff_until = None
-    s.state = State.HOST_FAULT
+    enter(s, State.HOST_FAULT)
     detail = s.access_lost or "NVML access lost"
     s.host_fault = {
         "kind": "gpu_access_lost",
@@ -196,10 +196,10 @@ def park_unverified(s: JobState, ev: TreeStopped) -> list[Action]:
     s.firing = frozenset()
     s.backoff_until = None
     if s.after_stop is AfterStop.EXIT or s.leaving is Leaving.AFTER_COMPLETION:
-        s.state = State.STOPPED
+        enter(s, State.STOPPED)
         s.leaving = Leaving.EXITED
         return [Emit("stop_unverified", fields), Exit()]
-    s.state = State.FATAL
+    enter(s, State.FATAL)
     s.last_reason = "stop_unverified"
     return [Emit("fatal", fields)]
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from watchdog.core import names
 from watchdog.core.names import State
 from watchdog.core.supervisor.events import Action, Emit
-from watchdog.core.supervisor.jobstate import JobState
+from watchdog.core.supervisor.jobstate import JobState, enter
 
 
 def judge(
@@ -48,7 +48,7 @@ def park_host(s: JobState, cause: Mapping[str, str], incident: dict[str, str]) -
     """SPEC §14: a host cause parks in host_fault (no restart, the budget untouched) until an
     operator's start, as a GPU fault does (SPEC §12)."""
     name, line = cause.get("cause", "unknown"), cause.get("cause_line", "")
-    s.state = State.HOST_FAULT
+    enter(s, State.HOST_FAULT)
     s.backoff_until = None
     s.host_fault = {
         "kind": name,

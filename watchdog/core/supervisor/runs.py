@@ -21,7 +21,7 @@ from watchdog.core.supervisor.events import (
     SpawnFailed,
     TreeStopped,
 )
-from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run, enter
 from watchdog.core.supervisor.primitives import (
     fail,
     finish_stop,
@@ -57,7 +57,7 @@ def started(s: JobState, now: float) -> list[Action]:
     until = s.backoff_until
     if until is not None and until > now:
         s.want_running = True
-        s.state = State.BACKOFF
+        enter(s, State.BACKOFF)
         fields = {"state": "backoff", "delay_s": round(until - now, 3), **restored}
         return [Emit("state_restored", fields)]
     return spawn(s, now, reason="daemon_started")
@@ -76,7 +76,7 @@ def fresh_run(s: JobState, now: float) -> list[Action]:
     s.cause_streak = None
     s.host_fault = None
     s.backoff_until = None
-    s.state = State.STOPPED
+    enter(s, State.STOPPED)
     s.operator_stopped = s.paused = False
     s.access_lost = s.access_resume = None
     out: list[Action] = []
@@ -93,7 +93,7 @@ def adopted(s: JobState, ev: JobAdopted, now: float) -> list[Action]:
         return [refused(s, ev, "a job is already watched or being started: never two")]
     # STARTING until its first healthy verdict; the startup window counts from the adoption.
     s.want_running = True
-    s.state = State.STARTING
+    enter(s, State.STARTING)
     s.backoff_until = None
     s.after_stop = AfterStop.STOP
     s.firing = frozenset()
@@ -151,7 +151,7 @@ def retry_refused(s: JobState, line: str, now: float) -> list[Action]:
     s.last_reason, s.pid, s.healthy_since = "spawn_refused", None, None
     delay = s.policy.backoff_delay(s.failures, s.rng())
     s.failures += 1
-    s.state = State.BACKOFF
+    enter(s, State.BACKOFF)
     s.backoff_until = now + delay
     fields = {"reason": "spawn_refused", "delay_s": round(delay, 3), "attempt": s.failures}
     return [Emit("restart_scheduled", fields)]
@@ -170,7 +170,7 @@ def exited(s: JobState, ev: ChildExited, now: float) -> list[Action]:
     if ev.signal is None and ev.exit_code in s.policy.success_exit_codes:
         return exited_well(s, ev, fields, now)
     # An unexpected death: clear leftovers of the tree first, then decide (in _tree_stopped).
-    s.state = State.STOPPING
+    enter(s, State.STOPPING)
     s.stop_incident = ev.incident  # SPEC §14: every failed run leaves a bundle
     s.last_cause = causes_of(ev)
     count_failure(s)
@@ -217,7 +217,7 @@ def exited_well(
     failure: clear what is left of its tree, then `completed` (no restart, the budget and
     the no-progress tally untouched). With `completed` in restart.on it restarts as any
     failure would (a job meant to run for ever)."""
-    s.state = State.STOPPING
+    enter(s, State.STOPPING)
     s.stop_incident = None
     s.stop_reason = "completed"
     done = AfterStop.COMPLETED

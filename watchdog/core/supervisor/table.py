@@ -10,6 +10,9 @@ states. `Supervisor.handle` dispatches through this table and nothing else:
   concern the state (a cluster restart while nothing runs);
 - an input not listed is refused: `handle` returns an `input_refused` event (input, state,
   reason: `REFUSED` below) that the shell logs. It should not happen; a refusal changes nothing.
+- a handler enters states only through `jobstate.enter`, and `handle` checks the state it left
+  against its cell: one the cell does not name raises in tests (`machine.STRICT`) and, in
+  production, is refused by name (`input_refused`) with the old state kept.
 
 Rows shared by several states are written once (`_ANYWHERE`, `_NO_RUN`, `_A_RUN`) and spread
 into each state's row; docs/state-machine.md is drawn from this table (`make docs`), and

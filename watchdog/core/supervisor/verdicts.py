@@ -15,7 +15,7 @@ from watchdog.core.supervisor.events import (
     RankExited,
     Tick,
 )
-from watchdog.core.supervisor.jobstate import ALIVE, AfterStop, JobState, next_deadline
+from watchdog.core.supervisor.jobstate import ALIVE, AfterStop, JobState, enter, next_deadline
 from watchdog.core.supervisor.primitives import park_access, spawn, stop
 
 
@@ -39,7 +39,7 @@ def assessed(s: JobState, ev: HealthAssessed, now: float) -> list[Action]:
         return out + stop(s, reason, AfterStop.RESTART, incident=reason in INCIDENT_REASONS)
     if ev.firing:
         if s.state is not State.STARTING:
-            s.state = State.UNHEALTHY
+            enter(s, State.UNHEALTHY)
     elif ev.healthy and s.state is not State.RUNNING:
         if s.healthy_since is None:
             s.healthy_since = now
@@ -50,7 +50,7 @@ def assessed(s: JobState, ev: HealthAssessed, now: float) -> list[Action]:
                     {"pid": ev.pid, "after_s": round(now - s.spawned_at, 3)},
                 )
             )
-        s.state = State.RUNNING
+        enter(s, State.RUNNING)
     return out
 
 
@@ -99,7 +99,7 @@ def tick(s: JobState, ev: Tick, now: float) -> list[Action]:
     blind = bool(s.firing & UNVERIFIABLE) or s.access_lost is not None
     if s.state is State.STARTING and deadline is not None and now >= deadline and blind:
         s.startup_expired = True  # judged at the first verdict that can see the GPUs
-        s.state = State.UNHEALTHY
+        enter(s, State.UNHEALTHY)
         return []
     if s.state is State.STARTING and deadline is not None and now >= deadline:
         fired = Emit(
@@ -114,6 +114,6 @@ def tick(s: JobState, ev: Tick, now: float) -> list[Action]:
         s.startup_expired = True
         if "startup_timeout" in s.policy.restart_on and not s.paused:
             return [fired, *stop(s, "startup_timeout", AfterStop.RESTART, incident=True)]
-        s.state = State.UNHEALTHY
+        enter(s, State.UNHEALTHY)
         return [fired]
     return []  # nothing is due: a barrier Tick, or a deadline moved since it was asked for

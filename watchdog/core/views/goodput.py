@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 # watchdogctl renders goodput_line() and must start about as fast as a bare python3 (SPEC §7):
 # no dataclasses or typing at run time here, they cost more than the CLI's whole import.
@@ -70,13 +71,11 @@ _FIXED_BUCKET = {
 FORMAT_VERSION = 1
 
 
+@dataclass(frozen=True, slots=True)
 class _Observation:
-    __slots__ = ("firing", "now", "state")
-
-    def __init__(self, state: str, firing: frozenset[str], now: float) -> None:
-        self.state = state
-        self.firing = firing
-        self.now = now
+    state: str
+    firing: frozenset[str]
+    now: float
 
 
 class Goodput:
