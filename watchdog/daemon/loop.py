@@ -49,6 +49,7 @@ from watchdog.daemon.inputlog import InputLog
 from watchdog.daemon.jobstart import Starter, StartGate
 from watchdog.daemon.jobstop import Judgement, Stopper
 from watchdog.daemon.jobtree import JobTree
+from watchdog.daemon.ledger import RunBook
 from watchdog.daemon.port import Port
 from watchdog.daemon.reloading import Reloader
 from watchdog.daemon.run import JobRun, Runs
@@ -345,6 +346,11 @@ class Daemon:
         """`watchdogctl timeline` (SPEC §13): the span's buckets and its goodput."""
         return {"job": self.cfg.job.name, **self.books.timeline.query(since_s, columns)}
 
+    @property
+    def ledger(self) -> RunBook:
+        """Every run on record (SPEC §15): `watchdogctl runs`, `restart --settle`."""
+        return self.books.runs
+
     # -------------------------------------------------------------------- events & config
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
@@ -359,6 +365,7 @@ class Daemon:
         old, new = read
         self.out.events.set_job(new.job.name)
         self.gpus.cfg = new.gpus
+        self.books.runs.reconfigure(new)  # SPEC §15: the next run's code, keep, warm-up
         self.faults.cfg = new.gpus  # gpus.faults applies to the next fault
         self.out.hooks.cfg = new.hooks
         self.forwarder.apply(new.job.forward_signals)
