@@ -207,3 +207,28 @@ def test_runs_before_any_run_says_so(make_daemon: DaemonFactory, tmp_path: pathl
     d = make_daemon(["sleep", "600"])
     rc, out, _ = d.ctl("runs", "-n", "0")
     assert rc == 0 and "no run on record" in out
+
+
+def test_the_ledger_outlives_a_reexec_and_a_daemon_crash(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+):
+    """A reexec and a daemon SIGKILLed then restarted (which adopts the job) keep the run's
+    record going: same number, same start, its figures still measured, no new run."""
+    repo = make_repo(tmp_path, 1000)
+    d = start(make_daemon, tmp_path, repo)
+    d.wait_event("run_settled", timeout=30, run=1)
+    before = on_disk(d, 1, "settled", lambda r: r["steady_readings"] >= 5)
+    d.kill()
+    d.start()
+    d.wait_event("job_adopted")
+    moved = before["last_step"]
+    adopted = on_disk(d, 1, "progress after the adoption", lambda r: r["last_step"] > moved)
+    rc, out, err = d.ctl("reexec")
+    assert rc == 0, err
+    moved = adopted["last_step"]
+    after = on_disk(d, 1, "progress after the reexec", lambda r: r["last_step"] > moved)
+    assert after["started_at"] == before["started_at"] and after["ended_at"] is None
+    assert after["time_to_first_progress_s"] == before["time_to_first_progress_s"]
+    assert [r["run"] for r in records(d)] == [1]
+    rc, out, _ = d.ctl("runs")
+    assert rc == 0 and len(out.splitlines()) == 2 and out.rstrip().endswith("running")
