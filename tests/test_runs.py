@@ -138,6 +138,9 @@ def test_a_deploy_is_judged_by_its_throughput(make_daemon: DaemonFactory, tmp_pa
     rc, out, _ = d.ctl("--json", "runs", "-n", "1")
     assert [r["run"] for r in json.loads(out)["runs"]] == [2]
     assert d.ctl("runs", "show", "9")[0] == 1
+    rc, out, _ = d.ctl("timeline", "--since", "10m")
+    assert rc == 0 and "run 1: 1,000 tok/s" in out, out
+    assert "run 2: 1,100 tok/s, +10.0 % vs run 1" in out, out
 
     d.stop()
     kept = records(d)

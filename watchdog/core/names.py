@@ -285,5 +285,6 @@ TIMELINE_EVENTS = frozenset(
         "child_exited",
         "daemon_started",
         "daemon_reexecuted",
+        "run_settled",  # SPEC §15: each run's steady tok/s, listed beside its restart
     }
 )
