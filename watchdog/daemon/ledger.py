@@ -20,15 +20,17 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from watchdog import blocking, config
 from watchdog.core.health.monitor import HealthMonitor
+from watchdog.core.progress import slowdown
 from watchdog.core.views.ledger import (
     SETTLE_READINGS,
     Ledger,
     LedgerConfig,
+    iso,
     settle_text,
     wall_of,
     with_change,
@@ -78,6 +80,7 @@ class RunBook:
         self._saved_at = 0.0
         self._lines: dict[int, str] = {}  # the JSON line of each run that is over for good
         self.settled = False  # the open run's warm-up is over (its steady figure is known)
+        self._slowdown = slowdown.SlowdownDetector(_slowdown_cfg(cfg))  # SPEC §15: per run
 
     def reconfigure(self, cfg: config.Config) -> None:
         """A reload: the next run's code and config, and the ledger's keep and warm-up."""
@@ -146,6 +149,7 @@ class RunBook:
         self._next = ("restart", None)
         self._seen_progress_at = None
         self.settled = False
+        self._slowdown = slowdown.SlowdownDetector(_slowdown_cfg(cfg))
         self._spawn(self._read_code(rec["run"], cfg.job.cwd, cfg.runs.code_paths))
 
     def _exited(self, record: dict[str, Any]) -> None:
@@ -167,24 +171,67 @@ class RunBook:
 
     # ------------------------------------------------------------------ readings
 
-    def sampled(self, monitor: HealthMonitor, gpus_held: bool) -> dict[str, Any] | None:
-        """One tick's view of the current run: run_settled's fields when it settles now."""
+    def sampled(
+        self, monitor: HealthMonitor, gpus_held: bool, degraded: Mapping[int, Any] | None = None
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """One tick's view of the current run: the events it leads to (run_settled when its
+        warm-up is over; slowdown and slowdown_cleared, SPEC §15), with their fields."""
         now = time.monotonic()
         if gpus_held:
             self.ledger.gpus_held(now)
-        at = monitor.last_progress_at
-        reading = monitor.last_progress
-        settled = None
+        at, reading = monitor.last_progress_at, monitor.last_progress
+        out: list[tuple[str, dict[str, Any]]] = []
         if at is not None and reading is not None and at != self._seen_progress_at:
             self._seen_progress_at = at
             wall = time.time() - (now - at)
             steady = monitor.run_phase.phase == "training"
-            settled = self.ledger.progress(at, wall, reading.step, reading.tokens_per_s, steady)
-        if settled is not None:
-            self.settled = True
+            tps = reading.tokens_per_s
+            settled = self.ledger.progress(at, wall, reading.step, tps, steady)
+            if settled is not None:
+                self.settled = True
+                out.append(("run_settled", settled))
+            if tps is not None and self._warm(at):
+                out += self._judge_speed(at, wall, tps, steady, degraded or {})
         if now - self._saved_at >= SAVE_EVERY_S:
             self.save()
-        return settled
+        return out
+
+    def _warm(self, at: float) -> bool:
+        """The open run's warm-up (runs.warmup_s from its first progress) is over at `at`."""
+        mono = (self.ledger.open or {}).get("mono") or {}
+        first = mono.get("first_progress")
+        return first is not None and at - first >= self.cfg.runs.warmup_s
+
+    def _judge_speed(
+        self, at: float, wall: float, tps: float, steady: bool, degraded: Mapping[int, Any]
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """SPEC §15: a slowdown within the run (core/progress/slowdown.py); evaluations and
+        saves pause the test."""
+        if not steady:
+            self._slowdown.pause()
+            return []
+        got = self._slowdown.reading(at, tps)
+        run = (self.ledger.open or {}).get("run")
+        if isinstance(got, slowdown.Slowed):
+            fields: dict[str, Any] = {
+                "run": run,
+                "before_tokens_per_s": round(got.before_tokens_per_s, 1),
+                "after_tokens_per_s": round(got.after_tokens_per_s, 1),
+                "since": iso(wall - (at - got.since)),
+                "drop_pct": round((1 - got.after_tokens_per_s / got.before_tokens_per_s) * 100, 1),
+            }
+            if degraded:  # SPEC §13: a GPU in hardware slowdown slows the whole job
+                fields["gpu_degraded"] = sorted(degraded)
+            return [("slowdown", fields)]
+        if isinstance(got, slowdown.Recovered):
+            back = {"run": run, "tokens_per_s": round(got.tokens_per_s, 1)}
+            return [
+                (
+                    "slowdown_cleared",
+                    back | {"before_tokens_per_s": round(got.before_tokens_per_s, 1)},
+                )
+            ]
+        return []
 
     # ------------------------------------------------------------------ the file
 
@@ -258,6 +305,11 @@ def parse_runs(text: str) -> list[dict[str, Any]]:
             raise ValueError(f"line {i}: not a run record")
         records.append(rec)
     return records
+
+
+def _slowdown_cfg(cfg: config.Config) -> slowdown.SlowdownConfig:
+    c = cfg.progress.slowdown
+    return slowdown.SlowdownConfig(drop=c.drop, within_s=c.within_s)
 
 
 def _ledger_cfg(cfg: config.Config) -> LedgerConfig:
