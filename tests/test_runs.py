@@ -13,7 +13,8 @@ from typing import Any
 
 from conftest import DaemonFactory
 from support import fakegpu
-from support.harness import Daemon, wait_until, write_script
+from support.harness import Daemon, free_port, wait_until, write_script
+from support.metrics import parse, scrape, value
 
 PATTERN = r"step (?P<step>\d+) (?P<tokens_per_s>[0-9][0-9,.]*) tok/s"
 
@@ -63,18 +64,22 @@ def commit(repo: pathlib.Path, speed: int, message: str) -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
-def start(make_daemon: DaemonFactory, tmp: pathlib.Path, repo: pathlib.Path) -> Daemon:
+def start(
+    make_daemon: DaemonFactory,
+    tmp: pathlib.Path,
+    repo: pathlib.Path,
+    more: dict[str, Any] | None = None,
+) -> Daemon:
     gpus = tmp / "gpus"
     fakegpu.write_gpus(gpus, n=1)
+    over: dict[str, Any] = {
+        "job": {"cwd": str(repo)},
+        "gpus": {"devices": "all", "sample_interval_s": 0.2, "idle_samples": 50},
+        "progress": {"pattern": PATTERN},
+        "runs": {"warmup_s": 0.5},
+    }
     return make_daemon(
-        ["python3", str(repo / "train.py")],
-        {
-            "job": {"cwd": str(repo)},
-            "gpus": {"devices": "all", "sample_interval_s": 0.2, "idle_samples": 50},
-            "progress": {"pattern": PATTERN},
-            "runs": {"warmup_s": 0.5},
-        },
-        env=fakegpu.fake_env(gpus),
+        ["python3", str(repo / "train.py")], {**over, **(more or {})}, fakegpu.fake_env(gpus)
     )
 
 
@@ -155,9 +160,11 @@ def test_a_restart_after_a_crash_names_its_cause(
     make_daemon: DaemonFactory, tmp_path: pathlib.Path
 ):
     """The run after a crash starts for `restart` after the crash's cause; the run that crashed
-    ends with its exit code and the backoff it led to."""
+    ends with its exit code and the backoff it led to; the measured restart cost is the
+    goodput's by that cause and the scrape's histogram, beside the run's steady tok/s."""
     repo = make_repo(tmp_path, 1000)
-    d = start(make_daemon, tmp_path, repo)
+    port = free_port()
+    d = start(make_daemon, tmp_path, repo, {"metrics": {"listen": f"127.0.0.1:{port}"}})
     on_disk(d, 1, "progress", lambda r: r["first_step"] is not None)
     pid = d.status()["job"]["pid"]
     subprocess.run(["kill", "-SEGV", str(pid)], check=True)
@@ -165,6 +172,15 @@ def test_a_restart_after_a_crash_names_its_cause(
     rec1 = on_disk(d, 1, "its end", lambda r: r["end"] and r["end"]["state"])
     assert rec1["end"]["signal"] == 11 and rec1["end"]["state"] == "backoff"
     assert rec2["restart_after"] == rec1["end"]["cause"] and rec2["restart_after"]
+    rec2 = on_disk(d, 2, "its cost", lambda r: r["time_to_first_progress_s"] is not None)
+    d.wait_event("run_settled", run=2)
+    costs = d.status()["goodput"]["restart_cost_s"]
+    assert costs[rec2["restart_after"]] == round(rec2["time_to_first_progress_s"], 1), costs
+    assert d.status()["goodput"]["restart_cost"]["count"] == 2  # boot, then the restart
+    samples = parse(scrape(port))
+    assert value(samples, "train_watchdog_restart_cost_seconds_count") == 2
+    steady = value(samples, "train_watchdog_run_steady_tokens_per_second")
+    assert steady is not None and 999 <= steady <= 1001
 
 
 def test_a_corrupt_ledger_is_reset_and_said(make_daemon: DaemonFactory, tmp_path: pathlib.Path):

@@ -47,6 +47,7 @@ class Books:
         # SPEC §14: the learned stall windows outlive a run, a crash and a reexec
         self.stall_file = FileWriter(state.file(STALL_FILE), health)
         self.stall = self._load_stall(state)
+        runs.cost_measured = self.goodput.restart_cost.add  # SPEC §15: measured, by cause
 
     def account(self, snap: Snapshot, last_progress_at: float | None) -> None:
         """Charge the time since the last call to the state the job was in (goodput.py)."""

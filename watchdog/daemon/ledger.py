@@ -81,6 +81,8 @@ class RunBook:
         self._lines: dict[int, str] = {}  # the JSON line of each run that is over for good
         self.settled = False  # the open run's warm-up is over (its steady figure is known)
         self._slowdown = slowdown.SlowdownDetector(_slowdown_cfg(cfg))  # SPEC §15: per run
+        # the goodput's restart cost by cause (books.py sets it): (cause, seconds) per run
+        self.cost_measured: Callable[[str, float], None] = lambda cause, seconds: None
 
     def reconfigure(self, cfg: config.Config) -> None:
         """A reload: the next run's code and config, and the ledger's keep and warm-up."""
@@ -186,7 +188,10 @@ class RunBook:
             wall = time.time() - (now - at)
             steady = monitor.run_phase.phase == "training"
             tps = reading.tokens_per_s
+            first = (self.ledger.open or {}).get("time_to_first_progress_s") is None
             settled = self.ledger.progress(at, wall, reading.step, tps, steady)
+            if first:
+                self._cost_measured()
             if settled is not None:
                 self.settled = True
                 out.append(("run_settled", settled))
@@ -195,6 +200,21 @@ class RunBook:
         if now - self._saved_at >= SAVE_EVERY_S:
             self.save()
         return out
+
+    def _cost_measured(self) -> None:
+        """The open run's first progress: its cost goes to the goodput, by why it started."""
+        rec = self.ledger.open or {}
+        cost = rec.get("time_to_first_progress_s")
+        if cost is not None:
+            self.cost_measured(str(rec.get("restart_after") or rec.get("start_reason")), cost)
+
+    def current(self) -> dict[str, Any] | None:
+        """The current run for status and metrics (SPEC §15): its number, cost, steady tok/s."""
+        rec = self.ledger.open
+        if rec is None:
+            return None
+        keys = ("run", "start_reason", "time_to_first_progress_s", "steady_tokens_per_s")
+        return {k: rec.get(k) for k in keys}
 
     def _warm(self, at: float) -> bool:
         """The open run's warm-up (runs.warmup_s from its first progress) is over at `at`."""
