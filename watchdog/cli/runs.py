@@ -9,13 +9,13 @@ if TYPE_CHECKING:
     from typing import Any
 
 COLUMNS = 100
-HEAD = f"{'RUN':>5}  {'START':<14}  {'WHY':<18} {'CODE':<9} {'TO PROG':>8} {'TOK/S':>9} "
-HEAD += f"{'CHANGE':>8}  END"
+HEAD = f"{'RUN':>4}  {'START':<11}  {'WHY':<18} {'CODE':<8} {'TO PROG':>8} {'TOK/S':>8} "
+HEAD += f"{'CHANGE':>7}  END"
 WHY_WIDTH = 18
 
 
-def local_time(stamp: object) -> str:
-    """`12-05 11:41:49` in the local time zone, from an event's UTC `ts`."""
+def local_time(stamp: object, seconds: bool = True) -> str:
+    """`12-05 11:41:49` (or `12-05 11:41`) in the local time zone, from an event's UTC `ts`."""
     from datetime import datetime
 
     if not isinstance(stamp, str):
@@ -24,7 +24,7 @@ def local_time(stamp: object) -> str:
         when = datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone()
     except ValueError:
         return stamp[:14]
-    return when.strftime("%m-%d %H:%M:%S")
+    return when.strftime("%m-%d %H:%M:%S" if seconds else "%m-%d %H:%M")
 
 
 def short_code(code: object) -> str:
@@ -66,10 +66,11 @@ def line(rec: dict[str, Any]) -> str:
     tps = rec.get("steady_tokens_per_s")
     change = rec.get("change_pct")
     text = (
-        f"{rec.get('run', '?'):>5}  {local_time(rec.get('started_at')):<14}  {why(rec):<18} "
-        f"{short_code(rec.get('code')):<9} {seconds(rec.get('time_to_first_progress_s')):>8} "
-        f"{'-' if tps is None else f'{tps:,.0f}':>9} "
-        f"{'-' if change is None else f'{change:+.1f} %':>8}  {ending(rec)}"
+        f"{rec.get('run', '?'):>4}  {local_time(rec.get('started_at'), False):<11}  "
+        f"{why(rec):<18} {short_code(rec.get('code')):<8} "
+        f"{seconds(rec.get('time_to_first_progress_s')):>8} "
+        f"{'-' if tps is None else f'{tps:,.0f}':>8} "
+        f"{'-' if change is None else f'{change:+.1f} %':>7}  {ending(rec)}"
     )
     return text if len(text) <= COLUMNS else text[: COLUMNS - 1] + "…"
 
