@@ -15,9 +15,9 @@ them out."""
 from __future__ import annotations
 
 import contextlib
-import json
 import csv
 import importlib.util
+import json
 import os
 import pathlib
 import re
