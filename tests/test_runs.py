@@ -95,7 +95,8 @@ def on_disk(d: Daemon, run: int, what: str, pred: Any) -> dict[str, Any]:
         rec = next((r for r in records(d) if r["run"] == run), None)
         return rec if rec is not None and pred(rec) else None
 
-    result: dict[str, Any] = wait_until(found, 30, f"run {run} on disk: {what}")
+    # 60 s: a run's progress reaches the file every 30 s (daemon/ledger.py SAVE_EVERY_S)
+    result: dict[str, Any] = wait_until(found, 60, f"run {run} on disk: {what}")
     return result
 
 

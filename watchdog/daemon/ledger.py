@@ -41,7 +41,7 @@ from watchdog.state.folder import StateDir
 from watchdog.state.writers import FileWriter, WriteHealth
 
 RUNS_FILE = "runs.jsonl"
-SAVE_EVERY_S = 15.0  # a run's progress figures reach the file at most this often
+SAVE_EVERY_S = 30.0  # a run's progress figures reach the file at most this often
 CODE_TIMEOUT_S = 20.0  # the whole code read (its git calls are bounded one by one too)
 # where the job went after its run ended, by the event that says so
 END_STATES = {
@@ -92,7 +92,16 @@ class RunBook:
     # ------------------------------------------------------------------ events (a hook)
 
     def event(self, record: dict[str, Any]) -> None:
-        """Every event the daemon emits, as written (its `ts` is the record's time)."""
+        """Every event the daemon emits, as written (its `ts` is the record's time). A bug
+        here is reported, never raised into the code that emitted the event."""
+        try:
+            self._event(record)
+        except Exception as e:  # reported below: the emitter must go on
+            if record.get("event") != "internal_error_caught":
+                error = f"{type(e).__name__}: {e}"
+                self._emit("internal_error_caught", where="runs ledger", error=error)
+
+    def _event(self, record: dict[str, Any]) -> None:
         name = record["event"]
         handler = _HANDLERS.get(name)
         if handler is not None:
@@ -170,6 +179,7 @@ class RunBook:
             self._emit("code_unreadable", run=run, error=str(e))
             return
         self.ledger.code_read(run, code)
+        self.save()
 
     # ------------------------------------------------------------------ readings
 
@@ -177,7 +187,19 @@ class RunBook:
         self, monitor: HealthMonitor, gpus_held: bool, degraded: Mapping[int, Any] | None = None
     ) -> list[tuple[str, dict[str, Any]]]:
         """One tick's view of the current run: the events it leads to (run_settled when its
-        warm-up is over; slowdown and slowdown_cleared, SPEC §15), with their fields."""
+        warm-up is over; slowdown and slowdown_cleared, SPEC §15), with their fields. A bug
+        here is reported, never raised: the tick's verdict comes after it."""
+        try:
+            return self._sampled(monitor, gpus_held, degraded or {})
+        except Exception as e:  # reported: the health verdict of this tick must go on
+            self._emit(
+                "internal_error_caught", where="runs ledger", error=f"{type(e).__name__}: {e}"
+            )
+            return []
+
+    def _sampled(
+        self, monitor: HealthMonitor, gpus_held: bool, degraded: Mapping[int, Any]
+    ) -> list[tuple[str, dict[str, Any]]]:
         now = time.monotonic()
         if gpus_held:
             self.ledger.gpus_held(now)
@@ -195,8 +217,9 @@ class RunBook:
             if settled is not None:
                 self.settled = True
                 out.append(("run_settled", settled))
+                self.save()  # its steady figure is news: on disk with the event
             if tps is not None and self._warm(at):
-                out += self._judge_speed(at, wall, tps, steady, degraded or {})
+                out += self._judge_speed(at, wall, tps, steady, degraded)
         if now - self._saved_at >= SAVE_EVERY_S:
             self.save()
         return out
