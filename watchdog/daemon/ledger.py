@@ -43,6 +43,7 @@ from watchdog.state.writers import FileWriter, WriteHealth
 RUNS_FILE = "runs.jsonl"
 SAVE_EVERY_S = 30.0  # a run's progress figures reach the file at most this often
 CODE_TIMEOUT_S = 20.0  # the whole code read (its git calls are bounded one by one too)
+CODE_DELAY_S = 1.0  # after a spawn, before git runs: the new job's start goes first
 # where the job went after its run ended, by the event that says so
 END_STATES = {
     "restart_scheduled": "backoff",
@@ -69,6 +70,7 @@ class RunBook:
         spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]],
     ) -> None:
         self.cfg = cfg  # the config now (the daemon's reload hands the new one over)
+        self._config_sha = config_sha(cfg)  # the next run's (made once per config)
         self._emit = emit
         self._spawn = spawn  # the daemon's own tasks: the code read outlives the event
         self.file = FileWriter(state.file(RUNS_FILE), health)
@@ -87,6 +89,7 @@ class RunBook:
     def reconfigure(self, cfg: config.Config) -> None:
         """A reload: the next run's code and config, and the ledger's keep and warm-up."""
         self.cfg = cfg
+        self._config_sha = config_sha(cfg)
         self.ledger.cfg = _ledger_cfg(cfg)
 
     # ------------------------------------------------------------------ events (a hook)
@@ -134,8 +137,7 @@ class RunBook:
     def _spawned(self, record: dict[str, Any]) -> None:
         self.ledger.end_state("restarted")
         reason, after = self._next or ("restart", None)
-        self._begin(record, reason, after)
-        self.save()  # the spawn is done: this write is off its path
+        self._begin(record, reason, after)  # saved once its code is read (_read_code)
 
     def _adopted(self, record: dict[str, Any]) -> None:
         """A restarted daemon re-attached to a job: its own run goes on, anyone else's is new."""
@@ -143,7 +145,6 @@ class RunBook:
         if rec is not None and rec.get("pid") == record.get("pid") and rec.get("mono"):
             return
         self._begin(record, "adopted", None)
-        self.save()
 
     def _begin(self, record: dict[str, Any], reason: str, after: str | None) -> None:
         now, wall = time.monotonic(), wall_of(record["ts"]) or time.time()
@@ -155,7 +156,7 @@ class RunBook:
             pid=record.get("pid"),
             restart_after=after,
             command=cfg.job.command,
-            config_sha=config_sha(cfg),
+            config_sha=self._config_sha,
         )
         self._next = ("restart", None)
         self._seen_progress_at = None
@@ -170,16 +171,20 @@ class RunBook:
         self.ledger.end(time.monotonic(), wall, record)
 
     async def _read_code(self, run: int, cwd: str | None, paths: tuple[str, ...]) -> None:
-        """git in job.cwd (or the hash of runs.code_paths), off the loop and bounded."""
+        """git in job.cwd (or the hash of runs.code_paths), off the loop and bounded, once the
+        new run's start is CODE_DELAY_S behind it (its processes and ours share the cores);
+        then the record goes to the file, the code known or not."""
+        await asyncio.sleep(CODE_DELAY_S)
         try:
             code = await self._code_io.call(
                 lambda: coderev.read_code(cwd, paths), CODE_TIMEOUT_S, what=f"git in {cwd}"
             )
         except (blocking.Hung, coderev.CodeUnreadable) as e:
             self._emit("code_unreadable", run=run, error=str(e))
-            return
-        self.ledger.code_read(run, code)
-        self.save()
+        else:
+            self.ledger.code_read(run, code)
+        finally:
+            self.save()
 
     # ------------------------------------------------------------------ readings
 
