@@ -19,13 +19,14 @@ _watchdogctl() {
             return 0 ;;
         -n) COMPREPLY=($(compgen -W '20 50 100 500' -- "$cur")); return 0 ;;
         --timeout) COMPREPLY=($(compgen -W '60 300 900 1800' -- "$cur")); return 0 ;;
+        --settle) COMPREPLY=($(compgen -W '30 60 120 300' -- "$cur")); return 0 ;;
     esac
     [[ ${#COMPREPLY[@]} -gt 0 ]] && return 0
     cmd=
     for ((i = 1; i < COMP_CWORD; i++)); do
         w=${COMP_WORDS[i]}
         case $w in
-            --socket|-n|--timeout|--since) ((i++)) ;;
+            --socket|-n|--timeout|--since|--settle) ((i++)) ;;
             -*) ;;
             *) cmd=$w; break ;;
         esac
@@ -34,7 +35,7 @@ _watchdogctl() {
         if [[ $cur == -* ]]; then
             COMPREPLY=($(compgen -W '--socket --json --help -h' -- "$cur"))
         else
-            COMPREPLY=($(compgen -W 'status start stop restart events logs pause resume reload reexec timeline' -- "$cur"))
+            COMPREPLY=($(compgen -W 'status start stop restart events logs pause resume reload reexec timeline runs' -- "$cur"))
         fi
         return 0
     fi
@@ -42,7 +43,7 @@ _watchdogctl() {
         status) opts='' ;;
         start) opts='' ;;
         stop) opts='' ;;
-        restart) opts='--wait --timeout' ;;
+        restart) opts='--wait --timeout --settle' ;;
         events) opts='-n --follow -f' ;;
         logs) opts='-n --follow -f' ;;
         pause) opts='' ;;
@@ -50,6 +51,7 @@ _watchdogctl() {
         reload) opts='' ;;
         reexec) opts='' ;;
         timeline) opts='--since' ;;
+        runs) opts='-n show' ;;
         *) opts= ;;
     esac
     COMPREPLY=($(compgen -W "$opts --json --socket" -- "$cur"))

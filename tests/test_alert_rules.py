@@ -91,7 +91,9 @@ def sample_status() -> dict[str, Any]:
             "stopped_s": 0.0,
             "lost_s": {"backoff": 1.0},
             "restarts": {"exited": 1},
+            "restart_cost": {"buckets": [["5", 0], ["+Inf", 1]], "sum": 42.0, "count": 1},
         },
+        "run": {"run": 3, "steady_tokens_per_s": 9050.0},
     }
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import importlib.util
+import json
 import os
 import pathlib
 import re
@@ -133,6 +134,20 @@ def test_hf_trainer_healthy_stalled_when_frozen_and_resumes(
     # The new run's bar starts at 0 and jumps to the restored global step at its first update.
     moved = [n for n in bar_steps_of_last_run(d) if n > 0]
     assert moved and moved[0] > saved, (saved, moved[:5])
+    # SPEC §15: both runs on record, at their events' times; the second started for the stall
+    runs = d.state_dir / "runs.jsonl"
+
+    def ledger() -> list[dict[str, Any]] | None:
+        text = runs.read_text() if runs.exists() else ""
+        recs = [json.loads(line) for line in text.splitlines()]
+        late = len(recs) == 2 and recs[1]["time_to_first_progress_s"] is not None
+        return recs if late else None
+
+    first_run, second_run = wait_until(ledger, 30, "both runs on record, the second's cost")
+    spawns = [e for e in d.history() if e["event"] == "child_spawned"]
+    assert [first_run["started_at"], second_run["started_at"]] == [e["ts"] for e in spawns[:2]]
+    assert first_run["end"]["reason"] == "stalled" and first_run["first_step"] is not None
+    assert second_run["start_reason"] == "restart" and second_run["restart_after"] == "stalled"
 
 
 def test_hf_trainer_evaluation_longer_than_stall_after_s_is_not_stalled(

@@ -289,3 +289,17 @@ def test_bench_causes_times_the_real_classifier_on_each_tail() -> None:
     assert classify(oom).cause == "cuda_oom"
     for facts in bench_causes.TAILS.values():
         assert 0 < bench_causes.cpu_ms(facts, budget_s=0.05) < float("inf")
+
+
+def test_bench_slowdown_finds_drops_and_raises_none_without() -> None:
+    """bench/slowdown.py's simulation: a 30 % drop in a jittery job with evaluations is found
+    after it, and the same job without a drop raises nothing (a short run of the bench)."""
+    import random
+
+    from bench import slowdown
+
+    rng = random.Random(7)
+    job = slowdown.Job(step_s=0.5, sigma=0.3, log_every=4, eval_every=300, eval_s=60.0)
+    first, _ = slowdown.run_job(job, rng, 1500.0, 900.0, 0.3)
+    assert first is not None and 900.0 <= first <= 1200.0
+    assert slowdown.run_job(job, rng, 1800.0, None, 0.0) == (None, 0)

@@ -53,6 +53,8 @@ def cmd_operate(c: Client, o: dict[str, Any]) -> int:
     """start, stop, restart, pause, resume, reload: the daemon says what happened."""
     if o["cmd"] in ("start", "stop", "restart"):
         timeout = o["args"].get("timeout")
+        if o["args"].get("settle") is not None:
+            timeout = None  # SPEC §15: the daemon bounds the settle by the warm-up; liveness only
         c.send(o["cmd"], o["args"])  # the daemon bounds its waits; we watch that it still lives
         reply = c.receive_long(None if timeout is None else timeout + 30)
     else:
@@ -129,11 +131,32 @@ def cmd_timeline(c: Client, o: dict[str, Any]) -> int:
     return EXIT_OK
 
 
+def cmd_runs(c: Client, o: dict[str, Any]) -> int:
+    """Every run on record (SPEC §15); `runs show N`: one run whole; --json: the records."""
+    # its drawing needs datetime: imported by this command only, from its module
+    from watchdog.cli.runs import render, render_one
+
+    reply = c.call("runs", o["args"])
+    if not reply["ok"]:
+        return failed(reply, o, EXIT_NOT_HEALTHY)
+    res = reply["result"]
+    show = o["args"].get("show")
+    if show is not None and not res["runs"]:
+        err(f"watchdogctl: runs: no run {show} on record")
+        return EXIT_NOT_HEALTHY
+    if o["json"]:
+        out(jsoncodec.dumps(res["runs"][0] if show is not None else res))
+    else:
+        out(render_one(res["runs"][0]) if show is not None else render(res))
+    return EXIT_OK
+
+
 COMMANDS: dict[str, Callable[[Client, dict[str, Any]], int]] = {
     "status": cmd_status,
     "events": cmd_stream,
     "logs": cmd_stream,
     "timeline": cmd_timeline,
+    "runs": cmd_runs,
 }
 
 

@@ -21,6 +21,10 @@ HIDDEN = frozenset({"wait_healthy"})  # for protocol clients; `restart --wait` c
 OPTION_OF["since"] = "--since"
 ARG_OF["--since"] = "since"
 VALUE_NAME["since"] = "24h"
+# `restart --wait --settle S` (SPEC §15); `runs show N` is a word, not an option
+OPTION_OF["settle"] = "--settle"
+ARG_OF["--settle"] = "settle"
+VALUE_NAME["settle"] = "S"
 
 
 class Usage(Exception):
@@ -66,7 +70,7 @@ def parse(argv: list[str]) -> dict[str, Any]:
             opts["help"] = True
         elif arg == "--json":
             opts["json"] = True
-        elif name in ("--socket", "-n", "--timeout", "--since"):
+        elif name in ("--socket", "-n", "--timeout", "--since", "--settle"):
             if not eq:
                 if not rest:
                     raise Usage(f"{name} needs a value")
@@ -78,6 +82,8 @@ def parse(argv: list[str]) -> dict[str, Any]:
             raise Usage(f"unknown option {arg}")
         elif opts["cmd"] is None:
             opts["cmd"] = arg
+        elif opts["cmd"] == "runs" and arg == "show" and "show" not in opts["args"]:
+            opts["args"]["show"] = _run_number(rest.pop(0) if rest else "")
         else:
             raise Usage(f"unexpected argument {arg!r}")
     if opts["help"]:
@@ -99,6 +105,13 @@ def _option_value(opts: dict[str, Any], name: str, value: str) -> None:
         opts["args"][ARG_OF[name]] = int(value) if name == "-n" else float(value)
     except ValueError:
         raise Usage(f"{name} needs a number, got {value!r}") from None
+
+
+def _run_number(text: str) -> int:
+    """`runs show N`: a run's number (from 1)."""
+    if not text.isdigit() or int(text) < 1:
+        raise Usage(f"runs show needs a run number, got {text!r}")
+    return int(text)
 
 
 def _duration(text: str) -> float:

@@ -54,6 +54,7 @@ MARKS: dict[str, tuple[str, str, str]] = {
     "daemon_reexecuted": ("D", "2", "reexec"),
     "child_exited": ("x", "2", "exited"),
     "detector_fired": ("S", "33", "stalled"),  # kept for `stalled` only (SPEC §14)
+    "run_settled": ("s", "32", "settled"),  # SPEC §15: the run's steady tok/s after a restart
 }
 NOT_LISTED = frozenset({"child_exited"})  # marked; listed only as the cause of a restart
 
@@ -239,6 +240,8 @@ def _list_entry(e: dict[str, Any], exited: dict[str, Any] | None, span_s: float)
         detail = f"no progress for its window of {e.get('window_s', '?')} s ({e.get('phase')})"
     if name == "gpu_fault":
         detail = f"GPU {e.get('gpu')} {e.get('xid') or ''} {e.get('action') or ''}".strip()
+    if name == "run_settled":
+        detail = _settled_text(e)
     line = _fit(f"  {when}  {word:<9} {detail}".rstrip())
     path = e.get("path")
     if not path:
@@ -246,6 +249,15 @@ def _list_entry(e: dict[str, Any], exited: dict[str, Any] | None, span_s: float)
     joined = f"{line}  {path}"
     # The path is there to be copied: whole, on its own line when the line would be too long.
     return [joined] if len(joined) <= WIDTH else [line, f"{'':13}{path}"]
+
+
+def _settled_text(e: dict[str, Any]) -> str:
+    """SPEC §15: `run 42: 9,050 tok/s, +0.6 % vs run 41`."""
+    tps, change = e.get("steady_tokens_per_s"), e.get("change_pct")
+    text = f"run {e.get('run')}: " + ("?" if tps is None else f"{float(tps):,.0f} tok/s")
+    if change is not None and e.get("previous") is not None:
+        text += f", {float(change):+.1f} % vs run {e['previous']}"
+    return text
 
 
 def _exit_text(e: dict[str, Any]) -> str:

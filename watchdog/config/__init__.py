@@ -36,6 +36,8 @@ from watchdog.config.schema import (
     MetricsConfig,
     ProgressConfig,
     RestartConfig,
+    RunsConfig,
+    SlowdownConfig,
     StartupConfig,
     TimelineConfig,
 )
@@ -67,6 +69,8 @@ __all__ = [
     "MetricsConfig",
     "ProgressConfig",
     "RestartConfig",
+    "RunsConfig",
+    "SlowdownConfig",
     "StartupConfig",
     "TimelineConfig",
     "check_main",

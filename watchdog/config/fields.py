@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 import signal
 import types
@@ -167,6 +168,18 @@ def parse_command(node: Node, key: str, ctx: Ctx) -> tuple[str, ...]:
     if not argv or not argv[0]:
         raise ctx.fail(key, "empty command", node)
     return argv
+
+
+def parse_code_paths(node: Node, key: str, ctx: Ctx) -> tuple[str, ...]:
+    """runs.code_paths (SPEC §15): files or folders, resolved against the config's folder."""
+    if is_null(node):
+        return ()
+    paths = []
+    for i, (value, item) in enumerate(_str_items(node, key, ctx, "a list of paths")):
+        if not value:
+            raise ctx.fail(f"{key}[{i}]", "empty path", item)
+        paths.append(os.path.normpath(os.path.join(ctx.base_dir, value)))
+    return tuple(paths)
 
 
 def parse_pre_start(node: Node, key: str, ctx: Ctx) -> tuple[tuple[str, ...], ...]:

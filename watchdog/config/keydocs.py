@@ -101,6 +101,16 @@ DOCS: dict[str, str] = {
     "exit_codes.completed": "the daemon's exit code when the job ends completed",
     "exit_codes.fatal": "the daemon's exit code when the job ends fatal",
     "exit_codes.host_fault": "the daemon's exit code when the job is parked in host_fault",
+    "runs": "every run on record in <state_dir>/runs.jsonl: watchdogctl runs (docs/runs.md)",
+    "runs.keep": "how many runs runs.jsonl keeps (the oldest go first)",
+    "runs.warmup_s": "seconds after a run's first progress line before its tokens/s count as "
+    "steady (run_settled)",
+    "runs.code_paths": "files or folders whose sha256 is the run's code, when job.cwd is no git "
+    "work tree; set: used instead of git",
+    "progress.slowdown": "a sustained drop of tokens/s within a run: event slowdown, warn only",
+    "progress.slowdown.drop": "the drop against the run's settled level that is a slowdown "
+    "(0.2: 20 %)",
+    "progress.slowdown.within_s": "a drop of that size is found within this many seconds",
     "timeline": "watchdogctl timeline's history",
     "timeline.bucket_s": "width of the newest buckets (read at the daemon's start); older "
     "ones are merged, a week is kept",

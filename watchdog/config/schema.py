@@ -21,6 +21,7 @@ from watchdog.config.fields import (
     is_null,
     is_scalar,
     nonempty_str,
+    parse_code_paths,
     parse_command,
     parse_devices,
     parse_env,
@@ -107,6 +108,14 @@ class CheckpointConfig:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class SlowdownConfig:
+    """progress.slowdown (SPEC §15): a drop of tokens/s by `drop` found within `within_s`."""
+
+    drop: float = field(default=0.2, metadata=_m(gt=0, le=0.9))
+    within_s: float = field(default=300.0, metadata=_m(gt=0))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ProgressConfig:
     file: str | None = field(default=None, metadata=_m(path=True))
     pattern: re.Pattern[str] = field(default=DEFAULT_REGEX, metadata=_m(parse=parse_pattern))
@@ -125,6 +134,18 @@ class ProgressConfig:
     min_fraction: float | None = field(default=0.3, metadata=_m(gt=0, le=1))
     low_for_s: float = field(default=300.0, metadata=_m(gt=0))
     checkpoint: CheckpointConfig | None = None
+    # SPEC §15: a sustained drop against the run's settled level (core/progress/slowdown.py)
+    slowdown: SlowdownConfig = field(default_factory=SlowdownConfig)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunsConfig:
+    """runs (SPEC §15): every run on record in <state_dir>/runs.jsonl."""
+
+    keep: int = field(default=1000, metadata=_m(ge=1))
+    warmup_s: float = field(default=120.0, metadata=_m(ge=0))
+    # what the code is when job.cwd is no git work tree (files or folders, hashed whole)
+    code_paths: tuple[str, ...] = field(default=(), metadata=_m(parse=parse_code_paths))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -214,6 +235,7 @@ class Config:
     cluster: ClusterConfig | None = None
     exit_codes: ExitCodesConfig = field(default_factory=ExitCodesConfig)
     timeline: TimelineConfig = field(default_factory=TimelineConfig)
+    runs: RunsConfig = field(default_factory=RunsConfig)  # SPEC §15
     # SPEC §14: the user's exit causes, tried before the built-in ones (docs/causes.md)
     causes: tuple[UserRule, ...] = field(default=(), metadata=_m(parse=parse_causes))
     state_dir: str = field(default="/var/lib/train-watchdog", metadata=_m(path=True))

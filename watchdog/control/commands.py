@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 EVENTS_IN_RESULT = 50
 LOG_TAIL_LINES = 20
+SETTLE_GRACE_S = 120.0  # `restart --settle`: past the warm-up, how long a settle may wait
 DEFAULT_TIMELINE_S = 86400.0  # `watchdogctl timeline` without --since (SPEC §13)
 KILL_GRACE_S = 5.0  # slack for the stop's scans and the incident around its two bounds
 OperatorCmd = Literal["start", "stop", "restart", "pause", "resume"]
@@ -108,6 +109,8 @@ class Operations:
             case "timeline":
                 since = float(args.get("since", DEFAULT_TIMELINE_S))
                 return d.timeline_view(since, max(1, min(int(args.get("columns", 88)), 400)))
+            case "runs":
+                return d.ledger.view(args.get("n"), args.get("show"))
             case "reexec":
                 try:
                     await d.reexec(call.req.id, call.conn)
@@ -190,9 +193,32 @@ class Operations:
         pid = await self._begin(call, "restart", deadline)
         stopped = replies.describe_stop(old, call.events(), self._stop_signal(), None)
         begun = f"{stopped}; new pid {pid}{replies.gpu_wait_note(call.events())}"
-        if not call.req.args.get("wait"):
+        settle = call.req.args.get("settle")  # SPEC §15: --settle waits for healthy too
+        if not call.req.args.get("wait") and settle is None:
             return self._result(call, f"restarted: {begun}", pid=pid)
-        return await self._wait_healthy(call, pid, deadline)
+        result = await self._wait_healthy(call, pid, deadline)
+        if settle is None or not result.get("healthy"):
+            return result
+        return await self._settle(call, pid, settle, result)
+
+    async def _settle(
+        self, call: Call, pid: int, settle_s: float, healthy: dict[str, Any]
+    ) -> dict[str, Any]:
+        """SPEC §15 `restart --wait --settle S`: S seconds of progress after healthy, then
+        until the run's warm-up is over (its steady tokens/s known), bounded by the warm-up and
+        SETTLE_GRACE_S more: its restart cost and its tok/s against the run before."""
+        d = self.d
+        until = time.monotonic() + settle_s
+        deadline = until + d.cfg.runs.warmup_s + SETTLE_GRACE_S
+        while True:
+            if call.reader.at_eof():
+                raise ClientGone
+            now, view = time.monotonic(), d.ledger.settle_view(pid)
+            if now >= deadline or (now >= until and view.get("settled")):
+                break
+            await d.wait_changed(min(1.0, max(until - now, 0.05)))
+        summary = f"{healthy['summary']}\n{view['text']}"
+        return {**healthy, "summary": summary, "settle": view}
 
     async def _begin(self, call: Call, cmd: OperatorCmd, deadline: float | None = None) -> int:
         """start/restart: until the new child is spawned (its pid), or CommandError saying why."""

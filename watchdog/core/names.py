@@ -166,6 +166,20 @@ EVENTS: dict[str, EventName] = {
     "node_joined": EventName("a node registered with the cluster"),
     "etcd_unreachable": EventName("no etcd endpoint answers: the cluster is unverified", WARNING),
     "etcd_reachable": EventName("etcd answers again"),
+    # every run on record (SPEC §15, docs/runs.md)
+    "run_settled": EventName(
+        "a run's warm-up is over: its steady tokens/s against the run before, code changed or not",
+        NOTICE,
+    ),
+    "code_unreadable": EventName(
+        "the code a run runs could not be read in time (git in job.cwd, runs.code_paths)", WARNING
+    ),
+    "slowdown": EventName(
+        "tokens/s dropped by progress.slowdown.drop against the run's settled level (warn only)",
+        WARNING,
+        hook=True,
+    ),
+    "slowdown_cleared": EventName("tokens/s is back near the run's settled level"),
     # only in `events --follow` streams, never in the history
     "events_dropped": EventName("a follower fell behind and lost this many events", WARNING),
 }
@@ -297,5 +311,6 @@ TIMELINE_EVENTS = frozenset(
         "child_exited",
         "daemon_started",
         "daemon_reexecuted",
+        "run_settled",  # SPEC §15: each run's steady tok/s, listed beside its restart
     }
 )

@@ -16,6 +16,7 @@ from typing import Any
 from watchdog.core.progress.stall_window import StallKnowledge
 from watchdog.core.supervisor.jobstate import Snapshot
 from watchdog.core.views import goodput
+from watchdog.daemon.ledger import RunBook
 from watchdog.outputs import metrics
 from watchdog.state import files
 from watchdog.state.folder import StateDir
@@ -28,9 +29,15 @@ GOODPUT_SAVE_EVERY_S = 10.0  # issue 8: persist goodput at most this often, and 
 
 class Books:
     def __init__(
-        self, state: StateDir, bucket_s: float, emit: Callable[..., Any], health: WriteHealth
+        self,
+        state: StateDir,
+        bucket_s: float,
+        emit: Callable[..., Any],
+        health: WriteHealth,
+        runs: RunBook,
     ) -> None:
         self._emit = emit
+        self.runs = runs  # SPEC §15: every run on record (runs.jsonl)
         self.goodput_file = FileWriter(state.file("goodput.json"), health)
         self.goodput = self._load(state)
         self._saved_at = time.monotonic()
@@ -40,6 +47,7 @@ class Books:
         # SPEC §14: the learned stall windows outlive a run, a crash and a reexec
         self.stall_file = FileWriter(state.file(STALL_FILE), health)
         self.stall = self._load_stall(state)
+        runs.cost_measured = self.goodput.restart_cost.add  # SPEC §15: measured, by cause
 
     def account(self, snap: Snapshot, last_progress_at: float | None) -> None:
         """Charge the time since the last call to the state the job was in (goodput.py)."""
@@ -62,11 +70,12 @@ class Books:
         """What was learned of the job's rhythm (rewritten only when it changed)."""
         self.stall_file.submit(json.dumps(self.stall.to_json(), separators=(",", ":")) + "\n")
 
-    def files(self) -> tuple[FileWriter, FileWriter, FileWriter]:
+    def files(self) -> tuple[FileWriter, ...]:
         """The writers to flush at exit and before a reexec (the timeline's buckets saved)."""
         self.timeline.save()
         self.save_stall()
-        return self.goodput_file, self.timeline.file, self.stall_file
+        self.runs.closing()
+        return self.goodput_file, self.timeline.file, self.stall_file, self.runs.file
 
     def _load_stall(self, state: StateDir) -> StallKnowledge:
         """What the previous daemon learned (its previous generation if the file is unfit, a

@@ -343,6 +343,9 @@ class Consumer:
             return []
         v = monitor.assess(time.monotonic())
         self._shell.account()  # as the tick always did: before its verdict is handled
+        held = v.gpu_part == "in_use"  # SPEC §15: runs.jsonl, run_settled, slowdown
+        for name, fields in books.runs.sampled(monitor, held, gpus.degraded_now()):
+            self._shell.emit(name, **fields)
         return self._dispatch(HealthAssessed(taken.pid, v.healthy, v.firing, v.evidence))
 
     def _progress_looked(self, run: JobRun, looked: ProgressLooked) -> None:

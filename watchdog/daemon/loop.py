@@ -49,6 +49,7 @@ from watchdog.daemon.inputlog import InputLog
 from watchdog.daemon.jobstart import Starter, StartGate
 from watchdog.daemon.jobstop import Judgement, Stopper
 from watchdog.daemon.jobtree import JobTree
+from watchdog.daemon.ledger import RunBook
 from watchdog.daemon.loopfaults import LoopFaults
 from watchdog.daemon.port import Port
 from watchdog.daemon.reloading import Reloader
@@ -339,15 +340,18 @@ class Daemon:
 
     def status(self) -> dict[str, Any]:
         st = statusview.build(self)
+        st["cluster"] = None
         if self.cluster is not None:
             self.cluster.decorate(st)
-        else:
-            st["cluster"] = None
         return st
 
     def timeline_view(self, since_s: float, columns: int) -> dict[str, Any]:
         """`watchdogctl timeline` (SPEC §13): the span's buckets and its goodput."""
         return {"job": self.cfg.job.name, **self.books.timeline.query(since_s, columns)}
+
+    @property
+    def ledger(self) -> RunBook:  # every run on record (SPEC §15): runs, restart --settle
+        return self.books.runs
 
     # -------------------------------------------------------------------- events & config
 
@@ -363,6 +367,7 @@ class Daemon:
         old, new = read
         self.out.events.set_job(new.job.name)
         self.gpus.cfg = new.gpus
+        self.books.runs.reconfigure(new)  # SPEC §15: the next run's code, keep, warm-up
         self.faults.cfg = new.gpus  # gpus.faults applies to the next fault
         self.out.hooks.cfg = new.hooks
         self.forwarder.apply(new.job.forward_signals)
@@ -387,9 +392,7 @@ class Daemon:
         """state.json, goodput.json, the input log on disk now (at exit, before a reexec)."""
         await self.out.flush(self.consumer.inputs)
 
-    # -------------------------------------------------------------------- reexec (SPEC §12)
-
-    async def reexec(self, req_id: int | str | None, conn: Any) -> None:
+    async def reexec(self, req_id: int | str | None, conn: Any) -> None:  # SPEC §12
         await reexec.perform(self, req_id, conn)
 
 

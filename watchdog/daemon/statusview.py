@@ -94,3 +94,4 @@ def _add_turn4(d: Shown, st: dict[str, Any], running: Sequence[str] | None) -> N
     # what holds the job back while none of it runs: processes a stop or a start left alive
     left = d.runs.current.left_behind if running is None else ()
     st["leftovers"] = {"pids": list(left)} if left else None
+    st["run"] = d.out.books.runs.current()  # SPEC §15: the current run on record

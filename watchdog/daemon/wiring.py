@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from watchdog import blocking, config
 from watchdog.daemon.books import Books
+from watchdog.daemon.ledger import RunBook
 from watchdog.daemon.scheduler import ExitWithJob
 from watchdog.outputs import metrics
 from watchdog.outputs.eventlog import EventLog
@@ -88,7 +89,9 @@ def make_outputs(
     writer = StateWriter(state, token, identity.boot_id(), health)
     hooks = Hooks(cfg.hooks, reaper, emit, spawn)
     events.add_hook(hooks)
-    books = Books(state, cfg.timeline.bucket_s, emit, health)
+    runs = RunBook(cfg, state, emit, health, spawn)  # SPEC §15: runs.jsonl
+    books = Books(state, cfg.timeline.bucket_s, emit, health, runs)
     events.add_hook(books.timeline.event)
+    events.add_hook(runs.event)
     flush_io = blocking.BoundedWorker("state-flush")
     return Outputs(events, Notifier(), ProcTitle(), hooks, books, writer, health, flush_io)

@@ -9,13 +9,15 @@ from watchdog.core.protocol import wire as protocol
 GLOBAL = ("--socket", "--json", "--help", "-h")
 # Offered for a value; `--since` also completes a number typed so far with each unit.
 VALUES = {"n": "20 50 100 500", "timeout": "60 300 900 1800", "since": "30m 1h 6h 24h 2d 1w"}
+VALUES["settle"] = "30 60 120 300"  # `restart --wait --settle S` (SPEC §15)
+WORDS = {"runs": ["show"]}  # words a command takes besides its options: `runs show N`
 SINCE_UNITS = "smhdw"
 
 
 def _options_of(cmd: str) -> list[str]:
     """Every spelling of the command's options, in the parser's order (--follow and -f)."""
     args = protocol.COMMANDS[cmd].args
-    return [opt for opt, arg in ARG_OF.items() if arg in args]
+    return [*(opt for opt, arg in ARG_OF.items() if arg in args), *WORDS.get(cmd, [])]
 
 
 def _value_options() -> list[str]:

@@ -28,7 +28,9 @@ CTL_EXITS: dict[str, str] = {
     "start": "0 started; 2 refused or failed, with the reason",
     "stop": "0 stopped; 2 refused or not done, with the reason",
     "restart": "0 healthy again (or, without --wait, started); 1 not healthy in time or the job"
-    " died (the reason and the log's last lines are printed)",
+    " died (the reason and the log's last lines are printed). --settle S: once healthy, S"
+    " seconds of progress and the warm-up (runs.warmup_s), then the new run's time to first"
+    " progress and its steady tokens/s against the run before, and whether the code changed",
     "events": "0; 1 the daemon answered with an error",
     "logs": "0; 1 the daemon answered with an error",
     "pause": "0 paused; 1 not done",
@@ -37,6 +39,7 @@ CTL_EXITS: dict[str, str] = {
     "reexec": "0 the daemon runs the installed code; 1 refused by the new code's check (the old"
     " code keeps running)",
     "timeline": "0; 1 the daemon answered with an error",
+    "runs": "0; 1 no such run (runs show N), or the daemon answered with an error",
 }
 
 
@@ -192,7 +195,10 @@ def _ctl_tail() -> list[str]:
         "-n N: how many events or log lines (events 20, logs 50). --follow (-f): keep"
         " printing new ones until Ctrl-C. --wait: return only when the job is healthy;"
         " --timeout S bounds the wait. --since: a duration up to a week, in seconds or"
-        " with a unit s, m, h, d or w (24h, 90m, 2d; default 24h)."
+        " with a unit s, m, h, d or w (24h, 90m, 2d; default 24h). runs: one line per run,"
+        " newest last (run, start in local time, why it started, code: short commit and + when"
+        " dirty, time to first progress, steady tok/s, change against the run before, how it"
+        " ended); runs show N: one run whole (docs/runs.md)."
     )
     lines += [sh("exit status"), ".PP", "As each command says above, and for every command:"]
     lines += tagged(bold(str(client.EXIT_OK)), "Done.")
@@ -215,6 +221,8 @@ def _ctl_tail() -> list[str]:
             "watchdogctl restart --wait --timeout 1800",
             "watchdogctl events -n 50 --follow",
             "watchdogctl timeline --since 24h",
+            "watchdogctl restart --wait --settle 300",
+            "watchdogctl runs -n 20",
         ]
     )
     lines += [sh("see also"), "watchdogd(8), watchdog.yaml(5)"]

@@ -84,6 +84,7 @@ def families(st: Mapping[str, Any], wall_now: float) -> list[Metric]:
     ]
     if st.get("goodput") is not None:
         out += _goodput_families(st["goodput"])
+    out += _run_families(st, gauge)
     if st.get("cluster") is not None:
         out += _cluster_families(st["cluster"], gauge)
     return out
@@ -208,6 +209,29 @@ def _goodput_families(g: Mapping[str, Any]) -> Iterator[Metric]:
     for cause, seconds in g["lost_s"].items():
         lost.add_metric([cause], seconds)
     yield lost
+
+
+def _run_families(st: Mapping[str, Any], gauge: Callable[..., Any]) -> Iterator[Metric]:
+    """SPEC §15: what restarts cost (spawn → first progress, measured; goodput.json keeps the
+    counts) and the current run's steady tokens/s (absent until its warm-up is over)."""
+    from prometheus_client.core import HistogramMetricFamily
+
+    cost = (st.get("goodput") or {}).get("restart_cost")
+    if cost is not None:
+        hist = HistogramMetricFamily(
+            f"{PREFIX}_restart_cost_seconds",
+            "Seconds from a run's spawn to its first progress line (a restart's cost).",
+        )
+        hist.add_metric([], [(le, n) for le, n in cost["buckets"]], cost["sum"])
+        yield hist
+    run = st.get("run") or {}
+    if run.get("steady_tokens_per_s") is not None:
+        steady = gauge(
+            "run_steady_tokens_per_second",
+            "The current run's median tokens/s after its warm-up (runs.warmup_s).",
+        )
+        steady.add_metric([], run["steady_tokens_per_s"])
+        yield steady
 
 
 class StatusCollector:

@@ -56,9 +56,9 @@ COMMANDS: dict[str, CommandSpec] = {
     "start": CommandSpec("start the job; reports the new pid or why not", mutating=True),
     "stop": CommandSpec("stop the job's whole tree; reports how it ended", mutating=True),
     "restart": CommandSpec(
-        "stop the tree, GPUs drained, start; --wait: until healthy",
+        "stop, drain GPUs, start; --wait: until healthy; --settle S: tok/s",
         mutating=True,
-        args={"wait": FLAG, "timeout": SECONDS},
+        args={"wait": FLAG, "timeout": SECONDS, "settle": SECONDS},
     ),
     "events": CommandSpec(
         "event history, newest last",
@@ -79,6 +79,11 @@ COMMANDS: dict[str, CommandSpec] = {
         "the last hours in one screen: states, tok/s, GPUs, restarts, goodput",
         mutating=False,
         args={"since": SECONDS, "columns": COUNT},
+    ),
+    "runs": CommandSpec(
+        "runs on record, newest last: why, code, cost, tok/s; show N: one",
+        mutating=False,
+        args={"n": COUNT, "show": COUNT},
     ),
     "wait_healthy": CommandSpec(
         "wait until job `pid` is healthy, or say why not",

@@ -36,6 +36,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from watchdog.core.views.restart_cost import RestartCosts
+
 # watchdogctl renders goodput_line() and must start about as fast as a bare python3 (SPEC §7):
 # no dataclasses or typing at run time here, they cost more than the CLI's whole import.
 TYPE_CHECKING = False
@@ -94,6 +96,7 @@ class Goodput:
         # SPEC §12: training since the last checkpoint that each restart threw away. It is not
         # a time bucket (that time was productive when it ran); it says what the restarts cost.
         self._lost_work_s = 0.0
+        self.restart_cost = RestartCosts()  # SPEC §15: each restart's measured cost, by cause
 
     # ------------------------------------------------------------------------- inputs
 
@@ -150,6 +153,11 @@ class Goodput:
             "unconfirmed_s": round(sum(end - start for start, end, _ in self._unconfirmed), 1),
             "restarts": dict(sorted(self._restarts.items())),
             "lost_work_s": round(self._lost_work_s, 1),
+            # SPEC §15: spawn → first progress of the runs restarts started, by their cause
+            "restart_cost_s": {
+                k: round(v, 1) for k, v in sorted(self.restart_cost.by_cause.items())
+            },
+            "restart_cost": self.restart_cost.histogram(),
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -162,6 +170,7 @@ class Goodput:
             "lost_s": dict(self._lost_s),
             "restarts": dict(self._restarts),
             "lost_work_s": self._lost_work_s,
+            "restart_cost": self.restart_cost.to_json(),
         }
 
     @classmethod
@@ -175,6 +184,8 @@ class Goodput:
         g._stopped_s = _seconds(data, "stopped_s")
         if "lost_work_s" in data:  # absent in records written before it existed
             g._lost_work_s = _seconds(data, "lost_work_s")
+        if "restart_cost" in data:  # SPEC §15; absent in records written before it existed
+            g.restart_cost = RestartCosts.from_json(data["restart_cost"])
         lost = _mapping(data, "lost_s")
         g._lost_s.update({str(k): _seconds(lost, k) for k in lost})
         restarts = _mapping(data, "restarts")

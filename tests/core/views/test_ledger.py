@@ -1,0 +1,147 @@
+"""The ledger of runs (core/views/ledger.py, SPEC §15) driven with explicit `now` and `wall`."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from watchdog.core.views.ledger import (
+    SETTLE_READINGS,
+    Ledger,
+    LedgerConfig,
+    iso,
+    settle_text,
+    wall_of,
+    with_change,
+)
+
+WALL = 1_800_000_000.0  # an epoch second; monotonic `now` starts at 100
+CODE_A = {"commit": "3f2a1c9" + "0" * 33, "dirty": False, "diff_sha": None}
+CODE_B = {"commit": "8e11b02" + "0" * 33, "dirty": False, "diff_sha": None}
+
+
+def run_once(
+    ledger: Ledger, start: float, tps: float, code: dict[str, object] | None = None
+) -> dict[str, object] | None:
+    """A run spawned at `start` whose first progress is 30 s later, then one reading a second."""
+    rec = ledger.begin("restart", start, WALL + start, pid=int(start))
+    ledger.code_read(rec["run"], code)
+    ledger.gpus_held(start + 10)
+    settled = None
+    for i in range(40):
+        at = start + 30 + i
+        got = ledger.progress(at, WALL + at, i + 1, tps)
+        settled = settled or got
+    ledger.end(start + 80, WALL + start + 80, {"reason": "exited", "exit_code": 1})
+    return settled
+
+
+def test_a_run_measures_its_restart_cost_from_its_spawn():
+    """time_to_gpu_s and time_to_first_progress_s count from the spawn; `*_at` are the wall."""
+    ledger = Ledger(LedgerConfig(warmup_s=5))
+    rec = ledger.begin("boot", 100.0, WALL, pid=7, command=["python", "train.py"])
+    ledger.gpus_held(112.5)
+    ledger.gpus_held(150.0)  # the first time counts
+    ledger.progress(140.0, WALL + 40, 1, 800.0)
+    assert rec["time_to_gpu_s"] == 12.5 and rec["time_to_first_progress_s"] == 40.0
+    assert rec["started_at"] == iso(WALL) and rec["first_progress_at"] == iso(WALL + 40)
+    assert rec["first_step"] == 1 and rec["steady_tokens_per_s"] is None  # in its warm-up
+
+
+def test_the_warm_up_and_an_evaluation_never_count_as_steady():
+    """Readings in the warm-up after the first progress, or outside training, are not steady."""
+    ledger = Ledger(LedgerConfig(warmup_s=10))
+    rec = ledger.begin("boot", 0.0, WALL)
+    ledger.progress(1.0, WALL + 1, 1, 50.0)  # compile: slow
+    ledger.progress(5.0, WALL + 5, 2, 60.0)
+    ledger.progress(12.0, WALL + 12, 3, 10.0, steady=False)  # an evaluation
+    ledger.progress(13.0, WALL + 13, 4, 1000.0)
+    assert rec["steady_tokens_per_s"] == 1000.0 and rec["steady_readings"] == 1
+
+
+def test_a_run_settles_after_enough_steady_readings_against_the_one_before():
+    """run_settled comes once, after SETTLE_READINGS steady readings, with the change and
+    whether the code changed."""
+    ledger = Ledger(LedgerConfig(warmup_s=0))
+    first = run_once(ledger, 0.0, 9000.0, CODE_A)
+    assert first is not None and first["previous"] is None and first["change_pct"] is None
+    second = run_once(ledger, 100.0, 9054.0, CODE_B)
+    assert second == {
+        "run": 2,
+        "steady_tokens_per_s": 9054.0,
+        "p10": 9054.0,
+        "p90": 9054.0,
+        "previous": 1,
+        "previous_tokens_per_s": 9000.0,
+        "change_pct": 0.6,
+        "code_changed": True,
+    }
+    assert ledger.records()[1]["steady_readings"] == 40 >= SETTLE_READINGS
+
+
+def test_lost_time_runs_from_the_last_progress_to_the_next_first():
+    """lost_s: from the previous run's last progress line to this run's first (wall)."""
+    ledger = Ledger(LedgerConfig(warmup_s=0))
+    run_once(ledger, 0.0, 1000.0)  # last progress at 69
+    ledger.begin("restart", 100.0, WALL + 100)
+    ledger.progress(145.0, WALL + 145, 1, 1000.0)
+    assert ledger.records()[-1]["lost_s"] == 76.0
+
+
+def test_an_end_closes_the_record_and_drops_its_monotonic_instants():
+    """An ended run has its end and no `mono`; the state it led to is filled in once."""
+    ledger = Ledger(LedgerConfig())
+    ledger.begin("boot", 0.0, WALL)
+    ledger.end(5.0, WALL + 5, {"reason": "exited", "cause": "cuda_oom", "exit_code": 1})
+    ledger.end_state("backoff")
+    ledger.end_state("fatal")  # the first one is where it went
+    rec = ledger.records()[0]
+    assert "mono" not in rec and ledger.open is None and rec["ended_at"] == iso(WALL + 5)
+    assert rec["end"] == {
+        "state": "backoff",
+        "reason": "exited",
+        "cause": "cuda_oom",
+        "exit_code": 1,
+        "signal": None,
+    }
+
+
+def test_a_run_left_open_by_a_lost_daemon_is_closed_by_the_next():
+    """A new run while one is still open (its daemon died unseen) closes it first."""
+    ledger = Ledger(LedgerConfig())
+    ledger.begin("boot", 0.0, WALL)
+    ledger.begin("boot", 50.0, WALL + 50)
+    first, second = ledger.records()
+    assert first["end"]["reason"] == "daemon_lost" and second["run"] == 2
+
+
+@given(st.integers(min_value=1, max_value=20), st.integers(min_value=0, max_value=60))
+def test_the_ledger_keeps_at_most_keep_runs_and_never_reuses_a_number(keep: int, runs: int):
+    """Bounded by runs.keep, numbered from 1 and never reused (the oldest go first)."""
+    ledger = Ledger(LedgerConfig(keep=keep))
+    for i in range(runs):
+        ledger.begin("restart", float(i), WALL + i)
+    numbers = [r["run"] for r in ledger.records()]
+    assert len(numbers) == min(keep, runs)
+    assert numbers == list(range(runs - len(numbers) + 1, runs + 1))
+    again = Ledger(LedgerConfig(keep=keep), ledger.records())
+    assert again.begin("boot", 99.0, WALL)["run"] == runs + 1
+
+
+def test_settle_text_reads_as_the_spec_shows_it():
+    """`9,054 tok/s, +0.6 % vs run 1 (code 3f2a1c9 → 8e11b02)` and the restart's cost."""
+    ledger = Ledger(LedgerConfig(warmup_s=0))
+    run_once(ledger, 0.0, 9000.0, CODE_A)
+    run_once(ledger, 100.0, 9054.0, CODE_B)
+    text = settle_text(with_change(ledger.records(), ledger.records()[1]))
+    assert text == (
+        "run 2: first progress 30.0 s after its start; "
+        "9,054 tok/s, +0.6 % vs run 1 (code 3f2a1c9 → 8e11b02)"
+    )
+
+
+@given(st.floats(min_value=0, max_value=4e9, allow_nan=False))
+def test_iso_and_wall_of_round_trip_to_the_millisecond(wall: float):
+    """The ISO form of an instant reads back within a millisecond."""
+    back = wall_of(iso(wall))
+    assert back is not None and abs(back - wall) <= 0.001

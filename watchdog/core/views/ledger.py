@@ -1,0 +1,322 @@
+"""PURE: every run on record (SPEC §15): one record per run of the job, what started it, the code
+and config it ran, what its start cost, how fast it ran once warm, and how it ended.
+
+The shell (daemon/ledger.py) feeds a `Ledger` with what it sees, each input with `now` (monotonic
+seconds: the durations) and `wall` (epoch seconds: the `*_at` instants, the ISO form of the events'
+`ts`), and writes `records()` to <state_dir>/runs.jsonl. Nothing here reads a clock or a file.
+
+The restart's cost is measured from the spawn: `time_to_gpu_s` to the expected GPUs held,
+`time_to_first_progress_s` to the first progress line (model loading, `torch.compile`). The warm-up
+(`runs.warmup_s`) counts from the first progress line: the throughput ramps up after it (compiled
+graphs, caches), so the steady figures are the median, p10 and p90 of the readings after it, and
+the run is settled (event run_settled) once SETTLE_READINGS of them are in. Readings taken during
+an evaluation or a checkpoint save (the run phase, core/progress/stall_window.py) are not steady
+throughput and never count.
+
+An open run carries its monotonic instants (`mono`) in its record, so a reexec or a restarted
+daemon on the same boot (CLOCK_MONOTONIC is system-wide) goes on measuring it; they are dropped
+when it ends.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+StartReason = Literal["boot", "operator", "restart", "cluster_epoch", "adopted"]
+START_REASONS: tuple[str, ...] = ("boot", "operator", "restart", "cluster_epoch", "adopted")
+SETTLE_READINGS = 5  # steady readings before a run is settled: one or two are noise
+READINGS_KEPT = 2048  # the newest steady readings the figures are taken from (bounded memory)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerConfig:
+    keep: int = 1000  # runs.keep
+    warmup_s: float = 120.0  # runs.warmup_s
+
+
+def iso(wall: float) -> str:
+    """`wall` (epoch seconds) as the events' `ts` writes it: UTC, milliseconds, a `Z`."""
+    stamp = datetime.fromtimestamp(wall, UTC).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")
+
+
+def wall_of(stamp: object) -> float | None:
+    """The epoch seconds of an ISO instant written by `iso` (None for anything else)."""
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float:
+    """The q-quantile of sorted values, linear between neighbours (numpy's default)."""
+    pos = (len(sorted_values) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def change_pct(now: float | None, before: float | None) -> float | None:
+    if now is None or before is None or before <= 0:
+        return None
+    return round((now - before) / before * 100.0, 1)
+
+
+def same_code(a: object, b: object) -> bool | None:
+    """Whether two records' `code` are the same code; None when either is unknown."""
+    if not isinstance(a, Mapping) or not isinstance(b, Mapping):
+        return None
+    keys = ("commit", "dirty", "diff_sha", "sha256")
+    return all(a.get(k) == b.get(k) for k in keys)
+
+
+class Ledger:
+    """The records, oldest first; the newest may be open (its run still going)."""
+
+    def __init__(self, cfg: LedgerConfig, records: Sequence[Mapping[str, Any]] = ()) -> None:
+        self.cfg = cfg
+        self._records: list[dict[str, Any]] = [dict(r) for r in records][-cfg.keep :]
+        self._readings: deque[float] = deque(maxlen=READINGS_KEPT)  # the open run's steady ones
+        self.changed = 0  # bumped at every change: the shell writes when it moved
+
+    # ---------------------------------------------------------------------- queries
+
+    def records(self) -> list[dict[str, Any]]:
+        return self._records
+
+    @property
+    def open(self) -> dict[str, Any] | None:
+        """The record of the run going on now, if any."""
+        last = self._records[-1] if self._records else None
+        return last if last is not None and last.get("ended_at") is None else None
+
+    def find(self, run: int) -> dict[str, Any] | None:
+        for r in self._records:
+            if r.get("run") == run:
+                return r
+        return None
+
+    def previous_settled(self, run: int) -> dict[str, Any] | None:
+        """The newest run before `run` with steady figures: what a deploy is judged against."""
+        earlier = [r for r in self._records if int(r.get("run", 0)) < run]
+        settled = [r for r in earlier if r.get("steady_tokens_per_s") is not None]
+        return settled[-1] if settled else None
+
+    # ---------------------------------------------------------------------- inputs
+
+    def begin(
+        self,
+        reason: str,
+        now: float,
+        wall: float,
+        *,
+        pid: int | None = None,
+        restart_after: str | None = None,
+        command: Sequence[str] | None = None,
+        config_sha: str | None = None,
+    ) -> dict[str, Any]:
+        """A run begins (a spawn, or a job adopted): its record, numbered after every other."""
+        if self.open is not None:
+            self.end(now, wall, {"state": None, "reason": "daemon_lost"})  # its end unseen
+        number = max((int(r.get("run", 0)) for r in self._records), default=0) + 1
+        record = _new_record(number, reason, now, wall)
+        command_list = None if command is None else list(command)
+        record |= {"pid": pid, "restart_after": restart_after, "command": command_list}
+        record["config_sha"] = config_sha
+        self._records.append(record)
+        del self._records[: -self.cfg.keep]
+        self._readings.clear()
+        self.changed += 1
+        return record
+
+    def set_reason(self, reason: str, restart_after: str | None = None) -> None:
+        """The open run's start turns out to be of another kind (a cluster's epoch)."""
+        if (rec := self.open) is not None:
+            rec["start_reason"] = reason
+            rec["restart_after"] = restart_after or rec["restart_after"]
+            self.changed += 1
+
+    def code_read(self, run: int, code: Mapping[str, Any] | None) -> None:
+        """What `run`'s code was (read off the loop, after its start)."""
+        if (rec := self.find(run)) is not None:
+            rec["code"] = None if code is None else dict(code)
+            self.changed += 1
+
+    def gpus_held(self, now: float) -> None:
+        """The expected GPUs are held by the open run (the first time counts)."""
+        rec = self.open
+        if rec is None or rec["time_to_gpu_s"] is not None or rec.get("mono") is None:
+            return
+        rec["time_to_gpu_s"] = round(max(now - rec["mono"]["spawned"], 0.0), 3)
+        self.changed += 1
+
+    def progress(
+        self,
+        at: float,
+        wall: float,
+        step: int | float | None,
+        tokens_per_s: float | None,
+        steady: bool = True,
+    ) -> dict[str, Any] | None:
+        """A progress line of the open run, written at `at` (monotonic) and `wall`; `steady`:
+        the run is training (not in an evaluation or a save). The run_settled event's fields
+        when this reading settles the run, else None."""
+        rec = self.open
+        if rec is None or rec.get("mono") is None:
+            return None
+        mono = rec["mono"]
+        if mono["first_progress"] is None:
+            self._first_progress(rec, at, wall, step)
+        if step is not None:
+            rec["last_step"] = step
+        rec["last_progress_at"] = iso(wall)
+        self.changed += 1
+        warm = at - mono["first_progress"] >= self.cfg.warmup_s
+        if tokens_per_s is None or not steady or not warm or not math.isfinite(tokens_per_s):
+            return None
+        self._readings.append(tokens_per_s)
+        self._figures(rec)
+        if rec["steady_readings"] == SETTLE_READINGS:
+            return self.settled_fields(rec)
+        return None
+
+    def end(self, now: float, wall: float, end: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The open run ended (its leader exited, or it was replaced): `end` is {state,
+        reason, cause, exit_code, signal} as far as known (`end_state` fills in the state)."""
+        rec = self.open
+        if rec is None:
+            return None
+        rec["ended_at"] = iso(wall)
+        keys = ("state", "reason", "cause", "exit_code", "signal")
+        rec["end"] = {k: end.get(k) for k in keys}
+        rec.pop("mono", None)
+        self._readings.clear()
+        self.changed += 1
+        return rec
+
+    def end_state(self, state: str) -> None:
+        """What the job went to after its last run ended (backoff, stopped, fatal, ...)."""
+        last = self._records[-1] if self._records else None
+        if last is None or last.get("end") is None or last["end"].get("state") is not None:
+            return
+        last["end"]["state"] = state
+        self.changed += 1
+
+    # ---------------------------------------------------------------------- helpers
+
+    def _first_progress(
+        self, rec: dict[str, Any], at: float, wall: float, step: int | float | None
+    ) -> None:
+        mono = rec["mono"]
+        mono["first_progress"] = at
+        rec["time_to_first_progress_s"] = round(max(at - mono["spawned"], 0.0), 3)
+        rec["first_progress_at"] = iso(wall)
+        rec["first_step"] = step
+        before = self._previous(rec["run"])
+        last_wall = None if before is None else wall_of(before.get("last_progress_at"))
+        if last_wall is not None:
+            rec["lost_s"] = round(max(wall - last_wall, 0.0), 3)
+
+    def _previous(self, run: int) -> dict[str, Any] | None:
+        earlier = [r for r in self._records if int(r.get("run", 0)) < run]
+        return earlier[-1] if earlier else None
+
+    def _figures(self, rec: dict[str, Any]) -> None:
+        values = sorted(self._readings)
+        rec["steady_tokens_per_s"] = round(statistics.median(values), 1)
+        rec["p10"] = round(quantile(values, 0.1), 1)
+        rec["p90"] = round(quantile(values, 0.9), 1)
+        rec["steady_readings"] = rec.get("steady_readings", 0) + 1
+
+    def settled_fields(self, rec: Mapping[str, Any]) -> dict[str, Any]:
+        """run_settled's fields (SPEC §15): the run's steady figure against the one before."""
+        before = self.previous_settled(int(rec["run"]))
+        prev_tps = None if before is None else before.get("steady_tokens_per_s")
+        return {
+            "run": rec["run"],
+            "steady_tokens_per_s": rec["steady_tokens_per_s"],
+            "p10": rec["p10"],
+            "p90": rec["p90"],
+            "previous": None if before is None else before["run"],
+            "previous_tokens_per_s": prev_tps,
+            "change_pct": change_pct(rec["steady_tokens_per_s"], prev_tps),
+            "code_changed": None if before is None else _changed(rec["code"], before["code"]),
+        }
+
+
+def _changed(a: object, b: object) -> bool | None:
+    same = same_code(a, b)
+    return None if same is None else not same
+
+
+def short_code(code: object) -> str | None:
+    """`3f2a1c9`, `3f2a1c9+` when dirty, or the code paths' hash cut alike; None: unknown."""
+    if not isinstance(code, Mapping):
+        return None
+    commit = code.get("commit") or code.get("sha256")
+    if not isinstance(commit, str):
+        return None
+    return commit[:7] + ("+" if code.get("dirty") else "")
+
+
+def with_change(records: Sequence[Mapping[str, Any]], rec: Mapping[str, Any]) -> dict[str, Any]:
+    """`rec` as shown (no monotonic instants), with its change against the newest earlier run
+    with steady figures (`previous`, `change_pct`, `code_changed`)."""
+    shown = {k: v for k, v in rec.items() if k != "mono"}
+    before = None
+    for r in reversed(records):
+        if r.get("run", 0) < rec.get("run", 0) and r.get("steady_tokens_per_s") is not None:
+            before = r
+            break
+    tps = rec.get("steady_tokens_per_s")
+    shown["previous"] = None if before is None else before["run"]
+    shown["change_pct"] = change_pct(tps, None if before is None else before["steady_tokens_per_s"])
+    shown["code_changed"] = None if before is None else _changed(rec.get("code"), before["code"])
+    shown["previous_code"] = None if before is None else before.get("code")
+    return shown
+
+
+def settle_text(shown: Mapping[str, Any]) -> str:
+    """`restart --settle`'s line (SPEC §15): `run 42: first progress 35.2 s after its start;
+    9,050 tok/s, +0.6 % vs run 41 (code 3f2a1c9 → 8e11b02)`."""
+    first = shown.get("time_to_first_progress_s")
+    head = f"run {shown.get('run')}: " + (
+        "no progress yet" if first is None else f"first progress {first:.1f} s after its start"
+    )
+    tps = shown.get("steady_tokens_per_s")
+    if tps is None:
+        return f"{head}; not settled yet (warm-up not over)"
+    line = f"{head}; {tps:,.0f} tok/s"
+    if shown.get("previous") is None:
+        return f"{line} (no earlier run to compare with)"
+    change = shown.get("change_pct")
+    pct = "" if change is None else f", {change:+.1f} %"
+    now_code, then_code = short_code(shown.get("code")), short_code(shown.get("previous_code"))
+    if shown.get("code_changed"):
+        code = f"code {then_code} → {now_code}"
+    elif shown.get("code_changed") is False:
+        code = f"same code {now_code}"
+    else:
+        code = "code unknown"
+    return f"{line}{pct} vs run {shown['previous']} ({code})"
+
+
+def _new_record(run: int, reason: str, now: float, wall: float) -> dict[str, Any]:
+    """A run's record as it begins: every SPEC §15 field, most unknown yet."""
+    record: dict[str, Any] = {"run": run, "pid": None, "started_at": iso(wall), "ended_at": None}
+    record |= {"start_reason": reason, "restart_after": None, "command": None, "code": None}
+    for key in ("config_sha", "time_to_gpu_s", "time_to_first_progress_s"):
+        record[key] = None
+    for key in ("first_progress_at", "last_progress_at", "steady_tokens_per_s", "p10", "p90"):
+        record[key] = None
+    record["steady_readings"] = 0
+    record |= {"first_step": None, "last_step": None, "end": None, "lost_s": None}
+    record["mono"] = {"spawned": now, "first_progress": None}
+    return record
