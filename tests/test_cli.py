@@ -381,7 +381,7 @@ def test_events_follow_streams_new_events_and_ends_cleanly_on_ctrl_c(daemon: Dae
         assert daemon.ctl("pause")[0] == 0
         reader.until(lambda line: json.loads(line)["event"] == "job_paused", 10)
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(10) == 0
+        assert proc.wait(30) == 0
         assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
     finally:
         if proc.poll() is None:
@@ -400,7 +400,7 @@ def test_logs_follow_streams_every_line(daemon: Daemon) -> None:
         numbers = [int(line.split()[1]) for line in got]
         assert numbers == list(range(start + 1, start + 1 + len(numbers)))
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(10) == 0
+        assert proc.wait(30) == 0
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -362,7 +362,7 @@ def test_watchdog_pings_keep_the_unit_alive(container: Container) -> None:
         lambda: time.monotonic() - entered_us / 1e6 > 2 * WATCHDOG_SEC + 1,
         3 * WATCHDOG_SEC + 5,
         "two watchdog periods of uptime",
-        poll_s=0.25,
+        interval=0.25,
     )
     assert show(container, "ActiveState") == "active"
     assert int(show(container, "ActiveEnterTimestampMonotonic")) == entered_us
