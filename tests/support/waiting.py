@@ -17,13 +17,9 @@ def wait_until(pred: Callable[[], Any], timeout: float, what: str, interval: flo
     """Poll `pred` until it returns something truthy (returned); AssertionError naming `what`
     after `timeout` s."""
     deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    while (value := _look(pred, deadline, timeout, what)) is None:
         time.sleep(interval)
+    return value
 
 
 async def wait_until_async(
@@ -31,10 +27,15 @@ async def wait_until_async(
 ) -> Any:
     """`wait_until` inside a running event loop: the loop runs while the condition is polled."""
     deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    while (value := _look(pred, deadline, timeout, what)) is None:
         await asyncio.sleep(interval)
+    return value
+
+
+def _look(pred: Callable[[], Any], deadline: float, timeout: float, what: str) -> Any:
+    """The condition's truthy value, None to poll again, or the failure past the deadline."""
+    if value := pred():
+        return value
+    if time.monotonic() > deadline:
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    return None
