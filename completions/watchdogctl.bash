@@ -34,7 +34,7 @@ _watchdogctl() {
         if [[ $cur == -* ]]; then
             COMPREPLY=($(compgen -W '--socket --json --help -h' -- "$cur"))
         else
-            COMPREPLY=($(compgen -W 'status start stop restart events logs pause resume reload reexec timeline' -- "$cur"))
+            COMPREPLY=($(compgen -W 'status start stop restart events logs pause resume reload reexec timeline explain' -- "$cur"))
         fi
         return 0
     fi
@@ -50,6 +50,7 @@ _watchdogctl() {
         reload) opts='' ;;
         reexec) opts='' ;;
         timeline) opts='--since' ;;
+        explain) [[ $cur != -* ]] && { COMPREPLY=($(compgen -f -- "$cur")); return 0; }; opts='--exit-code --signal' ;;
         *) opts= ;;
     esac
     COMPREPLY=($(compgen -W "$opts --json --socket" -- "$cur"))
