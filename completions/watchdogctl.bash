@@ -35,7 +35,7 @@ _watchdogctl() {
         if [[ $cur == -* ]]; then
             COMPREPLY=($(compgen -W '--socket --json --help -h' -- "$cur"))
         else
-            COMPREPLY=($(compgen -W 'status start stop restart events logs pause resume reload reexec timeline runs' -- "$cur"))
+            COMPREPLY=($(compgen -W 'status start stop restart events logs pause resume reload reexec timeline runs explain' -- "$cur"))
         fi
         return 0
     fi
@@ -52,6 +52,7 @@ _watchdogctl() {
         reexec) opts='' ;;
         timeline) opts='--since' ;;
         runs) opts='-n show' ;;
+        explain) [[ $cur != -* ]] && { COMPREPLY=($(compgen -f -- "$cur")); return 0; }; opts='--exit-code --signal' ;;
         *) opts= ;;
     esac
     COMPREPLY=($(compgen -W "$opts --json --socket" -- "$cur"))

@@ -63,6 +63,13 @@ def check_named(d: Daemon, cause: str, klass: str, in_line: str) -> dict[str, An
     assert (last["cause"], last["cause_line"]) == (cause, ev["cause_line"]), last
     found = bundle_cause(ev)
     assert (found["cause"], found["cause_class"]) == (cause, klass), found
+    # SPEC §15: the root rank (or null) and its consequences, in the bundle and the event
+    assert found["rank"] == ev.get("cause_rank") == last["cause_rank"], (
+        found,
+        ev,
+        last,
+    )  # null: left out
+    assert isinstance(found["cascade"], list) and found["rule"], found
     _, human, _ = d.ctl("status")
     assert f"Last exit: {cause}" in human, human
     return ev
@@ -140,7 +147,12 @@ def test_nccl_timeout_before_abort_is_retried_while_it_gains_steps(
         named = [e for e in exits(d) if e.get("cause")]
         assert len(named) >= 3 and all(e["cause"] == "nccl_timeout" for e in named), named
         assert all(e["signal"] == 6 for e in named)
-        check_named(d, "nccl_timeout", "transient", "Watchdog caught collective operation timeout")
+        ev = check_named(
+            d, "nccl_timeout", "transient", "Watchdog caught collective operation timeout"
+        )
+        assert ev["cause_rank"] == 0, ev  # the line's `[rank0]:` prefix
+        _, human, _ = d.ctl("status")
+        assert "Last exit: nccl_timeout (rank 0" in human, human
         assert not [e for e in d.events() if e["event"] == "fatal"]
     finally:
         d.stop()

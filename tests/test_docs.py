@@ -15,7 +15,7 @@ import yaml
 from support.harness import BIN, ROOT
 
 from watchdog import config
-from watchdog.cli.parse import ARG_OF
+from watchdog.cli.parse import ARG_OF, OFFLINE
 from watchdog.config import reference
 from watchdog.docgen import GENERATED, completion, man, stale
 from watchdog.docgen.roff import esc
@@ -220,7 +220,7 @@ def _complete(*words: str) -> list[str]:
 
 def test_completion_offers_every_command() -> None:
     """Tab after `watchdogctl` offers exactly the commands the parser takes; `st` narrows them."""
-    assert sorted(_complete("")) == sorted(man.ctl_commands())
+    assert sorted(_complete("")) == sorted([*man.ctl_commands(), *OFFLINE])
     assert _complete("st") == ["status", "start", "stop"]
     assert _complete("--socket", "/tmp/x", "rel") == ["reload"]
 
@@ -232,6 +232,7 @@ def test_completion_offers_each_commands_options() -> None:
         own = {opt for opt, arg in ARG_OF.items() if arg in man.protocol.COMMANDS[name].args}
         assert own | {"--json", "--socket"} == offered, name
     assert set(_complete("-")) == set(completion.GLOBAL)
+    assert set(_complete("explain", "-")) == {"--exit-code", "--signal", "--json", "--socket"}
 
 
 def test_completion_offers_since_units() -> None:

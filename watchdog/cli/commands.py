@@ -175,7 +175,24 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
 
 
+def _offline(argv: list[str]) -> int | None:
+    """`explain` (SPEC §15) needs no daemon: it runs before any socket is looked at."""
+    i, as_json = 0, False
+    while (i < len(argv) and argv[i] in ("--socket", "--json")) or (
+        i < len(argv) and argv[i].startswith("--socket=")
+    ):
+        as_json = as_json or argv[i] == "--json"
+        i += 2 if argv[i] == "--socket" else 1
+    if i < len(argv) and argv[i] == "explain":
+        from watchdog.cli.explain import main as explain
+
+        return explain(argv[i + 1 :], as_json)
+    return None
+
+
 def _main(argv: list[str]) -> int:
+    if (offline := _offline(argv)) is not None:
+        return offline
     try:
         o = parse(argv)
     except Usage as e:

@@ -27,6 +27,11 @@ ARG_OF["--settle"] = "settle"
 VALUE_NAME["settle"] = "S"
 
 
+# offline: the daemon's classifier on a log file or an incident bundle (watchdog/cli/explain.py)
+OFFLINE = ("explain",)  # commands that need no daemon
+EXPLAIN_HELP = "why a run died, from its log or incident bundle, offline (no daemon)"
+
+
 class Usage(Exception):
     pass
 
@@ -43,6 +48,8 @@ def usage() -> str:
         )
         head = f"  {name} {opts}".rstrip()
         lines.append(f"{head:<32}{spec.help}" if len(head) < 32 else f"{head}\n{'':32}{spec.help}")
+    head = "  explain LOG [--exit-code N | --signal NAME]"
+    lines += [f"{head}\n{'':32}{EXPLAIN_HELP}"]
     lines += [
         "",
         "--socket PATH (or $TRAIN_WATCHDOG_SOCKET) names the daemon's socket, default",

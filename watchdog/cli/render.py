@@ -149,8 +149,12 @@ def _restart_lines(st: dict[str, Any]) -> list[str]:
 
 def cause_text(ex: dict[str, Any]) -> str:
     """SPEC §14: `cuda_oom (step 1,204) — torch.OutOfMemoryError: CUDA out of memory. …`."""
-    step = ex.get("step")
-    where = f" (step {step:,})" if isinstance(step, int) else ""
+    step, rank = ex.get("step"), ex.get("cause_rank")
+    where = ", ".join(
+        ([f"rank {rank}"] if isinstance(rank, int) else [])
+        + ([f"step {step:,}"] if isinstance(step, int) else [])
+    )
+    where = f" ({where})" if where else ""
     line = ex.get("cause_line")
     return f"{ex['cause']}{where}" + (f" — {line}" if line else "")
 

@@ -60,6 +60,7 @@ class Reporter(Protocol):
 
 
 GATHER_TIMEOUT_S = 3.0
+ERROR_FILE_MAX = 256 * 1024
 _IO = blocking.BoundedWorker("exit-cause")  # its own thread: a stuck read holds only this one
 
 
@@ -94,7 +95,7 @@ async def report(d: Reporter, run: JobRun, st: reaping.ExitStatus) -> None:
         d.inbox.post(plain)  # our stop, a success, or a run the core no longer watches
         return
     try:
-        found, after = await _gather(d, run)
+        found, after, error_files = await _gather(d, run)
         facts = causes.ExitFacts(
             st.exit_code,
             st.signal,
@@ -105,6 +106,7 @@ async def report(d: Reporter, run: JobRun, st: reaping.ExitStatus) -> None:
             progressed=run.monitor.progressed,
             rules=d.cfg.causes,
             is_progress=_progress_lines(d),
+            error_files=error_files,
         )
         cause = causes.classify(facts)
         path = await _bundle(d, run, cause, facts, oomrecord.describe(run.oom_before, after))
@@ -113,7 +115,7 @@ async def report(d: Reporter, run: JobRun, st: reaping.ExitStatus) -> None:
         d.inbox.post(plain)
         return
     name, klass, line = cause.cause, cause.cause_class, cause.cause_line
-    d.inbox.post(ChildExited(st.pid, st.exit_code, st.signal, name, klass, line, path))
+    d.inbox.post(ChildExited(st.pid, st.exit_code, st.signal, name, klass, line, path, cause.rank))
 
 
 def _progress_lines(d: Reporter) -> Callable[[str], bool]:
@@ -123,11 +125,13 @@ def _progress_lines(d: Reporter) -> Callable[[str], bool]:
     return lambda line: reader.candidate(line) is not None
 
 
-async def _gather(d: Reporter, run: JobRun) -> tuple[list[str], oomrecord.OomReading]:
+async def _gather(
+    d: Reporter, run: JobRun
+) -> tuple[list[str], oomrecord.OomReading, tuple[str, ...]]:
     log, progress = d.cfg.job.log_file, d.sampler.progress_file_now()
     cgroup = run.oom_before.cgroup if run.oom_before is not None else None
 
-    def work() -> tuple[list[str], oomrecord.OomReading]:
+    def work() -> tuple[list[str], oomrecord.OomReading, tuple[str, ...]]:
         lines = tail_of_job(log, run.log, causes.MAX_LINES)  # the file the job writes
         if progress is not None and progress != log:
             lines += tail_lines(progress, causes.MAX_LINES // 4)
@@ -139,12 +143,25 @@ async def _gather(d: Reporter, run: JobRun) -> tuple[list[str], oomrecord.OomRea
                 None, None, why=run.oom_before.why if run.oom_before is not None else why
             )
         )
-        return lines, after
+        return lines, after, read_error_files(lines)
 
     try:
         return await _IO.call(work, GATHER_TIMEOUT_S, what="reading the run's last lines")
     except (blocking.Hung, OSError) as e:
-        return [], oomrecord.OomReading(None, None, why=f"unreadable: {e}")
+        return [], oomrecord.OomReading(None, None, why=f"unreadable: {e}"), ()
+
+
+def read_error_files(lines: list[str]) -> tuple[str, ...]:
+    """SPEC §15: the `error_file`s an elastic summary names (JSON by `@record`, the rank's
+    traceback), where they exist; at most `ERROR_FILE_MAX` bytes of each."""
+    texts = []
+    for path in causes.error_file_paths(lines):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                texts.append(f.read(ERROR_FILE_MAX))
+        except OSError:
+            continue  # gone with its temporary folder, or never written
+    return tuple(texts)
 
 
 async def _write_cause(d: Reporter, path: str, record: Mapping[str, object]) -> None:
@@ -167,8 +184,7 @@ async def _bundle(
     of its tree (the leader is gone; its descendants, if any, are listed)."""
     left = await tree.find_tree_async(None, d.tree.token, timeout_s=1.0) or []
     record = {
-        **cause.fields(),
-        "exception": cause.exception,
+        **cause.record(),  # cause, cause_class, cause_line, exception, rank, cascade, rule
         "exit_code": facts.exit_code,
         "signal": facts.signal,
         "progressed": facts.progressed,

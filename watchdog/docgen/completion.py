@@ -3,7 +3,7 @@ protocol's commands. A shell script, so nothing of it is in watchdogctl's own st
 
 from __future__ import annotations
 
-from watchdog.cli.parse import ARG_OF, HIDDEN, VALUE_NAME
+from watchdog.cli.parse import ARG_OF, HIDDEN, OFFLINE, VALUE_NAME
 from watchdog.core.protocol import wire as protocol
 
 GLOBAL = ("--socket", "--json", "--help", "-h")
@@ -27,6 +27,11 @@ def _value_options() -> list[str]:
 def bash() -> str:
     commands = [c for c in protocol.COMMANDS if c not in HIDDEN]
     cases = [f"        {c}) opts='{' '.join(_options_of(c))}' ;;" for c in commands]
+    commands += OFFLINE  # offline (watchdog/cli/explain.py); LOG completes as a file
+    cases.append(
+        '        explain) [[ $cur != -* ]] && { COMPREPLY=($(compgen -f -- "$cur")); return 0; }'
+        "; opts='--exit-code --signal' ;;"
+    )
     values = [
         f"        {opt}) COMPREPLY=($(compgen -W '{VALUES[arg]}' -- \"$cur\")); return 0 ;;"
         for opt, arg in ARG_OF.items()

@@ -8,7 +8,7 @@ import argparse
 
 from watchdog import __version__
 from watchdog.cli import client
-from watchdog.cli.parse import HIDDEN, OPTION_OF, VALUE_NAME
+from watchdog.cli.parse import EXPLAIN_HELP, HIDDEN, OPTION_OF, VALUE_NAME
 from watchdog.config import RESERVED_EXIT_CODES, reference
 from watchdog.config.schema import ExitCodesConfig
 from watchdog.core.protocol import wire as protocol
@@ -186,8 +186,21 @@ def watchdogctl() -> str:
             f"{protocol.COMMANDS[name].help[:1].upper()}"
             f"{protocol.COMMANDS[name].help[1:]}. Exit: {CTL_EXITS[name]}.",
         )
+    lines += _explain()
     lines += _ctl_tail()
     return "\n".join(lines) + "\n"
+
+
+def _explain() -> list[str]:
+    """SPEC §15: the offline command (watchdog/cli/explain.py), not one of the protocol's."""
+    return tagged(
+        f"{bold('explain')} {italic('LOG')} [{bold('--exit-code')} {italic('N')} |"
+        f" {bold('--signal')} {italic('NAME')}]",
+        f"{EXPLAIN_HELP[:1].upper()}{EXPLAIN_HELP[1:]}: the daemon's own classifier on a log"
+        " file or an incident bundle folder; prints the cause, its class, the rank, the line"
+        " and the rule that matched (--json: the cause.json object). Exit: 0 a cause was"
+        " found; 1 unknown; 2 bad usage or an unreadable file.",
+    )
 
 
 def _ctl_tail() -> list[str]:

@@ -13,7 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.harness import ROOT
 
-from watchdog.core.health.causes import MAX_CAUSE_LINE, ExitFacts, UserRule, classify
+from watchdog.core.health.causes import (
+    CAUSE_CLASSES,
+    CAUSES,
+    MAX_CAUSE_LINE,
+    ExitFacts,
+    UserRule,
+    classify,
+    error_file_paths,
+)
 
 DATA = ROOT / "tests" / "data" / "causes"
 
@@ -157,8 +165,8 @@ PRINTED: list[tuple[list[str], int | None, int | None, bool, str, str, str]] = [
         1,
         None,
         True,
-        "dataloader_killed",
-        "transient",
+        "shm_exhausted",  # SPEC §15: a worker's bus error is /dev/shm too small
+        "deterministic",
         "is killed by signal: Bus error",
     ),
     (  # DeepSpeed fp16's loss scaler
@@ -209,9 +217,9 @@ PRINTED: list[tuple[list[str], int | None, int | None, bool, str, str, str]] = [
         None,
         6,
         True,
-        "aborted",
-        "transient",
-        "SIGABRT",
+        "cuda_error",  # SPEC §15: the CUDA error that made c10 abort, not the abort
+        "deterministic",
+        "illegal memory access",
     ),
     (["step 10 | 9,012 tok/s"], None, 9, True, "killed", "transient", "SIGKILL"),
     (
@@ -421,3 +429,261 @@ def test_unknown_cause_line_skips_progress_lines() -> None:
     assert (said.cause, said.cause_line) == ("unknown", "giving up")
     only = classify(ExitFacts(3, None, steps, progressed=True, is_progress=is_step))
     assert (only.cause, only.cause_line) == ("unknown", "exit 3")
+
+
+# SPEC §15: the lines of the new causes and the launchers' summaries, as the frameworks print
+# them (their sources): (lines, exit code, signal, cause, rank, rule).
+ELASTIC_SIGKILL = [
+    "[rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout",
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+    "============================================================",
+    "train.py FAILED",
+    "------------------------------------------------------------",
+    "Root Cause (first observed failure):",
+    "[0]:",
+    "  time      : 2026-01-01_00:00:00",
+    "  host      : gpu1",
+    "  rank      : 1 (local_rank: 1)",
+    "  exitcode  : -9 (pid: 4242)",
+    "  error_file: <N/A>",
+    "  traceback : Signal 9 (SIGKILL) received by PID 4242",
+    "============================================================",
+]
+RULES: list[tuple[list[str], int | None, int | None, str, int | None, str]] = [
+    (ELASTIC_SIGKILL, 1, None, "killed", 1, "elastic_root_cause"),
+    (
+        ["[rank3]:RuntimeError: CUDA error: an illegal memory access was encountered"],
+        1,
+        None,
+        "cuda_error",
+        3,
+        "cuda_error",
+    ),
+    (
+        ["RuntimeError: cuDNN error: CUDNN_STATUS_EXECUTION_FAILED"],
+        1,
+        None,
+        "cuda_error",
+        None,
+        "cuda_error",
+    ),
+    (
+        [
+            "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=405 error=2 : "
+            "cuda runtime error (2) : out of memory"
+        ],
+        1,
+        None,
+        "cuda_oom",
+        None,
+        "cuda_oom",
+    ),
+    (
+        ["RuntimeError: CUDA error: uncorrectable ECC error encountered"],
+        1,
+        None,
+        "gpu_fault",
+        None,
+        "gpu_fault_line",
+    ),
+    (
+        ["OSError: [Errno 28] No space left on device: '/ckpt/step_100'"],
+        1,
+        None,
+        "disk_full",
+        None,
+        "disk_full",
+    ),
+    (
+        [
+            "RuntimeError: unable to write to file </torch_1234_5678_0>: "
+            "No space left on device (28)"
+        ],
+        1,
+        None,
+        "shm_exhausted",
+        None,
+        "shm_exhausted",
+    ),
+    (
+        ["PermissionError: [Errno 13] Permission denied: '/data/out'"],
+        1,
+        None,
+        "permission_denied",
+        None,
+        "permission_denied",
+    ),
+    (
+        [
+            "torch.distributed.DistNetworkError: The server socket has failed to listen on any "
+            "local network address. port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, "
+            "message: address already in use"
+        ],
+        1,
+        None,
+        "port_in_use",
+        None,
+        "port_in_use",
+    ),
+    (
+        ["torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError"],
+        1,
+        None,
+        "rendezvous_error",
+        None,
+        "rendezvous_error",
+    ),
+    (
+        [
+            "slurmstepd: error: *** JOB 77 ON gpu1 CANCELLED AT 2026-01-01T00:00:00 "
+            "DUE TO TIME LIMIT ***"
+        ],
+        None,
+        15,
+        "time_limit",
+        None,
+        "slurm_time_limit",
+    ),
+    (
+        [
+            "slurmstepd: error: *** JOB 77 ON gpu1 CANCELLED AT 2026-01-01T00:00:00 "
+            "DUE TO PREEMPTION ***"
+        ],
+        None,
+        15,
+        "preempted",
+        None,
+        "slurm_preempted",
+    ),
+    (
+        ["slurmstepd: error: *** STEP 77.0 ON gpu1 CANCELLED AT 2026-01-01T00:00:00 ***"],
+        None,
+        15,
+        "cancelled",
+        None,
+        "slurm_cancelled",
+    ),
+    (
+        [
+            "srun: error: gpu7: task 5: Segmentation fault (core dumped)",
+            "slurmstepd: error: *** STEP 77.0 ON gpu1 CANCELLED AT 2026-01-01T00:00:00 ***",
+        ],
+        1,
+        None,
+        "segfault",
+        5,
+        "srun_task",
+    ),
+    (["srun: error: gpu7: task 2: Out Of Memory"], 1, None, "host_oom", 2, "slurm_oom"),
+    (
+        [
+            "torch.multiprocessing.spawn.ProcessExitedException: process 2 terminated with "
+            "signal SIGKILL"
+        ],
+        1,
+        None,
+        "killed",
+        2,
+        "mp_spawn_exited",
+    ),
+    (
+        [
+            "-- Process 1 terminated with the following error:",
+            "Traceback (most recent call last):",
+            '  File "train.py", line 3, in main',
+            "KeyError: 'lr'",
+        ],
+        1,
+        None,
+        "python_exception",
+        1,
+        "traceback",
+    ),
+    (
+        [
+            "[INFO] [launch.py:319:sigkill_handler] ['python', 'train.py', '--local_rank=3'] exits "
+            "with return code = -11"
+        ],
+        1,
+        None,
+        "segfault",
+        3,
+        "deepspeed_launcher",
+    ),
+    (
+        ['  File "train.py", line 9, in step', "    x = batch['y']", "KeyError: 'y'"],
+        1,
+        None,
+        "python_exception",
+        None,
+        "traceback",
+    ),
+    (
+        ["RuntimeError: DataLoader worker (pid(s) 101, 102, 103) exited unexpectedly"],
+        1,
+        None,
+        "dataloader_killed",
+        None,
+        "dataloader_killed",
+    ),
+]
+
+
+@pytest.mark.parametrize(("lines", "code", "sig", "cause", "rank", "rule"), RULES)
+def test_spec15_rules_name_cause_rank_and_rule(
+    lines: list[str], code: int | None, sig: int | None, cause: str, rank: int | None, rule: str
+) -> None:
+    found = classify(ExitFacts(code, sig, lines, progressed=True))
+    assert (found.cause, found.rank, found.rule) == (cause, rank, rule), found
+
+
+def test_the_root_wins_and_the_other_ranks_are_its_cascade() -> None:
+    """Rank 3's CUDA OOM, then NCCL timeouts on ranks 0 and 1: cuda_oom of rank 3, and the
+    timeouts are its cascade."""
+    lines = [
+        "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        "[rank0]: [E ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout",
+        "[rank1]: [E ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout",
+        "[rank0]: [E ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout",
+    ]
+    found = classify(ExitFacts(1, None, lines, progressed=True))
+    assert (found.cause, found.rank) == ("cuda_oom", 3)
+    assert [(c.rank, c.cause) for c in found.cascade] == [(0, "nccl_timeout"), (1, "nccl_timeout")]
+    assert found.record()["cascade"][0]["line"].startswith("[E ProcessGroupNCCL")
+
+
+def test_elastic_kill_has_the_nccl_timeouts_as_cascade_not_cause() -> None:
+    found = classify(ExitFacts(1, None, ELASTIC_SIGKILL[1:] + ELASTIC_SIGKILL[:1]))
+    assert (found.cause, found.rank) == ("killed", 1)
+    assert found.cascade and found.cascade[0].cause == "nccl_timeout"
+
+
+def test_an_error_file_holds_the_ranks_traceback() -> None:
+    """The shell reads elastic's error_file (JSON by @record); its traceback is evidence."""
+    lines = [
+        "Root Cause (first observed failure):",
+        "  rank      : 2 (local_rank: 2)",
+        "  exitcode  : 1 (pid: 11)",
+        "  error_file: /tmp/torchelastic_x/attempt_0/2/error.json",
+        "  traceback : Traceback (most recent call last):",
+    ]
+    assert error_file_paths(lines) == ["/tmp/torchelastic_x/attempt_0/2/error.json"]
+    text = (
+        '{"message": {"message": "ValueError: bad shard", "extraInfo": {"py_callstack": '
+        '"Traceback (most recent call last):\\n  File \\"t.py\\", line 1, in f\\n'
+        'ValueError: bad shard\\n", "timestamp": "1"}}}'
+    )
+    found = classify(ExitFacts(1, None, lines, progressed=True, error_files=(text,)))
+    assert (found.cause, found.rank, found.exception) == ("python_exception", 2, "ValueError")
+    assert classify(ExitFacts(1, None, lines, error_files=("not json",))).rank == 2
+
+
+def test_a_signal_named_by_elastic_is_the_ranks_not_the_launchers_exit_1() -> None:
+    found = classify(ExitFacts(1, None, ELASTIC_SIGKILL[5:], progressed=True))
+    assert found.cause == "killed" and "SIGKILL" in found.cause_line
+
+
+def test_external_causes_have_their_class() -> None:
+    for name in ("time_limit", "preempted", "cancelled"):
+        assert CAUSES[name] == "external"
+    assert "external" in CAUSE_CLASSES

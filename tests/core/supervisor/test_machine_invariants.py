@@ -72,6 +72,7 @@ CRASH_CAUSES = [
     ("startup_error", "deterministic"),
     ("nccl_timeout", "transient"),
     ("host_oom", "host"),
+    ("time_limit", "external"),
 ]
 
 

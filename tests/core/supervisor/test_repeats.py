@@ -27,6 +27,11 @@ from watchdog.core.supervisor.replay import log_entry, replay
 OOM = ("cuda_oom", "deterministic", "torch.OutOfMemoryError: CUDA out of memory.")
 NCCL = ("nccl_timeout", "transient", "Watchdog caught collective operation timeout")
 HOST = ("host_oom", "host", "killed by the kernel's OOM killer (memory.max=64M)")
+TIME = (
+    "time_limit",
+    "external",
+    "*** JOB 7 ON gpu1 CANCELLED AT 2026-01-01T00:00:00 DUE TO TIME LIMIT ***",
+)
 
 
 def die(d: Driver, now: float, cause: tuple[str, str, str]) -> list[Action]:
@@ -85,6 +90,24 @@ def test_transient_causes_use_the_normal_budget() -> None:
     now, restarts = 0.0, 0
     while True:
         out = die(d, now + 1, NCCL)
+        if "fatal" in names(out):
+            break
+        restarts += 1
+        now = next_run(d, now + 1)
+    assert restarts == 3
+    assert emitted(out, "fatal").fields["reason"] == "no_progress"
+
+
+def test_external_causes_use_the_normal_budget_and_never_park() -> None:
+    """SPEC §15: the scheduler ending the job (time limit, preemption, cancel) is the same
+    every time yet no fault of the job: counted by the normal budget, never `repeated_cause`,
+    never parked."""
+    d = Driver(policy(limit=3))
+    d.feed(DaemonStarted(), 0.0)
+    now, restarts = 0.0, 0
+    while True:
+        out = die(d, now + 1, TIME)
+        assert "job_parked" not in names(out)
         if "fatal" in names(out):
             break
         restarts += 1

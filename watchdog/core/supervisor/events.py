@@ -107,6 +107,7 @@ class ChildExited:
     cause_class: str | None = None
     cause_line: str | None = None
     incident: str | None = None
+    cause_rank: int | None = None  # SPEC §15: the rank that failed first, where the log shows it
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,9 @@ A deterministic cause (the same OOM at the same step, a typo'd import, a torn ch
 fails the same way every time: `restart.same_cause_limit` failures in a row with the same one
 and no step gained between them end in `fatal`, reason `repeated_cause`. A host cause (the
 kernel's OOM killer, a GPU fault at the time) parks in host_fault as a GPU fault does: the job
-cannot fix the host. Transient causes, and anything unclassified, use the normal budget.
+cannot fix the host. Transient and external causes (SPEC §15: the scheduler's time limit,
+preemption, cancel: the same every time, yet no fault of the job), and anything unclassified,
+use the normal budget.
 """
 
 from __future__ import annotations

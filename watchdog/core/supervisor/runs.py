@@ -175,6 +175,7 @@ def exited(s: JobState, ev: ChildExited, now: float) -> list[Action]:
     s.last_cause = causes_of(ev)
     count_failure(s)
     fields |= {**s.last_cause, **({"incident": ev.incident} if ev.incident else {})}
+    fields["cause_rank"] = ev.cause_rank  # SPEC §15
     s.stop_reason = "exited"
     restart = "exited" in s.policy.restart_on and not s.paused
     s.after_stop = AfterStop.RESTART if restart else AfterStop.STOP
@@ -192,6 +193,7 @@ def causes_of(ev: ChildExited) -> dict[str, str]:
         "cause": ev.cause or "unknown",
         "cause_class": ev.cause_class or "unknown",
         "cause_line": ev.cause_line or status,
+        **({"cause_rank": str(ev.cause_rank)} if ev.cause_rank is not None else {}),
     }
 
 

@@ -138,6 +138,8 @@ def _last_exit(snap: Snapshot) -> dict[str, object] | None:
     if snap.last_cause is not None:  # SPEC §14: why it died, and how far its run got
         step = snap.exit_step
         found |= {**snap.last_cause, "step": int(step) if step is not None else None}
+        rank = snap.last_cause.get("cause_rank")  # SPEC §15, kept as text in the core's state
+        found["cause_rank"] = int(rank) if rank is not None and rank.isdigit() else None
     return found
 
 

@@ -1,0 +1,144 @@
+"""`watchdogctl explain LOG [--exit-code N | --signal NAME] [--json]` (SPEC §15): the daemon's
+own classifier (core/health/causes.py) on any log file or incident bundle folder, offline: no
+daemon, no socket. Exit 0 when a cause other than `unknown` was found, 1 for `unknown`, 2 for
+bad usage or an unreadable file.
+
+A bundle folder gives its `log_tail.txt` (then `progress_tail.txt`) as the lines, and its
+`cause.json`'s exit code, signal and GPU faults where the command line does not say them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from watchdog.core.health import causes
+
+EXIT_NAMED, EXIT_UNKNOWN, EXIT_USAGE = 0, 1, 2
+READ_MAX = 1 << 20  # the end of a huge log is enough: the classifier reads its last lines
+USAGE = "usage: watchdogctl explain LOG [--exit-code N | --signal NAME] [--json]"
+
+TYPE_CHECKING = False  # as in cli/parse.py: `typing` is never imported at run time
+if TYPE_CHECKING:
+    from typing import Any
+
+
+class _Bad(Exception):
+    pass
+
+
+def main(argv: list[str], as_json: bool = False) -> int:
+    try:
+        log, code, signum, as_json = _parse(argv, as_json)
+        lines, known = _read(log)
+    except _Bad as e:
+        sys.stderr.write(f"watchdogctl explain: {e}\n{USAGE}\n")
+        return EXIT_USAGE
+    if code is None and signum is None:
+        code, signum = known.get("exit_code"), known.get("signal")
+    faults = tuple(str(f) for f in known.get("gpu_faults") or ())
+    facts = causes.explain_facts(lines, code, signum)
+    if faults:
+        facts = causes.ExitFacts(facts.exit_code, facts.signal, facts.lines, gpu_faults=faults)
+    found = causes.classify(facts)
+    record = {**found.record(), "exit_code": facts.exit_code, "signal": facts.signal}
+    sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n" if as_json else _human(found))
+    return EXIT_UNKNOWN if found.cause == "unknown" else EXIT_NAMED
+
+
+def _parse(argv: list[str], as_json: bool) -> tuple[str, int | None, int | None, bool]:
+    log: str | None = None
+    code: int | None = None
+    signum: int | None = None
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--json":
+            as_json = True
+        elif arg in ("--exit-code", "--signal"):
+            if i + 1 >= len(argv):
+                raise _Bad(f"{arg} needs a value")
+            i += 1
+            if arg == "--exit-code":
+                code = _int(argv[i], arg)
+            else:
+                signum = _signal(argv[i])
+        elif arg.startswith("-") and arg != "-":
+            raise _Bad(f"unknown option {arg}")
+        elif log is None:
+            log = arg
+        else:
+            raise _Bad(f"one LOG only, got {arg!r} too")
+        i += 1
+    if log is None:
+        raise _Bad("LOG is missing")
+    if code is not None and signum is not None:
+        raise _Bad("--exit-code and --signal exclude each other")
+    return log, code, signum, as_json
+
+
+def _int(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise _Bad(f"{what} takes a number, got {text!r}") from None
+
+
+def _signal(text: str) -> int:
+    if text.isdigit():
+        return int(text)
+    name = text.upper()
+    name = name if name.startswith("SIG") else "SIG" + name
+    if name not in causes.SIGNAL_NUMBERS:
+        raise _Bad(f"--signal: unknown signal {text!r}")
+    return causes.SIGNAL_NUMBERS[name]
+
+
+def _read(log: str) -> tuple[list[str], dict[str, Any]]:
+    """The lines of a log file, or of a bundle folder with what its cause.json knows."""
+    if not os.path.isdir(log):
+        return _tail(log), {}
+    known: dict[str, Any] = {}
+    try:
+        with open(os.path.join(log, "cause.json"), encoding="utf-8") as f:
+            loaded = json.load(f)
+        known = loaded if isinstance(loaded, dict) else {}
+    except (OSError, ValueError):
+        pass  # a bundle from before SPEC §14, or a folder of logs
+    lines: list[str] = []
+    for name in ("log_tail.txt", "progress_tail.txt"):
+        path = os.path.join(log, name)
+        if os.path.exists(path):
+            lines += _tail(path)
+    if not lines and not known:
+        raise _Bad(f"{log}: no log_tail.txt or cause.json (not an incident bundle)")
+    return lines, known
+
+
+def _tail(path: str) -> list[str]:
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - READ_MAX))
+            data = f.read(READ_MAX)
+    except OSError as e:
+        raise _Bad(f"cannot read {path}: {e.strerror or e}") from None
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return lines[1:] if size > READ_MAX and lines else lines  # the first may be cut
+
+
+def _human(found: causes.Cause) -> str:
+    rank = "-" if found.rank is None else str(found.rank)
+    out = [
+        f"cause: {found.cause} ({found.cause_class})",
+        f"rank:  {rank}",
+        f"rule:  {found.rule}",
+        f"line:  {found.cause_line}",
+    ]
+    if found.exception:
+        out.append(f"exception: {found.exception}")
+    for c in found.cascade:
+        where = "-" if c.rank is None else str(c.rank)
+        out.append(f"then:  rank {where} {c.cause}: {c.line[:80]}")
+    return "\n".join(out) + "\n"
