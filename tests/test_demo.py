@@ -124,13 +124,15 @@ def test_make_demo_resets_its_state_before_the_daemon_starts(tmp_path: pathlib.P
 @pytest.mark.slow
 @pytest.mark.timeout(420)  # about 30 s at DEMO_SCALE (2 minutes as shipped); more under load
 def test_demo_shows_restarts_gpus_idle_and_fatal_then_starts_fresh(tmp_path: pathlib.Path) -> None:
-    """The demo's story, as the README tells it: a crash and a restart, `gpus_idle` with an
-    incident bundle, the park in `fatal` (no_progress); after `make demo`'s reset a second demo
+    """The demo's story, as the README tells it: a crash (`cuda_error`) and a restart, `gpus_idle`
+    with an incident bundle, the park in `fatal` (no_progress); after `make demo`'s reset a demo
     runs its job again instead of restoring `fatal`. Played at DEMO_SCALE, config and job alike."""
     d = _demo_daemon(tmp_path, DEMO_SCALE)
     try:
         d.start()
         d.wait_event("restart_scheduled", timeout=60, reason="exited")
+        # its crash line is a real CUDA error's wording: named as one (SPEC §15)
+        d.wait_event("child_exited", timeout=10, cause="cuda_error")
         d.wait_event("incident_saved", timeout=90, reason="gpus_idle")
         st = d.wait_state("fatal", timeout=300)
         assert "no_progress" in str(st), st
