@@ -76,5 +76,5 @@ def test_a_run_knows_when_the_core_ordered_its_stop() -> None:
     exitcause.py reports it unclassified, without reading the core's state."""
     run = JobRun(health.HealthMonitor(health.HealthConfig()), pid=7)
     assert not run.stop_ordered
-    run.stopping()
+    run.stopping("stalled")
     assert run.stop_ordered

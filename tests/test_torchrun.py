@@ -9,6 +9,7 @@ pytest's timeout (180 s) ends a scenario that hangs all the same.
 from __future__ import annotations
 
 import importlib.util
+import json
 import pathlib
 
 import psutil
@@ -169,6 +170,41 @@ def test_crash_before_first_checkpoint_goes_fatal_no_progress(
         assert len(runs(work)) == 3
         assert not (work / "ckpt" / "latest_checkpointed_iteration.txt").exists()
         assert "injected crash at step 5" in (tmp_path / "job.log").read_text()
+    finally:
+        d.stop()
+    assert not d.job_processes()
+
+
+@pytest.mark.parametrize(
+    ("fault", "cause", "rank", "exception"),
+    [
+        ("kill_rank=1\nat_step=3\nonce=1\n", "killed", 1, None),
+        ("raise_rank=0\nat_step=3\nonce=1\n", "python_exception", 0, "KeyError"),
+    ],
+)
+def test_a_dead_rank_is_named_from_torchruns_summary(
+    tmp_path: pathlib.Path,
+    work: pathlib.Path,
+    fault: str,
+    cause: str,
+    rank: int,
+    exception: str | None,
+) -> None:
+    """SPEC §15: torchrun's `Root Cause (first observed failure)` block is the evidence, not
+    its own exit code 1: rank 1's SIGKILL is `killed`, rank 0's KeyError `python_exception`,
+    each with its rank."""
+    (work / "fault").write_text(fault)
+    # The rank watch lists ranks at each sample: sampled every 30 s it has not listed them when
+    # the fault fires a few seconds in, so torchrun (monitoring every 0.2 s) ends first, with
+    # its summary, as it does when the rank watch is slower than the agent's monitor.
+    cfg = torchrun_config(tmp_path, work, gpus={"devices": [], "sample_interval_s": 30})
+    d = Daemon(tmp_path, cfg).start()
+    try:
+        exited = d.wait_event("child_exited", timeout=120)[0]
+        assert (exited.get("cause"), exited.get("cause_rank")) == (cause, rank), exited
+        bundle = pathlib.Path(d.wait_event("incident_saved", timeout=30)[0]["path"])
+        named = json.loads((bundle / "cause.json").read_text())
+        assert (named["cause"], named["rank"], named["exception"]) == (cause, rank, exception)
     finally:
         d.stop()
     assert not d.job_processes()

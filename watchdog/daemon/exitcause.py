@@ -90,7 +90,7 @@ async def report(d: Reporter, run: JobRun, st: reaping.ExitStatus) -> None:
     """Classify the exit of `run`'s leader, save its bundle, then post ChildExited."""
     plain = ChildExited(st.pid, st.exit_code, st.signal)
     # the core ordered this run's stop (KillTree), or no longer watches this pid
-    ours = run.stop_ordered or d.core.snapshot().pid != st.pid
+    ours = (run.stop_ordered and not run.dying_anyway) or d.core.snapshot().pid != st.pid
     if ours or (st.signal is None and st.exit_code in d.cfg.job.success_exit_codes):
         d.inbox.post(plain)  # our stop, a success, or a run the core no longer watches
         return
@@ -99,6 +99,7 @@ async def report(d: Reporter, run: JobRun, st: reaping.ExitStatus) -> None:
         facts = causes.ExitFacts(
             st.exit_code,
             st.signal,
+            signal_ours=run.stop_ordered,
             lines=found,
             oom_killed=oomrecord.killed(run.oom_before, after),
             oom_limit=after.limit,

@@ -292,7 +292,7 @@ class Daemon:
         """A task: it posts TreeStopped when done. The incident's verdict and the core's view
         are taken now, here in the consumer's task, the one that feeds the run's monitor."""
         if action.pid is None or self.job.pid in (None, action.pid):
-            self.job.stopping()  # its leader's exit is our stop's (exitcause.py)
+            self.job.stopping(action.reason)  # its leader's exit is our stop's (exitcause.py)
         judged = None
         if action.incident:
             judged = Judgement(self.consumer.verdict(time.monotonic()), self.core.snapshot())

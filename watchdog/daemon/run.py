@@ -36,8 +36,9 @@ class Evidence:
     oom_before: oomrecord.OomReading | None = None  # its cgroup's OOM-kill counter at spawn
     faults_seen: list[str] = field(default_factory=list)  # GPU faults while it ran
     # the core ordered its stop (its KillTree): the leader's exit is ours, not a death to
-    # classify; the core decided, the shell only notes it
+    # classify (unless the stop is for a rank that died: `exited`); the shell only notes it
     stop_ordered: bool = False
+    stop_reason: str | None = None
 
 
 class JobRun:
@@ -76,9 +77,10 @@ class JobRun:
         self.left_behind: tuple[int, ...] = ()
         self.evidence = Evidence()  # SPEC §14: what its death is classified by (exitcause.py)
 
-    def stopping(self) -> None:
+    def stopping(self, reason: str) -> None:
         """The core returned KillTree for this run (SPEC §4: the whole tree is being stopped)."""
         self.evidence.stop_ordered = True
+        self.evidence.stop_reason = reason
 
     @property
     def leader_reaped(self) -> bool:
@@ -114,6 +116,12 @@ class JobRun:
     @property
     def stop_ordered(self) -> bool:
         return self.evidence.stop_ordered
+
+    @property
+    def dying_anyway(self) -> bool:
+        """Stopped because one of its ranks died (`exited`, the rank watch): the job was ending
+        by itself, so its launcher's summary in the log still names why (SPEC §15)."""
+        return self.evidence.stop_reason == "exited"
 
     def oom_baseline(self, reading: oomrecord.OomReading) -> None:
         self.evidence.oom_before = reading

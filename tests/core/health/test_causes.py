@@ -687,3 +687,39 @@ def test_external_causes_have_their_class() -> None:
     for name in ("time_limit", "preempted", "cancelled"):
         assert CAUSES[name] == "external"
     assert "external" in CAUSE_CLASSES
+
+
+def test_a_launchers_signal_exception_from_our_own_stop_is_no_cause() -> None:
+    """torchrun's agent turns the watchdog's SIGTERM into a SignalException traceback: after our
+    stop that is an echo of the stop, not why the job died (exit 1, no other evidence)."""
+    tail = [
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3/site-packages/torch/distributed/run.py", line 1032, in <module>',
+        "torch.distributed.elastic.multiprocessing.api.SignalException: "
+        "Process 8925 got signal: 15",
+    ]
+    assert classify(ExitFacts(1, None, tail, progressed=True, signal_ours=True)).cause == "unknown"
+    theirs = classify(ExitFacts(1, None, tail, progressed=True))
+    assert theirs.cause == "python_exception"
+
+
+def test_the_root_ranks_own_traceback_wins_over_the_launchers() -> None:
+    """torchrun's summary names rank 0 (exitcode 1); rank 0's KeyError in its own lines is the
+    cause, not the agent's ChildFailedError traceback printed after it."""
+    tail = [
+        "[rank0]: Traceback (most recent call last):",
+        '[rank0]:   File "train.py", line 9, in <module>',
+        "[rank0]: KeyError: 'batch_size'",
+        "Traceback (most recent call last):",
+        '  File "torch/distributed/run.py", line 9, in <module>',
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "============================================================",
+        "train.py FAILED",
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  rank      : 0 (local_rank: 0)",
+        "  exitcode  : 1 (pid: 11276)",
+        "  error_file: <N/A>",
+    ]
+    got = classify(ExitFacts(1, None, tail, progressed=True))
+    assert (got.cause, got.rank, got.exception) == ("python_exception", 0, "KeyError")

@@ -11,6 +11,7 @@ Faults come from a FILE, <workdir>/fault, never from code changes; one `key=valu
     hang_rank=1        that rank blocks inside an all_reduce of a group the others never
                        join, so every rank hangs inside all_reduce (the others wait for it)
     crash_before_ckpt=1  rank 0 raises before the first checkpoint, on every run
+    raise_rank=0       that rank raises KeyError('batch_size') at `at_step`
     at_step=5          when kill/hang fire (default 5)
     stop_rank=1        that rank stops for good before the step's all_reduce (a frozen data
                        loader), so the others block inside it, waiting for that rank
@@ -160,6 +161,8 @@ def main() -> int:
         if step == at_step and str(rank) == fault.get("kill_rank") and fire_once(workdir, fault):
             print(f"rank {rank}: killing myself at step {step}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
+        if step == at_step and str(rank) == fault.get("raise_rank") and fire_once(workdir, fault):
+            raise KeyError("batch_size")
         if step == at_step and str(rank) == fault.get("hang_rank") and fire_once(workdir, fault):
             hang_in_all_reduce(rank)
         time.sleep(STEP_S)

@@ -301,6 +301,11 @@ def _by_status_ranked(facts: ExitFacts, split: list[Line], launcher: Launcher | 
     code, signum = facts.exit_code, facts.signal
     if launcher is not None:
         code, signum = launcher.code, launcher.signal
+        # the root rank's own traceback, as if it had died alone, before the launcher's own
+        mine = [x.text for x in split if x.rank is not None and x.rank == launcher.rank]
+        if last_exception(mine) is not None:
+            own = _by_status(facts, mine, code, signum)
+            return _cause(own.cause, own.cause_line, own.exception, launcher.rank, (), own.rule)
     found = _by_status(facts, [x.text for x in split], code, signum)
     rank = None
     for item in reversed(split):
@@ -351,6 +356,8 @@ def _oom_shaped(facts: ExitFacts, lines: list[str]) -> bool:
 
 def _by_status(facts: ExitFacts, lines: list[str], code: int | None, signum: int | None) -> Cause:
     exc = last_exception(lines)
+    if exc is not None and facts.signal_ours and exc[0].endswith("SignalException"):
+        exc = None  # torchrun's agent dying of our own stop signal says nothing of the death
     raw_signal = signum
     if signum is None and code is not None and 128 < code <= 128 + 64:
         signum = code - 128  # a shell (`/bin/sh -c`) reports its child's signal as 128+N

@@ -166,7 +166,8 @@ def exited(s: JobState, ev: ChildExited, now: float) -> list[Action]:
     fields: dict[str, object] = {"pid": ev.pid, "exit_code": ev.exit_code, "signal": ev.signal}
     if s.state is State.STOPPING:
         s.last_cause = stopped_cause(s, ev)
-        return [Emit("child_exited", {**fields, "reason": s.stop_reason, **s.last_cause})]
+        ranked = {"cause_rank": ev.cause_rank} if "cause_rank" in s.last_cause else {}
+        return [Emit("child_exited", {**fields, "reason": s.stop_reason, **s.last_cause, **ranked})]
     if ev.signal is None and ev.exit_code in s.policy.success_exit_codes:
         return exited_well(s, ev, fields, now)
     # An unexpected death: clear leftovers of the tree first, then decide (in _tree_stopped).
@@ -208,6 +209,8 @@ def stopped_cause(s: JobState, ev: ChildExited) -> dict[str, str]:
     operator), unless its log names something more specific (the shell classified it)."""
     if ev.cause is not None and ev.cause not in ("killed", "unknown", "python_exception"):
         return causes_of(ev)
+    if s.stop_reason == "exited" and ev.cause not in (None, "unknown"):
+        return causes_of(ev)  # a rank died (the rank watch): its launcher's summary names why
     line = f"stopped by the watchdog ({s.stop_reason})"
     return {"cause": s.stop_reason, "cause_class": "unknown", "cause_line": line}
 
