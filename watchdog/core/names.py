@@ -142,6 +142,15 @@ EVENTS: dict[str, EventName] = {
     "node_joined": EventName("a node registered with the cluster"),
     "etcd_unreachable": EventName("no etcd endpoint answers: the cluster is unverified", WARNING),
     "etcd_reachable": EventName("etcd answers again"),
+    # SPEC §15: a cluster you can trust (docs/multi-node.md)
+    "cluster_refused": EventName(
+        "etcd answered but refused this node (certificate, password, permission): the job is"
+        " left alone as when etcd is unreachable",
+        ERR,
+    ),
+    "cluster_cert_expiring": EventName(
+        "the client certificate for etcd (cluster.tls.cert_file) expires within 14 days", WARNING
+    ),
     # only in `events --follow` streams, never in the history
     "events_dropped": EventName("a follower fell behind and lost this many events", WARNING),
 }

@@ -367,6 +367,8 @@ class Daemon:
         await self.inbox.ask(PolicyChanged(params.local_policy_of(new, self.life.ending.enabled)))
         if self.cluster is not None:
             self.cluster.policy_changed(params.policy_of(new))  # the next proposal uses it
+            if new.cluster is not None:  # SPEC §15: certificates and password files read anew
+                await self.cluster.reload(new.cluster)
         self.emit(
             "config_reloaded", config=new.source, needs_restart=params.needs_restart(old, new)
         )
