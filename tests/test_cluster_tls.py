@@ -24,7 +24,7 @@ from support.harness import ROOT, Daemon, base_config, merge, wait_until
 from support.pki import CA, OPENSSL
 from support.pki import SKIP_REASON as OPENSSL_SKIP
 
-from watchdog.cluster.etcd import Credentials, Etcd, EtcdRefused, ssl_context
+from watchdog.cluster.etcd import Credentials, Etcd, EtcdRefused, EtcdUnavailable, ssl_context
 
 JOB = str(ROOT / "tests" / "support" / "jobs" / "clusterjob.py")
 TTL = 3
@@ -176,7 +176,6 @@ def no_secret_anywhere(d: Daemon, secrets: list[str]) -> None:
         assert secret not in shown
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("nodes", [2, 3])
 def test_daemons_over_tls_and_passwords_restart_together_and_survive_token_loss(
     site: Site, tmp_path: pathlib.Path, nodes: int
@@ -351,3 +350,23 @@ def test_reload_reads_the_certificate_and_the_password_anew(
         assert "Traceback" not in d.output()
     finally:
         d.stop()
+
+
+def test_a_call_on_a_client_a_reload_closed_is_unavailable(site: Site) -> None:
+    """A reload closes the old client while the link's tasks may still call it: such a call is
+    EtcdUnavailable (retried on the new client), never a RuntimeError that ends the task."""
+    cert, key = site.pki.client("unit-closed")
+    creds = Credentials(
+        str(site.pki.ca.cert), cert, key, "unit", site.password_file("u", "pw-unit")
+    )
+
+    async def scenario() -> None:
+        etcd = Etcd(site.etcd.client, 5.0, creds)
+        await etcd.aclose()
+        with pytest.raises(EtcdUnavailable, match="closed"):
+            await etcd.get_prefix("/train-watchdog/unit/")
+        with pytest.raises(EtcdUnavailable, match="closed"):
+            async for _ in etcd.watch_prefix("/train-watchdog/unit/"):
+                pass
+
+    asyncio.run(scenario())

@@ -151,6 +151,12 @@ class Etcd:
     async def aclose(self) -> None:
         await self._http.aclose()
 
+    def _open(self) -> None:
+        """A reload closes the old client while the link's tasks may still hold it: their next
+        call is unavailable (and made again on the new client), not httpx's RuntimeError."""
+        if self._http.is_closed:
+            raise EtcdUnavailable("the client was closed (reloaded)")
+
     # ------------------------------------------------------------------------ auth
 
     def _headers(self) -> dict[str, str]:
@@ -202,10 +208,14 @@ class Etcd:
         for i in range(n):
             idx = (self._good + i) % n
             url = self.endpoints[idx] + path
+            self._open()
             try:
                 headers = self._headers() if auth else {}
                 resp = await self._http.post(url, json=body, headers=headers)
                 data: dict[str, Any] = resp.json()
+            except RuntimeError:
+                self._open()  # closed under this call: unavailable
+                raise
             except (httpx.HTTPError, ValueError) as e:
                 why = _refusal_of_tls(e)
                 if why is None and _empty_read(e) and self.creds.cert_file is not None:
@@ -296,6 +306,7 @@ class Etcd:
         EtcdUnavailable when no endpoint takes the watch. The caller re-reads the prefix."""
         body = {"create_request": {"key": _b64(prefix), "range_end": prefix_end(prefix)}}
         url = self.endpoints[self._good] + "/v3/watch"
+        self._open()
         timeout = httpx.Timeout(self.timeout_s, read=None)  # a quiet watch is not a dead one
         if self.creds.user is not None and self._token is None:
             await self._renew(None)
@@ -316,6 +327,9 @@ class Etcd:
                     result = data.get("result", {})
                     if result.get("events"):
                         yield int(result.get("header", {}).get("revision", 0))
+        except RuntimeError:
+            self._open()  # closed under this stream: unavailable
+            raise
         except (httpx.HTTPError, ValueError) as e:
             if (why := _refusal_of_tls(e)) is not None:
                 raise EtcdRefused(self.endpoints[self._good], why) from None
