@@ -253,6 +253,9 @@ def test_refused_daemons_say_why_and_never_touch_the_keys(
         d.wait_status(lambda s: s["cluster"]["etcd"] == "refused", 15, "status says refused")
         st = d.status()
         assert words in st["cluster"]["etcd_reason"]
+        _, out, _ = d.ctl("status")
+        assert st["cluster"]["etcd_refused_by"] == site.etcd.client[0]
+        assert f"0/2 nodes · cluster unverified: etcd refused us: {words[:20]}" in out, out
         assert st["job"]["pid"] is None  # the gate stays shut: no epoch was agreed
         assert "Traceback" not in d.output()
         no_secret_anywhere(d, [password])

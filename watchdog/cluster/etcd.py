@@ -217,10 +217,7 @@ class Etcd:
                 self._open()  # closed under this call: unavailable
                 raise
             except (httpx.HTTPError, ValueError) as e:
-                why = _refusal_of_tls(e)
-                if why is None and _empty_read(e) and self.creds.cert_file is not None:
-                    why = await self._diagnose(url, body)
-                if why is not None:
+                if (why := await self._refusal_of(e, url, body)) is not None:
                     refused = refused or EtcdRefused(self.endpoints[idx], why)
                 errors.append(f"{url}: {type(e).__name__}: {why or e}")
                 continue
@@ -240,6 +237,13 @@ class Etcd:
         if refused is not None:
             raise refused
         raise EtcdUnavailable("; ".join(errors))
+
+    async def _refusal_of(self, e: Exception, url: str, body: dict[str, Any]) -> str | None:
+        """The refusal a failed request means, in words, or None (a network failure)."""
+        why = _refusal_of_tls(e)
+        if why is None and _empty_read(e) and self.creds.cert_file is not None:
+            why = await self._diagnose(url, body)
+        return why
 
     async def _diagnose(self, url: str, body: dict[str, Any]) -> str | None:
         """An empty read over TLS 1.3 with a client certificate: the same request once over

@@ -67,7 +67,8 @@ class Refusals:
         if self._now:
             endpoint, reason = next(iter(self._now.values()))
             cluster["etcd"] = "refused"
-            cluster["etcd_reason"] = f"{endpoint}: {reason}"
+            cluster["etcd_reason"] = reason
+            cluster["etcd_refused_by"] = endpoint
 
     def check_cert(self, path: str, info: certs.CertInfo | str | None) -> None:
         """`cluster_cert_expiring` once per certificate that ends within 14 days."""
