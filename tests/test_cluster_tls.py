@@ -226,7 +226,9 @@ def test_daemons_over_tls_and_passwords_restart_together_and_survive_token_loss(
             d.stop()
 
 
-@pytest.mark.parametrize("case", ["other_ca", "unknown_server", "wrong_password", "other_prefix"])
+@pytest.mark.parametrize(
+    "case", ["other_ca", "unknown_server", "wrong_password", "other_prefix", "no_user"]
+)
 def test_refused_daemons_say_why_and_never_touch_the_keys(
     site: Site, tmp_path: pathlib.Path, case: str
 ) -> None:
@@ -240,10 +242,14 @@ def test_refused_daemons_say_why_and_never_touch_the_keys(
         "unknown_server": ("guarded", "pw-guarded", "certificate signed by an unknown authority"),
         "wrong_password": ("guarded", "not-the-password", "authentication failed"),
         "other_prefix": ("other", "pw-other", "permission denied on /train-watchdog/guarded/"),
+        "no_user": ("guarded", "pw-guarded", "etcd requires a user and password (cluster.auth)"),
     }[case]
     d = daemon(site, tmp_path, 0, 2, "guarded", user, password, cert)
     if case == "unknown_server":  # we trust another CA than the one that signed etcd's cert
         d.cfg["cluster"]["tls"]["ca_file"] = str(site.pki.other_ca.cert)
+        d.config_path.write_text(yaml.safe_dump(d.cfg))
+    if case == "no_user":  # a certificate etcd trusts, but no cluster.auth
+        del d.cfg["cluster"]["auth"]
         d.config_path.write_text(yaml.safe_dump(d.cfg))
     try:
         d.start()

@@ -102,6 +102,8 @@ def _refusal_of_error(message: str, what: str) -> str | None:
         return f"permission denied on {what}"
     if "commonname of client" in low:
         return "the client certificate has a CommonName, which etcd's gateway refuses"
+    if "user name is empty" in low:
+        return "etcd requires a user and password (cluster.auth)"
     if "user name not found" in low or "user not found" in low:
         return "authentication failed (no such user)"
     return None
@@ -224,7 +226,7 @@ class Etcd:
             if resp.status_code != 200 or "error" in data:
                 # e.g. 503 "etcdserver: no leader" from a member cut off from its quorum
                 message = str(data.get("error", "") or data.get("message", ""))
-                if auth and any(m in message for m in _AUTH_INVALID):
+                if auth and self._stale_token(message):
                     token_invalid = True
                 elif (why := _refusal_of_error(message, what)) is not None:
                     refused = refused or EtcdRefused(self.endpoints[idx], why)
@@ -232,11 +234,15 @@ class Etcd:
                 continue
             self._good = idx
             return data
-        if token_invalid and self.creds.user is not None:
+        if token_invalid:
             raise _TokenInvalid("; ".join(errors))
         if refused is not None:
             raise refused
         raise EtcdUnavailable("; ".join(errors))
+
+    def _stale_token(self, message: str) -> bool:
+        """etcd says our token is invalid or expired (renewed), not that we are refused."""
+        return self.creds.user is not None and any(m in message for m in _AUTH_INVALID)
 
     async def _refusal_of(self, e: Exception, url: str, body: dict[str, Any]) -> str | None:
         """The refusal a failed request means, in words, or None (a network failure)."""
@@ -347,7 +353,7 @@ class Etcd:
         """A watch stream that opens with an error: a stale token is renewed (the caller opens
         a new stream), a refusal is raised as one; anything else ends the stream."""
         message = str(error.get("message", "")) if isinstance(error, dict) else str(error)
-        if self.creds.user is not None and any(m in message for m in _AUTH_INVALID):
+        if self._stale_token(message):
             await self._renew(token)
         elif (why := _refusal_of_error(message, prefix)) is not None:
             raise EtcdRefused(url.removesuffix("/v3/watch"), why)
