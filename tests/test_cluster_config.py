@@ -129,3 +129,101 @@ def test_cluster_without_the_extra_exits_78_naming_it(tmp_path: Path) -> None:
     )
     assert r.returncode == 78, r.stderr
     assert "cluster" in r.stderr and "train-watchdog[cluster]" in r.stderr
+
+
+def _watchdogd(tmp_path: Path, cluster: str, *args: str) -> subprocess.CompletedProcess[str]:
+    cfg = tmp_path / "w.yaml"
+    cfg.write_text(
+        f'job: {{command: ["{sys.executable}"]}}\n'
+        + f"control: {{socket: {tmp_path}/s.sock}}\nstate_dir: {tmp_path}/state\n"
+        + textwrap.dedent(cluster)
+    )
+    return subprocess.run(
+        [str(BIN / "watchdogd"), "--config", str(cfg), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+JOB = 'job: {command: ["/bin/true"]}\n'
+PLAINTEXT = """\
+cluster:
+  etcd: ["http://127.0.0.1:2379", "http://192.0.2.7:2379"]
+  job_id: run-42
+  node_rank: 0
+  nodes: 2
+"""
+
+
+@pytest.mark.parametrize("args", [("--check",), ()])
+def test_plaintext_to_a_remote_endpoint_exits_78_naming_it(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """SPEC §15: http:// to an address that is not loopback is refused at --check and at start,
+    naming the endpoint and its key, before any connection (192.0.2.7 is TEST-NET-1: nothing
+    answers there, and the daemon is not left waiting for it)."""
+    r = _watchdogd(tmp_path, PLAINTEXT, *args)
+    assert r.returncode == 78, r.stderr
+    assert "cluster.etcd[1]" in r.stderr and "http://192.0.2.7:2379" in r.stderr
+    assert "cluster.insecure" in r.stderr
+    assert not (tmp_path / "state").exists()  # refused before a start began
+
+
+def test_plaintext_to_a_remote_endpoint_is_allowed_when_insecure(tmp_path: Path) -> None:
+    cfg = parse(tmp_path, JOB + PLAINTEXT + "  insecure: true\n")
+    assert cfg.cluster is not None and cfg.cluster.insecure
+
+
+@pytest.mark.parametrize(
+    "url", ["http://localhost:2379", "http://[::1]:2379", "https://10.1.2.3:2379"]
+)
+def test_loopback_and_https_endpoints_need_no_insecure(tmp_path: Path, url: str) -> None:
+    cfg = parse(tmp_path, JOB + PLAINTEXT.replace("http://192.0.2.7:2379", url))
+    assert cfg.cluster is not None and not cfg.cluster.insecure
+
+
+def _secret_config(tmp_path: Path) -> tuple[str, Path, Path]:
+    ca, cert, key, pw = (tmp_path / n for n in ("ca.crt", "c.crt", "c.key", "pw"))
+    for f in (ca, cert, key, pw):
+        f.write_text("x\n")
+        f.chmod(0o600)
+    cluster = f"""\
+cluster:
+  etcd: ["https://127.0.0.1:2379"]
+  job_id: run-42
+  node_rank: 0
+  nodes: 2
+  tls: {{ca_file: {ca}, cert_file: {cert}, key_file: {key}}}
+  auth: {{user: node, password_file: {pw}}}
+"""
+    return cluster, key, pw
+
+
+@pytest.mark.parametrize(
+    ("which", "key_path", "mode"),
+    [("key", "cluster.tls.key_file", 0o644), ("pw", "cluster.auth.password_file", 0o640)],
+)
+def test_a_secret_readable_by_others_exits_78_naming_file_and_mode(
+    tmp_path: Path, which: str, key_path: str, mode: int
+) -> None:
+    """SPEC §15 (sshd's StrictModes): a key or password file that group or others can read is
+    refused at --check, naming the key, the file and its mode; the secret is not printed."""
+    cluster, key, pw = _secret_config(tmp_path)
+    path = key if which == "key" else pw
+    path.write_text("very-secret-content\n")
+    path.chmod(mode)
+    r = _watchdogd(tmp_path, cluster, "--check")
+    assert r.returncode == 78, r.stderr
+    assert key_path in r.stderr and str(path) in r.stderr and f"{mode:04o}" in r.stderr
+    assert "very-secret-content" not in r.stdout + r.stderr
+
+
+def test_cert_file_without_key_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"cluster\.tls\.key_file"):
+        parse(
+            tmp_path,
+            JOB
+            + PLAINTEXT.replace("http://192.0.2.7", "https://192.0.2.7")
+            + "  tls: {ca_file: ca.crt, cert_file: c.crt}\n",
+        )

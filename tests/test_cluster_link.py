@@ -97,7 +97,7 @@ def test_a_reloaded_policy_reaches_the_coordinator_only_when_applied() -> None:
         posted: list[given.ClusterInput] = []
         link = lone_link(posted)
         reloaded = Policy(backoff_initial_s=5.0, max_restarts=3, jitter=0.0)
-        link.policy_changed(reloaded)
+        await link.reconfigure(reloaded, None)
         assert posted == [given.ClusterPolicyChanged(reloaded)]
         assert link.co.policy == POLICY
         apply_all(link, posted)

@@ -93,6 +93,7 @@ GROUPS: dict[str, str] = {
     "tests/test_slurm.py": "slurm",  # one Slurm cluster
     "tests/test_reexec.py": "reexec-wheels",  # two wheels of this tree
     "tests/test_cli_startup.py": "installed-wheel",  # a venv holding a wheel of this tree
+    "tests/test_cluster_tls.py": "etcd-tls",  # one etcd with TLS, users and roles
 }
 
 _SPAWN_EVENTS = frozenset(

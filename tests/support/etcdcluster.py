@@ -8,24 +8,45 @@ import os
 import pathlib
 import shutil
 import signal
+import ssl
 import subprocess
 import tempfile
 import urllib.error
 import urllib.request
 import uuid
+from dataclasses import dataclass
 
 from support.harness import free_port, wait_until
 
 ETCD = shutil.which("etcd")
+ETCDCTL = shutil.which("etcdctl")
 SKIP_REASON = "etcd is not installed (Debian: apt-get install etcd-server)"
 
 
+@dataclass(frozen=True)
+class Tls:
+    """etcd's side of TLS: its certificate and the CA its clients' certificates must come from."""
+
+    ca: pathlib.Path
+    cert: pathlib.Path
+    key: pathlib.Path
+
+
 class EtcdCluster:
-    def __init__(self, tmp: pathlib.Path, members: int = 3) -> None:
+    def __init__(
+        self,
+        tmp: pathlib.Path,
+        members: int = 3,
+        tls: Tls | None = None,
+        extra: tuple[str, ...] = (),
+    ) -> None:
         assert ETCD is not None, SKIP_REASON
         self.tmp = tmp
+        self.tls = tls
+        self.extra = extra  # more etcd flags, e.g. --auth-token-ttl
         self.names = [f"m{i}" for i in range(members)]
-        self.client = [f"http://127.0.0.1:{free_port()}" for _ in self.names]
+        scheme = "https" if tls else "http"
+        self.client = [f"{scheme}://127.0.0.1:{free_port()}" for _ in self.names]
         self.peer = [f"http://127.0.0.1:{free_port()}" for _ in self.names]
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * members
         self.token = f"tw-{uuid.uuid4().hex[:8]}"
@@ -48,7 +69,40 @@ class EtcdCluster:
             f"--initial-cluster={initial}",
             "--initial-cluster-state=new",
             f"--initial-cluster-token={self.token}",
+            *self._tls_argv(),
+            *self.extra,
         ]
+
+    def _tls_argv(self) -> list[str]:
+        if self.tls is None:
+            return []
+        t = self.tls
+        return [
+            "--client-cert-auth",
+            f"--trusted-ca-file={t.ca}",
+            f"--cert-file={t.cert}",
+            f"--key-file={t.key}",
+        ]
+
+    def ctl(self, *args: str, user: str | None = None, stdin: str | None = None) -> str:
+        """etcdctl against this cluster (with etcd's own certificate when TLS is on, which has
+        no CommonName: a user is then named by `user`, "name:password")."""
+        argv = [ETCDCTL or "etcdctl", f"--endpoints={','.join(self.client)}"]
+        if self.tls is not None:
+            t = self.tls
+            argv += [f"--cacert={t.ca}", f"--cert={t.cert}", f"--key={t.key}"]
+        if user is not None:
+            argv.append(f"--user={user}")
+        done = subprocess.run(
+            [*argv, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**os.environ, "ETCDCTL_API": "3"},
+        )
+        assert done.returncode == 0, f"etcdctl {args}: {done.stdout}{done.stderr}"
+        return done.stdout
 
     def start(self) -> EtcdCluster:
         for i in range(len(self.names)):
@@ -61,8 +115,12 @@ class EtcdCluster:
         return self
 
     def healthy(self, i: int) -> bool:
+        ctx = None
+        if self.tls is not None:
+            ctx = ssl.create_default_context(cafile=str(self.tls.ca))
+            ctx.load_cert_chain(str(self.tls.cert), str(self.tls.key))
         try:
-            with urllib.request.urlopen(self.client[i] + "/health", timeout=1) as r:
+            with urllib.request.urlopen(self.client[i] + "/health", timeout=1, context=ctx) as r:
                 return b'"true"' in r.read()
         except (OSError, urllib.error.URLError):
             return False

@@ -206,7 +206,9 @@ def cluster_line(c: dict[str, Any]) -> str:
         parts.append(f"last restart by node {last['node_rank']}: {last['reason']}")
     if c.get("fatal"):
         parts.append("restart budget spent; `watchdogctl restart` tries again")
-    if c["etcd"] != "ok":
+    if c["etcd"] == "refused":  # SPEC §15: etcd answers, but not to us; first, so it shows
+        parts.insert(2, f"cluster unverified: etcd refused us: {c.get('etcd_reason', '?')}")
+    elif c["etcd"] != "ok":
         parts.append("cluster unverified: etcd unreachable")
     return " · ".join(parts)
 

@@ -8,10 +8,12 @@ answered, so one stopped member costs one timeout at most; when none answers the
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import importlib
 import json
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +28,20 @@ with contextlib.suppress(ImportError):
 
 class EtcdUnavailable(Exception):
     """No endpoint answered within the deadline (or each answered with an error)."""
+
+
+class _TokenInvalid(EtcdUnavailable):
+    """etcd says the token is invalid or expired: renewed once by `_call`, never raised further."""
+
+
+class EtcdRefused(EtcdUnavailable):
+    """etcd answered but refused us (certificate, password, permission): SPEC §15. A kind of
+    unavailable, so every caller leaves the job alone exactly as when etcd is unreachable."""
+
+    def __init__(self, endpoint: str, reason: str) -> None:
+        super().__init__(f"{endpoint}: {reason}")
+        self.endpoint = endpoint
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,41 +64,209 @@ def prefix_end(prefix: str) -> str:
     return _b64(bytes(raw))
 
 
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """What the client proves itself with (cluster.tls and cluster.auth): paths only. The files
+    are read when a client or a token is made, so a reload or a rotated file is picked up."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    user: str | None = None
+    password_file: str | None = None
+
+
+def ssl_context(creds: Credentials, max_tls12: bool = False) -> ssl.SSLContext | bool:
+    """The TLS context httpx verifies with (True: the system's bundle). `max_tls12` is for the
+    one diagnostic request that tells a refused client certificate from a network blip (under
+    TLS 1.3 the server's alert arrives after the handshake looks done, as an empty read)."""
+    if creds.ca_file is None and creds.cert_file is None:
+        return True
+    ctx = ssl.create_default_context(cafile=creds.ca_file)
+    if creds.cert_file is not None:
+        ctx.load_cert_chain(creds.cert_file, creds.key_file)
+    if max_tls12:
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
+
+
+_AUTH_INVALID = ("invalid auth token", "user name is empty", "auth token is expired")
+
+
+def _refusal_of_error(message: str, what: str) -> str | None:
+    """The refusal, in words, that an etcd error message means; None for other errors."""
+    low = message.lower()
+    if "authentication failed" in low:
+        return "authentication failed (wrong user or password)"
+    if "permission denied" in low:
+        return f"permission denied on {what}"
+    if "commonname of client" in low:
+        return "the client certificate has a CommonName, which etcd's gateway refuses"
+    if "user name is empty" in low:
+        return "etcd requires a user and password (cluster.auth)"
+    if "user name not found" in low or "user not found" in low:
+        return "authentication failed (no such user)"
+    return None
+
+
+def _refusal_of_tls(exc: BaseException) -> str | None:
+    """The refusal a TLS failure means, found in the exception's chain; None for other errors."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            why = seen.verify_message or "verification failed"
+            if "unable to get local issuer" in why or "self signed" in why or "self-signed" in why:
+                return f"certificate signed by an unknown authority ({why})"
+            return f"the server's certificate was refused ({why})"
+        if isinstance(seen, ssl.SSLError):
+            text = str(seen).upper()
+            for alert, words in (
+                ("UNKNOWN_CA", "etcd does not know the authority that signed our certificate"),
+                ("BAD_CERTIFICATE", "etcd refused our client certificate"),
+                ("CERTIFICATE_REQUIRED", "etcd requires a client certificate (cluster.tls)"),
+                ("CERTIFICATE_EXPIRED", "etcd refused our client certificate: it has expired"),
+            ):
+                if alert in text:
+                    return words
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _empty_read(exc: BaseException) -> bool:
+    return isinstance(exc, (httpx.ReadError, httpx.RemoteProtocolError)) and not str(exc)
+
+
 class Etcd:
-    def __init__(self, endpoints: Sequence[str], timeout_s: float) -> None:
+    def __init__(
+        self, endpoints: Sequence[str], timeout_s: float, creds: Credentials | None = None
+    ) -> None:
         self.endpoints = [e.rstrip("/") for e in endpoints]
         self.timeout_s = timeout_s
+        self.creds = creds or Credentials()
         self._good = 0  # index of the endpoint that answered last
-        self._http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s))
+        verify = ssl_context(self.creds)
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), verify=verify)
+        self._token: str | None = None
+        self._auth_lock = asyncio.Lock()  # one re-authentication for many failed calls
+        self.authentications = 0  # tokens obtained (tests: one per expiry, not one per call)
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _open(self) -> None:
+        """A reload closes the old client while the link's tasks may still hold it: their next
+        call is unavailable (and made again on the new client), not httpx's RuntimeError."""
+        if self._http.is_closed:
+            raise EtcdUnavailable("the client was closed (reloaded)")
+
+    # ------------------------------------------------------------------------ auth
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": self._token} if self._token else {}
+
+    async def _renew(self, stale: str | None) -> None:
+        """A new token, unless another call already replaced `stale` while this one waited:
+        several calls failing at once cause one authentication, not a burst."""
+        async with self._auth_lock:
+            if self._token != stale and self._token is not None:
+                return
+            self._token = None
+            assert self.creds.user is not None and self.creds.password_file is not None
+            try:
+                with open(self.creds.password_file, encoding="utf-8") as f:
+                    password = f.read().rstrip("\r\n")
+            except OSError as e:
+                raise EtcdRefused(
+                    self.endpoints[self._good], f"cannot read the password file: {e.strerror}"
+                ) from None
+            body = {"name": self.creds.user, "password": password}
+            data = await self._post("/v3/auth/authenticate", body, "authenticate", auth=False)
+            self._token = str(data.get("token", "")) or None
+            self.authentications += 1
+
+    async def _call(self, path: str, body: dict[str, Any], what: str) -> dict[str, Any]:
+        """_post with the token: made on the first call, renewed once when etcd says it is
+        invalid or expired (simple tokens expire after --auth-token-ttl, and with a restart)."""
+        if self.creds.user is None:
+            return await self._post(path, body, what)
+        if self._token is None:
+            await self._renew(None)
+        token = self._token
+        try:
+            return await self._post(path, body, what)
+        except _TokenInvalid:
+            await self._renew(token)
+            return await self._post(path, body, what)
+
+    # ------------------------------------------------------------------------ transport
+
+    async def _post(
+        self, path: str, body: dict[str, Any], what: str, auth: bool = True
+    ) -> dict[str, Any]:
         errors = []
+        refused: EtcdRefused | None = None
+        token_invalid = False
         n = len(self.endpoints)
         for i in range(n):
             idx = (self._good + i) % n
             url = self.endpoints[idx] + path
+            self._open()
             try:
-                resp = await self._http.post(url, json=body)
+                headers = self._headers() if auth else {}
+                resp = await self._http.post(url, json=body, headers=headers)
                 data: dict[str, Any] = resp.json()
+            except RuntimeError:
+                self._open()  # closed under this call: unavailable
+                raise
             except (httpx.HTTPError, ValueError) as e:
-                errors.append(f"{url}: {type(e).__name__}: {e}")
+                if (why := await self._refusal_of(e, url, body)) is not None:
+                    refused = refused or EtcdRefused(self.endpoints[idx], why)
+                errors.append(f"{url}: {type(e).__name__}: {why or e}")
                 continue
             if resp.status_code != 200 or "error" in data:
                 # e.g. 503 "etcdserver: no leader" from a member cut off from its quorum
-                errors.append(f"{url}: HTTP {resp.status_code}: {data.get('error', '')}")
+                message = str(data.get("error", "") or data.get("message", ""))
+                if auth and self._stale_token(message):
+                    token_invalid = True
+                elif (why := _refusal_of_error(message, what)) is not None:
+                    refused = refused or EtcdRefused(self.endpoints[idx], why)
+                errors.append(f"{url}: HTTP {resp.status_code}: {message}")
                 continue
             self._good = idx
             return data
+        if token_invalid:
+            raise _TokenInvalid("; ".join(errors))
+        if refused is not None:
+            raise refused
         raise EtcdUnavailable("; ".join(errors))
+
+    def _stale_token(self, message: str) -> bool:
+        """etcd says our token is invalid or expired (renewed), not that we are refused."""
+        return self.creds.user is not None and any(m in message for m in _AUTH_INVALID)
+
+    async def _refusal_of(self, e: Exception, url: str, body: dict[str, Any]) -> str | None:
+        """The refusal a failed request means, in words, or None (a network failure)."""
+        why = _refusal_of_tls(e)
+        if why is None and _empty_read(e) and self.creds.cert_file is not None:
+            why = await self._diagnose(url, body)
+        return why
+
+    async def _diagnose(self, url: str, body: dict[str, Any]) -> str | None:
+        """An empty read over TLS 1.3 with a client certificate: the same request once over
+        TLS 1.2, where a refused certificate is an alert with a name, not an empty read."""
+        try:
+            ctx = ssl_context(self.creds, max_tls12=True)
+            async with httpx.AsyncClient(timeout=self.timeout_s, verify=ctx) as probe:
+                await probe.post(url, json=body)
+        except (httpx.HTTPError, ValueError, ssl.SSLError) as e:
+            return _refusal_of_tls(e)
+        return None
 
     # ------------------------------------------------------------------------ kv
 
     async def get_prefix(self, prefix: str) -> list[KeyValue]:
-        data = await self._post(
-            "/v3/kv/range", {"key": _b64(prefix), "range_end": prefix_end(prefix)}
+        data = await self._call(
+            "/v3/kv/range", {"key": _b64(prefix), "range_end": prefix_end(prefix)}, prefix
         )
         return [
             KeyValue(
@@ -98,7 +282,7 @@ class Etcd:
         body: dict[str, Any] = {"key": _b64(key), "value": _b64(value)}
         if lease:
             body["lease"] = str(lease)
-        await self._post("/v3/kv/put", body)
+        await self._call("/v3/kv/put", body, key)
 
     async def compare_and_swap(self, key: str, value: bytes, mod_revision: int) -> bool:
         """Put `value` only if the key's mod_revision is still `mod_revision` (0: it must not
@@ -108,22 +292,22 @@ class Etcd:
         else:
             compare = {"key": _b64(key), "target": "MOD", "mod_revision": str(mod_revision)}
         put = {"request_put": {"key": _b64(key), "value": _b64(value)}}
-        data = await self._post("/v3/kv/txn", {"compare": [compare], "success": [put]})
+        data = await self._call("/v3/kv/txn", {"compare": [compare], "success": [put]}, key)
         return bool(data.get("succeeded", False))  # proto3 JSON leaves out a false
 
     # ------------------------------------------------------------------------ leases
 
     async def grant(self, ttl_s: int) -> int:
-        data = await self._post("/v3/lease/grant", {"TTL": str(ttl_s)})
+        data = await self._call("/v3/lease/grant", {"TTL": str(ttl_s)}, "a lease")
         return int(data["ID"])
 
     async def keepalive(self, lease: int) -> int:
         """Renew the lease once; its remaining TTL, 0 when etcd no longer knows it."""
-        data = await self._post("/v3/lease/keepalive", {"ID": str(lease)})
+        data = await self._call("/v3/lease/keepalive", {"ID": str(lease)}, "a lease")
         return int(data.get("result", {}).get("TTL", 0))
 
     async def revoke(self, lease: int) -> None:
-        await self._post("/v3/lease/revoke", {"ID": str(lease)})
+        await self._call("/v3/lease/revoke", {"ID": str(lease)}, "a lease")
 
     # ------------------------------------------------------------------------ watch
 
@@ -132,20 +316,45 @@ class Etcd:
         EtcdUnavailable when no endpoint takes the watch. The caller re-reads the prefix."""
         body = {"create_request": {"key": _b64(prefix), "range_end": prefix_end(prefix)}}
         url = self.endpoints[self._good] + "/v3/watch"
+        self._open()
         timeout = httpx.Timeout(self.timeout_s, read=None)  # a quiet watch is not a dead one
+        if self.creds.user is not None and self._token is None:
+            await self._renew(None)
+        token = self._token
+        headers = self._headers()
         try:
-            async with self._http.stream("POST", url, json=body, timeout=timeout) as resp:
+            async with self._http.stream(
+                "POST", url, json=body, timeout=timeout, headers=headers
+            ) as resp:
                 if resp.status_code != 200:
                     raise EtcdUnavailable(f"{url}: HTTP {resp.status_code}")
                 async for line in resp.aiter_lines():
                     if not line.strip():
                         continue
-                    result = json.loads(line).get("result", {})
+                    data = json.loads(line)
+                    if (error := data.get("error")) is not None:
+                        await self._watch_refused(url, error, token, prefix)
+                    result = data.get("result", {})
                     if result.get("events"):
                         yield int(result.get("header", {}).get("revision", 0))
+        except RuntimeError:
+            self._open()  # closed under this stream: unavailable
+            raise
         except (httpx.HTTPError, ValueError) as e:
+            if (why := _refusal_of_tls(e)) is not None:
+                raise EtcdRefused(self.endpoints[self._good], why) from None
             self._good = (self._good + 1) % len(self.endpoints)
             raise EtcdUnavailable(f"{url}: {type(e).__name__}: {e}") from None
         # The server ended the stream (member stopping): the caller opens a new one.
         self._good = (self._good + 1) % len(self.endpoints)
         raise EtcdUnavailable(f"{url}: watch stream ended")
+
+    async def _watch_refused(self, url: str, error: Any, token: str | None, prefix: str) -> None:
+        """A watch stream that opens with an error: a stale token is renewed (the caller opens
+        a new stream), a refusal is raised as one; anything else ends the stream."""
+        message = str(error.get("message", "")) if isinstance(error, dict) else str(error)
+        if self._stale_token(message):
+            await self._renew(token)
+        elif (why := _refusal_of_error(message, prefix)) is not None:
+            raise EtcdRefused(url.removesuffix("/v3/watch"), why)
+        raise EtcdUnavailable(f"{url}: {message}")

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from watchdog import blocking
+from watchdog.cluster import certs, trust
 from watchdog.cluster import inputs as given
 from watchdog.core import images
 from watchdog.core.supervisor import cluster as core
@@ -104,23 +105,53 @@ class ClusterLink:
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._io = blocking.BoundedWorker("cluster-io")  # issue 23: never the default executor
+        self._trust = trust.Refusals(emit)  # SPEC §15
 
     # -------------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
-        from watchdog.cluster.etcd import Etcd  # httpx only when a cluster is configured
-
-        # A request outlives no more than a third of the lease, so a keep-alive still lands.
-        timeout_s = max(1.0, min(5.0, self.cfg.lease_ttl_s / 3))
-        # httpx builds its TLS context when the client is made (tens of ms): not on the loop.
-        self.etcd = await self._io.call(
-            lambda: Etcd(self.cfg.etcd, timeout_s), None, what="building the etcd client"
-        )
+        self.etcd = await self._make_client(self.cfg)
         loop = asyncio.get_running_loop()
         # Each loop is its own task, so no one step of the daemon's loop carries all of them; the
         # lease loop's first pass asks for the first read. Until it lands the gate stays shut.
-        for coro in (self._lease_loop(), self._watch_loop(), self._read_loop(), self._write_loop()):
+        loops = (self._lease_loop(), self._watch_loop(), self._read_loop(), self._write_loop())
+        for coro in (*loops, self._cert_loop()):
             self._tasks.append(loop.create_task(coro))
+
+    async def _make_client(self, cfg: ClusterConfig) -> Etcd:
+        from watchdog.cluster.etcd import Etcd  # httpx only when a cluster is configured
+
+        # A request outlives no more than a third of the lease, so a keep-alive still lands.
+        timeout_s = max(1.0, min(5.0, cfg.lease_ttl_s / 3))
+        creds = trust.credentials(cfg)
+
+        def make() -> Etcd | str:
+            try:
+                return Etcd(cfg.etcd, timeout_s, creds)
+            except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+                return f"cannot load the TLS files: {e}"
+
+        # httpx builds its TLS context when the client is made (tens of ms): not on the loop.
+        made = await self._io.call(make, None, what="building the etcd client")
+        if isinstance(made, str):  # a key that does not match its certificate, say
+            self._trust.refused(cfg.etcd[0], made, "client")
+            made = await self._io.call(
+                lambda: Etcd(cfg.etcd, timeout_s), None, what="building the etcd client"
+            )
+        if made is None:
+            raise RuntimeError("building the etcd client did not finish")
+        return made
+
+    async def reload(self, cfg: ClusterConfig) -> None:
+        """`systemctl reload` (SPEC §15): the certificates and the password file read anew; new
+        connections use them, calls under way finish on the old client."""
+        old, self.cfg = self.etcd, cfg
+        self.etcd = await self._make_client(cfg)
+        self._trust.clear()  # the next calls say again whether etcd takes us
+        await self._check_cert()
+        if old is not None:
+            await old.aclose()
+        self._read_wanted.set()
 
     async def close(self) -> None:
         for t in self._tasks:
@@ -207,14 +238,18 @@ class ClusterLink:
         """Where a rotated input log starts: the coordinator, whole (core/images.py)."""
         return [{**self._made, "image": images.image(self.co)}]
 
-    def policy_changed(self, policy: Policy) -> None:
-        """A reload's restart.*: posted, so the coordinator takes it in the consumer's order."""
+    async def reconfigure(self, policy: Policy, cfg: ClusterConfig | None) -> None:
+        """A reload: its restart.* posted (the coordinator takes it in the consumer's order) for
+        the next proposal; its certificates and password file for new connections (SPEC §15)."""
         self._post(given.ClusterPolicyChanged(policy))
+        if cfg is not None:
+            await self.reload(cfg)
 
     def decorate(self, st: dict[str, Any]) -> None:
         """Add the `cluster` object to a status (SPEC §12); the state `waiting_nodes` is the
         supervisor's own (NodesAwaited)."""
         st["cluster"] = self.co.snapshot()
+        self._trust.decorate(st["cluster"])
 
     # -------------------------------------------------------------------- actions
 
@@ -256,11 +291,25 @@ class ClusterLink:
         value = json.dumps(p.record.to_json()).encode()
         try:
             await self._etcd.compare_and_swap(self.prefix + "epoch", value, p.revision)
-        except EtcdUnavailable:
+        except EtcdUnavailable as e:
+            self._trust.failed(e, "propose")
             self._post(given.ClusterProposalFailed())  # before the read it asks for below
+        else:
+            self._trust.worked("propose")
         self._read_wanted.set()
 
     # -------------------------------------------------------------------- loops
+
+    async def _check_cert(self) -> None:
+        tls = self.cfg.tls
+        if tls is not None and (path := tls.cert_file) is not None:
+            read = await self._io.call(lambda: certs.read(path), None, what="the certificate")
+            self._trust.check_cert(path, read)
+
+    async def _cert_loop(self) -> None:
+        while True:
+            await self._check_cert()
+            await asyncio.sleep(6 * 3600)
 
     async def _lease_loop(self) -> None:
         from watchdog.cluster.etcd import EtcdUnavailable
@@ -274,8 +323,10 @@ class ClusterLink:
                 elif await self._etcd.keepalive(self._lease) <= 0:
                     self._lease = 0  # expired on etcd's side (a long partition): grant anew
                     continue
-            except EtcdUnavailable:
-                pass  # the read below says so; the job keeps running
+            except EtcdUnavailable as e:
+                self._trust.failed(e, "lease")  # the read below says so; the job keeps running
+            else:
+                self._trust.worked("lease")
             self._read_wanted.set()
             await asyncio.sleep(every)
 
@@ -283,6 +334,7 @@ class ClusterLink:
         from watchdog.cluster.etcd import EtcdUnavailable
 
         while True:
+            # A refused watch is a refused read too: the reader it wakes tells of it.
             with contextlib.suppress(EtcdUnavailable):
                 async for _ in self._etcd.watch_prefix(self.prefix):
                     self._read_wanted.set()
@@ -300,9 +352,11 @@ class ClusterLink:
 
         try:
             kvs = await self._etcd.get_prefix(self.prefix)
-        except EtcdUnavailable:
+        except EtcdUnavailable as e:
+            self._trust.failed(e, "read")
             view = core.View(reachable=False)
         else:
+            self._trust.worked("read")
             view = self._view(kvs)
         self._post(given.ClusterViewRead(view))
 
@@ -335,8 +389,10 @@ class ClusterLink:
             key = f"{self.prefix}members/{self.cfg.node_rank}"
             try:
                 await self._etcd.put(key, value, lease=self._lease)
-            except EtcdUnavailable:
+            except EtcdUnavailable as e:
+                self._trust.failed(e, "write")
                 await asyncio.sleep(min(1.0, self.cfg.lease_ttl_s / 3))
                 self._write_wanted.set()  # try again: the latest value wins
                 continue
+            self._trust.worked("write")
             self._read_wanted.set()

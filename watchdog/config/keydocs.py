@@ -91,11 +91,23 @@ DOCS: dict[str, str] = {
     "metrics.listen": "host:port of the Prometheus text endpoint, e.g. 127.0.0.1:9842 "
     "(needs the metrics extra)",
     "cluster": "one job on several nodes (docs/multi-node.md); null: this node alone",
-    "cluster.etcd": "etcd client URLs, tried in order (http://host:2379)",
+    "cluster.etcd": "etcd client URLs, tried in order (https://host:2379; http:// on loopback)",
     "cluster.job_id": "the same id on every node of the job (no /)",
     "cluster.node_rank": "this node's rank, 0..nodes-1, unique",
     "cluster.nodes": "how many nodes run the job",
     "cluster.lease_ttl_s": "a node silent this long is lost (whole seconds)",
+    "cluster.tls": "TLS to etcd (SPEC §15); null: the system's CA bundle, no client certificate",
+    "cluster.tls.ca_file": "the CA that signed etcd's certificate: https endpoints are verified"
+    " against it",
+    "cluster.tls.cert_file": "this node's client certificate, for etcd's --client-cert-auth"
+    " (no CommonName with cluster.auth)",
+    "cluster.tls.key_file": "its private key: owned by the daemon's user or root, mode 0600, or"
+    " exit 78",
+    "cluster.auth": "etcd v3 authentication (SPEC §15); null: none",
+    "cluster.auth.user": "the etcd user, with a role for /train-watchdog/<job_id>/ only",
+    "cluster.auth.password_file": "a file holding its password: owned by the daemon's user or"
+    " root, mode 0600, or exit 78",
+    "cluster.insecure": "allow plaintext http:// to a host that is not loopback",
     "exit_codes": "the daemon's exit codes under --exit-with-job, read by a scheduler "
     "(docs/scheduler.md)",
     "exit_codes.completed": "the daemon's exit code when the job ends completed",

@@ -212,23 +212,25 @@ def defaults_yaml(version: str) -> str:
         "# A required key has no default: it is written commented out; give it a value.",
         "# A section that is null by default shows its keys commented out below it.",
     ]
-    hidden: Key | None = None  # the optional section being written commented out
+    hidden: list[Key] = []  # the optional sections being written commented out, outermost first
     for k in all_keys():
-        if hidden is not None and not k.path.startswith(hidden.path + "."):
-            hidden = None
+        while hidden and not k.path.startswith(hidden[-1].path + "."):
+            hidden.pop()
         lines += _yaml_lines(k, hidden)
-        if k.optional_section and hidden is None:
-            hidden = k
+        if k.optional_section:
+            hidden.append(k)
     return "\n".join(lines) + "\n"
 
 
-def _yaml_lines(k: Key, hidden: Key | None) -> list[str]:
+def _yaml_lines(k: Key, hidden: list[Key]) -> list[str]:
     """The key's description and the key; inside a null section both commented out, so that
-    deleting one "# " after the section's indent gives the section."""
-    if hidden is None:
-        lead, rel = "  " * k.depth, ""
-    else:
-        lead, rel = "  " * hidden.depth + "# ", "  " * (k.depth - hidden.depth)
+    deleting one "# " after the section's indent gives the section (a null section inside one
+    is commented out once more)."""
+    lead, depth = "", 0
+    for h in hidden:
+        lead += "  " * (h.depth - depth) + "# "
+        depth = h.depth
+    rel = "  " * (k.depth - depth)
     doc = k.doc + (" (required)" if k.required and not k.section else "")
     width = max(40, 98 - len(lead) - len(rel))
     out = [""] if k.depth == 0 else []
@@ -236,9 +238,9 @@ def _yaml_lines(k: Key, hidden: Key | None) -> list[str]:
     if k.section:
         out.append(f"{lead}{rel}{k.name}:" + (" null" if k.optional_section else ""))
         if k.optional_section:
-            out.append(f"{lead}# {k.name}:")
-    elif k.required and hidden is None:
-        out.append(f"{lead}# {k.name}:")
+            out.append(f"{lead}{rel}# {k.name}:")
+    elif k.required and not hidden:
+        out.append(f"{rel}# {k.name}:")
     else:
         out.append(f"{lead}{rel}{k.name}:" + (f" {k.default}" if k.default else ""))
     return out

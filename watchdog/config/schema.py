@@ -200,6 +200,25 @@ class TimelineConfig:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ClusterTlsConfig:
+    """cluster.tls (SPEC §15): https endpoints verified against `ca_file`; the client certificate
+    for etcd's --client-cert-auth. `key_file` is a secret (checked like sshd's StrictModes)."""
+
+    ca_file: str = field(metadata=_m(path=True))
+    cert_file: str | None = field(default=None, metadata=_m(path=True))
+    key_file: str | None = field(default=None, metadata=_m(path=True))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClusterAuthConfig:
+    """cluster.auth (SPEC §15): etcd v3 authentication; the password is read from a file (a
+    secret, checked like sshd's StrictModes) and never written anywhere."""
+
+    user: str = field(metadata=_m(parse=nonempty_str))
+    password_file: str = field(metadata=_m(path=True))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ClusterConfig:
     """Several nodes, one job (issue 14, docs/multi-node.md)."""
 
@@ -208,6 +227,10 @@ class ClusterConfig:
     node_rank: int = field(metadata=_m(ge=0))
     nodes: int = field(metadata=_m(ge=1))
     lease_ttl_s: int = field(default=10, metadata=_m(ge=2))  # etcd grants whole seconds
+    tls: ClusterTlsConfig | None = None
+    auth: ClusterAuthConfig | None = None
+    # SPEC §15: plaintext to a host that is not loopback only when the user says so
+    insecure: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

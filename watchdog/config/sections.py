@@ -6,16 +6,18 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import ipaddress
 import operator
 import os
 import types
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 from yaml.nodes import Node
 
 from watchdog.config.fields import SCALARS, Ctx, as_str, is_null, mapping_pairs
-from watchdog.config.schema import Config
+from watchdog.config.schema import ClusterConfig, Config
 
 # sizeof(sockaddr_un.sun_path) on Linux, including the terminating NUL (unix(7)).
 _SUN_PATH_MAX = 108
@@ -103,6 +105,33 @@ def _absolute_program(argv: tuple[str, ...], base: str) -> tuple[str, ...]:
     return (os.path.normpath(os.path.join(base, argv[0])), *argv[1:])
 
 
+def is_loopback_url(url: str) -> bool:
+    """Whether an etcd URL names this host's loopback (plaintext there never leaves the host)."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_cluster(cluster: ClusterConfig, ctx: Ctx) -> None:
+    """SPEC §15: plaintext only on loopback unless `insecure`; https needs cluster.tls."""
+    for i, url in enumerate(cluster.etcd):
+        if url.startswith("http://") and not cluster.insecure and not is_loopback_url(url):
+            problem = (
+                f"plaintext endpoint {url} is not a loopback address: anyone on the network can"
+                " read and move the cluster's epoch; use https:// with cluster.tls, or set"
+                " cluster.insecure: true on a network you trust"
+            )
+            raise ctx.fail(f"cluster.etcd[{i}]", problem)
+    tls = cluster.tls
+    if tls is not None and (tls.cert_file is None) != (tls.key_file is None):
+        missing = "cluster.tls.key_file" if tls.key_file is None else "cluster.tls.cert_file"
+        raise ctx.fail(missing, "cert_file and key_file go together (the client certificate)")
+
+
 def finish(cfg: Config, ctx: Ctx) -> Config:
     job, restart = cfg.job, cfg.restart
     if restart.backoff_max_s < restart.backoff_initial_s:
@@ -113,6 +142,8 @@ def finish(cfg: Config, ctx: Ctx) -> Config:
         raise ctx.fail("cluster.node_rank", problem)
     if cfg.cluster is not None and "/" in cfg.cluster.job_id:
         raise ctx.fail("cluster.job_id", "must not contain '/' (it names an etcd key prefix)")
+    if cfg.cluster is not None:
+        _check_cluster(cfg.cluster, ctx)
     size = len(os.fsencode(cfg.control.socket))
     if size >= _SUN_PATH_MAX:
         problem = f"a Unix socket path must be under {_SUN_PATH_MAX} bytes, this one has {size}"

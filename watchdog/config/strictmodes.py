@@ -48,6 +48,43 @@ def check_owner_safety(path: str) -> str | None:
     return None
 
 
+def check_secret_file(path: str) -> str | None:
+    """Why `path` is no safe home for a secret (sshd's StrictModes for private keys), or None:
+    it must be a regular file owned by the daemon's user or root, with no access for group or
+    others."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return f"{path}: cannot read: {exc.strerror}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path}: not a regular file"
+    if st.st_uid not in (0, os.geteuid()):
+        return f"{path} is owned by uid {st.st_uid}, neither root nor the daemon's user"
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        return f"{path} has mode {mode:04o}: group or others can read it (chmod 600)"
+    if not os.access(path, os.R_OK):
+        return f"{path}: not readable by the daemon's user"
+    return None
+
+
+def _check_cluster_files(cfg: Config) -> tuple[str, str] | None:
+    """SPEC §15: the CA and the certificate must be readable; the key and the password file
+    must be secrets only their owner can read."""
+    cluster = cfg.cluster
+    if cluster is None:
+        return None
+    if (tls := cluster.tls) is not None:
+        for key, path in (("ca_file", tls.ca_file), ("cert_file", tls.cert_file)):
+            if path is not None and not os.access(path, os.R_OK):
+                return f"cluster.tls.{key}", f"{path}: not a readable file"
+        if tls.key_file is not None and (problem := check_secret_file(tls.key_file)):
+            return "cluster.tls.key_file", problem
+    if (auth := cluster.auth) is not None and (problem := check_secret_file(auth.password_file)):
+        return "cluster.auth.password_file", problem
+    return None
+
+
 def _check_program(program: str, env_path: str, strict: bool) -> str | None:
     """Why `program` cannot be run (searched on `env_path` if it has no slash), or None."""
     found = program if "/" in program else shutil.which(program, path=env_path)
@@ -96,6 +133,8 @@ def check_filesystem(cfg: Config) -> tuple[str, str] | None:
     for key, program, strict_here in programs:
         if problem := _check_program(program, env_path, strict_here):
             return key, problem
+    if (found := _check_cluster_files(cfg)) is not None:
+        return found
     for key, name in (
         ("control.group", cfg.control.group),
         ("control.operator_group", cfg.control.operator_group),

@@ -180,6 +180,15 @@ EVENTS: dict[str, EventName] = {
         hook=True,
     ),
     "slowdown_cleared": EventName("tokens/s is back near the run's settled level"),
+    # SPEC §15: a cluster you can trust (docs/multi-node.md)
+    "cluster_refused": EventName(
+        "etcd answered but refused this node (certificate, password, permission): the job is"
+        " left alone as when etcd is unreachable",
+        ERR,
+    ),
+    "cluster_cert_expiring": EventName(
+        "the client certificate for etcd (cluster.tls.cert_file) expires within 14 days", WARNING
+    ),
     # only in `events --follow` streams, never in the history
     "events_dropped": EventName("a follower fell behind and lost this many events", WARNING),
 }

@@ -131,6 +131,13 @@ def check(path: str) -> int:
         return _fail(why, EX_CONFIG)
     how = cgroup.probe(cfg.job.stop_mode, take=False)
     print(f"stop mode: {how.mode} ({how.base or how.reason})")
+    if cfg.cluster is not None and cfg.cluster.tls is not None and cfg.cluster.tls.cert_file:
+        from watchdog.cluster import certs  # SPEC §15: which certificate, and until when
+
+        info = certs.read(cfg.cluster.tls.cert_file)
+        if isinstance(info, str):
+            return _fail(f"cluster.tls.cert_file: {info}", EX_CONFIG)
+        print(f"etcd client certificate: {info.subject}, expires {info.expiry_text()}")
     return 0
 
 

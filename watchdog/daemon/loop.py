@@ -374,8 +374,8 @@ class Daemon:
         self.inbox.post(MonitorReconfigured(params.health_of(new)))  # fed by the consumer
         self.sampler.reconfigure(old, new)
         await self.inbox.ask(PolicyChanged(params.local_policy_of(new, self.life.ending.enabled)))
-        if self.cluster is not None:
-            self.cluster.policy_changed(params.policy_of(new))  # the next proposal uses it
+        if self.cluster is not None:  # the next proposal's policy; certificates read anew
+            await self.cluster.reconfigure(params.policy_of(new), new.cluster)
         self.emit(
             "config_reloaded", config=new.source, needs_restart=params.needs_restart(old, new)
         )

@@ -26,7 +26,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from watchdog.core.health.causerules import (
     CANCELLED,
@@ -57,13 +57,7 @@ from watchdog.core.health.launchers import find as find_launcher
 from watchdog.core.health.tracebacks import exception_of, last_exception
 
 CauseClass = Literal["deterministic", "host", "transient", "external", "unknown"]
-CAUSE_CLASSES: tuple[CauseClass, ...] = (
-    "deterministic",
-    "host",
-    "transient",
-    "external",
-    "unknown",
-)
+CAUSE_CLASSES: tuple[CauseClass, ...] = get_args(CauseClass)
 
 MAX_LINES = 200
 MAX_LINE_CHARS = 512  # a line's head: every message below sits near its start
