@@ -33,11 +33,14 @@ bench: $(STAMP) $(FAKE_NVML) $(BENCH_INSTALLED)
 bench-quick: $(STAMP) $(FAKE_NVML) $(BENCH_INSTALLED)
 	BENCH_INSTALLED_VENV=$(CURDIR)/$(BENCH_VENV) $(BIN)/python -m bench --quick $(BENCH_ARGS)
 
-# A/B against another build, interleaved (bench/ab.py): BENCH_OLD is a venv holding the other
-# build's wheel, e.g. `git worktree add /tmp/old <commit> && make -C /tmp/old bench-installed`,
-# then `make bench-ab BENCH_OLD=/tmp/old/bench/out/installed`. Writes bench/out/ab.md.
+# A/B against another build, interleaved (bench/ab.py): `make bench-ab OLD=<commit or ref>`
+# builds that commit's wheel itself (bench/oldbuild.py: git archive, its own venv, cached per
+# commit under ~/.cache/train-watchdog-bench), e.g. `make bench-ab OLD=c53acb4`; BENCH_OLD=<venv>
+# names a venv built some other way. Writes bench/out/ab.md.
+OLD ?=
 BENCH_OLD ?=
 bench-ab: $(STAMP) $(FAKE_NVML) $(BENCH_INSTALLED)
-	@test -n "$(BENCH_OLD)" || { echo "make bench-ab BENCH_OLD=<venv of the other build>" >&2; exit 2; }
-	BENCH_INSTALLED_VENV=$(CURDIR)/$(BENCH_VENV) $(BIN)/python -m bench.ab $(BENCH_OLD) \
+	@test -n "$(OLD)$(BENCH_OLD)" || { echo "make bench-ab OLD=<commit> (or BENCH_OLD=<venv>)" >&2; exit 2; }
+	old="$(BENCH_OLD)"; [ -n "$$old" ] || old=$$($(BIN)/python -m bench.oldbuild $(OLD)) || exit 1; \
+	BENCH_INSTALLED_VENV=$(CURDIR)/$(BENCH_VENV) $(BIN)/python -m bench.ab "$$old" \
 		$(CURDIR)/$(BENCH_VENV) $(BENCH_ARGS)
