@@ -369,7 +369,26 @@ def follow(d: Daemon, *args: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_as_from_a_terminal,
     )
+
+
+def _as_from_a_terminal() -> None:
+    """Ctrl-C as a shell delivers it: SIGINT handled by default and not blocked, whatever the
+    test process passes on (in two full runs a worker's watchdogctl never answered SIGINT)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def interrupt(proc: subprocess.Popen[str]) -> int:
+    """Ctrl-C: its exit code, or a failure that says whether SIGINT was ignored or blocked."""
+    status = pathlib.Path(f"/proc/{proc.pid}/status").read_text()
+    masks = [line for line in status.splitlines() if line.startswith(("SigBlk", "SigIgn"))]
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.wait(30)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"watchdogctl ignored SIGINT for 30 s; {masks}") from None
 
 
 def test_events_follow_streams_new_events_and_ends_cleanly_on_ctrl_c(daemon: Daemon) -> None:
@@ -380,8 +399,7 @@ def test_events_follow_streams_new_events_and_ends_cleanly_on_ctrl_c(daemon: Dae
         reader.until(lambda line: json.loads(line)["event"], 10)
         assert daemon.ctl("pause")[0] == 0
         reader.until(lambda line: json.loads(line)["event"] == "job_paused", 10)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(30) == 0
+        assert interrupt(proc) == 0
         assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
     finally:
         if proc.poll() is None:
@@ -399,8 +417,7 @@ def test_logs_follow_streams_every_line(daemon: Daemon) -> None:
         got = reader.until(lambda line: int(line.split()[1]) >= start + 60, 15)
         numbers = [int(line.split()[1]) for line in got]
         assert numbers == list(range(start + 1, start + 1 + len(numbers)))
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(30) == 0
+        assert interrupt(proc) == 0
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -274,17 +274,21 @@ def mutator_calls() -> dict[str, set[str]]:
 def test_only_the_consumer_feeds_the_runs_detectors_and_the_books() -> None:
     """The sampler only reads and posts (issue 23): the run's HealthMonitor and RankTracker
     and the timeline's samples are fed by daemon/consumer.py alone; goodput is charged by the
-    books (books.py), which the consumer's handling of each input reaches, and lost work is
-    counted while the consumer carries out a restart_scheduled (loop.py's _emit_action)."""
+    books (books.py), which the consumer's handling of each input reaches, the runs ledger by
+    its tick view (ledger.py's _sampled, which only the consumer's GPU sample calls), and lost
+    work is counted while the consumer carries out a restart_scheduled (loop.py's _emit_action)."""
     calls = mutator_calls()
     places = {where for wheres in calls.values() for where in wheres}
     outside = {
         where
         for where in places
-        if not where.startswith(("daemon/consumer.py:", "daemon/books.py:account"))
+        if not where.startswith(
+            ("daemon/consumer.py:", "daemon/books.py:account", "daemon/ledger.py:_sampled")
+        )
     }
     assert outside == {"daemon/loop.py:_emit_action"}, calls
     assert calls["goodput.count_lost_work"] == {"daemon/loop.py:_emit_action"}
+    assert calls["ledger.progress"] == {"daemon/ledger.py:_sampled"}
     assert calls["rank_tracker.observe"] == {"daemon/consumer.py:_ranks_listed"}
     assert calls["timeline.sample"] == {"daemon/consumer.py:_sample_taken"}
     assert calls["monitor.progress_line"] == {"daemon/consumer.py:_progress_looked"}
