@@ -145,3 +145,15 @@ def test_iso_and_wall_of_round_trip_to_the_millisecond(wall: float):
     """The ISO form of an instant reads back within a millisecond."""
     back = wall_of(iso(wall))
     assert back is not None and abs(back - wall) <= 0.001
+
+
+def test_the_first_step_is_the_first_line_that_has_one():
+    """An HF Trainer's first progress line can be its loss dict, which names no step: the run's
+    first_step is the first step read, not None (a fresh clone's make test caught it)."""
+    ledger = Ledger(LedgerConfig(warmup_s=5))
+    rec = ledger.begin("boot", 100.0, WALL, pid=7)
+    ledger.progress(130.0, WALL + 30, None, None)
+    ledger.progress(131.0, WALL + 31, 12, 800.0)
+    ledger.progress(132.0, WALL + 32, 13, 800.0)
+    assert (rec["first_step"], rec["last_step"]) == (12, 13)
+    assert rec["time_to_first_progress_s"] == 30.0

@@ -175,6 +175,8 @@ class Ledger:
         if mono["first_progress"] is None:
             self._first_progress(rec, at, wall, step)
         if step is not None:
+            if rec.get("first_step") is None:  # a first line without a step (a loss line)
+                rec["first_step"] = step
             rec["last_step"] = step
         rec["last_progress_at"] = iso(wall)
         self.changed += 1
