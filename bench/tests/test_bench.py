@@ -193,8 +193,10 @@ def test_respawn_pairs_every_death_and_leaves_no_process(tmp_path: Path) -> None
     assert wd is not None and sv is not None
     assert len(wd.start_ms) == len(wd.detect_ms) == len(wd.spawned_ms) == 3
     assert len(sv.start_ms) == len(sv.spawned_ms) == 1
-    # A respawn is seen after the death it follows, and the job's own start after its spawn.
-    assert all(0 < d < s for d, s in zip(wd.detect_ms, wd.start_ms, strict=True))
+    # A respawn is seen after the death it follows, and the job's own start after its spawn (in
+    # the stamps' order; equal at their grain when a loaded machine runs them back to back).
+    pairs = list(zip(wd.detect_ms, wd.start_ms, strict=True))
+    assert all(0 <= d <= s for d, s in pairs), pairs
     assert len(result.baseline_ms) == 2 and all(v > 0 for v in result.baseline_ms)
     sd = result.get("systemd")
     if sd is None:  # not measurable here: the results say why

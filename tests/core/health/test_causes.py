@@ -723,3 +723,21 @@ def test_the_root_ranks_own_traceback_wins_over_the_launchers() -> None:
     ]
     got = classify(ExitFacts(1, None, tail, progressed=True))
     assert (got.cause, got.rank, got.exception) == ("python_exception", 0, "KeyError")
+
+
+def test_a_root_rank_that_aborts_after_its_traceback_died_of_the_exception() -> None:
+    """Under load a rank that raised can abort in its teardown (torchrun reports exitcode -6):
+    its own traceback is still why it died."""
+    tail = [
+        "[rank0]: Traceback (most recent call last):",
+        '[rank0]:   File "train.py", line 9, in <module>',
+        "[rank0]: KeyError: 'batch_size'",
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  rank      : 0 (local_rank: 0)",
+        "  exitcode  : -6 (pid: 11276)",
+        "  error_file: <N/A>",
+        "  traceback : Signal 6 (SIGABRT) received by PID 11276",
+    ]
+    got = classify(ExitFacts(1, None, tail, progressed=True))
+    assert (got.cause, got.rank, got.exception) == ("python_exception", 0, "KeyError")

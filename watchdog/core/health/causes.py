@@ -297,8 +297,8 @@ def _by_status_ranked(facts: ExitFacts, split: list[Line], launcher: Launcher | 
         code, signum = launcher.code, launcher.signal
         # the root rank's own traceback, as if it had died alone, before the launcher's own
         mine = [x.text for x in split if x.rank is not None and x.rank == launcher.rank]
-        if last_exception(mine) is not None:
-            own = _by_status(facts, mine, code, signum)
+        if last_exception(mine) is not None:  # its abort is the runtime's teardown after it
+            own = _by_status(facts, mine, code, None if signum == SIGABRT else signum)
             return _cause(own.cause, own.cause_line, own.exception, launcher.rank, (), own.rule)
     found = _by_status(facts, [x.text for x in split], code, signum)
     rank = None
