@@ -47,9 +47,9 @@ def spawns(d: Daemon) -> int:
     return sum(1 for e in d.events() if e["event"] == "child_spawned")
 
 
-def bundle_cause(exited: dict[str, Any]) -> dict[str, Any]:
-    """cause.json of the bundle child_exited names; its log tail is there too."""
-    folder = pathlib.Path(exited["incident"])
+def bundle_cause(d: Daemon, exited: dict[str, Any]) -> dict[str, Any]:
+    """cause.json of the bundle child_exited names, once written; its log tail is there too."""
+    folder = d.bundle(exited)
     assert (folder / "log_tail.txt").read_text().strip(), folder
     return dict(json.loads((folder / "cause.json").read_text()))
 
@@ -61,7 +61,7 @@ def check_named(d: Daemon, cause: str, klass: str, in_line: str) -> dict[str, An
     assert in_line in ev["cause_line"] and len(ev["cause_line"]) <= 300, ev
     last = d.status()["job"]["last_exit"]
     assert (last["cause"], last["cause_line"]) == (cause, ev["cause_line"]), last
-    found = bundle_cause(ev)
+    found = bundle_cause(d, ev)
     assert (found["cause"], found["cause_class"]) == (cause, klass), found
     # SPEC §15: the root rank (or null) and its consequences, in the bundle and the event
     assert found["rank"] == ev.get("cause_rank") == last["cause_rank"], (
@@ -84,7 +84,7 @@ def test_missing_import_is_a_startup_error_parked_within_two_starts(tmp_path: pa
         assert "No module named 'nosuch_module_for_watchdog_tests'" in fatal["cause_line"]
         assert spawns(d) == 2
         ev = check_named(d, "startup_error", "deterministic", "ModuleNotFoundError")
-        assert bundle_cause(ev)["exception"] == "ModuleNotFoundError"
+        assert bundle_cause(d, ev)["exception"] == "ModuleNotFoundError"
         assert d.status()["state"] == "fatal"
     finally:
         d.stop()

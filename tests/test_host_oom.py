@@ -109,7 +109,7 @@ def test_a_kernel_oom_kill_is_host_oom_and_parks(
         assert f"{limit}={LIMIT_BYTES}" in ev["cause_line"], ev
         st = d.status()
         assert st["state"] == "host_fault" and st["job"]["last_exit"]["cause"] == "host_oom"
-        record = json.loads((pathlib.Path(ev["incident"]) / "cause.json").read_text())
+        record = json.loads((d.bundle(ev) / "cause.json").read_text())
         oom = record["oom_record"]
         assert (
             oom["cgroup"] == str(memory_cgroup) and oom["oom_kill_after"] > oom["oom_kill_before"]

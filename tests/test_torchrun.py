@@ -202,7 +202,7 @@ def test_a_dead_rank_is_named_from_torchruns_summary(
     try:
         exited = d.wait_event("child_exited", timeout=120)[0]
         assert (exited.get("cause"), exited.get("cause_rank")) == (cause, rank), exited
-        bundle = pathlib.Path(d.wait_event("incident_saved", timeout=30)[0]["path"])
+        bundle = d.bundle(exited)
         named = json.loads((bundle / "cause.json").read_text())
         assert (named["cause"], named["rank"], named["exception"]) == (cause, rank, exception)
     finally:

@@ -309,6 +309,13 @@ class Daemon:
         )
         return result
 
+    def bundle(self, exited: dict[str, Any], timeout: float = 30) -> pathlib.Path:
+        """The incident bundle a child_exited names, once it is written: an exit's bundle is
+        filled after the next start is on its way (incident_saved says when)."""
+        path = exited["incident"]
+        self.wait_event("incident_saved", timeout=timeout, path=path)
+        return pathlib.Path(path)
+
     def wait_state(self, state: str, timeout: float = 15) -> dict[str, Any]:
         def peek() -> object:
             got = self._peek("status", {})

@@ -13,9 +13,9 @@ waits on it is never held up.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -60,6 +60,7 @@ class Reporter(Protocol):
 
 
 GATHER_TIMEOUT_S = 3.0
+BUNDLE_WAIT_S = 5.0  # an exit's bundle waits at most this long for the next run to begin
 ERROR_FILE_MAX = 256 * 1024
 _IO = blocking.BoundedWorker("exit-cause")  # its own thread: a stuck read holds only this one
 
@@ -87,7 +88,9 @@ def on_exit(d: Reporter, fut: asyncio.Future[reaping.ExitStatus]) -> None:
 
 
 async def report(d: Reporter, run: JobRun, st: reaping.ExitStatus) -> None:
-    """Classify the exit of `run`'s leader, save its bundle, then post ChildExited."""
+    """Classify the exit of `run`'s leader and post ChildExited, naming the bundle it will
+    have; the bundle is written once the next start is on its way (issue 39: only what the
+    core's decision needs comes before the next spawn)."""
     plain = ChildExited(st.pid, st.exit_code, st.signal)
     # the core ordered this run's stop (KillTree), or no longer watches this pid
     ours = (run.stop_ordered and not run.dying_anyway) or d.core.snapshot().pid != st.pid
@@ -95,12 +98,12 @@ async def report(d: Reporter, run: JobRun, st: reaping.ExitStatus) -> None:
         d.inbox.post(plain)  # our stop, a success, or a run the core no longer watches
         return
     try:
-        found, after, error_files = await _gather(d, run)
+        (log_lines, progress_lines), after, error_files = await _gather(d, run)
         facts = causes.ExitFacts(
             st.exit_code,
             st.signal,
             signal_ours=run.stop_ordered,
-            lines=found,
+            lines=log_lines + progress_lines,
             oom_killed=oomrecord.killed(run.oom_before, after),
             oom_limit=after.limit,
             gpu_faults=tuple(run.faults_seen),
@@ -110,13 +113,42 @@ async def report(d: Reporter, run: JobRun, st: reaping.ExitStatus) -> None:
             error_files=error_files,
         )
         cause = causes.classify(facts)
-        path = await _bundle(d, run, cause, facts, oomrecord.describe(run.oom_before, after))
+        now_utc = datetime.now(UTC)
+        path = _new_folder(d, cause.cause, now_utc)
     except Exception as e:  # the cause is a bonus: the exit must reach the core
         d.emit("internal_error_caught", error=f"exit cause: {type(e).__name__}: {e}")
         d.inbox.post(plain)
         return
     name, klass, line = cause.cause, cause.cause_class, cause.cause_line
     d.inbox.post(ChildExited(st.pid, st.exit_code, st.signal, name, klass, line, path, cause.rank))
+    if path is not None:
+        tails = {"log_tail.txt": log_lines[-incident.LOG_TAIL_LINES :]}
+        if progress_lines:
+            tails["progress_tail.txt"] = progress_lines
+        people = _Bundle(path, now_utc, tails, d.gpus.recent_as_dicts())
+        record = {**_record(cause, facts), "oom_record": oomrecord.describe(run.oom_before, after)}
+        task = d.tasks.spawn(_bundle(d, run, people, record))
+        d.runs.bundles.add(task)
+        task.add_done_callback(d.runs.bundles.discard)
+
+
+def _new_folder(d: Reporter, reason: str, now_utc: datetime) -> str | None:
+    try:
+        return incident.new_folder(d.cfg.state_dir, reason, now_utc)
+    except OSError as e:
+        d.emit("incident_failed", reason=reason, error=str(e))
+        return None
+
+
+def _record(cause: causes.Cause, facts: causes.ExitFacts) -> dict[str, object]:
+    """cause.json (SPEC §14, §15): the cause and the exit's facts it was named from."""
+    return {
+        **cause.record(),  # cause, cause_class, cause_line, exception, rank, cascade, rule
+        "exit_code": facts.exit_code,
+        "signal": facts.signal,
+        "progressed": facts.progressed,
+        "gpu_faults": list(facts.gpu_faults),
+    }
 
 
 def _progress_lines(d: Reporter) -> Callable[[str], bool]:
@@ -126,16 +158,18 @@ def _progress_lines(d: Reporter) -> Callable[[str], bool]:
     return lambda line: reader.candidate(line) is not None
 
 
-async def _gather(
-    d: Reporter, run: JobRun
-) -> tuple[list[str], oomrecord.OomReading, tuple[str, ...]]:
+Tails = tuple[list[str], list[str]]  # the job log's last lines, the progress file's
+
+
+async def _gather(d: Reporter, run: JobRun) -> tuple[Tails, oomrecord.OomReading, tuple[str, ...]]:
     log, progress = d.cfg.job.log_file, d.sampler.progress_file_now()
     cgroup = run.oom_before.cgroup if run.oom_before is not None else None
 
-    def work() -> tuple[list[str], oomrecord.OomReading, tuple[str, ...]]:
+    def work() -> tuple[Tails, oomrecord.OomReading, tuple[str, ...]]:
         lines = tail_of_job(log, run.log, causes.MAX_LINES)  # the file the job writes
+        more = []
         if progress is not None and progress != log:
-            lines += tail_lines(progress, causes.MAX_LINES // 4)
+            more = tail_lines(progress, causes.MAX_LINES // 4)
         why = "no memory cgroup was read at spawn"
         after = (
             oomrecord.read(cgroup)
@@ -144,12 +178,12 @@ async def _gather(
                 None, None, why=run.oom_before.why if run.oom_before is not None else why
             )
         )
-        return lines, after, read_error_files(lines)
+        return (lines, more), after, read_error_files(lines + more)
 
     try:
         return await _IO.call(work, GATHER_TIMEOUT_S, what="reading the run's last lines")
     except (blocking.Hung, OSError) as e:
-        return [], oomrecord.OomReading(None, None, why=f"unreadable: {e}"), ()
+        return ([], []), oomrecord.OomReading(None, None, why=f"unreadable: {e}"), ()
 
 
 def read_error_files(lines: list[str]) -> tuple[str, ...]:
@@ -165,51 +199,47 @@ def read_error_files(lines: list[str]) -> tuple[str, ...]:
     return tuple(texts)
 
 
-async def _write_cause(d: Reporter, path: str, record: Mapping[str, object]) -> None:
-    text = json.dumps(record, indent=2, default=str, ensure_ascii=False) + "\n"
+@dataclass(frozen=True, slots=True)
+class _Bundle:
+    """What an exit's bundle holds that was read when it was reported: its folder, the time,
+    the log tails (the next run may write to the same file) and the GPU samples."""
 
-    def write() -> None:
-        with open(os.path.join(path, "cause.json"), "w", encoding="utf-8") as f:
-            f.write(text)
-
-    try:
-        await _IO.call(write, GATHER_TIMEOUT_S, what="writing cause.json")
-    except (blocking.Hung, OSError) as e:
-        d.emit("incident_failed", reason=str(record.get("cause")), error=f"cause.json: {e}")
+    path: str
+    now_utc: datetime
+    tails: dict[str, list[str]]
+    gpu_samples: list[dict[str, Any]]
 
 
-async def _bundle(
-    d: Reporter, run: JobRun, cause: causes.Cause, facts: causes.ExitFacts, oom: dict[str, object]
-) -> str | None:
+async def _bundle(d: Reporter, run: JobRun, b: _Bundle, record: dict[str, object]) -> None:
     """SPEC §14: every failed run leaves a bundle: its log tail, cause.json, and what is left
-    of its tree (the leader is gone; its descendants, if any, are listed)."""
-    left = await tree.find_tree_async(None, d.tree.token, timeout_s=1.0) or []
-    record = {
-        **cause.record(),  # cause, cause_class, cause_line, exception, rank, cascade, rule
-        "exit_code": facts.exit_code,
-        "signal": facts.signal,
-        "progressed": facts.progressed,
-        "gpu_faults": list(facts.gpu_faults),
-        "oom_record": oom,
-    }
+    of its tree (the leader is gone; its descendants, if any, are listed). Written once the
+    next run began, the daemon is ending, or `BUNDLE_WAIT_S` passed: nothing here is what the
+    core decides by."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(run.moved_on.wait(), BUNDLE_WAIT_S)
+    await _write(d, run, b, record)
+
+
+async def _write(d: Reporter, run: JobRun, b: _Bundle, record: dict[str, object]) -> None:
+    new = d.runs.current.pid if d.runs.current is not run else None  # not the next run's
+    left = await tree.find_tree_async(None, d.tree.token, timeout_s=1.0, besides=new) or []
     try:
-        path = await incident.write_bundle(
+        await incident.write_bundle(
             d.cfg.state_dir,
-            cause.cause,
-            now_utc=datetime.now(UTC),
+            str(record["cause"]),
+            now_utc=b.now_utc,
             verdict={"reason": "exited", **record},
             log_path=d.cfg.job.log_file,
-            job_log=run.log,  # the file the job writes, whatever its name (docs/logrotate.md)
-            progress_path=d.sampler.progress_file_now(),
-            gpu_samples=d.gpus.recent_as_dicts(),
+            gpu_samples=b.gpu_samples,
             pids=[p.pid for p in left],
             pyspy_timeout_s=min(d.cfg.incidents.pyspy_timeout_s, 2.0),
             keep=d.cfg.incidents.keep,
+            folder=b.path,
+            extra={"cause.json": record},
+            tails=b.tails,
         )
     except OSError as e:
-        d.emit("incident_failed", reason=cause.cause, error=str(e))
-        return None
-    await _write_cause(d, path, record)
-    d.runs.incident_path = path
-    d.emit("incident_saved", reason=cause.cause, path=path, flight_records=0)
-    return path
+        d.emit("incident_failed", reason=str(record["cause"]), error=str(e))
+        return
+    d.runs.incident_path = b.path
+    d.emit("incident_saved", reason=record["cause"], path=b.path, flight_records=0)

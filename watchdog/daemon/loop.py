@@ -192,6 +192,7 @@ class Daemon:
         self.forwarder.close()
         for task in (ticker, pinger, consumer):
             task.cancel()
+        await self.runs.finish_bundles(timeout_s=exitcause.BUNDLE_WAIT_S)
         return await self._shut_down()
 
     def _ticked(self) -> None:

@@ -76,6 +76,8 @@ class JobRun:
         # SPEC §14: pids of a tree left alive by a stop (or found by a start): status names them
         self.left_behind: tuple[int, ...] = ()
         self.evidence = Evidence()  # SPEC §14: what its death is classified by (exitcause.py)
+        # a newer run began, or the daemon is ending: its exit's bundle is written then
+        self.moved_on = asyncio.Event()
 
     def stopping(self, reason: str) -> None:
         """The core returned KillTree for this run (SPEC §4: the whole tree is being stopped)."""
@@ -184,6 +186,7 @@ class Runs:
         self.log_io = blocking.BoundedWorker("log-open")  # the job's log; an adopted job's stdout
         self.incident_path: str | None = None  # the newest bundle of any run (status; reexec)
         self._tape = tape  # new monitors write what they are fed to the input log (replay)
+        self.bundles: set[asyncio.Task[Any]] = set()  # exits' bundles being written (exitcause)
 
     def monitor(self, cfg: config.Config) -> health.HealthMonitor:
         """Fresh detectors for a new run, under `cfg`, with what the stall window learned."""
@@ -196,8 +199,16 @@ class Runs:
         once no read is stuck on it, unless its descriptor is closed already)."""
         old, self.current = self.current, run
         old.close()
+        old.moved_on.set()
         if close_follower:
             old.use_follower(None, self.progress_io.when_idle)
+
+    async def finish_bundles(self, timeout_s: float) -> None:
+        """The daemon is ending: the bundles of exits still waiting for a next run are written
+        now (each is bounded), before it says it stopped."""
+        self.current.moved_on.set()
+        if self.bundles:
+            await asyncio.wait(set(self.bundles), timeout=timeout_s)
 
     def follow(self, run: JobRun, follower: Follower | None) -> None:
         """`run` follows its progress log with `follower` from now on."""

@@ -69,6 +69,12 @@ def _bundle_name(now_utc: datetime, reason: str) -> str:
     return f"{now_utc.astimezone(UTC):%Y%m%dT%H%M%SZ}-{safe_reason}"
 
 
+def new_folder(state_dir: str, reason: str, now_utc: datetime) -> str:
+    """The bundle's folder, made before its parts are written: an exit names its bundle when
+    it is reported, and the bundle is filled once the next start is on its way."""
+    return str(_make_folder(state_dir, _bundle_name(now_utc, reason)))
+
+
 def _make_folder(state_dir: str, name: str) -> Path:
     """Create the bundle folder, `-2`, `-3`… on collision; OSError if none can be made."""
     incidents = Path(state_dir) / "incidents"
@@ -144,11 +150,15 @@ def _write_verdict(
     now_utc: datetime,
     verdict: Mapping[str, object],
     gpu_samples: Sequence[Mapping[str, object]],
+    extra: Mapping[str, Mapping[str, object]],
 ) -> list[str]:
-    """The parts known without reading anything; returns what went wrong."""
+    """The parts known without reading anything (and `extra`'s JSON files: an exit's
+    cause.json); returns what went wrong."""
     errors: list[str] = []
     record = {"reason": reason, "time": now_utc.isoformat(), "evidence": dict(verdict)}
     _write(folder, "verdict.json", _to_json(record), errors)
+    for name, value in extra.items():
+        _write(folder, name, _to_json(dict(value)), errors)
     _write(folder, "gpu_samples.json", _to_json([dict(s) for s in gpu_samples]), errors)
     return errors
 
@@ -156,14 +166,22 @@ def _write_verdict(
 Logs = tuple[str | None, str | None, JobLog | None]
 
 
-def _write_tails(folder: Path, logs: Logs) -> list[str]:
+Tails = Mapping[str, Sequence[str]]  # log_tail.txt, progress_tail.txt: the lines read already
+
+
+def _write_tails(folder: Path, logs: Logs | Tails) -> list[str]:
     """The log tails; returns what went wrong.
 
     `logs` is (job log, progress file, the file the job writes): a job that writes its own
     progress file has its tracebacks in the job log and its training lines in the file, and
-    both tell the story.
+    both tell the story. Or the tails read already (an exit's: its next run may be writing to
+    the same file by the time its bundle is written).
     """
     errors: list[str] = []
+    if isinstance(logs, Mapping):
+        for name, lines in logs.items():
+            _write(folder, name, "".join(f"{line}\n" for line in lines) or "(empty)\n", errors)
+        return errors
     log_path, progress_path, job_log = logs
     tail = _tail_text(log_path, errors, "log_tail.txt", job_log)
     _write(folder, "log_tail.txt", tail, errors)
@@ -266,8 +284,14 @@ async def _bounded(
 
 async def _write_static(
     folder: Path,
-    what: tuple[str, datetime, Mapping[str, object], Sequence[Mapping[str, object]]],
-    logs: Logs,
+    what: tuple[
+        str,
+        datetime,
+        Mapping[str, object],
+        Sequence[Mapping[str, object]],
+        Mapping[str, Mapping[str, object]],
+    ],
+    logs: Logs | Tails,
     deadline: float,
 ) -> list[str]:
     """The parts known without looking at processes, each step on its own worker: a log on a
@@ -307,6 +331,9 @@ async def write_bundle(
     keep: int,
     progress_path: str | None = None,
     job_log: JobLog | None = None,
+    folder: str | None = None,
+    extra: Mapping[str, Mapping[str, object]] | None = None,
+    tails: Tails | None = None,
 ) -> str:
     """Write an incident bundle, prune old ones, and return the bundle's path.
 
@@ -314,13 +341,18 @@ async def write_bundle(
     progress file (progress.file), is tailed into progress_tail.txt as well; `job_log` (the file
     the job writes, docs/logrotate.md) is read instead of the path. At most about
     pyspy_timeout_s + 1 s. Raises OSError only when the bundle folder itself cannot be created;
-    any other failure is noted in errors.txt inside the bundle."""
+    any other failure is noted in errors.txt inside the bundle. `folder`: one `new_folder`
+    made already; `extra`: more JSON files to write beside verdict.json; `tails`: the log tails
+    read already, written instead of reading the logs."""
     loop = asyncio.get_running_loop()
     hard_deadline = loop.time() + max(pyspy_timeout_s, 0.0) + _SLACK_S
-    folder = _make_folder(state_dir, _bundle_name(now_utc, reason))
+    if folder is None:
+        folder = new_folder(state_dir, reason, now_utc)
     errors: list[str] = []
-    what, logs = (reason, now_utc, verdict, gpu_samples), (log_path, progress_path, job_log)
-    static = asyncio.create_task(_write_static(folder, what, logs, hard_deadline))
+    where = Path(folder)
+    what = (reason, now_utc, verdict, gpu_samples, extra or {})
+    logs = (log_path, progress_path, job_log) if tails is None else tails
+    static = asyncio.create_task(_write_static(where, what, logs, hard_deadline))
     try:
         tree, stacks = await _tree_and_stacks(pids, pyspy_timeout_s, errors)
         errors.extend(await static or [])
@@ -328,9 +360,9 @@ async def write_bundle(
         static.cancel()  # when we are cancelled: no task left behind (a no-op once it is done)
     await _bounded(
         _WRITE_IO,
-        lambda: _finish(folder, tree, stacks, state_dir, keep, errors),
+        lambda: _finish(where, tree, stacks, state_dir, keep, errors),
         hard_deadline - loop.time(),
         "writing the bundle",
         errors,
     )
-    return str(folder)
+    return folder
