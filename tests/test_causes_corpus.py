@@ -5,7 +5,13 @@ every miss, so a rule's change shows what it gained and lost."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import re
+
 from support import corpus
+
+from watchdog.core.health import causes, exitrecord
 
 
 def test_the_corpus_is_named_as_labelled(capsys: object) -> None:
@@ -35,3 +41,20 @@ def test_every_label_is_a_cause_the_classifier_knows() -> None:
         t.name: t.label for t in corpus.load() if t.label not in CAUSES or t.label == "unknown"
     }
     assert not unknown
+
+
+def test_every_tail_names_the_same_cause_again_from_its_input_log_record() -> None:
+    """Issue 38: the record an exit leaves in inputs.jsonl (its facts, through JSON) names the
+    same cause, rank, cascade and rule again; a record whose cause a build got wrong differs."""
+    rules = (causes.UserRule("ours", re.compile(r"OUR_SENTINEL", re.I), "transient"),)
+    for tail in corpus.load():
+        facts = dataclasses.replace(
+            corpus.facts(tail), rules=rules, is_progress=lambda line: line.startswith("step ")
+        )
+        cause, record = exitrecord.classified(facts)
+        was, again = exitrecord.replayed(json.loads(json.dumps(record)))
+        assert was == again == json.loads(json.dumps(cause.record())), tail.name
+    wrong = json.loads(json.dumps(record))
+    wrong["cause"]["cause"] = "unknown"
+    was, again = exitrecord.replayed(wrong)
+    assert was["cause"] == "unknown" != again["cause"]

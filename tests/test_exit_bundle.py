@@ -1,11 +1,14 @@
 """Issue 39: an exit's path to the next start carries only what the core decides by (the exit's
 facts and their cause); its incident bundle, for people, is written once the next run began,
-from the lines read when it died, so the next run's first lines never land in it."""
+from the lines read when it died, so the next run's first lines never land in it. Its cause
+replays from the input log (issue 38)."""
 
 from __future__ import annotations
 
 import json
 import pathlib
+import subprocess
+import sys
 
 from support.harness import Daemon, base_config, merge, write_script
 
@@ -45,3 +48,26 @@ def test_an_exits_bundle_is_written_after_the_next_start_and_holds_only_its_run(
     finally:
         d.stop()
     assert not d.job_processes()
+    # issue 38: the cause replays from the input log: the facts it was named from come first
+    log = d.state_dir / "inputs.jsonl"
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    kinds = [e.get("type") or e.get("record", {}).get("event") for e in entries]
+    assert kinds.index("ExitClassified") < kinds.index("ChildExited"), kinds
+    assert replay(log) == (0, "causes: 1 of 1 exits replay")
+    # a build that named it wrongly: the replay names the cause it should have been
+    wrong = next(e for e in entries if e.get("type") == "ExitClassified")
+    wrong["cause"]["cause"] = "unknown"
+    log.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    code, said = replay(log)
+    assert code == 1 and "causes: 0 of 1 exits replay" in said, said
+    assert "cause: 'unknown' → 'python_exception'" in said, said
+
+
+def replay(log: pathlib.Path) -> tuple[int, str]:
+    """`python -m watchdog.daemon.replaying`'s status and its line on the causes."""
+    cmd = [sys.executable, "-m", "watchdog.daemon.replaying", str(log)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    at = done.stdout.find("causes:")
+    assert at >= 0, done.stdout + done.stderr
+    said = done.stdout[at:].strip()
+    return done.returncode, said if done.returncode else said.splitlines()[0]

@@ -112,7 +112,7 @@ async def report(d: Reporter, run: JobRun, st: reaping.ExitStatus) -> None:
             is_progress=_progress_lines(d),
             error_files=error_files,
         )
-        cause = causes.classify(facts)
+        cause = d.runs.classify(facts)  # taped: inputs.jsonl names it again (issue 38)
         now_utc = datetime.now(UTC)
         path = _new_folder(d, cause.cause, now_utc)
     except Exception as e:  # the cause is a bonus: the exit must reach the core

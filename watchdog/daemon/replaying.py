@@ -2,7 +2,8 @@
 replayed through fresh pure objects (docs/state.md, "The input log"), one line for each part.
 
 The supervisor (where its core got to), the health verdicts it was handed (each against the one
-fresh monitors give), the GPU watch state's news and the cluster coordinator's actions. Exit 0
+fresh monitors give), the GPU watch state's news, each exit's cause (named again from the facts
+it was named from) and the cluster coordinator's actions. Exit 0
 when every verdict replays, 1 when one differs (each difference is printed), 2 on a bad file.
 """
 
@@ -31,11 +32,20 @@ def report(path: str) -> tuple[list[str], int]:
         + (f"; {health.unknown} records of objects made in a lost file" if health.unknown else "")
     )
     lines += [f"  differs: replayed {r} / handed {h}" for r, h in differ]
+    named = [(was, again) for was, again in health.causes if was != again]
+    lines.append(f"causes: {len(health.causes) - len(named)} of {len(health.causes)} exits replay")
+    lines += [f"  differs: {_cause_change(was, again)}" for was, again in named]
     cluster = ClusterReplay().feed(entries)
     if cluster.coordinator is not None:
         snap = cluster.coordinator.snapshot()
         lines.append(f"cluster: {len(cluster.steps)} inputs replayed, epoch {snap['epoch']}")
-    return lines, 1 if differ else 0
+    return lines, 1 if differ or named else 0
+
+
+def _cause_change(was: dict[str, object], again: dict[str, object]) -> str:
+    """`cause: recorded → replayed`, for each field of the cause that differs."""
+    keys = [k for k in {**was, **again} if was.get(k) != again.get(k)]
+    return "; ".join(f"{k}: {was.get(k)!r} → {again.get(k)!r}" for k in keys)
 
 
 USAGE = "usage: python -m watchdog.daemon.replaying <state_dir>/inputs.jsonl"

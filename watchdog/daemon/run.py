@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog import blocking, config
+from watchdog.core.health import causes
 from watchdog.core.health import monitor as health
 from watchdog.core.health.taped import Tape, tracker_for
 from watchdog.core.progress.stall_window import StallKnowledge
@@ -202,6 +203,10 @@ class Runs:
         old.moved_on.set()
         if close_follower:
             old.use_follower(None, self.progress_io.when_idle)
+
+    def classify(self, facts: causes.ExitFacts) -> causes.Cause:
+        """An exit's cause; with a tape, its facts go to the input log, so it replays."""
+        return causes.classify(facts) if self._tape is None else self._tape.classify(facts)
 
     async def finish_bundles(self, timeout_s: float) -> None:
         """The daemon is ending: the bundles of exits still waiting for a next run are written

@@ -11,8 +11,10 @@ Records: {"type": "MonitorMade", "monitor": n, "config", "learned"} opens a run'
 run boundary: every later record names its monitor `n`); {"type": "MonitorFed", "monitor": n,
 "input": <the monitor's method>, ...its arguments}; {"type": "RanksFed", ...} likewise for the
 run's rank tracker; {"type": "WatchMade", ...} and {"type": "WatchFed", ...} for the GPU watch
-state (one per daemon). A setter given what it already holds (no GPU degraded, NVML access fine,
-the progress log readable, the same config) is not written: the replay holds the same value.
+state (one per daemon); {"type": "ExitClassified", "facts", "cause"}: an exit's cause and what
+it was named from (core/health/exitrecord.py). A setter given what it already holds (no GPU
+degraded, NVML access fine, the progress log readable, the same config) is not written: the
+replay holds the same value.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from watchdog.core import images
+from watchdog.core.health import exitrecord
 from watchdog.core.health import records as rec
+from watchdog.core.health.causes import Cause, ExitFacts
 from watchdog.core.health.gpu_news import GpuObserved, GpuWatchState
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor, Verdict
 from watchdog.core.health.ranks import IDLE_LIST_EVERY_S, STARTUP_LIST_S, RankKey, RankTracker
@@ -58,6 +62,13 @@ class Tape:
                 head["ranks"] = images.image(taped.tracker, TAPE_ATTRS)
             out.append(head)
         return out
+
+    def classify(self, facts: ExitFacts) -> Cause:
+        """An exit's cause, with the facts it was named from (ExitClassified: a replay names
+        it again, core/health/exitrecord.py)."""
+        cause, record = exitrecord.classified(facts)
+        self._sink(record)
+        return cause
 
     def monitor(self, cfg: HealthConfig, learned: StallKnowledge | None = None) -> TapedMonitor:
         """A new run's monitor: its MonitorMade record first (what it knows at its start)."""
