@@ -189,7 +189,9 @@ RULES: tuple[Rule, ...] = (
             r"[Ll]oss (?:is|became|=) ?(?:infinite or )?(?:nan|NaN|NAN|inf|not finite)\b",
             r"(?:NaN|nan) loss\b",
         ),
-        ("nan values", "non-finite", "loss scale", "NaN in local grad", "oss"),
+        # each branch's own words: "oss" alone let every progress line's `loss` in (issue 38)
+        ("nan values", "non-finite", "loss scale", "NaN in local grad", "oss is", "oss became")
+        + ("oss =", "NaN loss", "nan loss"),
     ),
     (
         "slurm_time_limit",
