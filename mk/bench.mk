@@ -35,12 +35,14 @@ bench-quick: $(STAMP) $(FAKE_NVML) $(BENCH_INSTALLED)
 
 # A/B against another build, interleaved (bench/ab.py): `make bench-ab OLD=<commit or ref>`
 # builds that commit's wheel itself (bench/oldbuild.py: git archive, its own venv, cached per
-# commit under ~/.cache/train-watchdog-bench), e.g. `make bench-ab OLD=c53acb4`; BENCH_OLD=<venv>
-# names a venv built some other way. Writes bench/out/ab.md.
+# commit under ~/.cache/train-watchdog-bench), e.g. `make bench-ab OLD="86a5af8 c53acb4"` (several:
+# each beside this tree, interleaved); BENCH_OLD=<venv> names a venv built some other way. Writes
+# bench/out/ab.md.
 OLD ?=
 BENCH_OLD ?=
 bench-ab: $(STAMP) $(FAKE_NVML) $(BENCH_INSTALLED)
 	@test -n "$(OLD)$(BENCH_OLD)" || { echo "make bench-ab OLD=<commit> (or BENCH_OLD=<venv>)" >&2; exit 2; }
-	old="$(BENCH_OLD)"; [ -n "$$old" ] || old=$$($(BIN)/python -m bench.oldbuild $(OLD)) || exit 1; \
-	BENCH_INSTALLED_VENV=$(CURDIR)/$(BENCH_VENV) $(BIN)/python -m bench.ab "$$old" \
+	old="$(BENCH_OLD)"; for ref in $(OLD); do \
+		old="$$old $$($(BIN)/python -m bench.oldbuild $$ref)" || exit 1; done; \
+	BENCH_INSTALLED_VENV=$(CURDIR)/$(BENCH_VENV) $(BIN)/python -m bench.ab $$old \
 		$(CURDIR)/$(BENCH_VENV) $(BENCH_ARGS)
