@@ -104,6 +104,8 @@ def _load_nspawn() -> ModuleType | None:
     if spec is None or spec.loader is None or not path.exists():
         return None
     module = importlib.util.module_from_spec(spec)
+    if str(ROOT / "tests") not in sys.path:
+        sys.path.append(str(ROOT / "tests"))  # it imports the tests' own helpers (support/)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module

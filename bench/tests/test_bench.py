@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -20,6 +21,7 @@ import pytest
 
 from bench import detection, overhead, profile, report, respawn, run
 from bench.common import (
+    ROOT,
     Line,
     Procs,
     Stamp,
@@ -138,6 +140,17 @@ def test_host_systemd_reference_says_why_it_is_not_used() -> None:
         assert why is None or "systemd-run" in why
     else:
         assert why is not None and pid1 in why
+
+
+def test_the_systemd_tests_container_module_loads_as_the_bench_runs_it() -> None:
+    """`python -m bench` (tests/ not on its path) loads tests/systemd/nspawn.py, which imports
+    the tests' own helpers: the respawn bench failed with ModuleNotFoundError when it did not."""
+    code = "from bench.systemd_ref import _load_nspawn; print(_load_nspawn().ROOTFS)"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and done.stdout.strip(), done.stderr
 
 
 def test_profile_top_counts_inclusive_and_self_shares(tmp_path: Path) -> None:
