@@ -190,8 +190,17 @@ RULES: tuple[Rule, ...] = (
             r"(?:NaN|nan) loss\b",
         ),
         # each branch's own words: "oss" alone let every progress line's `loss` in (issue 38)
-        ("nan values", "non-finite", "loss scale", "NaN in local grad", "oss is", "oss became")
-        + ("oss =", "NaN loss", "nan loss"),
+        (
+            "nan values",
+            "non-finite",
+            "loss scale",
+            "NaN in local grad",
+            "oss is",
+            "oss became",
+            "oss =",
+            "NaN loss",
+            "nan loss",
+        ),
     ),
     (
         "slurm_time_limit",
