@@ -17,6 +17,7 @@ from support.harness import BIN, ROOT
 from watchdog import config
 from watchdog.cli.parse import ARG_OF, OFFLINE
 from watchdog.config import reference
+from watchdog.core.health import causes
 from watchdog.docgen import GENERATED, completion, man, stale
 from watchdog.docgen.roff import esc
 
@@ -202,6 +203,19 @@ def test_watchdogd_page_has_every_option() -> None:
                 assert option in text, option
     assert "--check-reexec" not in text, "a hidden option is not for operators"
     assert "78" in text and "93" in text
+
+
+def test_watchdogd_page_names_every_cause_with_its_class() -> None:
+    """SPEC §14, §15: watchdogd(8) lists every built-in exit cause under its class, and
+    docs/causes.md names each one."""
+    source = (ROOT / "man" / "watchdogd.8").read_text()
+    section = source[source.index(".SH EXIT CAUSES") :].split("\n.SH ")[0]
+    listed = dict(re.findall(r"\\fB([a-z]+)\\fR\n([^:]+):", section))
+    guide = (ROOT / "docs" / "causes.md").read_text()
+    for name, klass in causes.CAUSES.items():
+        assert name in listed[klass].split(", "), (name, klass)
+        assert f"`{name}`" in guide, name
+    assert "EXIT CAUSES" in _render("man/watchdogd.8")
 
 
 def _complete(*words: str) -> list[str]:

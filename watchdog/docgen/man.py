@@ -11,6 +11,7 @@ from watchdog.cli import client
 from watchdog.cli.parse import EXPLAIN_HELP, HIDDEN, OPTION_OF, VALUE_NAME
 from watchdog.config import RESERVED_EXIT_CODES, reference
 from watchdog.config.schema import ExitCodesConfig
+from watchdog.core.health import causes
 from watchdog.core.protocol import wire as protocol
 from watchdog.daemon import entry
 from watchdog.docgen.roff import bold, esc, example, head, italic, para, sh, tagged
@@ -84,8 +85,36 @@ def watchdogd() -> str:
     )
     lines += [sh("options"), *_options(ap)]
     lines += _daemon_exits()
+    lines += _causes()
     lines += _daemon_signals_files()
     return "\n".join(lines) + "\n"
+
+
+CLASS_ACTIONS = {
+    "deterministic": "restarted; parked (fatal, repeated_cause) after restart.same_cause_limit"
+    " failures in a row with no step gained",
+    "transient": "restarted within the restart budget",
+    "host": "the host is at fault: parked in host_fault, the budget untouched, until an operator"
+    " starts it (--exit-with-job: exit_codes.host_fault; spawn_refused: retried with backoff,"
+    " never parked)",
+    "external": "the scheduler or an operator ended it: restarted within the budget, never parked",
+    "unknown": "restarted within the restart budget",
+}
+
+
+def _causes() -> list[str]:
+    """SPEC §14, §15: every built-in cause by its class, from the classifier's own table."""
+    lines = [sh("exit causes")]
+    lines += para(
+        "Each unexpected exit is named from the run's last lines, its exit status, the kernel's"
+        " OOM record and the GPU faults seen (child_exited's cause, cause_class and cause_line;"
+        " the incident bundle's cause.json). watchdogctl explain names a saved log the same way;"
+        " the config's causes: adds your own, tried first. docs/causes.md gives each cause's lines."
+    )
+    for klass in causes.CAUSE_CLASSES:
+        names = [n for n, c in causes.CAUSES.items() if c == klass]
+        lines += tagged(bold(klass), f"{', '.join(names)}: {CLASS_ACTIONS[klass]}.")
+    return lines
 
 
 def _daemon_exits() -> list[str]:
