@@ -23,14 +23,13 @@ from watchdog import blocking
 from watchdog.core.health import causes
 from watchdog.core.supervisor.events import ChildExited
 from watchdog.outputs import incident
-from watchdog.process import oomrecord, reaping, tree
+from watchdog.process import oomrecord, reaping
 from watchdog.progress.logfile import tail_lines, tail_of_job
 
 if TYPE_CHECKING:
     from watchdog import config
     from watchdog.core.supervisor.machine import Supervisor
     from watchdog.daemon.inbox import Inbox
-    from watchdog.daemon.jobtree import JobTree
     from watchdog.daemon.run import JobRun, Runs
     from watchdog.daemon.sampling import Sampler
     from watchdog.daemon.tasks import Tasks
@@ -38,11 +37,10 @@ if TYPE_CHECKING:
 
 
 class Reporter(Protocol):
-    """What the report of an exit uses: the run that ended, the files it wrote, the tree that
-    is left, the GPU samples, and the inbox its ChildExited goes to."""
+    """What the report of an exit uses: the run that ended, the files it wrote, the GPU
+    samples, and the inbox its ChildExited goes to."""
 
     runs: Runs
-    tree: JobTree
     gpus: GpuWatch
     sampler: Sampler
     tasks: Tasks
@@ -212,7 +210,7 @@ class _Bundle:
 
 async def _bundle(d: Reporter, run: JobRun, b: _Bundle, record: dict[str, object]) -> None:
     """SPEC §14: every failed run leaves a bundle: its log tail, cause.json, and what is left
-    of its tree (the leader is gone; its descendants, if any, are listed). Written once the
+    of its tree (what the stop after the exit could not end, listed). Written once the
     next run began, the daemon is ending, or `BUNDLE_WAIT_S` passed: nothing here is what the
     core decides by."""
     with contextlib.suppress(TimeoutError):
@@ -221,8 +219,6 @@ async def _bundle(d: Reporter, run: JobRun, b: _Bundle, record: dict[str, object
 
 
 async def _write(d: Reporter, run: JobRun, b: _Bundle, record: dict[str, object]) -> None:
-    new = d.runs.current.pid if d.runs.current is not run else None  # not the next run's
-    left = await tree.find_tree_async(None, d.tree.token, timeout_s=1.0, besides=new) or []
     try:
         await incident.write_bundle(
             d.cfg.state_dir,
@@ -231,7 +227,8 @@ async def _write(d: Reporter, run: JobRun, b: _Bundle, record: dict[str, object]
             verdict={"reason": "exited", **record},
             log_path=d.cfg.job.log_file,
             gpu_samples=b.gpu_samples,
-            pids=[p.pid for p in left],
+            # its tree was stopped before the next start: what that stop could not end
+            pids=list(run.left_behind),
             pyspy_timeout_s=min(d.cfg.incidents.pyspy_timeout_s, 2.0),
             keep=d.cfg.incidents.keep,
             folder=b.path,

@@ -335,25 +335,13 @@ KILL_PASS_TIMEOUT_S = 5.0
 
 
 async def find_tree_async(
-    leader: int | None,
-    token: str,
-    timeout_s: float = 5.0,
-    marker: bool = False,
-    besides: int | None = None,
+    leader: int | None, token: str, timeout_s: float = 5.0, marker: bool = False
 ) -> list[psutil.Process] | None:
     """find_tree() off the loop: reading /proc of a process wedged in a driver can block. None
     when the scan did not finish in time, or an earlier one is still stuck (the tree is
-    unknown, never empty). `besides`: a leader whose tree is left out (a newer run's)."""
-
-    def scan() -> list[psutil.Process]:
-        found = find_tree(leader, token, marker)
-        if besides is None:
-            return found
-        theirs = {besides, *_descendants(besides)}
-        return [p for p in found if p.pid not in theirs]
-
+    unknown, never empty)."""
     try:
-        return await _SCANNER.call(scan, timeout_s, what="scan")
+        return await _SCANNER.call(lambda: find_tree(leader, token, marker), timeout_s, what="scan")
     except blocking.Hung:
         return None
 
