@@ -7,6 +7,7 @@ times each, and prints a markdown table of wall-time medians with their ratio to
   python3 -c pass          the interpreter watchdogctl runs on, doing nothing
   watchdogctl --help       watchdogctl's start-up alone (imports, parsing, printing)
   watchdogctl status       start-up + one request to the daemon + the screen
+  watchdogctl explain      start-up + naming the cause of a 200-line failed log, offline
   floor client             one status request from 8 lines that import nothing of ours: what
                            any Python client of this daemon pays (bench/common.py FLOOR_CLIENT)
   supervisorctl status     the same question asked of supervisord
@@ -56,6 +57,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from bench.bench_causes import PROGRESS, TRACEBACK
 from bench.common import FLOOR_CLIENT, timed_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,13 +132,22 @@ def watchdogd_config(tmp: Path) -> Path:
     return path
 
 
+def failed_tail(tmp: Path) -> str:
+    """A 200-line log ending in a torch OOM traceback (bench_causes.py's), for `explain`."""
+    path = tmp / "failed.log"
+    path.write_text("".join(f"{line}\n" for line in [PROGRESS] * 194 + TRACEBACK))
+    return str(path)
+
+
 def commands(tmp: Path, base: str | None) -> dict[str, list[str]]:
     venv_py = str(CTL_BIN / "python3")
     sock = str(tmp / "ctl.sock")
+    log = failed_tail(tmp)
     out = {
         "venv: python3 -c pass": [venv_py, "-c", "pass"],
         "venv: watchdogctl --help": [str(CTL_BIN / "watchdogctl"), "--help"],
         "venv: watchdogctl status": [str(CTL_BIN / "watchdogctl"), "--socket", sock, "status"],
+        "venv: watchdogctl explain": [str(CTL_BIN / "watchdogctl"), "explain", log],
         "venv: floor client": [venv_py, "-c", FLOOR_CLIENT, sock],
         "venv: supervisorctl status": [
             str(BIN / "supervisorctl"),
@@ -149,6 +160,7 @@ def commands(tmp: Path, base: str | None) -> dict[str, list[str]]:
         out["base: python3 -c pass"] = [base, "-c", "pass"]
         out["base: watchdogctl --help"] = [base, "-c", CLI_MAIN, "--help"]
         out["base: watchdogctl status"] = [base, "-c", CLI_MAIN, "--socket", sock, "status"]
+        out["base: watchdogctl explain"] = [base, "-c", CLI_MAIN, "explain", log]
         out["base: floor client"] = [base, "-c", FLOOR_CLIENT, sock]
     return out
 
