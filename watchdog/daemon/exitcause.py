@@ -96,20 +96,8 @@ async def report(d: Reporter, run: JobRun, st: reaping.ExitStatus) -> None:
         d.inbox.post(plain)  # our stop, a success, or a run the core no longer watches
         return
     try:
-        (log_lines, progress_lines), after, error_files = await _gather(d, run)
-        facts = causes.ExitFacts(
-            st.exit_code,
-            st.signal,
-            signal_ours=run.stop_ordered,
-            lines=log_lines + progress_lines,
-            oom_killed=oomrecord.killed(run.oom_before, after),
-            oom_limit=after.limit,
-            gpu_faults=tuple(run.faults_seen),
-            progressed=run.monitor.progressed,
-            rules=d.cfg.causes,
-            is_progress=_progress_lines(d),
-            error_files=error_files,
-        )
+        tails, after, error_files = await _gather(d, run)
+        facts = _facts(d, run, st, tails, after, error_files)
         cause = d.runs.classify(facts)  # taped: inputs.jsonl names it again (issue 38)
         now_utc = datetime.now(UTC)
         path = _new_folder(d, cause.cause, now_utc)
@@ -117,17 +105,45 @@ async def report(d: Reporter, run: JobRun, st: reaping.ExitStatus) -> None:
         d.emit("internal_error_caught", error=f"exit cause: {type(e).__name__}: {e}")
         d.inbox.post(plain)
         return
+    next_run = d.runs.next_began()  # the bundle waits for it (before the next spawn can begin)
     name, klass, line = cause.cause, cause.cause_class, cause.cause_line
     d.inbox.post(ChildExited(st.pid, st.exit_code, st.signal, name, klass, line, path, cause.rank))
     if path is not None:
-        tails = {"log_tail.txt": log_lines[-incident.LOG_TAIL_LINES :]}
-        if progress_lines:
-            tails["progress_tail.txt"] = progress_lines
-        people = _Bundle(path, now_utc, tails, d.gpus.recent_as_dicts())
+        people = _Bundle(path, now_utc, _tail_files(tails), d.gpus.recent_as_dicts())
         record = {**_record(cause, facts), "oom_record": oomrecord.describe(run.oom_before, after)}
-        task = d.tasks.spawn(_bundle(d, run, people, record))
-        d.runs.bundles.add(task)
-        task.add_done_callback(d.runs.bundles.discard)
+        d.runs.bundle(d.tasks.spawn(_bundle(d, run, next_run, people, record)))
+
+
+def _facts(
+    d: Reporter,
+    run: JobRun,
+    st: reaping.ExitStatus,
+    tails: Tails,
+    after: oomrecord.OomReading,
+    error_files: tuple[str, ...],
+) -> causes.ExitFacts:
+    return causes.ExitFacts(
+        st.exit_code,
+        st.signal,
+        signal_ours=run.stop_ordered,
+        lines=tails[0] + tails[1],
+        oom_killed=oomrecord.killed(run.oom_before, after),
+        oom_limit=after.limit,
+        gpu_faults=tuple(run.faults_seen),
+        progressed=run.monitor.progressed,
+        rules=d.cfg.causes,
+        is_progress=_progress_lines(d),
+        error_files=error_files,
+    )
+
+
+def _tail_files(tails: Tails) -> dict[str, list[str]]:
+    """The bundle's tails, from the lines the cause was named from."""
+    log_lines, progress_lines = tails
+    files = {"log_tail.txt": log_lines[-incident.LOG_TAIL_LINES :]}
+    if progress_lines:
+        files["progress_tail.txt"] = progress_lines
+    return files
 
 
 def _new_folder(d: Reporter, reason: str, now_utc: datetime) -> str | None:
@@ -208,13 +224,15 @@ class _Bundle:
     gpu_samples: list[dict[str, Any]]
 
 
-async def _bundle(d: Reporter, run: JobRun, b: _Bundle, record: dict[str, object]) -> None:
+async def _bundle(
+    d: Reporter, run: JobRun, next_run: asyncio.Event, b: _Bundle, record: dict[str, object]
+) -> None:
     """SPEC §14: every failed run leaves a bundle: its log tail, cause.json, and what is left
     of its tree (what the stop after the exit could not end, listed). Written once the
     next run began, the daemon is ending, or `BUNDLE_WAIT_S` passed: nothing here is what the
     core decides by."""
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(run.moved_on.wait(), BUNDLE_WAIT_S)
+        await asyncio.wait_for(next_run.wait(), BUNDLE_WAIT_S)
     await _write(d, run, b, record)
 
 
@@ -231,9 +249,7 @@ async def _write(d: Reporter, run: JobRun, b: _Bundle, record: dict[str, object]
             pids=list(run.left_behind),
             pyspy_timeout_s=min(d.cfg.incidents.pyspy_timeout_s, 2.0),
             keep=d.cfg.incidents.keep,
-            folder=b.path,
-            extra={"cause.json": record},
-            tails=b.tails,
+            made=incident.ExitParts(b.path, b.tails, {"cause.json": record}),
         )
     except OSError as e:
         d.emit("incident_failed", reason=str(record["cause"]), error=str(e))

@@ -96,8 +96,7 @@ class Daemon:
         self.gpus = GpuWatch(cfg.gpus, self.emit, report=news.sampled, feeding=feeding, tape=tape)
         self.faults = FaultWatch(cfg.gpus, self._gpu_fault, self.emit, news, feeding)
         self.control = ControlServer(self)
-        # the current run of the job (or the last one; idle before the first spawn)
-        first = JobRun(tape.monitor(params.health_of(cfg)))
+        first = JobRun(tape.monitor(params.health_of(cfg)))  # idle before the first spawn
         self.runs = Runs(first, self.out.books.stall, self.out.writer, tape)
         self.cluster = self._cluster_link()  # several nodes, one epoch (docs/multi-node.md)
         leader = self._leader

@@ -77,8 +77,6 @@ class JobRun:
         # SPEC §14: pids of a tree left alive by a stop (or found by a start): status names them
         self.left_behind: tuple[int, ...] = ()
         self.evidence = Evidence()  # SPEC §14: what its death is classified by (exitcause.py)
-        # a newer run began, or the daemon is ending: its exit's bundle is written then
-        self.moved_on = asyncio.Event()
 
     def stopping(self, reason: str) -> None:
         """The core returned KillTree for this run (SPEC §4: the whole tree is being stopped)."""
@@ -187,7 +185,8 @@ class Runs:
         self.log_io = blocking.BoundedWorker("log-open")  # the job's log; an adopted job's stdout
         self.incident_path: str | None = None  # the newest bundle of any run (status; reexec)
         self._tape = tape  # new monitors write what they are fed to the input log (replay)
-        self.bundles: set[asyncio.Task[Any]] = set()  # exits' bundles being written (exitcause)
+        self._bundles: set[asyncio.Task[Any]] = set()  # exits' bundles being written (exitcause)
+        self._began = asyncio.Event()  # set when the next run begins, or the daemon is ending
 
     def monitor(self, cfg: config.Config) -> health.HealthMonitor:
         """Fresh detectors for a new run, under `cfg`, with what the stall window learned."""
@@ -200,7 +199,8 @@ class Runs:
         once no read is stuck on it, unless its descriptor is closed already)."""
         old, self.current = self.current, run
         old.close()
-        old.moved_on.set()
+        self._began.set()  # the bundles of earlier runs' exits are written now (exitcause.py)
+        self._began = asyncio.Event()
         if close_follower:
             old.use_follower(None, self.progress_io.when_idle)
 
@@ -208,12 +208,21 @@ class Runs:
         """An exit's cause; with a tape, its facts go to the input log, so it replays."""
         return causes.classify(facts) if self._tape is None else self._tape.classify(facts)
 
+    def next_began(self) -> asyncio.Event:
+        """Set when the run after the current one begins, or the daemon is ending."""
+        return self._began
+
+    def bundle(self, task: asyncio.Task[Any]) -> None:
+        """An exit's bundle being written: the daemon's end waits for it (finish_bundles)."""
+        self._bundles.add(task)
+        task.add_done_callback(self._bundles.discard)
+
     async def finish_bundles(self, timeout_s: float) -> None:
         """The daemon is ending: the bundles of exits still waiting for a next run are written
         now (each is bounded), before it says it stopped."""
-        self.current.moved_on.set()
-        if self.bundles:
-            await asyncio.wait(set(self.bundles), timeout=timeout_s)
+        self._began.set()
+        if self._bundles:
+            await asyncio.wait(set(self._bundles), timeout=timeout_s)
 
     def follow(self, run: JobRun, follower: Follower | None) -> None:
         """`run` follows its progress log with `follower` from now on."""

@@ -22,6 +22,7 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -167,6 +168,16 @@ Logs = tuple[str | None, str | None, JobLog | None]
 
 
 Tails = Mapping[str, Sequence[str]]  # log_tail.txt, progress_tail.txt: the lines read already
+
+
+@dataclass(frozen=True, slots=True)
+class ExitParts:
+    """An exit's bundle as far as it was made when the exit was reported (daemon/exitcause.py):
+    its folder, the tails its cause was named from, cause.json."""
+
+    folder: str
+    tails: Tails
+    extra: Mapping[str, Mapping[str, object]]  # more JSON files beside verdict.json
 
 
 def _write_tails(folder: Path, logs: Logs | Tails) -> list[str]:
@@ -331,38 +342,28 @@ async def write_bundle(
     keep: int,
     progress_path: str | None = None,
     job_log: JobLog | None = None,
-    folder: str | None = None,
-    extra: Mapping[str, Mapping[str, object]] | None = None,
-    tails: Tails | None = None,
+    made: ExitParts | None = None,
 ) -> str:
     """Write an incident bundle, prune old ones, and return the bundle's path.
 
     `log_path` is the job's log (log_tail.txt); `progress_path`, where the job writes its own
     progress file (progress.file), is tailed into progress_tail.txt as well; `job_log` (the file
-    the job writes, docs/logrotate.md) is read instead of the path. At most about
-    pyspy_timeout_s + 1 s. Raises OSError only when the bundle folder itself cannot be created;
-    any other failure is noted in errors.txt inside the bundle. `folder`: one `new_folder`
-    made already; `extra`: more JSON files to write beside verdict.json; `tails`: the log tails
-    read already, written instead of reading the logs."""
+    the job writes, docs/logrotate.md) is read instead of the path; `made`: an exit's folder,
+    tails and cause.json, made when it was reported. At most about pyspy_timeout_s + 1 s.
+    Raises OSError only when the folder cannot be created; any other failure is noted in
+    errors.txt inside the bundle."""
     loop = asyncio.get_running_loop()
     hard_deadline = loop.time() + max(pyspy_timeout_s, 0.0) + _SLACK_S
-    if folder is None:
-        folder = new_folder(state_dir, reason, now_utc)
+    folder = made.folder if made else new_folder(state_dir, reason, now_utc)
     errors: list[str] = []
-    where = Path(folder)
-    what = (reason, now_utc, verdict, gpu_samples, extra or {})
-    logs = (log_path, progress_path, job_log) if tails is None else tails
-    static = asyncio.create_task(_write_static(where, what, logs, hard_deadline))
+    what = (reason, now_utc, verdict, gpu_samples, made.extra if made else {})
+    logs = made.tails if made else (log_path, progress_path, job_log)
+    static = asyncio.create_task(_write_static(Path(folder), what, logs, hard_deadline))
     try:
         tree, stacks = await _tree_and_stacks(pids, pyspy_timeout_s, errors)
         errors.extend(await static or [])
     finally:
         static.cancel()  # when we are cancelled: no task left behind (a no-op once it is done)
-    await _bounded(
-        _WRITE_IO,
-        lambda: _finish(where, tree, stacks, state_dir, keep, errors),
-        hard_deadline - loop.time(),
-        "writing the bundle",
-        errors,
-    )
+    finish = partial(_finish, Path(folder), tree, stacks, state_dir, keep, errors)
+    await _bounded(_WRITE_IO, finish, hard_deadline - loop.time(), "writing the bundle", errors)
     return folder
