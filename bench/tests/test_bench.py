@@ -206,10 +206,12 @@ def test_respawn_pairs_every_death_and_leaves_no_process(tmp_path: Path) -> None
     assert wd is not None and sv is not None
     assert len(wd.start_ms) == len(wd.detect_ms) == len(wd.spawned_ms) == 3
     assert len(sv.start_ms) == len(sv.spawned_ms) == 1
-    # A respawn is seen after the death it follows, and the job's own start after its spawn (in
-    # the stamps' order; equal at their grain when a loaded machine runs them back to back).
+    # Each exit is seen after the death it follows. Not "before the next start": the daemon's
+    # events carry no clock of their own, so `detect` is when the bench read the line, which a
+    # loaded machine can hold back past the next job's first stamp (a fresh clone read 23.2 ms
+    # seen against 20.7 ms started).
     pairs = list(zip(wd.detect_ms, wd.start_ms, strict=True))
-    assert all(0 <= d <= s for d, s in pairs), pairs
+    assert all(d >= 0 and s > 0 for d, s in pairs), pairs
     assert len(result.baseline_ms) == 2 and all(v > 0 for v in result.baseline_ms)
     sd = result.get("systemd")
     if sd is None:  # not measurable here: the results say why

@@ -218,7 +218,9 @@ class Etcd:
             except RuntimeError:
                 self._open()  # closed under this call: unavailable
                 raise
-            except (httpx.HTTPError, ValueError) as e:
+            # OSError: ssl.SSLError, raised bare when etcd's alert (a refused client certificate
+            # over TLS 1.3) arrives while the answer is read; it killed a link task under load
+            except (httpx.HTTPError, ValueError, OSError) as e:
                 if (why := await self._refusal_of(e, url, body)) is not None:
                     refused = refused or EtcdRefused(self.endpoints[idx], why)
                 errors.append(f"{url}: {type(e).__name__}: {why or e}")
@@ -340,7 +342,7 @@ class Etcd:
         except RuntimeError:
             self._open()  # closed under this stream: unavailable
             raise
-        except (httpx.HTTPError, ValueError) as e:
+        except (httpx.HTTPError, ValueError, OSError) as e:  # OSError: a bare ssl.SSLError
             if (why := _refusal_of_tls(e)) is not None:
                 raise EtcdRefused(self.endpoints[self._good], why) from None
             self._good = (self._good + 1) % len(self.endpoints)
