@@ -218,9 +218,7 @@ class Etcd:
             except RuntimeError:
                 self._open()  # closed under this call: unavailable
                 raise
-            # OSError: ssl.SSLError, raised bare when etcd's alert (a refused client certificate
-            # over TLS 1.3) arrives while the answer is read; it killed a link task under load
-            except (httpx.HTTPError, ValueError, OSError) as e:
+            except (httpx.HTTPError, ValueError, OSError) as e:  # a bare ssl.SSLError: an alert
                 if (why := await self._refusal_of(e, url, body)) is not None:
                     refused = refused or EtcdRefused(self.endpoints[idx], why)
                 errors.append(f"{url}: {type(e).__name__}: {why or e}")
