@@ -20,13 +20,13 @@ def test_an_exits_bundle_is_written_after_the_next_start_and_holds_only_its_run(
     job = write_script(
         tmp_path / "job.py",
         f"""
-        import os, sys, time
+        import os, signal
         if not os.path.exists({str(flag)!r}):
             open({str(flag)!r}, "w").close()
             print("first run: about to fail", flush=True)
             raise KeyError("the first run's own failure")
         print("second run: up", flush=True)
-        time.sleep(120)
+        signal.pause()  # runs until the daemon stops it
         """,
     )
     cfg = merge(base_config(tmp_path, [job]), {"restart": {"backoff_initial_s": 0}})

@@ -85,15 +85,7 @@ def test_a_run_that_gains_steps_is_never_parked_for_repeating_its_cause() -> Non
 def test_transient_causes_use_the_normal_budget() -> None:
     """An NCCL timeout without progress is restarted until max_no_progress, never for its
     cause."""
-    d = Driver(policy(limit=3))
-    d.feed(DaemonStarted(), 0.0)
-    now, restarts = 0.0, 0
-    while True:
-        out = die(d, now + 1, NCCL)
-        if "fatal" in names(out):
-            break
-        restarts += 1
-        now = next_run(d, now + 1)
+    restarts, out = restarts_until_fatal(NCCL)
     assert restarts == 3
     assert emitted(out, "fatal").fields["reason"] == "no_progress"
 
@@ -102,18 +94,26 @@ def test_external_causes_use_the_normal_budget_and_never_park() -> None:
     """SPEC §15: the scheduler ending the job (time limit, preemption, cancel) is the same
     every time yet no fault of the job: counted by the normal budget, never `repeated_cause`,
     never parked."""
+    restarts, out = restarts_until_fatal(TIME, never="job_parked")
+    assert restarts == 3
+    assert emitted(out, "fatal").fields["reason"] == "no_progress"
+
+
+def restarts_until_fatal(
+    cause: tuple[str, str, str], never: str | None = None
+) -> tuple[int, list[Action]]:
+    """Runs that die of `cause` with no progress until the daemon goes fatal: the restarts
+    made, and the actions of the last death (`never`: an event no death may emit)."""
     d = Driver(policy(limit=3))
     d.feed(DaemonStarted(), 0.0)
     now, restarts = 0.0, 0
     while True:
-        out = die(d, now + 1, TIME)
-        assert "job_parked" not in names(out)
+        out = die(d, now + 1, cause)
+        assert never is None or never not in names(out)
         if "fatal" in names(out):
-            break
+            return restarts, out
         restarts += 1
         now = next_run(d, now + 1)
-    assert restarts == 3
-    assert emitted(out, "fatal").fields["reason"] == "no_progress"
 
 
 def test_a_different_cause_breaks_the_streak() -> None:
