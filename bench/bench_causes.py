@@ -15,7 +15,8 @@ from __future__ import annotations
 import re
 import time
 
-from watchdog.core.health.causes import ExitFacts, UserRule, classify
+from watchdog.core.health.causes import ExitFacts, classify
+from watchdog.core.health.userrule import UserRule
 
 GOAL_MS = 5.0
 PROGRESS = "  5%|▌         | 9760/100000 [00:23<21:56, 68.54it/s] {'loss': 2.113, 'lr': 3e-04}"

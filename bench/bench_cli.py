@@ -8,6 +8,7 @@ times each, and prints a markdown table of wall-time medians with their ratio to
   watchdogctl --help       watchdogctl's start-up alone (imports, parsing, printing)
   watchdogctl status       start-up + one request to the daemon + the screen
   watchdogctl explain      start-up + naming the cause of a 200-line failed log, offline
+  python3 -c 'import re, json'  what explain cannot go below: the stdlib its classifier needs
   floor client             one status request from 8 lines that import nothing of ours: what
                            any Python client of this daemon pays (bench/common.py FLOOR_CLIENT)
   supervisorctl status     the same question asked of supervisord
@@ -148,6 +149,7 @@ def commands(tmp: Path, base: str | None) -> dict[str, list[str]]:
         "venv: watchdogctl --help": [str(CTL_BIN / "watchdogctl"), "--help"],
         "venv: watchdogctl status": [str(CTL_BIN / "watchdogctl"), "--socket", sock, "status"],
         "venv: watchdogctl explain": [str(CTL_BIN / "watchdogctl"), "explain", log],
+        "venv: python3 -c 'import re, json'": [venv_py, "-c", "import re, json"],
         "venv: floor client": [venv_py, "-c", FLOOR_CLIENT, sock],
         "venv: supervisorctl status": [
             str(BIN / "supervisorctl"),

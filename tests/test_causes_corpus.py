@@ -5,13 +5,14 @@ every miss, so a rule's change shows what it gained and lost."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 
 from support import corpus
 
-from watchdog.core.health import causes, exitrecord
+from watchdog.core import light
+from watchdog.core.health import exitrecord
+from watchdog.core.health.userrule import UserRule
 
 
 def test_the_corpus_is_named_as_labelled(capsys: object) -> None:
@@ -46,9 +47,9 @@ def test_every_label_is_a_cause_the_classifier_knows() -> None:
 def test_every_tail_names_the_same_cause_again_from_its_input_log_record() -> None:
     """Issue 38: the record an exit leaves in inputs.jsonl (its facts, through JSON) names the
     same cause, rank, cascade and rule again; a record whose cause a build got wrong differs."""
-    rules = (causes.UserRule("ours", re.compile(r"OUR_SENTINEL", re.I), "transient"),)
+    rules = (UserRule("ours", re.compile(r"OUR_SENTINEL", re.I), "transient"),)
     for tail in corpus.load():
-        facts = dataclasses.replace(
+        facts = light.replace(
             corpus.facts(tail), rules=rules, is_progress=lambda line: line.startswith("step ")
         )
         cause, record = exitrecord.classified(facts)

@@ -9,7 +9,8 @@ import re
 from yaml.nodes import Node, SequenceNode
 
 from watchdog.config.fields import Ctx, as_str, is_null, mapping_pairs
-from watchdog.core.health.causes import CAUSE_CLASSES, UserRule
+from watchdog.core.health.causes import CAUSE_CLASSES
+from watchdog.core.health.userrule import UserRule
 
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")  # a metric label value and an event field
 

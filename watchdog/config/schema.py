@@ -35,7 +35,7 @@ from watchdog.config.fields import (
     parse_reasons,
     parse_signal,
 )
-from watchdog.core.health.causes import UserRule
+from watchdog.core.health.userrule import UserRule
 
 _NO_ENV: Mapping[str, str] = types.MappingProxyType({})
 

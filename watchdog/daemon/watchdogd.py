@@ -10,6 +10,7 @@ import asyncio
 import os
 import sys
 
+from watchdog.core import light
 from watchdog.daemon import entry, loopcheck
 from watchdog.daemon.loop import Daemon
 from watchdog.outputs.eventlog import configure_structlog
@@ -22,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(prepared, int):
         return prepared
     configure_structlog()
+    light.warm()  # the classifier's regexes, compiled before any job runs, not at its first exit
     made: list[Daemon] = []
 
     async def amain() -> int:

@@ -18,10 +18,10 @@ from watchdog.core.health.causes import (
     CAUSES,
     MAX_CAUSE_LINE,
     ExitFacts,
-    UserRule,
     classify,
     error_file_paths,
 )
+from watchdog.core.health.userrule import UserRule
 
 DATA = ROOT / "tests" / "data" / "causes"
 

@@ -8,9 +8,9 @@ literal or a bounded repetition: the work is linear in the tail's size.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from watchdog.core.health.launchers import Line
+from watchdog.core.light import lazy, record
 
 MAX_CAUSE_LINE = 300  # SPEC §14: cause_line is ≤ 300 chars
 MAX_CASCADE = 8
@@ -19,7 +19,7 @@ Rule = tuple[str, str, re.Pattern[str], tuple[str, ...]]
 
 
 def rx(*alternatives: str) -> re.Pattern[str]:
-    return re.compile("|".join(f"(?:{a})" for a in alternatives))
+    return lazy("|".join(f"(?:{a})" for a in alternatives))
 
 
 # The lines PyTorch, the HF Trainer, Lightning, DeepSpeed, Megatron, NCCL, the CUDA runtime,
@@ -247,14 +247,14 @@ CANCELLED: Rule = (
     rx(r"\*\*\* (?:JOB|STEP) [\w.]{1,40} ON \S{1,100} CANCELLED AT"),
     ("CANCELLED AT",),
 )
-CASCADE_LINE = re.compile(r"ChildFailedError|ProcessExitedException|SignalException")
+CASCADE_LINE = lazy(r"ChildFailedError|ProcessExitedException|SignalException")
 LINE_RULES = tuple(
     (r[0], r[2]) for r in (*RULES, CANCELLED, *CONSEQUENCES)
 )  # (name, pattern), in order
 NEEDLES = {r[0]: r[3] for r in (*RULES, *CONSEQUENCES, CANCELLED)}
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Consequence:
     """A failure seen after the root one, caused by it (SPEC §15 `cascade`)."""
 

@@ -25,8 +25,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Literal, get_args
 
 from watchdog.core.health.causerules import (
     CANCELLED,
@@ -55,9 +53,18 @@ from watchdog.core.health.launchers import (
 from watchdog.core.health.launchers import SIGNAL_NUMBERS as SIGNAL_NUMBERS
 from watchdog.core.health.launchers import find as find_launcher
 from watchdog.core.health.tracebacks import exception_of, last_exception
+from watchdog.core.light import lazy, record
 
-CauseClass = Literal["deterministic", "host", "transient", "external", "unknown"]
-CAUSE_CLASSES: tuple[CauseClass, ...] = get_args(CauseClass)
+TYPE_CHECKING = False  # `typing` is never imported at run time (core/light.py)
+if TYPE_CHECKING:
+    from watchdog.core.health.userrule import CauseClass, UserRule
+CAUSE_CLASSES: tuple[CauseClass, ...] = (
+    "deterministic",
+    "host",
+    "transient",
+    "external",
+    "unknown",
+)
 
 MAX_LINES = 200
 MAX_LINE_CHARS = 512  # a line's head: every message below sits near its start
@@ -103,26 +110,17 @@ _STARTUP_EXCEPTIONS = frozenset(
         "FileNotFoundError",
     }
 )
-_ARGPARSE_ERROR = re.compile(r"^[\w.\-]{1,200}: error: ")  # `prog: error: …`, exit 2
-_ANSI = re.compile(r"\x1b\[[0-9;]{0,40}[A-Za-z]")
-_RANK_PREFIX = re.compile(r"^(?:\[(?:rank|default)(\d{1,6})\]:|\[(\d{1,6})\]:|(\d{1,6}): )")
+_ARGPARSE_ERROR = lazy(r"^[\w.\-]{1,200}: error: ")  # `prog: error: …`, exit 2
+_ANSI = lazy(r"\x1b\[[0-9;]{0,40}[A-Za-z]")
+_RANK_PREFIX = lazy(r"^(?:\[(?:rank|default)(\d{1,6})\]:|\[(\d{1,6})\]:|(\d{1,6}): )")
 # the same prefix after a timestamp or a launcher's own (`… [default2]:[rank2]: …`)
-_RANK_INSIDE = re.compile(r"\[(?:rank|default)(\d{1,6})\]:")
+_RANK_INSIDE = lazy(r"\[(?:rank|default)(\d{1,6})\]:")
 # Megatron-LM and NeMo name the rank in the message: `AssertionError: Rank 3: found NaN …`
-_RANK_IN_MESSAGE = re.compile(r"^(?:[\w.]{1,100}: )?Rank (\d{1,6})[:,]")
+_RANK_IN_MESSAGE = lazy(r"^(?:[\w.]{1,100}: )?Rank (\d{1,6})[:,]")
 _START_MARKER = "=== train-watchdog: start "  # the line jobstart writes before each spawn
 
 
-@dataclass(frozen=True, slots=True)
-class UserRule:
-    """One entry of the config's `causes:` (tried before the built-in rules)."""
-
-    name: str
-    pattern: re.Pattern[str]
-    cause_class: CauseClass
-
-
-@dataclass(frozen=True, slots=True)
+@record
 class ExitFacts:
     """What the shell knows at the end of a run."""
 
@@ -135,11 +133,11 @@ class ExitFacts:
     gpu_faults: Sequence[str] = ()  # the messages of the GPU faults seen during the run
     progressed: bool = False  # the run printed a step or progress line
     is_progress: Callable[[str], bool] | None = None  # the run's progress reader: a step line
-    rules: Sequence[UserRule] = field(default=())
+    rules: Sequence[UserRule] = ()
     error_files: Sequence[str] = ()  # the texts of the `error_file`s the tail names (elastic)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Cause:
     cause: str
     cause_class: CauseClass

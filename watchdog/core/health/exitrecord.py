@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from watchdog.core.health import causes
-from watchdog.core.health.causes import Cause, ExitFacts, UserRule
+from watchdog.core.health.causes import Cause, ExitFacts
+from watchdog.core.health.userrule import UserRule
 
 TYPE = "ExitClassified"
 

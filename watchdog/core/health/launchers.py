@@ -6,7 +6,8 @@ Python's faulthandler, UCX and the shell's own word on a child killed by a signa
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from watchdog.core.light import lazy, record
 
 SIGBUS, SIGKILL, SIGSEGV, SIGABRT = 7, 9, 11, 6  # Linux numbers (signal(7))
 SIGNAL_CAUSES = {SIGSEGV: "segfault", SIGBUS: "bus_error", SIGABRT: "aborted"}
@@ -35,17 +36,17 @@ SIGNAL_NUMBERS = {
 # ChildFailedError summary, torch.multiprocessing.spawn, DeepSpeed's launcher, Slurm's srun, and
 # the shell's own word on a child killed by a signal.
 _ROOT_CAUSE = "Root Cause (first observed failure)"
-_ELASTIC_RANK = re.compile(r"\brank\s{0,20}:?\s{0,20}(\d{1,6})")
-_ELASTIC_EXIT = re.compile(r"exitcode\s{0,20}:\s{0,20}(-?\d{1,4})")
-_ELASTIC_SIGNAL = re.compile(r"[Ss]ignal (\d{1,3}) \((SIG[A-Z0-9]{1,10})\) received by PID")
-ELASTIC_ERROR_FILE = re.compile(r"error_file\s{0,20}:\s{0,20}(/[^\s<>]{1,400})")
-_SPAWN = re.compile(
+_ELASTIC_RANK = lazy(r"\brank\s{0,20}:?\s{0,20}(\d{1,6})")
+_ELASTIC_EXIT = lazy(r"exitcode\s{0,20}:\s{0,20}(-?\d{1,4})")
+_ELASTIC_SIGNAL = lazy(r"[Ss]ignal (\d{1,3}) \((SIG[A-Z0-9]{1,10})\) received by PID")
+ELASTIC_ERROR_FILE = lazy(r"error_file\s{0,20}:\s{0,20}(/[^\s<>]{1,400})")
+_SPAWN = lazy(
     r"process (\d{1,6}) terminated with (?:signal (SIG[A-Z0-9]{1,10})|exit code (-?\d{1,4}))"
 )
-_SPAWN_RAISED = re.compile(r"-- Process (\d{1,6}) terminated with the following error")
-_ELASTIC_FAILED = re.compile(r"failed \(exitcode: (-?\d{1,4})\) local_rank: (\d{1,6})")
-_DEEPSPEED = re.compile(r"exits with return code = (-?\d{1,4})")
-_SRUN = re.compile(
+_SPAWN_RAISED = lazy(r"-- Process (\d{1,6}) terminated with the following error")
+_ELASTIC_FAILED = lazy(r"failed \(exitcode: (-?\d{1,4})\) local_rank: (\d{1,6})")
+_DEEPSPEED = lazy(r"exits with return code = (-?\d{1,4})")
+_SRUN = lazy(
     r"^srun: error: [^\n:]{1,200}: tasks? (\d{1,6})[\d,\-]{0,40}: (Killed|Segmentation fault|"
     r"Bus error|Aborted|Out Of Memory|Exited with exit code (\d{1,4}))"
 )
@@ -56,23 +57,23 @@ _SRUN_SIGNALS = {
     "Aborted": SIGABRT,
 }
 # bash/sh on a child's death: `Killed`, `/bin/sh: line 1:  8156 Killed  python main.py`, …
-_SHELL = re.compile(
+_SHELL = lazy(
     r"^(?:[^\n]{0,200}: line \d{1,6}: {0,4}\d{1,9} )?(Killed|Segmentation fault|Bus error|Aborted)"
     r"(?: \(core dumped\))?(?:\s|$)"
 )
 # Python's faulthandler and UCX's handler name the signal that is killing the process.
-_FATAL = re.compile(r"^Fatal Python error: (Segmentation fault|Bus error|Aborted)")
-_CAUGHT = re.compile(r"Caught signal (\d{1,2}) \(")
-_LOCAL_RANK_ARG = re.compile(r"--local_rank=(\d{1,6})")
+_FATAL = lazy(r"^Fatal Python error: (Segmentation fault|Bus error|Aborted)")
+_CAUGHT = lazy(r"Caught signal (\d{1,2}) \(")
+_LOCAL_RANK_ARG = lazy(r"--local_rank=(\d{1,6})")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Line:
     rank: int | None
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Launcher:
     """A launcher's word on the rank that died first."""
 

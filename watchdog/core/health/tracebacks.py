@@ -4,15 +4,14 @@ after the newest `File "…", line N` frame."""
 
 from __future__ import annotations
 
-import re
-
 from watchdog.core.health.causerules import newest
+from watchdog.core.light import lazy
 
 _TRACEBACK = "Traceback (most recent call last):"
-_FRAME = re.compile(r'^File "[^"\n]{0,400}", line \d{1,7}')
-_SYNTAX = re.compile(r"^(?:SyntaxError|IndentationError|TabError): ")
+_FRAME = lazy(r'^File "[^"\n]{0,400}", line \d{1,7}')
+_SYNTAX = lazy(r"^(?:SyntaxError|IndentationError|TabError): ")
 # `pkg.mod.SomeError: message` or `SomeError` alone, at the start of a (prefix-stripped) line.
-_EXC_LINE = re.compile(r"((?:[A-Za-z_]\w{0,100}\.){0,8}[A-Za-z_]\w{0,100})(?::\s|:$|$)")
+_EXC_LINE = lazy(r"((?:[A-Za-z_]\w{0,100}\.){0,8}[A-Za-z_]\w{0,100})(?::\s|:$|$)")
 
 
 def _last(lines: list[str]) -> str | None:
