@@ -28,6 +28,7 @@ from watchdog.progress.logfile import tail_lines, tail_of_job
 
 if TYPE_CHECKING:
     from watchdog import config
+    from watchdog.core.samples import GpuSample
     from watchdog.core.supervisor.machine import Supervisor
     from watchdog.daemon.inbox import Inbox
     from watchdog.daemon.run import JobRun, Runs
@@ -109,7 +110,7 @@ async def report(d: Reporter, run: JobRun, st: reaping.ExitStatus) -> None:
     name, klass, line = cause.cause, cause.cause_class, cause.cause_line
     d.inbox.post(ChildExited(st.pid, st.exit_code, st.signal, name, klass, line, path, cause.rank))
     if path is not None:
-        people = _Bundle(path, now_utc, _tail_files(tails), d.gpus.recent_as_dicts())
+        people = _Bundle(path, now_utc, _tail_files(tails), list(d.gpus.recent))
         record = {**_record(cause, facts), "oom_record": oomrecord.describe(run.oom_before, after)}
         d.runs.bundle(d.tasks.spawn(_bundle(d, run, next_run, people, record)))
 
@@ -221,7 +222,7 @@ class _Bundle:
     path: str
     now_utc: datetime
     tails: dict[str, list[str]]
-    gpu_samples: list[dict[str, Any]]
+    gpu_samples: list[tuple[float, GpuSample]]  # as recorded: made into dicts when written
 
 
 async def _bundle(
@@ -244,7 +245,7 @@ async def _write(d: Reporter, run: JobRun, b: _Bundle, record: dict[str, object]
             now_utc=b.now_utc,
             verdict={"reason": "exited", **record},
             log_path=d.cfg.job.log_file,
-            gpu_samples=b.gpu_samples,
+            gpu_samples=d.gpus.recent_as_dicts(b.gpu_samples),
             # its tree was stopped before the next start: what that stop could not end
             pids=list(run.left_behind),
             pyspy_timeout_s=min(d.cfg.incidents.pyspy_timeout_s, 2.0),

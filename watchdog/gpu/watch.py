@@ -14,7 +14,7 @@ import functools
 import os
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import psutil
@@ -129,7 +129,10 @@ class GpuWatch:
         """GPU -> hardware slowdown reasons of every degraded GPU (the health verdict)."""
         return self._state.degraded_now()
 
-    def recent_as_dicts(self) -> list[dict[str, Any]]:
+    def recent_as_dicts(
+        self, recent: Sequence[tuple[float, GpuSample]] | None = None
+    ) -> list[dict[str, Any]]:
+        """The recent samples (or `recent`, a copy taken earlier: an exit's) as plain dicts."""
         return [
             {
                 "ts": ts,
@@ -150,7 +153,7 @@ class GpuWatch:
                     for g in s.gpus
                 ],
             }
-            for ts, s in self.recent
+            for ts, s in (self.recent if recent is None else recent)
         ]
 
     def busy(self, s: GpuSample) -> list[int]:
