@@ -29,6 +29,7 @@ from bench.common import (
     deaths_and_next_starts,
     percentile,
     timed_run,
+    wait_until,
 )
 from bench.supervisors import Supervisord, supervisord_conf
 from bench.systemd_ref import host_unavailable
@@ -320,3 +321,22 @@ def test_bench_slowdown_finds_drops_and_raises_none_without() -> None:
     first, _ = slowdown.run_job(job, rng, 1500.0, 900.0, 0.3)
     assert first is not None and 900.0 <= first <= 1200.0
     assert slowdown.run_job(job, rng, 1800.0, None, 0.0) == (None, 0)
+
+
+def test_overhead_reads_a_process_cpu_to_below_a_clock_tick() -> None:
+    """Issue 39: the daemons' CPU is read from the process CPU-time clock (ns), not utime +
+    stime (10 ms ticks): a child that burned some CPU reads the same as psutil's ticks within
+    one tick each way, and not as a whole number of ticks."""
+    burn = "import time\nt = time.process_time() + 0.137\nwhile time.process_time() < t: pass\n"
+    child = subprocess.Popen(
+        [sys.executable, "-c", burn + "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        wait_until(lambda: overhead._cpu_s(child.pid) >= 0.137, 30, "the child's CPU", 0.02)
+        precise = overhead._cpu_s(child.pid)
+        t = psutil.Process(child.pid).cpu_times()
+        assert abs(precise - (t.user + t.system)) <= 0.02, (precise, t)
+        assert abs(precise * 100 - round(precise * 100)) > 1e-6  # not a whole number of ticks
+    finally:
+        child.kill()
+        child.wait(10)
