@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+import statistics
+
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from watchdog.core.views import ledger as ledger_view
 from watchdog.core.views.ledger import (
     SETTLE_READINGS,
     Ledger,
@@ -157,3 +160,17 @@ def test_the_first_step_is_the_first_line_that_has_one():
     ledger.progress(132.0, WALL + 32, 13, 800.0)
     assert (rec["first_step"], rec["last_step"]) == (12, 13)
     assert rec["time_to_first_progress_s"] == 30.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(min_value=0, max_value=1e6, allow_nan=False), max_size=2600))
+def test_the_figures_are_those_of_the_newest_readings_sorted_again(values: list[float]) -> None:
+    """The readings kept sorted as they come (issue 41: no sort per reading) give the very
+    median and quantiles of the newest READINGS_KEPT readings sorted from scratch."""
+    kept = ledger_view.Readings()
+    for v in values:
+        kept.append(v)
+    newest = sorted(values[-ledger_view.READINGS_KEPT :])
+    assert kept.ordered == newest
+    if newest:
+        assert ledger_view.median(kept.ordered) == statistics.median(newest)

@@ -20,8 +20,8 @@ when it ends.
 
 from __future__ import annotations
 
+import bisect
 import math
-import statistics
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -63,6 +63,35 @@ def quantile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
+def median(sorted_values: Sequence[float]) -> float:
+    """statistics.median of values already sorted (the middle one, or the mean of the two)."""
+    mid = len(sorted_values) // 2
+    if len(sorted_values) % 2:
+        return sorted_values[mid]
+    return (sorted_values[mid - 1] + sorted_values[mid]) / 2
+
+
+class Readings:
+    """The newest READINGS_KEPT steady readings, kept in arrival order and sorted: a reading
+    costs a binary insertion (and one removal), not two sorts of 2,048 (issue 41: the ledger's
+    idle CPU, measured at 1.08x the build before it)."""
+
+    def __init__(self) -> None:
+        self._arrived: deque[float] = deque()
+        self.ordered: list[float] = []
+
+    def append(self, value: float) -> None:
+        if len(self._arrived) >= READINGS_KEPT:
+            oldest = self._arrived.popleft()
+            del self.ordered[bisect.bisect_left(self.ordered, oldest)]
+        self._arrived.append(value)
+        bisect.insort(self.ordered, value)
+
+    def clear(self) -> None:
+        self._arrived.clear()
+        self.ordered.clear()
+
+
 def change_pct(now: float | None, before: float | None) -> float | None:
     if now is None or before is None or before <= 0:
         return None
@@ -83,7 +112,7 @@ class Ledger:
     def __init__(self, cfg: LedgerConfig, records: Sequence[Mapping[str, Any]] = ()) -> None:
         self.cfg = cfg
         self._records: list[dict[str, Any]] = [dict(r) for r in records][-cfg.keep :]
-        self._readings: deque[float] = deque(maxlen=READINGS_KEPT)  # the open run's steady ones
+        self._readings = Readings()  # the open run's steady ones
         self.changed = 0  # bumped at every change: the shell writes when it moved
 
     # ---------------------------------------------------------------------- queries
@@ -231,8 +260,8 @@ class Ledger:
         return earlier[-1] if earlier else None
 
     def _figures(self, rec: dict[str, Any]) -> None:
-        values = sorted(self._readings)
-        rec["steady_tokens_per_s"] = round(statistics.median(values), 1)
+        values = self._readings.ordered
+        rec["steady_tokens_per_s"] = round(median(values), 1)
         rec["p10"] = round(quantile(values, 0.1), 1)
         rec["p90"] = round(quantile(values, 0.9), 1)
         rec["steady_readings"] = rec.get("steady_readings", 0) + 1
