@@ -1,6 +1,6 @@
 """core/light.py: `record` behaves as the frozen slotted dataclass mypy takes it for, and `lazy`
 as the compiled pattern it stands for, compiled only when first used (`watchdogctl explain`'s
-start-up, SPEC §5: bench/README.md "CLI start-up")."""
+start-up, SPEC §7: bench/README.md "CLI start-up")."""
 
 from __future__ import annotations
 

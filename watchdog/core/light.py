@@ -1,6 +1,6 @@
 """PURE: a frozen record and a regex compiled on first use, for what `watchdogctl` imports.
 
-SPEC §5: watchdogctl starts about as fast as `python3 -c pass`; `watchdogctl explain` runs the
+SPEC §7: watchdogctl starts about as fast as `python3 -c pass`; `watchdogctl explain` runs the
 exit classifier (core/health/causes.py). `dataclasses` imports `inspect` (5 ms) and compiling
 the classifier's ~60 regexes at import took 10 ms more (bench/README.md, "CLI start-up").
 `record` is `dataclass(frozen=True, slots=True)` for mypy and a small class builder at run
