@@ -2,7 +2,7 @@
 
 SPEC §7: watchdogctl starts about as fast as `python3 -c pass`; `watchdogctl explain` runs the
 exit classifier (core/health/causes.py). `dataclasses` imports `inspect` (5 ms) and compiling
-the classifier's ~60 regexes at import took 10 ms more (bench/README.md, "CLI start-up").
+the classifier's ~40 regexes at import took 10 ms more (bench/README.md, "CLI start-up").
 `record` is `dataclass(frozen=True, slots=True)` for mypy and a small class builder at run
 time (fields, defaults, `==`, `hash`, `repr`, read-only, `replace`); `lazy` compiles on first use.
 """
@@ -57,10 +57,8 @@ else:
         inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
         return f"{self.__class__.__qualname__}({inner})"
 
-    def _frozen(self, name, value=None):
-        raise AttributeError(
-            f"cannot assign to field {name!r}"
-        )  # as dataclasses' FrozenInstanceError
+    def _frozen(self, name, value=None):  # as dataclasses' FrozenInstanceError (an AttributeError)
+        raise AttributeError(f"cannot assign to field {name!r}")
 
 
 class _Lazy:

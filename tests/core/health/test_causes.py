@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+from typing import get_args
 
 import pytest
 from hypothesis import given, settings
@@ -21,7 +22,7 @@ from watchdog.core.health.causes import (
     classify,
     error_file_paths,
 )
-from watchdog.core.health.userrule import UserRule
+from watchdog.core.health.userrule import CauseClass, UserRule
 
 DATA = ROOT / "tests" / "data" / "causes"
 
@@ -687,6 +688,13 @@ def test_external_causes_have_their_class() -> None:
     for name in ("time_limit", "preempted", "cancelled"):
         assert CAUSES[name] == "external"
     assert "external" in CAUSE_CLASSES
+
+
+def test_the_cause_classes_are_the_typed_ones_and_every_cause_has_one() -> None:
+    """CAUSE_CLASSES is a plain tuple (explain imports no `typing`); the config's CauseClass is
+    the Literal mypy checks: the two name the same classes, in the same order."""
+    assert get_args(CauseClass) == CAUSE_CLASSES
+    assert set(CAUSES.values()) <= set(CAUSE_CLASSES)
 
 
 def test_a_launchers_signal_exception_from_our_own_stop_is_no_cause() -> None:

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Literal
-
-    CauseClass = Literal["deterministic", "host", "transient", "external", "unknown"]
+# causes.CAUSE_CLASSES spells these again as a plain tuple, so that `watchdogctl explain` does not
+# import `typing`; tests/core/health/test_causes.py holds the two equal.
+CauseClass = Literal["deterministic", "host", "transient", "external", "unknown"]
 
 
 @dataclass(frozen=True, slots=True)
