@@ -84,9 +84,11 @@ class Watchdogd:
         *,
         gpus_env: Mapping[str, str] | None = None,
         overrides: Mapping[str, Any] | None = None,
+        bin_dir: Path | None = None,
     ) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
+        self.bin_dir = bin_dir or WATCHDOG_BIN  # another build's venv/bin (bench/idle_ab.py)
         self.cfg = merge(
             watchdogd_config(workdir, command, gpus=gpus_env is not None), overrides or {}
         )
@@ -101,7 +103,7 @@ class Watchdogd:
         self._parsed = 0
 
     def start(self, timeout_s: float = 30.0) -> Watchdogd:
-        argv = daemon_argv([str(WATCHDOG_BIN / "watchdogd"), "--config", str(self.config_path)])
+        argv = daemon_argv([str(self.bin_dir / "watchdogd"), "--config", str(self.config_path)])
         self._proc = self._procs.popen(argv, env=self._env, stdout=subprocess.PIPE)
         self._tap = LineTap(self._procs, self._proc, "watchdogd")
         self.wait_event("daemon_started", timeout_s)
@@ -147,7 +149,7 @@ class Watchdogd:
         return self._tap.wait(found, timeout_s, f"{count}× {name} {match}")
 
     def ctl_argv(self, *args: str) -> list[str]:
-        return [str(WATCHDOG_BIN / "watchdogctl"), "--socket", self.socket, *args]
+        return [str(self.bin_dir / "watchdogctl"), "--socket", self.socket, *args]
 
     def stop(self) -> None:
         if self._proc is not None:

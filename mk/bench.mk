@@ -12,7 +12,7 @@ BENCH_VENV := bench/out/installed
 BENCH_WHEELS := bench/out/wheel
 BENCH_INSTALLED := $(BENCH_VENV)/.installed-stamp
 
-.PHONY: bench bench-quick bench-installed bench-ab
+.PHONY: bench bench-quick bench-installed bench-ab bench-idle
 
 # watchdogd and watchdogctl are measured as users run them (mk/install.mk): a wheel of this tree,
 # installed non-editable into a fresh venv by that venv's own pip. The editable dev install
@@ -46,3 +46,13 @@ bench-ab: $(STAMP) $(FAKE_NVML) $(BENCH_INSTALLED)
 		old="$$old $$($(BIN)/python -m bench.oldbuild $$ref)" || exit 1; done; \
 	BENCH_INSTALLED_VENV=$(CURDIR)/$(BENCH_VENV) $(BIN)/python -m bench.ab $$old \
 		$(CURDIR)/$(BENCH_VENV) $(BENCH_ARGS)
+
+# Idle CPU of old builds and this tree measured at the same time (bench/idle_ab.py): every
+# build's daemon runs in the same windows, so the machine's drift falls on all of them, e.g.
+# `make bench-idle OLD="81f9e0b 86a5af8" BENCH_ARGS="--rounds 5 --window 120"`. Writes
+# bench/out/idle_ab-<rate>.md.
+bench-idle: $(STAMP) $(FAKE_NVML) $(BENCH_INSTALLED)
+	@test -n "$(OLD)$(BENCH_OLD)" || { echo "make bench-idle OLD=<commit> (or BENCH_OLD=<venv>)" >&2; exit 2; }
+	old="$(BENCH_OLD)"; for ref in $(OLD); do \
+		old="$$old $$($(BIN)/python -m bench.oldbuild $$ref)" || exit 1; done; \
+		$(BIN)/python -m bench.idle_ab $$old $(CURDIR)/$(BENCH_VENV) $(BENCH_ARGS)

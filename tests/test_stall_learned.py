@@ -43,7 +43,7 @@ CEILING_S = 120  # progress.stall_after_s: the window before learning, and its c
 FLOOR_S = 3  # progress.stall_floor_s, small so a test's hang is found in seconds
 STARTUP_S = 150  # import + first step on two loaded cores (seen: 6-17 s)
 SLACK_S = 10  # our polling of the events, on a loaded machine
-# Steps of at least 0.04 s (4 rows): step 300, where an eval or a save is put, comes well after
+# Steps of at least 0.04 s (4 rows): step 200, where an eval or a save is put, comes well after
 # the rhythm is learned (20 gaps) even on an idle machine (150 steps/s unpaced).
 PACED_ROW_S = "0.01"
 
@@ -121,8 +121,8 @@ def test_trainer_evaluation_longer_than_the_learned_window_is_no_stall(
     """An evaluation whose batches each take longer than the learned training window (its
     start announced by the Trainer's info line, its bar drawn after each batch) runs in the
     `eval` phase under its own window: never `stalled`, and training goes on after it."""
-    eval_at, batch_s = 300, 12.0  # 3 eval batches of 4 rows, 3 s a row; learned well before
-    env = {"EVAL_STEPS": str(eval_at), "EVAL_ROWS": "12", "EVAL_ROW_S": str(batch_s / 4)}
+    eval_at, batch_s = 200, 8.0  # 2 eval batches of 4 rows, 2 s a row; learned well before
+    env = {"EVAL_STEPS": str(eval_at), "EVAL_ROWS": "8", "EVAL_ROW_S": str(batch_s / 4)}
     env["TRAIN_ROW_S"] = PACED_ROW_S
     d = make_daemon(
         [sys.executable, str(JOB), str(work)], stall_config(work, {**env, "LOG_LEVEL": "info"})
@@ -139,7 +139,7 @@ def test_trainer_evaluation_longer_than_the_learned_window_is_no_stall(
         done = "'eval_loss'" in log.read_text(errors="replace")
         return restarted_stalled(s) or (done and (s["progress"]["step"] or 0) > eval_at + 5)
 
-    d.wait_status(trained_past_the_eval, STARTUP_S + 3 * batch_s * 3, "training past the eval")
+    d.wait_status(trained_past_the_eval, STARTUP_S + 3 * batch_s * 2, "training past the eval")
     assert not [e for e in d.events() if e.get("reason") == "stalled"]
     assert "eval" in phases, phases
     # once it ended, the eval window is learned from its own silences: it covers them
@@ -149,13 +149,13 @@ def test_trainer_evaluation_longer_than_the_learned_window_is_no_stall(
 def test_slow_checkpoint_write_is_no_stall(make_daemon: DaemonFactory, work: pathlib.Path) -> None:
     """A save that writes into progress.checkpoint.path in bursts with pauses longer than the
     learned training window, silent in the log, is the `checkpoint` phase: never `stalled`."""
-    save_at, pause_s = 300, 12.0  # the save comes well after the rhythm is learned
-    env = {"SAVE_STEPS": str(save_at), "SLOW_SAVE_S": str(pause_s), "SLOW_SAVE_CHUNKS": "3"}
+    save_at, pause_s = 200, 10.0  # the save comes well after the rhythm is learned
+    env = {"SAVE_STEPS": str(save_at), "SLOW_SAVE_S": str(pause_s), "SLOW_SAVE_CHUNKS": "2"}
     env["TRAIN_ROW_S"] = PACED_ROW_S
     cfg = stall_config(
         work,
         env,
-        # factor 20: the training window stays the floor (5 s, < the 12 s pauses), while a
+        # factor 20: the training window stays the floor (5 s, < the 10 s pause), while a
         # checkpoint phase ended after a sub-second look (seen here under load, before the slow
         # save) cannot learn a window shorter than the pauses (a known limit of
         # docs/stall-windows.md); the step lines printed just before the save are often read
@@ -180,7 +180,7 @@ def test_slow_checkpoint_write_is_no_stall(make_daemon: DaemonFactory, work: pat
         past = saved.is_file() and (s["progress"]["step"] or 0) > save_at + 5
         return restarted_stalled(s) or past
 
-    d.wait_status(trained_past_the_save, STARTUP_S + 3 * pause_s * 3, "training past the save")
+    d.wait_status(trained_past_the_save, STARTUP_S + 3 * pause_s * 2, "training past the save")
     assert not [e for e in d.events() if e.get("reason") == "stalled"]
     assert "checkpoint" in phases, phases
 

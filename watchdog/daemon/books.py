@@ -2,8 +2,9 @@
 the metrics endpoint that serves it.
 
 The daemon charges the time since the last look to the state the job was in after every input
-and every sample tick; goodput.json is replaced at most every GOODPUT_SAVE_EVERY_S, off the loop
-(state/writers.py), and at exit; the timeline keeps its buckets in the state directory.
+and every sample tick; goodput.json and stall.json are replaced at most every SAVE_EVERY_S, off
+the loop (state/writers.py), and at exit (stall.json also once the training window is first
+learned); the timeline keeps its buckets in the state directory.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from watchdog.core.health.monitor import HealthMonitor
 from watchdog.core.progress.stall_window import StallKnowledge
 from watchdog.core.supervisor.jobstate import Snapshot
 from watchdog.core.views import goodput
@@ -24,7 +26,11 @@ from watchdog.state.timeline_log import TimelineLog
 from watchdog.state.writers import FileWriter, WriteHealth
 
 STALL_FILE = "stall.json"  # SPEC §14: the learned stall windows (core/progress/stall_window.py)
-GOODPUT_SAVE_EVERY_S = 10.0  # issue 8: persist goodput at most this often, and at exit
+# issue 8: goodput and the learned stall windows persisted at most this often, and at exit. Each
+# save is two fsynced generations (~0.4 ms of CPU): every 10 s they were a twentieth of an idle
+# daemon's CPU (issue 39). A daemon crash loses at most this much of either, as for state.json's
+# progress mark (docs/state.md).
+SAVE_EVERY_S = 60.0
 
 
 class Books:
@@ -47,18 +53,24 @@ class Books:
         # SPEC §14: the learned stall windows outlive a run, a crash and a reexec
         self.stall_file = FileWriter(state.file(STALL_FILE), health)
         self.stall = self._load_stall(state)
+        self._learned_saved = False  # stall.json written since the training window was learned
         runs.cost_measured = self.goodput.restart_cost.add  # SPEC §15: measured, by cause
 
-    def account(self, snap: Snapshot, last_progress_at: float | None) -> None:
-        """Charge the time since the last call to the state the job was in (goodput.py)."""
+    def account(self, snap: Snapshot, monitor: HealthMonitor) -> None:
+        """Charge the time since the last call to the state the job was in (goodput.py); save
+        stall.json as soon as the run's stall window is learned (`monitor`: the run's)."""
+        last_progress_at = monitor.last_progress_at
         now = time.monotonic()
         self.goodput.count_restarts(snap.restarts_total, snap.last_reason)
         self.goodput.observe(
             snap.state.value, snap.firing, last_progress_at, now, snap.completed_at
         )
         self.timeline.observe(snap.state.value, self.goodput.totals())
-        if now - self._saved_at >= GOODPUT_SAVE_EVERY_S:
+        if now - self._saved_at >= SAVE_EVERY_S:
             self.save_goodput()
+            self.save_stall()
+        elif not self._learned_saved and monitor.stall_window().source == "learned":
+            self._learned_saved = True  # what a crash must not cost: the rhythm just learned
             self.save_stall()
 
     def save_goodput(self) -> None:

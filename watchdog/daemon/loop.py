@@ -386,7 +386,7 @@ class Daemon:
 
     def account(self) -> None:
         """Charge the time since the last call to the state the job was in (books.py)."""
-        self.books.account(self.core.snapshot(), self.job.monitor.last_progress_at)
+        self.books.account(self.core.snapshot(), self.job.monitor)
 
     async def flush_files(self) -> None:
         """state.json, goodput.json, the input log on disk now (at exit, before a reexec)."""
