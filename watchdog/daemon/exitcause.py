@@ -60,6 +60,8 @@ class Reporter(Protocol):
 
 GATHER_TIMEOUT_S = 3.0
 BUNDLE_WAIT_S = 5.0  # an exit's bundle waits at most this long for the next run to begin
+# ... and then this long more: the next job's start-up has the cores first (issue 39)
+BUNDLE_AFTER_START_S = 0.05
 ERROR_FILE_MAX = 256 * 1024
 _IO = blocking.BoundedWorker("exit-cause")  # its own thread: a stuck read holds only this one
 
@@ -229,11 +231,12 @@ async def _bundle(
     d: Reporter, run: JobRun, next_run: asyncio.Event, b: _Bundle, record: dict[str, object]
 ) -> None:
     """SPEC §14: every failed run leaves a bundle: its log tail, cause.json, and what is left
-    of its tree (what the stop after the exit could not end, listed). Written once the
-    next run began, the daemon is ending, or `BUNDLE_WAIT_S` passed: nothing here is what the
-    core decides by."""
+    of its tree (what the stop after the exit could not end, listed). Written
+    BUNDLE_AFTER_START_S after the next run began, the daemon began ending, or `BUNDLE_WAIT_S`
+    passed: nothing here is what the core decides by."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(next_run.wait(), BUNDLE_WAIT_S)
+    await asyncio.sleep(BUNDLE_AFTER_START_S)
     await _write(d, run, b, record)
 
 

@@ -75,11 +75,20 @@ def _rfc3339(wall: float) -> str:
     return datetime.fromtimestamp(wall, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
+# A write begins this long after the first change of a burst. An exit, the stop after it and the
+# next spawn change state.json within a few ms: one write, not three, and the job just spawned
+# has the cores for its start-up meanwhile (two fsynced generations cost ~0.4 ms of CPU each;
+# with them written at once the next job's first line came 3.7 ms later, issue 39,
+# bench/README.md). What a crash can lose is the last COALESCE_S of changes.
+COALESCE_S = 0.03
+
+
 class FileWriter:
     """One file replaced atomically and durably (files.write_generation: the file, then its
     previous-generation copy) by a worker thread, coalesced: submit() only records the newest
-    text; a write under way is followed by one more if the text changed. A failed write is
-    tried again every RETRY_S until one goes through (reported through WriteHealth)."""
+    text, written COALESCE_S after the first submit of a burst; a write under way is followed
+    by one more if the text changed. A failed write is tried again every RETRY_S until one goes
+    through (reported through WriteHealth). At exit, flush() writes at once."""
 
     def __init__(self, path: str, health: WriteHealth) -> None:
         self.path = path
@@ -99,6 +108,7 @@ class FileWriter:
             self._task = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
+        await asyncio.sleep(COALESCE_S)
         while self._latest is not None and self._latest != self._written:
             try:
                 await self._io.call(
