@@ -61,7 +61,7 @@ class Reporter(Protocol):
 GATHER_TIMEOUT_S = 3.0
 BUNDLE_WAIT_S = 5.0  # an exit's bundle waits at most this long for the next run to begin
 # ... and then this long more: the next job's start-up has the cores first (issue 39)
-BUNDLE_AFTER_START_S = 0.05
+BUNDLE_AFTER_START_S = 0.015
 ERROR_FILE_MAX = 256 * 1024
 _IO = blocking.BoundedWorker("exit-cause")  # its own thread: a stuck read holds only this one
 

@@ -77,10 +77,12 @@ def _rfc3339(wall: float) -> str:
 
 # A write begins this long after the first change of a burst. An exit, the stop after it and the
 # next spawn change state.json within a few ms: one write, not three, and the job just spawned
-# has the cores for its start-up meanwhile (two fsynced generations cost ~0.4 ms of CPU each;
-# with them written at once the next job's first line came 3.7 ms later, issue 39,
-# bench/README.md). What a crash can lose is the last COALESCE_S of changes.
-COALESCE_S = 0.03
+# has the cores for the first ms of its start-up (two fsynced generations cost ~0.4 ms of CPU
+# each). Side by side with the build without it (issue 39, bench/README.md) the next job's
+# first line came 3.7 ms sooner (at 30 ms); 15 ms keeps the median and the writes off the bench's
+# next death (its jobs live 30-70 ms: at 30 ms, exit seen p99 went from 3.9 to 11.4 ms). What a
+# crash can lose is the last COALESCE_S of changes.
+COALESCE_S = 0.015
 
 
 class FileWriter:
