@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from bench.ab import ROWS, figures, table
 from bench.common import BENCH
+from bench.idle_ab import Round
+from bench.idle_ab import table as idle_table
 
 
 def test_every_ab_figure_is_found_in_the_committed_results() -> None:
@@ -33,3 +35,16 @@ def test_the_ab_table_compares_the_new_build_with_each_old_one() -> None:
     text = table(runs)
     assert "| 86a5af8 | c53acb4 | this tree | new / 86a5af8 | new / c53acb4 |" in text
     assert f"| {figure} | 20 | 10 | 11 | 0.55 | 1.10 |" in text
+
+
+def test_the_idle_table_gives_the_median_of_each_rounds_ratio() -> None:
+    """bench/idle_ab.py: new / old is taken within each round (both builds in the same window)
+    and the median of those given with their range; not the ratio of the two medians."""
+    rounds = [
+        Round({"old": 1.0, "new": 1.2}),
+        Round({"old": 2.0, "new": 2.0}),
+        Round({"old": 4.0, "new": 4.4}),
+    ]
+    text = idle_table(["old", "new"], rounds, 10, 60.0)
+    # per round 1.2, 1.0, 1.1: median 1.10 (the medians' ratio would be 2.0 / 2.0 = 1.00)
+    assert "| CPU % of a core | 2.000 | 2.000 | 1.10 (1.00–1.20) |" in text, text
