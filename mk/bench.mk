@@ -40,11 +40,13 @@ bench-quick: $(STAMP) $(FAKE_NVML) $(BENCH_INSTALLED)
 # bench/out/ab.md.
 OLD ?=
 BENCH_OLD ?=
-bench-ab: $(STAMP) $(FAKE_NVML) $(BENCH_INSTALLED)
-	@test -n "$(OLD)$(BENCH_OLD)" || { echo "make bench-ab OLD=<commit> (or BENCH_OLD=<venv>)" >&2; exit 2; }
+# The shell's $old for bench-ab and bench-idle: BENCH_OLD, then a venv per OLD commit.
+OLD_VENVS = test -n "$(OLD)$(BENCH_OLD)" || \
+		{ echo "make $@ OLD=<commit> (or BENCH_OLD=<venv>)" >&2; exit 2; }; \
 	old="$(BENCH_OLD)"; for ref in $(OLD); do \
-		old="$$old $$($(BIN)/python -m bench.oldbuild $$ref)" || exit 1; done; \
-	BENCH_INSTALLED_VENV=$(CURDIR)/$(BENCH_VENV) $(BIN)/python -m bench.ab $$old \
+		old="$$old $$($(BIN)/python -m bench.oldbuild $$ref)" || exit 1; done
+bench-ab: $(STAMP) $(FAKE_NVML) $(BENCH_INSTALLED)
+	$(OLD_VENVS); BENCH_INSTALLED_VENV=$(CURDIR)/$(BENCH_VENV) $(BIN)/python -m bench.ab $$old \
 		$(CURDIR)/$(BENCH_VENV) $(BENCH_ARGS)
 
 # Idle CPU of old builds and this tree measured at the same time (bench/idle_ab.py): every
@@ -52,7 +54,4 @@ bench-ab: $(STAMP) $(FAKE_NVML) $(BENCH_INSTALLED)
 # `make bench-idle OLD="81f9e0b 86a5af8" BENCH_ARGS="--rounds 5 --window 120"`. Writes
 # bench/out/idle_ab-<rate>.md.
 bench-idle: $(STAMP) $(FAKE_NVML) $(BENCH_INSTALLED)
-	@test -n "$(OLD)$(BENCH_OLD)" || { echo "make bench-idle OLD=<commit> (or BENCH_OLD=<venv>)" >&2; exit 2; }
-	old="$(BENCH_OLD)"; for ref in $(OLD); do \
-		old="$$old $$($(BIN)/python -m bench.oldbuild $$ref)" || exit 1; done; \
-		$(BIN)/python -m bench.idle_ab $$old $(CURDIR)/$(BENCH_VENV) $(BENCH_ARGS)
+	$(OLD_VENVS); $(BIN)/python -m bench.idle_ab $$old $(CURDIR)/$(BENCH_VENV) $(BENCH_ARGS)

@@ -7,6 +7,7 @@ import statistics
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from watchdog.core.ring import GapRing
 from watchdog.core.views import ledger as ledger_view
 from watchdog.core.views.ledger import (
     SETTLE_READINGS,
@@ -167,10 +168,10 @@ def test_the_first_step_is_the_first_line_that_has_one():
 def test_the_figures_are_those_of_the_newest_readings_sorted_again(values: list[float]) -> None:
     """The readings kept sorted as they come (issue 41: no sort per reading) give the very
     median and quantiles of the newest READINGS_KEPT readings sorted from scratch."""
-    kept = ledger_view.Readings()
+    kept = GapRing(ledger_view.READINGS_KEPT)  # the ledger's, shared with the stall windows
     for v in values:
-        kept.append(v)
+        kept.add(v)
     newest = sorted(values[-ledger_view.READINGS_KEPT :])
-    assert kept.ordered == newest
+    assert kept.ordered() == newest
     if newest:
-        assert ledger_view.median(kept.ordered) == statistics.median(newest)
+        assert ledger_view.median(kept.ordered()) == statistics.median(newest)

@@ -20,7 +20,8 @@ from watchdog.core.health.gpu_degraded import _Held as Held
 from watchdog.core.health.gpu_news import GpuObserved, GpuWatchState
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor, Verdict
 from watchdog.core.health.ranks import IDLE_LIST_EVERY_S, STARTUP_LIST_S, RankTracker
-from watchdog.core.progress.stall_window import GapRing, RunPhase, StallConfig, StallKnowledge
+from watchdog.core.progress.stall_window import RunPhase, StallConfig, StallKnowledge
+from watchdog.core.ring import GapRing
 from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
 
 

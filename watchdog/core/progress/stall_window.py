@@ -22,19 +22,17 @@ Both are deterministic functions of their inputs (the instants the shell gives).
 
 from __future__ import annotations
 
-import bisect
 import math
-from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
+
+from watchdog.core.ring import RING_SIZE, GapRing
 
 Phase = Literal["startup", "training", "eval", "checkpoint"]
 Source = Literal["learned", "ceiling", "fixed"]
 PHASES: tuple[Phase, ...] = ("startup", "training", "eval", "checkpoint")
 LEARNING: tuple[Phase, ...] = ("training", "eval", "checkpoint")  # the phases with gaps
-RING_SIZE = 2000  # gaps kept per phase: the p99 is over the last this many
-QUANTILE = 0.99
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,36 +82,6 @@ class Window:
             "floor_s": self.floor_s,
             "ceiling_s": self.ceiling_s,
         }
-
-
-class GapRing:
-    """The last `size` gaps, in arrival order and sorted: add and quantile without a full sort."""
-
-    def __init__(self, size: int = RING_SIZE) -> None:
-        self._size = size
-        self._order: deque[float] = deque()
-        self._sorted: list[float] = []
-
-    def __len__(self) -> int:
-        return len(self._order)
-
-    def add(self, gap_s: float) -> None:
-        if len(self._order) >= self._size:
-            old = self._order.popleft()
-            del self._sorted[bisect.bisect_left(self._sorted, old)]
-        self._order.append(gap_s)
-        bisect.insort(self._sorted, gap_s)
-
-    def quantile(self, q: float = QUANTILE) -> float | None:
-        """The nearest-rank quantile (p99 of 20 gaps is their largest); None when empty."""
-        n = len(self._sorted)
-        if n == 0:
-            return None
-        return self._sorted[min(n - 1, max(0, math.ceil(q * n) - 1))]
-
-    def gaps(self) -> list[float]:
-        """Oldest first (what the state file keeps)."""
-        return list(self._order)
 
 
 class StallKnowledge:

@@ -20,13 +20,13 @@ when it ends.
 
 from __future__ import annotations
 
-import bisect
 import math
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
+
+from watchdog.core.ring import GapRing
 
 StartReason = Literal["boot", "operator", "restart", "cluster_epoch", "adopted"]
 START_REASONS: tuple[str, ...] = ("boot", "operator", "restart", "cluster_epoch", "adopted")
@@ -71,27 +71,6 @@ def median(sorted_values: Sequence[float]) -> float:
     return (sorted_values[mid - 1] + sorted_values[mid]) / 2
 
 
-class Readings:
-    """The newest READINGS_KEPT steady readings, kept in arrival order and sorted: a reading
-    costs a binary insertion (and one removal), not two sorts of 2,048 (issue 41: the ledger's
-    idle CPU, measured at 1.08x the build before it)."""
-
-    def __init__(self) -> None:
-        self._arrived: deque[float] = deque()
-        self.ordered: list[float] = []
-
-    def append(self, value: float) -> None:
-        if len(self._arrived) >= READINGS_KEPT:
-            oldest = self._arrived.popleft()
-            del self.ordered[bisect.bisect_left(self.ordered, oldest)]
-        self._arrived.append(value)
-        bisect.insort(self.ordered, value)
-
-    def clear(self) -> None:
-        self._arrived.clear()
-        self.ordered.clear()
-
-
 def change_pct(now: float | None, before: float | None) -> float | None:
     if now is None or before is None or before <= 0:
         return None
@@ -112,7 +91,9 @@ class Ledger:
     def __init__(self, cfg: LedgerConfig, records: Sequence[Mapping[str, Any]] = ()) -> None:
         self.cfg = cfg
         self._records: list[dict[str, Any]] = [dict(r) for r in records][-cfg.keep :]
-        self._readings = Readings()  # the open run's steady ones
+        # the open run's steady ones, kept sorted as they come (issue 41: two sorts of 2,048 a
+        # reading made the ledger's idle CPU 1.08x the build before it)
+        self._readings = GapRing(READINGS_KEPT)
         self.changed = 0  # bumped at every change: the shell writes when it moved
 
     # ---------------------------------------------------------------------- queries
@@ -212,7 +193,7 @@ class Ledger:
         warm = at - mono["first_progress"] >= self.cfg.warmup_s
         if tokens_per_s is None or not steady or not warm or not math.isfinite(tokens_per_s):
             return None
-        self._readings.append(tokens_per_s)
+        self._readings.add(tokens_per_s)
         self._figures(rec)
         if rec["steady_readings"] == SETTLE_READINGS:
             return self.settled_fields(rec)
@@ -260,7 +241,7 @@ class Ledger:
         return earlier[-1] if earlier else None
 
     def _figures(self, rec: dict[str, Any]) -> None:
-        values = self._readings.ordered
+        values = self._readings.ordered()
         rec["steady_tokens_per_s"] = round(median(values), 1)
         rec["p10"] = round(quantile(values, 0.1), 1)
         rec["p90"] = round(quantile(values, 0.9), 1)
