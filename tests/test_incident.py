@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from support.harness import PROMPT_S
 
-from watchdog.outputs.incident import BUNDLE_NAME_RE, write_bundle
+from watchdog.outputs.incident import BUNDLE_NAME_RE, new_folder, write_bundle
 from watchdog.outputs.stacks import find_pyspy
 
 NOW = datetime(2026, 12, 2, 10, 15, 0, tzinfo=UTC)
@@ -73,12 +73,42 @@ def test_bundle_folder_name_and_parts(tmp_path: Path) -> None:
     assert not (path / "errors.txt").exists()
 
 
+def test_gpu_samples_are_one_sample_a_line(tmp_path: Path) -> None:
+    """gpu_samples.json is a JSON array with one sample a line (grep finds a moment, jq reads
+    it whole); a datetime in a sample is written as text, not an error."""
+    samples = [{"ts": 1.5, "gpus": [{"index": i, "used_mib": 10.0 * i}]} for i in range(3)]
+    samples.append({"ts": NOW, "gpus": []})
+    path = Path(bundle(tmp_path, gpu_samples=samples))
+    text = (path / "gpu_samples.json").read_text()
+    lines = text.splitlines()
+    assert (lines[0], lines[-1], len(lines)) == ("[", "]", 6), text
+    assert json.loads(lines[2].rstrip(",")) == samples[1]
+    assert json.loads(text)[:3] == samples[:3]
+    assert json.loads(text)[3]["ts"] == str(NOW)
+    empty = Path(bundle(tmp_path, gpu_samples=[]))
+    assert json.loads((empty / "gpu_samples.json").read_text()) == []
+
+
 def test_bundle_name_collision_gets_suffix(tmp_path: Path) -> None:
     """Two bundles in the same second and reason get `-2` rather than overwriting."""
     first, second = bundle(tmp_path), bundle(tmp_path)
     assert first != second
     assert second.endswith("20261202T101500Z-stalled-2")
     assert BUNDLE_NAME_RE.match(Path(second).name)
+
+
+def test_a_crash_loops_bundles_in_one_second_get_the_next_free_suffixes(tmp_path: Path) -> None:
+    """Many bundles in one second under one reason (a crash loop) are -2, -3, … in order; a
+    name taken by something else is passed over, never written into."""
+    taken = tmp_path / "incidents" / "20261202T101500Z-stalled-4"
+    taken.mkdir(parents=True)
+    (taken / "theirs.txt").write_text("not ours\n")
+    made = [Path(new_folder(str(tmp_path), "stalled", NOW)).name for _ in range(6)]
+    base = "20261202T101500Z-stalled"
+    assert made == [base, f"{base}-2", f"{base}-3", f"{base}-5", f"{base}-6", f"{base}-7"]
+    assert [p.name for p in taken.iterdir()] == ["theirs.txt"]
+    other = tmp_path / "other-state"  # another state directory starts from the first name
+    assert Path(new_folder(str(other), "stalled", NOW)).name == base
 
 
 def test_bundle_reason_cannot_escape_the_folder(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ No clock: time comes in as `now` (monotonic seconds).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 HW_REASONS: dict[str, int] = {"hw_slowdown": 0x8, "hw_thermal": 0x40, "hw_power_brake": 0x80}
 
 
+@functools.lru_cache(maxsize=256)  # a handful of values; asked per GPU per sample
 def throttle_names(bits: int | None) -> tuple[str, ...]:
     """The hardware slowdown reasons set in `bits` (None: not read) -> names, in a fixed order."""
     if bits is None:
