@@ -84,51 +84,19 @@ def prune_window(restart_times: deque[float], now: float, window_s: float) -> No
         restart_times.popleft()
 
 
+@dataclass(slots=True)
 class NoProgressTally:
-    """Marks seen, the run's starting point, and restarts in a row without an advance."""
+    """Marks seen, the run's starting point, and restarts in a row without an advance. An
+    in-place re-exec hands it over whole (handover.py, by its fields' names)."""
 
-    def __init__(self) -> None:
-        self.best: float | None = None  # the highest mark ever seen
-        self.best_at: float | None = None  # when it was written (monotonic)
-        self._run_start_best: float | None = None
-        self.in_a_row = 0  # automatic restarts in a row after a run without progress
-        # For lost work: the current run's latest progress line and checkpoint (monotonic).
-        self.run_spawned_at: float | None = None
-        self.run_progress_at: float | None = None
-        self.run_checkpoint_at: float | None = None
-
-    _FIELDS = (
-        "best",
-        "best_at",
-        "_run_start_best",
-        "in_a_row",
-        "run_spawned_at",
-        "run_progress_at",
-        "run_checkpoint_at",
-    )
-
-    def carry(self) -> dict[str, float | int | None]:
-        """All of it, for an in-place re-exec (same process, same monotonic clock)."""
-        return {name.lstrip("_"): getattr(self, name) for name in self._FIELDS}
-
-    @classmethod
-    def resume(cls, c: object) -> NoProgressTally:
-        """The inverse of carry(); a fresh tally for a carry without one (older code). Raises
-        ValueError for one that does not fit."""
-        t = cls()
-        if c is None:
-            return t
-        if not isinstance(c, dict):
-            raise ValueError(f"no_progress {c!r}")
-        for name in cls._FIELDS:
-            value = c.get(name.lstrip("_"))
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int | float)
-            ):
-                raise ValueError(f"no_progress.{name.lstrip('_')} {value!r}")
-            setattr(t, name, value)
-        t.in_a_row = int(t.in_a_row or 0)
-        return t
+    best: float | None = None  # the highest mark ever seen
+    best_at: float | None = None  # when it was written (monotonic)
+    run_start_best: float | None = None
+    in_a_row: int = 0  # automatic restarts in a row after a run without progress
+    # For lost work: the current run's latest progress line and checkpoint (monotonic).
+    run_spawned_at: float | None = None
+    run_progress_at: float | None = None
+    run_checkpoint_at: float | None = None
 
     def mark(self, value: float, at: float) -> bool:
         """A mark (step or checkpoint) was seen, written at `at`; True if it is a new high."""
@@ -138,7 +106,7 @@ class NoProgressTally:
         return True
 
     def run_started(self, now: float) -> None:
-        self._run_start_best = self.best
+        self.run_start_best = self.best
         self.run_spawned_at = now
         self.run_progress_at = None
         self.run_checkpoint_at = None
@@ -155,7 +123,7 @@ class NoProgressTally:
             # Nothing ever measured. Only the step marker falls back on health (see above): a
             # checkpoint that never appeared is exactly the loop this tally is for.
             return marker == "step" and was_healthy
-        return self._run_start_best is None or self.best > self._run_start_best
+        return self.run_start_best is None or self.best > self.run_start_best
 
     def restart_allowed(self, marker: Marker, was_healthy: bool, limit: int) -> bool:
         """Count the run that just ended; False once `limit` restarts in a row made none."""
