@@ -53,7 +53,7 @@ def parked(s: JobState) -> Mapping[str, object] | None:
 
 # What an in-place re-exec hands over: JobState's fields under their own names, the tally's as
 # `no_progress` (core/images.py `plain`, read back by `typed`). ALWAYS was in every carry; one
-# from older code lacks the LATER fields, each keeping its default.
+# from older code lacks the LATER fields (or has them null): each keeps its default.
 ALWAYS = (
     "state", "pid", "spawned_at", "healthy_since", "firing", "paused", "restart_times",
     "restarts_total", "failures", "last_reason", "backoff_until", "last_exit", "attempt",
@@ -100,7 +100,7 @@ def resume(s: JobState, c: Mapping[str, object], now: float) -> None:
     enter(s, state)
     hints = images.hints(JobState)
     for key in (*ALWAYS[1:], *LATER):
-        if key in c or key in ALWAYS:  # KeyError for one every carry had
+        if key in ALWAYS or c.get(key) is not None:  # KeyError for one every carry had
             name = _FIELD.get(key, key)
             setattr(s, name, images.typed(hints[name], c[key], key))
     s.run = Run.NONE if s.pid is None else Run.LIVE  # never handed over mid-start or mid-stop
