@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from dataclasses import replace
@@ -153,3 +154,17 @@ def test_a_state_image_without_the_newer_fields_loads_with_their_defaults() -> N
     back = restored(found, lambda: 0.5)
     assert back.snapshot() == sup.snapshot()
     assert (back.record().exit_code, back.record().answers_due) == (None, ())
+
+
+def test_a_state_image_written_before_one_codec_reads_the_same() -> None:
+    """The tally untagged (as a carry has it), the deque a list, the policy as {"$Policy": …}:
+    a SupervisorState head of older code restores the same core."""
+    live, _ = _live_run(random.Random(3).random)
+    found = json.loads(json.dumps(image(live)))
+    s = live.record()
+    found["tally"] = json.loads(json.dumps(dataclasses.asdict(s.tally)))
+    found["restart_times"] = list(s.restart_times)
+    found["policy"] = {"$Policy": found["policy"]["fields"]}
+    back = restored(found, lambda: 0.5)
+    assert back.snapshot() == live.snapshot() and back.record().tally == s.tally
+    assert back.policy == live.policy

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from watchdog.core import names
+from watchdog.core import images, names
 
 Marker = Literal["step", "checkpoint"]
 VERSION = 1  # of the Durable record
@@ -84,51 +84,19 @@ def prune_window(restart_times: deque[float], now: float, window_s: float) -> No
         restart_times.popleft()
 
 
+@dataclass(slots=True)
 class NoProgressTally:
-    """Marks seen, the run's starting point, and restarts in a row without an advance."""
+    """Marks seen, the run's starting point, and restarts in a row without an advance. An
+    in-place re-exec hands it over whole (handover.py, by its fields' names)."""
 
-    def __init__(self) -> None:
-        self.best: float | None = None  # the highest mark ever seen
-        self.best_at: float | None = None  # when it was written (monotonic)
-        self._run_start_best: float | None = None
-        self.in_a_row = 0  # automatic restarts in a row after a run without progress
-        # For lost work: the current run's latest progress line and checkpoint (monotonic).
-        self.run_spawned_at: float | None = None
-        self.run_progress_at: float | None = None
-        self.run_checkpoint_at: float | None = None
-
-    _FIELDS = (
-        "best",
-        "best_at",
-        "_run_start_best",
-        "in_a_row",
-        "run_spawned_at",
-        "run_progress_at",
-        "run_checkpoint_at",
-    )
-
-    def carry(self) -> dict[str, float | int | None]:
-        """All of it, for an in-place re-exec (same process, same monotonic clock)."""
-        return {name.lstrip("_"): getattr(self, name) for name in self._FIELDS}
-
-    @classmethod
-    def resume(cls, c: object) -> NoProgressTally:
-        """The inverse of carry(); a fresh tally for a carry without one (older code). Raises
-        ValueError for one that does not fit."""
-        t = cls()
-        if c is None:
-            return t
-        if not isinstance(c, dict):
-            raise ValueError(f"no_progress {c!r}")
-        for name in cls._FIELDS:
-            value = c.get(name.lstrip("_"))
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int | float)
-            ):
-                raise ValueError(f"no_progress.{name.lstrip('_')} {value!r}")
-            setattr(t, name, value)
-        t.in_a_row = int(t.in_a_row or 0)
-        return t
+    best: float | None = None  # the highest mark ever seen
+    best_at: float | None = None  # when it was written (monotonic)
+    run_start_best: float | None = None
+    in_a_row: int = 0  # automatic restarts in a row after a run without progress
+    # For lost work: the current run's latest progress line and checkpoint (monotonic).
+    run_spawned_at: float | None = None
+    run_progress_at: float | None = None
+    run_checkpoint_at: float | None = None
 
     def mark(self, value: float, at: float) -> bool:
         """A mark (step or checkpoint) was seen, written at `at`; True if it is a new high."""
@@ -138,7 +106,7 @@ class NoProgressTally:
         return True
 
     def run_started(self, now: float) -> None:
-        self._run_start_best = self.best
+        self.run_start_best = self.best
         self.run_spawned_at = now
         self.run_progress_at = None
         self.run_checkpoint_at = None
@@ -155,7 +123,7 @@ class NoProgressTally:
             # Nothing ever measured. Only the step marker falls back on health (see above): a
             # checkpoint that never appeared is exactly the loop this tally is for.
             return marker == "step" and was_healthy
-        return self._run_start_best is None or self.best > self._run_start_best
+        return self.run_start_best is None or self.best > self.run_start_best
 
     def restart_allowed(self, marker: Marker, was_healthy: bool, limit: int) -> bool:
         """Count the run that just ended; False once `limit` restarts in a row made none."""
@@ -214,110 +182,31 @@ class Durable:
         return not self.stopped and self.host_fault is None
 
     def to_dict(self, mono_now: float, wall_now: float) -> dict[str, Any]:
-        """JSON-ready, with instants converted to wall-clock seconds."""
+        """JSON-ready (core/images.py `plain`), with instants converted to wall-clock seconds."""
 
         def wall(t: float) -> float:
             return round(t - mono_now + wall_now, 3)
 
-        return {
-            "version": VERSION,
-            "restart_times": [wall(t) for t in self.restart_times],
-            "failures": self.failures,
-            "restarts_total": self.restarts_total,
-            "last_reason": self.last_reason,
-            "fatal": self.fatal,
-            "backoff_until": None if self.backoff_until is None else wall(self.backoff_until),
-            "last_exit": None if self.last_exit is None else list(self.last_exit),
-            "no_progress": self.no_progress,
-            "best_mark": self.best_mark,
-            "completed": None if self.completed is None else dict(self.completed),
-            "stopped": self.stopped,
-            "paused": self.paused,
-            "host_fault": None if self.host_fault is None else dict(self.host_fault),
-            "access_resume": None if self.access_resume is None else list(self.access_resume),
-        }
+        until = None if self.backoff_until is None else wall(self.backoff_until)
+        walled = replace(
+            self, restart_times=tuple(map(wall, self.restart_times)), backoff_until=until
+        )
+        return {"version": VERSION, **images.plain(walled)}
 
     @staticmethod
     def from_dict(data: Mapping[str, Any], mono_now: float, wall_now: float) -> Durable:
         """The inverse of to_dict on this process's clocks. Raises ValueError for a record that
-        cannot be trusted (wrong version, wrong types): the caller starts afresh and says so."""
+        cannot be trusted (wrong version, wrong types, a negative count): the caller starts
+        afresh and says so. A field absent (a record written before it existed, e.g. before
+        SPEC §13: nothing completed, nothing decided) takes its default (images.built)."""
         if data.get("version") != VERSION:
             raise ValueError(f"supervisor state version {data.get('version')!r}")
+        d: Durable = images.built(Durable, data)
+        if min(d.failures, d.restarts_total, d.no_progress) < 0:
+            raise ValueError(f"a negative count in {data!r}")
 
-        def mono(t: object) -> float:
-            if isinstance(t, bool) or not isinstance(t, int | float):
-                raise ValueError(f"not a time: {t!r}")
-            return float(t) - wall_now + mono_now
+        def mono(t: float) -> float:
+            return t - wall_now + mono_now
 
-        times = data.get("restart_times", [])
-        if not isinstance(times, list):
-            raise ValueError("restart_times is not a list")
-        until = data.get("backoff_until")
-        last_exit = _exit_of(data.get("last_exit"))
-        best = data.get("best_mark")  # absent in records written before it existed
-        if best is not None and (isinstance(best, bool) or not isinstance(best, int | float)):
-            raise ValueError(f"best_mark {best!r}")
-        reason = data.get("last_reason")
-        if reason is not None and not isinstance(reason, str):
-            raise ValueError(f"last_reason {reason!r}")
-        # absent in records written before SPEC §13: nothing completed, nothing decided
-        completed, fault = _mapping(data, "completed"), _mapping(data, "host_fault")
-        return Durable(
-            restart_times=tuple(mono(t) for t in times),
-            failures=_count(data, "failures"),
-            restarts_total=_count(data, "restarts_total"),
-            last_reason=reason,
-            fatal=data.get("fatal") is True,
-            backoff_until=None if until is None else mono(until),
-            last_exit=last_exit,
-            no_progress=_count(data, "no_progress"),
-            best_mark=None if best is None else float(best),
-            completed=completed,
-            stopped=_flag(data, "stopped"),
-            paused=_flag(data, "paused"),
-            host_fault=fault,
-            access_resume=_resume_of(data.get("access_resume")),
-        )
-
-
-def _exit_of(last_exit: object) -> tuple[int | None, int | None] | None:
-    if last_exit is None:
-        return None
-    if not (
-        isinstance(last_exit, list)
-        and len(last_exit) == 2
-        and all(x is None or type(x) is int for x in last_exit)
-    ):
-        raise ValueError(f"last_exit {last_exit!r}")
-    return (last_exit[0], last_exit[1])
-
-
-def _mapping(data: Mapping[str, Any], key: str) -> dict[str, Any] | None:
-    value = data.get(key)
-    if value is not None and not isinstance(value, Mapping):
-        raise ValueError(f"{key} {value!r}")
-    return None if value is None else dict(value)
-
-
-def _resume_of(resume: object) -> tuple[str, str] | None:
-    if resume is None:
-        return None
-    if not (
-        isinstance(resume, list) and len(resume) == 2 and all(isinstance(x, str) for x in resume)
-    ):
-        raise ValueError(f"access_resume {resume!r}")
-    return (resume[0], resume[1])
-
-
-def _count(data: Mapping[str, Any], key: str) -> int:
-    value = data.get(key, 0)
-    if type(value) is not int or value < 0:
-        raise ValueError(f"{key} {value!r}")
-    return value
-
-
-def _flag(data: Mapping[str, Any], key: str) -> bool:
-    value = data.get(key, False)
-    if not isinstance(value, bool):
-        raise ValueError(f"{key} {value!r}")
-    return value
+        until = None if d.backoff_until is None else mono(d.backoff_until)
+        return replace(d, restart_times=tuple(map(mono, d.restart_times)), backoff_until=until)

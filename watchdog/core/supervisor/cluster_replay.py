@@ -7,20 +7,20 @@ input becomes a Coordinator call) and, when it has an input log, writes it first
 its jitter. A start that reaches the barrier carries a future (the epoch it is handed when the
 gate opens): the record says only that it came (`ClusterGateReached`), which is all the
 coordinator is given. `ClusterReplay` feeds the records to a fresh coordinator (docs/state.md):
-its actions are the daemon's, in order. Exact: `decode_values(encode_values(v)) == v`.
+its actions are the daemon's, in order. Exact: `decode_values(encode_values(v)) == v`; the
+values are tagged as core/images.py writes them.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from watchdog.core import images
 from watchdog.core.supervisor import cluster as core
 from watchdog.core.supervisor.budget import Policy
-from watchdog.core.supervisor.replay import decode, encode
 
 
 def step(
@@ -56,40 +56,24 @@ def step(
 # ------------------------------------------------------------------------------ records
 
 
-def encode_view(view: core.View) -> dict[str, Any]:
-    record = None if view.record is None else view.record.to_json()
-    members = [[rank, m.to_json()] for rank, m in view.members.items()]
-    return {
-        "reachable": view.reachable,
-        "record": record,
-        "revision": view.revision,
-        "members": members,
-    }
+def encode_view(view: core.View) -> Any:
+    return images.image(view)
 
 
-def decode_view(d: Mapping[str, Any]) -> core.View:
-    record = None if d["record"] is None else core.EpochRecord.from_json(d["record"])
-    members = {rank: core.Member.from_json(m) for rank, m in d["members"]}
-    return core.View(d["reachable"], record, d["revision"], members)
+def decode_view(d: Any) -> core.View:
+    """A view as encode_view wrote it; one of code before (untagged: its record and members as
+    the etcd keys hold them, the members as [rank, member] pairs) reads the same."""
+    view: core.View = images.typed(core.View, images.restored(d, KNOWN))
+    return view
 
 
 def encode_values(values: Mapping[str, Any]) -> dict[str, Any]:
-    """An input's values as JSON: a View and a Policy tagged, the rest as they are."""
-    out = dict(values)
-    if "view" in out:
-        out["view"] = encode_view(out["view"])
-    if "policy" in out:
-        out["policy"] = encode(out["policy"])
-    return out
+    """An input's values as JSON (core/images.py): a View and a Policy tagged, the rest as is."""
+    return {k: images.image(v) for k, v in values.items()}
 
 
 def decode_values(d: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(d)
-    if "view" in out:
-        out["view"] = decode_view(out["view"])
-    if "policy" in out:
-        out["policy"] = decode(out["policy"])
-    return out
+    return {k: decode_view(v) if k == "view" else images.restored(v, KNOWN) for k, v in d.items()}
 
 
 def fed_record(name: str, now: float, wall_now: float, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -119,19 +103,13 @@ class Made:
         return core.Coordinator(self.node_rank, self.nodes, self.policy, rng, self.host, self.pid)
 
     def record(self) -> dict[str, Any]:
-        made = {"node_rank": self.node_rank, "nodes": self.nodes, "seed": self.seed}
-        return {
-            "type": "CoordinatorMade",
-            **made,
-            "policy": encode(self.policy),
-            "host": self.host,
-            "pid": self.pid,
-        }
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {"type": "CoordinatorMade", **encode_values(values)}
 
     @classmethod
     def from_record(cls, d: Mapping[str, Any]) -> Made:
-        policy = decode(d["policy"])
-        return cls(d["node_rank"], d["nodes"], policy, d["seed"], d["host"], d["pid"])
+        made: Made = images.built(cls, decode_values(d))
+        return made
 
 
 # ------------------------------------------------------------------------------ the replay

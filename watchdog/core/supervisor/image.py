@@ -11,68 +11,39 @@ were enums has their flags instead, and reads the same (a bug report's log repla
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from watchdog.core import images
 from watchdog.core.names import State
-from watchdog.core.supervisor import replay as records
-from watchdog.core.supervisor.budget import NoProgressTally
-from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run
+from watchdog.core.supervisor.budget import Policy
+from watchdog.core.supervisor.jobstate import JobState, Leaving, Run
 from watchdog.core.supervisor.machine import Supervisor
-
-# records.py's tagged values (tuples, frozensets, mappings, Policy), exact both ways
-encode, decode = records.encode, records.decode
+from watchdog.core.supervisor.replay import KNOWN
 
 _NOT_STATE = ("rng",)  # the jitter source: the log keeps its generator's state beside
+_SET_HERE = (*_NOT_STATE, "policy", "state", "run", "leaving")  # restored() sets them itself
 
 
 def image(core: Supervisor) -> dict[str, Any]:
-    """Every field of the core's state as a JSON-ready object."""
+    """Every field of the core's state as a JSON-ready object (core/images.py, field by field)."""
     s: JobState = core.record()  # the whole record: what handle() reads and writes
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(s):
-        if f.name in _NOT_STATE:
-            continue
-        value = getattr(s, f.name)
-        if isinstance(value, State | AfterStop | Run | Leaving):
-            out[f.name] = value.value
-        elif isinstance(value, deque):
-            out[f.name] = [encode(v) for v in value]
-        elif isinstance(value, NoProgressTally):
-            out[f.name] = value.carry()
-        else:
-            out[f.name] = encode(value)
-    return out
+    fields = dataclasses.fields(s)
+    return {f.name: images.image(getattr(s, f.name)) for f in fields if f.name not in _NOT_STATE}
 
 
 def restored(found: Mapping[str, Any], rng: Callable[[], float]) -> Supervisor:
-    """A core in the state image() found, drawing its jitter from `rng`."""
-    policy = decode(found["policy"])
-    core = Supervisor(policy, rng)
+    """A core in the state image() found, drawing its jitter from `rng`. Each field is read
+    back as JobState's annotation says (images.typed): an image of code before this was its
+    codec (enums as their values, untagged deques and tally) reads the same."""
+    core = Supervisor(images.typed(Policy, images.restored(found["policy"], KNOWN)), rng)
     s: JobState = core.record()
+    hints = images.hints(JobState)
     for f in dataclasses.fields(s):
-        if f.name in (*_NOT_STATE, "policy"):
-            continue
-        if f.name == "run":
-            s.run = _run(found)
-            continue
-        if f.name == "leaving":
-            s.leaving = _leaving(found)
-            continue
-        if f.name not in found:
-            continue  # a field newer than the image keeps its default
-        value = found[f.name]
-        if f.name == "state":
-            s.state = State(value)
-        elif f.name == "after_stop":
-            s.after_stop = AfterStop(value)
-        elif f.name == "restart_times":
-            s.restart_times = deque(float(t) for t in value)
-        elif f.name == "tally":
-            s.tally = NoProgressTally.resume(value)
-        else:
-            setattr(s, f.name, decode(value))
+        if f.name in found and f.name not in _SET_HERE:  # else: newer than the image, default
+            setattr(s, f.name, images.typed(hints[f.name], images.restored(found[f.name], KNOWN)))
+    s.state = State(found["state"])  # the one write of the state beside jobstate.enter
+    s.run, s.leaving = _run(found), _leaving(found)
     return core
 
 

@@ -6,8 +6,8 @@ test by `replay(policy, seed_or_draws, entries)`. Exact: `from_record(to_record(
 every event, and the jitter draws are the shell's own (it builds the core with
 `random.Random(seed).random` and logs the seed; or the draws themselves are given).
 
-Values are tagged where JSON would lose their type: {"$frozenset": [...]}, {"$tuple": [...]},
-{"$dict": {...}}, and the dataclasses an event carries ({"$Policy": {...}}, {"$Durable": {...}}).
+Values are tagged where JSON would lose their type, as core/images.py writes them; a record
+of code before that ({"$dict": {...}}, {"$Policy": {...}}) reads the same.
 """
 
 from __future__ import annotations
@@ -17,17 +17,19 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, get_args
 
-from watchdog.core.supervisor.budget import Durable, Policy
+from watchdog.core import images
+from watchdog.core.supervisor.budget import Durable, NoProgressTally, Policy
 from watchdog.core.supervisor.events import Action, Event
 from watchdog.core.supervisor.machine import Supervisor
 
 EVENT_TYPES: dict[str, type[Any]] = {cls.__name__: cls for cls in get_args(Event)}
-_CARRIED: dict[str, type[Any]] = {"Policy": Policy, "Durable": Durable}
+# the classes a record, or the supervisor's state image (image.py), may name (core/images.py)
+KNOWN: dict[str, type[Any]] = {c.__name__: c for c in (Policy, Durable, NoProgressTally)}
 
 
 def to_record(event: Event) -> dict[str, Any]:
     """The event as a JSON-ready object: {"event": its class name, its fields...}."""
-    fields = {f.name: encode(getattr(event, f.name)) for f in dataclasses.fields(event)}
+    fields = {f.name: images.image(getattr(event, f.name)) for f in dataclasses.fields(event)}
     return {"event": type(event).__name__, **fields}
 
 
@@ -36,7 +38,7 @@ def from_record(record: Mapping[str, Any]) -> Event:
     cls = EVENT_TYPES.get(str(record.get("event")))
     if cls is None:
         raise ValueError(f"not an event record: {record.get('event')!r}")
-    fields = {k: decode(v) for k, v in record.items() if k != "event"}
+    fields = {k: images.restored(v, KNOWN) for k, v in record.items() if k != "event"}
     try:
         event: Event = cls(**fields)
     except TypeError as e:
@@ -85,41 +87,3 @@ def _jitter(seed_or_draws: int | Sequence[float]) -> Callable[[], float]:
             raise ValueError("the log's jitter draws ran out") from None
 
     return draw
-
-
-def encode(value: object) -> Any:
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, frozenset):
-        return {"$frozenset": sorted(encode(v) for v in value)}
-    if isinstance(value, tuple):
-        return {"$tuple": [encode(v) for v in value]}
-    if isinstance(value, list):
-        return [encode(v) for v in value]
-    if isinstance(value, Mapping):
-        return {"$dict": {str(k): encode(v) for k, v in value.items()}}
-    name = type(value).__name__
-    if name in _CARRIED and dataclasses.is_dataclass(value):
-        fields = dataclasses.fields(value)
-        return {f"${name}": {f.name: encode(getattr(value, f.name)) for f in fields}}
-    raise ValueError(f"cannot record {value!r}")
-
-
-def decode(value: Any) -> Any:
-    if isinstance(value, list):
-        return [decode(v) for v in value]
-    if not isinstance(value, dict):
-        return value
-    if len(value) != 1:
-        raise ValueError(f"not a tagged value: {value!r}")
-    ((tag, inner),) = value.items()
-    if tag == "$frozenset":
-        return frozenset(decode(v) for v in inner)
-    if tag == "$tuple":
-        return tuple(decode(v) for v in inner)
-    if tag == "$dict":
-        return {k: decode(v) for k, v in inner.items()}
-    cls = _CARRIED.get(str(tag).removeprefix("$"))
-    if cls is None:
-        raise ValueError(f"unknown tag {tag!r}")
-    return cls(**{k: decode(v) for k, v in inner.items()})
