@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 import psutil
+import pytest
 from conftest import DaemonFactory
 from support.harness import Daemon, wait_until
 from support.scripts import stepper
@@ -195,3 +196,28 @@ def test_a_state_file_of_the_previous_version_falls_back_to_the_wall_clock_check
     finally:
         p.kill()
         p.wait(5)
+
+
+def test_the_marker_is_a_whole_variable_of_the_environment() -> None:
+    """carries_marker matches the variable exactly: not a longer token, nor the words inside
+    another variable's value, nor a process gone (OSError)."""
+    p = _marked_sleeper("tok-long")
+    try:
+        assert identity.carries_marker(p.pid, "tok-long")
+        assert not identity.carries_marker(p.pid, "tok")
+        assert not identity.carries_marker(p.pid, "tok-longer")
+    finally:
+        p.kill()
+        p.wait(5)
+    env = {**os.environ, "OTHER": f"{identity.INSTANCE_ENV}=tok"}
+    env.pop(identity.INSTANCE_ENV, None)
+    q = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        environ = pathlib.Path(f"/proc/{q.pid}/environ")
+        wait_until(lambda: b"OTHER=" in environ.read_bytes(), 10, "the process's environment")
+        assert not identity.carries_marker(q.pid, "tok")
+    finally:
+        q.kill()
+        q.wait(5)
+    with pytest.raises(OSError):
+        identity.carries_marker(q.pid, "tok")  # reaped: /proc/<pid> is gone

@@ -18,6 +18,8 @@ Outside systemd only: under systemd (KillMode=control-group) the job dies with t
 
 from __future__ import annotations
 
+import os
+
 import psutil
 
 INSTANCE_ENV = "TRAIN_WATCHDOG_INSTANCE"
@@ -27,9 +29,16 @@ START_TIME_TOLERANCE_S = 0.05  # psutil's create_time comes from jiffies since b
 def carries_marker(pid: int, token: str) -> bool:
     """Whether `pid`'s environment holds this installation's instance marker. Blocking (a /proc
     read); raises OSError when the process is gone or not ours to read."""
-    needle = f"{INSTANCE_ENV}={token}".encode()
-    with open(f"/proc/{pid}/environ", "rb") as f:
-        return needle in f.read().split(b"\0")
+    # os-level reads and one search: every start reads every process's environ (the sweep
+    # before a spawn, SPEC §14), and open() with a list of every variable cost a quarter more
+    fd = os.open(f"/proc/{pid}/environ", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = [b"\0"]
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return f"\0{INSTANCE_ENV}={token}\0".encode() in b"".join(chunks) + b"\0"
 
 
 def provable_leader(
