@@ -3,6 +3,7 @@ they are fed, and a replay through fresh monitors that says what the taped ones 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from watchdog.core import images
 from watchdog.core.health import records as rec
 from watchdog.core.health.gpu_news import GpuWatchState
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor, Verdict
@@ -83,7 +85,18 @@ def test_a_steady_gpu_is_written_as_the_same_as_before() -> None:
 @given(configs)
 def test_a_health_config_round_trips_exactly(cfg: HealthConfig) -> None:
     """A monitor's config (a reload's MonitorReconfigured included) comes back equal."""
-    assert rec.decode_config(through_json(rec.encode_config(cfg))) == cfg
+    assert images.built(HealthConfig, through_json(images.plain(cfg))) == cfg
+
+
+def test_a_config_keeps_the_records_format_and_an_older_ones_absent_field_its_default() -> None:
+    """MonitorMade's and reconfigure's "config" is the config's fields by name ("stall" an
+    object of its own), as records.encode_config wrote it; a log written before a field existed
+    (min_median_readings, a stall key) still replays, the field at its default."""
+    cfg = HealthConfig(idle_samples=3, min_tokens_per_s=10.0, stall=StallConfig(factor=4.0))
+    written = dataclasses.asdict(cfg)
+    assert json.dumps(images.plain(cfg)) == json.dumps(written)
+    del written["min_median_readings"], written["stall"]["floor_s"]
+    assert images.built(HealthConfig, through_json(written)) == cfg
 
 
 @given(st.dictionaries(st.tuples(st.integers(1, 2**22), finite), text))
@@ -95,7 +108,9 @@ def test_a_rank_listing_round_trips_exactly(ranks: dict[tuple[int, float], str])
 @given(st.dictionaries(st.integers(0, 8), st.lists(text, max_size=3).map(tuple)))
 def test_the_degraded_gpus_round_trip_exactly(degraded: dict[int, tuple[str, ...]]) -> None:
     """GPU -> hardware slowdown reasons come back equal."""
-    assert rec.decode_degraded(through_json(rec.encode_degraded(degraded))) == degraded
+    written = through_json(images.plain(list(degraded.items())))
+    assert written == [[gpu, list(reasons)] for gpu, reasons in degraded.items()]  # as before
+    assert images.typed(dict[int, tuple[str, ...]], written) == degraded
 
 
 progress = st.builds(

@@ -1,20 +1,19 @@
 """PURE JSON records of what a run's detectors are fed (docs/state.md): exact round trips.
 
 `decode_x(encode_x(v)) == v` for every value the health monitor, the GPU watch state and the
-rank tracker take in. GPU samples are the bulk of a tick: a sample is a short list, each GPU a
-positional list, and a GPU read before (the same place in the previous sample of the same
-stream) is written as what changed: `0` when nothing did, else {position: new value} (its memory
-and utilisation, as a rule), so an 8-GPU tick costs tens of bytes per GPU instead of a hundred.
+rank tracker take in; a config and the degraded GPUs are core/images.py's `plain`, read back by
+`built`/`typed` (a config's field absent from an older log keeps its default). GPU samples are
+the bulk of a tick: a sample is a short list, each GPU a positional list, and a GPU read before
+(the same place in the previous sample of the same stream) is written as what changed: `0` when
+nothing did, else {position: new value} (its memory and utilisation, as a rule), so an 8-GPU
+tick costs tens of bytes per GPU instead of a hundred.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from watchdog.core.health.monitor import HealthConfig
-from watchdog.core.progress.stall_window import StallConfig
 from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
 
 SAME = 0  # a GPU reading equal to the previous sample's at its place
@@ -89,24 +88,6 @@ def encode_progress(r: ProgressReading) -> list[Any]:
 
 def decode_progress(v: list[Any]) -> ProgressReading:
     return ProgressReading(v[0], v[1])
-
-
-def encode_config(cfg: HealthConfig) -> dict[str, Any]:
-    out = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
-    out["stall"] = dataclasses.asdict(cfg.stall)
-    return out
-
-
-def decode_config(d: Mapping[str, Any]) -> HealthConfig:
-    return HealthConfig(**{**d, "stall": StallConfig(**d["stall"])})
-
-
-def encode_degraded(degraded: Mapping[int, tuple[str, ...]]) -> list[Any]:
-    return [[gpu, list(reasons)] for gpu, reasons in degraded.items()]
-
-
-def decode_degraded(v: list[Any]) -> dict[int, tuple[str, ...]]:
-    return {gpu: tuple(reasons) for gpu, reasons in v}
 
 
 RankKey = tuple[int, float]

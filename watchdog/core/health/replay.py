@@ -100,7 +100,7 @@ def _made(entry: Mapping[str, Any]) -> _Run:
         return _Run(images.restored(entry["image"], KNOWN), ranks, _last(entry))
     learned = entry["learned"]
     knowledge = None if learned is None else StallKnowledge.from_json(learned)
-    return _Run(HealthMonitor(rec.decode_config(entry["config"]), knowledge))
+    return _Run(HealthMonitor(images.built(HealthConfig, entry["config"]), knowledge))
 
 
 def _watch_made(entry: Mapping[str, Any]) -> tuple[GpuWatchState, list[GpuSample]]:
@@ -184,13 +184,13 @@ class HealthReplay:
         elif name == "daemon_woke":
             m.daemon_woke(e["now"])
         elif name == "gpu_degraded":
-            m.gpu_degraded(rec.decode_degraded(e["degraded"]))
+            m.gpu_degraded(images.typed(dict[int, tuple[str, ...]], e["degraded"]))
         elif name == "gpu_access_lost":
             m.gpu_access_lost(e["detail"])
         elif name == "progress_unreadable":
             m.progress_unreadable(e["unreadable"])
         elif name == "reconfigure":
-            m.reconfigure(rec.decode_config(e["config"]))
+            m.reconfigure(images.built(HealthConfig, e["config"]))
         elif name == "resume":
             m.resume(e["carried"])
         else:

@@ -73,7 +73,7 @@ class Tape:
     def monitor(self, cfg: HealthConfig, learned: StallKnowledge | None = None) -> TapedMonitor:
         """A new run's monitor: its MonitorMade record first (what it knows at its start)."""
         number = next(self._numbers)
-        made = {"type": "MonitorMade", "monitor": number, "config": rec.encode_config(cfg)}
+        made = {"type": "MonitorMade", "monitor": number, "config": images.plain(cfg)}
         self._sink({**made, "learned": None if learned is None else learned.to_json()})
         monitor = TapedMonitor(cfg, learned, self, number)
         monitor.made = made
@@ -125,7 +125,7 @@ class TapedMonitor(HealthMonitor):
 
     def reconfigure(self, cfg: HealthConfig) -> None:
         if cfg != self._cfg:
-            self._fed("reconfigure", config=rec.encode_config(cfg))
+            self._fed("reconfigure", config=images.plain(cfg))
         super().reconfigure(cfg)
 
     def gpu_sample(self, sample: GpuSample) -> None:
@@ -138,7 +138,7 @@ class TapedMonitor(HealthMonitor):
 
     def gpu_degraded(self, degraded: Mapping[int, tuple[str, ...]]) -> None:
         if self._changed("degraded", dict(degraded)):
-            self._fed("gpu_degraded", degraded=rec.encode_degraded(degraded))
+            self._fed("gpu_degraded", degraded=images.plain(list(degraded.items())))
         super().gpu_degraded(degraded)
 
     def gpu_access_lost(self, detail: str | None) -> None:
