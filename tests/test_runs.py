@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import subprocess
 from typing import Any
 
@@ -103,6 +104,19 @@ def on_disk(d: Daemon, run: int, what: str, pred: Any) -> dict[str, Any]:
     return result
 
 
+def about(text: str, pattern: str, low: float, high: float) -> bool:
+    """Whether `pattern`'s number in `text` lies in [low, high]. The job runs at 1,000 then 1,100
+    tok/s; the daemon's steady figure of a run is within a token a second of that (the first
+    run's record is checked so), so the change reads +9.8 to +10.2 %, not always +10.0 % (a
+    fresh clone read 1,100 tok/s, +9.9 %)."""
+    m = re.search(pattern, text)
+    return m is not None and low <= float(m.group(1).replace(",", "")) <= high
+
+
+def plus_ten(text: str) -> bool:
+    return about(text, r"([+-]\d+\.\d) %", 9.7, 10.3)
+
+
 def test_a_deploy_is_judged_by_its_throughput(make_daemon: DaemonFactory, tmp_path: pathlib.Path):
     """A run's record names its start, code, cost and steady tok/s at the times of its events;
     after a new commit `restart --wait --settle` reports the change and the code change."""
@@ -125,7 +139,8 @@ def test_a_deploy_is_judged_by_its_throughput(make_daemon: DaemonFactory, tmp_pa
     rc, out, err = d.ctl("restart", "--wait", "--settle", "1", timeout=120)
     assert rc == 0, err
     assert f"vs run 1 (code {first[:7]} → {second[:7]})" in out, out
-    assert "+10.0 %" in out and "1,100 tok/s" in out and "first progress" in out, out
+    assert plus_ten(out) and about(out, r"([\d,]+) tok/s", 1099, 1101), out
+    assert "first progress" in out, out
     ended = on_disk(d, 1, "its end", lambda r: r["end"] and r["end"]["state"])
     exited = next(e for e in d.history() if e["event"] == "child_exited")
     assert ended["ended_at"] == exited["ts"]
@@ -140,7 +155,7 @@ def test_a_deploy_is_judged_by_its_throughput(make_daemon: DaemonFactory, tmp_pa
     assert all(len(line) <= 100 for line in lines), out
     assert lines[0].split()[:2] == ["RUN", "START"] and len(lines) == 3
     assert lines[1].split()[0] == "1" and first[:7] in lines[1]
-    assert lines[2].split()[0] == "2" and second[:7] in lines[2] and "+10.0 %" in lines[2]
+    assert lines[2].split()[0] == "2" and second[:7] in lines[2] and plus_ten(lines[2]), out
     assert lines[2].rstrip().endswith("running")
     rc, out, _ = d.ctl("runs", "show", "2")
     assert rc == 0 and "operator" in out and second in out, out
@@ -148,8 +163,9 @@ def test_a_deploy_is_judged_by_its_throughput(make_daemon: DaemonFactory, tmp_pa
     assert [r["run"] for r in json.loads(out)["runs"]] == [2]
     assert d.ctl("runs", "show", "9")[0] == 1
     rc, out, _ = d.ctl("timeline", "--since", "10m")
-    assert rc == 0 and "run 1: 1,000 tok/s" in out, out
-    assert "run 2: 1,100 tok/s, +10.0 % vs run 1" in out, out
+    assert rc == 0 and about(out, r"run 1: ([\d,]+) tok/s", 999, 1001), out
+    assert about(out, r"run 2: ([\d,]+) tok/s, [+-]", 1099, 1101), out
+    assert about(out, r"run 2: [\d,]+ tok/s, ([+-]\d+\.\d) % vs run 1", 9.7, 10.3), out
 
     d.stop()
     kept = records(d)
