@@ -106,3 +106,20 @@ def test_explain_imports_the_classifier_but_no_dataclasses_or_typing(
     extra -= imported_by(python, ["-c", "pass"])
     assert "watchdog.core.health.causes" in extra, sorted(extra)
     assert not {"dataclasses", "inspect", "typing"} & extra, sorted(extra)
+
+
+def test_the_daemon_does_not_import_rich_even_where_it_is_installed() -> None:
+    """structlog's dev module imports rich where it is installed (a venv shared with Lightning,
+    as this dev venv is): ~80 modules and ~50 ms of every daemon start, for exceptions the
+    daemon never draws. Its entry module keeps rich out."""
+    has_rich = subprocess.run([sys.executable, "-c", "import rich"], capture_output=True)
+    if has_rich.returncode != 0:
+        pytest.skip("rich is not installed here: nothing to keep out (the frameworks extra has it)")
+    code = (
+        "import sys, watchdog.daemon.watchdogd\n"
+        "assert 'structlog' in sys.modules\n"
+        "print(sorted(m for m, v in sys.modules.items() if m.split('.')[0] == 'rich' and v))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]", run.stdout
