@@ -155,13 +155,20 @@ def test_a_wall_clock_step_while_no_daemon_ran_still_adopts_the_job(
 
 def _marked_sleeper(token: str) -> subprocess.Popen[bytes]:
     """A real process carrying the instance marker `token`, as a job of ours does."""
-    env = {**os.environ, identity.INSTANCE_ENV: token}
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
-    marker = f"{identity.INSTANCE_ENV}={token}".encode()
+    return _sleeper_with(identity.INSTANCE_ENV, token)
+
+
+def _sleeper_with(name: str, value: str) -> subprocess.Popen[bytes]:
+    """A real process whose environment has `name=value` and no instance marker of ours."""
+    env = {k: v for k, v in os.environ.items() if k != identity.INSTANCE_ENV}
+    p = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], env={**env, name: value}
+    )
+    variable = f"{name}={value}".encode()
 
     def environ_set() -> bool:  # just after exec the kernel may still show an empty environ
         with open(f"/proc/{p.pid}/environ", "rb") as f:
-            return marker in f.read().split(b"\0")
+            return variable in f.read().split(b"\0")
 
     wait_until(environ_set, 10, "the sleeper's environment")
     return p
@@ -209,12 +216,8 @@ def test_the_marker_is_a_whole_variable_of_the_environment() -> None:
     finally:
         p.kill()
         p.wait(5)
-    env = {**os.environ, "OTHER": f"{identity.INSTANCE_ENV}=tok"}
-    env.pop(identity.INSTANCE_ENV, None)
-    q = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    q = _sleeper_with("OTHER", f"{identity.INSTANCE_ENV}=tok")
     try:
-        environ = pathlib.Path(f"/proc/{q.pid}/environ")
-        wait_until(lambda: b"OTHER=" in environ.read_bytes(), 10, "the process's environment")
         assert not identity.carries_marker(q.pid, "tok")
     finally:
         q.kill()
