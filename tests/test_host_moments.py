@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from conftest import DaemonFactory
-from support.harness import Daemon, wait_until, write_script
+from support.harness import LOOPCHECK, Daemon, wait_until, write_script
 
 from watchdog.daemon.clockgap import GAP_S, ClockWatch
 from watchdog.outputs import incident
@@ -52,9 +52,9 @@ def suspended(seconds: float) -> None:
 
 
 # A SIGSTOP that lands inside one of the loop's callbacks makes that callback "take" the whole
-# freeze: asyncio debug mode's blocked-loop report (watchdog/daemon/loopcheck.py) would blame
-# the daemon for the test's own stop. The freeze tests run without it.
-NOT_DEBUG = {"PYTHONASYNCIODEBUG": ""}  # empty: off (asyncio reads any other value as on)
+# freeze: the blocked-loop report (watchdog/daemon/loopcheck.py) would blame the daemon for the
+# test's own stop. The freeze tests run without it.
+NOT_DEBUG = {LOOPCHECK: ""}
 
 STEPPER = """
     import os, sys, time

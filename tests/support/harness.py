@@ -24,6 +24,7 @@ import yaml
 
 from support.waiting import wait_until as wait_until  # the one wait, re-exported
 from watchdog.cli.client import Client, Unreachable
+from watchdog.daemon.loopcheck import ENV as LOOPCHECK
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 BIN = pathlib.Path(sys.executable).parent
@@ -101,10 +102,11 @@ class Daemon:
             self.config_path.write_text(yaml.safe_dump(cfg))
         self.socket = cfg["control"]["socket"]
         self.state_dir = pathlib.Path(cfg["state_dir"])
-        # asyncio debug mode: a callback that holds the loop (0.1 s of CPU, or 1 s of wall time:
-        # watchdog/loopcheck.py) is reported on stderr, and stop() fails the test on it (issue
-        # 15: a blocked loop under WatchdogSec gets the daemon, and with it the job, killed).
-        self.env = {**os.environ, "PYTHONASYNCIODEBUG": "1", **(env or {})}
+        # The loop check: a callback that holds the loop (0.1 s of CPU, or 1 s of wall time:
+        # watchdog/daemon/loopcheck.py) is reported on stderr, and stop() fails the test on it
+        # (issue 15: a blocked loop under WatchdogSec gets the daemon, and with it the job,
+        # killed). Not asyncio's debug mode, which doubled the daemon's CPU (loopcheck.py).
+        self.env = {**os.environ, LOOPCHECK: "1", **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.out_path = tmp / f"daemon-{int(time.monotonic() * 1000)}.out"
         self.bin = BIN  # where watchdogd and watchdogctl come from (another venv: test_reexec)
@@ -183,12 +185,12 @@ class Daemon:
         self.kill_job_processes()
         if hasattr(self, "_out"):
             self._out.close()
-        if self.env.get("PYTHONASYNCIODEBUG") == "1" and (blocked := self.loop_blocked()):
+        if self.env.get(LOOPCHECK) == "1" and (blocked := self.loop_blocked()):
             raise AssertionError(f"the daemon's event loop was blocked: {blocked}")
         return rc
 
     def loop_blocked(self) -> list[str]:
-        """The daemon's debug-mode reports of callbacks that held its loop (loopcheck.py)."""
+        """The daemon's reports of callbacks that held its loop (loopcheck.py)."""
         return [
             line.strip() for line in self.output().splitlines() if line.startswith("loop blocked")
         ]

@@ -1,7 +1,12 @@
-"""Debug-mode check that nothing holds the event loop (issue 15): for the end-to-end tests.
+"""A check that nothing holds the event loop (issue 15): for the end-to-end tests.
 
-With PYTHONASYNCIODEBUG=1 the daemon reports every callback that held its loop, on stderr, as
-`loop blocked: <callback> took W s (C s CPU)`, and the test harness fails the test on it.
+With TRAIN_WATCHDOG_LOOPCHECK=1 (or asyncio's debug mode, PYTHONASYNCIODEBUG=1) the daemon
+reports every callback that held its loop, on stderr, as `loop blocked: <callback> took W s
+(C s CPU)`, and the test harness fails the test on it. A callback scheduled from another
+thread than the loop's raises RuntimeError, as in debug mode: the one check of debug mode's
+that the daemon's threads (NVML, blocking calls) need. Debug mode itself also records a stack
+at every callback it schedules, which doubled the daemon's CPU at the tests' 0.1 s sampling;
+the tests switch on this check alone.
 
 asyncio's own report (slow_callback_duration) measures wall time alone. On a loaded 2-core
 machine (a test's torch ranks, a parallel build) a callback that was merely waiting for a CPU
@@ -15,15 +20,26 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 CPU_LIMIT_S = 0.1
 WALL_LIMIT_S = 1.0
 
 
+ENV = "TRAIN_WATCHDOG_LOOPCHECK"
+
+
+def wanted(loop: asyncio.AbstractEventLoop, environ: Mapping[str, str]) -> bool:
+    return loop.get_debug() or environ.get(ENV) == "1"
+
+
 def install(loop: asyncio.AbstractEventLoop) -> None:
-    """Replace asyncio's wall-clock report by this one (debug mode only)."""
+    """Replace asyncio's wall-clock report (debug mode) by this one, and refuse a callback
+    scheduled from another thread (asyncio checks that only in debug mode)."""
     loop.slow_callback_duration = float("inf")  # ours reports instead
+    if not loop.get_debug():
+        _check_thread(loop)
     original = asyncio.events.Handle._run
 
     def timed_run(handle: asyncio.Handle) -> None:
@@ -40,6 +56,20 @@ def install(loop: asyncio.AbstractEventLoop) -> None:
                 )
 
     asyncio.events.Handle._run = timed_run  # type: ignore[method-assign,assignment]
+
+
+def _check_thread(loop: Any) -> None:
+    call_soon, call_at = loop.call_soon, loop.call_at
+
+    def checked_soon(*args: Any, **kwargs: Any) -> asyncio.Handle:
+        loop._check_thread()
+        return call_soon(*args, **kwargs)  # type: ignore[no-any-return]
+
+    def checked_at(*args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        loop._check_thread()
+        return call_at(*args, **kwargs)  # type: ignore[no-any-return]
+
+    loop.call_soon, loop.call_at = checked_soon, checked_at
 
 
 def _name(handle: Any) -> str:

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     async def amain() -> int:
         loop = asyncio.get_running_loop()
-        if loop.get_debug():  # PYTHONASYNCIODEBUG=1 (the end-to-end tests): report any callback
+        if loopcheck.wanted(loop, os.environ):  # the end-to-end tests: report any callback
             loopcheck.install(loop)  # that holds the loop (loopcheck.py says how it counts)
         p = prepared
         daemon = Daemon(p.cfg, p.handover, p.lock_fd, exit_with_job=p.exit_with_job)
