@@ -76,9 +76,6 @@ class StateWrites:
     def next_due(self) -> float | None:
         return self._repeats.next_due()
 
-    def failing(self) -> bool:
-        return bool(self._spells)
-
     def view(self) -> dict[str, Any]:
         """Status `state_writes`: ok, or since when (wall seconds) and how many writes failed."""
         if not self._spells:

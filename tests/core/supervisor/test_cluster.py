@@ -6,8 +6,10 @@ test drives coordinators through the protocol of docs/multi-node.md.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -284,6 +286,21 @@ def test_records_round_trip_through_json() -> None:
     assert C.EpochRecord.from_json(rec.to_json()) == rec
     m = C.Member(3, 7, None, "h", 42)
     assert C.Member.from_json(m.to_json()) == m
+
+
+def test_records_keep_the_bytes_etcd_holds() -> None:
+    """The epoch and member values are the JSON every version wrote (other nodes read them),
+    read back as they were; a value of another kind is refused, never half taken."""
+    epoch = '{"epoch": 7, "node_rank": null, "reason": "exited", "delay_s": 1.5, "at": 10, '
+    epoch += '"restarts": [9, 10.5], "failures": 2, "fatal": false}'
+    rec = C.EpochRecord.from_json(json.loads(epoch))
+    assert rec == C.EpochRecord(7, None, "exited", 1.5, 10.0, (9.0, 10.5), 2, False)
+    assert json.dumps(rec.to_json()) == epoch.replace(": 10,", ": 10.0,").replace("[9,", "[9.0,")
+    member = '{"rank": 3, "host": "h", "pid": 42, "ready_epoch": 7, "running_epoch": null}'
+    assert json.dumps(C.Member.from_json(json.loads(member)).to_json()) == member
+    for bad in ({"epoch": "7", "reason": "x", "node_rank": None}, {"epoch": 7}, {"rank": True}):
+        with pytest.raises((ValueError, TypeError)):
+            (C.Member if "rank" in bad else C.EpochRecord).from_json(bad)
 
 
 def test_partitioned_node_keeps_its_job_then_adopts_the_new_epoch() -> None:

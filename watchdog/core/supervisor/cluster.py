@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from watchdog.core import images
 from watchdog.core.supervisor.budget import Policy
 from watchdog.core.supervisor.events import Emit
 
@@ -34,31 +35,15 @@ class EpochRecord:
     fatal: bool = False  # the budget is spent: nobody starts until an operator says so
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "epoch": self.epoch,
-            "node_rank": self.node_rank,
-            "reason": self.reason,
-            "delay_s": self.delay_s,
-            "at": self.at,
-            "restarts": list(self.restarts),
-            "failures": self.failures,
-            "fatal": self.fatal,
-        }
+        """The key's value: its fields in order, as plain JSON (core/images.py)."""
+        found: dict[str, Any] = images.plain(self)
+        return found
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> EpochRecord:
-        """Raises ValueError/TypeError/KeyError on a record that is not ours."""
-        rank = d.get("node_rank")
-        return cls(
-            epoch=int(d["epoch"]),
-            node_rank=None if rank is None else int(rank),
-            reason=str(d.get("reason", "")),
-            delay_s=float(d.get("delay_s", 0.0)),
-            at=float(d.get("at", 0.0)),
-            restarts=tuple(float(t) for t in d.get("restarts", ())),
-            failures=int(d.get("failures", 0)),
-            fatal=bool(d.get("fatal", False)),
-        )
+        """Raises ValueError/TypeError on a record that is not ours (core/images.py's `built`)."""
+        record: EpochRecord = images.built(cls, d)
+        return record
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,16 +67,9 @@ class Member:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Member:
-        def opt(v: Any) -> int | None:
-            return None if v is None else int(v)
-
-        return cls(
-            rank=int(d["rank"]),
-            ready_epoch=opt(d.get("ready_epoch")),
-            running_epoch=opt(d.get("running_epoch")),
-            host=str(d.get("host", "")),
-            pid=int(d.get("pid", 0)),
-        )
+        """As EpochRecord.from_json; the key order of to_json() is the one etcd holds."""
+        member: Member = images.built(cls, d)
+        return member
 
 
 @dataclass(frozen=True, slots=True)

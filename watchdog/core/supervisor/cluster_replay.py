@@ -56,13 +56,9 @@ def step(
 # ------------------------------------------------------------------------------ records
 
 
-def encode_view(view: core.View) -> Any:
-    return images.image(view)
-
-
 def decode_view(d: Any) -> core.View:
-    """A view as encode_view wrote it; one of code before (untagged: its record and members as
-    the etcd keys hold them, the members as [rank, member] pairs) reads the same."""
+    """A view as encode_values wrote it (tagged); one of code before (untagged: its record and
+    members as the etcd keys hold them, the members as [rank, member] pairs) reads the same."""
     view: core.View = images.typed(core.View, images.restored(d, KNOWN))
     return view
 

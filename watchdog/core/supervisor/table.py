@@ -14,9 +14,10 @@ states. `Supervisor.handle` dispatches through this table and nothing else:
   against its cell: one the cell does not name raises in tests (`machine.STRICT`) and, in
   production, is refused by name (`input_refused`) with the old state kept.
 
-Rows shared by several states are written once (`_ANYWHERE`, `_NO_RUN`, `_A_RUN`) and spread
-into each state's row; docs/state-machine.md is drawn from this table (`make docs`), and
-tests/core/supervisor/test_table.py walks every pair and keeps the drawing in step.
+Rows shared by several states are written once (`_ANYWHERE`, `_NO_RUN`, `_A_RUN`, `_ACTED_ON`,
+`_STARTED`) and spread into each state's row; docs/state-machine.md is drawn from this table
+(`make docs`), and tests/core/supervisor/test_table.py walks every pair and keeps the drawing
+in step.
 
 Q: what does the daemon do when the job exits while backing off? A: see BACKOFF / ChildExited:
 nothing. No job runs during a backoff (its tree was stopped and its exit counted before the
@@ -74,6 +75,7 @@ _ANYWHERE: dict[type, Go] = {
     HealthAwaited: stay("a caller waits for health: answered after each input (answers.py)"),
     ChildSpawned: go(attempts.late_spawn, says="a superseded start's child is stopped"),
     SpawnFailed: go(attempts.late_failure, says="a superseded start's failure is dropped"),
+    Tick: stay("nothing is due"),
 }
 
 # States with no run of the job (its tree is gone): a report about a run is a late one.
@@ -107,9 +109,27 @@ _A_RUN: dict[type, Go] = {
     ),
 }
 
+# Starting, running, unhealthy: a run the watchdog acts on (a paused one is only watched).
+_ACTED_ON: dict[type, Go] = {
+    **_A_RUN,
+    RankExited: go(verdicts.rank_exited, STOPPING, says="a dead rank is `exited`"),
+    OperatorCommand: go(
+        commands.command,
+        PAUSED,
+        STOPPING,
+        says="stop/restart stop it; pause; a start answers 'already …'",
+    ),
+}
+
+# Running, unhealthy: the start is over.
+_STARTED: dict[type, Go] = {
+    **_ACTED_ON,
+    GpuFaultSeen: go(parking.gpu_fault, STOPPING, says="stop: to park, or to restart"),
+}
+
 # A start (SPEC §3); `waiting_nodes` (SPEC §12) is a start that waits at the cluster's barrier.
 _STARTING: dict[type, Go] = {
-    **_A_RUN,
+    **_ACTED_ON,
     NodesAwaited: go(attempts.awaited, WAITING_NODES, says="the start waits at the barrier"),
     ChildSpawned: go(attempts.child_spawned, says="the start's child: the startup window counts"),
     SpawnFailed: go(
@@ -126,7 +146,6 @@ _STARTING: dict[type, Go] = {
         STOPPING,
         says="healthy -> running; a verdict in restart.on stops it to restart",
     ),
-    RankExited: go(verdicts.rank_exited, STOPPING, says="a dead rank is `exited`"),
     Tick: go(
         verdicts.tick,
         UNHEALTHY,
@@ -138,12 +157,6 @@ _STARTING: dict[type, Go] = {
         HOST_FAULT,
         STOPPING,
         says="parks (host_fault) or restarts (restart_app), by the fault's action",
-    ),
-    OperatorCommand: go(
-        commands.command,
-        PAUSED,
-        STOPPING,
-        says="stop/restart stop it; pause; a start answers 'already …'",
     ),
 }
 
@@ -183,7 +196,6 @@ TABLE: dict[State, Mapping[type, Go]] = {
             parking.gpu_fault, HOST_FAULT, says="a parking fault parks a job still wanted"
         ),
         GpuAccessChanged: go(parking.access_changed, says="named; nothing to hold back"),
-        Tick: stay("nothing is due"),
     },
     STARTING: _STARTING,
     WAITING_NODES: {
@@ -201,39 +213,21 @@ TABLE: dict[State, Mapping[type, Go]] = {
         NodesAwaited: go(attempts.awaited, STARTING, says="left the barrier: starting"),
     },
     RUNNING: {
-        **_A_RUN,
+        **_STARTED,
         HealthAssessed: go(
             verdicts.assessed,
             UNHEALTHY,
             STOPPING,
             says="a detector fired: warn (unhealthy), or stop it to restart",
         ),
-        RankExited: go(verdicts.rank_exited, STOPPING, says="a dead rank is `exited`"),
-        Tick: stay("nothing is due"),
-        GpuFaultSeen: go(parking.gpu_fault, STOPPING, says="stop: to park, or to restart"),
-        OperatorCommand: go(
-            commands.command,
-            PAUSED,
-            STOPPING,
-            says="stop/restart stop it; pause; a start answers 'already …'",
-        ),
     },
     UNHEALTHY: {
-        **_A_RUN,
+        **_STARTED,
         HealthAssessed: go(
             verdicts.assessed,
             RUNNING,
             STOPPING,
             says="all clear -> running; a verdict in restart.on stops it to restart",
-        ),
-        RankExited: go(verdicts.rank_exited, STOPPING, says="a dead rank is `exited`"),
-        Tick: stay("nothing is due"),
-        GpuFaultSeen: go(parking.gpu_fault, STOPPING, says="stop: to park, or to restart"),
-        OperatorCommand: go(
-            commands.command,
-            PAUSED,
-            STOPPING,
-            says="stop/restart stop it; pause; a start answers 'already …'",
         ),
     },
     PAUSED: {
@@ -301,7 +295,6 @@ TABLE: dict[State, Mapping[type, Go]] = {
         OperatorCommand: go(
             commands.command, says="a stop/start changes where this stop leads; resume too"
         ),
-        Tick: stay("nothing is due"),
     },
     BACKOFF: {
         **_NO_RUN,
@@ -342,7 +335,6 @@ TABLE: dict[State, Mapping[type, Go]] = {
         ShutdownRequested: go(commands.shutdown, says="exit; the next daemon finds fatal"),
         GpuFaultSeen: go(parking.gpu_fault, HOST_FAULT, says="a parking fault parks instead"),
         GpuAccessChanged: go(parking.access_changed, says="named"),
-        Tick: stay("nothing is due"),
     },
     HOST_FAULT: {
         **_NO_RUN,
@@ -364,7 +356,6 @@ TABLE: dict[State, Mapping[type, Go]] = {
             FATAL,
             says="access back lifts its own park: the deferred restart or spawn goes on",
         ),
-        Tick: stay("nothing is due"),
     },
     COMPLETED: {
         **_NO_RUN,
@@ -375,7 +366,6 @@ TABLE: dict[State, Mapping[type, Go]] = {
         ShutdownRequested: go(commands.shutdown, says="exit; the next daemon finds it done"),
         GpuFaultSeen: go(parking.gpu_fault, says="recorded; the run ended well"),
         GpuAccessChanged: go(parking.access_changed, says="named"),
-        Tick: stay("nothing is due"),
     },
 }
 

@@ -24,12 +24,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 from watchdog.core.ring import GapRing
 
-StartReason = Literal["boot", "operator", "restart", "cluster_epoch", "adopted"]
-START_REASONS: tuple[str, ...] = ("boot", "operator", "restart", "cluster_epoch", "adopted")
 SETTLE_READINGS = 5  # steady readings before a run is settled: one or two are noise
 READINGS_KEPT = 2048  # the newest steady readings the figures are taken from (bounded memory)
 
