@@ -259,20 +259,12 @@ def markdown(version: str) -> str:
         "as a config file to start from. General rules: [the operator guide](operator-guide.md).",
     ]
     for k in all_keys():
-        if k.depth == 0:
+        if k.depth == 0:  # a section's table, or a top-level key's own
             out += ["", f"## `{k.path}`", "", k.doc[:1].upper() + k.doc[1:] + ".", ""]
-            if not k.section:
-                out += _table_head()
-                out.append(_table_row(k))
-                continue
-            out += _table_head()
-        else:
+            out += ["| key | default | values | meaning |", "|---|---|---|---|"]
+        if k.depth > 0 or not k.section:
             out.append(_table_row(k))
     return "\n".join(out) + "\n"
-
-
-def _table_head() -> list[str]:
-    return ["| key | default | values | meaning |", "|---|---|---|---|"]
 
 
 def _table_row(k: Key) -> str:
