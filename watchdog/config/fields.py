@@ -175,16 +175,19 @@ def parse_command(node: Node, key: str, ctx: Ctx) -> tuple[str, ...]:
     return argv
 
 
+def resolve_path(value: str, node: Node, key: str, ctx: Ctx) -> str:
+    """A path of the config, resolved against the config's folder."""
+    if not value:
+        raise ctx.fail(key, "empty path", node)
+    return os.path.normpath(os.path.join(ctx.base_dir, value))
+
+
 def parse_code_paths(node: Node, key: str, ctx: Ctx) -> tuple[str, ...]:
     """runs.code_paths (SPEC §15): files or folders, resolved against the config's folder."""
     if is_null(node):
         return ()
-    paths = []
-    for sub, value, item in _str_items(node, key, ctx, "a list of paths"):
-        if not value:
-            raise ctx.fail(sub, "empty path", item)
-        paths.append(os.path.normpath(os.path.join(ctx.base_dir, value)))
-    return tuple(paths)
+    items = _str_items(node, key, ctx, "a list of paths")
+    return tuple(resolve_path(value, item, sub, ctx) for sub, value, item in items)
 
 
 def parse_pre_start(node: Node, key: str, ctx: Ctx) -> tuple[tuple[str, ...], ...]:
