@@ -65,9 +65,8 @@ async def previous_job(d: Adopter) -> int | None:
     SPEC §13: after an operator's stop, or while a GPU is parked, a job that survived is never
     adopted (it is ended, nothing started); after an operator's pause a provable job is adopted
     even with job.on_daemon_restart: restart (ending and restarting it would act on it)."""
-    previous, resets = d.life.state.load_job_checked()
-    for r in resets:  # SPEC §14: never silent; the previous generation (or nothing) is used
-        d.emit("state_reset", file=r.file, error=r.error, fallback=r.fallback)
+    # SPEC §14: never silent; the previous generation (or nothing) is used
+    previous = d.life.state.load_job(d.emit)
     durable = _durable(d, previous)
     leader = await adopt_or_end(d, previous, _found(d, previous, durable))
     if durable is not None:
