@@ -297,14 +297,11 @@ async def end_leftovers(
     else:
         lead = _Leader(None, None, reaper)
         n = len({p.pid for p in found or []} | set(in_cgroup or []))
-        result = await _kill_tree(lead, token, bound_s, _marker_scan, n, delegation)
+        by_marker = functools.partial(find_tree_async, marker=True)
+        result = await _kill_tree(lead, token, bound_s, by_marker, n, delegation)
     if delegation is not None and result.leftovers == 0:
         remove_runs(delegation)
     return result
-
-
-async def _marker_scan(leader: int | None, token: str) -> list[psutil.Process] | None:
-    return await find_tree_async(leader, token, marker=True)
 
 
 def remove_runs(delegation: cgroup.Delegation) -> None:
