@@ -140,10 +140,6 @@ class ControlServer:
             await asyncio.sleep(0.005)
         return fd
 
-    async def resume_serving(self, fd: int) -> None:
-        """The exec did not happen: serve on the duplicate again."""
-        await self.start(listening_fd=fd)
-
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
