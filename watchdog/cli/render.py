@@ -63,8 +63,9 @@ def wrap(
     return [*lines, lead + line]
 
 
-def fit(line: str) -> str:
-    return line if len(line) <= WIDTH else line[: WIDTH - 1] + "…"
+def fit(line: str, width: int = WIDTH) -> str:
+    """`line` cut to `width` columns, an ellipsis where it was cut."""
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 def format_event(e: dict[str, Any], whole_paths: bool = True) -> str:
@@ -320,7 +321,7 @@ def _gpu_note(g: dict[str, Any]) -> str:
         note = f"throttled: {throttle}"
     else:
         return ""
-    return " " + (note if len(note) <= 50 else note[:49] + "…")
+    return " " + fit(note, 50)
 
 
 def _gpu_cell(g: dict[str, Any]) -> str:

@@ -4,11 +4,12 @@
 
 from __future__ import annotations
 
+from watchdog.cli.render import fit
+
 TYPE_CHECKING = False  # mypy treats this name as true; at run time `typing` is never imported
 if TYPE_CHECKING:
     from typing import Any
 
-COLUMNS = 100
 HEAD = f"{'RUN':>4}  {'START':<11}  {'WHY':<18} {'CODE':<8} {'TO PROG':>8} {'TOK/S':>8} "
 HEAD += f"{'CHANGE':>7}  END"
 WHY_WIDTH = 18
@@ -40,7 +41,7 @@ def why(rec: dict[str, Any]) -> str:
     reason = str(rec.get("start_reason") or "-")
     after = rec.get("restart_after")
     text = f"{reason}:{after}" if after else reason
-    return text if len(text) <= WHY_WIDTH else text[: WHY_WIDTH - 1] + "…"
+    return fit(text, WHY_WIDTH)
 
 
 def ending(rec: dict[str, Any]) -> str:
@@ -72,7 +73,7 @@ def line(rec: dict[str, Any]) -> str:
         f"{'-' if tps is None else f'{tps:,.0f}':>8} "
         f"{'-' if change is None else f'{change:+.1f} %':>7}  {ending(rec)}"
     )
-    return text if len(text) <= COLUMNS else text[: COLUMNS - 1] + "…"
+    return fit(text)
 
 
 def render(result: dict[str, Any]) -> str:

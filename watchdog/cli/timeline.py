@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime
 
+from watchdog.cli.render import WIDTH, fit
 from watchdog.core.views.goodput import goodput_line
 
 TYPE_CHECKING = False
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
 
     Painter = Callable[[str, str], str]
 
-WIDTH = 100
 LABEL = 9  # "    tok/s" then the plot
 PLOT_COLUMNS = 88  # LABEL + PLOT_COLUMNS + a margin stays under WIDTH
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -92,7 +92,7 @@ def _title(res: dict[str, Any], start: float, end: float) -> str:
     head += f"{_clock(end, end - start)} UTC · {_span_text(res['bucket_s'])} a column"
     if (res.get("asked_s") or 0) > end - start + res["bucket_s"]:
         head += " (all the history there is)"
-    return _fit(head)
+    return fit(head)
 
 
 def _axis(start: float, end: float, n: int) -> str:
@@ -242,7 +242,7 @@ def _list_entry(e: dict[str, Any], exited: dict[str, Any] | None, span_s: float)
         detail = f"GPU {e.get('gpu')} {e.get('xid') or ''} {e.get('action') or ''}".strip()
     if name == "run_settled":
         detail = _settled_text(e)
-    line = _fit(f"  {when}  {word:<9} {detail}".rstrip())
+    line = fit(f"  {when}  {word:<9} {detail}".rstrip())
     path = e.get("path")
     if not path:
         return [line]
@@ -280,7 +280,7 @@ def _goodput_lines(g: dict[str, Any]) -> list[str]:
             break
         lines.append(text[: cut + 1])
         text = "    " + text[cut + 2 :]
-    return [*lines, _fit(text)]
+    return [*lines, fit(text)]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -288,10 +288,6 @@ def _goodput_lines(g: dict[str, Any]) -> list[str]:
 
 def _row(label: str, body: str) -> str:
     return f"{label:>{LABEL - 1}} {body}".rstrip()
-
-
-def _fit(line: str) -> str:
-    return line if len(line) <= WIDTH else line[: WIDTH - 1] + "…"
 
 
 def _painter(color: bool) -> Painter:

@@ -150,44 +150,49 @@ def nonempty_str(node: Node, key: str, ctx: Ctx) -> str:
     return value
 
 
-def _str_items(node: Node, key: str, ctx: Ctx, want: str) -> list[tuple[str, Node]]:
+def _items(node: Node, key: str, ctx: Ctx, want: str) -> list[tuple[str, Node]]:
+    """A list's items with their key paths (`key[i]`), each item's line noted for errors."""
     if not isinstance(node, SequenceNode):
         raise ctx.fail(key, f"expected {want}, got {_describe(node)}", node)
-    items = []
+    found = []
     for i, item in enumerate(node.value):
         ctx.lines[f"{key}[{i}]"] = item.start_mark.line + 1
-        items.append((as_str(item, f"{key}[{i}]", ctx), item))
-    return items
+        found.append((f"{key}[{i}]", item))
+    return found
+
+
+def _str_items(node: Node, key: str, ctx: Ctx, want: str) -> list[tuple[str, str, Node]]:
+    return [(sub, as_str(item, sub, ctx), item) for sub, item in _items(node, key, ctx, want)]
 
 
 def parse_command(node: Node, key: str, ctx: Ctx) -> tuple[str, ...]:
     """An argv list, or a string run with `/bin/sh -c` (SPEC §6)."""
     if isinstance(node, ScalarNode) and not is_null(node):
         return (SHELL, "-c", nonempty_str(node, key, ctx))
-    argv = tuple(s for s, _ in _str_items(node, key, ctx, "an argv list or a shell string"))
+    argv = tuple(s for _, s, _ in _str_items(node, key, ctx, "an argv list or a shell string"))
     if not argv or not argv[0]:
         raise ctx.fail(key, "empty command", node)
     return argv
+
+
+def resolve_path(value: str, node: Node, key: str, ctx: Ctx) -> str:
+    """A path of the config, resolved against the config's folder."""
+    if not value:
+        raise ctx.fail(key, "empty path", node)
+    return os.path.normpath(os.path.join(ctx.base_dir, value))
 
 
 def parse_code_paths(node: Node, key: str, ctx: Ctx) -> tuple[str, ...]:
     """runs.code_paths (SPEC §15): files or folders, resolved against the config's folder."""
     if is_null(node):
         return ()
-    paths = []
-    for i, (value, item) in enumerate(_str_items(node, key, ctx, "a list of paths")):
-        if not value:
-            raise ctx.fail(f"{key}[{i}]", "empty path", item)
-        paths.append(os.path.normpath(os.path.join(ctx.base_dir, value)))
-    return tuple(paths)
+    items = _str_items(node, key, ctx, "a list of paths")
+    return tuple(resolve_path(value, item, sub, ctx) for sub, value, item in items)
 
 
 def parse_pre_start(node: Node, key: str, ctx: Ctx) -> tuple[tuple[str, ...], ...]:
-    if not isinstance(node, SequenceNode):
-        raise ctx.fail(key, f"expected a list of commands, got {_describe(node)}", node)
-    for i, item in enumerate(node.value):
-        ctx.lines[f"{key}[{i}]"] = item.start_mark.line + 1
-    return tuple(parse_command(item, f"{key}[{i}]", ctx) for i, item in enumerate(node.value))
+    commands = _items(node, key, ctx, "a list of commands")
+    return tuple(parse_command(item, sub, ctx) for sub, item in commands)
 
 
 def mapping_pairs(node: Node | None, key: str, ctx: Ctx) -> dict[str, tuple[Node, Node]]:
@@ -236,12 +241,8 @@ def parse_signal(node: Node, key: str, ctx: Ctx) -> int:
 
 def parse_forward_signals(node: Node, key: str, ctx: Ctx) -> tuple[int, ...]:
     """job.forward_signals (SPEC §13): signals passed on to the job's leader, by name or number."""
-    if not isinstance(node, SequenceNode):
-        raise ctx.fail(key, f"expected a list of signal names, got {_describe(node)}", node)
     found: list[int] = []
-    for i, item in enumerate(node.value):
-        sub = f"{key}[{i}]"
-        ctx.lines[sub] = item.start_mark.line + 1
+    for sub, item in _items(node, key, ctx, "a list of signal names"):
         sig = parse_signal(item, sub, ctx)
         if sig in UNFORWARDABLE:
             name = signal.Signals(sig).name
@@ -254,12 +255,8 @@ def parse_forward_signals(node: Node, key: str, ctx: Ctx) -> tuple[int, ...]:
 
 def parse_exit_codes(node: Node, key: str, ctx: Ctx) -> tuple[int, ...]:
     """job.success_exit_codes (SPEC §13): a list of exit codes 0-255."""
-    if not isinstance(node, SequenceNode):
-        raise ctx.fail(key, f"expected a list of exit codes, got {_describe(node)}", node)
     codes: list[int] = []
-    for i, item in enumerate(node.value):
-        sub = f"{key}[{i}]"
-        ctx.lines[sub] = item.start_mark.line + 1
+    for sub, item in _items(node, key, ctx, "a list of exit codes"):
         code = _read(item, sub, ctx, (int,), "an exit code (an integer 0-255)")
         if not 0 <= code <= 255:
             raise ctx.fail(sub, f"an exit code is 0-255, got {code}", item)
@@ -284,20 +281,18 @@ def parse_devices(node: Node, key: str, ctx: Ctx) -> Literal["all"] | tuple[int 
         if _scalar(node, key, ctx, want) != "all":
             raise ctx.fail(key, f"expected {want}, got {_describe(node)}", node)
         return "all"
-    if not isinstance(node, SequenceNode):
-        raise ctx.fail(key, f"expected {want}, got {_describe(node)}", node)
     devices: list[int | str] = []
-    for i, item in enumerate(node.value):
-        value = _scalar(item, f"{key}[{i}]", ctx, "a GPU index or UUID")
+    for sub, item in _items(node, key, ctx, want):
+        value = _scalar(item, sub, ctx, "a GPU index or UUID")
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             device: int | str = value
         elif isinstance(value, str) and value.startswith(("GPU-", "MIG-")):
             device = value
         else:
             problem = "expected a GPU index (integer >= 0) or a UUID starting with GPU- or MIG-"
-            raise ctx.fail(f"{key}[{i}]", f"{problem}, got {_describe(item)}", item)
+            raise ctx.fail(sub, f"{problem}, got {_describe(item)}", item)
         if device in devices:
-            raise ctx.fail(f"{key}[{i}]", f"GPU {device!r} is listed twice", item)
+            raise ctx.fail(sub, f"GPU {device!r} is listed twice", item)
         devices.append(device)
     return tuple(devices)
 
@@ -330,18 +325,18 @@ def parse_format(node: Node, key: str, ctx: Ctx) -> str:
 
 
 def parse_reasons(node: Node, key: str, ctx: Ctx) -> frozenset[str]:
-    items = _str_items(node, key, ctx, "a list of reasons")
-    for i, (reason, item) in enumerate(items):
+    reasons = _str_items(node, key, ctx, "a list of reasons")
+    for sub, reason, item in reasons:
         if reason in WARN_ONLY_REASONS:
             problem = f"{reason} is warn-only: it is a host problem that restarting cannot fix"
-            raise ctx.fail(f"{key}[{i}]", problem, item)
+            raise ctx.fail(sub, problem, item)
         if reason == "gpu_degraded":
             problem = "a degraded GPU restarts the job with gpus.on_degraded: restart"
-            raise ctx.fail(f"{key}[{i}]", problem, item)
+            raise ctx.fail(sub, problem, item)
         if reason not in RESTART_REASONS:
             allowed = ", ".join(sorted(RESTART_REASONS))
-            raise ctx.fail(f"{key}[{i}]", f"unknown reason {reason!r} (one of: {allowed})", item)
-    return frozenset(reason for reason, _ in items)
+            raise ctx.fail(sub, f"unknown reason {reason!r} (one of: {allowed})", item)
+    return frozenset(reason for _, reason, _ in reasons)
 
 
 _LISTEN = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):(?P<port>[0-9]{1,5})")
@@ -374,11 +369,11 @@ _ETCD_URL = re.compile(r"https?://[^\s/]+(:[0-9]{1,5})?/?")
 
 
 def parse_etcd_urls(node: Node, key: str, ctx: Ctx) -> tuple[str, ...]:
-    items = _str_items(node, key, ctx, "a list of etcd client URLs")
-    if not items:
+    urls = _str_items(node, key, ctx, "a list of etcd client URLs")
+    if not urls:
         raise ctx.fail(key, "needs at least one etcd client URL", node)
-    for i, (url, item) in enumerate(items):
+    for sub, url, item in urls:
         if not _ETCD_URL.fullmatch(url):
             problem = f"expected an etcd client URL like http://10.0.0.1:2379, got {url!r}"
-            raise ctx.fail(f"{key}[{i}]", problem, item)
-    return tuple(url for url, _ in items)
+            raise ctx.fail(sub, problem, item)
+    return tuple(url for _, url, _ in urls)

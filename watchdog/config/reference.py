@@ -33,6 +33,7 @@ from watchdog.config.fields import (
 )
 from watchdog.config.keydocs import DOCS
 from watchdog.config.schema import Config
+from watchdog.config.sections import is_key
 
 NO_DOC = "(no description yet: add one to watchdog/config/keydocs.py)"
 _KIND = {str: "string", int: "integer", float: "number", bool: "boolean"}
@@ -85,15 +86,11 @@ def _is_dataclass(hint: Any) -> bool:
     return isinstance(hint, type) and dataclasses.is_dataclass(hint)
 
 
-def _is_key(f: dataclasses.Field[Any]) -> bool:
-    return not {"internal", "derive"} & set(f.metadata)
-
-
 def all_keys(cls: type = Config, prefix: str = "", depth: int = 0) -> Iterator[Key]:
     """Every YAML key of `cls`, in the schema's order, a section before its keys."""
     hints = get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        if not _is_key(f):
+        if not is_key(f):
             continue
         path, sub = prefix + f.name, _dataclass_of(hints[f.name])
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
@@ -146,7 +143,7 @@ def _type_words(hint: Any) -> str:
     if origin in (tuple, frozenset, list):
         items = [a for a in args if _is_dataclass(a)]
         if items:  # e.g. causes: [{name, pattern, class}]
-            names = ", ".join(f.name for f in dataclasses.fields(items[0]) if _is_key(f))
+            names = ", ".join(f.name for f in dataclasses.fields(items[0]) if is_key(f))
             return f"list of {{{names}}}"
         return "list"
     if origin is Mapping or hint is Mapping:
@@ -184,7 +181,7 @@ def _yaml_value(value: object) -> str:
     if isinstance(value, re.Pattern):
         return _yaml_str(value.pattern)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = [f for f in dataclasses.fields(value) if _is_key(f)]
+        fields = [f for f in dataclasses.fields(value) if is_key(f)]
         return _yaml_value({f.name: getattr(value, f.name) for f in fields})
     raise TypeError(f"no YAML form for the default {value!r}: teach watchdog/config/reference.py")
 
@@ -259,20 +256,12 @@ def markdown(version: str) -> str:
         "as a config file to start from. General rules: [the operator guide](operator-guide.md).",
     ]
     for k in all_keys():
-        if k.depth == 0:
+        if k.depth == 0:  # a section's table, or a top-level key's own
             out += ["", f"## `{k.path}`", "", k.doc[:1].upper() + k.doc[1:] + ".", ""]
-            if not k.section:
-                out += _table_head()
-                out.append(_table_row(k))
-                continue
-            out += _table_head()
-        else:
+            out += ["| key | default | values | meaning |", "|---|---|---|---|"]
+        if k.depth > 0 or not k.section:
             out.append(_table_row(k))
     return "\n".join(out) + "\n"
-
-
-def _table_head() -> list[str]:
-    return ["| key | default | values | meaning |", "|---|---|---|---|"]
 
 
 def _table_row(k: Key) -> str:

@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 from yaml.nodes import Node
 
-from watchdog.config.fields import SCALARS, Ctx, as_str, is_null, mapping_pairs
+from watchdog.config.fields import SCALARS, Ctx, as_str, is_null, mapping_pairs, resolve_path
 from watchdog.config.schema import ClusterConfig, Config
 
 # sizeof(sockaddr_un.sun_path) on Linux, including the terminating NUL (unix(7)).
@@ -56,16 +56,15 @@ def _check_bounds(meta: Mapping[str, Any], value: object, node: Node, key: str, 
             raise ctx.fail(key, f"must be {words} {meta[name]:g}, got {value:g}", node)
 
 
-def _resolve_path(value: str, node: Node, key: str, ctx: Ctx) -> str:
-    if not value:
-        raise ctx.fail(key, "empty path", node)
-    return os.path.normpath(os.path.join(ctx.base_dir, value))
+def is_key(f: dataclasses.Field[Any]) -> bool:
+    """A field the YAML file spells (not an internal or derived one)."""
+    return not {"internal", "derive"} & set(f.metadata)
 
 
 def parse_section(cls: type[_T], node: Node | None, key: str, ctx: Ctx, **extra: Any) -> _T:
     pairs = mapping_pairs(node, key, ctx)
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]
-    keys = [f.name for f in fields if not {"internal", "derive"} & set(f.metadata)]
+    keys = [f.name for f in fields if is_key(f)]
     for name, (knode, _) in pairs.items():
         if name not in keys:
             close = difflib.get_close_matches(name, keys, n=1)
@@ -86,7 +85,7 @@ def parse_section(cls: type[_T], node: Node | None, key: str, ctx: Ctx, **extra:
             value = parse(vnode, sub, ctx)
             _check_bounds(f.metadata, value, vnode, sub, ctx)
             if f.metadata.get("path") and value is not None:
-                value = _resolve_path(value, vnode, sub, ctx)
+                value = resolve_path(value, vnode, sub, ctx)
             kwargs[f.name] = value
         elif isinstance(hints[f.name], type) and dataclasses.is_dataclass(hints[f.name]):
             # An absent section is an empty one, so its own required keys are still reported

@@ -12,7 +12,7 @@ import asyncio
 import functools
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from watchdog.blocking import BoundedWorker, Hung
 from watchdog.control.backend import ReexecRefused
@@ -41,6 +41,7 @@ SETTLE_GRACE_S = 120.0  # `restart --settle`: past the warm-up, how long a settl
 DEFAULT_TIMELINE_S = 86400.0  # `watchdogctl timeline` without --since (SPEC §13)
 KILL_GRACE_S = 5.0  # slack for the stop's scans and the incident around its two bounds
 OperatorCmd = Literal["start", "stop", "restart", "pause", "resume"]
+_T = TypeVar("_T")
 
 
 class CommandError(Exception):
@@ -49,6 +50,10 @@ class CommandError(Exception):
         self.type = type_
         self.message = message
         self.result = result
+
+
+class LogUnreadable(Exception):
+    """The job's log could not be read (an error, or a read that hung)."""
 
 
 class ClientGone(Exception):
@@ -295,15 +300,23 @@ class Operations:
     def _stop_signal(self) -> str:
         return replies.signal_name(self.d.cfg.job.stop_signal)
 
-    async def _log_tail(self, n: int) -> list[str]:
+    async def read_log(self, fn: Callable[[], _T]) -> _T:
+        """`fn`'s reading of the job's log, on the bounded worker; LogUnreadable when it fails
+        or hangs (the client is told; the loop and the other clients are not held)."""
         path = self.d.cfg.job.log_file
-        try:  # off the loop: the log may sit on a hung network filesystem
-            read = functools.partial(logfile.tail_of_job, path, self.d.job.log, n)
-            return await self._files.call(read, logfile.READ_TIMEOUT_S, what=f"reading {path}")
+        try:
+            return await self._files.call(fn, logfile.READ_TIMEOUT_S, what=f"reading {path}")
         except OSError as e:
-            return [f"(cannot read {path}: {e.strerror or e})"]
+            raise LogUnreadable(f"cannot read {path}: {e.strerror or e}") from e
         except Hung as e:
-            return [f"(cannot read {path}: {e})"]
+            raise LogUnreadable(f"cannot read {path}: {e}") from e
+
+    async def _log_tail(self, n: int) -> list[str]:
+        read = functools.partial(logfile.tail_of_job, self.d.cfg.job.log_file, self.d.job.log, n)
+        try:  # off the loop: the log may sit on a hung network filesystem
+            return await self.read_log(read)
+        except LogUnreadable as e:
+            return [f"({e})"]
 
 
 class _Awaited:

@@ -21,11 +21,11 @@ import os
 import socket
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from watchdog.blocking import BoundedWorker, Hung
+from watchdog.blocking import BoundedWorker
 from watchdog.control import socketfile
-from watchdog.control.commands import Call, ClientGone, CommandError, Operations
+from watchdog.control.commands import Call, ClientGone, CommandError, LogUnreadable, Operations
 from watchdog.control.peers import Peer, may_operate, peer_credentials
 from watchdog.core.protocol import wire as protocol
 from watchdog.core.ratelimit import RateLimit
@@ -43,11 +43,6 @@ ROOT_RESERVE = 32  # slots only root may use: an operator can always get in
 JUNK_DRAIN_S = 1.0  # after "too large", swallow the rest so the client can read its error
 FOLLOW_WAKE_S = 1.0  # a follower notices a client that went away within this
 FOLLOW_POLL_S = 0.25  # `logs --follow` looks at the file this often
-_T = TypeVar("_T")
-
-
-class LogUnreadable(Exception):
-    """The job's log could not be read for `logs` (an error, or a read that hung)."""
 
 
 class ControlServer:
@@ -144,10 +139,6 @@ class ControlServer:
         while any(t is not me for t in self._conns) and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
         return fd
-
-    async def resume_serving(self, fd: int) -> None:
-        """The exec did not happen: serve on the duplicate again."""
-        await self.start(listening_fd=fd)
 
     async def close(self) -> None:
         if self._server is not None:
@@ -268,17 +259,6 @@ class ControlServer:
             self.d.emit("internal_error_caught", where=f"control {req.cmd}", error=what)
             return protocol.error_reply(req.id, "internal_error", what)
 
-    async def _read_log(self, fn: Callable[[], _T]) -> _T:
-        """`fn`'s reading of the job's log, on the bounded worker; LogUnreadable when it fails
-        or hangs (the client is told; the loop and the other clients are not held)."""
-        path = self.d.cfg.job.log_file
-        try:
-            return await self._files.call(fn, logfile.READ_TIMEOUT_S, what=f"reading {path}")
-        except OSError as e:
-            raise LogUnreadable(f"cannot read {path}: {e.strerror or e}") from e
-        except Hung as e:
-            raise LogUnreadable(f"cannot read {path}: {e}") from e
-
     # ------------------------------------------------------------------ streams
 
     async def _stream(self, call: Call, writer: asyncio.StreamWriter) -> None:
@@ -315,7 +295,7 @@ class ControlServer:
         path, log = self.d.cfg.job.log_file, self.d.job.log
         tail = logfile.LogTail(path, open_now=False, fd=None if log is None else log.dup())
         try:
-            lines = await self._read_log(lambda: tail.start(req.args.get("n", 50)))
+            lines = await self._ops.read_log(lambda: tail.start(req.args.get("n", 50)))
             await _send(writer, protocol.ok_reply(req.id, {"lines": lines}))
             while req.args.get("follow", False) and not call.reader.at_eof():
                 await asyncio.sleep(FOLLOW_POLL_S)  # a follower's pace, not a synchronisation
@@ -323,7 +303,7 @@ class ControlServer:
                     log = now
                     if (fd := now.dup()) is not None:
                         tail.follow(fd)  # a new run: its file, once the old one is drained
-                new = await self._read_log(tail.poll)
+                new = await self._ops.read_log(tail.poll)
                 if new:
                     await _send(writer, protocol.ok_reply(req.id, {"lines": new}))
         except LogUnreadable as e:

@@ -28,32 +28,20 @@ from watchdog.progress import joblog
 from watchdog.state.writers import restore_durable
 
 if TYPE_CHECKING:
-    from watchdog import config
     from watchdog.cluster.link import ClusterLink
     from watchdog.core.supervisor.machine import Supervisor
-    from watchdog.daemon.consumer import Consumer
     from watchdog.daemon.inbox import Inbox
-    from watchdog.daemon.jobtree import JobTree
-    from watchdog.daemon.run import Runs
-    from watchdog.daemon.sampling import Sampler
-    from watchdog.daemon.wiring import Lifetime, Outputs
+    from watchdog.daemon.wiring import Outputs
 
 
-class Adopter(Protocol):
-    """What taking in a job we did not spawn uses (reexec.py's resume too): the state folder
-    and a reexec's handover (life), the job's tree, the runs, the consumer (a restored budget,
-    a fresh core), and the outputs that announce it."""
+class Adopter(handover.Resumer, Protocol):
+    """What taking in a job we did not spawn uses (reexec.py's resume too): what the new code
+    takes a reexec's state over into (handover.py: the state folder and the handover, the
+    job's tree, the runs, the consumer for a restored budget or a fresh core), and the outputs
+    that announce it."""
 
-    life: Lifetime
-    tree: JobTree
-    runs: Runs
-    consumer: Consumer
-    sampler: Sampler
     cluster: ClusterLink | None
     out: Outputs
-
-    @property
-    def cfg(self) -> config.Config: ...
 
     @property
     def core(self) -> Supervisor: ...
@@ -77,9 +65,8 @@ async def previous_job(d: Adopter) -> int | None:
     SPEC §13: after an operator's stop, or while a GPU is parked, a job that survived is never
     adopted (it is ended, nothing started); after an operator's pause a provable job is adopted
     even with job.on_daemon_restart: restart (ending and restarting it would act on it)."""
-    previous, resets = d.life.state.load_job_checked()
-    for r in resets:  # SPEC §14: never silent; the previous generation (or nothing) is used
-        d.emit("state_reset", file=r.file, error=r.error, fallback=r.fallback)
+    # SPEC §14: never silent; the previous generation (or nothing) is used
+    previous = d.life.state.load_job(d.emit)
     durable = _durable(d, previous)
     leader = await adopt_or_end(d, previous, _found(d, previous, durable))
     if durable is not None:

@@ -92,26 +92,16 @@ class Books:
     def _load_stall(self, state: StateDir) -> StallKnowledge:
         """What the previous daemon learned (its previous generation if the file is unfit, a
         state_reset each); afresh, said once, when neither generation can be used."""
-        knowledge, resets = files.load_generations(state.file(STALL_FILE), _parse_stall)
-        for r in resets:
-            self._emit("state_reset", file=r.file, error=r.error, fallback=r.fallback)
-        if knowledge is None:
-            if resets:
-                errors = "; ".join(f"{r.file}: {r.error}" for r in resets)
-                self._emit("stall_windows_reset", error=errors, file=state.file(STALL_FILE))
-            return StallKnowledge()
-        return knowledge
+        path = state.file(STALL_FILE)
+        knowledge = files.load_said(path, _parse_stall, self._emit, "stall_windows_reset")
+        return StallKnowledge() if knowledge is None else knowledge
 
     def _load(self, state: StateDir) -> goodput.Goodput:
         """SPEC §14: an unusable generation is a state_reset; goodput_reset when neither
         generation could be used (the totals start from zero)."""
-        totals, resets = state.load_goodput()
-        for r in resets:
-            self._emit("state_reset", file=r.file, error=r.error, fallback=r.fallback)
-        if resets and resets[-1].fallback.startswith("nothing"):
-            errors = "; ".join(f"{r.file}: {r.error}" for r in resets)
-            self._emit("goodput_reset", error=errors, file=state.file("goodput.json"))
-        return totals
+        path = state.file("goodput.json")
+        totals = files.load_said(path, _parse_goodput, self._emit, "goodput_reset")
+        return goodput.Goodput() if totals is None else totals
 
 
 async def start_metrics(
@@ -128,6 +118,11 @@ async def start_metrics(
         return f"metrics.listen {listen}: {e.strerror or e}"
     emit("metrics_started", addresses=server.addresses)
     return server
+
+
+def _parse_goodput(text: str) -> goodput.Goodput:
+    """The totals of earlier daemons (time while no daemon ran is not counted)."""
+    return goodput.Goodput.from_json(json.loads(text))
 
 
 def _parse_stall(text: str) -> StallKnowledge:

@@ -65,13 +65,9 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     return ap
 
 
-def parse_args(argv: list[str] | None, description: str) -> argparse.Namespace:
-    return build_parser(description).parse_args(argv)
-
-
 def prepare(argv: list[str] | None, description: str) -> Prepared | int:
     """Everything before the loop; an exit code when the daemon must not run."""
-    args = parse_args(argv, description)
+    args = build_parser(description).parse_args(argv)
     # First thing: a `pkill -f python3` from now on misses the daemon (SPEC §12).
     ProcTitle().set("watchdogd: starting")
     if args.print_defaults:

@@ -183,18 +183,14 @@ class Starter:
         A follower that cannot be opened yet does not hold up the start (sample_once retries).
         Returns the job's descriptor, the daemon's reader of that same file (joblog.py), the
         follower."""
-        cfg = self._cfg()
-        job, token = cfg.job, self._tree.token
+        job = self._cfg().job
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         marker = f"=== train-watchdog: start {attempt} at {stamp} ===\n".encode()
 
         def work() -> tuple[int, JobLog | None]:
-            # PyTorch writes no flight-recorder dump into a folder that does not exist
-            flight.prepare_flight_dir(
-                flight.with_torch_evidence(
-                    launch.job_env(os.environ, job.env, token), cfg.state_dir
-                )
-            )
+            # PyTorch writes no flight-recorder dump into a folder that does not exist (the
+            # same folder in any epoch)
+            flight.prepare_flight_dir(self.job_env(None)[0])
             fd = launch.open_log(job.log_file)
             try:
                 os.write(fd, marker)

@@ -317,10 +317,7 @@ class RunBook:
     def _load(self, state: StateDir) -> list[dict[str, Any]]:
         """What the previous daemon left (its previous generation if the file is unfit, a
         state_reset each); none, said once, when neither generation can be used."""
-        records, resets = files.load_generations(state.file(RUNS_FILE), parse_runs)
-        for r in resets:
-            self._emit("state_reset", file=r.file, error=r.error, fallback=r.fallback)
-        return records or []
+        return files.load_said(state.file(RUNS_FILE), parse_runs, self._emit) or []
 
     def view(self, n: int | None = None, show: int | None = None) -> dict[str, Any]:
         """`watchdogctl runs` (-n N: the newest N) and `runs show N`."""

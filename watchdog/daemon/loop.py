@@ -106,7 +106,7 @@ class Daemon:
     def _make_steps(self) -> None:
         """The sampler, the starter, the stopper, and the table that carries out the core's
         actions with them."""
-        port = Port(self._cfg_now, self.consumer.inbox, self.emit, self.tasks)  # port.py
+        port = Port(lambda: self.cfg, self.consumer.inbox, self.emit, self.tasks)  # port.py
         self.sampler = Sampler(port, self._leader, self.runs, self.gpus, self.tree)
         gate = StartGate(self.gpus, self.faults, self.cluster)
         starter = Starter(port, self.tree, self.runs, self.sampler, gate)
@@ -124,9 +124,6 @@ class Daemon:
                 RestartCluster: _nothing,  # told to the cluster link first (_tell_cluster)
             }
         )
-
-    def _cfg_now(self) -> config.Config:
-        return self.reloader.cfg
 
     def _leader(self) -> int | None:
         return self.consumer.core.snapshot().pid

@@ -144,7 +144,7 @@ async def perform(d: Carrier, req_id: int | str | None, conn: socket.socket | No
         state["checked_version"] = check
         _exec(d, entry, state)
     except BaseException:
-        await d.control.resume_serving(listener)
+        await d.control.start(listening_fd=listener)  # no exec: serve on the duplicate again
         raise
 
 

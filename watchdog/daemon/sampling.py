@@ -211,7 +211,7 @@ class Sampler:
                 lambda: self.make_follower(path, log),
                 PROGRESS_READ_TIMEOUT_S,
                 what=f"opening {path}",
-                discard=_close,
+                discard=lambda follower: follower.close(),
             )
         except blocking.Hung as e:
             self.progress_read_hung(path, e)
@@ -270,7 +270,3 @@ def with_late(late: FollowResult, found: FollowResult) -> FollowResult:
         phase=phase,
         activity_last=found.activity_last or (late.activity_last and not found.activity),
     )
-
-
-def _close(follower: Follower) -> None:
-    follower.close()

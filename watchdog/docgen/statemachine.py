@@ -35,10 +35,6 @@ up in is the state status shows). Staying in the same state is always possible a
 """
 
 
-def _label(state: State) -> str:
-    return state.value
-
-
 def _cell(state: State, go: Go) -> str:
     to = ", ".join(f"`{t.value}`" for t in sorted(go.to, key=list(State).index))
     lead = "nothing to do" if go.handler is nothing else go.says
@@ -49,9 +45,8 @@ def _cell(state: State, go: Go) -> str:
 
 def diagram() -> list[str]:
     """The Mermaid drawing: one arrow per (from, to), labelled with the inputs that take it."""
-    lines = ["```mermaid", "stateDiagram-v2", f"    [*] --> {_label(State.STOPPED)}"]
-    for state in State:
-        lines.append(f"    {_label(state)}")
+    lines = ["```mermaid", "stateDiagram-v2", f"    [*] --> {State.STOPPED.value}"]
+    lines += [f"    {state.value}" for state in State]
     for state in State:
         edges: dict[State, list[str]] = {}
         row = TABLE[state]
@@ -60,7 +55,7 @@ def diagram() -> list[str]:
             for to in [] if go is None else sorted(go.to, key=list(State).index):
                 edges.setdefault(to, []).append(kind.__name__)
         for to, kinds in sorted(edges.items(), key=lambda e: list(State).index(e[0])):
-            lines.append(f"    {_label(state)} --> {_label(to)} : {', '.join(kinds)}")
+            lines.append(f"    {state.value} --> {to.value} : {', '.join(kinds)}")
     return [*lines, "```"]
 
 

@@ -29,7 +29,7 @@ from typing import TypeVar
 import psutil
 
 from watchdog import blocking
-from watchdog.outputs.stacks import MIN_STEP_S, dump_stacks
+from watchdog.outputs.stacks import MIN_STEP_S, ProcInfo, dump_stacks
 from watchdog.progress.joblog import JobLog
 from watchdog.progress.logfile import tail_of_job
 from watchdog.progress.ranks import rank_label
@@ -49,18 +49,6 @@ _PROCS_IO = blocking.BoundedWorker("incident-procs")
 _WRITE_IO = blocking.BoundedWorker("incident-write")
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class _ProcInfo:
-    pid: int
-    ppid: int | None = None
-    status: str = "?"
-    rss_bytes: int | None = None
-    cmdline: str = ""
-    is_python: bool = False
-    error: str | None = None
-    rank: str | None = None  # torchrun's RANK (and LOCAL_RANK) of a worker, from its environ
 
 
 def _bundle_name(now_utc: datetime, reason: str) -> str:
@@ -224,17 +212,17 @@ def _is_python(name: str, exe: str, argv: Sequence[str]) -> bool:
     return any("python" in c.lower() for c in candidates)
 
 
-def _describe(pid: int) -> _ProcInfo:
+def _describe(pid: int) -> ProcInfo:
     attrs = ["ppid", "status", "name", "exe", "cmdline", "memory_info", "environ"]
     try:
         info = psutil.Process(pid).as_dict(attrs=attrs, ad_value=None)
     except psutil.NoSuchProcess:
-        return _ProcInfo(pid=pid, status="gone", error="no such process")
+        return ProcInfo(pid=pid, status="gone", error="no such process")
     except psutil.Error as exc:
-        return _ProcInfo(pid=pid, error=str(exc))
+        return ProcInfo(pid=pid, error=str(exc))
     argv: list[str] = info["cmdline"] or []
     memory = info["memory_info"]
-    return _ProcInfo(
+    return ProcInfo(
         pid=pid,
         ppid=info["ppid"],
         status=str(info["status"] or "?"),
@@ -245,11 +233,11 @@ def _describe(pid: int) -> _ProcInfo:
     )
 
 
-def _describe_all(pids: Sequence[int]) -> list[_ProcInfo]:
+def _describe_all(pids: Sequence[int]) -> list[ProcInfo]:
     return [_describe(pid) for pid in dict.fromkeys(pids)]
 
 
-def _format_tree(procs: Sequence[_ProcInfo]) -> str:
+def _format_tree(procs: Sequence[ProcInfo]) -> str:
     rows = [f"{'PID':>8} {'PPID':>8} {'STATE':<10} {'RSS_MIB':>9} CMDLINE"]
     for p in procs:
         rss = f"{p.rss_bytes / 1048576:.1f}" if p.rss_bytes is not None else "?"

@@ -22,6 +22,7 @@ from watchdog.config import parse_listen  # the one listen parser: config valida
 from watchdog.core import names
 
 if TYPE_CHECKING:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
     from prometheus_client.metrics_core import Metric
     from prometheus_client.registry import CollectorRegistry
 
@@ -52,23 +53,37 @@ def missing_extra() -> str | None:
 # ------------------------------------------------------------------------------- families
 
 
-def families(st: Mapping[str, Any], wall_now: float) -> list[Metric]:
-    """Metric families for one status object (SPEC §7 plus `goodput`); `wall_now` is Unix time."""
+def _gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
     from prometheus_client.core import GaugeMetricFamily
 
-    def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
-        return GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=list(labels))
+    return GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=list(labels))
 
-    up = gauge("up", "1 while the watchdog daemon answers scrapes.")
-    up.add_metric([], 1)
-    info = gauge(
+
+def _counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> CounterMetricFamily:
+    from prometheus_client.core import CounterMetricFamily
+
+    return CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=list(labels))
+
+
+def _single(family: GaugeMetricFamily | CounterMetricFamily, value: float) -> Metric:
+    """`family` with its one unlabelled sample."""
+    family.add_metric([], value)
+    return family
+
+
+def families(st: Mapping[str, Any], wall_now: float) -> list[Metric]:
+    """Metric families for one status object (SPEC §7 plus `goodput`); `wall_now` is Unix time."""
+    up = _single(_gauge("up", "1 while the watchdog daemon answers scrapes."), 1)
+    info = _gauge(
         "info", "The watchdog's version and the job it supervises.", ("version", "job_name")
     )
     info.add_metric([str(st["daemon"]["version"]), str(st["job"]["name"])], 1)
-    state = gauge("job_state", "1 for the job's current state, 0 for the other states.", ("state",))
+    state = _gauge(
+        "job_state", "1 for the job's current state, 0 for the other states.", ("state",)
+    )
     for name in (*STATES, *([st["state"]] if st["state"] not in STATES else [])):
         state.add_metric([name], 1 if name == st["state"] else 0)
-    firing = gauge(
+    firing = _gauge(
         "detector_firing", "1 while a health detector's verdict fires, by reason.", ("reason",)
     )
     reasons = set(st["reasons"])
@@ -84,33 +99,28 @@ def families(st: Mapping[str, Any], wall_now: float) -> list[Metric]:
     ]
     if st.get("goodput") is not None:
         out += _goodput_families(st["goodput"])
-    out += _run_families(st, gauge)
+    out += _run_families(st)
     if st.get("cluster") is not None:
-        out += _cluster_families(st["cluster"], gauge)
+        out += _cluster_families(st["cluster"])
     return out
 
 
-def _cluster_families(c: Mapping[str, Any], gauge: Callable[..., Any]) -> list[Metric]:
+def _cluster_families(c: Mapping[str, Any]) -> list[Metric]:
     """Issue 14: the cluster's epoch and how many of its nodes hold a lease."""
-    epoch = gauge("cluster_epoch", "The cluster's current restart epoch, as this node saw it.")
-    epoch.add_metric([], c["epoch"])
-    present = gauge("cluster_nodes_present", "Nodes of the cluster holding a lease in etcd.")
-    present.add_metric([], c["nodes_present"])
-    reachable = gauge("cluster_etcd_reachable", "1 while this node can read the cluster's etcd.")
-    reachable.add_metric([], 1 if c["etcd"] == "ok" else 0)
-    return [epoch, present, reachable]
+    epoch = _gauge("cluster_epoch", "The cluster's current restart epoch, as this node saw it.")
+    present = _gauge("cluster_nodes_present", "Nodes of the cluster holding a lease in etcd.")
+    reachable = _gauge("cluster_etcd_reachable", "1 while this node can read the cluster's etcd.")
+    return [
+        _single(epoch, c["epoch"]),
+        _single(present, c["nodes_present"]),
+        _single(reachable, 1 if c["etcd"] == "ok" else 0),
+    ]
 
 
 def _gpu_families(st: Mapping[str, Any]) -> Iterator[Metric]:
-    from prometheus_client.core import GaugeMetricFamily
-
-    labels = ["gpu", "uuid"]
-    used = GaugeMetricFamily(
-        f"{PREFIX}_gpu_memory_used_bytes", "GPU memory in use, as NVML reports it.", labels=labels
-    )
-    total = GaugeMetricFamily(
-        f"{PREFIX}_gpu_memory_total_bytes", "GPU memory in total.", labels=labels
-    )
+    labels = ("gpu", "uuid")
+    used = _gauge("gpu_memory_used_bytes", "GPU memory in use, as NVML reports it.", labels)
+    total = _gauge("gpu_memory_total_bytes", "GPU memory in total.", labels)
     for g in st["gpus"]:
         key = [str(g["index"]), str(g["uuid"])]
         if g["used_mib"] is not None:  # a missing reading is an absent sample, never a fake 0
@@ -119,62 +129,47 @@ def _gpu_families(st: Mapping[str, Any]) -> Iterator[Metric]:
             total.add_metric(key, g["total_mib"] * MIB)
     yield used
     yield total
-    from prometheus_client.core import CounterMetricFamily
-
-    faults = CounterMetricFamily(
-        f"{PREFIX}_gpu_faults",
+    faults = _counter(
+        "gpu_faults",
         "GPU hardware faults since the daemon started, by GPU, Xid (or kind) and action.",
-        labels=["gpu", "xid", "action"],
+        ("gpu", "xid", "action"),
     )
     for f in st.get("gpu_faults_total") or ():
         faults.add_metric([str(f["gpu"]), str(f["xid"]), str(f["action"])], f["count"])
     yield faults
-    throttle = CounterMetricFamily(
-        f"{PREFIX}_gpu_throttle_seconds",
+    throttle = _counter(
+        "gpu_throttle_seconds",
         "Seconds a GPU ran in hardware slowdown since the daemon started, by reason "
         "(hw_slowdown, hw_thermal, hw_power_brake; software power capping never counts).",
-        labels=["gpu", "reason"],
+        ("gpu", "reason"),
     )
     for t in st.get("gpu_throttle_seconds_total") or ():
         throttle.add_metric([str(t["gpu"]), str(t["reason"])], t["seconds"])
     yield throttle
-    yield _failures_family(st)
-
-
-def _failures_family(st: Mapping[str, Any]) -> Metric:
-    from prometheus_client.core import CounterMetricFamily
-
-    failures = CounterMetricFamily(
-        f"{PREFIX}_job_failures",
+    failures = _counter(
+        "job_failures",
         "Failed runs of the job since the daemon started, by cause (SPEC §14, docs/causes.md).",
-        labels=["cause"],
+        ("cause",),
     )
     for cause, count in sorted((st.get("job_failures_total") or {}).items()):
         failures.add_metric([str(cause)], count)
-    return failures
+    yield failures
 
 
 def _progress_families(st: Mapping[str, Any], wall_now: float) -> Iterator[Metric]:
-    from prometheus_client.core import GaugeMetricFamily
-
     progress = st["progress"]
-    tps = GaugeMetricFamily(
-        f"{PREFIX}_tokens_per_second", "Throughput from the job's newest progress line."
-    )
+    tps = _gauge("tokens_per_second", "Throughput from the job's newest progress line.")
     if progress["tokens_per_s"] is not None:
         tps.add_metric([], progress["tokens_per_s"])
     yield tps
-    last = GaugeMetricFamily(
-        f"{PREFIX}_last_progress_timestamp_seconds",
-        "Unix time of the job's newest progress line.",
-    )
+    last = _gauge("last_progress_timestamp_seconds", "Unix time of the job's newest progress line.")
     if progress["last_progress_age_s"] is not None:
         last.add_metric([], round(wall_now - progress["last_progress_age_s"], 1))
     yield last
-    window = GaugeMetricFamily(
-        f"{PREFIX}_stall_window_seconds",
+    window = _gauge(
+        "stall_window_seconds",
         "How long a silence of the job `stalled` waits out now, per phase (SPEC §14).",
-        labels=("phase",),
+        ("phase",),
     )
     for phase, window_s in sorted((progress.get("stall_windows") or {}).items()):
         window.add_metric([phase], window_s)
@@ -182,12 +177,7 @@ def _progress_families(st: Mapping[str, Any], wall_now: float) -> Iterator[Metri
 
 
 def _goodput_families(g: Mapping[str, Any]) -> Iterator[Metric]:
-    from prometheus_client.core import CounterMetricFamily
-
-    def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> CounterMetricFamily:
-        return CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=list(labels))
-
-    restarts = counter(
+    restarts = _counter(
         "restarts_total", "Job restarts, by the reason that caused them.", ("reason",)
     )
     for reason in sorted(set(RESTART_REASONS) | set(g["restarts"])):
@@ -198,10 +188,8 @@ def _goodput_families(g: Mapping[str, Any]) -> Iterator[Metric]:
         ("starting", "Seconds the job spent in its startup window."),
         ("stopped", "Seconds the job was stopped on purpose (not counted as lost)."),
     ):
-        c = counter(f"{bucket}_seconds_total", doc)
-        c.add_metric([], g[f"{bucket}_s"])
-        yield c
-    lost = counter(
+        yield _single(_counter(f"{bucket}_seconds_total", doc), g[f"{bucket}_s"])
+    lost = _counter(
         "lost_seconds_total",
         "Seconds lost to restarts, failures and waiting, by cause.",
         ("cause",),
@@ -211,7 +199,7 @@ def _goodput_families(g: Mapping[str, Any]) -> Iterator[Metric]:
     yield lost
 
 
-def _run_families(st: Mapping[str, Any], gauge: Callable[..., Any]) -> Iterator[Metric]:
+def _run_families(st: Mapping[str, Any]) -> Iterator[Metric]:
     """SPEC §15: what restarts cost (spawn → first progress, measured; goodput.json keeps the
     counts) and the current run's steady tokens/s (absent until its warm-up is over)."""
     from prometheus_client.core import HistogramMetricFamily
@@ -226,12 +214,8 @@ def _run_families(st: Mapping[str, Any], gauge: Callable[..., Any]) -> Iterator[
         yield hist
     run = st.get("run") or {}
     if run.get("steady_tokens_per_s") is not None:
-        steady = gauge(
-            "run_steady_tokens_per_second",
-            "The current run's median tokens/s after its warm-up (runs.warmup_s).",
-        )
-        steady.add_metric([], run["steady_tokens_per_s"])
-        yield steady
+        doc = "The current run's median tokens/s after its warm-up (runs.warmup_s)."
+        yield _single(_gauge("run_steady_tokens_per_second", doc), run["steady_tokens_per_s"])
 
 
 class StatusCollector:

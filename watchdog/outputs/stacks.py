@@ -10,8 +10,8 @@ import os
 import shutil
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from watchdog.process.reaping import WAITED_ELSEWHERE
 
@@ -19,20 +19,18 @@ MIN_STEP_S = 0.1  # least time granted to a late step even when the deadline has
 _REAP_TIMEOUT_S = 0.3  # waiting for a SIGKILLed py-spy to be reaped
 
 
-class Target(Protocol):
-    """A process of the job's tree, as the process list described it."""
+@dataclass(frozen=True, slots=True)
+class ProcInfo:
+    """A process of the job's tree, as the process list described it (incident.py)."""
 
-    @property
-    def pid(self) -> int: ...
-
-    @property
-    def is_python(self) -> bool: ...
-
-    @property
-    def rank(self) -> str | None: ...
-
-    @property
-    def cmdline(self) -> str: ...
+    pid: int
+    ppid: int | None = None
+    status: str = "?"
+    rss_bytes: int | None = None
+    cmdline: str = ""
+    is_python: bool = False
+    error: str | None = None
+    rank: str | None = None  # torchrun's RANK (and LOCAL_RANK) of a worker, from its environ
 
 
 def find_pyspy() -> str | None:
@@ -44,7 +42,7 @@ def find_pyspy() -> str | None:
     return str(beside) if os.access(beside, os.X_OK) else None
 
 
-async def dump_stacks(procs: Sequence[Target], timeout_s: float) -> str:
+async def dump_stacks(procs: Sequence[ProcInfo], timeout_s: float) -> str:
     """`py-spy dump` of every Python process, all at once, under one overall timeout."""
     exe = find_pyspy()
     if exe is None:
@@ -76,7 +74,7 @@ async def dump_stacks(procs: Sequence[Target], timeout_s: float) -> str:
 
 
 async def _start_dumps(
-    exe: str, targets: Sequence[Target]
+    exe: str, targets: Sequence[ProcInfo]
 ) -> tuple[dict[int, asyncio.subprocess.Process], dict[int, str]]:
     """A `py-spy dump` started for each target; the note for each one that could not start."""
     started: dict[int, asyncio.subprocess.Process] = {}

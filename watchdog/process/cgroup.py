@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
+from watchdog.process import identity
+
 Mode = Literal["cgroup", "signals"]
 SUPERVISOR_LEAF = "supervisor"
 JOB_PREFIX = "job-"
@@ -178,11 +180,8 @@ def _alone(own: str, base: str) -> str | None:
 
 
 def _parent(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
+    fields = identity.stat_fields(pid)
+    return None if fields is None else int(fields[1])
 
 
 def _write(path: str, text: str) -> None:

@@ -60,16 +60,23 @@ def provable_leader(
     return pid if marked else None
 
 
-def process_start_ticks(pid: int) -> int | None:
-    """The process's start in clock ticks since boot (/proc/<pid>/stat field 22, `starttime`):
-    unlike a wall-clock start time it does not move when the clock is stepped (SPEC §13)."""
+def stat_fields(pid: int) -> list[bytes] | None:
+    """/proc/<pid>/stat's fields after the command name (state, ppid, pgrp, session, ...;
+    [19] is `starttime`), or None once the process is gone. Blocking (a /proc read)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
-        # comm (field 2) may hold spaces and parentheses: count fields after its last ')'
-        return int(stat[stat.rindex(b")") + 2 :].split()[19])
-    except (OSError, ValueError, IndexError):
+    except OSError:
         return None
+    # comm (field 2) may hold spaces and parentheses: count fields after its last ')'
+    return stat.rpartition(b")")[2].split()
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """The process's start in clock ticks since boot (/proc/<pid>/stat field 22, `starttime`):
+    unlike a wall-clock start time it does not move when the clock is stepped (SPEC §13)."""
+    fields = stat_fields(pid)
+    return None if fields is None else int(fields[19])
 
 
 def boot_id() -> str | None:

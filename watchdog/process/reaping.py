@@ -108,7 +108,7 @@ class Reaper:
     def reap_orphans(self) -> int:
         """Reap zombies that were re-parented to us. Returns how many were reaped."""
         n = 0
-        for pid in _child_pids():
+        for pid in children("self"):
             if pid in self._owned or pid in WAITED_ELSEWHERE:
                 continue
             with contextlib.suppress(ChildProcessError):
@@ -117,15 +117,16 @@ class Reaper:
         return n
 
 
-def _child_pids() -> list[int]:
+def children(pid: int | str) -> list[int]:
+    """The children of every thread of `pid` ("self": this process), from /proc."""
     pids: list[int] = []
     try:
-        tids = os.listdir("/proc/self/task")
+        tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return pids
     for tid in tids:
         try:
-            with open(f"/proc/self/task/{tid}/children") as f:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
                 pids += [int(p) for p in f.read().split()]
         except OSError:
             continue

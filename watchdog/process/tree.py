@@ -77,33 +77,17 @@ def _session_of(pid: int) -> int | None:
 
 
 def _group_and_session(pid: int) -> tuple[int, int] | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # Fields after the parenthesised command name: state ppid pgrp session ...
-    fields = stat.rsplit(")", 1)[1].split()
-    return int(fields[2]), int(fields[3])
+    fields = identity.stat_fields(pid)  # state ppid pgrp session ...
+    return None if fields is None else (int(fields[2]), int(fields[3]))
 
 
 def _descendants(root: int) -> list[int]:
     out: list[int] = []
     todo = [root]
     while todo:
-        pid = todo.pop()
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children") as f:
-                    kids = [int(k) for k in f.read().split()]
-            except OSError:
-                continue
-            out += kids
-            todo += kids
+        kids = reaping.children(todo.pop())
+        out += kids
+        todo += kids
     return out
 
 
@@ -313,14 +297,11 @@ async def end_leftovers(
     else:
         lead = _Leader(None, None, reaper)
         n = len({p.pid for p in found or []} | set(in_cgroup or []))
-        result = await _kill_tree(lead, token, bound_s, _marker_scan, n, delegation)
+        by_marker = functools.partial(find_tree_async, marker=True)
+        result = await _kill_tree(lead, token, bound_s, by_marker, n, delegation)
     if delegation is not None and result.leftovers == 0:
         remove_runs(delegation)
     return result
-
-
-async def _marker_scan(leader: int | None, token: str) -> list[psutil.Process] | None:
-    return await find_tree_async(leader, token, marker=True)
 
 
 def remove_runs(delegation: cgroup.Delegation) -> None:

@@ -19,6 +19,7 @@ daemon. Kinds:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import os
@@ -116,15 +117,14 @@ def _read_megatron(path: str) -> Checkpoint:
     return Checkpoint(iteration, f"iteration {iteration}", os.stat(tracker).st_mtime)
 
 
-def _subdirs(path: str) -> list[os.DirEntry[str]]:
-    out = []
+def _entries(path: str) -> list[os.DirEntry[str]]:
+    """The folder's first MAX_ENTRIES entries (a bound on one read's cost)."""
     with os.scandir(path) as it:
-        for n, entry in enumerate(it):
-            if n >= MAX_ENTRIES:
-                break
-            if entry.is_dir(follow_symlinks=False):
-                out.append(entry)
-    return out
+        return list(itertools.islice(it, MAX_ENTRIES))
+
+
+def _subdirs(path: str) -> list[os.DirEntry[str]]:
+    return [e for e in _entries(path) if e.is_dir(follow_symlinks=False)]
 
 
 def _read_hf(path: str) -> Checkpoint:
@@ -158,14 +158,9 @@ def _read_dcp(path: str) -> Checkpoint:
 def _read_mtime(path: str) -> Checkpoint:
     newest = os.stat(path).st_mtime
     if os.path.isdir(path):
-        with os.scandir(path) as it:
-            for n, entry in enumerate(it):
-                if n >= MAX_ENTRIES:
-                    break
-                try:
-                    newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
-                except FileNotFoundError:
-                    continue
+        for entry in _entries(path):
+            with contextlib.suppress(FileNotFoundError):
+                newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
     return Checkpoint(newest, os.path.basename(path), newest)
 
 
@@ -185,17 +180,16 @@ def newest_write(path: str, kind: str, depth: int = 3) -> float | None:
         while depth > 0 and os.path.isdir(folder):
             depth -= 1
             newest_dir: tuple[float, str] | None = None
-            with os.scandir(folder) as it:
-                for entry in itertools.islice(it, MAX_ENTRIES):
-                    try:
-                        mtime = entry.stat(follow_symlinks=False).st_mtime
-                    except FileNotFoundError:
-                        continue
-                    newest = max(newest, mtime)
-                    if entry.is_dir(follow_symlinks=False) and (
-                        newest_dir is None or mtime > newest_dir[0]
-                    ):
-                        newest_dir = (mtime, entry.path)
+            for entry in _entries(folder):
+                try:
+                    mtime = entry.stat(follow_symlinks=False).st_mtime
+                except FileNotFoundError:
+                    continue
+                newest = max(newest, mtime)
+                if entry.is_dir(follow_symlinks=False) and (
+                    newest_dir is None or mtime > newest_dir[0]
+                ):
+                    newest_dir = (mtime, entry.path)
             if newest_dir is None:
                 break
             folder = newest_dir[1]

@@ -12,7 +12,6 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from watchdog.core.progress.pattern import MAX_MATCH_CHARS, parse_line
@@ -270,12 +269,7 @@ class LogFollower:
     def __enter__(self) -> LogFollower:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _check_path(self, found: _Found) -> None:

@@ -16,7 +16,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from types import TracebackType
 from typing import Literal
 
 from watchdog.progress.follower import FollowResult, LogFollower
@@ -120,10 +119,5 @@ class GlobFollower:
     def __enter__(self) -> GlobFollower:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -15,7 +15,7 @@ import psutil
 
 from watchdog import blocking
 from watchdog.core.health.ranks import RankKey
-from watchdog.process import tree
+from watchdog.process import identity, tree
 
 LIST_TIMEOUT_S = 5.0
 
@@ -32,14 +32,8 @@ Facts = tuple[RankKey, str | None]  # the key the tracker knows the process by, 
 
 def stat_of(pid: int) -> tuple[str, int, int] | None:
     """(state, ppid, start time in clock ticks) from /proc/<pid>/stat; None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # Fields after the parenthesised command name: state ppid ... (starttime is the 20th)
-    fields = stat.rsplit(b")", 1)[1].split()
-    return fields[0].decode(), int(fields[1]), int(fields[19])
+    fields = identity.stat_fields(pid)
+    return None if fields is None else (fields[0].decode(), int(fields[1]), int(fields[19]))
 
 
 class RankLister:

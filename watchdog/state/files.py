@@ -120,6 +120,19 @@ def load_generations(path: str, parse: Callable[[str], T]) -> tuple[T | None, li
     return value, [Reset(f, why, fallback) for f, why in problems]
 
 
+def load_said(
+    path: str, parse: Callable[[str], T], emit: Callable[..., Any], lost: str | None = None
+) -> T | None:
+    """load_generations(), each unusable generation said (state_reset) and, when neither could
+    be used, every error in one `lost` event (goodput_reset, stall_windows_reset)."""
+    value, resets = load_generations(path, parse)
+    for r in resets:
+        emit("state_reset", file=r.file, error=r.error, fallback=r.fallback)
+    if value is None and resets and lost is not None:
+        emit(lost, error="; ".join(f"{r.file}: {r.error}" for r in resets), file=path)
+    return value
+
+
 def _problem(e: ValueError) -> str:
     if isinstance(e, Unreadable):
         return e.problem

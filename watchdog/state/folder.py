@@ -14,14 +14,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import json
 import os
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 from watchdog.core.supervisor.budget import Durable
-from watchdog.core.views import goodput
-from watchdog.state.files import Reset, json_object, load_generations, write_atomic
+from watchdog.state.files import json_object, load_said, write_atomic
 
 
 class StateDir:
@@ -53,23 +52,11 @@ class StateDir:
         write_atomic(self.file("instance"), token + "\n")
         return token
 
-    def load_job(self) -> dict[str, Any]:
+    def load_job(self, emit: Callable[..., Any] = lambda *_, **__: None) -> dict[str, Any]:
         """What the previous daemon recorded of its job, from the newest usable generation
-        (files.load_generations); {} when there is none."""
-        return self.load_job_checked()[0]
-
-    def load_job_checked(self) -> tuple[dict[str, Any], list[Reset]]:
-        """load_job() and the generations it could not use (each one a state_reset)."""
-        data, resets = load_generations(self.file("state.json"), _job_record)
-        return data or {}, resets
-
-    def load_goodput(self) -> tuple[goodput.Goodput, list[Reset]]:
-        """The totals of earlier daemons (time while no daemon ran is not counted), from the
-        newest usable generation; zero when there is none."""
-        g, resets = load_generations(
-            self.file("goodput.json"), lambda t: goodput.Goodput.from_json(json.loads(t))
-        )
-        return g or goodput.Goodput(), resets
+        (files.load_generations); {} when there is none. `emit` is told each generation that
+        could not be used (state_reset)."""
+        return load_said(self.file("state.json"), _job_record, emit) or {}
 
 
 def unusable(path: str) -> str | None:

@@ -53,7 +53,7 @@ class NvmlProbe:
         self._init_timeout_s = init_timeout_s
         self._worker: Worker | None = None
         self._inflight: concurrent.futures.Future[GpuSample] | None = None
-        self._lock: asyncio.Lock | None = None
+        self._lock = asyncio.Lock()  # one pass at a time: a second caller waits, not piles on
         self._closed = False
 
     async def start(self) -> GpuSample:
@@ -65,9 +65,7 @@ class NvmlProbe:
         compute-process lists when `with_pids`."""
         if self._closed:
             raise RuntimeError("NvmlProbe is closed")
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:  # one pass at a time: a second caller waits, it does not pile on
+        async with self._lock:
             return await self._sample_once(with_pids)
 
     async def _sample_once(self, with_pids: bool) -> GpuSample:
@@ -99,8 +97,6 @@ class NvmlProbe:
         when the probe is stuck or the call outlived it (the gate then says "not checked")."""
         if self._closed or self._worker is None:
             return None
-        if self._lock is None:
-            self._lock = asyncio.Lock()
         async with self._lock:
             if self._inflight is not None and not self._inflight.done():
                 return None
