@@ -146,7 +146,9 @@ def test_crash_before_first_checkpoint_goes_fatal_no_progress(
     tmp_path: pathlib.Path, work: pathlib.Path
 ) -> None:
     """Rank 0 raises at step 5, just before the first checkpoint, on every run: after exactly
-    max_no_progress (2) restarts the job is parked in fatal with reason no_progress."""
+    max_no_progress (1) restart the job is parked in fatal with reason no_progress. The count
+    over several restarts is test_noprogress_e2e's (a job without torch): here each run is
+    three torch imports, ~8 s of CPU."""
     (work / "fault").write_text("crash_before_ckpt=1\n")
     cfg = torchrun_config(
         tmp_path,
@@ -155,19 +157,19 @@ def test_crash_before_first_checkpoint_goes_fatal_no_progress(
             "pattern": PATTERN,
             "checkpoint": {"path": str(work / "ckpt"), "kind": "megatron"},
         },
-        restart={"max_no_progress": 2},
+        restart={"max_no_progress": 1},
     )
     d = Daemon(tmp_path, cfg).start()
     try:
         fatal = d.wait_event("fatal", timeout=150)[0]
         assert fatal["reason"] == "no_progress"
         scheduled = [e for e in d.events() if e["event"] == "restart_scheduled"]
-        assert [e["no_progress"] for e in scheduled] == [1, 2]
-        assert all(e["lost_work_s"] > 0 for e in scheduled)  # 4 steps each, never saved
+        assert [e["no_progress"] for e in scheduled] == [1]
+        assert all(e["lost_work_s"] > 0 for e in scheduled)  # 4 steps, never saved
         st = d.status()
         assert (st["state"], st["restarts"]["last_reason"]) == ("fatal", "no_progress")
         assert st["progress"]["checkpoint"]["mark"] is None
-        assert len(runs(work)) == 3
+        assert len(runs(work)) == 2
         assert not (work / "ckpt" / "latest_checkpointed_iteration.txt").exists()
         assert "injected crash at step 5" in (tmp_path / "job.log").read_text()
     finally:
