@@ -162,7 +162,7 @@ def _sleeper_with(name: str, value: str) -> subprocess.Popen[bytes]:
     """A real process whose environment has `name=value` and no instance marker of ours."""
     env = {k: v for k, v in os.environ.items() if k != identity.INSTANCE_ENV}
     p = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)"], env={**env, name: value}
+        [sys.executable, "-c", "import signal; signal.pause()"], env={**env, name: value}
     )
     variable = f"{name}={value}".encode()
 

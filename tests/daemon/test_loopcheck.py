@@ -47,9 +47,11 @@ def test_a_callback_that_uses_a_tenth_of_a_second_of_cpu_is_named(
     loopcheck.install(loop)
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
+        done = loop.create_future()
         loop.call_soon(_spin, 0.15)
         loop.call_soon(_spin, 0.0)
-        loop.run_until_complete(asyncio.sleep(0))
+        loop.call_soon(done.set_result, None)  # after both: the loop runs them in order
+        loop.run_until_complete(done)
     reports = [line for line in err.getvalue().splitlines() if line.startswith("loop blocked")]
     assert len(reports) == 1, err.getvalue()
     assert "_spin" in reports[0]
