@@ -26,7 +26,9 @@ pytestmark = pytest.mark.skipif(OPENSSL is None, reason=OPENSSL_SKIP)
 class RefusingServer:
     """TLS on 127.0.0.1 that requires a client certificate of `ca`. A refused one gets the
     alert, then the server reads until the client closes (a close with the request unread would
-    be a reset, which the client would read instead of the alert)."""
+    be a reset, which the client would read instead of the alert). The alert leaves inside the
+    server's handshake, before this thread records it: `handshakes` is set once a handshake
+    has ended and been recorded, and the test waits on it."""
 
     def __init__(self, ca: CA, cert: pathlib.Path, key: pathlib.Path) -> None:
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -36,6 +38,7 @@ class RefusingServer:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.sock.settimeout(0.2)
         self.refused: list[str] = []
+        self.handshakes = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
@@ -57,6 +60,7 @@ class RefusingServer:
                     tls.do_handshake()
                 except (ssl.SSLError, OSError) as e:
                     self.refused.append(str(e))
+                self.handshakes.set()
                 with contextlib.suppress(OSError):
                     tls.shutdown(socket.SHUT_WR)
                     while tls.recv(4096):
@@ -100,4 +104,5 @@ def test_an_alert_read_after_the_handshake_is_a_refusal_not_an_exception(
 
     refused = asyncio.run(call())
     assert "authority" in str(refused), str(refused)
+    assert server.handshakes.wait(10), "the server's handshake never ended"
     assert server.refused, "the server refused the certificate"
