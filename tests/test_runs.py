@@ -257,6 +257,7 @@ def test_the_ledger_outlives_a_reexec_and_a_daemon_crash(
     d = start(make_daemon, tmp_path, repo)
     d.wait_event("run_settled", timeout=30, run=1)
     before = on_disk(d, 1, "settled", lambda r: r["steady_readings"] >= 5)
+    d.wait_saved_job(d.status()["job"]["pid"])  # the job the next daemon adopts
     d.kill()
     d.start()
     d.wait_event("job_adopted")
