@@ -142,7 +142,8 @@ def test_a_deploy_is_judged_by_its_throughput(make_daemon: DaemonFactory, tmp_pa
     assert plus_ten(out) and about(out, r"([\d,]+) tok/s", 1099, 1101), out
     assert "first progress" in out, out
     ended = on_disk(d, 1, "its end", lambda r: r["end"] and r["end"]["state"])
-    exited = next(e for e in d.history() if e["event"] == "child_exited")
+    # the event as emitted: events.jsonl is appended off the loop and may not have it yet
+    exited = d.wait_event("child_exited")[0]
     assert ended["ended_at"] == exited["ts"]
     assert ended["end"]["state"] == "restarted" and ended["end"]["reason"] == "operator"
     new = on_disk(d, 2, "settled", lambda r: r["steady_readings"] >= 5 and r["code"])
