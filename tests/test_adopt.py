@@ -54,6 +54,7 @@ def test_sigkilled_daemon_adopts_its_healthy_job(
     adopted job's death (not our child: exit status unknown) is seen and answered with a restart."""
     d = make_daemon([stepper(tmp_path)], {"progress": {"pattern": STEP_PATTERN}})
     job = d.wait_state("running")["job"]["pid"]
+    d.wait_saved_job(job)  # what the next daemon adopts by
     d.kill()
     assert _alive(job)
     d2 = Daemon(tmp_path, d.cfg).start()

@@ -70,13 +70,19 @@ async def main(tmp):
     subreaper = reaping.make_subreaper()
     reaper = reaping.Reaper(asyncio.get_running_loop())
     reaper.install()
-    await launch.run_command(
-        reaper, ["/bin/sh", "-c", "sleep 0.3 >/dev/null 2>&1 & echo $! > orphan.pid"],
-        timeout_s=10, cwd=tmp,
-    )
-    pid = int(open(os.path.join(tmp, "orphan.pid")).read())
-    ppid = psutil.Process(pid).ppid()
-    deadline = time.monotonic() + 5
+    # the orphan lives until it has been looked at (a short sleep could be over, and reaped,
+    # by the time the helper's return is seen on a loaded machine), and 30 s at most
+    orphan = "i=0; until [ -e release ] || [ $i -ge 600 ]; do sleep 0.05; i=$((i+1)); done"
+    try:
+        await launch.run_command(
+            reaper, ["/bin/sh", "-c", f"({orphan}) >/dev/null 2>&1 & echo $! > orphan.pid"],
+            timeout_s=10, cwd=tmp,
+        )
+        pid = int(open(os.path.join(tmp, "orphan.pid")).read())
+        ppid = psutil.Process(pid).ppid()
+    finally:
+        open(os.path.join(tmp, "release"), "w").close()
+    deadline = time.monotonic() + 20
     while psutil.pid_exists(pid) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)  # the loop runs the SIGCHLD handler meanwhile
     print(json.dumps({"subreaper": subreaper, "me": os.getpid(), "ppid": ppid,

@@ -206,6 +206,7 @@ def test_lost_node_makes_the_others_wait_and_its_return_restarts_all(cluster: Cl
     the old epoch, stops it, and all three start the current epoch."""
     c = cluster
     c.wait_running(1, 60)
+    c.daemons[2].wait_saved_job(c.daemons[2].status()["job"]["pid"])  # what its successor adopts
     killed_at = time.time()
     c.daemons[2].kill()
 

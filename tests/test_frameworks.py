@@ -144,7 +144,8 @@ def test_hf_trainer_healthy_stalled_when_frozen_and_resumes(
         return recs if late else None
 
     first_run, second_run = wait_until(ledger, 30, "both runs on record, the second's cost")
-    spawns = [e for e in d.history() if e["event"] == "child_spawned"]
+    # as emitted: events.jsonl is appended off the loop and may not have them yet
+    spawns = d.wait_event("child_spawned", count=2)
     assert [first_run["started_at"], second_run["started_at"]] == [e["ts"] for e in spawns[:2]]
     assert first_run["end"]["reason"] == "stalled" and first_run["first_step"] is not None
     assert second_run["start_reason"] == "restart" and second_run["restart_after"] == "stalled"

@@ -273,6 +273,7 @@ def test_adopted_job_is_followed_by_its_stdout_after_a_rotation(
     d = make_daemon([job], over)
     d.wait_state("running", timeout=20)
     pid = d.status()["job"]["pid"]
+    d.wait_saved_job(pid)  # what the next daemon adopts by
     d.kill()
     log = tmp_path / "job.log"
     log.rename(tmp_path / "job.log.1")

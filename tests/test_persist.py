@@ -73,9 +73,10 @@ def test_sigkilled_daemon_in_backoff_waits_out_the_rest(
     )
     d.wait_event("restart_scheduled", timeout=20)
     _wait_saved(d, "backoff_until")
+    # the latest as the daemon emitted it: events.jsonl is appended off the loop, so its line
+    # may not be on disk yet when the daemon is killed
+    scheduled = d.wait_event("restart_scheduled")[-1]
     d.kill()
-    history = [json.loads(x) for x in (d.state_dir / "events.jsonl").read_text().splitlines()]
-    scheduled = [e for e in history if e["event"] == "restart_scheduled"][-1]
     d2 = Daemon(tmp_path, d.cfg).start()
     try:
         st = d2.status()

@@ -142,7 +142,8 @@ def test_a_deploy_is_judged_by_its_throughput(make_daemon: DaemonFactory, tmp_pa
     assert plus_ten(out) and about(out, r"([\d,]+) tok/s", 1099, 1101), out
     assert "first progress" in out, out
     ended = on_disk(d, 1, "its end", lambda r: r["end"] and r["end"]["state"])
-    exited = next(e for e in d.history() if e["event"] == "child_exited")
+    # the event as emitted: events.jsonl is appended off the loop and may not have it yet
+    exited = d.wait_event("child_exited")[0]
     assert ended["ended_at"] == exited["ts"]
     assert ended["end"]["state"] == "restarted" and ended["end"]["reason"] == "operator"
     new = on_disk(d, 2, "settled", lambda r: r["steady_readings"] >= 5 and r["code"])
@@ -257,6 +258,7 @@ def test_the_ledger_outlives_a_reexec_and_a_daemon_crash(
     d = start(make_daemon, tmp_path, repo)
     d.wait_event("run_settled", timeout=30, run=1)
     before = on_disk(d, 1, "settled", lambda r: r["steady_readings"] >= 5)
+    d.wait_saved_job(d.status()["job"]["pid"])  # the job the next daemon adopts
     d.kill()
     d.start()
     d.wait_event("job_adopted")

@@ -203,6 +203,7 @@ def test_learned_window_survives_a_daemon_sigkill_and_adoption(
             return 0
 
     wait_until(lambda: saved_gaps() >= 20, 60, "stall.json with the learned gaps", interval=0.5)
+    d.wait_saved_job(job)  # the job the next daemon adopts
     d.kill()
     d2 = Daemon(tmp_path, d.cfg).start()
     try:

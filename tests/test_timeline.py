@@ -279,6 +279,7 @@ def test_a_sigkilled_daemon_loses_no_history(
         return sum(1 for e in events if e["event"] == "restart_scheduled")
 
     wait_until(lambda: restarts_on_disk() == 2, 10, "both restarts in timeline.json")
+    d.wait_saved_job(d.status()["job"]["pid"])  # the job the next daemon adopts
     d.kill()
     d.start()
     d.wait_event("job_adopted", timeout=15)

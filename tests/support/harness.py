@@ -164,6 +164,20 @@ class Daemon:
         with contextlib.suppress(AssertionError):
             wait_until(saved, timeout, "the park on disk")
 
+    def wait_saved_job(self, pid: int, timeout: float = 30) -> None:
+        """Wait until state.json names `pid` as the job's leader: what a next daemon adopts.
+        The file is written off the loop after the spawn, so `running` may come first, and a
+        daemon SIGKILLed before the write leaves no job to adopt."""
+
+        def saved() -> bool:
+            try:
+                data = json.loads((self.state_dir / "state.json").read_text())
+            except (OSError, ValueError):
+                return False
+            return bool(data.get("job_pid") == pid)
+
+        wait_until(saved, timeout, f"state.json naming the job's pid {pid}")
+
     def proc_exited(self) -> bool:
         return self.proc is not None and self.proc.poll() is not None
 

@@ -292,13 +292,13 @@ def test_killed_job_is_restarted_by_the_daemon(container: Container) -> None:
         return new["pid"] != old
 
     wait_until(respawned, 20, "the daemon to start a new job")
-    wait_until(
-        lambda: bool(journal(container, "WATCHDOG_EVENT=child_exited", f"CHILD_PID={old}")),
-        10,
-        "child_exited in the journal",
-    )
-    assert journal(container, "WATCHDOG_EVENT=restart_scheduled", "WATCHDOG_REASON=exited")
-    assert journal(container, "WATCHDOG_EVENT=child_spawned", f"CHILD_PID={new['pid']}")
+    # journald takes the events in as it gets to them: each is waited for, not only the first
+    for matches in (
+        ("WATCHDOG_EVENT=child_exited", f"CHILD_PID={old}"),
+        ("WATCHDOG_EVENT=restart_scheduled", "WATCHDOG_REASON=exited"),
+        ("WATCHDOG_EVENT=child_spawned", f"CHILD_PID={new['pid']}"),
+    ):
+        wait_until(lambda m=matches: journal(container, *m), 30, f"{matches} in the journal")
     assert (show(container, "MainPID"), show(container, "NRestarts")) == (main_pid, unit_restarts)
     assert job_pids(container) == [new["pid"]]
 
@@ -458,8 +458,12 @@ def test_seed_pkill_python3_line_misses_the_daemon(container: Container) -> None
 
     wait_until(respawned, 30, "the daemon to start a new job")
     assert (show(container, "MainPID"), show(container, "NRestarts")) == (main_pid, unit_restarts)
-    exited = journal(container, "WATCHDOG_EVENT=child_exited", f"CHILD_PID={old}")
-    assert exited and exited[-1]["WATCHDOG_SIGNAL"] == "9", exited
+    exited = wait_until(
+        lambda: journal(container, "WATCHDOG_EVENT=child_exited", f"CHILD_PID={old}"),
+        30,
+        "child_exited in the journal",
+    )
+    assert exited[-1]["WATCHDOG_SIGNAL"] == "9", exited
     assert job_pids(container) == [new["pid"]]
     running_job(container)
 
@@ -472,7 +476,11 @@ def test_reexec_under_systemd_keeps_the_unit_and_the_job(container: Container) -
     done = container.run([*CTL, "reexec"], timeout_s=120)
     assert f"(pid {main_pid})" in done.stdout, done.stdout
     assert (show(container, "MainPID"), show(container, "NRestarts")) == (main_pid, unit_restarts)
-    assert journal(container, "WATCHDOG_EVENT=daemon_reexecuted")
+    wait_until(
+        lambda: journal(container, "WATCHDOG_EVENT=daemon_reexecuted"),
+        30,
+        "daemon_reexecuted in the journal",
+    )
     assert running_job(container) == job
     # Longer than WatchdogSec: a new code that stopped pinging would be aborted by now.
     started = time.monotonic()
