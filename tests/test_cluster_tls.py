@@ -197,7 +197,7 @@ def test_daemons_over_tls_and_passwords_restart_together_and_survive_token_loss(
         # node 1's certificate ends in 3 days: warned once, naming the file, never the key
         warned = ds[1].wait_event("cluster_cert_expiring")
         assert warned[0]["cert_file"] == keys[1][0] and "OU=tls" in warned[0]["subject"]
-        assert not [e for e in ds[0].history() if e["event"] == "cluster_cert_expiring"]
+        assert not [e for e in ds[0].events() if e["event"] == "cluster_cert_expiring"]
         # The password changes: new files first, then etcd (which drops every token of the user)
         for r, d in enumerate(ds):
             pathlib.Path(d.cfg["cluster"]["auth"]["password_file"]).write_text("pw-rotated\n")

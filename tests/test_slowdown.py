@@ -48,4 +48,4 @@ def test_a_drop_is_a_slowdown_and_its_end_clears_it(
     cleared = d.wait_event("slowdown_cleared", timeout=30)[0]
     assert cleared["tokens_per_s"] == 1000.0
     assert d.status()["job"]["pid"] == pid
-    assert not [e for e in d.history() if e["event"] in ("child_exited", "restart_scheduled")]
+    assert not [e for e in d.events() if e["event"] in ("child_exited", "restart_scheduled")]
