@@ -390,11 +390,25 @@ def test_frozen_daemon_is_restarted_by_systemd_watchdog(container: Container) ->
     )
     # KillMode=mixed: systemd itself SIGKILLs the job once the daemon is gone, so a restarted
     # daemon never finds an old job next to the one it starts.
-    unit_log = container.run(["journalctl", "--no-pager", "-o", "cat", "-u", UNIT]).stdout
-    assert f"Killing process {old_job} (python3) with signal SIGKILL" in unit_log
+    # Each waited for: journald takes in systemd's messages and the daemon's stderr stream as it
+    # gets to them, in no order between the two.
+    killed = f"Killing process {old_job} (python3) with signal SIGKILL"
+    wait_until(
+        lambda: (
+            killed in container.run(["journalctl", "--no-pager", "-o", "cat", "-u", UNIT]).stdout
+        ),
+        30,
+        "systemd's SIGKILL of the old job in the journal",
+    )
     # PYTHONFAULTHANDLER=1: the aborted daemon's Python stack shows where it hung.
-    stack = container.run(["journalctl", "--no-pager", "-o", "cat", f"_PID={main_pid}"]).stdout
-    assert "Fatal Python error: Aborted" in stack
+    wait_until(
+        lambda: (
+            "Fatal Python error: Aborted"
+            in container.run(["journalctl", "--no-pager", "-o", "cat", f"_PID={main_pid}"]).stdout
+        ),
+        30,
+        "the aborted daemon's Python stack in the journal",
+    )
 
 
 def test_stop_is_graceful_within_timeout(container: Container) -> None:
