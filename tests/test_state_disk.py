@@ -165,8 +165,13 @@ def _fails_then_resumes(d: Daemon, errname: str, heal: Any) -> None:
     _toggle(d, 4)
     first = _failed(d, "state.json")
     assert len(first) == 1 and errname in first[0]["error"], first
-    st = d.status()
-    assert st["state_writes"]["ok"] is False and st["state_writes"]["failed_writes"] >= 4, st
+    # the writes are off the loop: the last pause's may still be under way
+    st = d.wait_status(
+        lambda s: s if s["state_writes"]["failed_writes"] >= 4 else None,
+        30,
+        "four failed writes counted",
+    )
+    assert st["state_writes"]["ok"] is False, st
     assert st["state_writes"]["failing_since"], st
     _rc, out, _ = d.ctl("status")
     assert "writes failing since" in out, out
