@@ -171,7 +171,7 @@ def describe(ds: list[Daemon]) -> str:
 
 def no_secret_anywhere(d: Daemon, secrets: list[str]) -> None:
     """SPEC §15: a password or key never reaches events, status or the daemon's output."""
-    shown = json.dumps(d.history()) + json.dumps(d.status()) + d.output()
+    shown = json.dumps(d.history() + d.events()) + json.dumps(d.status()) + d.output()
     for secret in secrets:
         assert secret not in shown
 
