@@ -59,11 +59,19 @@ def work(tmp_path: pathlib.Path) -> pathlib.Path:
 
 def hf_checkpoint(work: pathlib.Path) -> int:
     """The step of the newest complete checkpoint-N folder of the Trainer's output_dir, the one
-    the job resumes from (it holds trainer_state.json, written last; 0: none yet)."""
+    the job resumes from (its trainer_state.json, written last, reads as JSON: a job frozen
+    inside that write leaves it empty; 0: none yet)."""
+
+    def complete(folder: pathlib.Path) -> bool:
+        try:
+            json.loads((folder / "trainer_state.json").read_bytes())
+        except (OSError, ValueError):
+            return False
+        return True
+
     out = work / "out"
     names = os.listdir(out) if out.is_dir() else []
-    done = [n for n in names if re.fullmatch(r"checkpoint-\d+", n)]
-    done = [n for n in done if (out / n / "trainer_state.json").is_file()]
+    done = [n for n in names if re.fullmatch(r"checkpoint-\d+", n) and complete(out / n)]
     return max((int(n.split("-")[1]) for n in done), default=0)
 
 

@@ -4,8 +4,9 @@ Run it as `hf_trainer_job.py <workdir>`. A 1-layer GPT-2 built from a config tra
 tokens with the Trainer's defaults for output: its tqdm bar (`12/100000 [00:01<…, 9.8it/s]`,
 `\\r`-updated) and its `{'loss': …}` dicts, nothing printed by us. Checkpoints go to
 <workdir>/out/checkpoint-N every SAVE_STEPS steps; a run resumes from the newest complete one
-there (trainer_state.json is the Trainer's last file of a save), as a careful restart script does:
-a run frozen or killed mid-save leaves a partial folder that resuming from would start at step 0.
+there (trainer_state.json, the Trainer's last file of a save, reads as JSON), as a careful
+restart script does: a run frozen or killed mid-save leaves a partial folder that resuming from
+would start at step 0, or an empty trainer_state.json that the Trainer cannot load.
 max_steps is large: it trains until it is killed.
 
 Knobs (environment): SAVE_STEPS (default 20), LOGGING_STEPS (default 10), EVAL_STEPS (0 = no
@@ -22,6 +23,7 @@ and `Saving model checkpoint to …` lines, as a user with info logging sees the
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -55,13 +57,23 @@ class RandomTokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         return {"input_ids": ids, "labels": ids.clone()}
 
 
+def complete(folder: str) -> bool:
+    """Whether a checkpoint folder's save ended: its trainer_state.json, the Trainer's last file,
+    reads as JSON (a save frozen or killed inside that file's write leaves it empty or torn)."""
+    try:
+        with open(os.path.join(folder, "trainer_state.json"), encoding="utf-8") as f:
+            json.load(f)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def newest_complete_checkpoint(out: str) -> str | None:
-    """The checkpoint-N folder with the highest N that holds trainer_state.json."""
+    """The checkpoint-N folder with the highest N whose save ended (`complete`)."""
     found = [
         (int(name.split("-")[1]), os.path.join(out, name))
         for name in (os.listdir(out) if os.path.isdir(out) else [])
-        if re.fullmatch(r"checkpoint-\d+", name)
-        and os.path.isfile(os.path.join(out, name, "trainer_state.json"))
+        if re.fullmatch(r"checkpoint-\d+", name) and complete(os.path.join(out, name))
     ]
     return max(found)[1] if found else None
 
