@@ -94,7 +94,7 @@ def test_a_job_that_cannot_be_proven_ours_is_killed(
     never two."""
     d = make_daemon([stepper(tmp_path)])
     job = d.wait_state("running")["job"]["pid"]
-    wait_until(lambda: json.loads((d.state_dir / "state.json").read_text())["job_pid"], 10, "pid")
+    d.wait_saved_job(job)  # what the next daemon finds (a missing file raised in the old look)
     d.kill()
     _tamper(d, "job_start_ticks", 1000)
     d2 = Daemon(tmp_path, d.cfg).start()
@@ -140,7 +140,7 @@ def test_a_wall_clock_step_while_no_daemon_ran_still_adopts_the_job(
     ticks since boot still proves the job ours, and it is adopted, not killed."""
     d = make_daemon([stepper(tmp_path)])
     job = d.wait_state("running")["job"]["pid"]
-    wait_until(lambda: json.loads((d.state_dir / "state.json").read_text())["job_pid"], 10, "pid")
+    d.wait_saved_job(job)  # what the next daemon finds (a missing file raised in the old look)
     d.kill()
     _tamper(d, "job_started_at", 100.0)
     d2 = Daemon(tmp_path, d.cfg).start()

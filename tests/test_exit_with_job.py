@@ -184,7 +184,8 @@ def test_an_operator_stop_kept_in_the_state_dir_does_not_hold_a_new_allocation_b
     d.wait_state("running", timeout=15)
     assert d.ctl("stop")[0] == 0
     d.wait_status(lambda s: s["state"] == "stopped", 15, "the stop")
-    wait_until(lambda: '"stopped": true' in (d.state_dir / "state.json").read_text(), 10, "kept")
+    state = d.state_dir / "state.json"  # written off the loop: it may not be there yet
+    wait_until(lambda: state.exists() and '"stopped": true' in state.read_text(), 10, "kept")
     d.kill()
     d2 = Daemon(tmp_path, d.cfg)
     d2.args = ["--exit-with-job"]

@@ -10,7 +10,12 @@ from support.harness import wait_until
 
 
 def job_pid_in(state_dir: pathlib.Path) -> object:
-    return json.loads((state_dir / "state.json").read_text())["job_pid"]
+    """The job_pid state.json names; "unread" while there is no file to read yet (it is written
+    off the loop, after the change it records)."""
+    try:
+        return json.loads((state_dir / "state.json").read_text())["job_pid"]
+    except (OSError, ValueError):
+        return "unread"
 
 
 def test_state_file_names_the_new_job_after_a_crash_and_none_after_a_stop(
