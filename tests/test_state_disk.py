@@ -313,7 +313,14 @@ def test_steps_alone_do_not_rewrite_state_json_and_the_mark_is_kept_at_exit(
     d = make_daemon([stepper(tmp_path)], {"progress": {"pattern": pattern}})
     d.wait_state("running", timeout=30)
     state_json = d.state_dir / "state.json"
-    wait_until(lambda: json.loads(state_json.read_text())["supervisor"]["best_mark"], 20, "a mark")
+
+    def mark() -> object:
+        try:  # written off the loop: the file may not be there yet
+            return json.loads(state_json.read_text())["supervisor"]["best_mark"]
+        except (OSError, ValueError, KeyError):
+            return None
+
+    wait_until(mark, 20, "a mark")
     first_step = d.status()["progress"]["step"]
     inodes = set()
     deadline = time.monotonic() + 3.0  # an observation window, not a synchronisation
