@@ -153,13 +153,21 @@ class Daemon:
         lines = path.read_text().splitlines() if path.exists() else []
         return [json.loads(x) for x in lines if x.strip()]
 
+    def saved_state(self) -> dict[str, Any]:
+        """state.json as the daemon last wrote it; {} while there is none to read (it is written
+        off the loop, after the change it records)."""
+        try:
+            data = json.loads((self.state_dir / "state.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
     def wait_saved_park(self, timeout: float = 10) -> None:
         """Wait until state.json holds the core's host_fault park; a daemon that never keeps it
         is left for the caller's assertions on the next daemon to fail."""
 
         def saved() -> object:
-            data = json.loads((self.state_dir / "state.json").read_text())
-            return (data["supervisor"] or {}).get("host_fault")
+            return (self.saved_state().get("supervisor") or {}).get("host_fault")
 
         with contextlib.suppress(AssertionError):
             wait_until(saved, timeout, "the park on disk")
@@ -169,14 +177,11 @@ class Daemon:
         The file is written off the loop after the spawn, so `running` may come first, and a
         daemon SIGKILLed before the write leaves no job to adopt."""
 
-        def saved() -> bool:
-            try:
-                data = json.loads((self.state_dir / "state.json").read_text())
-            except (OSError, ValueError):
-                return False
-            return bool(data.get("job_pid") == pid)
-
-        wait_until(saved, timeout, f"state.json naming the job's pid {pid}")
+        wait_until(
+            lambda: self.saved_state().get("job_pid") == pid,
+            timeout,
+            f"state.json naming the job's pid {pid}",
+        )
 
     def proc_exited(self) -> bool:
         return self.proc is not None and self.proc.poll() is not None
