@@ -34,6 +34,7 @@ CAPTURED = [
     ("file_not_found.log", 1, None, False, "startup_error", "deterministic", "FileNotFoundError"),
     ("argparse_case.log", 2, None, False, "startup_error", "deterministic", "error: argument"),
     ("hf_torn.log", 1, None, False, "checkpoint_unreadable", "deterministic", "checkpoint-100"),
+    ("hf_state_empty.log", 1, None, False, "checkpoint_unreadable", "deterministic", "load_from_j"),
     ("torch_load_truncated.log", 1, None, True, "checkpoint_unreadable", "deterministic", "Pyt"),
     ("torch_load_empty.log", 1, None, True, "checkpoint_unreadable", "deterministic", "EOFError"),
     ("state_dict_missing.log", 1, None, True, "checkpoint_unreadable", "deterministic", "Error(s)"),

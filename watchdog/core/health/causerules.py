@@ -43,6 +43,10 @@ RULES: tuple[Rule, ...] = (
             r"failed finding central directory",
             r"UnpicklingError: invalid load key",  # torch.load of a file that is no checkpoint
             r"Size mismatch between saved",  # torch.distributed.checkpoint's load plan
+            # transformers.Trainer.train(resume_from_checkpoint=...) reading the checkpoint's
+            # trainer_state.json: a torn save leaves it empty (JSONDecodeError) or missing
+            # (FileNotFoundError; huggingface/transformers#29059, haotian-liu/LLaVA#1496).
+            r"TrainerState\.load_from_json\(",
         ),
         (
             "checkpoint",
@@ -54,6 +58,7 @@ RULES: tuple[Rule, ...] = (
             "central directory",
             "load key",
             "mismatch between saved",
+            "load_from_json(",
         ),
     ),
     (
