@@ -30,6 +30,7 @@ from watchdog.state.folder import StateDir
 from watchdog.state.writers import FileWriter, WriteHealth
 
 FILE = "timeline.json"
+MAX_READ_S = 0.1  # both clocks read within this, or the look says nothing of a step (STEP_S: 1 s)
 
 
 class TimelineLog:
@@ -113,11 +114,16 @@ class TimelineLog:
         return {"asked_s": since_s, **self.core.query(now - since_s, now, columns)}
 
     def _now(self) -> float:
-        """The wall clock now, after the core has seen both clocks (a step moves the picture)."""
+        """The wall clock now, after the core has seen both clocks (a step moves the picture).
+        The wall is read between two reads of the steady clock: a thread descheduled between
+        them (a loaded host) would otherwise look like a step, so such a look is left out."""
+        before = time.clock_gettime(time.CLOCK_BOOTTIME)
         wall = time.time()
-        step = self.core.clock(time.clock_gettime(time.CLOCK_BOOTTIME), wall)
-        if step is not None:
-            self._step_unsaid = step + (self._step_unsaid or 0.0)
+        after = time.clock_gettime(time.CLOCK_BOOTTIME)
+        if after - before <= MAX_READ_S:
+            step = self.core.clock((before + after) / 2, wall)
+            if step is not None:
+                self._step_unsaid = step + (self._step_unsaid or 0.0)
         return wall
 
     def _save_if_changed(self) -> None:
