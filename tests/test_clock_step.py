@@ -156,3 +156,31 @@ def test_a_stepped_wall_clock_neither_corrupts_the_ledger_nor_hides_the_timeline
     assert seconds <= time.monotonic() - began + 1, stored
     # one 60 s bucket a minute watched, and the one the step moved the picture into
     assert len(stored) <= (time.monotonic() - began) / 60 + 3, [b["ts"] for b in stored]
+
+
+def test_a_history_saved_an_hour_ahead_still_shows_what_comes_after(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """A daemon stopped while its clock read an hour ahead, started again once the clock went
+    back: the saved history is moved to end at the start, and the new restart shows after it."""
+    offset = tmp_path / "offset"
+    env = fakeclock.shifted_env(offset)
+    fakeclock.step(offset, HOUR)
+    d = make_daemon(
+        [held_job(tmp_path)],
+        {"progress": {"pattern": PATTERN}, "timeline": {"bucket_s": 60}},
+        env=env,
+    )
+    wait_progress(d, 1)
+    end_run(d, tmp_path, 1)
+    d.stop()
+    fakeclock.step(offset, 0.0)  # the clock put right while no daemon ran
+    d.start()
+    wait_progress(d, 3)
+    end_run(d, tmp_path, 3)
+    d.wait_event("restart_scheduled", count=2)
+
+    res = json.loads(d.ctl("timeline", "--json", "--since", "3h")[1])
+    restarts = [e for b in res["buckets"] for e in b["events"] if e["event"] == "restart_scheduled"]
+    assert len(restarts) == 2, res
+    assert res["buckets"][-1]["state"] is not None, res  # the new daemon's time, shown

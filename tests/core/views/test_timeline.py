@@ -303,13 +303,16 @@ def test_a_slew_is_no_step() -> None:
 
 def test_a_history_saved_before_a_step_back_is_moved_to_end_now() -> None:
     """A history whose newest bucket lies ahead of the clock (stepped back while no daemon ran)
-    is moved back to end now, so the new daemon's time is shown after it."""
+    is moved back, its events with it, to end by now: all of it shown, and the new daemon's time
+    after it."""
     old = Timeline(bucket_s=60)
     run(old, "running", T0 + 3600, T0 + 3700)
     old.event({"event": "fatal", "ts": rfc3339(T0 + 3700)}, T0 + 3700)
     tl = Timeline(bucket_s=60)
     tl.load(json.loads(json.dumps(old.to_json())), T0 + 130)
-    assert tl.buckets()[-1].ts <= T0 + 130
+    assert tl.buckets()[-1].end <= T0 + 130
+    at_start = tl.query(T0 - 3600, T0 + 130, columns=100)
+    assert [e["event"] for b in at_start["buckets"] for e in b["events"]] == ["fatal"]
     run(tl, "backoff", T0 + 130, T0 + 250)
     q = tl.query(T0 - 3600, T0 + 250, columns=100)
     states = {b["state"] for b in q["buckets"]} - {None}

@@ -299,7 +299,9 @@ class Timeline:
         self._buckets = loaded + [b for b in self._buckets if not loaded or b.ts >= loaded[-1].end]
         if self._buckets and self._buckets[-1].ts > wall:
             # saved before the wall clock stepped back while no daemon ran: a history in the
-            # future would hide all new time (no query reaches it), so it ends now instead
-            ahead = self._buckets[-1].ts - wall
-            self._shift(-math.ceil(ahead / self.bucket_s) * self.bucket_s, -ahead)
+            # future would hide all new time (no query reaches it), so it ends by now instead,
+            # its events moved with their buckets (the step itself is unknown)
+            ahead = self._buckets[-1].end - wall
+            back = -math.ceil(ahead / self.bucket_s) * self.bucket_s
+            self._shift(back, back)
         self._compact(wall)
