@@ -13,9 +13,10 @@ BIN := $(VENV)/bin
 BASE_STAMP := $(VENV)/.base-stamp
 STAMP := $(VENV)/.installed-stamp
 FAKE_NVML := tests/fake_nvml/build/libnvidia-ml.so.1
+FAKE_CLOCK := tests/fake_clock/build/libfakeclock.so
 DEMO := $(CURDIR)/.demo
 
-.PHONY: all demo demo-reset test test-fast check lint fmt fake-nvml venv clean docs man
+.PHONY: all demo demo-reset test test-fast check lint fmt fake-nvml fake-clock venv clean docs man
 
 all: test
 
@@ -41,6 +42,12 @@ $(FAKE_NVML): tests/fake_nvml/fake_nvml.c tests/fake_nvml/Makefile
 	$(MAKE) -s -C tests/fake_nvml
 
 fake-nvml: $(FAKE_NVML)
+
+# The wall-clock shim (tests/fake_clock): a daemon whose clock alone is stepped.
+$(FAKE_CLOCK): tests/fake_clock/fake_clock.c tests/fake_clock/Makefile
+	$(MAKE) -s -C tests/fake_clock
+
+fake-clock: $(FAKE_CLOCK)
 
 # Every `make demo` starts fresh: the last one's state (a job parked in fatal, say), its run
 # counter, log and GPUs are removed first, so the demo shows the same story each time.
@@ -72,11 +79,11 @@ PYTEST_RUN = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --du
 # again (0.40 s of CPU to import watchdogd instead of 0.22: ~60 s of CPU over ~330 daemon starts).
 COMPILE = $(BIN)/python -m compileall -q watchdog tests/support bench
 
-test: $(STAMP) $(FAKE_NVML)
+test: $(STAMP) $(FAKE_NVML) $(FAKE_CLOCK)
 	$(COMPILE)
 	$(PYTEST_RUN) $(PYTEST_ARGS)
 
-test-fast: $(STAMP) $(FAKE_NVML)
+test-fast: $(STAMP) $(FAKE_NVML) $(FAKE_CLOCK)
 	$(COMPILE)
 	$(PYTEST_RUN) -m "not slow" $(PYTEST_ARGS)
 
@@ -95,6 +102,7 @@ fmt: $(STAMP)
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache
 	$(MAKE) -s -C tests/fake_nvml clean
+	$(MAKE) -s -C tests/fake_clock clean
 
 -include mk/install.mk
 -include mk/bench.mk

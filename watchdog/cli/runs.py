@@ -86,6 +86,7 @@ def render(result: dict[str, Any]) -> str:
 SHOWN = (
     ("started", "started_at"),
     ("ended", "ended_at"),
+    ("ran", "duration_s"),
     ("pid", "pid"),
     ("why", "start_reason"),
     ("after", "restart_after"),

@@ -64,6 +64,12 @@ EVENTS: dict[str, EventName] = {
         " log and sampled before any verdict, and measures silences from the wake",
         WARNING,
     ),
+    "clock_stepped": EventName(
+        "the wall clock moved step_s seconds against the steady clock (NTP's step at boot, a step"
+        " on a VM's host): durations stay the steady clock's; the timeline's history moves with"
+        " the step (docs/troubleshooting.md)",
+        NOTICE,
+    ),
     "input_refused": EventName(
         "the core's table does not allow this input in this state (input, state, reason): it"
         " changed nothing (docs/state-machine.md)"

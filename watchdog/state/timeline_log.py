@@ -6,6 +6,11 @@ The file is written off the loop (persist.FileWriter: temp file, fsync, rename, 
 fsync) when a bucket closes or a marked event (restart, incident, fatal…) arrives, and at exit
 and before a reexec: a SIGKILLed daemon loses at most the newest bucket's figures. The next
 daemon (or the re-executed code) loads it back; the time between them is a gap in the picture.
+
+The wall clock only labels: each input comes with the boot clock too (CLOCK_BOOTTIME: steady
+like CLOCK_MONOTONIC, and counting a suspend, so a suspended host is not taken for a step), the
+time charged is the steady clock's, and a step of the wall clock moves the picture with it
+(core/views/timeline.py `clock`), said once as clock_stepped.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from watchdog.state.folder import StateDir
 from watchdog.state.writers import FileWriter, WriteHealth
 
 FILE = "timeline.json"
+MAX_READ_S = 0.1  # both clocks read within this, or the look says nothing of a step (STEP_S: 1 s)
 
 
 class TimelineLog:
@@ -36,6 +42,7 @@ class TimelineLog:
         self.file = FileWriter(self.path, health)
         self._emit = emit
         self._progress_at: float | None = None  # the progress line last recorded (monotonic)
+        self._step_unsaid: float | None = None  # a step of the wall clock not yet reported
 
     def load(self) -> None:
         """The history of earlier daemons, from the newest usable generation (SPEC §14: each
@@ -67,7 +74,10 @@ class TimelineLog:
 
     def observe(self, state: str, goodput_totals: Mapping[str, Any]) -> None:
         """After every dispatch and tick (Daemon.account): cheap unless a bucket closed."""
-        wall = time.time()
+        wall = self._now()
+        if (step := self._step_unsaid) is not None:
+            self._step_unsaid = None  # said here, not from inside an event hook
+            self._emit("clock_stepped", step_s=round(step, 3))
         self.core.observe(state, wall)
         self.core.goodput(goodput_totals, wall)
         self._save_if_changed()
@@ -91,17 +101,30 @@ class TimelineLog:
             used = [g.used_mib or 0.0 for g in gpu.gpus]
             in_use = sum(1 for g in gpu.gpus if is_in_use(g, idle_below_mib))
         self.core.sample(
-            time.time(), tokens_per_s=tps, step=step, gpus_used_mib=used, gpus_in_use=in_use
+            self._now(), tokens_per_s=tps, step=step, gpus_used_mib=used, gpus_in_use=in_use
         )
 
     def event(self, record: dict[str, Any]) -> None:
         """An EventLog hook: every emitted event; the ones the picture marks are kept."""
-        self.core.event(record, time.time())
+        self.core.event(record, self._now())
         self._save_if_changed()
 
     def query(self, since_s: float, columns: int) -> dict[str, Any]:
-        now = time.time()
+        now = self._now()
         return {"asked_s": since_s, **self.core.query(now - since_s, now, columns)}
+
+    def _now(self) -> float:
+        """The wall clock now, after the core has seen both clocks (a step moves the picture).
+        The wall is read between two reads of the steady clock: a thread descheduled between
+        them (a loaded host) would otherwise look like a step, so such a look is left out."""
+        before = time.clock_gettime(time.CLOCK_BOOTTIME)
+        wall = time.time()
+        after = time.clock_gettime(time.CLOCK_BOOTTIME)
+        if after - before <= MAX_READ_S:
+            step = self.core.clock((before + after) / 2, wall)
+            if step is not None:
+                self._step_unsaid = step + (self._step_unsaid or 0.0)
+        return wall
 
     def _save_if_changed(self) -> None:
         if self.core.take_changed():

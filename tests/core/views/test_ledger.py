@@ -84,12 +84,67 @@ def test_a_run_settles_after_enough_steady_readings_against_the_one_before():
 
 
 def test_lost_time_runs_from_the_last_progress_to_the_next_first():
-    """lost_s: from the previous run's last progress line to this run's first (wall)."""
+    """lost_s: from the previous run's last progress line to this run's first (monotonic)."""
     ledger = Ledger(LedgerConfig(warmup_s=0))
     run_once(ledger, 0.0, 1000.0)  # last progress at 69
     ledger.begin("restart", 100.0, WALL + 100)
     ledger.progress(145.0, WALL + 145, 1, 1000.0)
     assert ledger.records()[-1]["lost_s"] == 76.0
+
+
+def test_a_stepped_wall_clock_labels_the_runs_and_the_monotonic_one_measures_them():
+    """A step of the wall clock an hour forward during run 1 and back during run 2 moves the
+    labels only: each run lasts, and loses between runs, what the monotonic clock says, and
+    the records stay in the order their runs began."""
+    ledger = Ledger(LedgerConfig(warmup_s=0))
+    ledger.begin("boot", 100.0, WALL)
+    ledger.progress(110.0, WALL + 10, 1, 1000.0)
+    ledger.end(175.0, WALL + 3600 + 75, {"reason": "exited", "exit_code": 3})  # +1 h
+    ledger.begin("restart", 176.0, WALL + 3600 + 76)
+    ledger.progress(180.0, WALL + 3600 + 80, 1, 1000.0)
+    ledger.end(200.0, WALL + 19, {"reason": "exited", "exit_code": 3})  # back again, -1 h
+    ledger.begin("restart", 201.0, WALL + 20)
+    ledger.progress(211.0, WALL + 30, 1, 1000.0)
+    first, second, third = ledger.records()
+    assert [r["run"] for r in ledger.records()] == [1, 2, 3]
+    assert first["duration_s"] == 75.0 and second["duration_s"] == 24.0
+    assert second["lost_s"] == 70.0 and third["lost_s"] == 31.0  # last progress to first
+    assert second["ended_at"] < second["started_at"]  # the labels say what the clock said
+    assert third["duration_s"] is None  # still running
+
+
+def test_lost_time_of_a_run_before_this_daemon_falls_back_on_the_labels():
+    """A previous run that ended under an earlier daemon left no monotonic instant: its lost
+    time comes from the labels, never below zero."""
+    earlier = Ledger(LedgerConfig(warmup_s=0))
+    run_once(earlier, 0.0, 1000.0)  # last progress at 69
+    ledger = Ledger(LedgerConfig(warmup_s=0), earlier.records())
+    ledger.begin("restart", 5.0, WALL + 100)
+    ledger.progress(10.0, WALL + 145, 1, 1000.0)
+    assert ledger.records()[-1]["lost_s"] == 76.0
+    ledger.begin("restart", 20.0, WALL + 150)
+    ledger.progress(30.0, WALL - 500, 1, 1000.0)  # the labels went back: measured all the same
+    assert ledger.records()[-1]["lost_s"] == 20.0  # this daemon saw run 2's last line
+
+
+def test_an_end_no_one_saw_has_no_duration_and_old_records_still_load():
+    """A run closed for a lost daemon has no duration (its end was not seen); a record written
+    before durations were kept loads and shows without one."""
+    old = {"run": 1, "started_at": iso(WALL), "ended_at": iso(WALL + 5), "end": {"state": "x"}}
+    ledger = Ledger(LedgerConfig(), [old])
+    ledger.begin("boot", 0.0, WALL + 10)
+    ledger.begin("boot", 50.0, WALL + 60)
+    first, second, _third = ledger.records()
+    assert "duration_s" not in first and with_change(ledger.records(), first)["run"] == 1
+    assert second["end"]["reason"] == "daemon_lost" and second["duration_s"] is None
+
+
+def test_a_monotonic_instant_of_another_boot_measures_nothing():
+    """A run's spawn instant later than now (CLOCK_MONOTONIC began again at a reboot) gives no
+    duration rather than a negative one."""
+    ledger = Ledger(LedgerConfig(), [{"run": 1, "ended_at": None, "mono": {"spawned": 9e5}}])
+    rec = ledger.end(40.0, WALL, {"reason": "exited"})
+    assert rec is not None and rec["duration_s"] is None
 
 
 def test_an_end_closes_the_record_and_drops_its_monotonic_instants():

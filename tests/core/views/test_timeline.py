@@ -233,3 +233,101 @@ def test_a_query_over_merged_buckets_has_no_holes_and_keeps_the_seconds() -> Non
     w = q["bucket_s"]
     for b in q["buckets"]:
         assert b["state_s"]["running"] == pytest.approx(w, rel=0.02)
+
+
+# ----------------------------------------------------------------------------- a stepped clock
+# `clock(now, wall)` before each input, as the shell calls it: `now` a steady clock (here from
+# 500), `wall` the labels; a step is the wall moving other than the steady clock did.
+
+
+def watched(tl: Timeline, state: str, now: float, wall: float) -> None:
+    """One look of the shell: both clocks first, then the state."""
+    tl.clock(now, wall)
+    tl.observe(state, wall)
+
+
+def test_a_step_forward_charges_the_steady_time_and_makes_no_empty_buckets() -> None:
+    """An hour's step forward between two looks 5 s apart charges 5 s, creates no bucket for
+    the hour, and moves the history with the step (whole buckets) so the picture is unbroken."""
+    tl = Timeline(bucket_s=60)
+    watched(tl, "running", 500.0, T0 + 10)
+    watched(tl, "running", 505.0, T0 + 15)
+    watched(tl, "backoff", 510.0, T0 + 20 + 3616)  # 5 s of running, then a step of 3,616 s
+    assert tl.clock(510.0, T0 + 20 + 3616) is None  # said once
+    b = tl.buckets()
+    assert [x.ts for x in b] == [T0 + 3600]
+    assert b[0].state_s == {"running": 10.0}  # 5 s before the step and 5 s across it
+    watched(tl, "backoff", 560.0, T0 + 70 + 3616)
+    assert sum(sum(x.state_s.values()) for x in tl.buckets()) == 60.0  # the steady clock's
+    b = tl.buckets()
+    assert [x.ts for x in b] == [T0 + 3600, T0 + 3660]
+    assert b[0].state_s == {"running": 10.0, "backoff": 24.0} and b[1].state_s == {"backoff": 26.0}
+
+
+def test_a_step_back_moves_the_history_so_new_time_and_events_are_shown() -> None:
+    """After a step back of 3,581 s the history moves back with it (whole buckets, never past
+    the new instant): new time and new restarts land in buckets a query of now reaches."""
+    tl = Timeline(bucket_s=60)
+    restart = {"event": "restart_scheduled", "reason": "exited"}
+    watched(tl, "running", 500.0, T0 + 10)
+    tl.clock(505.0, T0 + 15)
+    tl.event(restart | {"ts": rfc3339(T0 + 15)}, T0 + 15)
+    watched(tl, "running", 530.0, T0 + 40)
+    step = tl.clock(540.0, T0 + 50 - 3581)
+    assert step is not None and round(step) == -3581
+    tl.observe("backoff", T0 + 50 - 3581)
+    for i in range(1, 4):
+        tl.clock(540.0 + i, T0 + 50 - 3581 + i)
+        tl.event(restart | {"ts": rfc3339(T0 + 50 - 3581 + i)}, T0 + 50 - 3581 + i)
+    watched(tl, "backoff", 600.0, T0 + 110 - 3581)
+    now = T0 + 110 - 3581
+    assert all(b.ts <= now for b in tl.buckets())
+    q = tl.query(now - 3600, now, columns=100)
+    listed = [e for b in q["buckets"] for e in b["events"] if e["event"] == "restart_scheduled"]
+    assert len(listed) == 4  # the one before the step, relabelled, and the three after it
+    assert parse_rfc3339(listed[0]["ts"]) == T0 + 15 - 3581
+    assert sum(sum(b.state_s.values()) for b in tl.buckets()) == 100.0  # 500 → 600, steady
+
+
+def test_a_slew_is_no_step() -> None:
+    """A wall clock that runs a little slow or fast (NTP's slew) moves nothing and charges the
+    steady clock's time."""
+    tl = Timeline(bucket_s=60)
+    watched(tl, "running", 500.0, T0)
+    for i in range(1, 61):
+        assert tl.clock(500.0 + i, T0 + i * 1.0005) is None
+        tl.observe("running", T0 + i * 1.0005)
+    b = tl.buckets()
+    assert b[0].ts == T0 and sum(sum(x.state_s.values()) for x in b) == pytest.approx(60.0)
+
+
+def test_a_history_saved_before_a_step_back_is_moved_to_end_now() -> None:
+    """A history whose newest bucket lies ahead of the clock (stepped back while no daemon ran)
+    is moved back, its events with it, to end by now: all of it shown, and the new daemon's time
+    after it."""
+    old = Timeline(bucket_s=60)
+    run(old, "running", T0 + 3600, T0 + 3700)
+    old.event({"event": "fatal", "ts": rfc3339(T0 + 3700)}, T0 + 3700)
+    tl = Timeline(bucket_s=60)
+    tl.load(json.loads(json.dumps(old.to_json())), T0 + 130)
+    assert tl.buckets()[-1].end <= T0 + 130
+    at_start = tl.query(T0 - 3600, T0 + 130, columns=100)
+    assert [e["event"] for b in at_start["buckets"] for e in b["events"]] == ["fatal"]
+    run(tl, "backoff", T0 + 130, T0 + 250)
+    q = tl.query(T0 - 3600, T0 + 250, columns=100)
+    states = {b["state"] for b in q["buckets"]} - {None}
+    assert states == {"running", "backoff"}
+    assert [e["event"] for b in q["buckets"] for e in b["events"]] == ["fatal"]
+
+
+@pytest.mark.parametrize("error", [-0.002, 0.0, 0.002])
+def test_a_step_of_whole_buckets_moves_them_whole(error: float) -> None:
+    """An hour's step read a hair short or long (the two clocks are read one after the other)
+    moves the history an hour, leaving no near-empty bucket behind, forward and back."""
+    tl = Timeline(bucket_s=60)
+    watched(tl, "running", 500.0, T0 + 10)
+    watched(tl, "running", 510.0, T0 + 20 + 3600 + error)
+    assert [b.ts for b in tl.buckets()] == [T0 + 3600]
+    watched(tl, "running", 520.0, T0 + 30 - error)
+    assert [b.ts for b in tl.buckets()] == [T0]
+    assert tl.buckets()[0].state_s == {"running": pytest.approx(20.0)}

@@ -16,6 +16,13 @@ throughput and never count.
 An open run carries its monotonic instants (`mono`) in its record, so a reexec or a restarted
 daemon on the same boot (CLOCK_MONOTONIC is system-wide) goes on measuring it; they are dropped
 when it ends.
+
+The wall clock only labels (`started_at`, `ended_at`, the `*_at`): every duration (`duration_s`,
+`lost_s`, the costs) is a difference of monotonic instants, so a step of the wall clock (NTP's
+step at boot, a step on a VM's host) never makes a run last minus an hour. Records are kept in the
+order their runs began, by number; a label may read earlier than the one before it after a step.
+Only where no monotonic instant is known (the previous run's last progress line seen by an
+earlier daemon) does `lost_s` fall back on the labels, never below 0.
 """
 
 from __future__ import annotations
@@ -93,6 +100,9 @@ class Ledger:
         # reading made the ledger's idle CPU 1.08x the build before it)
         self._readings = GapRing(READINGS_KEPT)
         self.changed = 0  # bumped at every change: the shell writes when it moved
+        # the monotonic instant of the newest progress line of a run that ended under this
+        # daemon: (run, instant), for the next run's lost_s (a record keeps no instant once over)
+        self._last_progress: tuple[int, float] | None = None
 
     # ---------------------------------------------------------------------- queries
 
@@ -131,8 +141,8 @@ class Ledger:
         config_sha: str | None = None,
     ) -> dict[str, Any]:
         """A run begins (a spawn, or a job adopted): its record, numbered after every other."""
-        if self.open is not None:
-            self.end(now, wall, {"state": None, "reason": "daemon_lost"})  # its end unseen
+        if (lost := self.end(now, wall, {"state": None, "reason": "daemon_lost"})) is not None:
+            lost["duration_s"] = None  # its end unseen: how long it ran is unknown
         number = max((int(r.get("run", 0)) for r in self._records), default=0) + 1
         record = _new_record(number, reason, now, wall)
         command_list = None if command is None else list(command)
@@ -187,6 +197,7 @@ class Ledger:
                 rec["first_step"] = step
             rec["last_step"] = step
         rec["last_progress_at"] = iso(wall)
+        mono["last_progress"] = at
         self.changed += 1
         warm = at - mono["first_progress"] >= self.cfg.warmup_s
         if tokens_per_s is None or not steady or not warm or not math.isfinite(tokens_per_s):
@@ -206,7 +217,10 @@ class Ledger:
         rec["ended_at"] = iso(wall)
         keys = ("state", "reason", "cause", "exit_code", "signal")
         rec["end"] = {k: end.get(k) for k in keys}
-        rec.pop("mono", None)
+        mono = rec.pop("mono", None) or {}
+        rec["duration_s"] = _elapsed(mono.get("spawned"), now)
+        last = mono.get("last_progress")
+        self._last_progress = None if last is None else (int(rec["run"]), float(last))
         self._readings.clear()
         self.changed += 1
         return rec
@@ -230,9 +244,13 @@ class Ledger:
         rec["first_progress_at"] = iso(wall)
         rec["first_step"] = step
         before = self._previous(rec["run"])
-        last_wall = None if before is None else wall_of(before.get("last_progress_at"))
-        if last_wall is not None:
-            rec["lost_s"] = round(max(wall - last_wall, 0.0), 3)
+        if before is None or before.get("last_progress_at") is None:
+            return
+        seen = self._last_progress
+        if seen is not None and seen[0] == before.get("run"):
+            rec["lost_s"] = _elapsed(seen[1], at)
+        elif (last_wall := wall_of(before.get("last_progress_at"))) is not None:
+            rec["lost_s"] = round(max(wall - last_wall, 0.0), 3)  # an earlier daemon's run
 
     def _previous(self, run: int) -> dict[str, Any] | None:
         earlier = [r for r in self._records if int(r.get("run", 0)) < run]
@@ -259,6 +277,14 @@ class Ledger:
             "change_pct": change_pct(rec["steady_tokens_per_s"], prev_tps),
             "code_changed": None if before is None else _changed(rec["code"], before["code"]),
         }
+
+
+def _elapsed(since: object, now: float) -> float | None:
+    """Monotonic seconds from `since` to `now`; None when `since` is unknown or later than
+    `now` (an instant of another boot: CLOCK_MONOTONIC starts again at each)."""
+    if isinstance(since, bool) or not isinstance(since, int | float) or since > now:
+        return None
+    return round(now - since, 3)
 
 
 def _changed(a: object, b: object) -> bool | None:
@@ -328,5 +354,6 @@ def _new_record(run: int, reason: str, now: float, wall: float) -> dict[str, Any
         record[key] = None
     record["steady_readings"] = 0
     record |= {"first_step": None, "last_step": None, "end": None, "lost_s": None}
+    record["duration_s"] = None  # spawn to end, monotonic: known once it ended (SPEC §15 adds)
     record["mono"] = {"spawned": now, "first_progress": None}
     return record

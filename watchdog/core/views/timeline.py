@@ -16,6 +16,13 @@ a week at 60 s is under 600 buckets. Time while no daemon ran has no bucket: a g
 `query(since, now, columns)` resamples into `columns` equal buckets (never narrower than
 `bucket_s`): additive figures (seconds per state, goodput) by the overlap, means weighted by it,
 events by their own instant.
+
+The wall clock only labels. The shell hands `clock(now, wall)` both clocks before each input
+(`now`: a steady clock that never steps): the time charged between two observations is the
+steady clock's, and a step of the wall clock (NTP's step at boot, a step on a VM's host) moves
+the whole history with it, by the step rounded down to whole buckets, so the picture stays one
+unbroken axis in the stepped clock's time: no hour of buckets for a minute after a step forward,
+and after a step back no newest bucket in a future that no query reaches (docs/troubleshooting.md).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from watchdog.core.views.timeline_span import (
     event_time,
     figures_only,
     rfc3339,
+    shifted_ts,
     span_goodput,
 )
 
@@ -38,6 +46,10 @@ BUCKET_S = 60.0
 PER_LEVEL = 128
 KEEP_S = 7 * 86400.0
 COMPACT_EVERY = 16  # base buckets between two merges (each is a pass over all buckets)
+# A wall clock that moved this much more (or less) than the steady clock between two looks was
+# stepped. A slew is far below it: adjtime's 500 ppm, even chrony's 8 % maximum slew rate over a
+# second's look, is well under a second.
+STEP_S = 1.0
 # Events the picture marks on its time axis and lists (SPEC §13: restarts and incidents), and
 # the ones that explain a gap or a change of state.
 KEPT_EVENTS = names.TIMELINE_EVENTS
@@ -66,6 +78,36 @@ class Timeline:
         self._goodput_seen: dict[str, float] | None = None
         self._changed = False
         self._compact_at = -math.inf
+        self._clock: tuple[float, float] | None = None  # (now, wall) at the last clock() call
+
+    # ------------------------------------------------------------------------- clocks
+
+    def clock(self, now: float, wall: float) -> float | None:
+        """The steady clock (`now`) and the wall clock at one instant, given before each input.
+        The time the next observe() charges is the steady clock's; a step of the wall clock
+        (STEP_S or more) moves the history by it: the step (seconds), or None."""
+        last, self._clock = self._clock, (now, wall)
+        if last is None:
+            return None
+        step = (wall - last[1]) - (now - last[0])
+        if self._prev is not None:  # the state's time since runs on the steady clock
+            self._prev = (self._prev[0], self._prev[1] + step)
+        if abs(step) < STEP_S:
+            return None
+        # whole buckets, at most the step (within STEP_S: a step of an hour read a hair short
+        # moves an hour, not 59 minutes, leaving no near-empty bucket between)
+        self._shift(math.floor((step + STEP_S) / self.bucket_s) * self.bucket_s, step)
+        return step
+
+    def _shift(self, by_s: float, step: float) -> None:
+        """Relabel the history by `by_s` (whole base buckets, at most STEP_S more than the step,
+        so it never reaches past the instant the step moved it to by more than that, which the
+        newest bucket takes); each kept event's `ts` by the step itself."""
+        for b in self._buckets:
+            b.ts += by_s
+            b.events = [shifted_ts(e, step) for e in b.events]
+        self._compact_at += by_s
+        self._changed = True
 
     # ------------------------------------------------------------------------- inputs
 
@@ -255,4 +297,11 @@ class Timeline:
                 raise ValueError(f"buckets[{i}]: overlaps the one before")
             loaded.append(b)
         self._buckets = loaded + [b for b in self._buckets if not loaded or b.ts >= loaded[-1].end]
+        if self._buckets and self._buckets[-1].ts > wall:
+            # saved before the wall clock stepped back while no daemon ran: a history in the
+            # future would hide all new time (no query reaches it), so it ends by now instead,
+            # its events moved with their buckets (the step itself is unknown)
+            ahead = self._buckets[-1].end - wall
+            back = -math.ceil(ahead / self.bucket_s) * self.bucket_s
+            self._shift(back, back)
         self._compact(wall)

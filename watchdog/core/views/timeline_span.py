@@ -177,6 +177,17 @@ def _finite(x: object) -> float:
     return float(x)
 
 
+def shifted_ts(e: Mapping[str, Any], step: float) -> dict[str, Any]:
+    """A kept event relabelled after a step of the wall clock: its `ts` moved by `step`, to the
+    millisecond (as the events write it); an event without a readable `ts` as it was."""
+    try:
+        at = parse_rfc3339(str(e.get("ts"))) + step
+    except ValueError:
+        return dict(e)
+    stamp = datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
+    return {**e, "ts": stamp.replace("+00:00", "Z")}
+
+
 def figures_only(b: Bucket) -> Bucket:
     c = Bucket(b.ts, b.width_s)
     c.absorb(b)
