@@ -70,6 +70,7 @@ PURE_MODULES = frozenset(
         "tests/test_config.py",
         "tests/test_config_adopt.py",
         "tests/test_config_checkpoint.py",
+        "tests/test_config_loss.py",
         "tests/test_evidence.py",
         "tests/test_gpuwatch_shell.py",
         "tests/test_inbox.py",

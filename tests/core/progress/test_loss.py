@@ -44,6 +44,15 @@ LINES = [
     ),
     ("{'loss': 'nan', 'grad_norm': 'nan', 'learning_rate': '4.98e-05', 'epoch': '0.02'}", "nan"),
     ("{'loss': 'inf', 'grad_norm': 'nan', 'learning_rate': '4.98e-05', 'epoch': '0.02'}", "inf"),
+    # its default logging_nan_inf_filter: a window of NaN steps logs loss 0 (as printed by a
+    # real Trainer whose weight went NaN, tests/support/jobs/hf_trainer_job.py NAN_AT_STEP)
+    (
+        "{'loss': '0', 'grad_norm': 'nan', 'learning_rate': '4.999e-05', 'epoch': '0.0002'}",
+        "nan (logged 0, grad_norm nan)",
+    ),
+    # an fp16 overflow step: a non-finite gradient norm, a finite loss: no NaN loss
+    ("{'loss': '1.5', 'grad_norm': 'inf', 'learning_rate': '5e-05', 'epoch': '0.01'}", "1.5"),
+    ("{'loss': '0', 'grad_norm': '0.01', 'learning_rate': '5e-05', 'epoch': '0.01'}", "0"),
     # transformers 4's print(logs) / tqdm.write(str(logs)): the bare floats
     ("{'loss': 2.3456, 'grad_norm': 1.2, 'learning_rate': 5e-05, 'epoch': 0.12}", "2.3456"),
     ("{'loss': nan, 'grad_norm': nan, 'learning_rate': 5e-05, 'epoch': 0.12}", "nan"),
@@ -108,6 +117,7 @@ def test_evaluation_losses_are_not_the_training_loss(line: str) -> None:
         ("nan", math.nan),
         ("NAN", math.nan),
         ("nan.0", math.nan),
+        ("nan (logged 0, grad_norm nan)", math.nan),
         ("inf", math.inf),
         ("-inf", -math.inf),
         ("INF", math.inf),

@@ -5,9 +5,10 @@ as their sources print them, are listed in core/progress/auto.py, which tries th
 
 from __future__ import annotations
 
+import math
 import re
 
-from watchdog.core.progress.parsing import Recognised, first, to_float, to_int
+from watchdog.core.progress.parsing import Recognised, first, loss_value, to_float, to_int
 
 # ---------------------------------------------------------------------------- Megatron-LM
 
@@ -155,6 +156,12 @@ _HF_DICT = re.compile(r"\{[ \t]{0,4}['\"](loss|eval_[A-Za-z_]{1,40}|train_runtim
 # `f"{v:.4g}"` before printing the dict (trainer_callback.py), so `{'loss': '6.157', …}`, and a
 # NaN is `'nan'`.
 _HF_LOSS = re.compile(r"[ \t]{0,4}(['\"]?)([^'\",}\s]{1,40})\1[ \t]{0,4}[,}]")
+# The Trainer hides a NaN loss by default: with logging_nan_inf_filter (True) a NaN or Inf step
+# adds the window's running average instead (trainer.py, `self._tr_loss += self._tr_loss / …`),
+# so a window whose every step was NaN logs `'loss': '0'` beside `'grad_norm': 'nan'` (seen with
+# transformers 5.17 on a model whose weight went NaN). A real loss of exactly 0 beside a
+# non-finite gradient norm does not happen: that line is read as the NaN it hides.
+_HF_GRAD_NORM = re.compile(r"['\"]grad_norm['\"]:[ \t]{0,4}['\"]?([^'\",}\s]{1,40})")
 
 
 def hf_loss(line: str) -> Recognised | None:
@@ -170,7 +177,13 @@ def hf_loss(line: str) -> Recognised | None:
     if key != "loss":
         return Recognised("hf_loss", activity=True, phase="eval")
     value = _HF_LOSS.match(line, match.end())
-    return Recognised("hf_loss", loss=value.group(2) if value else None)
+    loss = value.group(2) if value else None
+    if loss is not None and loss_value(loss) == 0 and "grad_norm" in line:
+        norm = _HF_GRAD_NORM.search(line, match.end())
+        norm_value = loss_value(norm.group(1)) if norm else None
+        if norm_value is not None and not math.isfinite(norm_value):
+            loss = f"nan (logged {loss}, grad_norm {norm.group(1) if norm else ''})"
+    return Recognised("hf_loss", loss=loss)
 
 
 # ---------------------------------------------------------------------------- checkpoint saves

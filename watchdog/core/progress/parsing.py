@@ -84,7 +84,7 @@ def loss_value(text: str | None) -> float | None:
     NaN and infinities kept; None when the text is no number."""
     if text is None:
         return None
-    text = text.strip()
+    text = text.split(" (", 1)[0].strip()  # `nan (logged 0, grad_norm nan)`: frameworks.py
     if _NOT_FINITE.fullmatch(text):
         low = text.lower()
         if "nan" in low:
