@@ -78,6 +78,24 @@ def test_on_nan_stop_stops_the_job_and_parks_it_fatal(make_daemon: DaemonFactory
     d.wait_saved_park()  # the park is on disk: a restarted daemon finds it
 
 
+def test_a_loss_ten_times_its_average_is_loss_spike_and_warns_only(
+    make_daemon: DaemonFactory,
+) -> None:
+    """A loss that jumps tenfold and stays there: loss_spike once, at the third reading above
+    3 × its moving average (the defaults), with that average; the job runs on."""
+    d = make_daemon(
+        [sys.executable, str(JOBS / "loss_job.py")],
+        {"job": {"env": {"SPIKE_AT": "60"}}},  # readings at 5, 10, …: 60, 65, 70 are above
+    )
+    (spike,) = d.wait_event("loss_spike", timeout=30)
+    assert (spike["step"], spike["factor"], spike["readings"]) == (70, 3.0, 3), spike
+    assert 3.9 < spike["average"] < 4.0 and float(spike["loss"]) > 30, spike
+    pid = d.status()["job"]["pid"]
+    st = _running_past(d, pid, 80, timeout=30)
+    assert "spike at step 70" in st["progress"]["loss_line"], st["progress"]
+    assert "child_stopping" not in [e["event"] for e in d.events()]
+
+
 HF_MISSING = [n for n in ("torch", "transformers") if importlib.util.find_spec(n) is None]
 
 
