@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import pathlib
 import socket
 import time
@@ -118,6 +119,20 @@ def test_families_leave_missing_readings_absent() -> None:
     assert not [k for k in s if k[0] == "train_watchdog_tokens_per_second"]
     assert value(s, "train_watchdog_last_progress_timestamp_seconds") == 1_000.0 - 10.0
     assert not [k for k in s if k[0].endswith("_seconds_total")]  # no goodput in this status
+
+
+def test_families_show_the_last_loss_nan_included() -> None:
+    """train_watchdog_loss is the newest loss (SPEC §16), NaN when it went NaN, absent before
+    the first."""
+    assert not [k for k in parse_families(status_fixture()) if k[0] == "train_watchdog_loss"]
+
+    def loss(last: str) -> float | None:
+        progress = {**status_fixture()["progress"], "loss": {"last": last, "step": 7}}
+        return value(parse_families(status_fixture(progress=progress)), "train_watchdog_loss")
+
+    assert loss("2.345") == 2.345
+    got = loss("nan (logged 0, grad_norm nan)")
+    assert got is not None and math.isnan(got)
 
 
 def test_families_report_common_restart_reasons_from_zero() -> None:

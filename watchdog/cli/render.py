@@ -108,6 +108,8 @@ def render_status(st: dict[str, Any], events: list[dict[str, Any]]) -> str:
         lines.append(f"    Stall: {explain_window(sw)}")
     if ck := pr.get("checkpoint"):
         lines.append(f"     Ckpt: {_checkpoint_text(ck)}")
+    if loss := pr.get("loss_line"):  # SPEC §16 (absent from older daemons)
+        lines.append(f"     Loss: {loss}")
     lines += _restart_lines(st)
     mode = f" · stop mode {job['stop_mode']}" if job.get("stop_mode") else ""  # SPEC §14
     lines.append(f"   Daemon: pid {dm['pid']} · v{dm['version']} · up {_dur(dm['uptime_s'])}{mode}")

@@ -49,7 +49,8 @@ DOCS: dict[str, str] = {
     "progress": "how the job's progress is read and judged (docs/progress.md)",
     "progress.file": "follow this file instead of job.log_file: a glob follows its newest match; "
     ".csv and .jsonl files are read as tables",
-    "progress.pattern": "a regular expression with named groups tokens_per_s and/or step; set, "
+    "progress.pattern": "a regular expression with named groups tokens_per_s and/or step (and "
+    "loss: the training loss, judged as progress.loss says); set, "
     "it replaces format; null leaves format in charge",
     "progress.format": "how progress lines are recognised: auto tries every known framework's "
     "output; one recogniser's name uses it alone; csv or jsonl read progress.file as a table",
@@ -58,6 +59,13 @@ DOCS: dict[str, str] = {
     "progress.min_tokens_per_s": "absolute floor for throughput_low; null: none",
     "progress.min_fraction": "throughput_low below this fraction of the rolling median",
     "progress.low_for_s": "how long throughput must stay low before throughput_low fires",
+    "progress.loss": "the training loss read from the log (docs/progress.md, Loss health)",
+    "progress.loss.on_nan": "a NaN or infinite loss: warn (loss_nan, the job runs on) or stop "
+    "(loss_nan, then the job is stopped at once and parked fatal, reason loss_nan)",
+    "progress.loss.spike_factor": "a reading above this many times the loss's moving average "
+    "is part of a spike",
+    "progress.loss.spike_readings": "readings in a row above spike_factor × the average: "
+    "loss_spike",
     "progress.checkpoint": "the newest complete checkpoint is the progress mark; null: none",
     "progress.checkpoint.path": "the checkpoint folder, or Megatron's tracker file",
     "progress.checkpoint.kind": "how the newest complete checkpoint is found",

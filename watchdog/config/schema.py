@@ -116,6 +116,15 @@ class SlowdownConfig:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class LossConfig:
+    """progress.loss (SPEC §16, core/progress/loss.py): a NaN loss, and a loss spike."""
+
+    on_nan: Literal["warn", "stop"] = "warn"
+    spike_factor: float = field(default=3.0, metadata=_m(gt=1))
+    spike_readings: int = field(default=3, metadata=_m(ge=1))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ProgressConfig:
     file: str | None = field(default=None, metadata=_m(path=True))
     pattern: re.Pattern[str] = field(default=DEFAULT_REGEX, metadata=_m(parse=parse_pattern))
@@ -136,6 +145,8 @@ class ProgressConfig:
     checkpoint: CheckpointConfig | None = None
     # SPEC §15: a sustained drop against the run's settled level (core/progress/slowdown.py)
     slowdown: SlowdownConfig = field(default_factory=SlowdownConfig)
+    # SPEC §16: the loss the recognisers read, judged (core/progress/loss.py)
+    loss: LossConfig = field(default_factory=LossConfig)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -186,6 +186,19 @@ EVENTS: dict[str, EventName] = {
         hook=True,
     ),
     "slowdown_cleared": EventName("tokens/s is back near the run's settled level"),
+    # SPEC §16: loss health from the log (core/progress/loss.py, docs/progress.md)
+    "loss_nan": EventName(
+        "the loss the job printed is NaN or infinite (step, loss as printed, on_nan): said once"
+        " until a finite loss; with progress.loss.on_nan stop the job is stopped and parked",
+        ERR,
+        hook=True,
+    ),
+    "loss_spike": EventName(
+        "the loss stayed above progress.loss.spike_factor × its moving average for"
+        " spike_readings readings in a row (step, loss, average, factor, readings): warn only",
+        WARNING,
+        hook=True,
+    ),
     # SPEC §15: a cluster you can trust (docs/multi-node.md)
     "cluster_refused": EventName(
         "etcd answered but refused this node (certificate, password, permission): the job is"
@@ -225,6 +238,8 @@ REASONS: dict[str, str] = {
     "completed": "the job exited with a code in job.success_exit_codes: done (SPEC §13)",
     "repeated_cause": "restart.same_cause_limit failures in a row with the same deterministic"
     " cause and no step gained: parked (SPEC §14)",
+    "loss_nan": "the loss went NaN or infinite and progress.loss.on_nan is stop: stopped at"
+    " once and parked (SPEC §16)",
     "host_oom": "the kernel's OOM killer killed the job (its memory cgroup): parked (SPEC §14)",
     # why a start failed
     "gpu_memory_held": "the GPUs did not drain in gpus.reclaim_timeout_s",

@@ -6,7 +6,7 @@ reason, never a magic string.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,3 +58,5 @@ class ProgressReading:
 
     tokens_per_s: float | None
     step: int | None
+    # SPEC §16: the loss a user's pattern's group `loss` read, as printed (pattern.py)
+    loss: str | None = field(default=None, compare=False)

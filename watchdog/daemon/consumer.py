@@ -55,6 +55,7 @@ from watchdog.daemon.inbox import (
     SignalReceived,
 )
 from watchdog.daemon.inputlog import InputLog
+from watchdog.daemon.losses import losses_read
 
 if TYPE_CHECKING:
     from watchdog import config
@@ -367,6 +368,8 @@ class Consumer:
             monitor.progress_line(found.latest, now, age_s, run.polled_at)
             if (at := monitor.last_progress_at) is not None:
                 self._dispatch(ProgressMarked("step", found.latest.step, at))
+        if found.losses:  # SPEC §16: the run's loss judged; on_nan stop asks the core
+            losses_read(run, found.losses, now, self._shell, self._dispatch)
         if found.activity and found.activity_last:
             monitor.activity(now, phase)
         run.polled(now)

@@ -10,6 +10,7 @@ from dataclasses import replace
 from watchdog import config
 from watchdog.cluster import link
 from watchdog.core.health import monitor as health
+from watchdog.core.progress.loss import LossPolicy
 from watchdog.core.progress.stall_window import StallConfig
 from watchdog.core.supervisor.budget import Policy
 from watchdog.progress.checkpoint import CheckpointWatch
@@ -60,6 +61,12 @@ def health_of(cfg: config.Config) -> health.HealthConfig:
         min_fraction=p.min_fraction,
         low_for_s=p.low_for_s,
     )
+
+
+def loss_of(cfg: config.Config) -> LossPolicy:
+    """progress.loss (SPEC §16) as the core's loss judge takes it."""
+    p = cfg.progress.loss
+    return LossPolicy(p.on_nan, p.spike_factor, p.spike_readings)
 
 
 def checkpoint_watch(cfg: config.Config) -> CheckpointWatch | None:

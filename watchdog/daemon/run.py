@@ -19,6 +19,7 @@ from watchdog import blocking, config
 from watchdog.core.health import causes
 from watchdog.core.health import monitor as health
 from watchdog.core.health.taped import Tape, tracker_for
+from watchdog.core.progress.loss import LossWatch
 from watchdog.core.progress.stall_window import StallKnowledge
 from watchdog.daemon import params
 from watchdog.process import identity, oomrecord, reaping
@@ -77,6 +78,7 @@ class JobRun:
         # SPEC §14: pids of a tree left alive by a stop (or found by a start): status names them
         self.left_behind: tuple[int, ...] = ()
         self.evidence = Evidence()  # SPEC §14: what its death is classified by (exitcause.py)
+        self.loss = LossWatch()  # SPEC §16: its loss health, fed by the consumer (its policy too)
 
     def stopping(self, reason: str) -> None:
         """The core returned KillTree for this run (SPEC §4: the whole tree is being stopped)."""

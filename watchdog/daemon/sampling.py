@@ -259,8 +259,9 @@ def with_late(late: FollowResult, found: FollowResult) -> FollowResult:
     lines were consumed, and a job that wrote them while our read hung did not stall."""
     activity = late.activity + found.activity
     phase = found.phase or late.phase  # SPEC §14
+    losses = late.losses + found.losses  # SPEC §16: each loss judged, in the job's order
     if found.readings:
-        return dataclasses.replace(found, activity=activity, phase=phase)
+        return dataclasses.replace(found, activity=activity, phase=phase, losses=losses)
     return dataclasses.replace(
         found,
         readings=late.readings,
@@ -269,4 +270,5 @@ def with_late(late: FollowResult, found: FollowResult) -> FollowResult:
         activity=activity,
         phase=phase,
         activity_last=found.activity_last or (late.activity_last and not found.activity),
+        losses=losses,
     )

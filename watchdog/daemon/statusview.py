@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog import __version__
+from watchdog.core.progress.loss import loss_line
 from watchdog.core.progress.stall_window import LEARNING
 from watchdog.core.views import status
 
@@ -95,3 +96,11 @@ def _add_turn4(d: Shown, st: dict[str, Any], running: Sequence[str] | None) -> N
     left = d.runs.current.left_behind if running is None else ()
     st["leftovers"] = {"pids": list(left)} if left else None
     st["run"] = d.out.books.runs.current()  # SPEC §15: the current run on record
+    _add_loss(d, st)
+
+
+def _add_loss(d: Shown, st: dict[str, Any]) -> None:
+    """SPEC §16: the current run's loss health, and its one line for `watchdogctl status`."""
+    loss = d.runs.current.loss.view(time.monotonic())
+    st["progress"]["loss"] = loss
+    st["progress"]["loss_line"] = loss_line(loss)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from watchdog.config import parse_listen  # the one listen parser: config validates with it
 from watchdog.core import names
+from watchdog.core.progress.parsing import loss_value
 
 if TYPE_CHECKING:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -174,6 +175,11 @@ def _progress_families(st: Mapping[str, Any], wall_now: float) -> Iterator[Metri
     for phase, window_s in sorted((progress.get("stall_windows") or {}).items()):
         window.add_metric([phase], window_s)
     yield window
+    loss = _gauge("loss", "The training loss the job printed last (NaN when it went NaN).")
+    value = loss_value((progress.get("loss") or {}).get("last"))  # SPEC §16
+    if value is not None:
+        loss.add_metric([], value)
+    yield loss
 
 
 def _goodput_families(g: Mapping[str, Any]) -> Iterator[Metric]:

@@ -64,6 +64,8 @@ class FollowResult:
     # and whether the poll's newest judged line was activity (it came after its progress).
     phase: str | None = None
     activity_last: bool = False
+    # SPEC §16: the losses the progress lines printed (as printed, with their step), oldest first
+    losses: tuple[tuple[str, int | None], ...] = ()
 
     @property
     def latest(self) -> ProgressReading | None:
@@ -87,6 +89,7 @@ class _Found:
         self.activity = 0
         self.phase: str | None = None
         self.activity_last = False
+        self.losses: list[tuple[str, int | None]] = []
 
     def result(self) -> FollowResult:
         return FollowResult(
@@ -102,6 +105,7 @@ class _Found:
             activity=self.activity,
             phase=self.phase,
             activity_last=self.activity_last,
+            losses=tuple(self.losses[-MATCH_LAST_LINES:]),
         )
 
 
@@ -376,6 +380,8 @@ class LogFollower:
             if seen.kind == "progress" and seen.reading is not None:
                 found.readings.append((seen.reading, line_no))
                 found.source = seen.source
+                if seen.loss is not None:
+                    found.losses.append((seen.loss, seen.reading.step))
                 found.activity_last = False
             else:
                 found.activity += 1

@@ -33,6 +33,7 @@ from watchdog.core.supervisor.events import (
     IncidentSaved,
     JobAdopted,
     KillTree,
+    LossWentNan,
     NodesAwaited,
     OperatorCommand,
     PolicyChanged,
@@ -103,6 +104,7 @@ class SupervisorMachine(RuleBasedStateMachine):
         self.gone = False  # ... and the core said Exit: the daemon process is over
         self.last_event = ""
         self.parked = False  # a parking GPU fault not yet undone by an operator
+        self.nan_stop = False  # SPEC §16: a stop for loss_nan was ordered (on_nan stop)
         self.access_lost = False  # SPEC §13: NVML access lost (no automatic start meanwhile)
         self.operator_start_owed = False  # an operator's start/restart/resume not yet spawned
         # SPEC §13: a run ended well (job_completed) and no operator start/restart came since
@@ -158,6 +160,7 @@ class SupervisorMachine(RuleBasedStateMachine):
                 self.attempt = a.attempt
             elif isinstance(a, KillTree):
                 self.pending_kill = True
+                self.nan_stop |= a.reason == "loss_nan"
             elif isinstance(a, Emit):
                 if a.event == "child_spawned":
                     self.run_healthy = False
@@ -192,7 +195,11 @@ class SupervisorMachine(RuleBasedStateMachine):
                     self.no_progress_streak = 0 if self.run_healthy else self.no_progress_streak + 1
                     assert a.fields["no_progress"] == self.no_progress_streak
                     self.run_healthy = False  # a spawn that fails is a run without progress
-                if a.event == "fatal" and a.fields["reason"] == "no_progress":
+                if a.event == "fatal" and a.fields["reason"] == "loss_nan":
+                    # SPEC §16: parked after the stop the NaN asked for, never restarted
+                    assert self.nan_stop, a.fields
+                    self.parked = True
+                elif a.event == "fatal" and a.fields["reason"] == "no_progress":
                     # the other way into fatal: max_no_progress restarts in a row got nowhere
                     assert self.no_progress_streak == POLICY.max_no_progress, a.fields
                     assert not self.run_healthy
@@ -406,6 +413,14 @@ class SupervisorMachine(RuleBasedStateMachine):
         if kind == "step":
             value = None
         self.apply(ProgressMarked(kind, value, self.now))
+
+    @precondition(lambda m: m.live)
+    @rule()
+    def loss_went_nan(self) -> None:
+        """The loss went NaN under on_nan stop (SPEC §16): stopped, then parked in fatal."""
+        pid = self.sup.snapshot().pid
+        if pid is not None and pid in self.live:
+            self.apply(LossWentNan(pid, 7))
 
     @precondition(lambda m: m.live)
     @rule()

@@ -39,6 +39,7 @@ SAMPLES: list[E.Event] = [
     E.IncidentSaved("/state/incidents/1"),
     E.ProgressMarked("checkpoint", 1.5e9, 123.25),
     E.RankExited(pid=4183, rank_pid=4190, rank="3"),
+    E.LossWentNan(pid=4183, step=1200),
     E.GpuFaultSeen("reboot_host", {"gpu": 0, "xid": 79, "uuid": None}, gate=True),
     E.GpuAccessChanged(lost=True, detail="NVML_ERROR_GPU_IS_LOST"),
     E.PolicyChanged(Policy(restart_on=frozenset({"exited"}), success_exit_codes=frozenset({0, 3}))),

@@ -31,6 +31,7 @@ from watchdog.core.supervisor.events import (
     HealthAwaited,
     IncidentSaved,
     JobAdopted,
+    LossWentNan,
     NodesAwaited,
     OperatorCommand,
     PolicyChanged,
@@ -105,6 +106,7 @@ EXAMPLES: dict[type, Callable[[int | None], list[Event]]] = {
     IncidentSaved: lambda pid: [IncidentSaved("incidents/1")],
     ProgressMarked: lambda pid: [ProgressMarked("step", 10.0, 5.0)],
     RankExited: lambda pid: [RankExited(pid or PID, 101, "1")],
+    LossWentNan: lambda pid: [LossWentNan(pid or PID, 7)],
     GpuFaultSeen: lambda pid: [
         GpuFaultSeen("reset_gpu", FAULT),
         GpuFaultSeen("restart_app", FAULT),

@@ -13,7 +13,10 @@ Knobs (environment): SAVE_STEPS (default 20), LOGGING_STEPS (default 10), EVAL_S
 evaluation; else an eval phase with its own bar every N steps) over EVAL_ROWS rows (default 400,
 4 a batch), each taking at least EVAL_ROW_S seconds to load (default 0: a slow disk, for an
 evaluation that outlasts the watchdog's stall_after_s); TRAIN_ROW_S, the same for training rows
-(default 0; 0.3 makes a step of 4 rows last over a second: the bar reads `s/it`); RESUME=naive
+(default 0; 0.3 makes a step of 4 rows last over a second: the bar reads `s/it`); NAN_AT_STEP
+(0 = never): at that step's end one weight of the model is set to NaN, so every loss after it is
+NaN (the Trainer's default logging_nan_inf_filter then logs each all-NaN window's loss as 0, its
+grad_norm as nan; NAN_FILTER=0 turns the filter off, the loss is logged as 'nan'); RESUME=naive
 resumes as `resume_from_checkpoint=get_last_checkpoint(out)` does, torn folder or not.
 LOG_LEVEL (default `passive`, the Trainer's): `info` prints its `***** Running Evaluation *****`
 and `Saving model checkpoint to …` lines, as a user with info logging sees them. SLOW_SAVE_S
@@ -33,7 +36,13 @@ import warnings
 warnings.filterwarnings("ignore")  # the CPU wheel's numpy notices are not the job's output
 
 import torch  # noqa: E402
-from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments  # noqa: E402
+from transformers import (  # noqa: E402
+    GPT2Config,
+    GPT2LMHeadModel,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
 from transformers.trainer_utils import get_last_checkpoint  # noqa: E402
 
 VOCAB = 64
@@ -96,6 +105,20 @@ class SlowSaveTrainer(Trainer):
         super()._save_checkpoint(model, trial)  # type: ignore[arg-type]
 
 
+class NanAt(TrainerCallback):
+    """At the end of step `step`, one weight becomes NaN: every later loss is NaN."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args: object, state: object, control: object, **kwargs: object) -> None:
+        if getattr(state, "global_step", None) == self.step:
+            model = kwargs["model"]
+            assert isinstance(model, torch.nn.Module)
+            with torch.no_grad():
+                next(model.parameters()).view(-1)[0] = float("nan")
+
+
 def main() -> None:
     workdir = sys.argv[1]
     out = os.path.join(workdir, "out")
@@ -127,6 +150,7 @@ def main() -> None:
         dataloader_num_workers=0,
         seed=0,
         log_level=os.environ.get("LOG_LEVEL", "passive"),
+        logging_nan_inf_filter=os.environ.get("NAN_FILTER", "1") != "0",
     )
     trainer = SlowSaveTrainer(
         model=model,
@@ -137,6 +161,7 @@ def main() -> None:
         )
         if eval_steps
         else None,
+        callbacks=[NanAt(nan_at)] if (nan_at := int(os.environ.get("NAN_AT_STEP", "0"))) else None,
     )
     if os.environ.get("RESUME") == "naive":  # the Trainer's own pick: the highest checkpoint-N
         trainer.train(

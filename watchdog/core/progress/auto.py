@@ -34,7 +34,11 @@ Formats, as their sources print them (our own example lines: tests/core/progress
   DeepSpeed), `saving model to` (Lightning, NeMo), `saving checkpoint at iteration` (Megatron-LM),
   `Saving the checkpoint` (torchtitan), `… is about to be saved!` (DeepSpeed).
 - Hugging Face Trainer log dicts: `{'loss': 2.3456, 'grad_norm': …, 'epoch': 0.12}` (progress,
-  no step); `{'eval_loss': …}` is an evaluation's result (activity).
+  no step; transformers 5 quotes each number: `{'loss': '6.157', 'grad_norm': '1.034', …}`);
+  `{'eval_loss': …}` is an evaluation's result (activity).
+- The loss (SPEC §16 "Loss health", `Recognised.loss`): the HF dict's `'loss'`, a bar postfix's
+  `loss=` / `train_loss=` (Lightning), Megatron-LM's `lm loss: 1.234560E+00`, torchtitan's and
+  DeepSpeed's pipeline `loss: 2.3456`; NaN and infinities as printed (`nan`, `NAN`, `nan.0`).
 """
 
 from __future__ import annotations
@@ -134,6 +138,12 @@ _EPOCH = re.compile(
     r"(?:[ \t]{0,2}/[ \t]{0,2}[0-9]{1,12})?(?![0-9.])"
 )
 _SI_PREFIX = "kMGTPEZY"
+# SPEC §16: a loss in the bar's postfix, after its rate: Lightning's TQDMProgressBar shows what
+# the module logs with prog_bar=True (`self.log("loss", …)` -> `…, v_num=0, loss=1.230]`;
+# `train_loss`, or `train_loss_step` with on_step and on_epoch), each number through its
+# format_num (tqdm's `.3g`, padded: a NaN is `nan.0`), lightning/pytorch/callbacks/progress/
+# tqdm_progress.py; a hand-written bar's `set_postfix(loss=…)` reads the same.
+_POSTFIX_LOSS = re.compile(r"[ ,](?:train_)?loss(?:_step)?=([^,\]\s]{1,40})")
 
 
 def _unit(printed: str) -> str:
@@ -179,6 +189,7 @@ def tqdm_bar(line: str) -> Recognised | None:
     if step is None:
         return None
     label = _tqdm_label(line[: match.start()])
+    loss = _POSTFIX_LOSS.search(line, after.end(), after.end() + 1024) if "loss=" in line else None
     epoch_match = _EPOCH.search(label)
     total_text = match.group("total")
     return Recognised(
@@ -189,6 +200,7 @@ def tqdm_bar(line: str) -> Recognised | None:
         epoch=int(epoch_match.group(1)) if epoch_match else None,
         first_draw=after.group("rate") == "?",
         unit=_unit(after.group("unit")),
+        loss=loss.group(1) if loss else None,
     )
 
 

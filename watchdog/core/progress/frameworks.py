@@ -5,9 +5,10 @@ as their sources print them, are listed in core/progress/auto.py, which tries th
 
 from __future__ import annotations
 
+import math
 import re
 
-from watchdog.core.progress.parsing import Recognised, first, to_float, to_int
+from watchdog.core.progress.parsing import Recognised, first, loss_value, to_float, to_int
 
 # ---------------------------------------------------------------------------- Megatron-LM
 
@@ -23,14 +24,25 @@ _MEGATRON_EVAL = re.compile(r"loss at iteration[ \t]{1,4}[0-9]{1,18}(?![0-9])")
 _MEGATRON_EVAL_ITER = re.compile(r"Evaluating iter[ \t]{1,4}([0-9]{1,18})/([0-9]{1,18})")
 
 
+# SPEC §16: training_log's loss, `log_string += ' {}: {:.6E} |'.format(key, avg)` in
+# megatron/training/training.py: ` lm loss: 1.234560E+00 |` (a NaN prints `NAN`).
+_MEGATRON_LOSS = re.compile(r"lm loss:[ \t]{0,4}([^\s|]{1,40})")
+
+
 def megatron(line: str) -> Recognised | None:
-    """Megatron-LM's training_log: ` [2026-12-03 10:00:00] iteration      120/  500000 | …`;
-    its evaluation lines are activity."""
+    """Megatron-LM's training_log: ` [2026-12-03 10:00:00] iteration      120/  500000 | …`
+    (with its ` lm loss: 1.234560E+00 |`); its evaluation lines are activity."""
     if "iter" not in line:
         return None
     match = first(_MEGATRON, line) if "iteration" in line else None
     if match is not None:
-        return Recognised("megatron", step=to_int(match.group(1)), total=to_int(match.group(2)))
+        loss = _MEGATRON_LOSS.search(line, match.end()) if "lm loss:" in line else None
+        return Recognised(
+            "megatron",
+            step=to_int(match.group(1)),
+            total=to_int(match.group(2)),
+            loss=loss.group(1) if loss else None,
+        )
     if "validation" in line and first(_MEGATRON_EVAL, line) is not None:
         # No step: the iteration it names is the last trained one, neither lower nor higher.
         return Recognised("megatron", activity=True, phase="eval")
@@ -45,6 +57,9 @@ def megatron(line: str) -> Recognised | None:
 # ---------------------------------------------------------------------------- torchtitan
 
 _TITAN_STEP = re.compile(r"step:[ \t]{0,16}([0-9]{1,18})(?![0-9])[ \t]{1,16}loss:")
+# SPEC §16: the value right after `loss:` (torchtitan's metrics log formats it `{loss:7.4f}`,
+# a NaN as `    nan`; DeepSpeed's PipelineEngine `loss: {loss:0.4f}`).
+_LOSS_AFTER = re.compile(r"[ \t]{0,16}([^\s|,]{1,40})")
 _TITAN_TPS = re.compile(r"\b[tw]ps:[ \t]{0,16}([0-9][0-9,]{0,24}(?:\.[0-9]{0,6})?)")
 
 
@@ -56,10 +71,13 @@ def torchtitan(line: str) -> Recognised | None:
     if match is None:
         return None
     tps = _TITAN_TPS.search(line, match.end())
+    validate = "validat" in line[: match.start()].lower()
+    loss = None if validate else _LOSS_AFTER.match(line, match.end())
     return Recognised(
         "torchtitan",
         step=to_int(match.group(1)),
         tokens_per_s=to_float(tps.group(1)) if tps else None,
+        loss=loss.group(1) if loss else None,
         # `validate step: 10  loss: …` is the validator's report, not a training step.
         activity="validat" in line[: match.start()].lower(),
         phase="eval" if "validat" in line[: match.start()].lower() else None,
@@ -89,7 +107,9 @@ def deepspeed(line: str) -> Recognised | None:
     if "steps:" in line and "loss:" in line:
         match = first(_DS_PIPE, line)
         if match is not None:
-            return Recognised("deepspeed", step=to_int(match.group(1)))
+            loss = _LOSS_AFTER.match(line, match.end())
+            step = to_int(match.group(1))
+            return Recognised("deepspeed", step=step, loss=loss.group(1) if loss else None)
     return None
 
 
@@ -131,19 +151,39 @@ def nemo(line: str) -> Recognised | None:
 # ---------------------------------------------------------------------------- HF Trainer logs
 
 _HF_DICT = re.compile(r"\{[ \t]{0,4}['\"](loss|eval_[A-Za-z_]{1,40}|train_runtime)['\"]:")
+# SPEC §16: the loss's value, bare (`'loss': 2.3456`, transformers 4's `print(logs)`) or quoted:
+# transformers 5's ProgressCallback.on_log and PrinterCallback.on_log format each float as
+# `f"{v:.4g}"` before printing the dict (trainer_callback.py), so `{'loss': '6.157', …}`, and a
+# NaN is `'nan'`.
+_HF_LOSS = re.compile(r"[ \t]{0,4}(['\"]?)([^'\",}\s]{1,40})\1[ \t]{0,4}[,}]")
+# The Trainer hides a NaN loss by default: with logging_nan_inf_filter (True) a NaN or Inf step
+# adds the window's running average instead (trainer.py, `self._tr_loss += self._tr_loss / …`),
+# so a window whose every step was NaN logs `'loss': '0'` beside `'grad_norm': 'nan'` (seen with
+# transformers 5.17 on a model whose weight went NaN). A real loss of exactly 0 beside a
+# non-finite gradient norm does not happen: that line is read as the NaN it hides.
+_HF_GRAD_NORM = re.compile(r"['\"]grad_norm['\"]:[ \t]{0,4}['\"]?([^'\",}\s]{1,40})")
 
 
 def hf_loss(line: str) -> Recognised | None:
     """The Hugging Face Trainer's log dict: `{'loss': 2.3456, 'grad_norm': …, 'epoch': 0.12}`
-    is progress without a step; `{'eval_loss': …}` and the closing `{'train_runtime': …}` are
-    activity."""
+    (transformers 5: `{'loss': '6.157', …}`) is progress without a step, with its loss;
+    `{'eval_loss': …}` and the closing `{'train_runtime': …}` are activity."""
     if "{" not in line or ("loss" not in line and "_runtime" not in line):
         return None
     match = _HF_DICT.search(line)
     if match is None:
         return None
     key = match.group(1)
-    return Recognised("hf_loss", activity=key != "loss", phase="eval" if key != "loss" else None)
+    if key != "loss":
+        return Recognised("hf_loss", activity=True, phase="eval")
+    value = _HF_LOSS.match(line, match.end())
+    loss = value.group(2) if value else None
+    if loss is not None and loss_value(loss) == 0 and "grad_norm" in line:
+        norm = _HF_GRAD_NORM.search(line, match.end())
+        norm_value = loss_value(norm.group(1)) if norm else None
+        if norm_value is not None and not math.isfinite(norm_value):
+            loss = f"nan (logged {loss}, grad_norm {norm.group(1) if norm else ''})"
+    return Recognised("hf_loss", loss=loss)
 
 
 # ---------------------------------------------------------------------------- checkpoint saves

@@ -44,6 +44,9 @@ class Recognised:
     unit: str = ""
     # SPEC §14: the line says the run is evaluating ("eval") or saving ("checkpoint")
     phase: str | None = field(default=None, compare=False)  # not what the line counts
+    # SPEC §16 "Loss health": the training loss as the line prints it (`2.345`, `'nan'` less its
+    # quotes, Megatron's `NAN`, Lightning's padded `nan.0`): read by `loss_value`
+    loss: str | None = field(default=None, compare=False)
 
 
 def to_int(text: str | None) -> int | None:
@@ -66,6 +69,30 @@ def to_float(text: str | None) -> float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) else None
+
+
+# A printed NaN or infinity: Python's `nan`/`inf`/`-inf`, `%E`'s `NAN`/`INF` (Megatron-LM),
+# Lightning's bar padding `nan.0` (its TQDMProgressBar.format_num appends `.0` to short numbers).
+_NOT_FINITE = re.compile(r"[+-]?(?:nan|inf(?:inity)?)(?:\.0{0,8})?", re.IGNORECASE)
+_LOSS_NUMBER = re.compile(
+    r"[+-]?(?:[0-9]{1,20}(?:\.[0-9]{0,20})?|\.[0-9]{1,20})(?:[eE][+-]?[0-9]{1,4})?"
+)
+
+
+def loss_value(text: str | None) -> float | None:
+    """A loss as printed (`2.345`, `1.234560E+00`, `nan`, `NAN`, `inf`, `nan.0`) as a float,
+    NaN and infinities kept; None when the text is no number."""
+    if text is None:
+        return None
+    text = text.split(" (", 1)[0].strip()  # `nan (logged 0, grad_norm nan)`: frameworks.py
+    if _NOT_FINITE.fullmatch(text):
+        low = text.lower()
+        if "nan" in low:
+            return math.nan
+        return -math.inf if low.startswith("-") else math.inf
+    if _LOSS_NUMBER.fullmatch(text) is None:
+        return None
+    return float(text)
 
 
 def word_start(line: str, at: int) -> bool:

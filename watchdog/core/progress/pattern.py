@@ -1,6 +1,7 @@
 """PURE: what one log line reports through a user's `progress.pattern` (SPEC §6).
 
-The pattern's named groups `tokens_per_s` and/or `step` are read; the log follower and the
+The pattern's named groups `tokens_per_s` and/or `step` are read (and `loss`, SPEC §16, beside
+them: the loss as printed, judged by core/progress/loss.py); the log follower and the
 recognisers' line reader both use it, so it lives below them both.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 
+from watchdog.core.progress.parsing import loss_value
 from watchdog.core.samples import ProgressReading
 
 # A user's regex is only ever fed the last 4096 characters of a line: a pattern like `(.*)*x` on a
@@ -52,4 +54,6 @@ def parse_line(line: str, pattern: re.Pattern[str]) -> ProgressReading | None:
     step = _parse_int(groups.get("step"))
     if tokens_per_s is None and step is None:
         return None
-    return ProgressReading(tokens_per_s=tokens_per_s, step=step)
+    loss = groups.get("loss")
+    loss = loss if loss_value(loss) is not None else None
+    return ProgressReading(tokens_per_s=tokens_per_s, step=step, loss=loss)

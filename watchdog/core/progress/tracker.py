@@ -24,6 +24,16 @@ class Seen:
     reading: ProgressReading | None = None  # for progress
     # SPEC §14: activity that puts the run in "eval" or "checkpoint" (not part of the judgement)
     phase: str | None = field(default=None, compare=False)
+    # SPEC §16: the loss the line printed, on progress only (a redraw of the same step is the
+    # same reading again); its step is the reading's (the run's highest for a step-less line)
+    loss: str | None = field(default=None, compare=False)
+
+
+def _with_loss(seen: Seen | None, loss: str | None) -> Seen | None:
+    """`seen` carrying the line's loss when it is progress."""
+    if loss is None or seen is None or seen.kind != "progress":
+        return seen
+    return Seen(seen.kind, seen.source, seen.reading, seen.phase, loss)
 
 
 # A bar whose description starts with one of these is never the training bar (Lightning's
@@ -136,6 +146,9 @@ class ProgressTracker:
     def observe(self, r: Recognised, now: float | None = None) -> Seen | None:
         """Judge one recognised line (lines in the order the job wrote them), read at `now`
         (any monotone clock; None: bars are judged without the quiet rule)."""
+        return _with_loss(self._observe(r, now), r.loss)
+
+    def _observe(self, r: Recognised, now: float | None) -> Seen | None:
         if r.source == "tqdm":
             seen = self._bar(r, now)
             if seen is not None and seen.kind == "activity":
@@ -153,9 +166,12 @@ class ProgressTracker:
 
     def observe_reading(self, reading: ProgressReading, source: str) -> Seen | None:
         """A reading from a user's pattern or a CSV/JSON-lines row: the same forward rule."""
+        seen: Seen | None
         if reading.step is None:
-            return Seen("progress", source, ProgressReading(reading.tokens_per_s, self.highest))
-        return self._step(source, reading.step, reading.tokens_per_s, source)
+            seen = Seen("progress", source, ProgressReading(reading.tokens_per_s, self.highest))
+        else:
+            seen = self._step(source, reading.step, reading.tokens_per_s, source)
+        return _with_loss(seen, reading.loss)
 
     def _step(self, key: object, step: int, tps: float | None, source: str) -> Seen | None:
         if self.highest is None or step > self.highest:

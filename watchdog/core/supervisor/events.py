@@ -162,6 +162,17 @@ class RankExited:
 
 
 @dataclass(frozen=True, slots=True)
+class LossWentNan:
+    """The job's loss went NaN or infinite and progress.loss.on_nan is `stop` (SPEC §16;
+    core/progress/loss.py judged it, `loss_nan` was logged): stop the run at once and park
+    it `fatal`, reason `loss_nan`. The daemon cannot know when the job's next save comes, so
+    it does not wait for one: every save after the NaN would hold NaN weights."""
+
+    pid: int  # the run's leader: a report about an earlier run changes nothing
+    step: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class GpuFaultSeen:
     """The GPU itself is broken (an Xid, a counter, the health gate; SPEC §12). `fields` is the
     gpu_fault event (gpu, uuid, xid or kind, action, message). The core decides from its
@@ -245,6 +256,7 @@ Event = (
     | IncidentSaved
     | ProgressMarked
     | RankExited
+    | LossWentNan
     | GpuFaultSeen
     | GpuAccessChanged
     | PolicyChanged

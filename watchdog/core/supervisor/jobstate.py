@@ -26,6 +26,7 @@ class AfterStop(StrEnum):
     EXIT = "exit"  # the daemon exits (a shutdown)
     HOST_FAULT = "host_fault"  # parked until an operator's start (SPEC §12)
     COMPLETED = "completed"  # the run ended well (SPEC §13)
+    FATAL = "fatal"  # parked in fatal, no restart (SPEC §16: on_nan stop), the budget untouched
 
 
 class Run(StrEnum):

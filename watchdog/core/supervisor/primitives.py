@@ -89,6 +89,8 @@ def finish_stop(s: JobState, now: float) -> list[Action]:
         if s.access_lost is not None and not s.paused:
             return park_access(s, "fail", reason)  # SPEC §13: never into unreachable GPUs
         return fail(s, reason, now)
+    if after is AfterStop.FATAL:
+        return _park_fatal(s, reason)
     if after is AfterStop.HOST_FAULT:
         enter(s, State.HOST_FAULT)  # no restart, the budget untouched (SPEC §12)
     if after is AfterStop.COMPLETED and s.completed is not None:
@@ -104,6 +106,16 @@ def finish_stop(s: JobState, now: float) -> list[Action]:
             done.append(Exit())
         return done
     return [Emit("child_stopped", {"reason": reason})]
+
+
+def _park_fatal(s: JobState, reason: str) -> list[Action]:
+    """The stop a verdict asked to end in `fatal` is over (SPEC §16: loss_nan): parked until
+    an operator's start, no restart, the budget untouched."""
+    enter(s, State.FATAL)
+    s.last_reason = reason
+    s.healthy_since = None
+    s.backoff_until = None
+    return [Emit("fatal", {"reason": reason, **take_incident(s)})]
 
 
 def fail(s: JobState, reason: str, now: float) -> list[Action]:

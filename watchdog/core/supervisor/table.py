@@ -42,6 +42,7 @@ from watchdog.core.supervisor.events import (
     HealthAwaited,
     IncidentSaved,
     JobAdopted,
+    LossWentNan,
     NodesAwaited,
     OperatorCommand,
     PolicyChanged,
@@ -70,6 +71,7 @@ HOST_FAULT, COMPLETED, WAITING_NODES = State.HOST_FAULT, State.COMPLETED, State.
 _ANYWHERE: dict[type, Go] = {
     PolicyChanged: go(commands.policy_changed, says="a reload's policy applies from now on"),
     ProgressMarked: go(verdicts.marked, says="fed to the no-progress tally (SPEC §12)"),
+    LossWentNan: stay("no run the watchdog acts on: the NaN was logged (loss_nan), no stop"),
     SpawnPending: go(attempts.pending, says="a start about to spawn: Refuse once superseded"),
     NodesAwaited: go(attempts.awaited, says="only a start under way waits at the barrier"),
     HealthAwaited: stay("a caller waits for health: answered after each input (answers.py)"),
@@ -113,6 +115,9 @@ _A_RUN: dict[type, Go] = {
 _ACTED_ON: dict[type, Go] = {
     **_A_RUN,
     RankExited: go(verdicts.rank_exited, STOPPING, says="a dead rank is `exited`"),
+    LossWentNan: go(
+        verdicts.loss_went_nan, STOPPING, says="on_nan stop: stop it, then park fatal (SPEC §16)"
+    ),
     OperatorCommand: go(
         commands.command,
         PAUSED,

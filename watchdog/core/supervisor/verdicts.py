@@ -11,6 +11,7 @@ from watchdog.core.supervisor.events import (
     Action,
     Emit,
     HealthAssessed,
+    LossWentNan,
     ProgressMarked,
     RankExited,
     Tick,
@@ -66,6 +67,14 @@ def rank_exited(s: JobState, ev: RankExited, now: float) -> list[Action]:
     if "exited" not in s.policy.restart_on or s.paused:
         return [fired]
     return [fired, *stop(s, "exited", AfterStop.RESTART)]
+
+
+def loss_went_nan(s: JobState, ev: LossWentNan, now: float) -> list[Action]:
+    """SPEC §16, progress.loss.on_nan stop: the run is stopped at once and parked `fatal`,
+    reason `loss_nan` (a paused job is only watched: nothing acts)."""
+    if ev.pid != s.pid or s.state not in ALIVE or s.paused:
+        return []  # an earlier run's loss, or a paused one
+    return stop(s, "loss_nan", AfterStop.FATAL)
 
 
 def marked(s: JobState, ev: ProgressMarked, now: float) -> list[Action]:
