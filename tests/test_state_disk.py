@@ -144,13 +144,14 @@ def test_a_read_only_state_dir_at_start_is_one_line_and_78(
         _refused_at_start(d, state, "EROFS")
 
 
-def _toggle(d: Daemon, times: int) -> None:
-    """Operator decisions that must be kept (pause, resume): each pause a state.json write (a
-    resume back to what is on disk needs none)."""
+def _toggle(d: Daemon, times: int, errname: str) -> None:
+    """Operator decisions that must be kept (pause, resume) while the disk fails: each one
+    taken, each one a state.json write, and each reply an error saying it is not saved (an
+    answer is on disk, docs/state.md), never a success."""
     for _ in range(times):
         for cmd, state in (("pause", "paused"), ("resume", "running")):
-            rc, _, err = d.ctl(cmd)
-            assert rc == 0, err
+            rc, out, err = d.ctl(cmd)
+            assert rc == 1 and "NOT saved" in err and errname in err, (rc, out, err)
             d.wait_state(state, timeout=20)
 
 
@@ -162,7 +163,7 @@ def _fails_then_resumes(d: Daemon, errname: str, heal: Any) -> None:
     """Writes that fail are one state_write_failed (not one per write), status says since when;
     once the disk is back, state_write_resumed counts them and events.jsonl has no torn line."""
     wait_until(lambda: _failed(d, "state.json"), 30, "the first state_write_failed")
-    _toggle(d, 4)
+    _toggle(d, 4, errname)
     first = _failed(d, "state.json")
     assert len(first) == 1 and errname in first[0]["error"], first
     # the writes are off the loop: the last pause's may still be under way
@@ -204,7 +205,7 @@ def test_a_state_disk_that_fills_up_mid_run(
         try:
             d.wait_state("running", timeout=30)
             filler = fill(state)
-            _toggle(d, 1)
+            _toggle(d, 1, "ENOSPC")
             _fails_then_resumes(d, "ENOSPC", filler.unlink)
         finally:
             d.stop()
@@ -222,7 +223,7 @@ def test_a_state_dir_remounted_read_only_mid_run(
     with bind_mount(d.state_dir) as state:
         try:
             remount(state, "ro")
-            _toggle(d, 1)
+            _toggle(d, 1, "EROFS")
             _fails_then_resumes(d, "EROFS", lambda: remount(state, "rw"))
         finally:
             d.stop()

@@ -100,13 +100,13 @@ class Operations:
                     st["recent_events"] = d.events.history(args["events"])
                 return st
             case "pause" | "resume":
-                return await self._pause_resume(call)
+                return await self._committed(await self._pause_resume(call))
             case "reload":
                 return await self._reload()
             case "stop":
-                return await self._stop(call)
+                return await self._committed(await self._stop(call))
             case "start":
-                return await self._start(call)
+                return await self._committed(await self._start(call))
             case "restart":
                 return await self._restart(call)
             case "wait_healthy":
@@ -130,6 +130,19 @@ class Operations:
             "status": self.d.status(),
             "events": call.events()[-EVENTS_IN_RESULT:],
         }
+
+    async def _committed(self, result: dict[str, Any]) -> dict[str, Any]:
+        """`result`, once what the command decided is in state.json: as a database acknowledges
+        a commit, an operator's pause answered is a pause a SIGKILL cannot undo (SPEC §13,
+        docs/state.md). A write that failed is an error reply saying so, never a success."""
+        error = await self.d.commit_state()
+        if error is None:
+            return result
+        text = (
+            f"{result['summary']}; but NOT saved ({error}): a daemon started now would not know"
+            " it (the write is retried; `watchdogctl status` shows when writes work again)"
+        )
+        raise CommandError("state_not_saved", text, {**result, "summary": text, "saved": False})
 
     async def _operate(
         self, call: Call, cmd: OperatorCmd, request: int | None = None
@@ -198,9 +211,11 @@ class Operations:
         pid = await self._begin(call, "restart", deadline)
         stopped = replies.describe_stop(old, call.events(), self._stop_signal(), None)
         begun = f"{stopped}; new pid {pid}{replies.gpu_wait_note(call.events())}"
+        # the decision on disk before the reply, even the one that comes after --wait
+        restarted = await self._committed(self._result(call, f"restarted: {begun}", pid=pid))
         settle = call.req.args.get("settle")  # SPEC §15: --settle waits for healthy too
         if not call.req.args.get("wait") and settle is None:
-            return self._result(call, f"restarted: {begun}", pid=pid)
+            return restarted
         result = await self._wait_healthy(call, pid, deadline)
         if settle is None or not result.get("healthy"):
             return result
