@@ -69,7 +69,8 @@ EVENTS: dict[str, EventName] = {
         " changed nothing (docs/state-machine.md)"
     ),
     "state_write_failed": EventName(
-        "a state file could not be written: the first of a spell, then a count each minute",
+        "a state file could not be written: the first of each file's spell, then one count a"
+        " minute for all the files together (files)",
         WARNING,
     ),
     "state_write_resumed": EventName(
