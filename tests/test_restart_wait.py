@@ -56,3 +56,42 @@ def test_a_failed_restart_wait_names_the_verdict_first_with_per_gpu_figures(
     assert result["gpus_in_use"] == 0 and result["gpus_expected"] == 8, result
     assert result["verdict"] == "startup_timeout", result
     assert [g["used_mib"] for g in result["gpu_figures"]] == [0] * 8, result
+
+
+DIES_AFTER_HEALTHY = """
+import os, sys, time
+dies = os.path.exists("die")  # the deploy: the new code dies a little after it is healthy
+for step in range(1, 1000000):
+    print(f"step {step} | 1000 tok/s", flush=True)
+    if dies and step == 15:
+        print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", flush=True)
+        sys.exit(1)
+    time.sleep(0.1)
+"""
+
+
+def test_restart_settle_fails_at_once_when_the_new_run_dies(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """`restart --wait --settle 300` whose new run gets healthy and then dies of cuda_oom: exit
+    1 at the death, not at the settle's bound, saying how the run ended and the job's state."""
+    job = write_script(tmp_path / "job.py", DIES_AFTER_HEALTHY)
+    d = make_daemon(
+        [job], {"progress": {"pattern": r"step (?P<step>\d+) \| (?P<tokens_per_s>\d+) tok/s"}}
+    )
+    try:
+        d.wait_state("running", timeout=30)
+        (tmp_path / "die").write_text("")
+        # the bound of a 300 s settle is over 420 s; the test waits 90 s
+        rc, out, err = d.ctl("restart", "--wait", "--settle", "300", "--json", timeout=90)
+        assert rc == 1, (out, err)
+        reply = json.loads(out)
+        assert reply["ok"] is False and reply["error"]["type"] == "run_ended", reply
+        message = reply["error"]["message"]
+        assert "cuda_oom" in message and "exit code 1" in message, message
+        assert reply["result"]["healthy"] is True, reply  # it was healthy before it died
+        ended = reply["result"]["settle"]["ended"]
+        assert ended["cause"] == "cuda_oom" and ended["state"] in message, reply
+        assert reply["result"]["log_tail"], reply
+    finally:
+        d.stop()

@@ -144,13 +144,14 @@ def test_a_read_only_state_dir_at_start_is_one_line_and_78(
         _refused_at_start(d, state, "EROFS")
 
 
-def _toggle(d: Daemon, times: int) -> None:
-    """Operator decisions that must be kept (pause, resume): each pause a state.json write (a
-    resume back to what is on disk needs none)."""
+def _toggle(d: Daemon, times: int, errname: str) -> None:
+    """Operator decisions that must be kept (pause, resume) while the disk fails: each one
+    taken, each one a state.json write, and each reply an error saying it is not saved (an
+    answer is on disk, docs/state.md), never a success."""
     for _ in range(times):
         for cmd, state in (("pause", "paused"), ("resume", "running")):
-            rc, _, err = d.ctl(cmd)
-            assert rc == 0, err
+            rc, out, err = d.ctl(cmd)
+            assert rc == 1 and "NOT saved" in err and errname in err, (rc, out, err)
             d.wait_state(state, timeout=20)
 
 
@@ -162,7 +163,7 @@ def _fails_then_resumes(d: Daemon, errname: str, heal: Any) -> None:
     """Writes that fail are one state_write_failed (not one per write), status says since when;
     once the disk is back, state_write_resumed counts them and events.jsonl has no torn line."""
     wait_until(lambda: _failed(d, "state.json"), 30, "the first state_write_failed")
-    _toggle(d, 4)
+    _toggle(d, 4, errname)
     first = _failed(d, "state.json")
     assert len(first) == 1 and errname in first[0]["error"], first
     # the writes are off the loop: the last pause's may still be under way
@@ -204,7 +205,7 @@ def test_a_state_disk_that_fills_up_mid_run(
         try:
             d.wait_state("running", timeout=30)
             filler = fill(state)
-            _toggle(d, 1)
+            _toggle(d, 1, "ENOSPC")
             _fails_then_resumes(d, "ENOSPC", filler.unlink)
         finally:
             d.stop()
@@ -222,7 +223,7 @@ def test_a_state_dir_remounted_read_only_mid_run(
     with bind_mount(d.state_dir) as state:
         try:
             remount(state, "ro")
-            _toggle(d, 1)
+            _toggle(d, 1, "EROFS")
             _fails_then_resumes(d, "EROFS", lambda: remount(state, "rw"))
         finally:
             d.stop()
@@ -334,3 +335,83 @@ def test_steps_alone_do_not_rewrite_state_json_and_the_mark_is_kept_at_exit(
     assert d.stop() == 0
     saved = json.loads(state_json.read_text())["supervisor"]["best_mark"]
     assert saved >= last_step, (saved, last_step)
+
+
+def _dying_stepper(tmp: pathlib.Path) -> str:
+    """A job that makes progress (its steps go on from the last run's, kept beside it, so no
+    death is a repeat without progress) for 3 s, then exits 1: a run every few seconds."""
+    return write_script(
+        tmp / "dying.py",
+        """
+        import os, sys, time
+        kept = os.path.join(os.path.dirname(os.path.abspath(__file__)), "steps")
+        first = int(open(kept).read()) + 1 if os.path.exists(kept) else 1
+        for step in range(first, first + 60):
+            print(f"step {step} 500.0 tok/s", flush=True)
+            time.sleep(0.05)
+        open(kept, "w").write(str(step))
+        sys.exit(1)
+        """,
+    )
+
+
+def _ledger_runs(d: Daemon) -> list[int]:
+    try:
+        text = (d.state_dir / "runs.jsonl").read_text()
+        return [json.loads(line)["run"] for line in text.splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return []  # written off the loop: not there yet
+
+
+def _settled_runs(d: Daemon, since_start: int = 0) -> set[int]:
+    """The runs run_settled named in the daemon's own events, of the `since_start`-th daemon
+    on (0: all of them)."""
+    evs = d.events()
+    starts = [i for i, e in enumerate(evs) if e["event"] == "daemon_started"]
+    first = starts[since_start - 1] if since_start else 0
+    return {e["run"] for e in evs[first:] if e["event"] == "run_settled"}
+
+
+def _at_least(n: int, runs: set[int]) -> set[int] | None:
+    return runs if len(runs) >= n else None
+
+
+def test_run_numbers_given_while_the_disk_failed_are_never_given_again(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """Runs numbered while the state dir is read-only, the daemon SIGKILLed, the disk back:
+    the next daemon's runs (its events and runs.jsonl) never take those numbers again."""
+    _need_root()
+    pattern = r"step (?P<step>\d+) (?P<tokens_per_s>[0-9,.]+) tok/s"
+    over = {"progress": {"pattern": pattern}, "runs": {"warmup_s": 0.2}}
+    d = make_daemon([_dying_stepper(tmp_path)], over)
+    wait_until(lambda: 1 in _ledger_runs(d), 60, "run 1 in runs.jsonl")
+    with bind_mount(d.state_dir) as state:
+        try:
+            remount(state, "ro")
+            unwritten = wait_until(
+                lambda: _at_least(3, _settled_runs(d) - {1}),
+                90,
+                "three runs numbered while the disk fails",
+            )
+            assert 1 not in unwritten and set(_ledger_runs(d)) == {1}  # none of them on disk
+            d.kill()
+            d.kill_job_processes()
+            remount(state, "rw")
+            d2 = Daemon(tmp_path, d.cfg).start()
+            try:
+                starts = sum(e["event"] == "daemon_started" for e in d2.events())
+                again = wait_until(
+                    lambda: _at_least(2, _settled_runs(d2, starts)),
+                    90,
+                    "two runs of the next daemon",
+                )
+                assert not again & unwritten, (again, unwritten)
+                wait_until(lambda: again <= set(_ledger_runs(d2)), 60, "its runs in runs.jsonl")
+                ledger = _ledger_runs(d2)
+                assert not set(ledger) & unwritten, (ledger, unwritten)
+                assert len(ledger) == len(set(ledger)), ledger
+            finally:
+                d2.stop()
+        finally:
+            d.stop()

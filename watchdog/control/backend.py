@@ -109,6 +109,10 @@ class Served(Protocol):
 
     async def wait_changed(self, timeout_s: float) -> None: ...
 
+    async def commit_state(self) -> str | None:
+        """What the core has decided, in state.json now: the error, or None."""
+        ...
+
     async def reexec(self, req_id: int | str | None, conn: Any) -> None:
         """Run the installed code in place; returns only by raising ReexecRefused."""
         ...

@@ -24,6 +24,7 @@ from watchdog.core.supervisor.events import (
     HealthAwaited,
     OperatorCommand,
     Refuse,
+    RunEndAwaited,
     SpawnChild,
 )
 from watchdog.core.views import replies
@@ -100,13 +101,13 @@ class Operations:
                     st["recent_events"] = d.events.history(args["events"])
                 return st
             case "pause" | "resume":
-                return await self._pause_resume(call)
+                return await self._committed(await self._pause_resume(call))
             case "reload":
                 return await self._reload()
             case "stop":
-                return await self._stop(call)
+                return await self._committed(await self._stop(call))
             case "start":
-                return await self._start(call)
+                return await self._committed(await self._start(call))
             case "restart":
                 return await self._restart(call)
             case "wait_healthy":
@@ -130,6 +131,19 @@ class Operations:
             "status": self.d.status(),
             "events": call.events()[-EVENTS_IN_RESULT:],
         }
+
+    async def _committed(self, result: dict[str, Any]) -> dict[str, Any]:
+        """`result`, once what the command decided is in state.json: as a database acknowledges
+        a commit, an operator's pause answered is a pause a SIGKILL cannot undo (SPEC §13,
+        docs/state.md). A write that failed is an error reply saying so, never a success."""
+        error = await self.d.commit_state()
+        if error is None:
+            return result
+        text = (
+            f"{result['summary']}; but NOT saved ({error}): a daemon started now would not know"
+            " it (the write is retried; `watchdogctl status` shows when writes work again)"
+        )
+        raise CommandError("state_not_saved", text, {**result, "summary": text, "saved": False})
 
     async def _operate(
         self, call: Call, cmd: OperatorCmd, request: int | None = None
@@ -198,9 +212,11 @@ class Operations:
         pid = await self._begin(call, "restart", deadline)
         stopped = replies.describe_stop(old, call.events(), self._stop_signal(), None)
         begun = f"{stopped}; new pid {pid}{replies.gpu_wait_note(call.events())}"
+        # the decision on disk before the reply, even the one that comes after --wait
+        restarted = await self._committed(self._result(call, f"restarted: {begun}", pid=pid))
         settle = call.req.args.get("settle")  # SPEC §15: --settle waits for healthy too
         if not call.req.args.get("wait") and settle is None:
-            return self._result(call, f"restarted: {begun}", pid=pid)
+            return restarted
         result = await self._wait_healthy(call, pid, deadline)
         if settle is None or not result.get("healthy"):
             return result
@@ -211,19 +227,41 @@ class Operations:
     ) -> dict[str, Any]:
         """SPEC §15 `restart --wait --settle S`: S seconds of progress after healthy, then
         until the run's warm-up is over (its steady tokens/s known), bounded by the warm-up and
-        SETTLE_GRACE_S more: its restart cost and its tok/s against the run before."""
+        SETTLE_GRACE_S more: its restart cost and its tok/s against the run before. A run that
+        ends meanwhile ends the wait at once, an error saying how (the core's answer)."""
         d = self.d
         until = time.monotonic() + settle_s
         deadline = until + d.cfg.runs.warmup_s + SETTLE_GRACE_S
-        while True:
-            if call.reader.at_eof():
-                raise ClientGone
-            now, view = time.monotonic(), d.ledger.settle_view(pid)
-            if now >= deadline or (now >= until and view.get("settled")):
-                break
-            await d.wait_changed(min(1.0, max(until - now, 0.05)))
+        with _Awaited(d.answers) as (request, ended):
+            await d.ask(RunEndAwaited(request, pid))
+            while True:
+                if call.reader.at_eof():
+                    raise ClientGone
+                if ended.done():  # a deploy never goes green on a dead job
+                    raise await self._settle_ended(call, ended.result(), healthy)
+                now, view = time.monotonic(), d.ledger.settle_view(pid)
+                if now >= deadline or (now >= until and view.get("settled")):
+                    break
+                await d.wait_changed(min(1.0, max(until - now, 0.05)))
         summary = f"{healthy['summary']}\n{view['text']}"
         return {**healthy, "summary": summary, "settle": view}
+
+    async def _settle_ended(self, call: Call, got: Answer, healthy: dict[str, Any]) -> CommandError:
+        """How the run ended (cause, exit), the job's state, the log's last lines."""
+        d, pid = self.d, int(cast(int, got.fields["pid"]))
+        state, reason = str(got.fields["state"]), cast("str | None", got.fields["reason"])
+        ended = replies.run_ended(pid, call.events(), state, reason)
+        text = f"{d.cfg.job.name}: {ended['text']}"
+        result = {
+            **healthy,
+            "summary": f"{healthy['summary']}\n{text}",
+            "status": d.status(),
+            "events": call.events()[-EVENTS_IN_RESULT:],
+            "settle": {**d.ledger.settle_view(pid), "ended": ended},
+            "log_file": d.cfg.job.log_file,
+            "log_tail": await self._log_tail(LOG_TAIL_LINES),
+        }
+        return CommandError("run_ended", text, result)
 
     async def _begin(self, call: Call, cmd: OperatorCmd, deadline: float | None = None) -> int:
         """start/restart: until the new child is spawned (its pid), or CommandError saying why."""

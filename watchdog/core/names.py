@@ -75,7 +75,8 @@ EVENTS: dict[str, EventName] = {
         " changed nothing (docs/state-machine.md)"
     ),
     "state_write_failed": EventName(
-        "a state file could not be written: the first of a spell, then a count each minute",
+        "a state file could not be written: the first of each file's spell, then one count a"
+        " minute for all the files together (files)",
         WARNING,
     ),
     "state_write_resumed": EventName(
@@ -299,6 +300,8 @@ UNVERIFIABLE |= frozenset({"progress_unreadable"})  # the same for a progress lo
 STATES = tuple(s.value for s in State)
 # States in which a job is alive (or about to be) although the status may show no pid yet.
 ALIVE_STATES = frozenset({"starting", "unhealthy", "paused"})
+# States the job is parked in until an operator acts, each with the reason it was parked for.
+PARKED_STATES = frozenset({"fatal", "host_fault"})
 # Verdicts that blame the job, in the order goodput charges an unhealthy job's time to them.
 JOB_VERDICTS = ("stalled", "gpus_idle", "startup_timeout", "throughput_low")
 # What `restart.on` may name (SPEC §5); `completed` restarts even a job that exited well.

@@ -1,21 +1,21 @@
 """PURE: failed writes of the state files, counted and rate-limited (SPEC §14, "nothing lost
 quietly").
 
-A full or read-only state disk fails every write until an operator acts. Each failure logged
-would flush the 1,000-event history that operators read after the incident, so failures are
-limited like Xids (SPEC §13): per file, the first of a spell is reported in full, the repeats
-within `window_s` are only counted and summed in one report when the window ends. The spell ends
-with the first write that succeeds: `resumed()` says how many writes failed and for how long.
-While any file fails, `view()` is the status field `state_writes`. Time comes in as `now`
-(monotonic) and `wall` (seconds since the epoch, for the status).
+A full or read-only state disk fails every write until an operator acts, and of every state file
+(state.json, runs.jsonl, stall.json, timeline.json, goodput.json, inputs.jsonl): each failure
+logged would flush the 1,000-event history that operators read after the incident. So the first
+failure of each file's spell is reported in full, and every later failure, of any file, is only
+counted: one summary for all the files together when a `window_s` window ends with repeats,
+naming them (per-file summaries added up to ~6 a minute on a full disk). A file's spell ends with
+its first write that succeeds: `succeeded()` says how many writes failed and for how long. While
+any file fails, `view()` is the status field `state_writes`. Time comes in as `now` (monotonic)
+and `wall` (seconds since the epoch, for the status).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-
-from watchdog.core.ratelimit import RepeatSummary
 
 
 @dataclass
@@ -29,19 +29,25 @@ class _Spell:
 @dataclass
 class StateWrites:
     window_s: float = 60.0
-    _repeats: RepeatSummary = field(default_factory=RepeatSummary)
     _spells: dict[str, _Spell] = field(default_factory=dict)
+    _repeats: dict[str, int] = field(default_factory=dict)  # per file, since the last summary
+    _window_end: float | None = None  # the one window of repeats, for all files together
+    _error: str = ""  # the newest repeat's error: what the summary says it was
 
     def failed(self, file: str, error: str, now: float, wall: float) -> dict[str, Any] | None:
-        """A write of `file` failed: the state_write_failed fields to report now, or None when
-        it is a repeat (counted for `due()`)."""
-        self._repeats.window_s = self.window_s
-        spell = self._spells.setdefault(file, _Spell(since=now, since_wall=wall))
+        """A write of `file` failed: the state_write_failed fields to report now (the first of
+        its spell), or None when it is a repeat (counted for `due()`)."""
+        if self._window_end is None or (now >= self._window_end and not self._repeats):
+            self._window_end = now + self.window_s  # none open, or a quiet one over: a new one
+        spell = self._spells.get(file)
+        if spell is None:
+            self._spells[file] = _Spell(since=now, since_wall=wall, failed=1, error=error)
+            return {"file": file, "error": error, "failed_writes": 1}
         spell.failed += 1
         spell.error = error
-        if not self._repeats.first(file, now, error):
-            return None
-        return {"file": file, "error": error, "failed_writes": spell.failed}
+        self._repeats[file] = self._repeats.get(file, 0) + 1
+        self._error = error
+        return None
 
     def succeeded(self, file: str, now: float) -> dict[str, Any] | None:
         """A write of `file` went through: the state_write_resumed fields when it ends a spell
@@ -49,7 +55,7 @@ class StateWrites:
         spell = self._spells.pop(file, None)
         if spell is None:
             return None
-        self._repeats.forget(file)  # the count is in this report
+        self._repeats.pop(file, None)  # the count is in this report
         return {
             "file": file,
             "failed_writes": spell.failed,
@@ -58,23 +64,29 @@ class StateWrites:
         }
 
     def due(self, now: float) -> list[dict[str, Any]]:
-        """state_write_failed summaries of the windows that ended with repeats, each once."""
-        out = []
-        for key, count, error in self._repeats.due(now):
-            spell = self._spells.get(str(key))
-            out.append(
-                {
-                    "file": key,
-                    "error": error,
-                    "repeats": count,
-                    "window_s": self.window_s,
-                    "failed_writes": None if spell is None else spell.failed,
-                }
-            )
-        return out
+        """The one state_write_failed summary of the window that ended with repeats (naming
+        every file that failed again in it), once; [] before then or with nothing to say."""
+        if self._window_end is None or now < self._window_end:
+            return []
+        if not self._repeats:
+            self._window_end = None  # quiet for a whole window: the next repeat opens one
+            return []
+        files = sorted(self._repeats)
+        summary = {
+            "file": ", ".join(files),
+            "files": files,
+            "error": self._error,
+            "repeats": sum(self._repeats.values()),
+            "window_s": self.window_s,
+            "failed_writes": sum(self._spells[f].failed for f in files if f in self._spells),
+        }
+        self._repeats.clear()
+        self._window_end = now + self.window_s
+        return [summary]
 
     def next_due(self) -> float | None:
-        return self._repeats.next_due()
+        """When `due()` next has something to hand out (None: no repeat is waiting)."""
+        return self._window_end if self._repeats else None
 
     def view(self) -> dict[str, Any]:
         """Status `state_writes`: ok, or since when (wall seconds) and how many writes failed."""

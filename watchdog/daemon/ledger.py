@@ -143,6 +143,7 @@ class RunBook:
         """A restarted daemon re-attached to a job: its own run goes on, anyone else's is new."""
         rec = self.ledger.open
         if rec is not None and rec.get("pid") == record.get("pid") and rec.get("mono"):
+            self.ledger.adopted_own()
             return
         self._begin(record, "adopted", None)
 
@@ -287,6 +288,7 @@ class RunBook:
         """At exit or before a reexec: a run that ended with nothing after it (the daemon's own
         shutdown stopped it) rests `stopped`; everything goes to the writer."""
         self.ledger.end_state("stopped")
+        self.ledger.release()
         self.save()
 
     def save(self) -> None:

@@ -313,6 +313,9 @@ class Daemon:
     async def wait_changed(self, timeout_s: float) -> None:
         await self.consumer.wait_changed(timeout_s)
 
+    async def commit_state(self) -> str | None:  # a command's reply waits for it (backend.py)
+        return await self.out.writer.commit()
+
     # -------------------------------------------------------------------- the job
 
     def _gpu_fault(self, fields: dict[str, object], gate: bool, quiet: bool = False) -> None:

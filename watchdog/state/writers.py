@@ -122,6 +122,22 @@ class FileWriter:
                 return
             self._health.succeeded(self.name)
 
+    async def commit(self) -> str | None:
+        """The newest submitted text on disk before this returns, not COALESCE_S later: what a
+        reply to an operator's command promises (docs/state.md, "An answer is on disk"). The
+        error ("state.json: EROFS: ...") when it could not be written; the spell is reported
+        and retried as any failed write."""
+        if self._latest is None or self._latest == self._written:
+            return None
+        try:  # on the same worker as _drain: a write under way finishes first, then this one
+            await self._io.call(self.flush_or_raise, WRITE_TIMEOUT_S, what=f"writing {self.path}")
+        except (blocking.Hung, OSError) as e:
+            self._health.failed(self.name, _why(e))
+            self._retry_later()
+            return f"{self.name}: {_why(e)}"
+        self._health.succeeded(self.name)
+        return None
+
     def _retry_later(self) -> None:
         if self._retry is None:
             self._retry = asyncio.get_running_loop().call_later(RETRY_S, self._retry_now)
@@ -215,6 +231,11 @@ class StateWriter:
         if self._timer is None:
             self._timer = loop.call_later(wait_s, self.settle)
         return True
+
+    async def commit(self) -> str | None:
+        """Everything decided so far on disk now (FileWriter.commit): the error, or None."""
+        self.settle()
+        return await self.file.commit()
 
     def settle(self) -> None:
         """Submit what waits (a new high mark): at its time, at exit, before a reexec."""

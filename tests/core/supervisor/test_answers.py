@@ -18,6 +18,7 @@ from watchdog.core.supervisor.events import (
     HealthAwaited,
     OperatorCommand,
     Refuse,
+    RunEndAwaited,
     SpawnFailed,
     TreeStopped,
 )
@@ -143,6 +144,29 @@ def test_a_health_wait_for_another_job_is_answered_at_once() -> None:
     assert _answers(d.sup.handle(HealthAwaited(8, 99999), 0.5)) == [
         Answer(8, "not_healthy", {"pid": 99999})
     ]
+
+
+def test_a_run_end_wait_is_answered_once_what_follows_the_death_is_decided() -> None:
+    """RunEndAwaited (`restart --settle`): nothing while the job lives or its tree is being
+    stopped after its death; `ended` with the state it went to once the stop is over."""
+    d = Driver()
+    d.feed(DaemonStarted(), 0.0)
+    pid = d.sup.snapshot().pid
+    assert pid is not None
+    assert not _answers(d.feed(HealthAssessed(pid, True), 1.0))
+    assert not _answers(d.sup.handle(RunEndAwaited(4, pid), 1.5))
+    assert not _answers(d.sup.handle(ChildExited(pid, 1, None), 2.0))  # stopping its tree
+    (ended,) = _answers(d.sup.handle(TreeStopped(killed=False), 2.1))
+    assert ended.request == 4 and ended.outcome == "ended"
+    assert ended.fields["pid"] == pid and ended.fields["state"] == "backoff", ended
+
+
+def test_a_run_end_wait_for_a_job_already_gone_is_answered_at_once() -> None:
+    """RunEndAwaited for a pid that is not the job's (it died before the wait began)."""
+    d = Driver()
+    d.feed(DaemonStarted(), 0.0)
+    (ended,) = _answers(d.sup.handle(RunEndAwaited(9, 99999), 0.5))
+    assert ended.outcome == "ended" and ended.fields["state"] == "starting", ended
 
 
 def test_requests_nobody_answers_are_bounded() -> None:

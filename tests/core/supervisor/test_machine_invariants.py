@@ -41,6 +41,7 @@ from watchdog.core.supervisor.events import (
     RankExited,
     Refuse,
     RestartRequested,
+    RunEndAwaited,
     ShutdownRequested,
     SpawnChild,
     SpawnFailed,
@@ -305,6 +306,18 @@ class SupervisorMachine(RuleBasedStateMachine):
         assert self.decided() == before
         if pid is None:
             assert [a.outcome for a in out if isinstance(a, Answer)] == ["not_healthy"], out
+
+    @rule(live=st.booleans())
+    def client_awaits_run_end(self, live: bool) -> None:
+        """A client waits for a run's end (RunEndAwaited, `restart --settle`): answered at once
+        for a pid that is not the job's, and the wait changes nothing the core decides."""
+        self.request += 1
+        pid = self.sup.snapshot().pid if live else None
+        before = self.decided()
+        out = self.apply(RunEndAwaited(self.request, pid if pid is not None else -1))
+        assert self.decided() == before
+        if pid is None and self.sup.snapshot().state is not State.STOPPING:
+            assert [a.outcome for a in out if isinstance(a, Answer)] == ["ended"], out
 
     @precondition(lambda m: m.live)
     @rule(cause=st.sampled_from(CRASH_CAUSES))

@@ -25,6 +25,7 @@ SAMPLES: list[E.Event] = [
     E.OperatorCommand("pause", uid=1000),
     E.OperatorCommand("restart", uid=0, request=12),
     E.HealthAwaited(request=13, pid=4183),
+    E.RunEndAwaited(request=14, pid=4183),
     E.ShutdownRequested(),
     E.ShutdownRequested(signum=15),  # SPEC §13: 128 + signum under --exit-with-job
     E.SpawnPending(attempt=3),

@@ -38,6 +38,7 @@ from watchdog.core.supervisor.events import (
     ProgressMarked,
     RankExited,
     RestartRequested,
+    RunEndAwaited,
     ShutdownRequested,
     SpawnFailed,
     SpawnPending,
@@ -118,6 +119,7 @@ EXAMPLES: dict[type, Callable[[int | None], list[Event]]] = {
     SpawnPending: lambda pid: [SpawnPending(1), SpawnPending(7)],
     NodesAwaited: lambda pid: [NodesAwaited(True), NodesAwaited(False)],
     HealthAwaited: lambda pid: [HealthAwaited(3, pid or PID)],
+    RunEndAwaited: lambda pid: [RunEndAwaited(4, pid or PID)],
     RestartRequested: lambda pid: [RestartRequested("cluster_restart")],
     StateRestored: lambda pid: [
         StateRestored(Durable(restarts_total=3)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import statistics
 
 from hypothesis import given, settings
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 from watchdog.core.ring import GapRing
 from watchdog.core.views import ledger as ledger_view
 from watchdog.core.views.ledger import (
+    RESERVE_AHEAD,
     SETTLE_READINGS,
     Ledger,
     LedgerConfig,
@@ -183,8 +185,33 @@ def test_the_ledger_keeps_at_most_keep_runs_and_never_reuses_a_number(keep: int,
     numbers = [r["run"] for r in ledger.records()]
     assert len(numbers) == min(keep, runs)
     assert numbers == list(range(runs - len(numbers) + 1, runs + 1))
+    ledger.release()  # a clean exit: the next daemon goes on without a gap
     again = Ledger(LedgerConfig(keep=keep), ledger.records())
     assert again.begin("boot", 99.0, WALL)["run"] == runs + 1
+
+
+def test_a_daemon_killed_with_runs_not_on_disk_never_has_their_numbers_given_again() -> None:
+    """The records on disk are those of run 1 only (the writes of runs 2-4 failed), and the
+    daemon was killed: the next daemon numbers its first run past run 1's reservation."""
+    ledger = Ledger(LedgerConfig())
+    ledger.begin("boot", 0.0, WALL)
+    on_disk = copy.deepcopy(ledger.records())  # then the state disk fails
+    given = [ledger.begin("restart", float(i), WALL + i)["run"] for i in range(1, 4)]
+    assert given == [2, 3, 4]
+    next_daemon = Ledger(LedgerConfig(), on_disk)
+    first = next_daemon.begin("boot", 99.0, WALL + 99)["run"]
+    assert first == 1 + RESERVE_AHEAD + 1 and first not in given
+    assert next_daemon.begin("restart", 100.0, WALL + 100)["run"] == first + 1  # no more gaps
+
+
+def test_adopting_its_own_open_run_gives_the_next_number_without_a_gap() -> None:
+    """The previous daemon's open run adopted (its job alive): nothing began after it, so the
+    next run after it is numbered straight on."""
+    ledger = Ledger(LedgerConfig())
+    ledger.begin("boot", 0.0, WALL)
+    next_daemon = Ledger(LedgerConfig(), copy.deepcopy(ledger.records()))
+    next_daemon.adopted_own()
+    assert next_daemon.begin("restart", 5.0, WALL + 5)["run"] == 2
 
 
 def test_settle_text_reads_as_the_spec_shows_it():

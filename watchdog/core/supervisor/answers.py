@@ -13,6 +13,8 @@ own deadline; it never compares states itself.
   `stopped` once nothing of the job runs or starts.
 - health: `healthy` (pid, healthy_after_s) when job `pid` is running and healthy, `not_healthy`
   (pid) once that job is gone.
+- run end (`restart --settle`): `ended` (pid, state, reason) once job `pid` is gone and what
+  follows it is decided: the stop of its tree is over (backoff, fatal, a park, a new start).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from watchdog.core.supervisor.events import (
     HealthAwaited,
     OperatorCommand,
     Refuse,
+    RunEndAwaited,
     SpawnChild,
 )
 from watchdog.core.supervisor.jobstate import JobState, Run, snapshot
@@ -37,7 +40,7 @@ Due = tuple[int, str, int | None]
 
 def after_input(s: JobState, event: Event, actions: list[Action]) -> list[Action]:
     """`actions`, then an Answer for every request whose outcome this input decided."""
-    if not s.answers_due and not isinstance(event, OperatorCommand | HealthAwaited):
+    if not s.answers_due and not isinstance(event, OperatorCommand | HealthAwaited | RunEndAwaited):
         return actions  # the common case: nobody waits
     new = _registered(s, event, actions)
     if not s.answers_due and new is None:
@@ -57,6 +60,8 @@ def after_input(s: JobState, event: Event, actions: list[Action]) -> list[Action
 def _registered(s: JobState, event: Event, actions: list[Action]) -> Due | None:
     if isinstance(event, HealthAwaited):
         return (event.request, "health", event.pid)
+    if isinstance(event, RunEndAwaited):
+        return (event.request, "ended", event.pid)
     if not isinstance(event, OperatorCommand) or event.request is None:
         return None
     if event.cmd not in ("start", "stop", "restart"):
@@ -73,6 +78,8 @@ def _outcome(s: JobState, due: Due, actions: list[Action]) -> Answer | None:
     request, what, arg = due
     if what == "health":
         return _health(s, request, arg)
+    if what == "ended":
+        return _ended(s, request, arg)
     if what == "stop":
         return _stop(s, request, actions)
     return _start(s, request, arg or 0, actions)
@@ -85,6 +92,13 @@ def _health(s: JobState, request: int, pid: int | None) -> Answer | None:
         after = s.healthy_since - s.spawned_at
         return Answer(request, "healthy", {"pid": pid, "healthy_after_s": after})
     return None
+
+
+def _ended(s: JobState, request: int, pid: int | None) -> Answer | None:
+    if (s.pid == pid and s.run is not Run.REAPED) or s.state is State.STOPPING:
+        return None  # alive, or its tree still being stopped: what follows is not decided yet
+    state = snapshot(s).state.value
+    return Answer(request, "ended", {"pid": pid, "state": state, "reason": s.last_reason})
 
 
 def _stop(s: JobState, request: int, actions: list[Action]) -> Answer | None:

@@ -57,6 +57,16 @@ class HealthAwaited:
 
 
 @dataclass(frozen=True, slots=True)
+class RunEndAwaited:
+    """A caller waits for job `pid`'s run to end (`watchdogctl restart --settle`): the core
+    answers `request` once that job is gone and what follows it is decided (backoff, fatal, a
+    park, a new start), with the job's state and last reason."""
+
+    request: int
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
 class ShutdownRequested:
     """SIGTERM/SIGINT (`signum`; None for a shutdown no signal asked for): stop the job
     gracefully, then exit (with --exit-with-job: 128 + signum, SPEC §13)."""
@@ -246,6 +256,7 @@ Event = (
     | JobAdopted
     | OperatorCommand
     | HealthAwaited
+    | RunEndAwaited
     | ShutdownRequested
     | SpawnPending
     | ChildSpawned

@@ -36,6 +36,12 @@ from typing import Any
 from watchdog.core.ring import GapRing
 
 SETTLE_READINGS = 5  # steady readings before a run is settled: one or two are noise
+# Run numbers are a sequence, reserved ahead like a database's (docs/runs.md, "Run numbers"):
+# the newest record carries `reserved_to`, RESERVE_AHEAD past its own number, so a daemon killed
+# while its writes fail (a full or read-only state disk) cannot have given a number the next one
+# gives again, as long as fewer runs than this began in that spell. A clean exit releases it.
+RESERVE_AHEAD = 100
+RESERVED = "reserved_to"
 READINGS_KEPT = 2048  # the newest steady readings the figures are taken from (bounded memory)
 
 
@@ -103,6 +109,8 @@ class Ledger:
         # the monotonic instant of the newest progress line of a run that ended under this
         # daemon: (run, instant), for the next run's lost_s (a record keeps no instant once over)
         self._last_progress: tuple[int, float] | None = None
+        # the highest number a previous daemon may have given: the next one is above it
+        self._floor = max([self._highest(), *map(_reservation, self._records)])
 
     # ---------------------------------------------------------------------- queries
 
@@ -143,8 +151,12 @@ class Ledger:
         """A run begins (a spawn, or a job adopted): its record, numbered after every other."""
         if (lost := self.end(now, wall, {"state": None, "reason": "daemon_lost"})) is not None:
             lost["duration_s"] = None  # its end unseen: how long it ran is unknown
-        number = max((int(r.get("run", 0)) for r in self._records), default=0) + 1
+        number = max(self._highest(), self._floor) + 1
+        self._floor = number
+        for r in self._records:
+            r.pop(RESERVED, None)  # the newest record carries the reservation
         record = _new_record(number, reason, now, wall)
+        record[RESERVED] = number + RESERVE_AHEAD
         command_list = None if command is None else list(command)
         record |= {"pid": pid, "restart_after": restart_after, "command": command_list}
         record["config_sha"] = config_sha
@@ -224,6 +236,21 @@ class Ledger:
         self._readings.clear()
         self.changed += 1
         return rec
+
+    def adopted_own(self) -> None:
+        """The previous daemon's open run is adopted, its job alive: no run began after it,
+        so no number past the file's was given (the reservation is this daemon's now)."""
+        self._floor = self._highest()
+
+    def release(self) -> None:
+        """A clean exit: every number given is in the records, the next daemon goes on after
+        them without a gap."""
+        if self._records and self._records[-1].pop(RESERVED, None) is not None:
+            self.changed += 1
+        self._floor = self._highest()
+
+    def _highest(self) -> int:
+        return max((int(r.get("run", 0)) for r in self._records), default=0)
 
     def end_state(self, state: str) -> None:
         """What the job went to after its last run ended (backoff, stopped, fatal, ...)."""
@@ -342,6 +369,11 @@ def settle_text(shown: Mapping[str, Any]) -> str:
     else:
         code = "code unknown"
     return f"{line}{pct} vs run {shown['previous']} ({code})"
+
+
+def _reservation(record: Mapping[str, Any]) -> int:
+    value = record.get(RESERVED)
+    return value if type(value) is int and value > 0 else 0
 
 
 def _new_record(run: int, reason: str, now: float, wall: float) -> dict[str, Any]:

@@ -52,6 +52,30 @@ def describe_stop(
     return text if elapsed_s is None else f"{text} in {elapsed_s:.1f} s"
 
 
+def run_ended(
+    pid: int, events: list[dict[str, Any]], state: str, last_reason: str | None
+) -> dict[str, Any]:
+    """How job `pid`'s run ended while `restart --settle` waited (SPEC §15; docs/runs.md):
+    'pid 7 ended during the settle: cuda_oom (exit code 1); job state fatal (repeated_cause)',
+    with its fields (`cause`, `exit_code`, `signal`, `state`, `reason`) for --json."""
+    exited = next(
+        (e for e in reversed(events) if e["event"] == "child_exited" and e.get("pid") == pid), None
+    )
+    how = exit_text(exited) if exited else "gone"
+    cause = None if exited is None else exited.get("cause") or exited.get("reason")
+    text = f"pid {pid} ended during the settle: " + (f"{cause} ({how})" if cause else how)
+    parked = state in names.PARKED_STATES and last_reason
+    text += f"; job state {state}" + (f" ({last_reason})" if parked else "")
+    return {
+        "text": text,
+        "cause": cause,
+        "exit_code": None if exited is None else exited.get("exit_code"),
+        "signal": None if exited is None else exited.get("signal"),
+        "state": state,
+        "reason": last_reason,
+    }
+
+
 def not_healthy_report(
     pid: int, st: dict[str, Any], history: list[dict[str, Any]], waited_s: float, used: set[int]
 ) -> dict[str, Any]:
