@@ -94,6 +94,11 @@ EVENTS: dict[str, EventName] = {
         "a state file was unusable (error): its previous generation or nothing (fallback) used",
         WARNING,
     ),
+    "ledger_records_skipped": EventName(
+        "runs.jsonl records that cannot be read (torn, not JSON, a field of the wrong type) were"
+        " skipped: skipped (count), kept, lines (the first few, why each), kept_in (their text)",
+        WARNING,
+    ),
     "stale_tree_killed": EventName("a previous daemon's orphaned job tree was ended", WARNING),
     "startup_scan_hung": EventName("the start-up /proc scan did not answer; nothing starts", ERR),
     # the job
