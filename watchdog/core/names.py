@@ -94,6 +94,11 @@ EVENTS: dict[str, EventName] = {
         "a state file was unusable (error): its previous generation or nothing (fallback) used",
         WARNING,
     ),
+    "fd_limit_reached": EventName(
+        "the daemon could not open a file: its own open-file limit (EMFILE, RLIMIT_NOFILE) or the"
+        " host's file table (ENFILE); error, where. Its own condition: never a host fault",
+        ERR,
+    ),
     "ledger_records_skipped": EventName(
         "runs.jsonl records that cannot be read (torn, not JSON, a field of the wrong type) were"
         " skipped: skipped (count), kept, lines (the first few, why each), kept_in (their text)",
