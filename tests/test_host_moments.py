@@ -351,3 +351,32 @@ def test_the_clock_watch_tells_one_gap_once_and_never_a_slow_start() -> None:
     watch.look(120.0)
     assert watch.take() == (101.0, 120.0)
     assert watch.take() is None and not watch.pending
+
+
+def test_a_job_cwd_briefly_missing_is_retried_and_starts_once_back(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """job.cwd removed under a running daemon (an NFS blip, an automount not back yet) when the
+    job dies: the restart's failed chdir is `spawn_refused` naming the folder, not the
+    interpreter; retried past restart.same_cause_limit, never parked; the job starts once the
+    folder is back."""
+    work = tmp_path / "share" / "run"
+    work.mkdir(parents=True)
+    job = write_script(tmp_path / "stepper.py", STEPPER)
+    d = make_daemon([job], {"job": {"cwd": str(work)}, "progress": {"pattern": STEP_PATTERN}})
+    pid = d.wait_state("running")["job"]["pid"]
+    shutil.rmtree(tmp_path / "share")  # the share gone: the job's own cwd goes with it
+    os.killpg(pid, signal.SIGKILL)
+    refused = wait_until(
+        lambda: named(d, "child_start_failed", reason="spawn_refused")[2:],
+        60,
+        "three refused spawns",
+    )
+    detail = refused[0]["detail"]
+    assert f"job.cwd {work}" in detail and "ENOENT" in detail, detail
+    assert not detail.startswith(str(job)), detail  # the interpreter is not to blame
+    assert not named(d, "fatal") and not named(d, "child_start_failed", reason="spawn_failed")
+    assert d.status()["state"] == "backoff"
+    work.mkdir(parents=True)
+    st = d.wait_state("running")
+    assert st["job"]["pid"] != pid, st
