@@ -264,6 +264,57 @@ def test_deleted_control_socket_is_bound_again(
     assert st["state"] == "running" and st["job"]["pid"] == pid, st
 
 
+def test_a_socket_folder_out_of_inodes_at_start_keeps_the_job_supervised(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """The daemon started while the control socket's folder (a real tmpfs) has no inode left:
+    one control_socket_bind_failed, no traceback, the job started and supervised all the same;
+    an inode freed, the socket is bound (control_socket_recreated, reason unbound) and
+    watchdogctl answers."""
+    if os.geteuid() != 0:
+        reason = f"mounting a tmpfs needs root (uid 0); this test runs as uid {os.geteuid()}"
+        print(f"SKIP: {reason}")
+        pytest.skip(reason)
+    run = tmp_path / "run"
+    run.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "nr_inodes=16,size=1m", "tmpfs", str(run)],
+        capture_output=True,
+    )
+    if mounted.returncode != 0:
+        reason = f"mount -t tmpfs not permitted here: {mounted.stderr.decode().strip()}"
+        print(f"SKIP: {reason}")
+        pytest.skip(reason)
+    try:
+        fillers = []
+        with contextlib.suppress(OSError):
+            while True:  # every inode taken
+                fillers.append(run / f"f{len(fillers)}")
+                fillers[-1].touch()
+        job = write_script(tmp_path / "stepper.py", STEPPER)
+        over = {"progress": {"pattern": STEP_PATTERN}, "control": {"socket": str(run / "c.sock")}}
+        d = make_daemon([job], over, start=False)
+        d.start(wait=False)
+
+        def said(name: str) -> list[dict[str, Any]]:
+            return [e for e in d.history() if e["event"] == name]
+
+        failed = wait_until(lambda: said("control_socket_bind_failed"), 30, "the bind refused")
+        assert "ENOSPC" in failed[0]["error"] or "No space" in failed[0]["error"], failed
+        wait_until(lambda: said("child_spawned"), 30, "the job started all the same")
+        assert not d.proc_exited(), d.output()
+        fillers[-2].unlink()  # one inode back (the last name was never made)
+        wait_until(lambda: d.ctl("status")[0] == 0, 30, "watchdogctl status answering")
+        recreated = d.wait_event("control_socket_recreated")[0]
+        assert recreated["reason"] == "unbound", recreated
+        assert d.status()["state"] == "running"
+        assert len(said("control_socket_bind_failed")) == 1 and not said("fatal")
+        assert "Traceback" not in d.output(), d.output()
+        d.stop()
+    finally:
+        subprocess.run(["umount", "-l", str(run)], capture_output=True)
+
+
 def test_unknown_cause_line_is_the_jobs_last_words_not_its_last_step(
     make_daemon: DaemonFactory, tmp_path: pathlib.Path
 ) -> None:

@@ -51,8 +51,14 @@ EVENTS: dict[str, EventName] = {
     ),
     "control_socket_recreated": EventName(
         "the control socket's file was deleted or replaced (reason: gone | replaced) and was"
-        " bound again at path: watchdogctl reaches the daemon again",
+        " bound again at path (reason unbound: the bind refused at start worked at last):"
+        " watchdogctl reaches the daemon again",
         NOTICE,
+    ),
+    "control_socket_bind_failed": EventName(
+        "the daemon started but its control socket's folder has no room (ENOSPC: out of inodes"
+        " or space; EDQUOT): the job is supervised all the same, the bind tried again each tick",
+        ERR,
     ),
     "control_socket_rebind_failed": EventName(
         "the control socket's file is gone and could not be bound again (error): said once,"
