@@ -313,3 +313,39 @@ def test_a_hand_damaged_ledger_skips_the_bad_records_and_says_so(
     settled = d.wait_event("run_settled", timeout=60, previous=1)[0]
     assert settled["change_pct"] is not None and settled["run"] != 1
     assert not [e for e in d.events() if e["event"] == "internal_error_caught"]
+
+
+def test_runs_shows_a_screenful_says_how_many_are_hidden_and_keeps_its_columns(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+):
+    """`runs` without -n: the newest 20 and a line naming how many earlier ones are hidden;
+    run numbers of five digits keep the columns aligned; --json and -n still give them all."""
+    state = tmp_path / "state"
+    state.mkdir(exist_ok=True)
+    old = [
+        {
+            "run": 10_000 + i,
+            "started_at": "2026-12-01T10:00:00.000Z",
+            "ended_at": "2026-12-01T10:30:00.000Z",
+            "start_reason": "restart",
+            "restart_after": "cuda_oom",
+            "end": {"state": "backoff", "reason": "exited", "cause": "cuda_oom"},
+        }
+        for i in range(30)
+    ]
+    (state / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old))
+    d = make_daemon(["sleep", "600"], {"state_dir": str(state)})
+    d.wait_event("child_spawned")
+    rc, out, err = d.ctl("runs")
+    assert rc == 0, err
+    lines = out.splitlines()
+    rows = [line for line in lines[1:] if line[:1] == " " or line[:1].isdigit()]
+    assert len(rows) == 20 and rows[-1].split()[0] == "10030", out
+    assert "11 earlier runs not shown" in lines[-1] and "-n" in lines[-1], out
+    start = lines[0].index("START")
+    assert all(row[start - 2 : start] == "  " and row[start].isdigit() for row in rows), out
+    assert all(len(line) <= 100 for line in lines), out
+    rc, out, _ = d.ctl("--json", "runs")
+    assert rc == 0 and len(json.loads(out)["runs"]) == 31
+    rc, out, _ = d.ctl("runs", "-n", "40")
+    assert rc == 0 and len(out.splitlines()) == 32 and "not shown" not in out, out

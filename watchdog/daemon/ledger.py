@@ -327,7 +327,8 @@ class RunBook:
             chosen = [] if rec is None else [rec]
         else:
             chosen = records if n is None else records[-n:] if n > 0 else []
-        return {"job": self.cfg.job.name, "runs": [with_change(records, r) for r in chosen]}
+        shown = [with_change(records, r) for r in chosen]
+        return {"job": self.cfg.job.name, "runs": shown, "total": len(records)}
 
     def settle_view(self, pid: int) -> dict[str, Any]:
         """Job `pid`'s run as `restart --settle` reports it (`settled`: its warm-up is over)."""
