@@ -110,7 +110,11 @@ EVENTS: dict[str, EventName] = {
         " skipped: skipped (count), kept, lines (the first few, why each), kept_in (their text)",
         WARNING,
     ),
-    "stale_tree_killed": EventName("a previous daemon's orphaned job tree was ended", WARNING),
+    "stale_tree_killed": EventName(
+        "a previous daemon's orphaned job tree was ended: count, pid and pgid as found"
+        " (recorded_pid: the state file's, when it named another)",
+        WARNING,
+    ),
     "startup_scan_hung": EventName("the start-up /proc scan did not answer; nothing starts", ERR),
     # the job
     "child_spawned": EventName("the job was started: pid, attempt"),
