@@ -315,6 +315,36 @@ def test_a_socket_folder_out_of_inodes_at_start_keeps_the_job_supervised(
         subprocess.run(["umount", "-l", str(run)], capture_output=True)
 
 
+def test_an_operator_restart_during_a_checkpoint_save_says_a_save_was_under_way(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """The job prints its save's first line (the HF Trainer's) and is still writing: `restart`
+    says a checkpoint save was under way, and command_received records it (during)."""
+    job = write_script(
+        tmp_path / "saver.py",
+        """
+        import time
+        for step in range(1, 6):
+            print(f"step {step} 1,000.0 tok/s", flush=True)
+            time.sleep(0.1)
+        print("Saving model checkpoint to out/checkpoint-5", flush=True)
+        while True:  # a long save, silent
+            time.sleep(1)
+        """,
+    )
+    d = make_daemon([job])  # the recognisers read the save line (progress.format auto)
+    d.wait_status(
+        lambda s: (s["progress"].get("stall_window") or {}).get("phase") == "checkpoint",
+        30,
+        "the save under way",
+    )
+    rc, out, err = d.ctl("restart")
+    assert rc == 0, err
+    assert "a checkpoint save was under way" in out, out
+    received = d.wait_event("command_received", cmd="restart")[0]
+    assert received["during"] == "checkpoint_save", received
+
+
 def test_unknown_cause_line_is_the_jobs_last_words_not_its_last_step(
     make_daemon: DaemonFactory, tmp_path: pathlib.Path
 ) -> None:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 # a bind refused for room in the socket's folder: said once, tried again each tick
 BIND_RETRIED = frozenset({errno.ENOSPC, errno.EDQUOT})
+ENDS_THE_RUN = frozenset({"restart", "stop"})  # a save under way is worth a word before these
 IDLE_TIMEOUT_S = 30.0  # a request line must arrive within this (also between requests)
 WRITE_TIMEOUT_S = 10.0  # a client that reads slower than this is dropped
 MAX_CONNECTIONS = 256  # for peers other than root
@@ -249,6 +250,9 @@ class ControlServer:
         req, peer = call.req, call.peer
         allowed = may_operate(peer, self.d.cfg.control.operator_group)
         suppressed = 0 if allowed else self._denied_log.admit(peer.uid, time.monotonic())
+        during = self._saving() if allowed and req.cmd in ENDS_THE_RUN else None
+        if during is not None:
+            call.note = "note: a checkpoint save was under way; it may not be complete"
         if suppressed is not None:
             self.d.emit(
                 "command_received",
@@ -258,6 +262,7 @@ class ControlServer:
                 allowed=allowed,
                 args=req.args or None,
                 denied_suppressed=suppressed or None,
+                during=during,
             )
         if not allowed:
             who = self.d.cfg.control.operator_group
@@ -266,6 +271,12 @@ class ControlServer:
             )
             await _send(writer, protocol.error_reply(req.id, "permission_denied", msg))
         return allowed
+
+    def _saving(self) -> str | None:
+        """ "checkpoint_save" when the job's run is in a save now (its log said a save began and
+        no step has followed: core/progress/stall_window.py), else None."""
+        window = (self.d.status().get("progress") or {}).get("stall_window") or {}
+        return "checkpoint_save" if window.get("phase") == "checkpoint" else None
 
     async def _reply(self, call: Call) -> bytes:
         """The one reply of a command that does not stream."""

@@ -41,7 +41,10 @@ EVENTS: dict[str, EventName] = {
         "a reload's checks (config file, job.cwd, StrictModes) did not answer; old config kept",
         ERR,
     ),
-    "command_received": EventName("a mutating control command, with the caller's uid"),
+    "command_received": EventName(
+        "a mutating control command, with the caller's uid (during: checkpoint_save when a"
+        " restart or stop came while the job was saving a checkpoint)"
+    ),
     "metrics_started": EventName("the Prometheus endpoint listens"),
     "internal_error_caught": EventName("a watchdog bug, caught; supervision goes on", ERR),
     "control_accept_failed": EventName(
