@@ -86,6 +86,33 @@ def _tamper(d: Daemon, key: str, by: float) -> None:
     path.write_text(json.dumps(data))
 
 
+def test_stale_tree_killed_names_the_job_it_ended_not_a_dead_pid(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """state.json naming a leader long dead (the record of an earlier run, left by a state disk
+    that could not be written): the tree found by our marker is ended and stale_tree_killed
+    names its leader and process group as found, the recorded pid apart."""
+    d = make_daemon([stepper(tmp_path)])
+    job = d.wait_state("running")["job"]["pid"]
+    d.wait_saved_job(job)
+    d.kill()
+    over = subprocess.Popen(["true"])  # a pid of a process that is over
+    over.wait()
+    dead = over.pid
+    path = d.state_dir / "state.json"
+    data = json.loads(path.read_text())
+    data["job_pid"] = dead
+    path.write_text(json.dumps(data))
+    d2 = Daemon(tmp_path, d.cfg).start()
+    try:
+        wait_until(lambda: not _alive(job), 20, "the old tree ended")
+        killed = [e for e in _since_last_start(d2) if e["event"] == "stale_tree_killed"]
+        assert killed and killed[0]["pid"] == job and killed[0]["pgid"] == job, killed
+        assert killed[0]["recorded_pid"] == dead, killed
+    finally:
+        d2.stop()
+
+
 def test_a_job_that_cannot_be_proven_ours_is_killed(
     make_daemon: DaemonFactory, tmp_path: pathlib.Path
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -124,3 +125,19 @@ def test_the_shell_reads_the_error_file_elastic_names(tmp_path: pathlib.Path) ->
     assert len(texts) == 1
     found = causes.classify(causes.ExitFacts(1, None, lines, error_files=texts))
     assert (found.cause, found.exception, found.rank) == ("python_exception", "KeyError", 1)
+
+
+def test_explain_on_a_fifo_or_device_exits_2_at_once(tmp_path: pathlib.Path) -> None:
+    """A FIFO (as LOG or as a bundle's log_tail.txt) or a device is refused with exit 2, no hang."""
+    fifo = tmp_path / "train.fifo"
+    os.mkfifo(fifo)
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    os.mkfifo(bundle / "log_tail.txt")
+    for target in (str(fifo), str(bundle), "/dev/zero"):
+        try:
+            done = ctl("explain", target)  # ctl's timeout turns a hang into a failure
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"explain {target} hung") from None
+        assert done.returncode == 2, (target, done)
+        assert "not a regular file" in done.stderr, (target, done.stderr)

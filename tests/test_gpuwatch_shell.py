@@ -98,3 +98,18 @@ def test_verdicts_are_logged_in_order_with_a_reloaded_probe_deadline(
     ]
     assert watch.host_warnings == frozenset({"gpu_lost"})
     assert seen.access == []
+
+
+def test_the_daemons_own_fd_limit_is_said_once_a_spell_and_never_access_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Samples saying the daemon is out of fds give one fd_limit_reached a spell, no access
+    change for the core and no host warning."""
+    why = "cannot open /dev/nvidiactl: EMFILE: the daemon's own open-file limit is reached"
+    out = dataclasses.replace(READ, fds_exhausted=why)
+    watch, seen = watch_over(monkeypatch, [READ, out, out, READ, out])
+    for _ in range(4):
+        asyncio.run(watch.sample())
+    said = [e for e in seen.events if e[0] == "fd_limit_reached"]
+    assert said == [("fd_limit_reached", {"error": why, "where": "gpu probe"})] * 2
+    assert seen.access == [] and watch.host_warnings == frozenset()

@@ -264,6 +264,87 @@ def test_deleted_control_socket_is_bound_again(
     assert st["state"] == "running" and st["job"]["pid"] == pid, st
 
 
+def test_a_socket_folder_out_of_inodes_at_start_keeps_the_job_supervised(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """The daemon started while the control socket's folder (a real tmpfs) has no inode left:
+    one control_socket_bind_failed, no traceback, the job started and supervised all the same;
+    an inode freed, the socket is bound (control_socket_recreated, reason unbound) and
+    watchdogctl answers."""
+    if os.geteuid() != 0:
+        reason = f"mounting a tmpfs needs root (uid 0); this test runs as uid {os.geteuid()}"
+        print(f"SKIP: {reason}")
+        pytest.skip(reason)
+    run = tmp_path / "run"
+    run.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "nr_inodes=16,size=1m", "tmpfs", str(run)],
+        capture_output=True,
+    )
+    if mounted.returncode != 0:
+        reason = f"mount -t tmpfs not permitted here: {mounted.stderr.decode().strip()}"
+        print(f"SKIP: {reason}")
+        pytest.skip(reason)
+    try:
+        fillers = []
+        with contextlib.suppress(OSError):
+            while True:  # every inode taken
+                fillers.append(run / f"f{len(fillers)}")
+                fillers[-1].touch()
+        job = write_script(tmp_path / "stepper.py", STEPPER)
+        over = {"progress": {"pattern": STEP_PATTERN}, "control": {"socket": str(run / "c.sock")}}
+        d = make_daemon([job], over, start=False)
+        d.start(wait=False)
+
+        def said(name: str) -> list[dict[str, Any]]:
+            return [e for e in d.history() if e["event"] == name]
+
+        failed = wait_until(lambda: said("control_socket_bind_failed"), 30, "the bind refused")
+        assert "ENOSPC" in failed[0]["error"] or "No space" in failed[0]["error"], failed
+        wait_until(lambda: said("child_spawned"), 30, "the job started all the same")
+        assert not d.proc_exited(), d.output()
+        fillers[-2].unlink()  # one inode back (the last name was never made)
+        wait_until(lambda: d.ctl("status")[0] == 0, 30, "watchdogctl status answering")
+        recreated = d.wait_event("control_socket_recreated")[0]
+        assert recreated["reason"] == "unbound", recreated
+        assert d.status()["state"] == "running"
+        assert len(said("control_socket_bind_failed")) == 1 and not said("fatal")
+        assert "Traceback" not in d.output(), d.output()
+        d.stop()
+    finally:
+        subprocess.run(["umount", "-l", str(run)], capture_output=True)
+
+
+def test_an_operator_restart_during_a_checkpoint_save_says_a_save_was_under_way(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """The job prints its save's first line (the HF Trainer's) and is still writing: `restart`
+    says a checkpoint save was under way, and command_received records it (during)."""
+    job = write_script(
+        tmp_path / "saver.py",
+        """
+        import time
+        for step in range(1, 6):
+            print(f"step {step} 1,000.0 tok/s", flush=True)
+            time.sleep(0.1)
+        print("Saving model checkpoint to out/checkpoint-5", flush=True)
+        while True:  # a long save, silent
+            time.sleep(1)
+        """,
+    )
+    d = make_daemon([job])  # the recognisers read the save line (progress.format auto)
+    d.wait_status(
+        lambda s: (s["progress"].get("stall_window") or {}).get("phase") == "checkpoint",
+        30,
+        "the save under way",
+    )
+    rc, out, err = d.ctl("restart")
+    assert rc == 0, err
+    assert "a checkpoint save was under way" in out, out
+    received = d.wait_event("command_received", cmd="restart")[0]
+    assert received["during"] == "checkpoint_save", received
+
+
 def test_unknown_cause_line_is_the_jobs_last_words_not_its_last_step(
     make_daemon: DaemonFactory, tmp_path: pathlib.Path
 ) -> None:
@@ -351,3 +432,32 @@ def test_the_clock_watch_tells_one_gap_once_and_never_a_slow_start() -> None:
     watch.look(120.0)
     assert watch.take() == (101.0, 120.0)
     assert watch.take() is None and not watch.pending
+
+
+def test_a_job_cwd_briefly_missing_is_retried_and_starts_once_back(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """job.cwd removed under a running daemon (an NFS blip, an automount not back yet) when the
+    job dies: the restart's failed chdir is `spawn_refused` naming the folder, not the
+    interpreter; retried past restart.same_cause_limit, never parked; the job starts once the
+    folder is back."""
+    work = tmp_path / "share" / "run"
+    work.mkdir(parents=True)
+    job = write_script(tmp_path / "stepper.py", STEPPER)
+    d = make_daemon([job], {"job": {"cwd": str(work)}, "progress": {"pattern": STEP_PATTERN}})
+    pid = d.wait_state("running")["job"]["pid"]
+    shutil.rmtree(tmp_path / "share")  # the share gone: the job's own cwd goes with it
+    os.killpg(pid, signal.SIGKILL)
+    refused = wait_until(
+        lambda: named(d, "child_start_failed", reason="spawn_refused")[2:],
+        60,
+        "three refused spawns",
+    )
+    detail = refused[0]["detail"]
+    assert f"job.cwd {work}" in detail and "ENOENT" in detail, detail
+    assert not detail.startswith(str(job)), detail  # the interpreter is not to blame
+    assert not named(d, "fatal") and not named(d, "child_start_failed", reason="spawn_failed")
+    assert d.status()["state"] == "backoff"
+    work.mkdir(parents=True)
+    st = d.wait_state("running")
+    assert st["job"]["pid"] != pid, st

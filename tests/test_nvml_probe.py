@@ -6,6 +6,7 @@ probe runs in its own process (tests/fake_nvml/probe_runner.py), driven line by 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes.util
 import json
 import os
@@ -501,6 +502,33 @@ def test_a_control_device_that_cannot_be_opened_is_access_lost(
         assert used(sample) == [10.0, 10.0]  # the kept session still reads
     ctl.unlink()
     assert probe.sample()["access_lost"] is None
+
+
+def test_the_daemons_own_fd_limit_is_not_access_lost(tmp_path: Path, spawn_probe: Spawn) -> None:
+    """The probe's process at its open-file limit (RLIMIT_NOFILE lowered to what it holds): the
+    control device's EMFILE is the daemon's own condition, said as such, never access lost;
+    the limit raised again, the probe's samples are clean."""
+    import resource
+
+    write_gpus(tmp_path, 2, base_mib=10)
+    ctl = tmp_path / "nvidiactl"
+    ctl.write_text("")  # opens read-write like the real node does for root
+    probe = spawn_probe(tmp_path, control_device=str(ctl))
+    assert probe.sample("start")["access_lost"] is None
+    pid = probe.proc.pid
+    limit = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    held = len(os.listdir(f"/proc/{pid}/fd"))
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (held, limit[1]))
+    try:
+        sample = probe.sample()
+        assert sample["access_lost"] is None, sample
+        assert "open-file limit" in (sample["fds_exhausted"] or ""), sample
+        assert f"RLIMIT_NOFILE {held}" in sample["fds_exhausted"], sample
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # a runner that died is the failure
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, limit)
+    sample = probe.sample()
+    assert sample["access_lost"] is None and sample["fds_exhausted"] is None, sample
 
 
 def test_the_stand_in_sees_every_rewrite_of_the_gpus_file(

@@ -273,3 +273,79 @@ def test_the_ledger_outlives_a_reexec_and_a_daemon_crash(
     assert [r["run"] for r in records(d)] == [1]
     rc, out, _ = d.ctl("runs")
     assert rc == 0 and len(out.splitlines()) == 2 and out.rstrip().endswith("running")
+
+
+def test_a_hand_damaged_ledger_skips_the_bad_records_and_says_so(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+):
+    """Records of the wrong shape (odd-typed fields, a torn line, a non-object) are skipped,
+    counted and kept aside; the good ones and every view of the ledger still work, and the run
+    going on settles against the good ones."""
+    repo = make_repo(tmp_path, 1000)
+    d = start(make_daemon, tmp_path, repo)
+    d.wait_event("run_settled", timeout=30, run=1)
+    on_disk(d, 1, "settled", lambda r: r["steady_readings"] >= 5)
+    d.stop()
+    good = records(d)[0]
+    bad = [
+        {**good, "run": 2, "steady_tokens_per_s": "1,000", "p10": "990"},  # typed by hand
+        {**good, "run": 3, "end": {**good["end"], "exit_code": "137"}},
+        {**good, "run": 4, "pid": True, "time_to_first_progress_s": [1]},
+    ]
+    lines = [json.dumps(good), *(json.dumps(r) for r in bad), "[5]", '"six"']
+    torn = json.dumps({**good, "run": 7})[:40]  # a write cut short: no line end
+    text = "\n".join(lines) + "\n" + torn
+    for name in ("runs.jsonl", "runs.jsonl.prev"):  # both generations alike
+        (d.state_dir / name).write_text(text)
+    d.start()
+    said = d.wait_event("ledger_records_skipped")[0]
+    assert said["skipped"] == 6 and said["kept"] == 1, said
+    assert any("steady_tokens_per_s is text" in why for why in said["lines"]), said
+    assert any("end.exit_code is text" in why for why in said["lines"]), said
+    kept_aside = pathlib.Path(said["kept_in"]).read_text().splitlines()
+    assert kept_aside == [*lines[1:], torn]  # nothing the file held is lost
+    rc, out, err = d.ctl("runs")
+    assert rc == 0 and out.splitlines()[1].split()[0] == "1", (out, err)
+    rc, out, err = d.ctl("runs", "show", "1")
+    assert rc == 0 and "boot" in out, (out, err)
+    rc, out, err = d.ctl("--json", "runs")
+    assert rc == 0 and json.loads(out)["runs"][0]["run"] == 1, (out, err)
+    settled = d.wait_event("run_settled", timeout=60, previous=1)[0]
+    assert settled["change_pct"] is not None and settled["run"] != 1
+    assert not [e for e in d.events() if e["event"] == "internal_error_caught"]
+
+
+def test_runs_shows_a_screenful_says_how_many_are_hidden_and_keeps_its_columns(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+):
+    """`runs` without -n: the newest 20 and a line naming how many earlier ones are hidden;
+    run numbers of five digits keep the columns aligned; --json and -n still give them all."""
+    state = tmp_path / "state"
+    state.mkdir(exist_ok=True)
+    old = [
+        {
+            "run": 10_000 + i,
+            "started_at": "2026-12-01T10:00:00.000Z",
+            "ended_at": "2026-12-01T10:30:00.000Z",
+            "start_reason": "restart",
+            "restart_after": "cuda_oom",
+            "end": {"state": "backoff", "reason": "exited", "cause": "cuda_oom"},
+        }
+        for i in range(30)
+    ]
+    (state / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old))
+    d = make_daemon(["sleep", "600"], {"state_dir": str(state)})
+    d.wait_event("child_spawned")
+    rc, out, err = d.ctl("runs")
+    assert rc == 0, err
+    lines = out.splitlines()
+    rows = [line for line in lines[1:] if line[:1] == " " or line[:1].isdigit()]
+    assert len(rows) == 20 and rows[-1].split()[0] == "10030", out
+    assert "11 earlier runs not shown" in lines[-1] and "-n" in lines[-1], out
+    start = lines[0].index("START")
+    assert all(row[start - 2 : start] == "  " and row[start].isdigit() for row in rows), out
+    assert all(len(line) <= 100 for line in lines), out
+    rc, out, _ = d.ctl("--json", "runs")
+    assert rc == 0 and len(json.loads(out)["runs"]) == 31
+    rc, out, _ = d.ctl("runs", "-n", "40")
+    assert rc == 0 and len(out.splitlines()) == 32 and "not shown" not in out, out

@@ -105,7 +105,7 @@ def check(d: Daemon) -> subprocess.CompletedProcess[str]:
 
 def _refused_at_start(d: Daemon, state: pathlib.Path, errname: str) -> None:
     """watchdogd exits 78 with one line naming the folder and the errno, no traceback, no job;
-    `watchdogd --check` fails the same way."""
+    `watchdogd --check` fails the same way, with no `config OK` printed first."""
     d.start(wait=False)
     try:
         rc = d.wait_exit(30)
@@ -119,6 +119,7 @@ def _refused_at_start(d: Daemon, state: pathlib.Path, errname: str) -> None:
     r = check(d)
     assert r.returncode == 78, (r.stdout, r.stderr)
     assert str(state) in r.stderr and errname in r.stderr, r.stderr
+    assert "config OK" not in r.stdout, r.stdout  # never an OK before the error
 
 
 def test_a_full_state_disk_at_start_is_one_line_and_78(

@@ -134,9 +134,12 @@ def cmd_timeline(c: Client, o: dict[str, Any]) -> int:
 def cmd_runs(c: Client, o: dict[str, Any]) -> int:
     """Every run on record (SPEC §15); `runs show N`: one run whole; --json: the records."""
     # its drawing needs datetime: imported by this command only, from its module
-    from watchdog.cli.runs import render, render_one
+    from watchdog.cli.runs import SCREENFUL, render, render_one
 
-    reply = c.call("runs", o["args"])
+    args = dict(o["args"])
+    if args.get("show") is None and args.get("n") is None and not o["json"]:
+        args["n"] = SCREENFUL  # a screen, not thousands of lines; render() says what is hidden
+    reply = c.call("runs", args)
     if not reply["ok"]:
         return failed(reply, o, EXIT_NOT_HEALTHY)
     res = reply["result"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 
 from watchdog.core.health import causes
@@ -99,6 +100,7 @@ def _read(log: str) -> tuple[list[str], dict[str, Any]]:
     """The lines of a log file, or of a bundle folder with what its cause.json knows."""
     if not os.path.isdir(log):
         return _tail(log), {}
+    _regular_or_absent(os.path.join(log, "cause.json"))
     known: dict[str, Any] = {}
     try:
         with open(os.path.join(log, "cause.json"), encoding="utf-8") as f:
@@ -116,9 +118,23 @@ def _read(log: str) -> tuple[list[str], dict[str, Any]]:
     return lines, known
 
 
+def _regular_or_absent(path: str) -> None:
+    """Refuse a FIFO, socket or device before opening it: opening a FIFO blocks until a writer
+    comes, and a device never ends (SPEC §15: exit 2 for what cannot be read as a file)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # absent or unreadable: the open below says which
+    if not stat.S_ISREG(mode):
+        raise _Bad(f"{path}: not a regular file or an incident bundle folder")
+
+
 def _tail(path: str) -> list[str]:
     try:
-        with open(path, "rb") as f:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise _Bad(f"{path}: not a regular file or an incident bundle folder")
             size = f.seek(0, os.SEEK_END)
             f.seek(max(0, size - READ_MAX))
             data = f.read(READ_MAX)

@@ -10,9 +10,17 @@ TYPE_CHECKING = False  # mypy treats this name as true; at run time `typing` is 
 if TYPE_CHECKING:
     from typing import Any
 
-HEAD = f"{'RUN':>4}  {'START':<11}  {'WHY':<18} {'CODE':<8} {'TO PROG':>8} {'TOK/S':>8} "
-HEAD += f"{'CHANGE':>7}  END"
 WHY_WIDTH = 18
+SCREENFUL = 20  # `runs` without -n: the newest this many (--json and -n N: as asked)
+
+
+def head(run_width: int = 4) -> str:
+    """The header, its RUN column as wide as the longest run number (never narrower than 4)."""
+    text = f"{'RUN':>{run_width}}  {'START':<11}  {'WHY':<18} {'CODE':<8} {'TO PROG':>8} "
+    return text + f"{'TOK/S':>8} {'CHANGE':>7}  END"
+
+
+HEAD = head()
 
 
 def local_time(stamp: object, seconds: bool = True) -> str:
@@ -63,11 +71,11 @@ def seconds(value: object) -> str:
     return f"{value / 60:.0f} min"
 
 
-def line(rec: dict[str, Any]) -> str:
+def line(rec: dict[str, Any], run_width: int = 4) -> str:
     tps = rec.get("steady_tokens_per_s")
     change = rec.get("change_pct")
     text = (
-        f"{rec.get('run', '?'):>4}  {local_time(rec.get('started_at'), False):<11}  "
+        f"{rec.get('run', '?'):>{run_width}}  {local_time(rec.get('started_at'), False):<11}  "
         f"{why(rec):<18} {short_code(rec.get('code')):<8} "
         f"{seconds(rec.get('time_to_first_progress_s')):>8} "
         f"{'-' if tps is None else f'{tps:,.0f}':>8} "
@@ -80,7 +88,13 @@ def render(result: dict[str, Any]) -> str:
     runs = result.get("runs") or []
     if not runs:
         return f"{result.get('job', 'job')}: no run on record yet"
-    return "\n".join([HEAD, *(line(r) for r in runs)])
+    width = max(4, *(len(str(r.get("run", "?"))) for r in runs))
+    out = [head(width), *(line(r, width) for r in runs)]
+    hidden = result.get("total", len(runs)) - len(runs)
+    if hidden > 0:  # a daemon before `total` says nothing of what it left out
+        first = runs[0].get("run", "?")
+        out.append(f"({hidden} earlier runs not shown, before run {first}: watchdogctl runs -n N)")
+    return "\n".join(out)
 
 
 SHOWN = (

@@ -72,6 +72,7 @@ class Call:
     queue: asyncio.Queue[dict[str, Any]] | None = None
     seen: list[dict[str, Any]] = field(default_factory=list)
     conn: Any = None  # the client's socket (reexec answers on it from the new code)
+    note: str | None = None  # said under the summary (a save under way when it came)
 
     def events(self) -> list[dict[str, Any]]:
         """The events emitted since the command began (mutating commands record them)."""
@@ -126,7 +127,8 @@ class Operations:
 
     def _result(self, call: Call, summary: str, **extra: Any) -> dict[str, Any]:
         return {
-            "summary": f"{self.d.cfg.job.name}: {summary}",
+            "summary": f"{self.d.cfg.job.name}: {summary}"
+            + ("" if call.note is None else f"\n{call.note}"),
             **extra,
             "status": self.d.status(),
             "events": call.events()[-EVENTS_IN_RESULT:],

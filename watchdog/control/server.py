@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import grp
 import os
 import socket
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
 
     from watchdog.control.backend import Served
 
+# a bind refused for room in the socket's folder: said once, tried again each tick
+BIND_RETRIED = frozenset({errno.ENOSPC, errno.EDQUOT})
+ENDS_THE_RUN = frozenset({"restart", "stop"})  # a save under way is worth a word before these
 IDLE_TIMEOUT_S = 30.0  # a request line must arrive within this (also between requests)
 WRITE_TIMEOUT_S = 10.0  # a client that reads slower than this is dropped
 MAX_CONNECTIONS = 256  # for peers other than root
@@ -62,6 +66,7 @@ class ControlServer:
         self._denied_log = RateLimit(burst=10, window_s=60.0)
         self._rebinding = False  # a bind of a deleted socket's path is under way
         self._rebind_failed = False  # said once until a bind works again
+        self._unbound = False  # the bind at start was refused for room: tried again each tick
 
     async def start(self, listening_fd: int | None = None) -> None:
         """Bind the socket, or serve on the listener carried across a re-exec (`listening_fd`:
@@ -82,6 +87,20 @@ class ControlServer:
             self._serve, sock=sock, limit=protocol.MAX_LINE_BYTES, backlog=128
         )
 
+    async def start_or_retry(self, listening_fd: int | None = None) -> None:
+        """`start`, except that a socket folder out of inodes or space (ENOSPC, EDQUOT: a full
+        /run) is said in one line and the bind tried again each tick: the job is supervised
+        meanwhile. Exiting instead would leave nothing supervised under the shipped unit
+        (Restart=on-failure into its start limit; 78 is never restarted: systemd/)."""
+        try:
+            await self.start(listening_fd)
+        except OSError as e:
+            if listening_fd is not None or e.errno not in BIND_RETRIED:
+                raise
+            error = f"{errno.errorcode[e.errno]}: {e.strerror}"
+            self.d.emit("control_socket_bind_failed", path=self.path, error=error)
+            self._unbound = self._rebind_failed = True  # the retries' failures go unsaid
+
     def recheck(self, spawn: Callable[[Coroutine[Any, Any, None]], object]) -> None:
         """The socket deleted or replaced under the daemon: bound again, in a task of `spawn`."""
         if (reason := self.socket_gone()) is not None:
@@ -90,6 +109,9 @@ class ControlServer:
     def socket_gone(self) -> str | None:
         """One os.stat of the socket's path (each tick, and on SIGHUP): "gone" or "replaced"
         when it is no longer the socket we bound and serve (`rebind` is then due), else None."""
+        if self._unbound and not self._rebinding:
+            self._rebinding = True
+            return "unbound"
         server = self._server
         if server is None or self._ident is None or not server.is_serving() or self._rebinding:
             return None
@@ -120,7 +142,7 @@ class ControlServer:
             return
         finally:
             self._rebinding = False
-        self._rebind_failed = False
+        self._rebind_failed = self._unbound = False
         if old is not None:
             old.close()
         self.d.emit("control_socket_recreated", path=self.path, reason=reason)
@@ -228,6 +250,9 @@ class ControlServer:
         req, peer = call.req, call.peer
         allowed = may_operate(peer, self.d.cfg.control.operator_group)
         suppressed = 0 if allowed else self._denied_log.admit(peer.uid, time.monotonic())
+        during = self._saving() if allowed and req.cmd in ENDS_THE_RUN else None
+        if during is not None:
+            call.note = "note: a checkpoint save was under way; it may not be complete"
         if suppressed is not None:
             self.d.emit(
                 "command_received",
@@ -237,6 +262,7 @@ class ControlServer:
                 allowed=allowed,
                 args=req.args or None,
                 denied_suppressed=suppressed or None,
+                during=during,
             )
         if not allowed:
             who = self.d.cfg.control.operator_group
@@ -245,6 +271,12 @@ class ControlServer:
             )
             await _send(writer, protocol.error_reply(req.id, "permission_denied", msg))
         return allowed
+
+    def _saving(self) -> str | None:
+        """ "checkpoint_save" when the job's run is in a save now (its log said a save began and
+        no step has followed: core/progress/stall_window.py), else None."""
+        window = (self.d.status().get("progress") or {}).get("stall_window") or {}
+        return "checkpoint_save" if window.get("phase") == "checkpoint" else None
 
     async def _reply(self, call: Call) -> bytes:
         """The one reply of a command that does not stream."""

@@ -41,7 +41,10 @@ EVENTS: dict[str, EventName] = {
         "a reload's checks (config file, job.cwd, StrictModes) did not answer; old config kept",
         ERR,
     ),
-    "command_received": EventName("a mutating control command, with the caller's uid"),
+    "command_received": EventName(
+        "a mutating control command, with the caller's uid (during: checkpoint_save when a"
+        " restart or stop came while the job was saving a checkpoint)"
+    ),
     "metrics_started": EventName("the Prometheus endpoint listens"),
     "internal_error_caught": EventName("a watchdog bug, caught; supervision goes on", ERR),
     "control_accept_failed": EventName(
@@ -51,8 +54,14 @@ EVENTS: dict[str, EventName] = {
     ),
     "control_socket_recreated": EventName(
         "the control socket's file was deleted or replaced (reason: gone | replaced) and was"
-        " bound again at path: watchdogctl reaches the daemon again",
+        " bound again at path (reason unbound: the bind refused at start worked at last):"
+        " watchdogctl reaches the daemon again",
         NOTICE,
+    ),
+    "control_socket_bind_failed": EventName(
+        "the daemon started but its control socket's folder has no room (ENOSPC: out of inodes"
+        " or space; EDQUOT): the job is supervised all the same, the bind tried again each tick",
+        ERR,
     ),
     "control_socket_rebind_failed": EventName(
         "the control socket's file is gone and could not be bound again (error): said once,"
@@ -101,7 +110,21 @@ EVENTS: dict[str, EventName] = {
         "a state file was unusable (error): its previous generation or nothing (fallback) used",
         WARNING,
     ),
-    "stale_tree_killed": EventName("a previous daemon's orphaned job tree was ended", WARNING),
+    "fd_limit_reached": EventName(
+        "the daemon could not open a file: its own open-file limit (EMFILE, RLIMIT_NOFILE) or the"
+        " host's file table (ENFILE); error, where. Its own condition: never a host fault",
+        ERR,
+    ),
+    "ledger_records_skipped": EventName(
+        "runs.jsonl records that cannot be read (torn, not JSON, a field of the wrong type) were"
+        " skipped: skipped (count), kept, lines (the first few, why each), kept_in (their text)",
+        WARNING,
+    ),
+    "stale_tree_killed": EventName(
+        "a previous daemon's orphaned job tree was ended: count, pid and pgid as found"
+        " (recorded_pid: the state file's, when it named another)",
+        WARNING,
+    ),
     "startup_scan_hung": EventName("the start-up /proc scan did not answer; nothing starts", ERR),
     # the job
     "child_spawned": EventName("the job was started: pid, attempt"),

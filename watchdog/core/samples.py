@@ -43,6 +43,8 @@ class GpuSample:
     `reason` says why. `hung` True means the probe call outlived its deadline.
     `access_lost` says why NVML access that worked is gone (SPEC §13: the control device cannot
     be opened, or every expected GPU answers UNKNOWN / NO_PERMISSION); None while it works.
+    `fds_exhausted` says that the daemon itself could not open a file (EMFILE: its own
+    RLIMIT_NOFILE; ENFILE: the host's file table): its own condition, so never `access_lost`.
     """
 
     available: bool
@@ -50,6 +52,7 @@ class GpuSample:
     reason: str | None = None
     hung: bool = False
     access_lost: str | None = None
+    fds_exhausted: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -161,7 +161,7 @@ async def end_previous_tree(d: Adopter) -> None:
     ticks, boot = data.get("job_start_ticks"), data.get("boot_id")
     while True:
         try:
-            n = await d.runs.log_io.call(
+            found = await d.runs.log_io.call(
                 lambda: tree.kill_stale_tree(d.tree.token, pid, started, ticks, boot),
                 STARTUP_SCAN_TIMEOUT_S,
                 what="the startup scan for a previous job tree",
@@ -170,8 +170,12 @@ async def end_previous_tree(d: Adopter) -> None:
         except blocking.Hung as e:
             d.emit("startup_scan_hung", detail=str(e))
             await asyncio.sleep(1.0)
-    if n:
-        d.emit("stale_tree_killed", count=n, pid=pid)
+    if found.count:
+        # the job ended, as found now; the state file's pid apart when it names another
+        fields = {"count": found.count, "pid": found.pid, "pgid": found.pgid}
+        if pid is not None and pid != found.pid:
+            fields["recorded_pid"] = pid
+        d.emit("stale_tree_killed", **fields)
         deadline = time.monotonic() + 10
         while await tree.find_tree_async(None, d.tree.token) != [] and (
             time.monotonic() < deadline

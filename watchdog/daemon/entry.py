@@ -119,12 +119,17 @@ def load(path: str) -> config.Config | int:
 def check(path: str) -> int:
     """`watchdogd --check`: the config, the state directory as a start would try it, then how
     this daemon would stop the job (SPEC §14)."""
-    code = config.check_main(path)
-    cfg = load(path) if code == 0 else code
+    try:
+        config.load_config(path)
+    except config.ConfigError as e:
+        print(e, file=sys.stderr)  # as config.check_main says it
+        return EX_CONFIG
+    cfg = load(path)
     if isinstance(cfg, int):
         return cfg
     if (why := folder.unusable(cfg.state_dir)) is not None:
-        return _fail(why, EX_CONFIG)
+        return _fail(why, EX_CONFIG)  # said before any "OK": a script reads the first line
+    print(f"config OK: {cfg.source}")
     how = cgroup.probe(cfg.job.stop_mode, take=False)
     print(f"stop mode: {how.mode} ({how.base or how.reason})")
     if cfg.cluster is not None and cfg.cluster.tls is not None and cfg.cluster.tls.cert_file:

@@ -221,9 +221,7 @@ class Starter:
             env, dumps = self.job_env(epoch)
             proc = self.spawn_in_cgroup(env, log_fd)
         except (OSError, ValueError, subprocess.SubprocessError) as e:
-            refusal = limits.refused(e)
-            why = refusal or (e.strerror if isinstance(e, OSError) else str(e))
-            self._not_spawned(log, follower, f"{job.command[0]}: {why}", attempt, refusal)
+            self._not_spawned(log, follower, *_spawn_error(e, job.command[0], job.cwd), attempt)
             return
         finally:
             os.close(log_fd)
@@ -234,7 +232,7 @@ class Starter:
             os.killpg(proc.pid, signal.SIGKILL)
             refusal = limits.refused(e)
             why = f"cannot watch the job: {refusal or e}"
-            self._not_spawned(log, follower, why, attempt, refusal)
+            self._not_spawned(log, follower, why, refusal, attempt)
             return
         run = JobRun(
             self._runs.monitor(cfg),
@@ -259,8 +257,8 @@ class Starter:
         log: JobLog | None,
         follower: Follower | None,
         why: str,
-        attempt: int | None,
         refusal: str | None,
+        attempt: int | None,
     ) -> None:
         if log is not None:
             log.close()
@@ -295,6 +293,17 @@ class Starter:
     async def our_pids(self) -> set[int]:
         """Processes of our own previous job trees (by the instance marker)."""
         return {p.pid for p in await tree.find_tree_async(None, self._tree.token) or []}
+
+
+def _spawn_error(e: BaseException, program: str, cwd: str | None) -> tuple[str, str | None]:
+    """(why the spawn failed, the host's refusal or None). A job.cwd missing for now (a share
+    that blips) is named for what it is and retried like a refused resource (limits.py),
+    never blamed on the program."""
+    if (missing := limits.cwd_missing(e, cwd)) is not None:
+        return missing, missing
+    refusal = limits.refused(e)
+    why = refusal or (e.strerror if isinstance(e, OSError) else str(e))
+    return f"{program}: {why}", refusal
 
 
 def _log_failed(path: str, e: OSError) -> SpawnFailed:

@@ -36,8 +36,8 @@ from watchdog.core.views.ledger import (
     with_change,
 )
 from watchdog.process import coderev
-from watchdog.state import files
 from watchdog.state.folder import StateDir
+from watchdog.state.runsfile import load_runs
 from watchdog.state.writers import FileWriter, WriteHealth
 
 RUNS_FILE = "runs.jsonl"
@@ -317,9 +317,9 @@ class RunBook:
         return "\n".join(out) + "\n" if out else ""
 
     def _load(self, state: StateDir) -> list[dict[str, Any]]:
-        """What the previous daemon left (its previous generation if the file is unfit, a
-        state_reset each); none, said once, when neither generation can be used."""
-        return files.load_said(state.file(RUNS_FILE), parse_runs, self._emit) or []
+        """What the previous daemon left, read a line at a time (its previous generation if the
+        file has no usable record, a state_reset each; bad records skipped and said)."""
+        return load_runs(state.file(RUNS_FILE), self.cfg.runs.keep, self._emit)
 
     def view(self, n: int | None = None, show: int | None = None) -> dict[str, Any]:
         """`watchdogctl runs` (-n N: the newest N) and `runs show N`."""
@@ -329,7 +329,8 @@ class RunBook:
             chosen = [] if rec is None else [rec]
         else:
             chosen = records if n is None else records[-n:] if n > 0 else []
-        return {"job": self.cfg.job.name, "runs": [with_change(records, r) for r in chosen]}
+        shown = [with_change(records, r) for r in chosen]
+        return {"job": self.cfg.job.name, "runs": shown, "total": len(records)}
 
     def settle_view(self, pid: int) -> dict[str, Any]:
         """Job `pid`'s run as `restart --settle` reports it (`settled`: its warm-up is over)."""
@@ -339,19 +340,6 @@ class RunBook:
         shown = with_change(self.ledger.records(), rec)
         settled = (shown.get("steady_readings") or 0) >= SETTLE_READINGS
         return {"settled": settled, "run": shown, "text": settle_text(shown)}
-
-
-def parse_runs(text: str) -> list[dict[str, Any]]:
-    """runs.jsonl's content; ValueError for anything not of its shape."""
-    records = []
-    for i, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        rec = json.loads(line)
-        if not isinstance(rec, dict) or type(rec.get("run")) is not int:
-            raise ValueError(f"line {i}: not a run record")
-        records.append(rec)
-    return records
 
 
 def _slowdown_cfg(cfg: config.Config) -> slowdown.SlowdownConfig:

@@ -206,7 +206,7 @@ class Daemon:
             loop.add_signal_handler(sig, self.inbox.post, SignalReceived(sig))
         self.forwarder.apply(self.cfg.job.forward_signals)  # SPEC §13
         handover = self.life.handover
-        await self.control.start(None if handover is None else handover["fds"]["control"])
+        await self.control.start_or_retry(None if handover is None else handover["fds"]["control"])
         await self.gpus.start()
         if self.cluster is not None:
             await self.cluster.start()

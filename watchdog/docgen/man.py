@@ -234,8 +234,8 @@ def _explain() -> list[str]:
 
 def _ctl_tail() -> list[str]:
     lines = para(
-        "-n N: how many events or log lines (events 20, logs 50). --follow (-f): keep"
-        " printing new ones until Ctrl-C. --wait: return only when the job is healthy;"
+        "-n N: how many events, log lines or runs (events 20, logs 50, runs 20). --follow"
+        " (-f): keep printing new ones until Ctrl-C. --wait: return only when the job is healthy;"
         " --timeout S bounds the wait. --since: a duration up to a week, in seconds or"
         " with a unit s, m, h, d or w (24h, 90m, 2d; default 24h). runs: one line per run,"
         " newest last (run, start in local time, why it started, code: short commit and + when"

@@ -48,6 +48,7 @@ class GpuWatch:
         self.expected = cfg.devices != ()
         self.last: GpuSample | None = None
         self.recent: deque[tuple[float, GpuSample]] = deque(maxlen=_history_len(cfg))
+        self._fds_said = False  # fd_limit_reached said for the spell going on
         self._probe: Any = None
         # SPEC §13: NVML access lost/restored goes to the core (it parks restarts meanwhile);
         # the verdicts on the samples (probe hung, GPUs lost, slowdowns) come from the core.
@@ -118,6 +119,10 @@ class GpuWatch:
         seen = self._state.observe(s, time.monotonic(), judge_access=judge_access)
         for name, fields in seen.events:
             self._emit(name, **fields)
+        if s.fds_exhausted is not None and not self._fds_said:
+            # the daemon's own condition, said once a spell; never a host fault (troubleshooting)
+            self._emit("fd_limit_reached", error=s.fds_exhausted, where="gpu probe")
+        self._fds_said = s.fds_exhausted is not None
         return seen.access
 
     def _record_now(self, s: GpuSample, judge_access: bool) -> None:

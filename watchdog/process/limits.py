@@ -13,6 +13,9 @@ import os
 import resource
 
 REFUSALS = frozenset({errno.EAGAIN, errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+# A job.cwd on a share that blips (NFS, CephFS) or an automount not back yet: gone for now
+# (ENOENT), a stale handle (ESTALE), a FUSE mount whose server went away (ENOTCONN).
+CWD_GONE = frozenset({errno.ENOENT, errno.ESTALE, errno.ENOTCONN})
 CGROUP_ROOT = "/sys/fs/cgroup"
 
 
@@ -32,6 +35,18 @@ def refused(e: BaseException, proc: str = "/proc/self", root: str = CGROUP_ROOT)
     else:
         limit = pids_limit(proc, root)
     return f"{errno.errorcode[code]}: {limit}"
+
+
+def cwd_missing(e: BaseException, cwd: str | None) -> str | None:
+    """`job.cwd /x is missing: ENOENT (...)` when the spawn failed on the chdir into `cwd`
+    (subprocess names the folder as the error's filename), else None. The host's moment like a
+    refused resource, not the job's failure: retried with backoff (docs/troubleshooting.md)."""
+    if cwd is None or not isinstance(e, OSError) or e.errno not in CWD_GONE:
+        return None
+    if e.filename != cwd:
+        return None  # the program itself not found, say: the job's own failure
+    code = errno.errorcode[e.errno]
+    return f"job.cwd {cwd} is missing: {code} (a network share or automount not back yet?)"
 
 
 def pids_limit(proc: str = "/proc/self", root: str = CGROUP_ROOT) -> str:

@@ -357,15 +357,27 @@ async def _wait_gone(
         await asyncio.sleep(0.02)
 
 
+@dataclass(slots=True)
+class StaleTree:
+    """What kill_stale_tree ended: the leader (None when only its descendants were left), the
+    process group, and how many processes were signalled."""
+
+    pid: int | None
+    pgid: int | None
+    count: int = 0
+
+
 def kill_stale_tree(
     token: str,
     leader: int | None,
     leader_started_at: float | None,
     ticks: object = None,
     boot: object = None,
-) -> int:
+) -> StaleTree:
     """A previous daemon's tree that outlived it: SIGKILL it at once (it is orphaned and
-    unsupervised; graceful stop needs the dead daemon's context). Returns the count signalled.
+    unsupervised; graceful stop needs the dead daemon's context). Returns the count signalled
+    and the tree's leader and process group as found before the kill (the job is spawned in a
+    session of its own), not the pid the state file recorded, which may be long dead.
 
     The leader is trusted only when its start (in clock ticks, or for an older record its wall
     time: same_process) matches what the state file recorded, so a reused pid is never killed;
@@ -378,4 +390,8 @@ def kill_stale_tree(
             procs.append(p)
             procs += p.children(recursive=True)
     live = [p for p in procs if _alive(p)]
-    return signal_tree(live, signal.SIGKILL)
+    groups = [g for g in (_group_and_session(p.pid) for p in live) if g is not None]
+    group = min((g for g, _ in groups), default=None)  # a tree has one group, barring setpgid
+    found = StaleTree(group if any(p.pid == group for p in live) else None, group)
+    found.count = signal_tree(live, signal.SIGKILL)
+    return found

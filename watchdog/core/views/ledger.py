@@ -302,7 +302,9 @@ class Ledger:
             "previous": None if before is None else before["run"],
             "previous_tokens_per_s": prev_tps,
             "change_pct": change_pct(rec["steady_tokens_per_s"], prev_tps),
-            "code_changed": None if before is None else _changed(rec["code"], before["code"]),
+            "code_changed": (
+                None if before is None else _changed(rec.get("code"), before.get("code"))
+            ),
         }
 
 
@@ -341,7 +343,8 @@ def with_change(records: Sequence[Mapping[str, Any]], rec: Mapping[str, Any]) ->
     tps = rec.get("steady_tokens_per_s")
     shown["previous"] = None if before is None else before["run"]
     shown["change_pct"] = change_pct(tps, None if before is None else before["steady_tokens_per_s"])
-    shown["code_changed"] = None if before is None else _changed(rec.get("code"), before["code"])
+    then_code = None if before is None else before.get("code")
+    shown["code_changed"] = None if before is None else _changed(rec.get("code"), then_code)
     shown["previous_code"] = None if before is None else before.get("code")
     return shown
 

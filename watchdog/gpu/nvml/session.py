@@ -56,6 +56,7 @@ from watchdog.gpu.nvml.errors import (
     error_code,
     error_name,
 )
+from watchdog.gpu.nvml.fdlimit import OWN_LIMITS, judged, own_limit_text
 
 _T = TypeVar("_T")
 _MIB = 1024 * 1024
@@ -97,6 +98,7 @@ class Session:
         self._refused: GpuSample | None = None  # the last init refused as access lost
         self._retry_at = 0.0  # monotonic time before which a refused init is not retried
         self._control_device = control_device
+        self._fds_exhausted: str | None = None  # this pass: the daemon's own fd limit reached
         # (call name, GPU, monotonic start) of the NVML call in progress, for hung reasons.
         self.current: tuple[str, int | str | None, float] | None = None
 
@@ -113,6 +115,7 @@ class Session:
         now = time.monotonic()
         if not self.initialized and self._refused is not None and now < self._retry_at:
             return self._refused  # a refused init is retried every INIT_RETRY_S, not each pass
+        self._fds_exhausted = None
         try:
             if not self.initialized:
                 self.open()
@@ -123,9 +126,10 @@ class Session:
             return self._unavailable(exc, now)
         self._refused = None
         lost = refused or (self._all_denied(gpus) if self.worked else None)
+        lost, self._fds_exhausted = judged(lost, self._fds_exhausted)
         if lost is None and any(g.used_mib is not None for g in gpus):
             self.worked = True
-        return GpuSample(available=True, gpus=gpus, access_lost=lost)
+        return GpuSample(True, gpus, access_lost=lost, fds_exhausted=self._fds_exhausted)
 
     def _unavailable(self, exc: Unavailable, now: float) -> GpuSample:
         """NVML cannot be read. Refused the way a revoked device cgroup refuses it (init or
@@ -137,7 +141,9 @@ class Session:
             lost = str(exc)
         elif exc.code != pynvml.NVML_ERROR_LIBRARY_NOT_FOUND:
             lost = self._control_refused()
-        sample = GpuSample(available=False, reason=str(exc), access_lost=lost)
+        lost, own = judged(lost, self._fds_exhausted)
+        self._fds_exhausted = own
+        sample = GpuSample(False, reason=str(exc), access_lost=lost, fds_exhausted=own)
         self._refused = sample if lost is not None else None
         self._retry_at = now + INIT_RETRY_S
         return sample
@@ -153,6 +159,9 @@ class Session:
         except FileNotFoundError:
             return None
         except OSError as exc:
+            if exc.errno in OWN_LIMITS:
+                self._fds_exhausted = own_limit_text(exc, path)
+                return None
             name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
             return f"cannot open {path}: {name} ({exc.strerror})"
         os.close(fd)
