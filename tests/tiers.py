@@ -53,6 +53,7 @@ PURE_MODULES = frozenset(
         "tests/core/supervisor/test_replay.py",
         "tests/core/supervisor/test_table.py",
         "tests/core/supervisor/test_runs_adoption.py",
+        "tests/core/supervisor/test_verdicts_observe.py",
         "tests/core/test_images.py",
         "tests/core/test_names.py",
         "tests/core/test_purity.py",

@@ -139,6 +139,8 @@ def _restart_lines(st: dict[str, Any]) -> list[str]:
     ]
     if ex and ex.get("cause"):
         lines.append(f"Last exit: {cause_text(ex)}")
+    if (mode_line := _mode_line(st)) is not None:
+        lines.append(mode_line)
     if rs["next_restart_in_s"] is not None:
         lines.append(f"  Backoff: next start in {rs['next_restart_in_s']:.1f} s")
     if st.get("cluster"):
@@ -146,6 +148,13 @@ def _restart_lines(st: dict[str, Any]) -> list[str]:
     if st.get("incident"):
         lines.append(f" Incident: {st['incident']}")
     return lines
+
+
+def _mode_line(st: dict[str, Any]) -> str | None:
+    """SPEC §16: `     Mode: observe (nothing is stopped or restarted)`; act is not shown."""
+    if st.get("mode", "act") != "observe":
+        return None
+    return "     Mode: observe (nothing is stopped or restarted)"
 
 
 def cause_text(ex: dict[str, Any]) -> str:

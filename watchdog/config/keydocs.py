@@ -66,6 +66,9 @@ DOCS: dict[str, str] = {
     "restart": "when and how soon the job is restarted",
     "restart.on": "verdicts that restart the job; add completed to restart it even after a "
     "success exit",
+    "restart.mode": "act: verdicts in restart.on stop and restart the job; observe: nothing is "
+    "stopped, killed or restarted, each such verdict is verdict_observed and scored for false "
+    "alarms (docs/trial.md); watchdogd --observe sets it",
     "restart.backoff_initial_s": "the first restart's delay",
     "restart.backoff_factor": "each restart in a row waits this many times longer",
     "restart.backoff_max_s": "the longest delay (at least backoff_initial_s)",

@@ -167,6 +167,8 @@ class RestartConfig:
     max_no_progress: int = field(default=3, metadata=_m(ge=1))
     # SPEC §14: failures in a row with the same deterministic cause and no step gained → fatal
     same_cause_limit: int = field(default=2, metadata=_m(ge=1))
+    # SPEC §16: observe never stops, kills or starts the job on a verdict (docs/trial.md)
+    mode: Literal["act", "observe"] = "act"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

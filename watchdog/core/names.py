@@ -120,6 +120,12 @@ EVENTS: dict[str, EventName] = {
     "detector_fired": EventName("a detector (reason) fired, with its evidence", WARNING),
     "detector_cleared": EventName("a detector stopped firing"),
     "restart_scheduled": EventName("an automatic restart after a backoff", WARNING, hook=True),
+    "verdict_observed": EventName(
+        "observe mode (restart.mode): a verdict that would have stopped the job (reason and its"
+        " evidence); the job is left alone (SPEC §16)",
+        WARNING,
+        hook=True,
+    ),
     "fatal": EventName("the job is parked: budget spent, or a stop unverified", CRIT, hook=True),
     "incident_saved": EventName("an incident bundle was written (its path)"),
     "incident_failed": EventName("an incident bundle could not be written", WARNING),

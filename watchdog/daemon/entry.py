@@ -32,6 +32,7 @@ class Prepared:
     handover: dict[str, Any] | None
     lock_fd: int
     exit_with_job: bool
+    observe: bool = False  # SPEC §16: `--observe`, whatever restart.mode says
 
 
 def build_parser(description: str) -> argparse.ArgumentParser:
@@ -62,6 +63,12 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         help="exit when the job ends for good: completed 0, fatal 93, host_fault 86 (config"
         " exit_codes); SIGTERM/SIGINT stop the job, then exit 143/130 (for Slurm, Kubernetes)",
     )
+    ap.add_argument(
+        "--observe",
+        action="store_true",
+        help="observe mode (config restart.mode: observe): never stop, kill or restart the job;"
+        " each verdict that would have acted is verdict_observed (docs/trial.md)",
+    )
     return ap
 
 
@@ -86,6 +93,8 @@ def prepare(argv: list[str] | None, description: str) -> Prepared | int:
     cfg = load(args.config)
     if isinstance(cfg, int):
         return cfg
+    if args.observe and cfg.cluster is not None:
+        return _fail("--observe is not available with cluster: (one node only)", EX_CONFIG)
     # SPEC §14: a state directory that cannot be created, locked or written is one line and
     # EX_CONFIG (the unit does not restart into it), never a traceback
     if handover is None and (why := folder.unusable(cfg.state_dir)) is not None:
@@ -96,7 +105,7 @@ def prepare(argv: list[str] | None, description: str) -> Prepared | int:
         return _fail(f"state_dir {cfg.state_dir}: {folder.describe(e)}", EX_CONFIG)
     if lock is None:
         return _fail(f"another watchdogd holds {cfg.state_dir}/lock", 1)
-    return Prepared(cfg, handover, lock, args.exit_with_job)
+    return Prepared(cfg, handover, lock, args.exit_with_job, args.observe)
 
 
 def load(path: str) -> config.Config | int:

@@ -39,6 +39,7 @@ class Lifetime:
     started_at: float  # monotonic; a reexec carries the first daemon's
     ending: ExitWithJob  # SPEC §13: the exit code under a scheduler
     done: asyncio.Future[None]  # resolved by the core's Exit: the loop winds down
+    observe: bool = False  # `watchdogd --observe` (SPEC §16): kept across reloads
 
 
 @dataclass(slots=True)

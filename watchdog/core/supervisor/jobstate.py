@@ -128,6 +128,7 @@ class Snapshot:
     last_cause: Mapping[str, str] | None = None  # SPEC §14: why the last failed run died
     exit_step: float | None = None  # ... and the step its run got to
     failures_by_cause: Mapping[str, int] = field(default_factory=dict)  # the metric's counter
+    mode: str = "act"  # SPEC §16: `act` or `observe` (restart.mode, watchdogd --observe)
 
 
 def enter(s: JobState, state: State) -> None:
@@ -191,4 +192,5 @@ def snapshot(s: JobState) -> Snapshot:
         last_cause=s.last_cause,
         exit_step=s.exit_step,
         failures_by_cause=dict(s.failures_by_cause),
+        mode="observe" if s.policy.observe else "act",
     )

@@ -178,13 +178,18 @@ def exited(s: JobState, ev: ChildExited, now: float) -> list[Action]:
     fields |= {**s.last_cause, **({"incident": ev.incident} if ev.incident else {})}
     fields["cause_rank"] = ev.cause_rank  # SPEC §15
     s.stop_reason = "exited"
-    restart = "exited" in s.policy.restart_on and not s.paused
+    wanted = "exited" in s.policy.restart_on and not s.paused
+    restart = wanted and not s.policy.observe
     s.after_stop = AfterStop.RESTART if restart else AfterStop.STOP
-    return [
+    out: list[Action] = [
         Emit("child_exited", {**fields, "reason": "exited"}),
         Emit("detector_fired", {"reason": "exited", "pid": ev.pid}),
-        kill_tree(s, ev.pid, "exited"),
     ]
+    if wanted and not restart:  # SPEC §16: observe mode reports the restart it does not do
+        out.append(Emit("verdict_observed", {"reason": "exited", "pid": ev.pid, **s.last_cause}))
+    # what is left of the dead leader's tree is cleared, as when paused: nothing may run beside
+    # the next start; nothing alive is stopped while the leader lives
+    return [*out, kill_tree(s, ev.pid, "exited")]
 
 
 def causes_of(ev: ChildExited) -> dict[str, str]:

@@ -2,9 +2,14 @@
 the deadlines (end of backoff, end of the startup window: the one verdict the core owns,
 `startup_timeout`, a pure function of the spawn time and the clock). Each handler takes
 (record, input, now); table.py says in which states each one is called.
+
+Observe mode (SPEC §16, `restart.mode: observe`): a verdict that would stop the job is
+`verdict_observed` instead (its reason and evidence) and the job is left alone.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from watchdog.core.names import INCIDENT_REASONS, UNVERIFIABLE, State
 from watchdog.core.supervisor.events import (
@@ -22,7 +27,7 @@ from watchdog.core.supervisor.primitives import park_access, spawn, stop
 def assessed(s: JobState, ev: HealthAssessed, now: float) -> list[Action]:
     if ev.pid != s.pid or s.state not in ALIVE:
         return []  # a verdict on an earlier run, judged before it ended: that run is over
-    firing = ev.firing
+    firing, before = ev.firing, s.firing
     blind = bool(ev.firing & UNVERIFIABLE) or s.access_lost is not None
     if s.startup_expired and s.healthy_since is None and not ev.healthy and not blind:
         firing = firing | {"startup_timeout"}  # still not healthy: the verdict stands
@@ -34,9 +39,12 @@ def assessed(s: JobState, ev: HealthAssessed, now: float) -> list[Action]:
         out.append(Emit("detector_cleared", {"reason": reason, "pid": ev.pid}))
     s.firing = ev.firing
     act_on = sorted(ev.firing & s.policy.restart_on)
-    if act_on and not s.paused:
+    if act_on and not s.paused and not s.policy.observe:
         reason = act_on[0]
         return out + stop(s, reason, AfterStop.RESTART, incident=reason in INCIDENT_REASONS)
+    if not s.paused:
+        for reason in sorted((ev.firing - before) & s.policy.restart_on):
+            out += observed(s, reason, {"pid": ev.pid, **ev.evidence}, now)
     if ev.firing:
         if s.state is not State.STARTING:
             enter(s, State.UNHEALTHY)
@@ -65,7 +73,14 @@ def rank_exited(s: JobState, ev: RankExited, now: float) -> list[Action]:
     )
     if "exited" not in s.policy.restart_on or s.paused:
         return [fired]
+    if s.policy.observe:
+        return [fired, *observed(s, "exited", {"pid": ev.pid, "rank_pid": ev.rank_pid}, now)]
     return [fired, *stop(s, "exited", AfterStop.RESTART)]
+
+
+def observed(s: JobState, reason: str, evidence: Mapping[str, object], now: float) -> list[Action]:
+    """Observe mode (SPEC §16): the verdict that would have acted, reported; nothing acts."""
+    return [Emit("verdict_observed", {"reason": reason, **evidence})]
 
 
 def marked(s: JobState, ev: ProgressMarked, now: float) -> list[Action]:
@@ -112,8 +127,12 @@ def tick(s: JobState, ev: Tick, now: float) -> list[Action]:
         )
         s.firing = s.firing | {"startup_timeout"}
         s.startup_expired = True
-        if "startup_timeout" in s.policy.restart_on and not s.paused:
+        wanted = "startup_timeout" in s.policy.restart_on and not s.paused
+        if wanted and not s.policy.observe:
             return [fired, *stop(s, "startup_timeout", AfterStop.RESTART, incident=True)]
         enter(s, State.UNHEALTHY)
+        if wanted:
+            evidence = {"pid": s.pid, "timeout_s": s.policy.startup_timeout_s}
+            return [fired, *observed(s, "startup_timeout", evidence, now)]
         return [fired]
     return []  # nothing is due: a barrier Tick, or a deadline moved since it was asked for

@@ -70,6 +70,7 @@ def build_status(i: StatusInputs) -> dict[str, Any]:
         "progress": _progress(i),
         "restarts": _restarts(snap, i.now),
         "paused": snap.paused,
+        "mode": snap.mode,  # SPEC §16: act | observe (restart.mode, watchdogd --observe)
         "incident": i.incident,
         "goodput": None if i.goodput is None else dict(i.goodput),
         "daemon": {
