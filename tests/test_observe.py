@@ -8,6 +8,52 @@ import pathlib
 from conftest import DaemonFactory
 from support.harness import write_script
 
+STEP_PATTERN = r"step (?P<step>[0-9]+) (?P<tokens_per_s>[0-9][0-9,.]*) tok/s"
+
+
+def test_observe_a_silence_that_resumes_is_observed_then_a_false_alarm(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """In observe mode a silence longer than the stall window that then resumes is
+    verdict_observed and then false_alarm, with the same job pid throughout and no stop."""
+    gate = tmp_path / "resume"
+    job = write_script(
+        tmp_path / "pauses.py",
+        f"""
+        import pathlib, time
+        for step in range(1, 6):
+            print(f"step {{step}} 1,000.0 tok/s", flush=True)
+            time.sleep(0.05)
+        gate = pathlib.Path({str(gate)!r})
+        while not gate.exists():  # silent until the test has seen the verdict
+            time.sleep(0.05)
+        step = 6
+        while True:
+            print(f"step {{step}} 1,000.0 tok/s", flush=True)
+            step += 1
+            time.sleep(0.2)
+        """,
+    )
+    d = make_daemon(
+        [job],
+        {"progress": {"stall_after_s": 1, "pattern": STEP_PATTERN}, "restart": {"mode": "observe"}},
+    )
+    pid = d.wait_event("child_spawned")[0]["pid"]
+    seen = d.wait_event("verdict_observed", timeout=30, reason="stalled")[0]
+    assert seen["pid"] == pid and float(seen["window_s"]) <= 1.0, seen
+    assert d.status()["job"]["pid"] == pid
+    gate.touch()
+    alarm = d.wait_event("false_alarm", timeout=30, reason="stalled")[0]
+    assert alarm["pid"] == pid and alarm["after_s"] > 0, alarm
+    d.wait_status(lambda s: s["state"] == "running", 30, "running again")
+    st = d.status()
+    assert st["job"]["pid"] == pid and st["mode"] == "observe"
+    assert st["verdicts"]["last_24h"]["false_alarm"] >= 1, st["verdicts"]
+    names = [e["event"] for e in d.events()]
+    assert "child_stopping" not in names and names.count("child_spawned") == 1, names
+    _, out, _ = d.ctl("status")
+    assert "Mode: observe" in out and "false alarm" in out, out
+
 
 def test_observe_flag_a_death_is_observed_and_nothing_starts(
     make_daemon: DaemonFactory, tmp_path: pathlib.Path

@@ -51,6 +51,7 @@ PURE_MODULES = frozenset(
         "tests/core/supervisor/test_primitives_stop.py",
         "tests/core/supervisor/test_repeats.py",
         "tests/core/supervisor/test_replay.py",
+        "tests/core/supervisor/test_scoring.py",
         "tests/core/supervisor/test_table.py",
         "tests/core/supervisor/test_runs_adoption.py",
         "tests/core/supervisor/test_verdicts_observe.py",

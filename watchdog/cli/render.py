@@ -151,10 +151,14 @@ def _restart_lines(st: dict[str, Any]) -> list[str]:
 
 
 def _mode_line(st: dict[str, Any]) -> str | None:
-    """SPEC §16: `     Mode: observe (nothing is stopped or restarted)`; act is not shown."""
-    if st.get("mode", "act") != "observe":
+    """SPEC §16: `     Mode: observe · verdicts: 3 observed, 1 false alarm (last 24 h)`; shown
+    in observe mode, and in act mode once a verdict was given."""
+    mode, verdicts = st.get("mode", "act"), st.get("verdicts") or {}
+    given = any((verdicts.get("last_24h") or {}).values())
+    if mode != "observe" and not given:
         return None
-    return "     Mode: observe (nothing is stopped or restarted)"
+    what = " (nothing is stopped or restarted)" if mode == "observe" else ""
+    return f"     Mode: {mode}{what} · {verdicts.get('line', 'verdicts: none')} (last 24 h)"
 
 
 def cause_text(ex: dict[str, Any]) -> str:

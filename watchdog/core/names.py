@@ -126,6 +126,12 @@ EVENTS: dict[str, EventName] = {
         WARNING,
         hook=True,
     ),
+    "false_alarm": EventName(
+        "progress resumed unaided after_s seconds after a stalled, gpus_idle or startup_timeout"
+        " verdict (reason), observed or during its stop's grace (SPEC §16)",
+        NOTICE,
+        hook=True,
+    ),
     "fatal": EventName("the job is parked: budget spent, or a stop unverified", CRIT, hook=True),
     "incident_saved": EventName("an incident bundle was written (its path)"),
     "incident_failed": EventName("an incident bundle could not be written", WARNING),
@@ -293,6 +299,8 @@ DEFAULT_RESTART_ON = frozenset({"exited", "gpus_idle", "stalled", "startup_timeo
 WARN_ONLY_REASONS = frozenset(
     {"gpu_lost", "gpu_probe_hung", "gpu_access_lost", "gpu_unreadable", "progress_unreadable"}
 )
+# SPEC §16: the verdicts a resumed log can prove wrong (a false alarm); a death is a fact.
+SCORED_VERDICTS = frozenset({"stalled", "gpus_idle", "startup_timeout"})
 # Reasons whose restart is preceded by an incident bundle (SPEC §10).
 INCIDENT_REASONS = frozenset({"gpus_idle", "stalled", "startup_timeout", "gpu_degraded"})
 # The detectors that can be "firing" (SPEC §4); `exited` is an instant, never a standing verdict.

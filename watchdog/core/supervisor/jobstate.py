@@ -14,6 +14,7 @@ from enum import StrEnum
 
 from watchdog.core.names import State
 from watchdog.core.supervisor.budget import NoProgressTally, Policy
+from watchdog.core.supervisor.scoring import VerdictBook
 
 
 class AfterStop(StrEnum):
@@ -96,6 +97,8 @@ class JobState:
     # answers.py: the requests waiting for an outcome, (request, what, pid or attempt)
     answers_due: tuple[tuple[int, str, int | None], ...] = ()
     at_barrier: bool = False  # SPEC §12: the start waits at the cluster's barrier (attempts.py)
+    # SPEC §16: each verdict acted on or observed, and the false alarms among them (scoring.py)
+    verdicts: VerdictBook = field(default_factory=VerdictBook)
     now: float = 0.0
 
 
@@ -128,7 +131,11 @@ class Snapshot:
     last_cause: Mapping[str, str] | None = None  # SPEC §14: why the last failed run died
     exit_step: float | None = None  # ... and the step its run got to
     failures_by_cause: Mapping[str, int] = field(default_factory=dict)  # the metric's counter
-    mode: str = "act"  # SPEC §16: `act` or `observe` (restart.mode, watchdogd --observe)
+    # SPEC §16: `act` or `observe` (restart.mode), the verdicts of the last 24 h by outcome,
+    # and train_watchdog_verdicts_total's counters as (reason, outcome, count)
+    mode: str = "act"
+    verdicts_24h: Mapping[str, int] = field(default_factory=dict)
+    verdicts_total: tuple[tuple[str, str, int], ...] = ()
 
 
 def enter(s: JobState, state: State) -> None:
@@ -193,4 +200,6 @@ def snapshot(s: JobState) -> Snapshot:
         exit_step=s.exit_step,
         failures_by_cause=dict(s.failures_by_cause),
         mode="observe" if s.policy.observe else "act",
+        verdicts_24h=s.verdicts.last_24h(s.now),
+        verdicts_total=s.verdicts.counters(),
     )

@@ -31,6 +31,7 @@ def _fault(s: JobState, ev: GpuFaultSeen, now: float) -> list[Action]:
     acts = s.policy.parks(ev.action) or (ev.action == "restart_app" and not s.paused)
     if s.policy.observe and live and s.pid is not None and acts and not ev.gate:
         # SPEC §16: observe mode never stops the job, not even for its GPU: reported
+        s.verdicts.given("gpu_fault", "observed", s.pid, now, None)
         fields = {**ev.fields, "reason": "gpu_fault", "pid": s.pid}
         return [*out, Emit("verdict_observed", fields)]
     if s.policy.parks(ev.action) and s.leaving is Leaving.STAYING:

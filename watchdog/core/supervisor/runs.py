@@ -181,12 +181,18 @@ def exited(s: JobState, ev: ChildExited, now: float) -> list[Action]:
     wanted = "exited" in s.policy.restart_on and not s.paused
     restart = wanted and not s.policy.observe
     s.after_stop = AfterStop.RESTART if restart else AfterStop.STOP
+    s.verdicts.run_ended()  # a dead run proves no verdict wrong any more (scoring.py)
     out: list[Action] = [
         Emit("child_exited", {**fields, "reason": "exited"}),
         Emit("detector_fired", {"reason": "exited", "pid": ev.pid}),
     ]
-    if wanted and not restart:  # SPEC §16: observe mode reports the restart it does not do
-        out.append(Emit("verdict_observed", {"reason": "exited", "pid": ev.pid, **s.last_cause}))
+    if wanted:  # SPEC §16: observe mode reports the restart it does not do
+        outcome = "acted" if restart else "observed"
+        s.verdicts.given("exited", outcome, ev.pid, now, None)
+        if not restart:
+            out.append(
+                Emit("verdict_observed", {"reason": "exited", "pid": ev.pid, **s.last_cause})
+            )
     # what is left of the dead leader's tree is cleared, as when paused: nothing may run beside
     # the next start; nothing alive is stopped while the leader lives
     return [*out, kill_tree(s, ev.pid, "exited")]

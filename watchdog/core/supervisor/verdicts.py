@@ -4,7 +4,9 @@ the deadlines (end of backoff, end of the startup window: the one verdict the co
 (record, input, now); table.py says in which states each one is called.
 
 Observe mode (SPEC §16, `restart.mode: observe`): a verdict that would stop the job is
-`verdict_observed` instead (its reason and evidence) and the job is left alone.
+`verdict_observed` instead (its reason and evidence) and the job is left alone; every verdict
+acted on or observed is scored in `JobState.verdicts` (scoring.py), and a progress line that
+proves one wrong is a `false_alarm`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from watchdog.core.supervisor.events import (
 )
 from watchdog.core.supervisor.jobstate import ALIVE, AfterStop, JobState, enter, next_deadline
 from watchdog.core.supervisor.primitives import park_access, spawn, stop
+from watchdog.core.supervisor.scoring import window_of
 
 
 def assessed(s: JobState, ev: HealthAssessed, now: float) -> list[Action]:
@@ -41,6 +44,7 @@ def assessed(s: JobState, ev: HealthAssessed, now: float) -> list[Action]:
     act_on = sorted(ev.firing & s.policy.restart_on)
     if act_on and not s.paused and not s.policy.observe:
         reason = act_on[0]
+        given(s, reason, "acted", ev.evidence, now)
         return out + stop(s, reason, AfterStop.RESTART, incident=reason in INCIDENT_REASONS)
     if not s.paused:
         for reason in sorted((ev.firing - before) & s.policy.restart_on):
@@ -75,18 +79,31 @@ def rank_exited(s: JobState, ev: RankExited, now: float) -> list[Action]:
         return [fired]
     if s.policy.observe:
         return [fired, *observed(s, "exited", {"pid": ev.pid, "rank_pid": ev.rank_pid}, now)]
+    given(s, "exited", "acted", {}, now)
     return [fired, *stop(s, "exited", AfterStop.RESTART)]
+
+
+def given(
+    s: JobState, reason: str, outcome: str, evidence: Mapping[str, object], now: float
+) -> None:
+    """A verdict acted on or observed, for its score (scoring.py)."""
+    window = window_of(reason, evidence, s.policy.startup_timeout_s)
+    s.verdicts.given(reason, outcome, s.pid, now, window)
 
 
 def observed(s: JobState, reason: str, evidence: Mapping[str, object], now: float) -> list[Action]:
     """Observe mode (SPEC §16): the verdict that would have acted, reported; nothing acts."""
+    given(s, reason, "observed", evidence, now)
     return [Emit("verdict_observed", {"reason": reason, **evidence})]
 
 
 def marked(s: JobState, ev: ProgressMarked, now: float) -> list[Action]:
-    """Feed the no-progress tally; only the configured marker moves the high-water mark."""
+    """Feed the no-progress tally; only the configured marker moves the high-water mark. A
+    step written after a scored verdict on this run proves it a false alarm (SPEC §16)."""
     _mark(s, ev)
-    return []
+    if ev.kind != "step" or s.pid is None:
+        return []
+    return [Emit("false_alarm", f) for f in s.verdicts.progressed(s.pid, ev.at, now)]
 
 
 def _mark(s: JobState, ev: ProgressMarked) -> None:
@@ -129,6 +146,7 @@ def tick(s: JobState, ev: Tick, now: float) -> list[Action]:
         s.startup_expired = True
         wanted = "startup_timeout" in s.policy.restart_on and not s.paused
         if wanted and not s.policy.observe:
+            given(s, "startup_timeout", "acted", {}, now)
             return [fired, *stop(s, "startup_timeout", AfterStop.RESTART, incident=True)]
         enter(s, State.UNHEALTHY)
         if wanted:
