@@ -27,6 +27,9 @@ DOCS: dict[str, str] = {
     "stop or in host_fault it is ended)",
     "job.success_exit_codes": "exit codes that end the run (state completed, no restart, the "
     "budget untouched); []: every exit is a failure",
+    "job.attach_pid": "watch this running process (started without the watchdog) instead of "
+    "starting job.command, in observe mode; its log: job.log_file if it exists, else the file its "
+    "stdout goes to (docs/trial.md); watchdogd --attach sets it",
     "job.forward_signals": "signals (e.g. [SIGUSR1]) passed on to the job's leader and nothing "
     "else; the daemon's own (TERM, INT, HUP), KILL, STOP, CHLD and fault signals are refused",
     "gpus": "the GPUs watched through NVML",

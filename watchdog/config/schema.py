@@ -69,6 +69,8 @@ class JobConfig:
     success_exit_codes: tuple[int, ...] = field(default=(0,), metadata=_m(parse=parse_exit_codes))
     # SPEC §13: signals the daemon passes on to the job's leader, and does nothing else about.
     forward_signals: tuple[int, ...] = field(default=(), metadata=_m(parse=parse_forward_signals))
+    # SPEC §16 (`watchdogd --attach PID`): watch this running process instead of starting one
+    attach_pid: int | None = field(default=None, metadata=_m(ge=1))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -85,7 +85,12 @@ _ANYWHERE: dict[type, Go] = {
 # States with no run of the job (its tree is gone): a report about a run is a late one.
 _NO_RUN: dict[type, Go] = {
     **_ANYWHERE,
-    JobAdopted: go(runs.adopted, STARTING, PAUSED, says="watch the previous daemon's job"),
+    JobAdopted: go(
+        runs.adopted,
+        STARTING,
+        PAUSED,
+        says="watch the previous daemon's job, or the process --attach names (observed)",
+    ),
     ChildExited: stay("the exit of a run already cleared (reaped late): counted before"),
     HealthAssessed: stay("a verdict on a run already cleared, judged before it ended"),
     RankExited: stay("a rank of a run already cleared, listed before it ended"),

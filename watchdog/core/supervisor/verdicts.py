@@ -22,7 +22,14 @@ from watchdog.core.supervisor.events import (
     RankExited,
     Tick,
 )
-from watchdog.core.supervisor.jobstate import ALIVE, AfterStop, JobState, enter, next_deadline
+from watchdog.core.supervisor.jobstate import (
+    ALIVE,
+    AfterStop,
+    JobState,
+    enter,
+    next_deadline,
+    observing,
+)
 from watchdog.core.supervisor.primitives import park_access, spawn, stop
 from watchdog.core.supervisor.scoring import window_of
 
@@ -42,7 +49,7 @@ def assessed(s: JobState, ev: HealthAssessed, now: float) -> list[Action]:
         out.append(Emit("detector_cleared", {"reason": reason, "pid": ev.pid}))
     s.firing = ev.firing
     act_on = sorted(ev.firing & s.policy.restart_on)
-    if act_on and not s.paused and not s.policy.observe:
+    if act_on and not s.paused and not observing(s):
         reason = act_on[0]
         given(s, reason, "acted", ev.evidence, now)
         return out + stop(s, reason, AfterStop.RESTART, incident=reason in INCIDENT_REASONS)
@@ -77,7 +84,7 @@ def rank_exited(s: JobState, ev: RankExited, now: float) -> list[Action]:
     )
     if "exited" not in s.policy.restart_on or s.paused:
         return [fired]
-    if s.policy.observe:
+    if observing(s):
         return [fired, *observed(s, "exited", {"pid": ev.pid, "rank_pid": ev.rank_pid}, now)]
     given(s, "exited", "acted", {}, now)
     return [fired, *stop(s, "exited", AfterStop.RESTART)]
@@ -145,7 +152,7 @@ def tick(s: JobState, ev: Tick, now: float) -> list[Action]:
         s.firing = s.firing | {"startup_timeout"}
         s.startup_expired = True
         wanted = "startup_timeout" in s.policy.restart_on and not s.paused
-        if wanted and not s.policy.observe:
+        if wanted and not observing(s):
             given(s, "startup_timeout", "acted", {}, now)
             return [fired, *stop(s, "startup_timeout", AfterStop.RESTART, incident=True)]
         enter(s, State.UNHEALTHY)
