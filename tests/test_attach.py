@@ -128,6 +128,16 @@ def test_attach_take_over_starts_our_own_run_after_its_death(
         d.stop()
 
 
+def test_attach_the_daemons_exit_leaves_the_attached_process_running(
+    tmp_path: pathlib.Path, tonight: subprocess.Popen[bytes]
+) -> None:
+    """SIGTERM to the daemon ends the daemon only: the attached process runs on."""
+    d = _attached(tmp_path, tonight.pid).start()
+    d.wait_event("job_adopted", timeout=15, pid=tonight.pid)
+    assert d.stop() == 0
+    assert tonight.poll() is None, "the attached process was stopped with the daemon"
+
+
 def _refused(tmp_path: pathlib.Path, pid: str) -> tuple[int, str]:
     """watchdogd --attach PID's exit status and stderr (it must exit by itself)."""
     d = Daemon(tmp_path, _config(tmp_path))
