@@ -27,6 +27,7 @@ import pytest
 PURE_MODULES = frozenset(
     {
         "bench/tests/test_ab.py",
+        "tests/cli/test_render.py",
         "tests/core/health/test_causes.py",
         "tests/core/health/test_gpu_degraded.py",
         "tests/core/health/test_gpu_news.py",
