@@ -53,6 +53,8 @@ def test_observe_a_silence_that_resumes_is_observed_then_a_false_alarm(
     assert "child_stopping" not in names and names.count("child_spawned") == 1, names
     _, out, _ = d.ctl("status")
     assert "Mode: observe" in out and "false alarm" in out, out
+    _, out, _ = d.ctl("timeline", "--since", "10m")
+    assert "Verdicts observed 1 · false alarms 1" in out, out
 
 
 def test_observe_flag_a_death_is_observed_and_nothing_starts(

@@ -28,6 +28,7 @@ PURE_MODULES = frozenset(
     {
         "bench/tests/test_ab.py",
         "tests/cli/test_render.py",
+        "tests/cli/test_timeline.py",
         "tests/core/health/test_causes.py",
         "tests/core/health/test_gpu_degraded.py",
         "tests/core/health/test_gpu_news.py",

@@ -335,5 +335,7 @@ TIMELINE_EVENTS = frozenset(
         "daemon_started",
         "daemon_reexecuted",
         "run_settled",  # SPEC §15: each run's steady tok/s, listed beside its restart
+        "verdict_observed",  # SPEC §16: what observe mode did not do, and the verdicts it
+        "false_alarm",  # ... proved wrong
     }
 )
