@@ -61,7 +61,7 @@ def test_observe_flag_a_death_is_observed_and_nothing_starts(
     make_daemon: DaemonFactory, tmp_path: pathlib.Path
 ) -> None:
     """`watchdogd --observe` (restart.mode act in the file): the job's death is verdict_observed
-    and no second run starts."""
+    and no second run starts; a reload of the file keeps observe mode."""
     job = write_script(tmp_path / "dies.py", "import sys\nprint('bye', flush=True)\nsys.exit(3)\n")
     d = make_daemon([job], start=False)
     d.args = ["--observe"]
@@ -73,3 +73,7 @@ def test_observe_flag_a_death_is_observed_and_nothing_starts(
     names = [e["event"] for e in d.events()]
     assert names.count("child_spawned") == 1 and "restart_scheduled" not in names, names
     assert seen["pid"] is not None
+    rc, _, err = d.ctl("reload")
+    assert rc == 0, err
+    d.wait_event("config_reloaded", timeout=30)
+    assert d.status()["mode"] == "observe"
