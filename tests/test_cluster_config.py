@@ -79,6 +79,14 @@ def test_cluster_errors_name_key_and_line(
     assert words in err.problem
 
 
+def test_cluster_refuses_observe_mode(tmp_path: Path) -> None:
+    """restart.mode observe with cluster: is a config error: another node's verdict would still
+    restart this node's job (SPEC §16's trial is one node's)."""
+    with pytest.raises(ConfigError) as info:
+        parse(tmp_path, GOOD + "restart:\n  mode: observe\n")
+    assert info.value.key == "restart.mode" and "cluster" in info.value.problem
+
+
 def test_cluster_mode_local_policy_has_no_backoff_nor_budget(tmp_path: Path) -> None:
     """With `cluster:`, a local crash goes straight back to the gate (the cluster backs off)."""
     cfg = parse(tmp_path, GOOD)

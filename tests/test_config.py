@@ -260,6 +260,7 @@ def test_derived_field_is_not_a_key(tmp_path: Path) -> None:
         ("restart:\n  on: exited\n", "restart.on", 4, "expected a list"),
         ("control:\n  group: 1000\n", "control.group", 4, "quote it"),
         ("gpus:\n  require: some\n", "gpus.require", 4, "expected one of all, any"),
+        ("restart:\n  mode: dry\n", "restart.mode", 4, "expected one of act, observe"),
         ("startup:\n  timeout_s: .inf\n", "startup.timeout_s", 4, "finite"),
         ("startup:\n  timeout_s: {a: 1}\n", "startup.timeout_s", 4, "got a mapping"),
         ("job:\n  command: [/bin/true]\n  name: [a]\n", "job.name", 3, "got a list"),

@@ -151,6 +151,17 @@ def test_families_report_common_restart_reasons_from_zero() -> None:
     assert value(s, "train_watchdog_productive_seconds_total") == 5.0
 
 
+def test_families_count_verdicts_by_reason_and_outcome() -> None:
+    """train_watchdog_verdicts_total{reason, outcome} carries status's counters (SPEC §16)."""
+    totals = [
+        {"reason": "stalled", "outcome": "observed", "count": 2},
+        {"reason": "stalled", "outcome": "false_alarm", "count": 1},
+    ]
+    s = parse_families(status_fixture(verdicts={"totals": totals}))
+    assert value(s, "train_watchdog_verdicts_total", reason="stalled", outcome="observed") == 2
+    assert value(s, "train_watchdog_verdicts_total", reason="stalled", outcome="false_alarm") == 1
+
+
 # ------------------------------------------------------------------------------ end to end
 
 

@@ -27,6 +27,8 @@ import pytest
 PURE_MODULES = frozenset(
     {
         "bench/tests/test_ab.py",
+        "tests/cli/test_render.py",
+        "tests/cli/test_timeline.py",
         "tests/core/health/test_causes.py",
         "tests/core/health/test_gpu_degraded.py",
         "tests/core/health/test_gpu_news.py",
@@ -52,8 +54,11 @@ PURE_MODULES = frozenset(
         "tests/core/supervisor/test_primitives_stop.py",
         "tests/core/supervisor/test_repeats.py",
         "tests/core/supervisor/test_replay.py",
+        "tests/core/supervisor/test_scoring.py",
         "tests/core/supervisor/test_table.py",
         "tests/core/supervisor/test_runs_adoption.py",
+        "tests/core/supervisor/test_runs_attach.py",
+        "tests/core/supervisor/test_verdicts_observe.py",
         "tests/core/test_images.py",
         "tests/core/test_names.py",
         "tests/core/test_purity.py",

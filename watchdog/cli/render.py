@@ -141,6 +141,8 @@ def _restart_lines(st: dict[str, Any]) -> list[str]:
     ]
     if ex and ex.get("cause"):
         lines.append(f"Last exit: {cause_text(ex)}")
+    if (mode_line := _mode_line(st)) is not None:
+        lines.append(mode_line)
     if rs["next_restart_in_s"] is not None:
         lines.append(f"  Backoff: next start in {rs['next_restart_in_s']:.1f} s")
     if st.get("cluster"):
@@ -148,6 +150,17 @@ def _restart_lines(st: dict[str, Any]) -> list[str]:
     if st.get("incident"):
         lines.append(f" Incident: {st['incident']}")
     return lines
+
+
+def _mode_line(st: dict[str, Any]) -> str | None:
+    """SPEC §16: `     Mode: observe · verdicts: 3 observed, 1 false alarm (last 24 h)`; shown
+    in observe mode, and in act mode once a verdict was given."""
+    mode, verdicts = st.get("mode", "act"), st.get("verdicts") or {}
+    given = any((verdicts.get("last_24h") or {}).values())
+    if mode != "observe" and not given:
+        return None
+    what = " (nothing is stopped or restarted)" if mode == "observe" else ""
+    return f"     Mode: {mode}{what} · {verdicts.get('line', 'verdicts: none')} (last 24 h)"
 
 
 def cause_text(ex: dict[str, Any]) -> str:

@@ -55,6 +55,8 @@ MARKS: dict[str, tuple[str, str, str]] = {
     "child_exited": ("x", "2", "exited"),
     "detector_fired": ("S", "33", "stalled"),  # kept for `stalled` only (SPEC §14)
     "run_settled": ("s", "32", "settled"),  # SPEC §15: the run's steady tok/s after a restart
+    "verdict_observed": ("o", "33", "observed"),  # SPEC §16: observe mode's would-be action
+    "false_alarm": ("f", "36", "false alarm"),  # SPEC §16: a verdict the job proved wrong
 }
 NOT_LISTED = frozenset({"child_exited"})  # marked; listed only as the cause of a restart
 
@@ -212,12 +214,19 @@ def _listing(buckets: list[dict[str, Any]], span_s: float) -> list[str]:
     head = f"Restarts {restarts} · incidents {incidents}"
     if dropped:
         head += f" · {dropped} more events in crowded columns (watchdogctl events)"
-    lines = ["", head + (":" if listed else "")]
+    lines = ["", *_verdicts_line(listed), head + (":" if listed else "")]
     if len(listed) > LISTED:
         lines.append(f"  … {len(listed) - LISTED} earlier (watchdogctl events -n 1000)")
     for e in listed[-LISTED:]:
         lines += _list_entry(e, _exit_before(events, e), span_s)
     return lines
+
+
+def _verdicts_line(listed: list[dict[str, Any]]) -> list[str]:
+    """SPEC §16: `Verdicts observed 3 · false alarms 1` when there were any (docs/trial.md)."""
+    seen = sum(1 for e in listed if e["event"] == "verdict_observed")
+    wrong = sum(1 for e in listed if e["event"] == "false_alarm")
+    return [f"Verdicts observed {seen} · false alarms {wrong}"] if seen or wrong else []
 
 
 def _exit_before(events: list[dict[str, Any]], e: dict[str, Any]) -> dict[str, Any] | None:
@@ -242,6 +251,8 @@ def _list_entry(e: dict[str, Any], exited: dict[str, Any] | None, span_s: float)
         detail = f"GPU {e.get('gpu')} {e.get('xid') or ''} {e.get('action') or ''}".strip()
     if name == "run_settled":
         detail = _settled_text(e)
+    if name == "false_alarm":  # SPEC §16: how long after the verdict the job went on
+        detail = f"{detail}: progress {e.get('after_s', '?')} s after the verdict"
     line = fit(f"  {when}  {word:<9} {detail}".rstrip())
     path = e.get("path")
     if not path:

@@ -27,6 +27,9 @@ DOCS: dict[str, str] = {
     "stop or in host_fault it is ended)",
     "job.success_exit_codes": "exit codes that end the run (state completed, no restart, the "
     "budget untouched); []: every exit is a failure",
+    "job.attach_pid": "watch this running process (started without the watchdog) instead of "
+    "starting job.command, in observe mode; its log: job.log_file if it exists, else the file its "
+    "stdout goes to (docs/trial.md); watchdogd --attach sets it",
     "job.forward_signals": "signals (e.g. [SIGUSR1]) passed on to the job's leader and nothing "
     "else; the daemon's own (TERM, INT, HUP), KILL, STOP, CHLD and fault signals are refused",
     "gpus": "the GPUs watched through NVML",
@@ -74,6 +77,9 @@ DOCS: dict[str, str] = {
     "restart": "when and how soon the job is restarted",
     "restart.on": "verdicts that restart the job; add completed to restart it even after a "
     "success exit",
+    "restart.mode": "act: verdicts in restart.on stop and restart the job; observe: nothing is "
+    "stopped, killed or restarted, each such verdict is verdict_observed and scored for false "
+    "alarms (docs/trial.md); watchdogd --observe sets it",
     "restart.backoff_initial_s": "the first restart's delay",
     "restart.backoff_factor": "each restart in a row waits this many times longer",
     "restart.backoff_max_s": "the longest delay (at least backoff_initial_s)",

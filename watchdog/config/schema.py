@@ -69,6 +69,8 @@ class JobConfig:
     success_exit_codes: tuple[int, ...] = field(default=(0,), metadata=_m(parse=parse_exit_codes))
     # SPEC §13: signals the daemon passes on to the job's leader, and does nothing else about.
     forward_signals: tuple[int, ...] = field(default=(), metadata=_m(parse=parse_forward_signals))
+    # SPEC §16 (`watchdogd --attach PID`): watch this running process instead of starting one
+    attach_pid: int | None = field(default=None, metadata=_m(ge=1))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -178,6 +180,8 @@ class RestartConfig:
     max_no_progress: int = field(default=3, metadata=_m(ge=1))
     # SPEC §14: failures in a row with the same deterministic cause and no step gained → fatal
     same_cause_limit: int = field(default=2, metadata=_m(ge=1))
+    # SPEC §16: observe never stops, kills or starts the job on a verdict (docs/trial.md)
+    mode: Literal["act", "observe"] = "act"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -143,6 +143,9 @@ def finish(cfg: Config, ctx: Ctx) -> Config:
         raise ctx.fail("cluster.job_id", "must not contain '/' (it names an etcd key prefix)")
     if cfg.cluster is not None:
         _check_cluster(cfg.cluster, ctx)
+    if cfg.cluster is not None and restart.mode == "observe":
+        # another node's verdict moves the epoch and restarts this node's job: no trial
+        raise ctx.fail("restart.mode", "observe is not available with cluster: (one node only)")
     size = len(os.fsencode(cfg.control.socket))
     if size >= _SUN_PATH_MAX:
         problem = f"a Unix socket path must be under {_SUN_PATH_MAX} bytes, this one has {size}"

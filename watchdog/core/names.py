@@ -150,6 +150,18 @@ EVENTS: dict[str, EventName] = {
     "detector_fired": EventName("a detector (reason) fired, with its evidence", WARNING),
     "detector_cleared": EventName("a detector stopped firing"),
     "restart_scheduled": EventName("an automatic restart after a backoff", WARNING, hook=True),
+    "verdict_observed": EventName(
+        "observe mode (restart.mode): a verdict that would have stopped the job (reason and its"
+        " evidence); the job is left alone (SPEC §16)",
+        WARNING,
+        hook=True,
+    ),
+    "false_alarm": EventName(
+        "progress resumed unaided after_s seconds after a stalled, gpus_idle or startup_timeout"
+        " verdict (reason), observed or during its stop's grace (SPEC §16)",
+        NOTICE,
+        hook=True,
+    ),
     "fatal": EventName("the job is parked: budget spent, or a stop unverified", CRIT, hook=True),
     "incident_saved": EventName("an incident bundle was written (its path)"),
     "incident_failed": EventName("an incident bundle could not be written", WARNING),
@@ -334,6 +346,8 @@ DEFAULT_RESTART_ON = frozenset({"exited", "gpus_idle", "stalled", "startup_timeo
 WARN_ONLY_REASONS = frozenset(
     {"gpu_lost", "gpu_probe_hung", "gpu_access_lost", "gpu_unreadable", "progress_unreadable"}
 )
+# SPEC §16: the verdicts a resumed log can prove wrong (a false alarm); a death is a fact.
+SCORED_VERDICTS = frozenset({"stalled", "gpus_idle", "startup_timeout"})
 # Reasons whose restart is preceded by an incident bundle (SPEC §10).
 INCIDENT_REASONS = frozenset({"gpus_idle", "stalled", "startup_timeout", "gpu_degraded"})
 # The detectors that can be "firing" (SPEC §4); `exited` is an instant, never a standing verdict.
@@ -368,5 +382,7 @@ TIMELINE_EVENTS = frozenset(
         "daemon_started",
         "daemon_reexecuted",
         "run_settled",  # SPEC §15: each run's steady tok/s, listed beside its restart
+        "verdict_observed",  # SPEC §16: what observe mode did not do, and the verdicts it
+        "false_alarm",  # ... proved wrong
     }
 )

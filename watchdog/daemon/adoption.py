@@ -107,15 +107,18 @@ async def provable_leader(d: Adopter, previous: dict[str, Any]) -> int | None:
         return None
 
 
-async def attach(d: Adopter, pid: int) -> bool:
+async def attach(d: Adopter, pid: int, attached: bool = False, take_over: bool = False) -> bool:
     """Watch the adopted job as if we had spawned it: its pidfd (exit status from waitpid
     when it is our child, `exit status unknown` when it is not), fresh detectors, the log
-    followed from its end (sample_once opens it). False when it is already gone."""
+    followed from its end (sample_once opens it). False when it is already gone.
+    `attached` (SPEC §16, `watchdogd --attach`): a process we never started, so state.json
+    records no job of ours: a daemon started again never adopts nor ends it by its pid."""
     try:
         exit_status = d.tree.watch(pid)
     except OSError:
         return False
-    tree.mark_adopted()
+    if not attached:
+        tree.mark_adopted()
     monitor = d.runs.monitor(d.cfg)
     # its command: the best we know is the config it was adopted under
     run = JobRun(
@@ -125,11 +128,22 @@ async def attach(d: Adopter, pid: int) -> bool:
         polled_at=time.monotonic(),
         command=tuple(d.cfg.job.command),
     )
+    run.attached = attached
     d.runs.begin(run)
     d.runs.save(pid)
     await find_log(d, run, pid)
-    await d.inbox.ask(JobAdopted(pid))
+    await d.inbox.ask(JobAdopted(pid, attached, take_over))
     return True
+
+
+async def attach_named(d: Adopter, pid: int, take_over: bool) -> None:
+    """`watchdogd --attach PID` (SPEC §16): watch it in observe mode; gone already, nothing
+    starts, unless `--take-over` asked for our own start."""
+    if await attach(d, pid, attached=True, take_over=take_over):
+        return
+    d.emit("child_exited", pid=pid, exit_code=None, signal=None, reason="exited", attached=True)
+    if take_over:
+        await d.inbox.ask(DaemonStarted())
 
 
 async def find_log(d: Adopter, run: JobRun, pid: int) -> None:
@@ -255,6 +269,9 @@ async def take_the_job(d: Adopter, leader: int | None, taken_over: bool) -> None
         version, daemon_pid = __version__, os.getpid()
         d.emit("daemon_started", version=version, daemon_pid=daemon_pid, config=d.cfg.source)
     d.out.notifier.ready(status.status_line(d.status()))
+    if not taken_over and leader is None and d.life.trial.attach_pid is not None:
+        await attach_named(d, d.life.trial.attach_pid, d.life.trial.take_over)
+        return
     attached = not taken_over and leader is not None and await attach(d, leader)
     for step in () if taken_over else plan.after_attach(leader is not None, attached):
         if step is plan.Step.END_LEFTOVERS:  # it died between the proof and the pidfd

@@ -9,15 +9,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from watchdog import __version__, config
 from watchdog.cluster import link
 from watchdog.daemon import handover as newcode
+from watchdog.daemon.wiring import NO_TRIAL, Trial
 from watchdog.outputs import metrics
 from watchdog.outputs.proctitle import ProcTitle
-from watchdog.process import cgroup
+from watchdog.process import cgroup, identity
 from watchdog.state import folder
 from watchdog.state.folder import StateDir
 
@@ -32,6 +33,7 @@ class Prepared:
     handover: dict[str, Any] | None
     lock_fd: int
     exit_with_job: bool
+    trial: Trial = NO_TRIAL  # SPEC §16: --observe, --attach PID, --take-over
 
 
 def build_parser(description: str) -> argparse.ArgumentParser:
@@ -62,7 +64,32 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         help="exit when the job ends for good: completed 0, fatal 93, host_fault 86 (config"
         " exit_codes); SIGTERM/SIGINT stop the job, then exit 143/130 (for Slurm, Kubernetes)",
     )
+    _trial_options(ap)
     return ap
+
+
+def _trial_options(ap: argparse.ArgumentParser) -> None:
+    """SPEC §16, docs/trial.md: try the watchdog on a job without risk."""
+    ap.add_argument(
+        "--observe",
+        action="store_true",
+        help="observe mode (config restart.mode: observe): never stop, kill or restart the job;"
+        " each verdict that would have acted is verdict_observed (docs/trial.md)",
+    )
+    ap.add_argument(
+        "--attach",
+        type=int,
+        metavar="PID",
+        help="watch this running process instead of starting job.command (config"
+        " job.attach_pid), in observe mode; refused (exit 78) for no such process, a kernel"
+        " thread, the daemon itself, or a process another watchdogd supervises",
+    )
+    ap.add_argument(
+        "--take-over",
+        action="store_true",
+        help="with --attach: once the attached process dies, start job.command under full"
+        " supervision",
+    )
 
 
 def prepare(argv: list[str] | None, description: str) -> Prepared | int:
@@ -86,6 +113,13 @@ def prepare(argv: list[str] | None, description: str) -> Prepared | int:
     cfg = load(args.config)
     if isinstance(cfg, int):
         return cfg
+    attach_pid = args.attach if args.attach is not None else cfg.job.attach_pid
+    trial = Trial(args.observe, attach_pid, args.take_over)
+    # a reexec's core carries the attached run (SPEC §16): checked when it began
+    tried = attaching(cfg, trial) if handover is None else cfg
+    if tried is None:
+        return EX_CONFIG
+    cfg = tried
     # SPEC §14: a state directory that cannot be created, locked or written is one line and
     # EX_CONFIG (the unit does not restart into it), never a traceback
     if handover is None and (why := folder.unusable(cfg.state_dir)) is not None:
@@ -96,7 +130,34 @@ def prepare(argv: list[str] | None, description: str) -> Prepared | int:
         return _fail(f"state_dir {cfg.state_dir}: {folder.describe(e)}", EX_CONFIG)
     if lock is None:
         return _fail(f"another watchdogd holds {cfg.state_dir}/lock", 1)
-    return Prepared(cfg, handover, lock, args.exit_with_job)
+    return Prepared(cfg, handover, lock, args.exit_with_job, trial)
+
+
+def attaching(cfg: config.Config, trial: Trial) -> config.Config | None:
+    """SPEC §16, `--observe`, `--attach PID`: None (said on stderr) when the trial cannot run;
+    else the config, its job.log_file the file the attached process's stdout goes to when the
+    configured one does not exist (docs/trial.md)."""
+    pid, tried = trial.attach_pid, trial.observe or trial.attach_pid is not None
+    if tried and cfg.cluster is not None:  # another node's verdict would restart this job
+        _fail("--observe and --attach are not available with cluster: (one node)", EX_CONFIG)
+        return None
+    if pid is None:
+        if trial.take_over:
+            _fail("--take-over needs --attach PID (or job.attach_pid)", EX_CONFIG)
+            return None
+        return cfg
+    if (why := identity.attach_refusal(pid, os.getpid())) is not None:
+        _fail(f"--attach {pid}: refused: {why}", EX_CONFIG)
+        return None
+    if os.path.exists(cfg.job.log_file):
+        return cfg
+    try:
+        out = os.readlink(f"/proc/{pid}/fd/1").removesuffix(" (deleted)")
+    except OSError:
+        return cfg  # not readable: the configured path is read, and may appear later
+    if not os.path.isfile(out):
+        return cfg  # a terminal or a pipe: nothing to follow but job.log_file
+    return replace(cfg, job=replace(cfg.job, log_file=out))
 
 
 def load(path: str) -> config.Config | int:

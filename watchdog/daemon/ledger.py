@@ -145,7 +145,7 @@ class RunBook:
         if rec is not None and rec.get("pid") == record.get("pid") and rec.get("mono"):
             self.ledger.adopted_own()
             return
-        self._begin(record, "adopted", None)
+        self._begin(record, "attached" if record.get("attached") else "adopted", None)
 
     def _begin(self, record: dict[str, Any], reason: str, after: str | None) -> None:
         now, wall = time.monotonic(), wall_of(record["ts"]) or time.time()

@@ -56,7 +56,7 @@ from watchdog.daemon.reloading import Reloader
 from watchdog.daemon.run import JobRun, Runs
 from watchdog.daemon.sampling import Sampler
 from watchdog.daemon.tasks import Tasks
-from watchdog.daemon.wiring import Lifetime, make_outputs
+from watchdog.daemon.wiring import NO_TRIAL, Lifetime, Trial, make_outputs
 from watchdog.gpu.faults import FaultWatch
 from watchdog.gpu.watch import GpuWatch
 from watchdog.outputs.eventlog import EventLog
@@ -71,13 +71,14 @@ class Daemon:
         handover: dict[str, Any] | None = None,
         lock_fd: int | None = None,
         exit_with_job: bool = False,
+        trial: Trial = NO_TRIAL,
     ) -> None:
         loop = asyncio.get_running_loop()
         state = StateDir(cfg.state_dir)
         ending = scheduler.ExitWithJob(exit_with_job)  # SPEC §13: under a scheduler
         # where it came from (a reexec's state, the lock) and how it ends (the Exit action)
         self.life = Lifetime(
-            state, handover, lock_fd, time.monotonic(), ending, loop.create_future()
+            state, handover, lock_fd, time.monotonic(), ending, loop.create_future(), trial
         )
         self.tasks = Tasks(self.emit)  # the daemon's own tasks: a failure is reported
         reaper, token = reaping.Reaper(loop), state.instance_token()
@@ -86,7 +87,7 @@ class Daemon:
         self.reloader = Reloader(cfg, self.out.notifier, self.emit)  # the config now
         inputs = InputLog(state.file("inputs.jsonl"), self._input_log_failed)
         # the one consumer: its inbox is the one way in, and it alone feeds the core
-        policy = params.local_policy_of(cfg, ending.enabled)
+        policy = params.local_policy_of(cfg, ending.enabled, trial.observe)
         self.consumer = Consumer(inputs, policy, self)
         cgroups = cgroup.probe(cfg.job.stop_mode)  # SPEC §14: how a stop ends the tree
         self.tree = JobTree(token, reaper, cgroups, self.on_exit)  # the job's process tree
@@ -373,7 +374,8 @@ class Daemon:
         self.forwarder.apply(new.job.forward_signals)
         self.inbox.post(MonitorReconfigured(params.health_of(new)))  # fed by the consumer
         self.sampler.reconfigure(old, new)
-        await self.inbox.ask(PolicyChanged(params.local_policy_of(new, self.life.ending.enabled)))
+        policy = params.local_policy_of(new, self.life.ending.enabled, self.life.trial.observe)
+        await self.inbox.ask(PolicyChanged(policy))
         if self.cluster is not None:  # the next proposal's policy; certificates read anew
             await self.cluster.reconfigure(params.policy_of(new), new.cluster)
         self.emit(

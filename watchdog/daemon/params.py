@@ -34,13 +34,19 @@ def policy_of(cfg: config.Config) -> Policy:
         success_exit_codes=frozenset(cfg.job.success_exit_codes),
         on_reset_gpu=cfg.gpus.faults.on_reset_gpu,
         on_reboot_host=cfg.gpus.faults.on_reboot_host,
+        observe=r.mode == "observe",
     )
 
 
-def local_policy_of(cfg: config.Config, exit_with_job: bool = False) -> Policy:
+def local_policy_of(
+    cfg: config.Config, exit_with_job: bool = False, observe: bool = False
+) -> Policy:
     """With `cluster:` the backoff and budget are the cluster's (issue 14); with
-    `--exit-with-job` the core decides the daemon's exit code from `exit_codes` (SPEC §13)."""
+    `--exit-with-job` the core decides the daemon's exit code from `exit_codes` (SPEC §13);
+    `watchdogd --observe` is observe mode whatever restart.mode says (SPEC §16)."""
     p = policy_of(cfg)
+    if observe:
+        p = replace(p, observe=True)
     if exit_with_job:
         c = cfg.exit_codes
         codes = (("completed", c.completed), ("fatal", c.fatal), ("host_fault", c.host_fault))

@@ -61,6 +61,7 @@ class JobRun:
         # once, the running job's only at its next start); None when not known (a resume)
         self.command = command
         self.exit_status = exit_status  # done once the leader is reaped (its pidfd)
+        self.attached = False  # SPEC §16: a process `watchdogd --attach` watches, not ours
         self.monitor = monitor  # this run's detectors
         self.rank_tracker = tracker_for(monitor)  # taped with its monitor (docs/state.md)
         self.flight = flight
@@ -231,6 +232,10 @@ class Runs:
         run.use_follower(follower, self.progress_io.when_idle)
 
     def save(self, pid: int | None) -> None:
-        """The job's leader in state.json (None: no job), with what proves it ours later."""
+        """The job's leader in state.json (None: no job), with what proves it ours later. An
+        attached process is never recorded: a daemon started again must neither adopt it as
+        its own nor end it as a leftover (SPEC §16)."""
+        if self.current.attached:
+            pid = None
         started = None if pid is None else identity.process_start_time(pid)
         self._writer.job(pid, started, None if pid is None else identity.process_start_ticks(pid))

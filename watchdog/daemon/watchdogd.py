@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         if loopcheck.wanted(loop, os.environ):  # the end-to-end tests: report any callback
             loopcheck.install(loop)  # that holds the loop (loopcheck.py says how it counts)
         p = prepared
-        daemon = Daemon(p.cfg, p.handover, p.lock_fd, exit_with_job=p.exit_with_job)
+        daemon = Daemon(p.cfg, p.handover, p.lock_fd, exit_with_job=p.exit_with_job, trial=p.trial)
         made.append(daemon)
         return await daemon.run()
 

@@ -29,6 +29,18 @@ class Flushable(Protocol):
         """Write what is pending; the error, or None."""
 
 
+@dataclass(frozen=True, slots=True)
+class Trial:
+    """SPEC §16, docs/trial.md: how watchdogd was asked to try a job without risk."""
+
+    observe: bool = False  # `--observe`: observe mode whatever restart.mode says (reloads too)
+    attach_pid: int | None = None  # `--attach PID` or job.attach_pid: watched, not started
+    take_over: bool = False  # `--take-over`: our own start follows the attached one's death
+
+
+NO_TRIAL = Trial()  # the daemon as it always ran: restart.mode decides, job.command starts
+
+
 @dataclass(slots=True)
 class Lifetime:
     """The daemon's own life, not the job's: where it came from and how it ends."""
@@ -39,6 +51,7 @@ class Lifetime:
     started_at: float  # monotonic; a reexec carries the first daemon's
     ending: ExitWithJob  # SPEC §13: the exit code under a scheduler
     done: asyncio.Future[None]  # resolved by the core's Exit: the loop winds down
+    trial: Trial = NO_TRIAL  # SPEC §16: --observe, --attach PID, --take-over
 
 
 @dataclass(slots=True)

@@ -97,6 +97,7 @@ def families(st: Mapping[str, Any], wall_now: float) -> list[Metric]:
         firing,
         *_gpu_families(st),
         *_progress_families(st, wall_now),
+        _verdict_family(st),
     ]
     if st.get("goodput") is not None:
         out += _goodput_families(st["goodput"])
@@ -104,6 +105,19 @@ def families(st: Mapping[str, Any], wall_now: float) -> list[Metric]:
     if st.get("cluster") is not None:
         out += _cluster_families(st["cluster"])
     return out
+
+
+def _verdict_family(st: Mapping[str, Any]) -> Metric:
+    """SPEC §16: train_watchdog_verdicts_total{reason, outcome}."""
+    verdicts = _counter(
+        "verdicts",
+        "Verdicts since the daemon started, by reason and outcome: acted (the job was stopped),"
+        " observed (observe mode), false_alarm (progress resumed unaided; SPEC §16).",
+        ("reason", "outcome"),
+    )
+    for v in (st.get("verdicts") or {}).get("totals") or ():
+        verdicts.add_metric([str(v["reason"]), str(v["outcome"])], v["count"])
+    return verdicts
 
 
 def _cluster_families(c: Mapping[str, Any]) -> list[Metric]:

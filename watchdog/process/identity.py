@@ -105,3 +105,34 @@ def process_start_time(pid: int) -> float | None:
         return float(psutil.Process(pid).create_time())
     except psutil.Error:
         return None
+
+
+PF_KTHREAD = 0x00200000  # include/linux/sched.h: the process is a kernel thread
+
+
+def attach_refusal(pid: int, daemon_pid: int) -> str | None:
+    """Why `watchdogd --attach PID` must not watch `pid` (SPEC §16), or None when it may: no
+    such process, a kernel thread, this daemon itself, or a process another watchdogd supervises
+    (its environment carries an instance marker, INSTANCE_ENV) or that is a watchdogd. Blocking
+    (/proc reads); run before the loop starts."""
+    if pid == daemon_pid:
+        return "that is this watchdogd itself"
+    fields = stat_fields(pid)
+    if fields is None or fields[0] in (b"Z", b"X"):
+        return "no such process"
+    if int(fields[6]) & PF_KTHREAD:
+        return "a kernel thread"
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = f.read()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv0 = f.read().split(b"\0")[0]
+    except FileNotFoundError:
+        return "no such process"
+    except OSError as e:
+        return f"its environment cannot be read ({e.strerror}): run watchdogd as its user"
+    if b"\0" + f"{INSTANCE_ENV}=".encode() in b"\0" + environ:
+        return f"another watchdogd supervises it ({INSTANCE_ENV} in its environment)"
+    if os.path.basename(argv0).startswith(b"watchdogd"):
+        return "it is a watchdogd: attach to the job it supervises instead, or stop it first"
+    return None

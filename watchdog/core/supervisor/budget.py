@@ -61,6 +61,9 @@ class Policy:
     # SPEC §13, `watchdogd --exit-with-job`: the daemon's exit code for each end state
     # (config exit_codes: completed, fatal, host_fault); None without the flag (ending.py).
     exit_codes: tuple[tuple[str, int], ...] | None = None
+    # SPEC §16, restart.mode (`watchdogd --observe`): observe never stops, kills or starts the
+    # job on a verdict; each verdict that would have acted is `verdict_observed` instead.
+    observe: bool = False
 
     def parks(self, action: str) -> bool:
         """Whether a GPU fault with this action parks the job (SPEC §12)."""

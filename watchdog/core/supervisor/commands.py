@@ -146,4 +146,8 @@ def shutdown(s: JobState, ev: ShutdownRequested, now: float) -> list[Action]:
             enter(s, State.STOPPED)
         s.leaving = Leaving.EXITED
         return [Exit()]
+    if s.attached and s.run is Run.LIVE and s.state is not State.STOPPING:
+        # SPEC §16: a process `watchdogd --attach` watches was never ours to stop: it outlives us
+        s.leaving = Leaving.EXITED
+        return [Exit()]
     return stop(s, "shutdown", AfterStop.EXIT)

@@ -31,9 +31,13 @@ class DaemonStarted:
 @dataclass(frozen=True, slots=True)
 class JobAdopted:
     """The daemon is up and re-attached to its previous job, still running (SPEC §12): watch it
-    instead of starting one."""
+    instead of starting one. `attached` (SPEC §16, `watchdogd --attach PID`): a process this
+    daemon never started, watched in observe mode whatever restart.mode says; `take_over`: once
+    it dies, the daemon's own start (job.command) follows, under full supervision."""
 
     pid: int
+    attached: bool = False
+    take_over: bool = False
 
 
 @dataclass(frozen=True, slots=True)

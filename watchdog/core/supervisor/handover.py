@@ -65,6 +65,7 @@ LATER = (
     "access_lost", "access_resume", "completed", "completed_at", "run_step",  # ... SPEC §13
     "operator_stopped",  # absent in a carry from code before it: derived (resume)
     "last_cause", "cause_streak", "exit_step", "failures_by_cause",  # ... before SPEC §14
+    "verdicts", "attached", "take_over",  # ... before SPEC §16
 )  # fmt: skip
 _FIELD = {"no_progress": "tally"}
 

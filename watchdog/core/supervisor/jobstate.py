@@ -14,6 +14,7 @@ from enum import StrEnum
 
 from watchdog.core.names import State
 from watchdog.core.supervisor.budget import NoProgressTally, Policy
+from watchdog.core.supervisor.scoring import VerdictBook
 
 
 class AfterStop(StrEnum):
@@ -97,6 +98,12 @@ class JobState:
     # answers.py: the requests waiting for an outcome, (request, what, pid or attempt)
     answers_due: tuple[tuple[int, str, int | None], ...] = ()
     at_barrier: bool = False  # SPEC §12: the start waits at the cluster's barrier (attempts.py)
+    # SPEC §16, `watchdogd --attach`: the current run is a process we did not start (always
+    # observed; never stopped at a shutdown), and whether our own start follows its death
+    attached: bool = False
+    take_over: bool = False
+    # SPEC §16: each verdict acted on or observed, and the false alarms among them (scoring.py)
+    verdicts: VerdictBook = field(default_factory=VerdictBook)
     now: float = 0.0
 
 
@@ -129,6 +136,12 @@ class Snapshot:
     last_cause: Mapping[str, str] | None = None  # SPEC §14: why the last failed run died
     exit_step: float | None = None  # ... and the step its run got to
     failures_by_cause: Mapping[str, int] = field(default_factory=dict)  # the metric's counter
+    # SPEC §16: `act` or `observe` (restart.mode), the verdicts of the last 24 h by outcome,
+    # and train_watchdog_verdicts_total's counters as (reason, outcome, count)
+    mode: str = "act"
+    attached: bool = False  # the run is a process `watchdogd --attach` watches (SPEC §16)
+    verdicts_24h: Mapping[str, int] = field(default_factory=dict)
+    verdicts_total: tuple[tuple[str, str, int], ...] = ()
 
 
 def enter(s: JobState, state: State) -> None:
@@ -136,6 +149,11 @@ def enter(s: JobState, state: State) -> None:
     every handler enters through here, and `Supervisor.handle` checks what it entered against
     the table's cell (table.py). Only the image's restore (image.py) sets `state` otherwise."""
     s.state = state
+
+
+def observing(s: JobState) -> bool:
+    """SPEC §16: verdicts are only reported, never acted on: observe mode, or an attached run."""
+    return s.policy.observe or s.attached
 
 
 def next_deadline(s: JobState) -> float | None:
@@ -192,4 +210,8 @@ def snapshot(s: JobState) -> Snapshot:
         last_cause=s.last_cause,
         exit_step=s.exit_step,
         failures_by_cause=dict(s.failures_by_cause),
+        mode="observe" if observing(s) else "act",
+        attached=s.attached,
+        verdicts_24h=s.verdicts.last_24h(s.now),
+        verdicts_total=s.verdicts.counters(),
     )

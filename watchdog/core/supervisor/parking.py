@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from watchdog.core.names import State
 from watchdog.core.supervisor.events import Action, Emit, GpuAccessChanged, GpuFaultSeen
-from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run, enter
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run, enter, observing
 from watchdog.core.supervisor.primitives import fail, finish_stop, park_access, spawn, stop
 
 
@@ -28,6 +28,12 @@ def _fault(s: JobState, ev: GpuFaultSeen, now: float) -> list[Action]:
     and holds it in host_fault (never restarted by itself, the budget untouched)."""
     out: list[Action] = [Emit("gpu_fault", {"reason": "gpu_fault", **ev.fields})]
     live = s.state in (State.STARTING, State.RUNNING, State.UNHEALTHY)
+    acts = s.policy.parks(ev.action) or (ev.action == "restart_app" and not s.paused)
+    if observing(s) and live and s.pid is not None and acts and not ev.gate:
+        # SPEC §16: observe mode never stops the job, not even for its GPU: reported
+        s.verdicts.given("gpu_fault", "observed", s.pid, now, None)
+        fields = {**ev.fields, "reason": "gpu_fault", "pid": s.pid}
+        return [*out, Emit("verdict_observed", fields)]
     if s.policy.parks(ev.action) and s.leaving is Leaving.STAYING:
         s.host_fault = dict(ev.fields)
         s.backoff_until = None

@@ -36,6 +36,7 @@ def spawn(s: JobState, now: float, reason: str) -> list[Action]:
     s.want_running = True
     s.attempt += 1
     s.run = Run.SPAWNING
+    s.attached = s.take_over = False  # SPEC §16: our own start is supervised in full
     s.at_barrier = False  # this start has not reached the cluster's barrier yet
     s.completed = s.completed_at = None  # a new run: the last one's end is history
     enter(s, State.STARTING)

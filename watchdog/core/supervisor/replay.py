@@ -21,10 +21,13 @@ from watchdog.core import images
 from watchdog.core.supervisor.budget import Durable, NoProgressTally, Policy
 from watchdog.core.supervisor.events import Action, Event
 from watchdog.core.supervisor.machine import Supervisor
+from watchdog.core.supervisor.scoring import Pending, VerdictBook
 
 EVENT_TYPES: dict[str, type[Any]] = {cls.__name__: cls for cls in get_args(Event)}
 # the classes a record, or the supervisor's state image (image.py), may name (core/images.py)
-KNOWN: dict[str, type[Any]] = {c.__name__: c for c in (Policy, Durable, NoProgressTally)}
+KNOWN: dict[str, type[Any]] = {
+    c.__name__: c for c in (Policy, Durable, NoProgressTally, VerdictBook, Pending)
+}
 
 
 def to_record(event: Event) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from watchdog.core.supervisor.events import (
     SpawnFailed,
     TreeStopped,
 )
-from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run, enter
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run, enter, observing
 from watchdog.core.supervisor.primitives import (
     fail,
     finish_stop,
@@ -98,6 +98,9 @@ def adopted(s: JobState, ev: JobAdopted, now: float) -> list[Action]:
     s.after_stop = AfterStop.STOP
     s.firing = frozenset()
     _watch(s, pid, now)
+    s.attached, s.take_over = ev.attached, ev.take_over
+    if ev.attached:  # SPEC §16: a process we did not start, watched in observe mode
+        return [Emit("job_adopted", {"pid": pid, "attached": True, "take_over": ev.take_over})]
     return [Emit("job_adopted", {"pid": pid})]
 
 
@@ -178,13 +181,32 @@ def exited(s: JobState, ev: ChildExited, now: float) -> list[Action]:
     fields |= {**s.last_cause, **({"incident": ev.incident} if ev.incident else {})}
     fields["cause_rank"] = ev.cause_rank  # SPEC §15
     s.stop_reason = "exited"
-    restart = "exited" in s.policy.restart_on and not s.paused
-    s.after_stop = AfterStop.RESTART if restart else AfterStop.STOP
-    return [
+    out: list[Action] = [
         Emit("child_exited", {**fields, "reason": "exited"}),
         Emit("detector_fired", {"reason": "exited", "pid": ev.pid}),
-        kill_tree(s, ev.pid, "exited"),
+        *_after_death(s, ev.pid, now),
     ]
+    # what is left of the dead leader's tree is cleared, as when paused: nothing may run beside
+    # the next start; nothing alive is stopped while the leader lives
+    return [*out, kill_tree(s, ev.pid, "exited")]
+
+
+def _after_death(s: JobState, pid: int, now: float) -> list[Action]:
+    """Where an unexpected death's stop leads: a restart (act), nothing (paused; observe mode
+    and an attached run, which report the restart they do not do), or with `--take-over` our
+    own start (SPEC §16)."""
+    wanted = "exited" in s.policy.restart_on and not s.paused
+    restart = wanted and not observing(s)
+    s.after_stop = AfterStop.RESTART if restart else AfterStop.STOP
+    if s.attached and s.take_over:  # SPEC §16: our own start follows, fully supervised
+        s.after_stop = AfterStop.START
+    s.verdicts.run_ended()  # a dead run proves no verdict wrong any more (scoring.py)
+    if not wanted:
+        return []
+    s.verdicts.given("exited", "acted" if restart else "observed", pid, now, None)
+    if restart:
+        return []
+    return [Emit("verdict_observed", {"reason": "exited", "pid": pid, **(s.last_cause or {})})]
 
 
 def causes_of(ev: ChildExited) -> dict[str, str]:

@@ -19,6 +19,10 @@ Rows shared by several states are written once (`_ANYWHERE`, `_NO_RUN`, `_A_RUN`
 (`make docs`), and tests/core/supervisor/test_table.py walks every pair and keeps the drawing
 in step.
 
+Q: where is observe mode (SPEC §16, `restart.mode: observe`)? A: not a state: the same cells,
+whose handlers (verdicts.py, runs.exited, parking.gpu_fault) report `verdict_observed` where
+they would have stopped the job, and stay; so observe can never take a path act does not have.
+
 Q: what does the daemon do when the job exits while backing off? A: see BACKOFF / ChildExited:
 nothing. No job runs during a backoff (its tree was stopped and its exit counted before the
 backoff began), so an exit reported now is of that run, reaped late; the restart stays due.
@@ -85,7 +89,12 @@ _ANYWHERE: dict[type, Go] = {
 # States with no run of the job (its tree is gone): a report about a run is a late one.
 _NO_RUN: dict[type, Go] = {
     **_ANYWHERE,
-    JobAdopted: go(runs.adopted, STARTING, PAUSED, says="watch the previous daemon's job"),
+    JobAdopted: go(
+        runs.adopted,
+        STARTING,
+        PAUSED,
+        says="watch the previous daemon's job, or the process --attach names (observed)",
+    ),
     ChildExited: stay("the exit of a run already cleared (reaped late): counted before"),
     HealthAssessed: stay("a verdict on a run already cleared, judged before it ended"),
     RankExited: stay("a rank of a run already cleared, listed before it ended"),
@@ -225,7 +234,8 @@ TABLE: dict[State, Mapping[type, Go]] = {
             verdicts.assessed,
             UNHEALTHY,
             STOPPING,
-            says="a detector fired: warn (unhealthy), or stop it to restart",
+            says="a detector fired: warn (unhealthy), or stop it to restart; observe mode:"
+            " verdict_observed, the job left alone (SPEC §16)",
         ),
     },
     UNHEALTHY: {

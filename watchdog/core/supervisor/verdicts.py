@@ -2,9 +2,16 @@
 the deadlines (end of backoff, end of the startup window: the one verdict the core owns,
 `startup_timeout`, a pure function of the spawn time and the clock). Each handler takes
 (record, input, now); table.py says in which states each one is called.
+
+Observe mode (SPEC §16, `restart.mode: observe`): a verdict that would stop the job is
+`verdict_observed` instead (its reason and evidence) and the job is left alone; every verdict
+acted on or observed is scored in `JobState.verdicts` (scoring.py), and a progress line that
+proves one wrong is a `false_alarm`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from watchdog.core.names import INCIDENT_REASONS, UNVERIFIABLE, State
 from watchdog.core.supervisor.events import (
@@ -16,14 +23,22 @@ from watchdog.core.supervisor.events import (
     RankExited,
     Tick,
 )
-from watchdog.core.supervisor.jobstate import ALIVE, AfterStop, JobState, enter, next_deadline
+from watchdog.core.supervisor.jobstate import (
+    ALIVE,
+    AfterStop,
+    JobState,
+    enter,
+    next_deadline,
+    observing,
+)
 from watchdog.core.supervisor.primitives import park_access, spawn, stop
+from watchdog.core.supervisor.scoring import window_of
 
 
 def assessed(s: JobState, ev: HealthAssessed, now: float) -> list[Action]:
     if ev.pid != s.pid or s.state not in ALIVE:
         return []  # a verdict on an earlier run, judged before it ended: that run is over
-    firing = ev.firing
+    firing, before = ev.firing, s.firing
     blind = bool(ev.firing & UNVERIFIABLE) or s.access_lost is not None
     if s.startup_expired and s.healthy_since is None and not ev.healthy and not blind:
         firing = firing | {"startup_timeout"}  # still not healthy: the verdict stands
@@ -35,9 +50,13 @@ def assessed(s: JobState, ev: HealthAssessed, now: float) -> list[Action]:
         out.append(Emit("detector_cleared", {"reason": reason, "pid": ev.pid}))
     s.firing = ev.firing
     act_on = sorted(ev.firing & s.policy.restart_on)
-    if act_on and not s.paused:
+    if act_on and not s.paused and not observing(s):
         reason = act_on[0]
+        given(s, reason, "acted", ev.evidence, now)
         return out + stop(s, reason, AfterStop.RESTART, incident=reason in INCIDENT_REASONS)
+    if not s.paused:
+        for reason in sorted((ev.firing - before) & s.policy.restart_on):
+            out += observed(s, reason, {"pid": ev.pid, **ev.evidence}, now)
     if ev.firing:
         if s.state is not State.STARTING:
             enter(s, State.UNHEALTHY)
@@ -66,6 +85,9 @@ def rank_exited(s: JobState, ev: RankExited, now: float) -> list[Action]:
     )
     if "exited" not in s.policy.restart_on or s.paused:
         return [fired]
+    if observing(s):
+        return [fired, *observed(s, "exited", {"pid": ev.pid, "rank_pid": ev.rank_pid}, now)]
+    given(s, "exited", "acted", {}, now)
     return [fired, *stop(s, "exited", AfterStop.RESTART)]
 
 
@@ -74,13 +96,32 @@ def loss_went_nan(s: JobState, ev: LossWentNan, now: float) -> list[Action]:
     reason `loss_nan` (a paused job is only watched: nothing acts)."""
     if ev.pid != s.pid or s.state not in ALIVE or s.paused:
         return []  # an earlier run's loss, or a paused one
+    if observing(s):
+        return observed(s, "loss_nan", {"step": ev.step}, now)  # observe mode: only said
     return stop(s, "loss_nan", AfterStop.FATAL)
 
 
+def given(
+    s: JobState, reason: str, outcome: str, evidence: Mapping[str, object], now: float
+) -> None:
+    """A verdict acted on or observed, for its score (scoring.py)."""
+    window = window_of(reason, evidence, s.policy.startup_timeout_s)
+    s.verdicts.given(reason, outcome, s.pid, now, window)
+
+
+def observed(s: JobState, reason: str, evidence: Mapping[str, object], now: float) -> list[Action]:
+    """Observe mode (SPEC §16): the verdict that would have acted, reported; nothing acts."""
+    given(s, reason, "observed", evidence, now)
+    return [Emit("verdict_observed", {"reason": reason, **evidence})]
+
+
 def marked(s: JobState, ev: ProgressMarked, now: float) -> list[Action]:
-    """Feed the no-progress tally; only the configured marker moves the high-water mark."""
+    """Feed the no-progress tally; only the configured marker moves the high-water mark. A
+    step written after a scored verdict on this run proves it a false alarm (SPEC §16)."""
     _mark(s, ev)
-    return []
+    if ev.kind != "step" or s.pid is None:
+        return []
+    return [Emit("false_alarm", f) for f in s.verdicts.progressed(s.pid, ev.at, now)]
 
 
 def _mark(s: JobState, ev: ProgressMarked) -> None:
@@ -121,8 +162,13 @@ def tick(s: JobState, ev: Tick, now: float) -> list[Action]:
         )
         s.firing = s.firing | {"startup_timeout"}
         s.startup_expired = True
-        if "startup_timeout" in s.policy.restart_on and not s.paused:
+        wanted = "startup_timeout" in s.policy.restart_on and not s.paused
+        if wanted and not observing(s):
+            given(s, "startup_timeout", "acted", {}, now)
             return [fired, *stop(s, "startup_timeout", AfterStop.RESTART, incident=True)]
         enter(s, State.UNHEALTHY)
+        if wanted:
+            evidence = {"pid": s.pid, "timeout_s": s.policy.startup_timeout_s}
+            return [fired, *observed(s, "startup_timeout", evidence, now)]
         return [fired]
     return []  # nothing is due: a barrier Tick, or a deadline moved since it was asked for

@@ -10,6 +10,7 @@ from watchdog.core.health.gpu_use import is_in_use
 from watchdog.core.health.xid import host_fault_line
 from watchdog.core.names import State
 from watchdog.core.samples import GpuSample, ProgressReading
+from watchdog.core.supervisor import scoring
 from watchdog.core.supervisor.jobstate import Snapshot
 
 
@@ -70,6 +71,8 @@ def build_status(i: StatusInputs) -> dict[str, Any]:
         "progress": _progress(i),
         "restarts": _restarts(snap, i.now),
         "paused": snap.paused,
+        "mode": snap.mode,  # SPEC §16: act | observe (restart.mode, watchdogd --observe)
+        "verdicts": _verdicts(snap),
         "incident": i.incident,
         "goodput": None if i.goodput is None else dict(i.goodput),
         "daemon": {
@@ -120,6 +123,14 @@ def _restarts(snap: Snapshot, now: float) -> dict[str, Any]:
         "consecutive_failures": snap.consecutive_failures,
         "no_progress": snap.no_progress_restarts,
     }
+
+
+def _verdicts(snap: Snapshot) -> dict[str, Any]:
+    """SPEC §16: the verdicts of the last 24 h by outcome (acted, observed, false_alarm), the
+    status line, and train_watchdog_verdicts_total's counters since the daemon started."""
+    last = dict(snap.verdicts_24h)
+    totals = [{"reason": r, "outcome": o, "count": n} for r, o, n in snap.verdicts_total]
+    return {"last_24h": last, "line": scoring.summary(last), "totals": totals}
 
 
 def _checkpoint(i: StatusInputs) -> dict[str, Any] | None:
