@@ -5,9 +5,8 @@ the cluster link, signal handlers) post inputs on one queue (inbox.py); one cons
 them in order, asks `Supervisor.handle()` and executes the returned actions. Slow actions
 (start, stop, incident) run as tasks that post their outcome: nothing re-enters the core.
 
-The parts, each built with the few things it uses: Starter (jobstart.py), Stopper (jobstop.py),
-Sampler (sampling.py), carried out from one ActionTable (actions.py); adoption.py (a job we did
-not spawn), consumer.py (the one consumer), run.py (the runs of the job), wiring.py.
+The parts: Starter (jobstart.py), Stopper (jobstop.py), Sampler (sampling.py), one ActionTable
+(actions.py); adoption.py, consumer.py (the one consumer), run.py (the job's runs), wiring.py.
 """
 
 from __future__ import annotations
@@ -133,13 +132,9 @@ class Daemon:
         cfg = self.cfg
         if cfg.cluster is None:
             return None
-        made = params.policy_of(cfg)
-        post, feeding = self.consumer.inbox.post, self.consumer.feeding
-        restart = self.restart_for_cluster
-        inputs = self.consumer.inputs  # its inputs, in the input log (docs/state.md)
-        made_link = link.ClusterLink(
-            cfg.cluster, made, self.emit, restart, post, feeding, inputs.reading
-        )
+        c, inputs = self.consumer, self.consumer.inputs  # its inputs: in the input log
+        args = (params.policy_of(cfg), self.emit, self.restart_for_cluster, c.inbox.post, c.feeding)
+        made_link = link.ClusterLink(cfg.cluster, *args, inputs.reading)
         inputs.heads.append(made_link.heads)
         return made_link
 
@@ -378,13 +373,10 @@ class Daemon:
         await self.inbox.ask(PolicyChanged(policy))
         if self.cluster is not None:  # the next proposal's policy; certificates read anew
             await self.cluster.reconfigure(params.policy_of(new), new.cluster)
-        self.emit(
-            "config_reloaded", config=new.source, needs_restart=params.needs_restart(old, new)
-        )
+        needs = params.needs_restart(old, new)
+        self.emit("config_reloaded", config=new.source, needs_restart=needs)
         self.reloader.done()
         return None
-
-    # -------------------------------------------------------- goodput & metrics (issue 8)
 
     def account(self) -> None:
         """Charge the time since the last call to the state the job was in (books.py)."""

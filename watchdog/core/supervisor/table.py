@@ -14,18 +14,14 @@ states. `Supervisor.handle` dispatches through this table and nothing else:
   against its cell: one the cell does not name raises in tests (`machine.STRICT`) and, in
   production, is refused by name (`input_refused`) with the old state kept.
 
-Rows shared by several states are written once (`_ANYWHERE`, `_NO_RUN`, `_A_RUN`, `_ACTED_ON`,
-`_STARTED`) and spread into each state's row; docs/state-machine.md is drawn from this table
-(`make docs`), and tests/core/supervisor/test_table.py walks every pair and keeps the drawing
-in step.
+Rows shared by several states are written once (`_ANYWHERE`, `_NO_RUN`, `_A_RUN`, …) and
+spread into each state's row; docs/state-machine.md is drawn from this table (`make docs`).
 
-Q: where is observe mode (SPEC §16, `restart.mode: observe`)? A: not a state: the same cells,
-whose handlers (verdicts.py, runs.exited, parking.gpu_fault) report `verdict_observed` where
-they would have stopped the job, and stay; so observe can never take a path act does not have.
+Q: where is observe mode (SPEC §16)? A: not a state: the same cells, whose handlers report
+`verdict_observed` where they would have stopped the job, so it has no path act lacks.
 
-Q: what does the daemon do when the job exits while backing off? A: see BACKOFF / ChildExited:
-nothing. No job runs during a backoff (its tree was stopped and its exit counted before the
-backoff began), so an exit reported now is of that run, reaped late; the restart stays due.
+Q: what does the daemon do when the job exits while backing off? A: nothing (BACKOFF /
+ChildExited): no job runs then, so it is the stopped run's exit, reaped late; the restart stays.
 """
 
 from __future__ import annotations
