@@ -227,6 +227,23 @@ def test_a_secret_readable_by_others_exits_78_naming_file_and_mode(
     assert "very-secret-content" not in r.stdout + r.stderr
 
 
+@pytest.mark.parametrize(
+    ("which", "key_path"), [("key", "cluster.tls.key_file"), ("pw", "cluster.auth.password_file")]
+)
+def test_a_secret_named_through_a_symlink_exits_78(
+    tmp_path: Path, which: str, key_path: str
+) -> None:
+    """A key or password file named through a symlink is refused at --check (the daemon opens
+    secrets with O_NOFOLLOW), though the file it points to is a safe secret."""
+    cluster, key, pw = _secret_config(tmp_path)
+    path = key if which == "key" else pw
+    real = path.rename(tmp_path / "real")
+    path.symlink_to(real)
+    r = _watchdogd(tmp_path, cluster, "--check")
+    assert r.returncode == 78, r.stderr
+    assert key_path in r.stderr and f"{path} is a symbolic link" in r.stderr
+
+
 def test_cert_file_without_key_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"cluster\.tls\.key_file"):
         parse(

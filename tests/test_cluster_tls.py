@@ -10,7 +10,10 @@ import os
 import pathlib
 import shutil
 import signal
+import socket
 import subprocess
+import threading
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -25,6 +28,7 @@ from support.pki import CA, OPENSSL
 from support.pki import SKIP_REASON as OPENSSL_SKIP
 
 from watchdog.cluster.etcd import Credentials, Etcd, EtcdRefused, EtcdUnavailable, ssl_context
+from watchdog.daemon import inputlog
 
 JOB = str(ROOT / "tests" / "support" / "jobs" / "clusterjob.py")
 TTL = 3
@@ -102,6 +106,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         s.add_user("other", "pw-other", "/train-watchdog/other/")
         s.add_user("unit", "pw-unit", "/train-watchdog/unit/")
         s.add_user("reload", "pw-reload", "/train-watchdog/reload/")
+        s.add_user("closed", "pw-closed", "/train-watchdog/closed/")
         yield s
     finally:
         etcd.stop()
@@ -379,3 +384,115 @@ def test_a_call_on_a_client_a_reload_closed_is_unavailable(site: Site) -> None:
                 pass
 
     asyncio.run(scenario())
+
+
+class CountingProxy:
+    """A loopback TCP proxy in front of one etcd endpoint: it counts the connections made to
+    it and forwards each both ways, so a client behind it works as before."""
+
+    def __init__(self, endpoint: str) -> None:
+        target = urllib.parse.urlsplit(endpoint)
+        self._target = (target.hostname or "127.0.0.1", target.port or 2379)
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.url = f"{target.scheme}://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.accepted = 0
+        self._open: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            self.accepted += 1
+            upstream = socket.create_connection(self._target, timeout=10)
+            conn.settimeout(None)
+            upstream.settimeout(None)
+            self._open += [conn, upstream]
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            return
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.sock.close()
+        for s in self._open:
+            s.close()
+
+
+def views_read(d: Daemon) -> int:
+    """How many reads of etcd the node's coordinator was told of (its inputs.jsonl)."""
+    entries = inputlog.read(str(d.state_dir / "inputs.jsonl"))
+    return sum(e.get("input") == "ClusterViewRead" for e in entries)
+
+
+def test_tls_files_that_fail_to_load_make_no_client_and_send_nothing(
+    site: Site, tmp_path: pathlib.Path
+) -> None:
+    """A corrupt key file: one `cluster_refused` naming the TLS files, and no client at all, so
+    not one connection reaches etcd (a counting proxy in front of it) while the lease and the
+    read are tried and refused; the job is not started. Once the files hold a good key, a
+    reload makes the client and the node runs the job through the same proxy."""
+    cert, key = site.pki.client("closed-bad")
+    pathlib.Path(key).write_text(
+        "-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n"
+    )
+    proxy = CountingProxy(site.etcd.client[0])
+    d = daemon(site, tmp_path, 0, 1, "closed", "closed", "pw-closed", (cert, key))
+    d.cfg["cluster"]["etcd"] = [proxy.url]
+    d.config_path.write_text(yaml.safe_dump(d.cfg))
+    try:
+        d.start()
+        refused = d.wait_event("cluster_refused", timeout=30)
+        assert refused[0]["endpoint"] == proxy.url
+        assert refused[0]["reason"].startswith("cannot load the TLS files: "), refused
+        d.wait_status(lambda s: s["cluster"]["etcd"] == "refused", 15, "status says refused")
+        # The reader runs after the lease's first call: both have been refused by now.
+        wait_until(lambda: views_read(d) > 0, 30, "a read of etcd in inputs.jsonl")
+        assert proxy.accepted == 0
+        st = d.status()
+        assert st["job"]["pid"] is None
+        assert st["cluster"]["etcd_reason"].startswith("cannot load the TLS files")
+        good_cert, good_key = site.pki.client("closed-good")
+        shutil.copyfile(good_cert, cert)
+        shutil.copyfile(good_key, key)  # the key file keeps its mode 0600
+        rc, out, err = d.ctl("reload")
+        assert rc == 0, out + err
+        wait_until(lambda: running([d], 1), 60, f"epoch 1 after the reload: {describe([d])}")
+        assert proxy.accepted > 0
+        assert "Traceback" not in d.output()
+    finally:
+        d.stop()
+        proxy.close()
+
+
+def test_the_diagnosis_names_a_refused_certificate_with_a_read_that_carries_nothing(
+    site: Site,
+) -> None:
+    """The TLS 1.2 diagnosis of an empty read (GET /version, no body, no password): etcd
+    names a client certificate from another CA as refused, and one of its own as no
+    refusal."""
+
+    async def diagnose(ca: CA | None) -> str | None:
+        cert, key = site.pki.client("diagnosed", ca=ca)
+        etcd = Etcd(site.etcd.client, 5.0, Credentials(str(site.pki.ca.cert), cert, key))
+        try:
+            return await etcd._diagnose(site.etcd.client[0])
+        finally:
+            await etcd.aclose()
+
+    assert asyncio.run(diagnose(site.pki.other_ca)) == "etcd refused our client certificate"
+    assert asyncio.run(diagnose(None)) is None

@@ -1,9 +1,10 @@
 """The only module that speaks to etcd: its v3 JSON gateway (`/v3/...`, etcd >= 3.4) over httpx.
 
 Why the gateway and httpx, not a gRPC client: docs/multi-node.md. Every call has a deadline and
-runs on the caller's event loop. Endpoints are tried in order, starting from the last one that
-answered, so one stopped member costs one timeout at most; when none answers the call raises
-`EtcdUnavailable` (the one exception that leaves this module).
+runs on the caller's event loop; its files (certificates, key, password) are read on workers.
+Endpoints are tried in order, starting from the last one that answered, so one stopped member
+costs one timeout at most; when none answers the call raises `EtcdUnavailable` (the one
+exception that leaves this module).
 """
 
 from __future__ import annotations
@@ -13,12 +14,16 @@ import base64
 import contextlib
 import importlib
 import json
+import os
 import ssl
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from watchdog import blocking
+from watchdog.config.strictmodes import open_secret, read_secret
 
 # httpcore imports anyio's asyncio backend on the first request, on the event loop (tens of ms
 # of imports inside one callback). This module is imported before the loop runs: do it now.
@@ -79,12 +84,22 @@ class Credentials:
 def ssl_context(creds: Credentials, max_tls12: bool = False) -> ssl.SSLContext | bool:
     """The TLS context httpx verifies with (True: the system's bundle). `max_tls12` is for the
     one diagnostic request that tells a refused client certificate from a network blip (under
-    TLS 1.3 the server's alert arrives after the handshake looks done, as an empty read)."""
+    TLS 1.3 the server's alert arrives after the handshake looks done, as an empty read).
+    Blocking (it reads the files): never on the loop. Raises OSError (ssl.SSLError) or
+    ValueError (a key that is no safe secret) when the files do not load."""
     if creds.ca_file is None and creds.cert_file is None:
         return True
     ctx = ssl.create_default_context(cafile=creds.ca_file)
     if creds.cert_file is not None:
-        ctx.load_cert_chain(creds.cert_file, creds.key_file)
+        # The key is opened once, checked on the open file (fstat), and OpenSSL reads that very
+        # file through /proc/self/fd: a key swapped at its path after the check is never read.
+        fd = open_secret(creds.key_file or creds.cert_file)
+        if isinstance(fd, str):
+            raise ValueError(fd)
+        try:
+            ctx.load_cert_chain(creds.cert_file, f"/proc/self/fd/{fd}")
+        finally:
+            os.close(fd)
     if max_tls12:
         ctx.maximum_version = ssl.TLSVersion.TLSv1_2
     return ctx
@@ -137,27 +152,47 @@ def _empty_read(exc: BaseException) -> bool:
 
 
 class Etcd:
+    """Made on a worker (it loads the TLS files). `refusal`: they did not load, so there is no
+    client at all and every call is refused unsent (never one without our certificate)."""
+
     def __init__(
-        self, endpoints: Sequence[str], timeout_s: float, creds: Credentials | None = None
+        self,
+        endpoints: Sequence[str],
+        timeout_s: float,
+        creds: Credentials | None = None,
+        refusal: str | None = None,
     ) -> None:
         self.endpoints = [e.rstrip("/") for e in endpoints]
         self.timeout_s = timeout_s
         self.creds = creds or Credentials()
         self._good = 0  # index of the endpoint that answered last
-        verify = ssl_context(self.creds)
-        self._http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), verify=verify)
+        self.refusal = refusal
+        self._http: httpx.AsyncClient | None = None
+        self._tls12: ssl.SSLContext | bool = False  # for _diagnose: loaded now, off the loop
+        if refusal is None:
+            verify = ssl_context(self.creds)
+            self._http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), verify=verify)
+            if self.creds.cert_file is not None:
+                self._tls12 = ssl_context(self.creds, max_tls12=True)
+        self._files = blocking.BoundedWorker("etcd-files")  # the password: never on the loop
         self._token: str | None = None
         self._auth_lock = asyncio.Lock()  # one re-authentication for many failed calls
         self.authentications = 0  # tokens obtained (tests: one per expiry, not one per call)
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        self._files.close()
+        if self._http is not None:
+            await self._http.aclose()
 
-    def _open(self) -> None:
-        """A reload closes the old client while the link's tasks may still hold it: their next
-        call is unavailable (and made again on the new client), not httpx's RuntimeError."""
+    def _open(self) -> httpx.AsyncClient:
+        """The client to send with. A reload closes the old client while the link's tasks may
+        still hold it: their next call is unavailable (and made again on the new client), not
+        httpx's RuntimeError. With no client (the TLS files did not load): refused."""
+        if self._http is None:
+            raise EtcdRefused(self.endpoints[0], self.refusal or "no client")
         if self._http.is_closed:
             raise EtcdUnavailable("the client was closed (reloaded)")
+        return self._http
 
     # ------------------------------------------------------------------------ auth
 
@@ -172,13 +207,17 @@ class Etcd:
                 return
             self._token = None
             assert self.creds.user is not None and self.creds.password_file is not None
+            self._open()  # no client: refused before the password is read
+            path = self.creds.password_file
             try:
-                with open(self.creds.password_file, encoding="utf-8") as f:
-                    password = f.read().rstrip("\r\n")
-            except OSError as e:
-                raise EtcdRefused(
-                    self.endpoints[self._good], f"cannot read the password file: {e.strerror}"
-                ) from None
+                read = await self._files.call(
+                    lambda: read_secret(path), self.timeout_s, what="reading the password file"
+                )
+            except blocking.Hung as e:
+                raise EtcdUnavailable(str(e)) from None
+            if isinstance(read, str):
+                raise EtcdRefused(self.endpoints[self._good], f"cannot read the password: {read}")
+            password = read.decode("utf-8", errors="replace").rstrip("\r\n")
             body = {"name": self.creds.user, "password": password}
             data = await self._post("/v3/auth/authenticate", body, "authenticate", auth=False)
             self._token = str(data.get("token", "")) or None
@@ -210,16 +249,16 @@ class Etcd:
         for i in range(n):
             idx = (self._good + i) % n
             url = self.endpoints[idx] + path
-            self._open()
+            http = self._open()
             try:
                 headers = self._headers() if auth else {}
-                resp = await self._http.post(url, json=body, headers=headers)
+                resp = await http.post(url, json=body, headers=headers)
                 data: dict[str, Any] = resp.json()
             except RuntimeError:
                 self._open()  # closed under this call: unavailable
                 raise
             except (httpx.HTTPError, ValueError, OSError) as e:  # a bare ssl.SSLError: an alert
-                if (why := await self._refusal_of(e, url, body)) is not None:
+                if (why := await self._refusal_of(e, self.endpoints[idx])) is not None:
                     refused = refused or EtcdRefused(self.endpoints[idx], why)
                 errors.append(f"{url}: {type(e).__name__}: {why or e}")
                 continue
@@ -244,20 +283,21 @@ class Etcd:
         """etcd says our token is invalid or expired (renewed), not that we are refused."""
         return self.creds.user is not None and any(m in message for m in _AUTH_INVALID)
 
-    async def _refusal_of(self, e: Exception, url: str, body: dict[str, Any]) -> str | None:
+    async def _refusal_of(self, e: Exception, endpoint: str) -> str | None:
         """The refusal a failed request means, in words, or None (a network failure)."""
         why = _refusal_of_tls(e)
-        if why is None and _empty_read(e) and self.creds.cert_file is not None:
-            why = await self._diagnose(url, body)
+        if why is None and _empty_read(e) and self._tls12 is not False:
+            why = await self._diagnose(endpoint)
         return why
 
-    async def _diagnose(self, url: str, body: dict[str, Any]) -> str | None:
-        """An empty read over TLS 1.3 with a client certificate: the same request once over
-        TLS 1.2, where a refused certificate is an alert with a name, not an empty read."""
+    async def _diagnose(self, endpoint: str) -> str | None:
+        """An empty read over TLS 1.3 with a client certificate: one idempotent read over TLS
+        1.2 (GET /version: it carries nothing), where a refused certificate is an alert with a
+        name, not an empty read. Never the failed request again: an authentication would send
+        the password twice, a write would be done twice."""
         try:
-            ctx = ssl_context(self.creds, max_tls12=True)
-            async with httpx.AsyncClient(timeout=self.timeout_s, verify=ctx) as probe:
-                await probe.post(url, json=body)
+            async with httpx.AsyncClient(timeout=self.timeout_s, verify=self._tls12) as probe:
+                await probe.get(endpoint + "/version")
         except (httpx.HTTPError, ValueError, ssl.SSLError) as e:
             return _refusal_of_tls(e)
         return None
@@ -265,9 +305,8 @@ class Etcd:
     # ------------------------------------------------------------------------ kv
 
     async def get_prefix(self, prefix: str) -> list[KeyValue]:
-        data = await self._call(
-            "/v3/kv/range", {"key": _b64(prefix), "range_end": prefix_end(prefix)}, prefix
-        )
+        body = {"key": _b64(prefix), "range_end": prefix_end(prefix)}
+        data = await self._call("/v3/kv/range", body, prefix)
         return [
             KeyValue(
                 key=base64.b64decode(kv["key"]).decode(errors="replace"),
@@ -316,14 +355,14 @@ class Etcd:
         EtcdUnavailable when no endpoint takes the watch. The caller re-reads the prefix."""
         body = {"create_request": {"key": _b64(prefix), "range_end": prefix_end(prefix)}}
         url = self.endpoints[self._good] + "/v3/watch"
-        self._open()
+        http = self._open()
         timeout = httpx.Timeout(self.timeout_s, read=None)  # a quiet watch is not a dead one
         if self.creds.user is not None and self._token is None:
             await self._renew(None)
         token = self._token
         headers = self._headers()
         try:
-            async with self._http.stream(
+            async with http.stream(
                 "POST", url, json=body, timeout=timeout, headers=headers
             ) as resp:
                 if resp.status_code != 200:

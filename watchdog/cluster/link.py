@@ -125,21 +125,20 @@ class ClusterLink:
         timeout_s = max(1.0, min(5.0, cfg.lease_ttl_s / 3))
         creds = trust.credentials(cfg)
 
-        def make() -> Etcd | str:
+        def make() -> Etcd:
             try:
                 return Etcd(cfg.etcd, timeout_s, creds)
             except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
-                return f"cannot load the TLS files: {e}"
+                # No client at all (SPEC §15): never one without our certificate, or trusting
+                # the system's CA bundle instead of ca_file. Its every call is refused unsent.
+                return Etcd(cfg.etcd, timeout_s, creds, refusal=f"cannot load the TLS files: {e}")
 
         # httpx builds its TLS context when the client is made (tens of ms): not on the loop.
         made = await self._io.call(make, None, what="building the etcd client")
-        if isinstance(made, str):  # a key that does not match its certificate, say
-            self._trust.refused(cfg.etcd[0], made, "client")
-            made = await self._io.call(
-                lambda: Etcd(cfg.etcd, timeout_s), None, what="building the etcd client"
-            )
         if made is None:
             raise RuntimeError("building the etcd client did not finish")
+        if made.refusal is not None:  # a key that does not match its certificate, say
+            self._trust.refused(made.endpoints[0], made.refusal, "client")
         return made
 
     async def reload(self, cfg: ClusterConfig) -> None:

@@ -115,12 +115,12 @@ DOCS: dict[str, str] = {
     " against it",
     "cluster.tls.cert_file": "this node's client certificate, for etcd's --client-cert-auth"
     " (no CommonName with cluster.auth)",
-    "cluster.tls.key_file": "its private key: owned by the daemon's user or root, mode 0600, or"
-    " exit 78",
+    "cluster.tls.key_file": "its private key: owned by the daemon's user or root, mode 0600, not"
+    " a symlink, or exit 78",
     "cluster.auth": "etcd v3 authentication (SPEC §15); null: none",
     "cluster.auth.user": "the etcd user, with a role for /train-watchdog/<job_id>/ only",
     "cluster.auth.password_file": "a file holding its password: owned by the daemon's user or"
-    " root, mode 0600, or exit 78",
+    " root, mode 0600, not a symlink, or exit 78",
     "cluster.insecure": "allow plaintext http:// to a host that is not loopback",
     "exit_codes": "the daemon's exit codes under --exit-with-job, read by a scheduler "
     "(docs/scheduler.md)",

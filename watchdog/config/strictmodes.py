@@ -9,6 +9,7 @@ key path they belong to), and `watchdog.config.load` turns them into ConfigError
 from __future__ import annotations
 
 import dataclasses
+import errno
 import grp
 import os
 import shutil
@@ -48,14 +49,12 @@ def check_owner_safety(path: str) -> str | None:
     return None
 
 
-def check_secret_file(path: str) -> str | None:
-    """Why `path` is no safe home for a secret (sshd's StrictModes for private keys), or None:
-    it must be a regular file owned by the daemon's user or root, with no access for group or
-    others."""
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        return f"{path}: cannot read: {exc.strerror}"
+def check_secret_fd(fd: int, path: str) -> str | None:
+    """Why the file open at `fd` is no safe home for a secret (sshd's StrictModes for private
+    keys), or None: a regular file owned by the daemon's user or root, with no access for group
+    or others. Checked on the open file (fstat), so what is checked is what is read: a file
+    swapped at `path` after the check is never read unchecked."""
+    st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         return f"{path}: not a regular file"
     if st.st_uid not in (0, os.geteuid()):
@@ -63,8 +62,52 @@ def check_secret_file(path: str) -> str | None:
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o077:
         return f"{path} has mode {mode:04o}: group or others can read it (chmod 600)"
-    if not os.access(path, os.R_OK):
-        return f"{path}: not readable by the daemon's user"
+    return None
+
+
+def open_secret(path: str) -> int | str:
+    """A read-only fd of the secret at `path`, checked by `check_secret_fd`, or why not. A
+    symlink is refused (O_NOFOLLOW: whoever may swap a link must not choose what we read), and a
+    FIFO does not block the open (O_NONBLOCK; it is then refused as no regular file)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"{path} is a symbolic link: name the file itself"
+        return f"{path}: cannot read: {exc.strerror}"
+    try:
+        problem = check_secret_fd(fd, path)
+    except OSError as exc:
+        problem = f"{path}: cannot read: {exc.strerror}"
+    if problem is not None:
+        os.close(fd)
+        return problem
+    return fd
+
+
+def read_secret(path: str) -> bytes | str:
+    """The whole secret at `path` (opened and checked by `open_secret`), or why not."""
+    fd = open_secret(path)
+    if isinstance(fd, str):
+        return fd
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    except OSError as exc:
+        return f"{path}: cannot read: {exc.strerror}"
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def check_secret_file(path: str) -> str | None:
+    """Why `path` is no safe home for a secret (`open_secret`), or None."""
+    fd = open_secret(path)
+    if isinstance(fd, str):
+        return fd
+    os.close(fd)
     return None
 
 
