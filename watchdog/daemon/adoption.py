@@ -128,7 +128,7 @@ async def attach(d: Adopter, pid: int, attached: bool = False, take_over: bool =
         polled_at=time.monotonic(),
         command=tuple(d.cfg.job.command),
     )
-    run.attached = attached
+    run.evidence.attached = attached
     d.runs.begin(run)
     d.runs.save(pid)
     await find_log(d, run, pid)

@@ -154,7 +154,7 @@ class Starter:
         found = await tree.end_leftovers(t.token, t.reaper, t.cgroups, timeout_s)
         if found.signalled:
             self._emit("stale_tree_killed", count=found.signalled, pid=None, reason="start")
-        self._runs.current.left_behind = found.pids if found.leftovers != 0 else ()
+        self._runs.current.evidence.left_behind = found.pids if found.leftovers != 0 else ()
         if found.leftovers == 0:
             return None
         left = "unknown (the scan did not answer)" if found.leftovers is None else found.leftovers

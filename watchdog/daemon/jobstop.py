@@ -99,7 +99,7 @@ class Stopper:
             kill_grace_s=job.stop_timeout_s,  # SPEC §14: the SIGKILL passes' bound
             delegation=t.cgroups,
         )
-        self._runs.current.left_behind = result.pids if result.leftovers else ()
+        self._runs.current.evidence.left_behind = result.pids if result.leftovers else ()
         if result.leftovers == 0:
             tree.remove_runs(t.cgroups)  # the run's empty cgroup (cgroupfs: never blocks)
         self._runs.save(None)

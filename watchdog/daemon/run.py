@@ -41,6 +41,10 @@ class Evidence:
     # classify (unless the stop is for a rank that died: `exited`); the shell only notes it
     stop_ordered: bool = False
     stop_reason: str | None = None
+    # SPEC §14: pids of a tree left alive by a stop (or found by a start): status names them
+    left_behind: tuple[int, ...] = ()
+    # SPEC §16: a process `watchdogd --attach` watches, not ours: its exit status is unknown
+    attached: bool = False
 
 
 class JobRun:
@@ -61,7 +65,6 @@ class JobRun:
         # once, the running job's only at its next start); None when not known (a resume)
         self.command = command
         self.exit_status = exit_status  # done once the leader is reaped (its pidfd)
-        self.attached = False  # SPEC §16: a process `watchdogd --attach` watches, not ours
         self.monitor = monitor  # this run's detectors
         self.rank_tracker = tracker_for(monitor)  # taped with its monitor (docs/state.md)
         self.flight = flight
@@ -76,8 +79,6 @@ class JobRun:
         self._late: tuple[Follower, FollowResult] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed = False
-        # SPEC §14: pids of a tree left alive by a stop (or found by a start): status names them
-        self.left_behind: tuple[int, ...] = ()
         self.evidence = Evidence()  # SPEC §14: what its death is classified by (exitcause.py)
         self.loss = LossWatch()  # SPEC §16: its loss health, fed by the consumer (its policy too)
 
@@ -235,7 +236,7 @@ class Runs:
         """The job's leader in state.json (None: no job), with what proves it ours later. An
         attached process is never recorded: a daemon started again must neither adopt it as
         its own nor end it as a leftover (SPEC §16)."""
-        if self.current.attached:
+        if self.current.evidence.attached:
             pid = None
         started = None if pid is None else identity.process_start_time(pid)
         self._writer.job(pid, started, None if pid is None else identity.process_start_ticks(pid))

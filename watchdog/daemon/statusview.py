@@ -93,7 +93,7 @@ def _add_turn4(d: Shown, st: dict[str, Any], running: Sequence[str] | None) -> N
     st["job"]["pending"] = {"command": list(d.cfg.job.command)} if pending else None
     st["state_writes"] = d.out.write_health.view()  # failing since …, how many
     # what holds the job back while none of it runs: processes a stop or a start left alive
-    left = d.runs.current.left_behind if running is None else ()
+    left = d.runs.current.evidence.left_behind if running is None else ()
     st["leftovers"] = {"pids": list(left)} if left else None
     st["run"] = d.out.books.runs.current()  # SPEC §15: the current run on record
     _add_loss(d, st)
