@@ -116,6 +116,8 @@ class Follower(Protocol):
 
     def ready_inline(self) -> bool: ...
 
+    def pending(self) -> bool: ...
+
     def carry(self) -> dict[str, object] | None: ...
 
     def close(self) -> None: ...
@@ -155,6 +157,7 @@ class LogFollower:
         self._cur: LogSource | None = None
         self._pinned = fd is not None  # the descriptor is followed, never the path
         self._local = False  # pinned to a file on a filesystem that cannot hang (joblog.py)
+        self._local_fs = False  # the file opened first is on such a filesystem (pending())
         try:
             self._cur = logfile.open_source(path) if fd is None else logfile.source_of(fd)
         except OSError:
@@ -163,7 +166,8 @@ class LogFollower:
             return  # poll() retries and reports why
         if self._cur is None:
             return
-        self._local = self._pinned and joblog.on_local_fs(self._cur.ident[0])
+        self._local_fs = joblog.on_local_fs(self._cur.ident[0])
+        self._local = self._pinned and self._local_fs
         found = logfile.find_marker(self._cur, marker, max_read_bytes) if marker else None
         if found is not None:
             self._cur.offset = found
@@ -210,6 +214,16 @@ class LogFollower:
         except OSError:
             return False  # poll() on the worker says what is wrong
 
+    def pending(self) -> bool:
+        """Whether the file changed size since the last poll, when an fstat on the loop can tell
+        (a local filesystem, joblog.LOCAL_FS; else False: the sample interval's polls read it).
+        Asked often while the job trains: each step is timed as it arrives (stall-windows.md)."""
+        cur = self._cur
+        try:
+            return self._local_fs and cur is not None and os.fstat(cur.fd).st_size != cur.offset
+        except OSError:
+            return False  # poll() says what is wrong
+
     def carry(self) -> dict[str, object] | None:
         """The current file's descriptor and position, for an in-place re-exec: the new code
         reads on from the very byte the old one stopped at (no progress line skipped or read
@@ -255,7 +269,8 @@ class LogFollower:
         )
         follower._line_no = int(c["line_no"])
         follower._pinned = c.get("pinned") is True  # absent from older code: by path as it did
-        follower._local = follower._pinned and joblog.on_local_fs(follower._cur.ident[0])
+        follower._local_fs = joblog.on_local_fs(follower._cur.ident[0])
+        follower._local = follower._pinned and follower._local_fs
         os.set_inheritable(follower._cur.fd, False)
         return follower
 
@@ -279,6 +294,7 @@ class LogFollower:
         new = logfile.replacement(self._path, self._cur)
         if new is None:
             return
+        self._local_fs = False  # not known of the new file: pending() leaves it to the polls
         if self._cur is None:
             self._cur = new
             return
