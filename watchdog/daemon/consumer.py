@@ -329,6 +329,8 @@ class Consumer:
             return []  # a late reading of a run that has been replaced since
         if taken.progress is not None:
             self._progress_looked(run, taken.progress)
+        if taken.follow_only:
+            return []  # the monitor learned the lines' times; GPU samples and due ticks judge
         monitor = run.monitor
         if sample is not None:
             monitor.gpu_sample(sample)

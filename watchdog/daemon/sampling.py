@@ -99,7 +99,7 @@ class Sampler:
     async def _tick(self, gpu: bool, ticked: Callable[[], None], follow_only: bool) -> None:
         self._clock.sampling()
         try:
-            await self._inbox.ask(await self.take_sample(gpu=gpu, look=not follow_only))
+            await self._inbox.ask(await self.take_sample(gpu=gpu, follow_only=follow_only))
             ticked()
         except Exception as e:
             # A watchdog bug must never kill a healthy job, nor stop the sampling: say so.
@@ -122,20 +122,21 @@ class Sampler:
         inputs (a stop's last look at the log is in before the stop's end is)."""
         self._inbox.post(await self.take_sample(gpu))
 
-    async def take_sample(self, gpu: bool = True, look: bool = True) -> SampleTaken:
+    async def take_sample(self, gpu: bool = True, follow_only: bool = False) -> SampleTaken:
         """Read what one tick looks at (I/O only: the consumer feeds the run's monitor with it);
-        start the checkpoint read and the rank listing when due (`look`: not on a tick that
-        only reads the log as it grows, so the save's looks keep their cadence)."""
+        start the checkpoint read and the rank listing when due (not on a tick that only reads
+        the log as it grows, `follow_only`: the save's looks keep their cadence, and the
+        consumer asks no verdict of it)."""
         started_at = time.monotonic()
         sample = await self._gpus.sample() if gpu else None
         progress = await self.look_at_progress()
         now = time.monotonic()
         leader, run = self._leader(), self._runs.current
-        if look and self.checkpoints is not None and self._checkpoint_due(run, now):
+        if not follow_only and self.checkpoints is not None and self._checkpoint_due(run, now):
             self._tasks.spawn(self.read_checkpoint())
         if leader is not None and gpu and run.rank_tracker.listing_due(now):
             run.spawn_task(self.watch_ranks(run, leader), self._tasks.done)
-        return SampleTaken(run, leader, sample, progress, started_at)
+        return SampleTaken(run, leader, sample, progress, started_at, follow_only)
 
     def _checkpoint_due(self, run: JobRun, now: float) -> bool:
         """At most every CHECKPOINT_EVERY_S, and at once for a new run (status's view)."""
