@@ -331,6 +331,8 @@ class Consumer:
             self._progress_looked(run, taken.progress)
         if taken.follow_only:
             return []  # the monitor learned the lines' times; GPU samples and due ticks judge
+        if (mark := run.step_mark()) is not None:
+            self._dispatch(ProgressMarked("step", *mark))
         monitor = run.monitor
         if sample is not None:
             monitor.gpu_sample(sample)
@@ -367,8 +369,6 @@ class Consumer:
             mtime = found.latest_mtime
             age_s = None if mtime is None else time.time() - mtime
             monitor.progress_line(found.latest, now, age_s, run.polled_at)
-            if (at := monitor.last_progress_at) is not None:
-                self._dispatch(ProgressMarked("step", found.latest.step, at))
         if found.activity and found.activity_last:
             monitor.activity(now, phase)
         run.polled(now)

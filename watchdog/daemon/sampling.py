@@ -35,9 +35,11 @@ if TYPE_CHECKING:
 PROGRESS_READ_TIMEOUT_S = 5.0  # one poll of the progress log
 CHECKPOINT_EVERY_S = 2.0  # status's view of progress.checkpoint; decisions read it afresh
 # While the job trains its log is looked at this often (one fstat) and read when it grew, so a
-# step line is timed within this of its arrival (docs/stall-windows.md, "How the window is
-# learned"); bench/idle_ab.py holds the daemon's CPU to account for it.
-FOLLOW_EVERY_S = 0.5
+# step line is timed within this of its arrival (docs/stall-windows.md, "The rhythm read from
+# the job"): twice as often until the training window is learned (a Trainer's 20 s between
+# evaluations gives it 40 gaps, not 20). bench/idle_ab.py holds the daemon's CPU to account.
+FOLLOW_LEARNING_S = 0.5
+FOLLOW_EVERY_S = 1.0
 
 
 class Sampler:
@@ -93,14 +95,15 @@ class Sampler:
             due = next_due(now)
             wake = next_gpu if due is None else min(next_gpu, due)
             if self._following():
-                wake = min(wake, now + FOLLOW_EVERY_S)
+                wake = min(wake, now + self._follow_every())
             await self._clock.sleep(wake - now)  # a gap (clockgap.py) ends it: sampled at once
 
     async def _tick(self, gpu: bool, ticked: Callable[[], None], follow_only: bool) -> None:
         self._clock.sampling()
         try:
             await self._inbox.ask(await self.take_sample(gpu=gpu, follow_only=follow_only))
-            ticked()
+            if not follow_only:  # the status line for systemd is the verdicts' (a full tick)
+                ticked()
         except Exception as e:
             # A watchdog bug must never kill a healthy job, nor stop the sampling: say so.
             with contextlib.suppress(OSError):
@@ -111,6 +114,10 @@ class Sampler:
         """The run has shown a step and its log is followed: its lines are read as they come."""
         run = self._runs.current
         return run.follower is not None and run.monitor.progressed
+
+    def _follow_every(self) -> float:
+        learning = self._runs.current.monitor.stall_window("training").source == "ceiling"
+        return FOLLOW_LEARNING_S if learning else FOLLOW_EVERY_S
 
     def _log_grew(self) -> bool:
         """The job wrote to its log since the last poll (a local file: one fstat, on the loop)."""
