@@ -148,6 +148,7 @@ class Consumer:
         self.answers = AnswerBook()  # the core's answers to commands that wait on them
         self._task: asyncio.Task[Any] | None = None  # run()'s: the one task that feeds the core
         self._held_since: float | None = None  # woke from a gap: verdicts wait for a sample
+        self._marked: tuple[JobRun, float] | None = None  # the step the core was told of last
 
     def new_core(self) -> Supervisor:
         """A fresh core with the daemon's policy (also after a failed reexec take-over); its
@@ -278,8 +279,8 @@ class Consumer:
 
     def _woke(self) -> bool:
         """After a gap in the daemon's own clock (clockgap.py): said once, the run's monitor
-        measures silences from the wake, and verdicts wait until a sample read after the wake
-        is in (or HOLD_MAX_S, should none come). Whether they wait now."""
+        measures silences from the wake, and verdicts wait until a sample read after the wake is
+        in (or HOLD_MAX_S, should none come). Whether they wait now."""
         gap = self.inbox.clock.take()
         if gap is not None:
             start, woke_at = gap
@@ -331,16 +332,16 @@ class Consumer:
             self._progress_looked(run, taken.progress)
         if taken.follow_only:
             return []  # the monitor learned the lines' times; GPU samples and due ticks judge
-        if (mark := run.step_mark()) is not None:
-            self._dispatch(ProgressMarked("step", *mark))
         monitor = run.monitor
+        if (at := monitor.last_progress_at) is not None and self._marked != (run, at):
+            self._marked = (run, at)  # the newest step, once: not at each read of the grown log
+            self._dispatch(ProgressMarked("step", getattr(monitor.last_progress, "step", None), at))
         if sample is not None:
             monitor.gpu_sample(sample)
         monitor.gpu_degraded(gpus.degraded_now())  # SPEC §13: a new run's monitor learns too
         monitor.gpu_access_lost(gpus.access_lost)
+        books, progress = self._shell.books, monitor.last_progress
         idle_below_mib = self._shell.cfg.gpus.idle_below_mib
-        progress = monitor.last_progress
-        books = self._shell.books
         books.timeline.sample(taken.gpu_sample, idle_below_mib, progress, monitor.last_progress_at)
         if taken.pid is None:
             self._shell.account()

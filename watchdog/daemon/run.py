@@ -65,7 +65,6 @@ class JobRun:
         self.flight = flight
         self.epoch = epoch  # the cluster epoch this run belongs to
         self.polled_at = polled_at  # the last look at the progress log (monotonic)
-        self._marked_at: float | None = None  # the last step the core was told of (step_mark)
         self.follower: Follower | None = None
         # The file this run's job writes (docs/logrotate.md): `logs`, status and incidents read
         # it, not the path. Closed with the run; None before a spawn, or where it was not found.
@@ -134,15 +133,6 @@ class JobRun:
 
     def polled(self, now: float) -> None:
         self.polled_at = now
-
-    def step_mark(self) -> tuple[int | None, float] | None:
-        """The newest step read and its instant, once (the core's ProgressMarked): told at a
-        verdict's tick, not at each read of the log as it grows (sampling.py)."""
-        at, last = self.monitor.last_progress_at, self.monitor.last_progress
-        if at is None or last is None or at == self._marked_at:
-            return None
-        self._marked_at = at
-        return last.step, at
 
     def keep_late(self, follower: Follower, late: FollowResult) -> None:
         """A stuck read of `follower` returned after its caller gave up (any thread)."""
