@@ -111,9 +111,11 @@ class Sampler:
                 self._emit("internal_error_caught", where="sample", error=error)
 
     def _following(self) -> bool:
-        """The run has shown a step and its log is followed: its lines are read as they come."""
+        """The run has shown a step and its log is followed under a learned stall window (not
+        `progress.stall_window: fixed`, judged by stall_after_s alone): read as lines come."""
         run = self._runs.current
-        return run.follower is not None and run.monitor.progressed
+        auto = self._cfg().progress.stall_window == "auto"
+        return auto and run.follower is not None and run.monitor.progressed
 
     def _follow_every(self) -> float:
         learning = self._runs.current.monitor.stall_window("training").source == "ceiling"
