@@ -184,6 +184,26 @@ def test_a_local_job_file_with_little_new_is_read_on_the_loop(tmp_path: Path) ->
         by_path.close()
 
 
+def test_pending_says_whether_a_local_file_grew_since_the_last_poll(tmp_path: Path) -> None:
+    """pending() (the daemon's look every second while the job trains, docs/stall-windows.md):
+    True once the job wrote to its local file, False again after a poll read it, for a file
+    followed by descriptor or by path."""
+    path = tmp_path / "job.log"
+    path.write_bytes(b"")
+    pattern = re.compile(r"step (?P<step>[0-9]+)")
+    pinned = LogFollower(str(path), pattern, fd=os.open(path, os.O_RDONLY))
+    by_path = LogFollower(str(path), pattern)
+    try:
+        assert not pinned.pending() and not by_path.pending()
+        _append(path, b"step 1\n")
+        assert pinned.pending() and by_path.pending()
+        assert pinned.poll().latest is not None and by_path.poll().latest is not None
+        assert not pinned.pending() and not by_path.pending()
+    finally:
+        pinned.close()
+        by_path.close()
+
+
 def test_a_job_file_on_a_fuse_mount_is_never_read_on_the_loop(tmp_path: Path) -> None:
     """A FUSE mount (which can hang, as a dead server does) is no local filesystem: a follower
     of the job's file there always polls on the bounded worker."""

@@ -240,3 +240,21 @@ def test_learned_window_survives_an_in_place_reexec(
     fired, took = freeze_until_stalled(d, job)
     assert fired["window_source"] == "learned" and fired["phase"] == "training", fired
     assert took <= float(fired["window_s"]) + SLACK_S, (took, fired)
+
+
+def test_trainer_with_evaluations_learns_its_training_window_before_the_first_one(
+    make_daemon: DaemonFactory, work: pathlib.Path
+) -> None:
+    """A Trainer evaluating every 200 steps, under a 10 s sample interval, has its training
+    window learned from gaps well under that interval before its first evaluation: its lines
+    are read as they come (SPEC §16), not one gap per GPU sample, whose 4 gaps per training
+    stretch once left such a job at the ceiling for many minutes."""
+    sample_s, eval_at = 10.0, 200
+    env = {"EVAL_STEPS": str(eval_at), "EVAL_ROWS": "40", "EVAL_ROW_S": "0.25"}
+    env["TRAIN_ROW_S"] = "0.025"  # a step of 4 rows lasts 0.1 s at least: 20 s to step 200
+    cfg = stall_config(work, env, gpus={"sample_interval_s": sample_s})
+    d = make_daemon([sys.executable, str(JOB), str(work)], cfg)
+    s = learned(d)
+    window = s["progress"]["stall_window"]
+    assert s["progress"]["step"] < eval_at, f"learned only after the eval began: {s['progress']}"
+    assert window["p99_gap_s"] < sample_s / 2, window

@@ -39,6 +39,11 @@ class ClockWatch:
     def pending(self) -> bool:
         return self._gap is not None
 
+    @property
+    def woken(self) -> bool:
+        """A gap was seen since the sampler's last sample: the next one is due now."""
+        return self._woken.is_set()
+
     def take(self) -> tuple[float, float] | None:
         """The gap not yet handled, (from, to) in monotonic seconds; once."""
         gap, self._gap = self._gap, None

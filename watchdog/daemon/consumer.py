@@ -1,14 +1,12 @@
-"""The one consumer of the daemon's queue (issue 23, item 1): the only caller of the core.
+"""The one consumer of the daemon's queue: the only caller of the core.
 
 It takes each input in order (inbox.py), or sends Tick when the core's next deadline passes
 first, records it with its `now` in the input log (inputlog.py), calls `Supervisor.handle`, and
-hands the actions to the shell, which carries them out and posts whatever they produce later.
-A command that asked for the answer gets it once the actions are carried out.
-
+hands the actions to the shell to carry out; a command that asked for the answer gets it then.
 It is also the one writer of what the core's verdicts are made from: the sampler only reads
-(the GPUs, the progress log, the checkpoint, the ranks) and posts what it read; the consumer
-feeds it to the run's HealthMonitor and RankTracker and to the books (goodput, timeline), then
-hands HealthAssessed / ProgressMarked / RankExited to the core like any other input.
+(GPUs, progress log, checkpoint, ranks) and posts what it read; the consumer feeds it to the
+run's HealthMonitor and RankTracker and to the books, then hands HealthAssessed /
+ProgressMarked / RankExited to the core like any other input.
 """
 
 from __future__ import annotations
@@ -149,6 +147,7 @@ class Consumer:
         self.answers = AnswerBook()  # the core's answers to commands that wait on them
         self._task: asyncio.Task[Any] | None = None  # run()'s: the one task that feeds the core
         self._held_since: float | None = None  # woke from a gap: verdicts wait for a sample
+        self._marked: tuple[JobRun, float] | None = None  # the step the core was told of last
 
     def new_core(self) -> Supervisor:
         """A fresh core with the daemon's policy (also after a failed reexec take-over); its
@@ -279,8 +278,8 @@ class Consumer:
 
     def _woke(self) -> bool:
         """After a gap in the daemon's own clock (clockgap.py): said once, the run's monitor
-        measures silences from the wake, and verdicts wait until a sample read after the wake
-        is in (or HOLD_MAX_S, should none come). Whether they wait now."""
+        measures silences from the wake, and verdicts wait until a sample read after the wake is
+        in (or HOLD_MAX_S, should none come). Whether they wait now."""
         gap = self.inbox.clock.take()
         if gap is not None:
             start, woke_at = gap
@@ -301,8 +300,6 @@ class Consumer:
         as it carries out the stop (assessing updates the monitor)."""
         self.feeding()
         return self._shell.job.monitor.assess(now)
-
-    # ------------------------------------------------------------ the sampler's readings
 
     def _gpu_sampled(self, sample: GpuSample, judge_access: bool) -> list[Action]:
         """The GPU watch state fed with `sample` (here alone); a change of NVML access it
@@ -330,14 +327,18 @@ class Consumer:
             return []  # a late reading of a run that has been replaced since
         if taken.progress is not None:
             self._progress_looked(run, taken.progress)
+        if taken.follow_only:
+            return []  # the monitor learned the lines' times; GPU samples and due ticks judge
         monitor = run.monitor
+        if (at := monitor.last_progress_at) is not None and self._marked != (run, at):
+            self._marked = (run, at)  # the newest step, once: not at each read of the grown log
+            self._dispatch(ProgressMarked("step", getattr(monitor.last_progress, "step", None), at))
         if sample is not None:
             monitor.gpu_sample(sample)
         monitor.gpu_degraded(gpus.degraded_now())  # SPEC §13: a new run's monitor learns too
         monitor.gpu_access_lost(gpus.access_lost)
+        books, progress = self._shell.books, monitor.last_progress
         idle_below_mib = self._shell.cfg.gpus.idle_below_mib
-        progress = monitor.last_progress
-        books = self._shell.books
         books.timeline.sample(taken.gpu_sample, idle_below_mib, progress, monitor.last_progress_at)
         if taken.pid is None:
             self._shell.account()
@@ -366,8 +367,6 @@ class Consumer:
             mtime = found.latest_mtime
             age_s = None if mtime is None else time.time() - mtime
             monitor.progress_line(found.latest, now, age_s, run.polled_at)
-            if (at := monitor.last_progress_at) is not None:
-                self._dispatch(ProgressMarked("step", found.latest.step, at))
         if found.losses:  # SPEC §16: the run's loss judged; on_nan stop asks the core
             losses_read(run, found.losses, now, self._shell, self._dispatch)
         if found.activity and found.activity_last:

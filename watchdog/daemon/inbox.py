@@ -57,6 +57,7 @@ class SampleTaken:
     gpu_sample: GpuSample | None  # None: no GPU sample was due this tick
     progress: ProgressLooked | None  # None: the log was not looked at for this run
     started_at: float | None = None  # when its reading began (monotonic; clockgap.py)
+    follow_only: bool = False  # the log read as it grew (sampling.py): no verdict asked
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,12 @@ if TYPE_CHECKING:
 
 PROGRESS_READ_TIMEOUT_S = 5.0  # one poll of the progress log
 CHECKPOINT_EVERY_S = 2.0  # status's view of progress.checkpoint; decisions read it afresh
+# While the job trains its log is looked at this often (one fstat) and read when it grew, so a
+# step line is timed within this of its arrival (docs/stall-windows.md, "The rhythm read from
+# the job"): twice as often until the training window is learned (a Trainer's 20 s between
+# evaluations gives it 40 gaps, not 20). bench/idle_ab.py holds the daemon's CPU to account.
+FOLLOW_LEARNING_S = 0.5
+FOLLOW_EVERY_S = 1.0
 
 
 class Sampler:
@@ -70,47 +76,76 @@ class Sampler:
     ) -> None:
         """GPU samples at a fixed rate; in between, an extra look at the log exactly when a
         time-based verdict (stalled, throughput_low) comes due (`next_due`, the consumer's), so
-        it fires on time instead of up to one interval late. Each tick waits until the consumer
-        has taken its readings: the next due time it then gives counts them. `ticked` runs
-        after each (the status line for systemd)."""
-        next_gpu = time.monotonic()
+        it fires on time instead of up to one interval late, and while the job trains, a read
+        of the log as soon as it grew (looked at every FOLLOW_EVERY_S): the stall window learns
+        the job's own rhythm, not our sampling's. Each tick waits until the consumer has taken
+        its readings: the next due time it then gives counts them. `ticked` runs after each
+        (the status line for systemd)."""
+        next_gpu, due = time.monotonic(), None
         while True:
-            self._clock.look(time.monotonic())  # a gap first: this sample is read after it
-            self._clock.sampling()
-            gpu_due = time.monotonic() >= next_gpu
-            try:
-                await self._inbox.ask(await self.take_sample(gpu=gpu_due))
-                ticked()
-            except Exception as e:
-                # A watchdog bug must never kill a healthy job, nor stop the sampling: say so.
-                with contextlib.suppress(OSError):
-                    error = f"{type(e).__name__}: {e}"
-                    self._emit("internal_error_caught", where="sample", error=error)
+            now = time.monotonic()
+            self._clock.look(now)  # a gap first: this sample is read after it
+            gpu_due = now >= next_gpu
+            full = gpu_due or (due is not None and now >= due) or self._clock.woken
+            if full or self._log_grew():
+                await self._tick(gpu_due, ticked, follow_only=not full)
             now = time.monotonic()
             if gpu_due:
                 next_gpu = max(next_gpu + self._cfg().gpus.sample_interval_s, now)
             due = next_due(now)
             wake = next_gpu if due is None else min(next_gpu, due)
+            if self._following():
+                wake = min(wake, now + self._follow_every())
             await self._clock.sleep(wake - now)  # a gap (clockgap.py) ends it: sampled at once
+
+    async def _tick(self, gpu: bool, ticked: Callable[[], None], follow_only: bool) -> None:
+        self._clock.sampling()
+        try:
+            await self._inbox.ask(await self.take_sample(gpu=gpu, follow_only=follow_only))
+            if not follow_only:  # the status line for systemd is the verdicts' (a full tick)
+                ticked()
+        except Exception as e:
+            # A watchdog bug must never kill a healthy job, nor stop the sampling: say so.
+            with contextlib.suppress(OSError):
+                error = f"{type(e).__name__}: {e}"
+                self._emit("internal_error_caught", where="sample", error=error)
+
+    def _following(self) -> bool:
+        """The run has shown a step and its log is followed under a learned stall window (not
+        `progress.stall_window: fixed`, judged by stall_after_s alone): read as lines come."""
+        run = self._runs.current
+        auto = self._cfg().progress.stall_window == "auto"
+        return auto and run.follower is not None and run.monitor.progressed
+
+    def _follow_every(self) -> float:
+        learning = self._runs.current.monitor.stall_window("training").source == "ceiling"
+        return FOLLOW_LEARNING_S if learning else FOLLOW_EVERY_S
+
+    def _log_grew(self) -> bool:
+        """The job wrote to its log since the last poll (a local file: one fstat, on the loop)."""
+        follower = self._runs.current.follower
+        return follower is not None and self._following() and follower.pending()
 
     async def sample_once(self, gpu: bool = True) -> None:
         """One tick's readings, posted: the consumer handles them in order with the other
         inputs (a stop's last look at the log is in before the stop's end is)."""
         self._inbox.post(await self.take_sample(gpu))
 
-    async def take_sample(self, gpu: bool = True) -> SampleTaken:
+    async def take_sample(self, gpu: bool = True, follow_only: bool = False) -> SampleTaken:
         """Read what one tick looks at (I/O only: the consumer feeds the run's monitor with it);
-        start the checkpoint read and the rank listing when due."""
+        start the checkpoint read and the rank listing when due (not on a tick that only reads
+        the log as it grows, `follow_only`: the save's looks keep their cadence, and the
+        consumer asks no verdict of it)."""
         started_at = time.monotonic()
         sample = await self._gpus.sample() if gpu else None
         progress = await self.look_at_progress()
         now = time.monotonic()
         leader, run = self._leader(), self._runs.current
-        if self.checkpoints is not None and self._checkpoint_due(run, now):
+        if not follow_only and self.checkpoints is not None and self._checkpoint_due(run, now):
             self._tasks.spawn(self.read_checkpoint())
         if leader is not None and gpu and run.rank_tracker.listing_due(now):
             run.spawn_task(self.watch_ranks(run, leader), self._tasks.done)
-        return SampleTaken(run, leader, sample, progress, started_at)
+        return SampleTaken(run, leader, sample, progress, started_at, follow_only)
 
     def _checkpoint_due(self, run: JobRun, now: float) -> bool:
         """At most every CHECKPOINT_EVERY_S, and at once for a new run (status's view)."""

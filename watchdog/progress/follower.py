@@ -1,9 +1,6 @@
-"""Follow the job's log and find its progress lines (tokens/s, step).
-
-`LogFollower` is the boundary: it reads the file through logfile.py (the
-one reader of the job's log: never locked, never written, so following can never slow the job
-down). No asyncio here: the daemon calls `LogFollower.poll()` once per sample tick, and one poll
-reads at most `max_read_bytes` per file.
+"""Follow the job's log and find its progress lines (tokens/s, step). `LogFollower` reads it
+through logfile.py (never locked, never written: following never slows the job). No asyncio:
+the daemon calls `poll()`, and one poll reads at most `max_read_bytes` per file.
 """
 
 from __future__ import annotations
@@ -22,8 +19,7 @@ from watchdog.progress.logfile import LogSource
 if TYPE_CHECKING:
     from watchdog.progress.reader import Candidate, LineReader
 
-# Bytes kept of a line still waiting for its newline (and decoded of any complete line): enough
-# for MAX_MATCH_CHARS characters of UTF-8, so a 50 MiB line without a newline costs 16 KiB.
+# Bytes kept of an unfinished line (and decoded of a complete one): MAX_MATCH_CHARS of UTF-8
 MAX_LINE_BYTES = 4 * MAX_MATCH_CHARS
 MAX_HEADER_BYTES = 64 << 10  # a CSV progress file's header line is read up to this
 # Lines of one poll always matched, newest first: earlier progress lines are superseded.
@@ -33,8 +29,7 @@ MATCH_LAST_LINES = 64
 MAX_SCAN_LINES = 4096
 # A poll runs on the loop (no thread hand-off) only with at most this much new to read.
 INLINE_MAX_BYTES = 64 << 10
-# One poll's matching time is bounded too: past the newest MATCH_LAST_LINES lines, the scan
-# further back stops once it has cost this much (a flood of pathological lines, issue 21).
+# Past the newest MATCH_LAST_LINES, the scan back stops once it cost this much (a flood)
 MAX_SCAN_S = 0.05
 
 
@@ -120,6 +115,8 @@ class Follower(Protocol):
 
     def ready_inline(self) -> bool: ...
 
+    def pending(self) -> bool: ...
+
     def carry(self) -> dict[str, object] | None: ...
 
     def close(self) -> None: ...
@@ -159,6 +156,7 @@ class LogFollower:
         self._cur: LogSource | None = None
         self._pinned = fd is not None  # the descriptor is followed, never the path
         self._local = False  # pinned to a file on a filesystem that cannot hang (joblog.py)
+        self._local_fs = False  # the file opened first is on such a filesystem (pending())
         try:
             self._cur = logfile.open_source(path) if fd is None else logfile.source_of(fd)
         except OSError:
@@ -167,7 +165,8 @@ class LogFollower:
             return  # poll() retries and reports why
         if self._cur is None:
             return
-        self._local = self._pinned and joblog.on_local_fs(self._cur.ident[0])
+        self._local_fs = joblog.on_local_fs(self._cur.ident[0])
+        self._local = self._pinned and self._local_fs
         found = logfile.find_marker(self._cur, marker, max_read_bytes) if marker else None
         if found is not None:
             self._cur.offset = found
@@ -214,6 +213,16 @@ class LogFollower:
         except OSError:
             return False  # poll() on the worker says what is wrong
 
+    def pending(self) -> bool:
+        """Whether the file changed size since the last poll, when an fstat on the loop can tell
+        (a local filesystem, joblog.LOCAL_FS; else False: the sample interval's polls read it).
+        Asked often while the job trains: each step is timed as it arrives (stall-windows.md)."""
+        cur = self._cur
+        try:
+            return self._local_fs and cur is not None and os.fstat(cur.fd).st_size != cur.offset
+        except OSError:
+            return False  # poll() says what is wrong
+
     def carry(self) -> dict[str, object] | None:
         """The current file's descriptor and position, for an in-place re-exec: the new code
         reads on from the very byte the old one stopped at (no progress line skipped or read
@@ -259,7 +268,8 @@ class LogFollower:
         )
         follower._line_no = int(c["line_no"])
         follower._pinned = c.get("pinned") is True  # absent from older code: by path as it did
-        follower._local = follower._pinned and joblog.on_local_fs(follower._cur.ident[0])
+        follower._local_fs = joblog.on_local_fs(follower._cur.ident[0])
+        follower._local = follower._pinned and follower._local_fs
         os.set_inheritable(follower._cur.fd, False)
         return follower
 
@@ -283,6 +293,7 @@ class LogFollower:
         new = logfile.replacement(self._path, self._cur)
         if new is None:
             return
+        self._local_fs = False  # not known of the new file: pending() leaves it to the polls
         if self._cur is None:
             self._cur = new
             return

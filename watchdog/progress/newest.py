@@ -73,6 +73,10 @@ class GlobFollower:
         """Never: finding the newest match lists folders, which may sit on a hung mount."""
         return False
 
+    def pending(self) -> bool:
+        """Whether the match followed now has changed size (LogFollower.pending)."""
+        return self._inner is not None and self._inner.pending()
+
     def poll(self) -> FollowResult:
         """Switch to a newer match if one appeared, then read what is new (never raises for
         file trouble: see FollowResult.error)."""

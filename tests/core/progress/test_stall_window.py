@@ -512,3 +512,130 @@ def test_without_looks_at_the_checkpoint_path_a_save_ends_as_before() -> None:
     rp.step(None, at + 1.1, at + 1.0)
     rp.step(None, at + 1.2, at + 1.1)
     assert rp.phase == "training" and k.finished["checkpoint"] == 1
+
+
+# SPEC §16, "A hang in 30 s for a fast job": the floor a fast run earns (docs/stall-windows.md)
+FAST = ProgressReading(None, None)
+
+
+def _fast_run(m: HealthMonitor, seconds: float, gap: float = 0.2, at: float = 0.0) -> float:
+    """Steps every `gap` s (numbered) for `seconds` from `at`; returns the last step's instant."""
+    n = round(seconds / gap)
+    base = 0 if m.last_progress is None else (m.last_progress.step or 0)
+    for i in range(n + 1):
+        m.progress(ProgressReading(None, base + i + 1), round(at + i * gap, 3))
+    return round(at + n * gap, 3)
+
+
+def test_a_fast_run_is_stalled_20_s_after_its_last_line_once_it_earned_the_floor() -> None:
+    """11 minutes of 0.2 s steps (3,300 steps, p99 0.2 s) earn the floor max(20, 10 × 0.2) =
+    20 s: `stalled` 20 s after the last line, not 60, and the evidence says the floor was earned."""
+    m = HealthMonitor(HealthConfig(expect_gpus=False))
+    last = _fast_run(m, 660.0)
+    w = m.stall_window()
+    assert (w.window_s, w.floor_s, w.floor_earned, w.source) == (20.0, 20.0, True, "learned")
+    assert m.next_due(last) == pytest.approx(last + 20.0)
+    assert "stalled" not in m.assess(last + 19.9).firing
+    ev = m.assess(last + 20.0).evidence
+    assert ev["window_s"] == "20.0" and ev["floor_earned"] == "true" and ev["floor_s"] == "20.0"
+    assert m.stall_window().to_json()["floor_earned"] is True
+
+
+def test_the_floor_is_earned_only_after_ten_minutes_of_the_run() -> None:
+    """Before the run has shown 10 minutes the learned window keeps the 60 s floor, whatever its
+    step count (9:59 of 0.2 s steps is ~3,000 steps)."""
+    m = HealthMonitor(HealthConfig(expect_gpus=False))
+    last = _fast_run(m, 599.0)
+    w = m.stall_window()
+    assert (w.window_s, w.floor_earned) == (60.0, False)
+    assert "stalled" not in m.assess(last + 59.9).firing
+    _fast_run(m, 1.0, at=last + 0.2)
+    assert m.stall_window().window_s == 20.0
+
+
+def test_the_floor_is_not_earned_with_a_p99_gap_over_2_s() -> None:
+    """A run stepping every 2.5 s for 11 minutes (264 steps) keeps the 60 s floor; one whose
+    rare slow step makes its p99 over 2 s too."""
+    m = HealthMonitor(HealthConfig(expect_gpus=False))
+    _fast_run(m, 660.0, gap=2.5)
+    assert (m.stall_window().window_s, m.stall_window().floor_earned) == (60.0, False)
+    jittery = HealthMonitor(HealthConfig(expect_gpus=False))
+    at = 0.0
+    for i in range(4000):  # one step in 50 takes 3 s: 2 % of the gaps, above the p99
+        at += 3.0 if i % 50 == 49 else 0.1
+        jittery.progress(ProgressReading(None, i), at)
+    assert jittery.stall_window().p99_gap_s == 3.0
+    assert jittery.stall_window().window_s == 60.0
+
+
+def test_the_floor_is_not_earned_with_fewer_than_200_steps() -> None:
+    """100 fast steps, a 10-minute evaluation, 50 fast steps: 11 minutes but 150 steps, so
+    the 60 s floor stays."""
+    m = HealthMonitor(HealthConfig(expect_gpus=False))
+    last = _fast_run(m, 20.0, gap=0.2)  # 101 steps
+    m.activity(last + 1.0, "eval")
+    for t in range(60, 600, 60):
+        m.activity(last + t, "eval")
+    last = _fast_run(m, 10.0, gap=0.2, at=last + 620.0)
+    assert m.run_phase.steps_shown < 200
+    assert (m.stall_window().window_s, m.stall_window().floor_earned) == (60.0, False)
+
+
+def test_an_evaluation_the_run_has_not_shown_keeps_its_own_window() -> None:
+    """After the floor is earned, the run's first evaluation is judged under the eval window
+    (the ceiling until an eval has been seen to end): 100 s into it, no stall."""
+    m = HealthMonitor(HealthConfig(expect_gpus=False))
+    last = _fast_run(m, 660.0)
+    assert m.stall_window().window_s == 20.0
+    m.activity(last + 5.0, "eval")  # `***** Running Evaluation *****`
+    w = m.stall_window()
+    assert (w.phase, w.source, w.window_s, w.floor_earned) == ("eval", "ceiling", CEILING, False)
+    assert "stalled" not in m.assess(last + 105.0).firing
+    m.activity(last + 110.0, "eval")
+    _fast_run(m, 1.0, at=last + 111.0)  # training again: the earned floor is back
+    assert m.stall_window().window_s == 20.0
+
+
+def test_a_first_save_keeps_its_own_window() -> None:
+    """The run's first save (its line seen) is judged under the checkpoint window, not the
+    earned training floor: 90 s into it, no stall."""
+    m = HealthMonitor(HealthConfig(expect_gpus=False))
+    last = _fast_run(m, 660.0)
+    m.activity(last + 0.5, "checkpoint")  # `Saving model checkpoint to …`
+    assert m.stall_window().phase == "checkpoint"
+    assert "stalled" not in m.assess(last + 90.0).firing
+
+
+def test_a_new_run_earns_the_floor_afresh() -> None:
+    """The earned floor is the run's: a restarted job under the same knowledge starts at the
+    learned window with the configured 60 s floor."""
+    k = StallKnowledge()
+    first = HealthMonitor(HealthConfig(expect_gpus=False), k)
+    _fast_run(first, 660.0)
+    assert first.stall_window().window_s == 20.0
+    second = HealthMonitor(HealthConfig(expect_gpus=False), k)
+    second.progress(ProgressReading(None, 1), 5000.0)
+    w = second.stall_window()
+    assert (w.window_s, w.source, w.floor_earned) == (60.0, "learned", False)
+
+
+def test_the_earned_floor_never_raises_a_lower_configured_one_nor_moves_fixed() -> None:
+    """`progress.stall_floor_s: 3` stays 3 (the earned floor only lowers it); under `fixed` the
+    window is stall_after_s whatever the run showed."""
+    low = HealthMonitor(HealthConfig(expect_gpus=False, stall=StallConfig(floor_s=3.0)))
+    _fast_run(low, 660.0)
+    assert (low.stall_window().window_s, low.stall_window().floor_earned) == (3.0, False)
+    fixed = HealthMonitor(HealthConfig(expect_gpus=False, stall=StallConfig(mode="fixed")))
+    _fast_run(fixed, 660.0)
+    assert (fixed.stall_window().window_s, fixed.stall_window().source) == (CEILING, "fixed")
+
+
+def test_an_earned_floor_is_explained_as_earned() -> None:
+    """The status line says the floor was earned by the run."""
+    m = HealthMonitor(HealthConfig(expect_gpus=False))
+    _fast_run(m, 660.0)
+    line = explain_window(m.stall_window().to_json())
+    assert line == (
+        "stall window 20 s (learned: 5 × p99 0.2 s over 2,000 steps; floor 20 s, earned by "
+        "this run's fast steps)"
+    )

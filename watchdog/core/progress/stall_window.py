@@ -18,6 +18,13 @@ phase has its own learned window, the ceiling until one of its kind has been see
 `StallKnowledge` is what was learned (one per daemon: it outlives a run of the job, and is kept
 in the state directory by the shell); `RunPhase` is one run's phase and the window it is under.
 Both are deterministic functions of their inputs (the instants the shell gives).
+
+A fast run earns a lower floor (SPEC §16, "A hang in 30 s for a fast job"): once the run has
+shown FAST_MIN_STEPS steps over FAST_MIN_S with a p99 training gap (its own gaps, not what an
+earlier run taught) of at most FAST_MAX_P99_S, its training window's floor is
+`max(FAST_FLOOR_MIN_S, FAST_FLOOR_FACTOR × p99)` (never above `progress.stall_floor_s`). Only the
+training window: an evaluation or a save keeps its own window (the ceiling until one of its kind
+has been seen to end), so a phase the run has not shown yet is never judged by the fast floor.
 """
 
 from __future__ import annotations
@@ -33,6 +40,12 @@ Phase = Literal["startup", "training", "eval", "checkpoint"]
 Source = Literal["learned", "ceiling", "fixed"]
 PHASES: tuple[Phase, ...] = ("startup", "training", "eval", "checkpoint")
 LEARNING: tuple[Phase, ...] = ("training", "eval", "checkpoint")  # the phases with gaps
+# SPEC §16: what a run must show before its training floor drops (docs/stall-windows.md)
+FAST_MIN_STEPS = 200
+FAST_MIN_S = 600.0
+FAST_MAX_P99_S = 2.0
+FAST_FLOOR_MIN_S = 20.0
+FAST_FLOOR_FACTOR = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +71,7 @@ class Window:
     factor: float = 5.0
     floor_s: float = 60.0
     ceiling_s: float = 900.0
+    floor_earned: bool = False  # SPEC §16: floor_s is the one this run earned (fast steps)
 
     def evidence(self) -> dict[str, str]:
         """`detector_fired stalled`'s fields: the window and why it was that long."""
@@ -69,6 +83,9 @@ class Window:
         }
         if self.p99_gap_s is not None:
             found["p99_gap_s"] = str(round(self.p99_gap_s, 3))
+        if self.floor_earned:
+            found["floor_s"] = str(round(self.floor_s, 3))
+            found["floor_earned"] = "true"
         return found
 
     def to_json(self) -> dict[str, object]:
@@ -81,6 +98,7 @@ class Window:
             "factor": self.factor,
             "floor_s": self.floor_s,
             "ceiling_s": self.ceiling_s,
+            "floor_earned": self.floor_earned,
         }
 
 
@@ -100,8 +118,11 @@ class StallKnowledge:
         if phase in self.finished:
             self.finished[phase] += 1
 
-    def window(self, phase: Phase, cfg: StallConfig, ceiling_s: float) -> Window:
-        """The window of `phase`; `ceiling_s` is `progress.stall_after_s`."""
+    def window(
+        self, phase: Phase, cfg: StallConfig, ceiling_s: float, earned: float | None = None
+    ) -> Window:
+        """The window of `phase`; `ceiling_s` is `progress.stall_after_s`; `earned`, a floor the
+        run earned (SPEC §16) in place of `progress.stall_floor_s`."""
         ring = self.rings.get(phase)
         n = 0 if ring is None else len(ring)
         p99 = None if ring is None else ring.quantile()
@@ -113,8 +134,11 @@ class StallKnowledge:
         )
         if not learned or p99 is None:
             return Window(phase, ceiling_s, "ceiling", n, p99, *how)
-        window_s = min(ceiling_s, max(cfg.floor_s, cfg.factor * p99))
-        return Window(phase, window_s, "learned", n, p99, *how)
+        floor_s = cfg.floor_s if earned is None else earned
+        window_s = min(ceiling_s, max(floor_s, cfg.factor * p99))
+        return Window(
+            phase, window_s, "learned", n, p99, cfg.factor, floor_s, ceiling_s, earned is not None
+        )
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -165,6 +189,12 @@ class RunPhase:
         self.ending: tuple[Phase, float] | None = None
         self.watched = False  # looks at progress.checkpoint.path are reported (quiet())
         self.quiet_at: float | None = None  # the first quiet look since the last save sign
+        # SPEC §16: what this run has shown of its training (earned_floor): its own training
+        # gaps (not an earlier run's), its first step (instant, number), its steps and the last
+        self.own_gaps = GapRing()
+        self.first_step: tuple[float, int | None] | None = None
+        self.steps_shown = 0
+        self.last_step_at: float | None = None
 
     def quiet(self, at: float) -> None:
         """A look at `progress.checkpoint.path` at `at` found no write since the previous look:
@@ -179,6 +209,33 @@ class RunPhase:
         repeat = step is not None and step == self.last_step
         self.last_step = step if step is not None else self.last_step
         self.signal(None if repeat else "training", at, previous_at)
+        if not repeat and self.phase == "training":
+            self._shown(step, at)
+
+    def _shown(self, step: int | None, at: float) -> None:
+        """A training step of this run, for the floor it may earn (earned_floor)."""
+        if self.first_step is None:
+            self.first_step = (at, step)
+        self.steps_shown += 1
+        first = self.first_step[1]
+        if step is not None and first is not None and step - first > self.steps_shown:
+            self.steps_shown = step - first  # several steps per line read (a fast job)
+        self.last_step_at = at if self.last_step_at is None else max(at, self.last_step_at)
+
+    def earned_floor(self, cfg: StallConfig) -> float | None:
+        """The training floor this run has earned (SPEC §16), when it is below the configured
+        one: FAST_MIN_STEPS steps over FAST_MIN_S, with a p99 of its own training gaps of at
+        most FAST_MAX_P99_S, give `max(FAST_FLOOR_MIN_S, FAST_FLOOR_FACTOR × p99)`."""
+        first, last = self.first_step, self.last_step_at
+        if cfg.mode == "fixed" or first is None or last is None:
+            return None
+        if last - first[0] < FAST_MIN_S or self.steps_shown < FAST_MIN_STEPS:
+            return None
+        p99 = self.own_gaps.quantile()
+        if p99 is None or len(self.own_gaps) < cfg.learn_steps or p99 > FAST_MAX_P99_S:
+            return None
+        floor = max(FAST_FLOOR_MIN_S, FAST_FLOOR_FACTOR * p99)
+        return floor if floor < cfg.floor_s else None
 
     def signal(self, kind: Phase | None, at: float, previous_at: float | None) -> None:
         """A sign of life at `at`: a training step ("training"), an evaluation or checkpoint
@@ -201,6 +258,8 @@ class RunPhase:
             # the one closed by the sign that confirms a save's end is the next phase's.
             owner = after if after in ("eval", "checkpoint") or ended_at is not None else before
             self.knowledge.learn(owner, at - previous_at)
+            if owner == "training" and 0 <= at - previous_at < math.inf:
+                self.own_gaps.add(round(at - previous_at, 3))
         if before in ("eval", "checkpoint") and after != before:
             self.knowledge.finish(before)
         if after != before:
@@ -239,11 +298,14 @@ class RunPhase:
         confirming sign, the larger of the checkpoint window and the next phase's: the sign may
         be the one before the save (a pause of the save follows) or the first after it."""
         if phase is None and self.ending is not None:
-            windows = [
-                self.knowledge.window(p, cfg, ceiling_s) for p in ("checkpoint", self.ending[0])
-            ]
+            windows = [self._window(p, cfg, ceiling_s) for p in ("checkpoint", self.ending[0])]
             return max(windows, key=lambda w: w.window_s)
-        return self.knowledge.window(phase or self.phase, cfg, ceiling_s)
+        return self._window(phase or self.phase, cfg, ceiling_s)
+
+    def _window(self, phase: Phase, cfg: StallConfig, ceiling_s: float) -> Window:
+        """`phase`'s window; the training one with the floor this run earned (SPEC §16)."""
+        earned = self.earned_floor(cfg) if phase == "training" else None
+        return self.knowledge.window(phase, cfg, ceiling_s, earned)
 
     def resume(self, phase: object) -> None:
         """The phase a re-exec carried (absent from older code: startup until the next step)."""

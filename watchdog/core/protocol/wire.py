@@ -246,7 +246,10 @@ def explain_window(sw: Mapping[str, Any]) -> str:
     unit = "steps" if phase == "training" else f"gaps in {phase}"
     bound = ""
     if w == sw.get("floor_s"):
-        bound = f"; floor {w:g} s"
+        # SPEC §16: a floor the run earned by its fast steps (absent from older daemons)
+        bound = f"; floor {w:g} s" + (
+            ", earned by this run's fast steps" * bool(sw.get("floor_earned"))
+        )
     elif w == sw.get("ceiling_s"):
         bound = f"; ceiling {w:g} s"
     return f"{head} (learned: {sw.get('factor', 5):g} × p99 {p99:.3g} s over {n:,} {unit}{bound})"
