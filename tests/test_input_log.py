@@ -220,7 +220,7 @@ def test_a_rotated_log_replays_the_health_verdicts_from_the_new_file_alone(
     """A rotated file starts with the GPU watch state and the current run's monitor whole
     (docs/state.md, "The input log"), after the core's state: the newest file alone replays
     every health verdict the daemon handed its core, within a run that began in an older file."""
-    monkeypatch.setattr(inputlog, "MAX_FILE_BYTES", 15_000)  # a head is some 8 kB here
+    monkeypatch.setattr(inputlog, "MAX_FILE_BYTES", 22_000)  # a head is some 14.5 kB here
     path = tmp_path / "inputs.jsonl"
     log = inputlog.InputLog(str(path), lambda error: None)
     fed = LoggedCore(log, log.supervisor(Policy(), 1234, 0.0))
