@@ -245,6 +245,24 @@ def priority(event: str) -> int:
 
 HOOK_EVENTS = frozenset(name for name, e in EVENTS.items() if e.hook)
 
+# SPEC §16 "Tell me": the events each notify level tells (core/views/tellme.py). Some are not
+# emitted yet (progress_reset, loss_nan, checkpoint_quarantined): they map when they appear.
+TELL_NEEDS_YOU = frozenset(
+    {
+        "fatal",
+        "job_parked",  # a host-fault park: the restart waits for the GPUs
+        "progress_reset",
+        "loss_nan",
+        "stop_unverified",
+        "gpu_fault",
+        "cluster_refused",
+        "checkpoint_quarantined",
+    }
+)
+TELL_FYI = frozenset({"restart_scheduled", "slowdown", "run_settled", "daemon_was_frozen"})
+TELL_DONE = frozenset({"job_completed"})
+TELL_PARKED = frozenset({"fatal", "job_parked", "stop_unverified"})  # "then: watchdogctl start"
+
 
 class State(StrEnum):
     """The supervisor's states (SPEC §3), as status and the history show them."""
