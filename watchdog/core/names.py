@@ -189,6 +189,17 @@ EVENTS: dict[str, EventName] = {
     "cluster_cert_expiring": EventName(
         "the client certificate for etcd (cluster.tls.cert_file) expires within 14 days", WARNING
     ),
+    # SPEC §16 "Tell me" (docs/notify.md): `url` is the URL's line in notify.urls_file, never
+    # the URL itself (it holds secrets)
+    "notify_sent": EventName("a message went out through Apprise: level, title, url"),
+    "notify_failed": EventName(
+        "a message did not reach a URL (url, error, attempt, retry_in_s; null: given up):"
+        " rate-limited per URL, with how many were suppressed",
+        WARNING,
+    ),
+    "notify_dropped": EventName(
+        "a URL's queue was full: its oldest message (the oldest fyi first) was dropped", WARNING
+    ),
     # only in `events --follow` streams, never in the history
     "events_dropped": EventName("a follower fell behind and lost this many events", WARNING),
 }

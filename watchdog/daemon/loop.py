@@ -214,6 +214,7 @@ class Daemon:
 
     async def _shut_down(self) -> int:
         """Everything closed and on disk; the exit status."""
+        await self.out.tell.finish()  # SPEC §16: the last news goes out first, bounded
         await self.control.close()
         if self.cluster is not None:
             await self.cluster.close()
@@ -367,6 +368,7 @@ class Daemon:
         self.books.runs.reconfigure(new)  # SPEC §15: the next run's code, keep, warm-up
         self.faults.cfg = new.gpus  # gpus.faults applies to the next fault
         self.out.hooks.cfg = new.hooks
+        self.out.tell.reconfigure(new.notify)  # SPEC §16
         self.forwarder.apply(new.job.forward_signals)
         self.inbox.post(MonitorReconfigured(params.health_of(new)))  # fed by the consumer
         self.sampler.reconfigure(old, new)

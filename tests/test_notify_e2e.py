@@ -1,0 +1,183 @@
+"""notify end to end (SPEC §16 "Tell me"): a real watchdogd tells real receivers on loopback
+through Apprise — an HTTP server taking `json://` and `ntfy://` posts, aiosmtpd for `mailto://`.
+
+Each test asserts exactly what arrived; the URL file's secret token appears nowhere the daemon
+writes or prints.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterator
+
+import pytest
+from conftest import DaemonFactory
+from support.harness import wait_until, write_script
+from support.receivers import HttpSink, MailSink, Silent
+
+SECRET = "tok-5f2b9c7e41d8a6"  # in the URL's path: a receiver's credential
+OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+
+
+@pytest.fixture
+def http_sink() -> Iterator[HttpSink]:
+    sink = HttpSink()
+    yield sink
+    sink.close()
+
+
+@pytest.fixture
+def mail_sink() -> Iterator[MailSink]:
+    sink = MailSink()
+    yield sink
+    sink.close()
+
+
+def urls_file(tmp: pathlib.Path, *urls: str) -> str:
+    path = tmp / "notify.urls"
+    path.write_text("# where the watchdog tells me\n" + "\n".join(urls) + "\n")
+    path.chmod(0o600)
+    return str(path)
+
+
+def oom_job(tmp: pathlib.Path) -> str:
+    """A job that prints a step and dies of a CUDA OOM: parked after two (repeated_cause)."""
+    return write_script(
+        tmp / "oom.py",
+        f"""
+        import sys
+        print("step 5/100 | 1,000 tok/s", flush=True)
+        print({OOM!r}, file=sys.stderr, flush=True)
+        sys.exit(1)
+        """,
+    )
+
+
+def flaky_job(tmp: pathlib.Path) -> str:
+    """A job that dies with a different message each run: never parked as a repeat."""
+    return write_script(
+        tmp / "flaky.py",
+        """
+        import os, sys
+        print("step 5/100 | 1,000 tok/s", flush=True)
+        print(f"RuntimeError: run {os.getpid()} went away", file=sys.stderr, flush=True)
+        sys.exit(1)
+        """,
+    )
+
+
+def assert_secret_nowhere(tmp: pathlib.Path, *outputs: str) -> None:
+    """The URL's token is in no file under the test's folder but the URL file, and in no output."""
+    for text in outputs:
+        assert SECRET not in text
+    for path in tmp.rglob("*"):
+        if path.is_file() and path.name != "notify.urls":
+            assert SECRET.encode() not in path.read_bytes(), path
+
+
+def test_a_park_is_told_once_naming_the_cause_and_the_next_command(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path, http_sink: HttpSink
+) -> None:
+    """A job parked for a repeated cuda_oom sends exactly one json:// message (needs_you only by
+    default), naming the cause, its line, the bundle to explain and `watchdogctl start`."""
+    urls = urls_file(tmp_path, f"json://127.0.0.1:{http_sink.port}/hook/{SECRET}")
+    d = make_daemon([oom_job(tmp_path)], {"notify": {"urls_file": urls}})
+    fatal = d.wait_event("fatal", timeout=30)[0]
+    sent = d.wait_event("notify_sent", timeout=30)[0]
+    wait_until(lambda: http_sink.posts, 10, "the post")
+    [post] = http_sink.posts
+    assert post.path == f"/hook/{SECRET}"
+    body = post.json()
+    assert body["title"] == sent["title"] == "testjob needs you: fatal (cuda_oom)"
+    lines = body["message"].splitlines()
+    assert len(lines) <= 12
+    assert "Cause: cuda_oom" in lines and f"Line: {OOM}" in lines
+    assert f"Next: watchdogctl explain {fatal['incident']}" in lines
+    assert "Then: watchdogctl start (once fixed)" in lines
+    assert sent["level"] == "needs_you" and sent["url"] == 2  # its line in the file
+    d.stop()
+    assert len(http_sink.posts) == 1  # the restart before the park was fyi: not asked for
+    assert_secret_nowhere(tmp_path, d.output())
+
+
+def test_a_crash_loop_is_at_most_two_messages_on_ntfy(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path, http_sink: HttpSink
+) -> None:
+    """A dozen restarts within a minute with fyi on: the first restart told at once, the rest
+    merged into the park's message — two ntfy posts, not thirteen."""
+    urls = urls_file(tmp_path, f"ntfy://127.0.0.1:{http_sink.port}/alerts")
+    over = {
+        "notify": {"urls_file": urls, "levels": ["needs_you", "fyi"]},
+        "restart": {"max_restarts": 12, "same_cause_limit": 50},
+    }
+    d = make_daemon([flaky_job(tmp_path)], over)
+    d.wait_event("fatal", timeout=60)
+    d.wait_event("notify_sent", timeout=30, count=2)
+    d.stop()
+    restarts = [e for e in d.history() if e["event"] == "restart_scheduled"]
+    assert len(restarts) >= 11
+    titles = [p.json()["title"] for p in http_sink.posts]
+    assert len(titles) == 2, titles
+    assert titles[0] == "testjob restarted after python_exception"
+    assert titles[1].startswith("testjob needs you: fatal")
+    assert all(p.json()["topic"] == "alerts" for p in http_sink.posts)
+    before = f"Before: {len(restarts) - 1} restarts in 1 min: python_exception ×{len(restarts) - 1}"
+    assert before in http_sink.posts[1].json()["message"].splitlines()
+
+
+def test_a_completed_job_is_told_by_mail(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path, mail_sink: MailSink
+) -> None:
+    """A job that exits 0 sends one plain-text e-mail through a real SMTP server."""
+    done = write_script(tmp_path / "done.py", "print('step 100/100 | 1,000 tok/s', flush=True)\n")
+    url = f"mailto://127.0.0.1:{mail_sink.port}?from=watchdog@example.com&to=me@example.com"
+    d = make_daemon([done], {"notify": {"urls_file": urls_file(tmp_path, url)}})
+    d.wait_event("job_completed", timeout=30)
+    d.wait_event("notify_sent", timeout=30, level="done")
+    wait_until(lambda: mail_sink.messages, 10, "the mail")
+    [mail] = mail_sink.messages
+    assert mail["Subject"] == "testjob completed"
+    assert mail["To"] == "me@example.com"
+    text = mail_sink.text(mail)
+    assert "Completed: the job exited with a success code." in text
+    assert "Next: watchdogctl runs" in text
+
+
+def test_a_receiver_that_is_gone_fails_and_the_job_still_restarts(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """A URL whose port refuses: notify_failed names its line, never the URL, and the killed job
+    is restarted all the same."""
+    gone = HttpSink()
+    gone.close()  # its port now refuses
+    urls = urls_file(tmp_path, f"json://127.0.0.1:{gone.port}/hook/{SECRET}")
+    job = write_script(tmp_path / "crash.py", "import sys\nsys.exit(3)\n")
+    over = {"notify": {"urls_file": urls, "levels": ["needs_you", "fyi"]}}
+    d = make_daemon([job], over)
+    failed = d.wait_event("notify_failed", timeout=30)[0]
+    d.wait_event("child_spawned", timeout=30, count=3)
+    assert failed["url"] == 2 and failed["attempt"] == 1 and failed["retry_in_s"] == 30.0
+    d.stop()
+    assert_secret_nowhere(tmp_path, d.output())
+
+
+def test_a_receiver_that_never_answers_holds_up_nothing(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path, http_sink: HttpSink
+) -> None:
+    """With a hung receiver on line 2, the receiver on line 3 still gets the park's message and
+    the daemon answers meanwhile."""
+    silent = Silent()
+    try:
+        urls = urls_file(
+            tmp_path,
+            f"json://127.0.0.1:{silent.port}/hook/{SECRET}",
+            f"json://127.0.0.1:{http_sink.port}/ok",
+        )
+        d = make_daemon([oom_job(tmp_path)], {"notify": {"urls_file": urls}})
+        d.wait_event("fatal", timeout=30)
+        d.wait_event("notify_sent", timeout=30, url=3)
+        wait_until(lambda: silent.accepted, 10, "the hung receiver's connection")
+        assert d.status()["state"] == "fatal"
+        assert [p.path for p in http_sink.posts] == ["/ok"]
+    finally:
+        silent.close()
