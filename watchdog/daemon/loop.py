@@ -82,7 +82,7 @@ class Daemon:
         self.tasks = Tasks(self.emit)  # the daemon's own tasks: a failure is reported
         reaper, token = reaping.Reaper(loop), state.instance_token()
         # events, systemd, hooks, books, state.json
-        self.out = make_outputs(cfg, state, token, reaper, self.tasks.spawn)
+        self.out = make_outputs(cfg, state, token, reaper, self.tasks.spawn, self.status)
         self.reloader = Reloader(cfg, self.out.notifier, self.emit)  # the config now
         inputs = InputLog(state.file("inputs.jsonl"), self._input_log_failed)
         # the one consumer: its inbox is the one way in, and it alone feeds the core

@@ -80,6 +80,7 @@ def make_outputs(
     token: str,
     reaper: reaping.Reaper,
     spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]],
+    status: Callable[[], dict[str, Any]],
 ) -> Outputs:
     """The event log, sd_notify, the process title, hooks; goodput and the timeline
     (SPEC §13); state.json. Blocking file and /proc reads run off the loop, each bounded
@@ -96,6 +97,6 @@ def make_outputs(
     events.add_hook(books.timeline.event)
     events.add_hook(runs.event)
     flush_io = blocking.BoundedWorker("state-flush")
-    tell = Tell(cfg.notify, emit, spawn)
+    tell = Tell(cfg.notify, emit, spawn, status)  # SPEC §16: the status says step, checkpoint
     events.add_hook(tell)
     return Outputs(events, Notifier(), ProcTitle(), hooks, books, writer, health, flush_io, tell)

@@ -20,7 +20,7 @@ import contextlib
 import socket
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,9 +60,11 @@ class Tell:
         cfg: NotifyConfig,
         emit: Callable[..., Any],
         spawn_task: Callable[[Coroutine[Any, Any, None]], Any],
+        status: Callable[[], Mapping[str, Any]] | None = None,
         host: str | None = None,
     ) -> None:
         self._emit = emit
+        self._status = status  # read only for an event worth a message: building it costs
         self._spawn_task = spawn_task
         self.core = Teller(host or socket.gethostname())
         self._lines: list[_Line] = []
@@ -113,7 +115,8 @@ class Tell:
     def __call__(self, record: dict[str, Any]) -> None:
         if not self._lines:
             return
-        self._post(self.core.see(record, time.monotonic()))
+        status = self._status() if self._status is not None and self.core.wants(record) else None
+        self._post(self.core.see(record, time.monotonic(), status))
 
     def _post(self, messages: list[Message]) -> None:
         for message in messages:

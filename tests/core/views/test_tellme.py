@@ -149,3 +149,35 @@ def test_a_message_is_at_most_12_lines_and_cuts_a_long_line() -> None:
     [m] = t.see(fatal() | {"cause_line": "y" * 5000}, 0.0)
     assert len(m.lines) <= MAX_LINES
     assert max(len(line) for line in m.lines) <= 170
+
+
+def test_the_status_gives_the_exit_step_and_the_checkpoint_at_risk() -> None:
+    """Where the events say less, the daemon's status names the step the run died at, the
+    newest complete checkpoint, its age and so the work at risk."""
+    status = {
+        "job": {"last_exit": {"cause": "cuda_oom", "step": 1204}},
+        "progress": {
+            "checkpoint": {
+                "path": "/ckpt/latest_checkpointed_iteration.txt",
+                "kind": "megatron",
+                "mark": 1000,
+                "label": "iteration 1000",
+                "age_s": 2820.0,
+            }
+        },
+    }
+    t = Teller("h")
+    t.see(exited(cause_rank=3), 0.0)
+    [m] = t.see(fatal(), 1.0, status)
+    assert "Cause: cuda_oom (rank 3, step 1,204)" in m.lines
+    assert "Checkpoint: iteration 1000 at /ckpt/latest_checkpointed_iteration.txt (47 min ago)" in (
+        m.lines
+    )
+    assert "Work lost: up to 47 min since that checkpoint" in m.lines
+
+
+def test_wants_only_the_configured_levels() -> None:
+    """wants() says whether an event is news at the levels set (the shell reads status then)."""
+    t = Teller("h")
+    assert t.wants(fatal()) and t.wants({"event": "job_completed"})
+    assert not t.wants(restart()) and not t.wants({"event": "child_spawned"})

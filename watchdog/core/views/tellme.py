@@ -94,6 +94,20 @@ class _Facts:
             if isinstance(record.get(key), int):
                 self.step = record[key]
 
+    def learn_status(self, status: Mapping[str, Any]) -> None:
+        """The daemon's status where the events say less: the step the last run died at, the
+        newest complete checkpoint (progress.checkpoint) and its age."""
+        exit = (status.get("job") or {}).get("last_exit") or {}
+        if isinstance(exit.get("step"), int):
+            self.step = exit["step"]
+        ck = (status.get("progress") or {}).get("checkpoint") or {}
+        if ck.get("mark") is not None:
+            self.checkpoint = {
+                "label": ck.get("label") or f"step {_num(ck['mark'])}",
+                "path": ck.get("path"),
+                "age_s": ck.get("age_s"),
+            }
+
 
 def cause_lines(exit: Mapping[str, Any], step: object = None) -> list[str]:
     """`Cause: cuda_oom (rank 3, step 1,204)` and the log line that named it."""
@@ -178,9 +192,17 @@ class Teller:
     pending: _Pending | None = None
     last_fyi_at: float | None = None
 
-    def see(self, record: Mapping[str, Any], now: float) -> list[Message]:
-        """The messages to send now because of `record`."""
+    def wants(self, record: Mapping[str, Any]) -> bool:
+        """Whether `record` is news at the configured levels (the shell then reads the status)."""
+        return level_of(record) in self.levels
+
+    def see(
+        self, record: Mapping[str, Any], now: float, status: Mapping[str, Any] | None = None
+    ) -> list[Message]:
+        """The messages to send now because of `record`; `status`, the daemon's, where known."""
         self.facts.learn(record)
+        if status is not None:
+            self.facts.learn_status(status)
         level = level_of(record)
         if level is None or level not in self.levels:
             return []
@@ -254,11 +276,19 @@ class Teller:
         return Message(level, title, tuple(lines[:MAX_LINES]))
 
     def _checkpoint_lines(self) -> list[str]:
+        """`Checkpoint: iteration 1,200 at /ckpt (47 min ago)`, and the work since it at risk."""
         c = self.facts.checkpoint
         if not c.get("path"):
             return []
-        step = f"step {_num(c['step'])} " if c.get("step") is not None else ""
-        return [f"Checkpoint: {step}at {c['path']}"]
+        label = c.get("label") or (f"step {_num(c['step'])}" if c.get("step") is not None else "")
+        age = c.get("age_s")
+        if not isinstance(age, int | float):
+            return [f"Checkpoint: {label + ' ' if label else ''}at {c['path']}"]
+        ago = _duration(float(age))
+        return [
+            f"Checkpoint: {label + ' ' if label else ''}at {c['path']} ({ago} ago)",
+            f"Work lost: up to {ago} since that checkpoint",
+        ]
 
     @staticmethod
     def _restart_summary(p: _Pending, now: float) -> str:
