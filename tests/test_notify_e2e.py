@@ -196,3 +196,45 @@ def test_a_receiver_that_never_answers_holds_up_nothing(
         assert [p.path for p in http_sink.posts] == ["/ok"]
     finally:
         silent.close()
+
+
+def test_notify_test_reports_each_url_by_line_and_scheme(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path, http_sink: HttpSink
+) -> None:
+    """`watchdogctl notify test --level fyi` sends one test message to each URL, prints each
+    result by line and scheme only, and exits 1 because the refusing URL failed."""
+    gone = HttpSink()
+    gone.close()
+    urls = urls_file(
+        tmp_path,
+        f"ntfy://127.0.0.1:{http_sink.port}/{SECRET}",
+        f"json://127.0.0.1:{gone.port}/hook/{SECRET}",
+    )
+    job = write_script(tmp_path / "idle.py", "import time\nwhile True:\n    time.sleep(1)\n")
+    d = make_daemon([job], {"notify": {"urls_file": urls}})
+    code, out, err = d.ctl("notify", "test", "--level", "fyi")
+    assert code == 1, err
+    assert out.splitlines() == [
+        "test message (fyi) sent to 1 of 2 URLs",
+        "  line 2 (ntfy://…): sent",
+        out.splitlines()[2],
+    ]
+    assert out.splitlines()[2].startswith("  line 3 (json://…): FAILED: ")
+    [post] = http_sink.posts
+    assert post.json()["title"] == "testjob: test message (fyi)"
+    assert post.json()["topic"] == SECRET
+    code, out, _ = d.ctl("notify", "test", "--level", "loud")
+    assert code == 2 and "level must be one of needs_you, fyi, done" in out + _
+    d.stop()
+    assert_secret_nowhere(tmp_path, d.output(), out)
+
+
+def test_notify_test_without_a_url_file_fails(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """With no notify.urls_file there is nothing to test: said so, exit 1."""
+    job = write_script(tmp_path / "idle.py", "import time\nwhile True:\n    time.sleep(1)\n")
+    d = make_daemon([job])
+    code, out, _ = d.ctl("notify", "test")
+    assert code == 1
+    assert out.strip() == "notify.urls_file is not set: no URL to test (docs/notify.md)"

@@ -27,7 +27,7 @@ from typing import Any
 from watchdog import blocking
 from watchdog.config import NotifyConfig, notifyfile
 from watchdog.core.ratelimit import RateLimit
-from watchdog.core.views.tellme import Message, Teller
+from watchdog.core.views.tellme import Message, Teller, trial_message
 from watchdog.outputs.apprisesend import SOCKET_TIMEOUT_S, Receiver
 
 SEND_TIMEOUT_S = 2 * SOCKET_TIMEOUT_S + 5  # connect + read, and a margin for the plugin itself
@@ -176,11 +176,7 @@ class Tell:
     async def _deliver(self, line: _Line, out: _Outgoing) -> None:
         r, m = line.receiver, out.message
         out.tries += 1
-        try:
-            send = lambda: r.send(m.title, m.body, m.level)  # noqa: E731 - named for the line
-            error = await line.worker.call(send, SEND_TIMEOUT_S, what=f"notify URL {r.line}")
-        except blocking.Hung as exc:
-            error = f"no answer: {exc}"
+        error = await self._send(line, m)
         if error is None:
             self._emit("notify_sent", level=m.level, title=m.title, url=r.line)
             return
@@ -204,6 +200,38 @@ class Tell:
     def _retry(self, line: _Line, out: _Outgoing) -> None:
         if line in self._lines:
             self._enqueue(line, out)
+
+    async def test(self, level: str) -> dict[str, Any]:
+        """`watchdogctl notify test` (SPEC §16): one test message to every URL at once, each on
+        its own worker (a URL whose worker is still stuck says so at once), bypassing the queue
+        and the retries: the operator sees each receiver's answer now."""
+        job = str(self._status()["job"]["name"]) if self._status is not None else "job"
+        message = trial_message(job, self.core.host, level)
+        results = await asyncio.gather(*(self._try(line, message) for line in self._lines))
+        ok = sum(1 for r in results if r["ok"])
+        if not results:
+            summary = "notify.urls_file is not set: no URL to test (docs/notify.md)"
+        else:
+            summary = f"test message ({level}) sent to {ok} of {len(results)} URLs"
+        return {"summary": summary, "results": list(results)}
+
+    async def _send(self, line: _Line, m: Message) -> str | None:
+        """One message to one URL on its worker, bounded: None, or why it did not go."""
+        r = line.receiver
+        try:
+            send = lambda: r.send(m.title, m.body, m.level)  # noqa: E731 - named for the line
+            return await line.worker.call(send, SEND_TIMEOUT_S, what=f"notify URL {r.line}")
+        except blocking.Hung as exc:
+            return f"no answer: {exc}"
+
+    async def _try(self, line: _Line, m: Message) -> dict[str, Any]:
+        r = line.receiver
+        error = await self._send(line, m)
+        if error is None:
+            self._emit("notify_sent", level=m.level, title=m.title, url=r.line)
+        else:
+            self._emit("notify_failed", url=r.line, error=error, level=m.level, title=m.title)
+        return {"url": r.line, "scheme": r.scheme, "ok": error is None, "error": error}
 
     def close(self) -> None:
         if self._timer is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from watchdog.core.views.tellme import LEVELS, MAX_LINES, Teller, level_of
+from watchdog.core.views.tellme import LEVELS, MAX_LINES, Teller, level_of, trial_message
 
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
 BUNDLE = "/state/incidents/20261206T132214Z-cuda_oom"
@@ -181,3 +181,17 @@ def test_wants_only_the_configured_levels() -> None:
     t = Teller("h")
     assert t.wants(fatal()) and t.wants({"event": "job_completed"})
     assert not t.wants(restart()) and not t.wants({"event": "child_spawned"})
+
+
+def test_watchdogctl_knows_the_same_levels() -> None:
+    """The protocol's copy of the levels (watchdogctl imports it alone) is the core's list."""
+    from watchdog.core.protocol.wire import NOTIFY_LEVELS
+
+    assert NOTIFY_LEVELS == LEVELS
+
+
+def test_a_test_message_says_it_is_one() -> None:
+    """`notify test`'s message names the job, the host and the level, and that nothing happened."""
+    m = trial_message("llama", "gpu-node-7", "fyi")
+    assert m.title == "llama: test message (fyi)"
+    assert m.lines[1] == "A test of notify at level fyi: nothing happened to the job."

@@ -46,6 +46,16 @@ class Message:
         return "\n".join(self.lines)
 
 
+def trial_message(job: str, host: str, level: str) -> Message:
+    """`watchdogctl notify test` (SPEC §16): says what it is, so nobody acts on it."""
+    lines = (
+        f"Job {job} on {host}",
+        f"A test of notify at level {level}: nothing happened to the job.",
+        "Sent by: watchdogctl notify test",
+    )
+    return Message(level, f"{job}: test message ({level})", lines)
+
+
 def level_of(record: Mapping[str, Any]) -> str | None:
     """SPEC §16's level of one event record, or None: not worth a message."""
     name = record.get("event")
