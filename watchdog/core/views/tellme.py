@@ -270,13 +270,14 @@ class Teller:
                 lines.append(f"Step: {record['step']:,}")
             if isinstance(record.get("runtime_s"), int | float):
                 lines.append(f"Ran: {_duration(float(record['runtime_s']))}")
+            lines += self._checkpoint_lines()[:1]  # where the result is; nothing is at risk
         else:
             cause = record.get("cause") or exit.get("cause") or record.get("reason")
             title = f"{job} needs you: {record.get('event')}" + (f" ({cause})" if cause else "")
             lines = [self._head(record), _why(record)]
             source = {**exit, **record} if record.get("cause") else exit
             lines += cause_lines(source, self.facts.step)
-        lines += self._checkpoint_lines()
+            lines += self._checkpoint_lines()
         if level == "needs_you" and self.pending is not None:
             summary = self._restart_summary(self.pending, now)
             if summary:
@@ -323,7 +324,8 @@ class Teller:
             title = f"{job}: {p.other[0]}" if p.other else f"{job}: news"
         lines = [f"Job {job} on {self.host}"]
         if n:
-            lines.append(f"Restarted: {self._restart_summary(p, now)}.")
+            said = self._restart_summary(p, now) if n > 1 else "once, automatically"
+            lines.append(f"Restarted: {said}.")
             exit = last.get("exit") or {}
             if record.get("reason") == "exited":
                 lines += cause_lines(exit, self.facts.step)
