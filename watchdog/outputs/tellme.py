@@ -115,8 +115,10 @@ class Tell:
     def __call__(self, record: dict[str, Any]) -> None:
         if not self._lines:
             return
-        status = self._status() if self._status is not None and self.core.wants(record) else None
-        self._post(self.core.see(record, time.monotonic(), status))
+        now = time.monotonic()
+        wanted = self._status is not None and self.core.wants(record, now)
+        status = self._status() if self._status is not None and wanted else None
+        self._post(self.core.see(record, now, status))
 
     def _post(self, messages: list[Message]) -> None:
         for message in messages:

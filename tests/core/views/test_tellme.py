@@ -179,8 +179,18 @@ def test_the_status_gives_the_exit_step_and_the_checkpoint_at_risk() -> None:
 def test_wants_only_the_configured_levels() -> None:
     """wants() says whether an event is news at the levels set (the shell reads status then)."""
     t = Teller("h")
-    assert t.wants(fatal()) and t.wants({"event": "job_completed"})
-    assert not t.wants(restart()) and not t.wants({"event": "child_spawned"})
+    assert t.wants(fatal(), 0.0) and t.wants({"event": "job_completed"}, 0.0)
+    assert not t.wants(restart(), 0.0) and not t.wants({"event": "child_spawned"}, 0.0)
+
+
+def test_wants_an_fyi_only_when_it_goes_out_now() -> None:
+    """A held fyi needs no status: wants() is true for the first one and once the interval
+    has passed, false in between."""
+    t = everything(interval=600.0)
+    assert t.wants(restart(), 0.0)
+    t.see(restart(), 0.0)
+    assert not t.wants(restart(), 599.0)
+    assert t.wants(restart(), 600.0)
 
 
 def test_watchdogctl_knows_the_same_levels() -> None:

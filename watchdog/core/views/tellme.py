@@ -202,9 +202,17 @@ class Teller:
     pending: _Pending | None = None
     last_fyi_at: float | None = None
 
-    def wants(self, record: Mapping[str, Any]) -> bool:
-        """Whether `record` is news at the configured levels (the shell then reads the status)."""
-        return level_of(record) in self.levels
+    def wants(self, record: Mapping[str, Any], now: float) -> bool:
+        """Whether `record` makes a message go out now (the shell then builds the status, which
+        costs: not for an fyi that is only held)."""
+        level = level_of(record)
+        if level not in self.levels:
+            return False
+        return (
+            level != "fyi"
+            or self.last_fyi_at is None
+            or now >= self.last_fyi_at + (self.min_interval_s)
+        )
 
     def see(
         self, record: Mapping[str, Any], now: float, status: Mapping[str, Any] | None = None
