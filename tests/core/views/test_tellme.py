@@ -142,6 +142,14 @@ def test_completion_is_told_with_step_and_time() -> None:
     assert "Step: 50,000" in m.lines and "Ran: 2.0 h" in m.lines
 
 
+def test_completion_names_goodput_and_runs_from_the_status() -> None:
+    """SPEC §16's done message carries the goodput and how many runs it took."""
+    t = Teller("h")
+    record = {"event": "job_completed", "job": "llama", "step": 50000, "runtime_s": 60.0}
+    [m] = t.see(record, 0.0, {"goodput": {"ratio": 0.9412}, "run": {"run": 7}})
+    assert "Goodput: 94.1 % over 7 runs" in m.lines
+
+
 def test_a_message_is_at_most_12_lines_and_cuts_a_long_line() -> None:
     """However long the cause's line, the message stays within 12 short lines."""
     t = Teller("h")

@@ -91,6 +91,8 @@ class _Facts:
     exit: dict[str, Any] = field(default_factory=dict)  # the last child_exited record
     checkpoint: dict[str, Any] = field(default_factory=dict)  # step, path
     step: object = None  # the newest step an event named
+    goodput: object = None  # the status's goodput ratio (0..1) and the current run's number
+    run: object = None
 
     def learn(self, record: Mapping[str, Any]) -> None:
         name = record.get("event")
@@ -107,6 +109,10 @@ class _Facts:
     def learn_status(self, status: Mapping[str, Any]) -> None:
         """The daemon's status where the events say less: the step the last run died at, the
         newest complete checkpoint (progress.checkpoint) and its age."""
+        self.goodput = (status.get("goodput") or {}).get("ratio")
+        self.run = (status.get("run") or {}).get("run")  # null once the run is closed: then
+        if self.run is None and isinstance((status.get("restarts") or {}).get("total"), int):
+            self.run = status["restarts"]["total"] + 1  # the runs of this daemon's life
         exit = (status.get("job") or {}).get("last_exit") or {}
         if isinstance(exit.get("step"), int):
             self.step = exit["step"]
@@ -278,6 +284,7 @@ class Teller:
                 lines.append(f"Step: {record['step']:,}")
             if isinstance(record.get("runtime_s"), int | float):
                 lines.append(f"Ran: {_duration(float(record['runtime_s']))}")
+            lines += self._goodput_lines()
             lines += self._checkpoint_lines()[:1]  # where the result is; nothing is at risk
         else:
             cause = record.get("cause") or exit.get("cause") or record.get("reason")
@@ -293,6 +300,14 @@ class Teller:
             self.pending = None
         lines += _next(record, exit)
         return Message(level, title, tuple(lines[:MAX_LINES]))
+
+    def _goodput_lines(self) -> list[str]:
+        """SPEC §16's done: `Goodput: 94.1 % over 7 runs` (the status's, where known)."""
+        ratio, run = self.facts.goodput, self.facts.run
+        if not isinstance(ratio, int | float):
+            return []
+        runs = f" over {run} run{'s' if run != 1 else ''}" if isinstance(run, int) else ""
+        return [f"Goodput: {ratio * 100:.1f} %{runs}"]
 
     def _checkpoint_lines(self) -> list[str]:
         """`Checkpoint: iteration 1,200 at /ckpt (47 min ago)`, and the work since it at risk."""
