@@ -99,3 +99,25 @@ def test_notify_failed_is_rate_limited_per_url(tmp_path: pathlib.Path) -> None:
     assert len(failed) == FAILED_BURST
     assert all(f["url"] == 1 and f["attempt"] == 1 and f["retry_in_s"] == 30.0 for f in failed)
     assert all("tok-secret" not in str(f) for f in emitted)
+
+
+def test_a_bug_while_telling_is_reported_not_raised_into_the_emitter(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The hook runs inside EventLog.emit: a status that raises becomes internal_error_caught,
+    and the event that was being emitted goes on."""
+    emitted: list[dict[str, Any]] = []
+
+    def broken_status() -> dict[str, Any]:
+        raise KeyError("job")
+
+    async def main() -> None:
+        cfg = NotifyConfig(urls_file=url_file(tmp_path, "json://127.0.0.1:9/x"), levels=LEVELS)
+        tell = Tell(cfg, lambda e, **f: emitted.append({"event": e, **f}), print, broken_status)
+        tell(fatal(1))
+        tell.close()
+
+    asyncio.run(main())
+    assert emitted == [
+        {"event": "internal_error_caught", "where": "notify", "error": "KeyError: 'job'"}
+    ]

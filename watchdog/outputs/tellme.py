@@ -115,10 +115,16 @@ class Tell:
     def __call__(self, record: dict[str, Any]) -> None:
         if not self._lines:
             return
-        now = time.monotonic()
-        wanted = self._status is not None and self.core.wants(record, now)
-        status = self._status() if self._status is not None and wanted else None
-        self._post(self.core.see(record, now, status))
+        # A hook runs inside EventLog.emit, on the path of whatever emitted: a bug here is
+        # reported, never raised into the supervision that emitted (docs/notify.md).
+        try:
+            now = time.monotonic()
+            wanted = self._status is not None and self.core.wants(record, now)
+            status = self._status() if self._status is not None and wanted else None
+            self._post(self.core.see(record, now, status))
+        except Exception as exc:  # a watchdog bug: said, and the event goes on to the others
+            error = f"{type(exc).__name__}: {exc}"
+            self._emit("internal_error_caught", where="notify", error=error)
 
     def _post(self, messages: list[Message]) -> None:
         for message in messages:
