@@ -238,3 +238,30 @@ def test_notify_test_without_a_url_file_fails(
     code, out, _ = d.ctl("notify", "test")
     assert code == 1
     assert out.strip() == "notify.urls_file is not set: no URL to test (docs/notify.md)"
+
+
+@pytest.mark.slow  # waits for a wall-clock minute: 30-90 s
+def test_the_digest_goes_at_its_local_time(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path, http_sink: HttpSink
+) -> None:
+    """With notify.digest_at a minute or so ahead, the daemon sends one digest of the last 24 h
+    at that local time: its runs, its restarts, the state now."""
+    import datetime
+
+    ahead = datetime.datetime.now() + datetime.timedelta(seconds=90)
+    digest_at = ahead.strftime("%H:%M")  # 30-90 s from now: after the daemon is up
+    urls = urls_file(tmp_path, f"json://127.0.0.1:{http_sink.port}/digest")
+    job = write_script(
+        tmp_path / "train.py",
+        "import time\nwhile True:\n    print('1,000.0 tok/s', flush=True)\n    time.sleep(0.5)\n",
+    )
+    d = make_daemon([job], {"notify": {"urls_file": urls, "digest_at": digest_at}})
+    d.wait_state("running", timeout=30)
+    sent = d.wait_event("notify_sent", timeout=150, level="digest")[0]
+    assert sent["title"] == "testjob: the last 24 h: 0 restarts"
+    wait_until(lambda: http_sink.posts, 10, "the digest's post")
+    [post] = http_sink.posts
+    lines = post.json()["message"].splitlines()
+    assert "Runs started: 1" in lines and "State now: running" in lines
+    assert "Throughput now: 1,000 tok/s" in lines
+    assert lines[-1] == "Next: watchdogctl timeline --since 24h"

@@ -97,6 +97,6 @@ def make_outputs(
     events.add_hook(books.timeline.event)
     events.add_hook(runs.event)
     flush_io = blocking.BoundedWorker("state-flush")
-    tell = Tell(cfg.notify, emit, spawn, status)  # SPEC §16: the status says step, checkpoint
+    tell = Tell(cfg.notify, emit, spawn, status, history=events.history)  # SPEC §16
     events.add_hook(tell)
     return Outputs(events, Notifier(), ProcTitle(), hooks, books, writer, health, flush_io, tell)

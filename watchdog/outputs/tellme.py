@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import socket
 import time
 from collections import deque
@@ -27,8 +28,10 @@ from typing import Any
 from watchdog import blocking
 from watchdog.config import NotifyConfig, notifyfile
 from watchdog.core.ratelimit import RateLimit
+from watchdog.core.views import digest
 from watchdog.core.views.tellme import Message, Teller, trial_message
 from watchdog.outputs.apprisesend import SOCKET_TIMEOUT_S, Receiver
+from watchdog.outputs.digesting import DigestClock
 
 SEND_TIMEOUT_S = 2 * SOCKET_TIMEOUT_S + 5  # connect + read, and a margin for the plugin itself
 RETRY_S = (30.0, 120.0, 600.0)  # the waits before the 2nd, 3rd and 4th try
@@ -62,9 +65,12 @@ class Tell:
         spawn_task: Callable[[Coroutine[Any, Any, None]], Any],
         status: Callable[[], Mapping[str, Any]] | None = None,
         host: str | None = None,
+        history: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> None:
         self._emit = emit
         self._status = status  # read only for an event worth a message: building it costs
+        self._history = history  # the events the daemon holds: the digest's 24 h
+        self._digest: DigestClock | None = None
         self._spawn_task = spawn_task
         self.core = Teller(host or socket.gethostname())
         self._lines: list[_Line] = []
@@ -83,6 +89,20 @@ class Tell:
         self.cfg = cfg
         self.core.levels = frozenset(cfg.levels)
         self.core.min_interval_s = cfg.min_interval_s
+        if self._digest is not None and self._digest.at != cfg.digest_at:
+            self._digest.close()
+            self._digest = None
+        if cfg.digest_at is not None and self._digest is None:
+            self._digest = DigestClock(cfg.digest_at, self._send_digest)
+
+    def _send_digest(self, now: float) -> None:
+        """SPEC §16: the last 24 h of the events the daemon holds, and the status now."""
+        cutoff = datetime.datetime.fromtimestamp(now - digest.DAY_S, datetime.UTC)
+        since = cutoff.strftime("%Y-%m-%dT%H:%M:%S")  # the events' `ts` compare as text
+        events = [e for e in (self._history() if self._history else []) if e["ts"] >= since]
+        status = self._status() if self._status is not None else {}
+        job = str((status.get("job") or {}).get("name") or "job")
+        self._post([digest.digest_message(job, self.core.host, events, status)])
 
     def _use(self, receivers: list[Receiver]) -> None:
         for line in self._lines:
@@ -244,6 +264,8 @@ class Tell:
     def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        if self._digest is not None:
+            self._digest.close()
         for line in self._lines:
             line.worker.close()
         self._file_io.close()
