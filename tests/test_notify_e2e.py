@@ -11,6 +11,7 @@ import pathlib
 from collections.abc import Iterator
 
 import pytest
+import yaml
 from conftest import DaemonFactory
 from support.harness import wait_until, write_script
 from support.receivers import HttpSink, MailSink, Silent
@@ -265,3 +266,20 @@ def test_the_digest_goes_at_its_local_time(
     assert "Runs started: 1" in lines and "State now: running" in lines
     assert "Throughput now: 1,000 tok/s" in lines
     assert lines[-1] == "Next: watchdogctl timeline --since 24h"
+
+
+def test_a_reload_brings_in_a_new_url_file(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path, http_sink: HttpSink
+) -> None:
+    """notify set by `watchdogctl reload` is in force when the reload answers: a `notify test`
+    right after it reaches the new URL."""
+    job = write_script(tmp_path / "idle.py", "import time\nwhile True:\n    time.sleep(1)\n")
+    d = make_daemon([job])
+    urls = urls_file(tmp_path, f"json://127.0.0.1:{http_sink.port}/new")
+    d.cfg["notify"] = {"urls_file": urls}
+    d.config_path.write_text(yaml.safe_dump(d.cfg))
+    code, _, err = d.ctl("reload")
+    assert code == 0, err
+    code, out, _ = d.ctl("notify", "test")
+    assert code == 0 and "  line 2 (json://…): sent" in out.splitlines()
+    assert [p.path for p in http_sink.posts] == ["/new"]

@@ -368,7 +368,7 @@ class Daemon:
         self.books.runs.reconfigure(new)  # SPEC §15: the next run's code, keep, warm-up
         self.faults.cfg = new.gpus  # gpus.faults applies to the next fault
         self.out.hooks.cfg = new.hooks
-        self.out.tell.reconfigure(new.notify)  # SPEC §16
+        await self.out.tell.reconfigure(new.notify)  # SPEC §16
         self.forwarder.apply(new.job.forward_signals)
         self.inbox.post(MonitorReconfigured(params.health_of(new)))  # fed by the consumer
         self.sampler.reconfigure(old, new)

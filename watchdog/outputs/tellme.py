@@ -113,10 +113,12 @@ class Tell:
     def enabled(self) -> bool:
         return bool(self._lines)
 
-    def reconfigure(self, cfg: NotifyConfig) -> None:
-        """A reload: the levels and the interval at once; the URL file re-read off the loop."""
+    async def reconfigure(self, cfg: NotifyConfig) -> None:
+        """A reload: the levels, the interval and the digest's time at once; the URL file
+        re-read off the loop, before the reload answers (a `notify test` right after it
+        reaches the new URLs)."""
         self._set(cfg)
-        self._spawn_task(self._reread(cfg.urls_file))
+        await self._reread(cfg.urls_file)
 
     async def _reread(self, path: str | None) -> None:
         if path is None:
