@@ -30,7 +30,7 @@ $(BASE_STAMP): pyproject.toml
 	touch $@
 
 $(STAMP): $(BASE_STAMP)
-	$(BIN)/pip install -q -e '.[dev,diagnostics,metrics,cluster]'
+	$(BIN)/pip install -q -e '.[dev,diagnostics,metrics,cluster,notify]'
 	@# The torchrun and framework tests need torch (and transformers, lightning); where they cannot be installed they skip and say why.
 	$(BIN)/pip install -q $(TORCH_PIP_ARGS) -e '.[torch,frameworks]' || \
 		echo "torch or the frameworks extra could not be installed: tests/test_torchrun.py and tests/test_frameworks.py will skip, saying why" >&2

@@ -20,13 +20,14 @@ _watchdogctl() {
         -n) COMPREPLY=($(compgen -W '20 50 100 500' -- "$cur")); return 0 ;;
         --timeout) COMPREPLY=($(compgen -W '60 300 900 1800' -- "$cur")); return 0 ;;
         --settle) COMPREPLY=($(compgen -W '30 60 120 300' -- "$cur")); return 0 ;;
+        --level) COMPREPLY=($(compgen -W 'needs_you fyi done' -- "$cur")); return 0 ;;
     esac
     [[ ${#COMPREPLY[@]} -gt 0 ]] && return 0
     cmd=
     for ((i = 1; i < COMP_CWORD; i++)); do
         w=${COMP_WORDS[i]}
         case $w in
-            --socket|-n|--timeout|--since|--settle) ((i++)) ;;
+            --socket|-n|--timeout|--since|--settle|--level) ((i++)) ;;
             -*) ;;
             *) cmd=$w; break ;;
         esac
@@ -35,7 +36,7 @@ _watchdogctl() {
         if [[ $cur == -* ]]; then
             COMPREPLY=($(compgen -W '--socket --json --help -h' -- "$cur"))
         else
-            COMPREPLY=($(compgen -W 'status start stop restart events logs pause resume reload reexec timeline runs explain' -- "$cur"))
+            COMPREPLY=($(compgen -W 'status start stop restart events logs pause resume reload reexec timeline runs notify explain' -- "$cur"))
         fi
         return 0
     fi
@@ -52,6 +53,7 @@ _watchdogctl() {
         reexec) opts='' ;;
         timeline) opts='--since' ;;
         runs) opts='-n show' ;;
+        notify) opts='--level test' ;;
         explain) [[ $cur != -* ]] && { COMPREPLY=($(compgen -f -- "$cur")); return 0; }; opts='--exit-code --signal' ;;
         *) opts= ;;
     esac

@@ -101,10 +101,11 @@ def test_error_keeps_the_request_id_when_it_was_readable() -> None:
 
 
 def test_every_mutating_command_is_marked() -> None:
-    """The command table marks exactly the commands SPEC §8 (and §12: reexec) lets only
-    operators run."""
+    """The command table marks exactly the commands SPEC §8 (and §12: reexec; §16: notify test,
+    which reaches the operator's phone) lets only operators run."""
     mutating = {name for name, spec in P.COMMANDS.items() if spec.mutating}
-    assert mutating == {"start", "stop", "restart", "pause", "resume", "reload", "reexec"}
+    ops = {"start", "stop", "restart", "pause", "resume", "reload", "reexec", "notify"}
+    assert mutating == ops
 
 
 # ------------------------------------------------------------------------------- replies

@@ -154,12 +154,35 @@ def cmd_runs(c: Client, o: dict[str, Any]) -> int:
     return EXIT_OK
 
 
+NOTIFY_TEST_TIMEOUT_S = 60.0  # the daemon gives each URL 25 s, all at once (outputs/tellme.py)
+
+
+def cmd_notify(c: Client, o: dict[str, Any]) -> int:
+    """`notify test [--level L]` (SPEC §16): the daemon sends one test message to every URL of
+    notify.urls_file and answers each one's result, the URL named by its line and scheme only
+    (it is a secret); exit 1 if any failed."""
+    c.settimeout(NOTIFY_TEST_TIMEOUT_S)
+    reply = c.call("notify", o["args"])
+    if not reply["ok"]:
+        return failed(reply, o, EXIT_NOT_HEALTHY)
+    results = reply["result"]["results"]
+    if o["json"]:
+        out(jsoncodec.dumps(reply["result"]))
+    else:
+        out(reply["result"]["summary"])
+        for r in results:
+            said = "sent" if r["ok"] else f"FAILED: {r['error']}"
+            out(f"  line {r['url']} ({r['scheme']}://…): {said}")
+    return EXIT_OK if results and all(r["ok"] for r in results) else EXIT_NOT_HEALTHY
+
+
 COMMANDS: dict[str, Callable[[Client, dict[str, Any]], int]] = {
     "status": cmd_status,
     "events": cmd_stream,
     "logs": cmd_stream,
     "timeline": cmd_timeline,
     "runs": cmd_runs,
+    "notify": cmd_notify,
 }
 
 

@@ -25,6 +25,11 @@ VALUE_NAME["since"] = "24h"
 OPTION_OF["settle"] = "--settle"
 ARG_OF["--settle"] = "settle"
 VALUE_NAME["settle"] = "S"
+# `notify test [--level L]` (SPEC §16); `test` is a word, like `runs show N`
+OPTION_OF["level"] = "--level"
+ARG_OF["--level"] = "level"
+VALUE_NAME["level"] = "L"
+WORD_OF = {"notify": "test"}  # a command that is one word more: `notify test`
 
 
 # offline: the daemon's classifier on a log file or an incident bundle (watchdog/cli/explain.py)
@@ -46,7 +51,7 @@ def usage() -> str:
             for a in spec.args
             if a in OPTION_OF
         )
-        head = f"  {name} {opts}".rstrip()
+        head = f"  {name} {WORD_OF.get(name, '')} {opts}".replace("  [", " [").rstrip()
         lines.append(f"{head:<32}{spec.help}" if len(head) < 32 else f"{head}\n{'':32}{spec.help}")
     head = "  explain LOG [--exit-code N | --signal NAME]"
     lines += [f"{head}\n{'':32}{EXPLAIN_HELP}"]
@@ -77,7 +82,7 @@ def parse(argv: list[str]) -> dict[str, Any]:
             opts["help"] = True
         elif arg == "--json":
             opts["json"] = True
-        elif name in ("--socket", "-n", "--timeout", "--since", "--settle"):
+        elif name in ("--socket", "-n", "--timeout", "--since", "--settle", "--level"):
             if not eq:
                 if not rest:
                     raise Usage(f"{name} needs a value")
@@ -89,6 +94,8 @@ def parse(argv: list[str]) -> dict[str, Any]:
             raise Usage(f"unknown option {arg}")
         elif opts["cmd"] is None:
             opts["cmd"] = arg
+        elif opts["cmd"] == "notify" and arg == "test" and "test" not in opts["args"]:
+            opts["args"]["test"] = True
         elif opts["cmd"] == "runs" and arg == "show" and "show" not in opts["args"]:
             opts["args"]["show"] = _run_number(rest.pop(0) if rest else "")
         else:
@@ -107,6 +114,9 @@ def _option_value(opts: dict[str, Any], name: str, value: str) -> None:
         return
     if name == "--since":
         opts["args"]["since"] = _duration(value)
+        return
+    if name == "--level":
+        opts["args"]["level"] = value  # checked with the command's other arguments
         return
     try:
         opts["args"][ARG_OF[name]] = int(value) if name == "-n" else float(value)
@@ -144,6 +154,8 @@ def _check_command(opts: dict[str, Any]) -> None:
     for arg in opts["args"]:
         if arg not in protocol.COMMANDS[cmd].args:
             raise Usage(f"{cmd} takes no {OPTION_OF[arg]}")
+    if cmd == "notify" and not opts["args"].get("test"):
+        raise Usage("notify needs a word: notify test [--level L]")
     try:
         opts["args"] = protocol.check_args(cmd, opts["args"])
     except protocol.ProtocolError as e:

@@ -150,4 +150,13 @@ DOCS: dict[str, str] = {
     "progress.learn_steps": "gaps between steps seen before the learned window is used",
     "progress.stall_factor": "the learned window is this many times the p99 gap",
     "progress.stall_floor_s": "the learned window is never shorter than this",
+    "notify": "tell the operator through Apprise: ntfy, Slack, e-mail, ... (docs/notify.md; "
+    "needs the notify extra)",
+    "notify.urls_file": "a file of Apprise URLs, one a line: owned by the daemon's user or root, "
+    "mode 0600, or exit 78; its contents are never printed; null: no messages",
+    "notify.levels": "what to tell: needs_you (parked, a fault), fyi (restarts, slowdowns; "
+    "merged), done (completed)",
+    "notify.min_interval_s": "at most one fyi message per this many seconds (the news between "
+    "is merged); needs_you goes at once",
+    "notify.digest_at": 'a daily digest at this local time, "HH:MM"; null: none',
 }

@@ -35,7 +35,9 @@ from watchdog.config.fields import (
     parse_reasons,
     parse_signal,
 )
+from watchdog.config.notifyfile import parse_digest_at, parse_levels
 from watchdog.core.health.userrule import UserRule
+from watchdog.core.views.tellme import DEFAULT_LEVELS
 
 _NO_ENV: Mapping[str, str] = types.MappingProxyType({})
 
@@ -249,6 +251,17 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class NotifyConfig:
+    """notify (SPEC §16 "Tell me", docs/notify.md): messages through Apprise. `urls_file` is a
+    secret (StrictModes, like cluster.auth.password_file): only its path is ever kept here."""
+
+    urls_file: str | None = field(default=None, metadata=_m(path=True))
+    levels: tuple[str, ...] = field(default=DEFAULT_LEVELS, metadata=_m(parse=parse_levels))
+    min_interval_s: float = field(default=600.0, metadata=_m(gt=0))
+    digest_at: str | None = field(default=None, metadata=_m(parse=parse_digest_at))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ExitCodesConfig:
     """`watchdogd --exit-with-job` (SPEC §13): the daemon's exit code for each way the job ends
     for good, read by the scheduler above (Slurm's RequeueExit/RequeueExitHold, Kubernetes'
@@ -274,6 +287,7 @@ class Config:
     exit_codes: ExitCodesConfig = field(default_factory=ExitCodesConfig)
     timeline: TimelineConfig = field(default_factory=TimelineConfig)
     runs: RunsConfig = field(default_factory=RunsConfig)  # SPEC §15
+    notify: NotifyConfig = field(default_factory=NotifyConfig)  # SPEC §16
     # SPEC §14: the user's exit causes, tried before the built-in ones (docs/causes.md)
     causes: tuple[UserRule, ...] = field(default=(), metadata=_m(parse=parse_causes))
     state_dir: str = field(default="/var/lib/train-watchdog", metadata=_m(path=True))

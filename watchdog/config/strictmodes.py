@@ -16,6 +16,8 @@ import shutil
 import stat
 from typing import TYPE_CHECKING
 
+from watchdog.config.notifyfile import check_urls_file
+
 if TYPE_CHECKING:
     from watchdog.config.schema import Config
 
@@ -178,6 +180,9 @@ def check_filesystem(cfg: Config) -> tuple[str, str] | None:
             return key, problem
     if (found := _check_cluster_files(cfg)) is not None:
         return found
+    urls = cfg.notify.urls_file  # SPEC §16: a file of secrets, then URLs Apprise can use
+    if urls is not None and (problem := check_secret_file(urls) or check_urls_file(urls)):
+        return "notify.urls_file", problem
     for key, name in (
         ("control.group", cfg.control.group),
         ("control.operator_group", cfg.control.operator_group),

@@ -75,6 +75,17 @@ class Ledger(Protocol):
     def settle_view(self, pid: int) -> dict[str, Any]: ...
 
 
+class NotifyTester(Protocol):
+    async def test(self, level: str) -> dict[str, Any]:
+        """SPEC §16: one test message to every URL; the summary and each URL's result."""
+        ...
+
+
+class HasTell(Protocol):
+    @property
+    def tell(self) -> NotifyTester: ...
+
+
 class Served(Protocol):
     @property
     def cfg(self) -> Config: ...
@@ -93,6 +104,9 @@ class Served(Protocol):
 
     @property
     def job(self) -> HasJobLog: ...
+
+    @property
+    def out(self) -> HasTell: ...  # the daemon's outputs: `notify test` (SPEC §16)
 
     def status(self) -> dict[str, Any]: ...
 

@@ -118,6 +118,8 @@ class Operations:
                 return d.timeline_view(since, max(1, min(int(args.get("columns", 88)), 400)))
             case "runs":
                 return d.ledger.view(args.get("n"), args.get("show"))
+            case "notify":  # SPEC §16: `notify test`; the URL file is the daemon's to read
+                return await d.out.tell.test(str(args.get("level", "needs_you")))
             case "reexec":
                 try:
                     await d.reexec(call.req.id, call.conn)

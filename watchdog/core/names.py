@@ -244,6 +244,17 @@ EVENTS: dict[str, EventName] = {
     "cluster_cert_expiring": EventName(
         "the client certificate for etcd (cluster.tls.cert_file) expires within 14 days", WARNING
     ),
+    # SPEC §16 "Tell me" (docs/notify.md): `url` is the URL's line in notify.urls_file, never
+    # the URL itself (it holds secrets)
+    "notify_sent": EventName("a message went out through Apprise: level, title, url"),
+    "notify_failed": EventName(
+        "a message did not reach a URL (url, error, attempt, retry_in_s; null: given up):"
+        " rate-limited per URL, with how many were suppressed",
+        WARNING,
+    ),
+    "notify_dropped": EventName(
+        "a URL's queue was full: its oldest message (the oldest fyi first) was dropped", WARNING
+    ),
     # only in `events --follow` streams, never in the history
     "events_dropped": EventName("a follower fell behind and lost this many events", WARNING),
 }
@@ -301,6 +312,24 @@ def priority(event: str) -> int:
 
 
 HOOK_EVENTS = frozenset(name for name, e in EVENTS.items() if e.hook)
+
+# SPEC §16 "Tell me": the events each notify level tells (core/views/tellme.py). Some are not
+# emitted yet (progress_reset, loss_nan, checkpoint_quarantined): they map when they appear.
+TELL_NEEDS_YOU = frozenset(
+    {
+        "fatal",
+        "job_parked",  # a host-fault park: the restart waits for the GPUs
+        "progress_reset",
+        "loss_nan",
+        "stop_unverified",
+        "gpu_fault",
+        "cluster_refused",
+        "checkpoint_quarantined",
+    }
+)
+TELL_FYI = frozenset({"restart_scheduled", "slowdown", "run_settled", "daemon_was_frozen"})
+TELL_DONE = frozenset({"job_completed"})
+TELL_PARKED = frozenset({"fatal", "job_parked", "stop_unverified"})  # "then: watchdogctl start"
 
 
 class State(StrEnum):

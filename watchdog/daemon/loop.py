@@ -82,7 +82,7 @@ class Daemon:
         self.tasks = Tasks(self.emit)  # the daemon's own tasks: a failure is reported
         reaper, token = reaping.Reaper(loop), state.instance_token()
         # events, systemd, hooks, books, state.json
-        self.out = make_outputs(cfg, state, token, reaper, self.tasks.spawn)
+        self.out = make_outputs(cfg, state, token, reaper, self.tasks.spawn, self.status)
         self.reloader = Reloader(cfg, self.out.notifier, self.emit)  # the config now
         inputs = InputLog(state.file("inputs.jsonl"), self._input_log_failed)
         # the one consumer: its inbox is the one way in, and it alone feeds the core
@@ -210,6 +210,7 @@ class Daemon:
 
     async def _shut_down(self) -> int:
         """Everything closed and on disk; the exit status."""
+        await self.out.tell.finish()  # SPEC §16: the last news goes out first, bounded
         await self.control.close()
         if self.cluster is not None:
             await self.cluster.close()
@@ -366,6 +367,7 @@ class Daemon:
         self.books.runs.reconfigure(new)  # SPEC §15: the next run's code, keep, warm-up
         self.faults.cfg = new.gpus  # gpus.faults applies to the next fault
         self.out.hooks.cfg = new.hooks
+        await self.out.tell.reconfigure(new.notify)  # SPEC §16
         self.forwarder.apply(new.job.forward_signals)
         self.inbox.post(MonitorReconfigured(params.health_of(new)))  # fed by the consumer
         self.sampler.reconfigure(old, new)

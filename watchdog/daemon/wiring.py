@@ -17,6 +17,7 @@ from watchdog.outputs.eventlog import EventLog
 from watchdog.outputs.hooks import Hooks
 from watchdog.outputs.notify import Notifier
 from watchdog.outputs.proctitle import ProcTitle
+from watchdog.outputs.tellme import Tell
 from watchdog.process import identity, reaping
 from watchdog.state.folder import StateDir
 from watchdog.state.writers import StateWriter, WriteHealth
@@ -67,6 +68,7 @@ class Outputs:
     writer: StateWriter  # state.json
     write_health: WriteHealth  # SPEC §14: failed writes, rate-limited
     flush_io: blocking.BoundedWorker  # the state files at exit and before a reexec (an fsync)
+    tell: Tell  # SPEC §16: messages through Apprise (notify.urls_file)
     metrics_server: metrics.MetricsServer | None = None  # once run() has bound it
 
     async def flush(self, *more: Flushable) -> None:
@@ -91,6 +93,7 @@ def make_outputs(
     token: str,
     reaper: reaping.Reaper,
     spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]],
+    status: Callable[[], dict[str, Any]],
 ) -> Outputs:
     """The event log, sd_notify, the process title, hooks; goodput and the timeline
     (SPEC §13); state.json. Blocking file and /proc reads run off the loop, each bounded
@@ -107,4 +110,6 @@ def make_outputs(
     events.add_hook(books.timeline.event)
     events.add_hook(runs.event)
     flush_io = blocking.BoundedWorker("state-flush")
-    return Outputs(events, Notifier(), ProcTitle(), hooks, books, writer, health, flush_io)
+    tell = Tell(cfg.notify, emit, spawn, status, history=events.history)  # SPEC §16
+    events.add_hook(tell)
+    return Outputs(events, Notifier(), ProcTitle(), hooks, books, writer, health, flush_io, tell)

@@ -10,7 +10,8 @@ GLOBAL = ("--socket", "--json", "--help", "-h")
 # Offered for a value; `--since` also completes a number typed so far with each unit.
 VALUES = {"n": "20 50 100 500", "timeout": "60 300 900 1800", "since": "30m 1h 6h 24h 2d 1w"}
 VALUES["settle"] = "30 60 120 300"  # `restart --wait --settle S` (SPEC §15)
-WORDS = {"runs": ["show"]}  # words a command takes besides its options: `runs show N`
+VALUES["level"] = " ".join(protocol.NOTIFY_LEVELS)  # `notify test --level L` (SPEC §16)
+WORDS = {"runs": ["show"], "notify": ["test"]}  # words besides its options: `runs show N`
 SINCE_UNITS = "smhdw"
 
 

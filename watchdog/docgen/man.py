@@ -8,7 +8,7 @@ import argparse
 
 from watchdog import __version__
 from watchdog.cli import client
-from watchdog.cli.parse import EXPLAIN_HELP, HIDDEN, OPTION_OF, VALUE_NAME
+from watchdog.cli.parse import EXPLAIN_HELP, HIDDEN, OPTION_OF, VALUE_NAME, WORD_OF
 from watchdog.config import RESERVED_EXIT_CODES, reference
 from watchdog.config.schema import ExitCodesConfig
 from watchdog.core.health import causes
@@ -41,6 +41,9 @@ CTL_EXITS: dict[str, str] = {
     " code keeps running)",
     "timeline": "0; 1 the daemon answered with an error",
     "runs": "0; 1 no such run (runs show N), or the daemon answered with an error",
+    "notify": "0 every URL took the test message; 1 one failed (each URL's result is printed by"
+    " its line in notify.urls_file and its scheme, never the URL), or notify.urls_file is not"
+    " set",
 }
 
 
@@ -170,7 +173,7 @@ def _daemon_signals_files() -> list[str]:
 
 def _ctl_options(name: str) -> str:
     spec = protocol.COMMANDS[name]
-    opts = []
+    opts = [bold(WORD_OF[name])] if name in WORD_OF else []
     for arg in spec.args:
         if arg not in OPTION_OF:
             continue
@@ -196,7 +199,8 @@ def watchdogctl() -> str:
     lines += para(
         "watchdogctl talks to a running watchdogd(8). It starts about as fast as a bare python3,"
         " and its human output fits 100 columns and works without a terminal. Commands that"
-        " change something (start, stop, restart, pause, resume, reload, reexec) need root or"
+        " change something (start, stop, restart, pause, resume, reload, reexec) or reach the"
+        " operator (notify test) need root or"
         " membership of control.operator_group; the others need read access to the socket"
         " (control.group)."
     )

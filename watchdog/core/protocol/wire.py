@@ -26,6 +26,10 @@ MAX_TIMEOUT_S = 7 * 86400.0
 # Kinds of request arguments. Every command's arguments are checked here, once, for server and
 # CLI alike: the server never has to guess what a malformed value meant.
 COUNT, FLAG, SECONDS, PID = "count", "flag", "seconds", "pid"
+LEVEL = "level"  # SPEC §16: a notify level (`notify test --level fyi`)
+# The same three as core/views/tellme.py's LEVELS (tests/core/views/test_tellme.py checks):
+# watchdogctl imports this module alone of the core.
+NOTIFY_LEVELS = ("needs_you", "fyi", "done")
 
 
 class CommandSpec:
@@ -84,6 +88,11 @@ COMMANDS: dict[str, CommandSpec] = {
         "runs on record, newest last: why, code, cost, tok/s; show N: one",
         mutating=False,
         args={"n": COUNT, "show": COUNT},
+    ),
+    "notify": CommandSpec(
+        "one test message to every notify URL; 1 if any failed",
+        mutating=True,  # it reaches the operator's phone: not for every reader of the socket
+        args={"test": FLAG, "level": LEVEL},
     ),
     "wait_healthy": CommandSpec(
         "wait until job `pid` is healthy, or say why not",
@@ -174,6 +183,8 @@ def _check_value(kind: str, value: object) -> str | None:
     """Why `value` is not of `kind`, or None."""
     if kind == FLAG:
         return None if isinstance(value, bool) else "true or false"
+    if kind == LEVEL:
+        return None if value in NOTIFY_LEVELS else f"one of {', '.join(NOTIFY_LEVELS)}"
     if isinstance(value, bool) or not isinstance(value, int | float):
         return "a number"
     if kind == SECONDS:
