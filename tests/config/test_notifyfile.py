@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from support.harness import BIN
 
-from watchdog.config import ConfigError, load_config
+from watchdog.config import ConfigError, load_config, notifyfile, strictmodes
 
 SECRET = "tok-5f2b9c7e41d8a6"
 
@@ -56,6 +56,22 @@ def test_a_file_others_can_read_is_refused(tmp_path: pathlib.Path) -> None:
         load_config(config(tmp_path, "  urls_file: notify.urls\n"))
     assert err.value.key == "notify.urls_file"
     assert "mode 0644" in err.value.problem and "chmod 600" in err.value.problem
+
+
+def test_a_symlinked_file_is_refused_at_load_and_at_read(tmp_path: pathlib.Path) -> None:
+    """A symlink to a safe 0600 URL file is refused like a symlinked password file (whoever can
+    swap the link must not choose what is read), and the daemon's own read refuses it too."""
+    target = urls(tmp_path, f"json://127.0.0.1:9/h/{SECRET}\n")
+    (tmp_path / "link.urls").symlink_to(target)
+    with pytest.raises(ConfigError) as err:
+        load_config(config(tmp_path, "  urls_file: link.urls\n"))
+    assert err.value.key == "notify.urls_file"
+    assert "symbolic link" in err.value.problem and SECRET not in err.value.problem
+    with pytest.raises(OSError, match="symbolic link"):
+        notifyfile.read_urls(str(tmp_path / "link.urls"), strictmodes.read_secret)
+    assert notifyfile.read_urls(str(target), strictmodes.read_secret) == [
+        (1, f"json://127.0.0.1:9/h/{SECRET}")
+    ]
 
 
 def test_a_url_apprise_cannot_use_is_named_by_its_line_never_quoted(

@@ -7,8 +7,10 @@ its scheme. Apprise is an extra (`[notify]`): imported only when `notify.urls_fi
 
 from __future__ import annotations
 
+import errno
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 from yaml.nodes import Node
@@ -47,13 +49,15 @@ def scheme_of(url: str) -> str:
     return found.group(0).lower() if found else "?"
 
 
-def read_urls(path: str) -> list[tuple[int, str]]:
+def read_urls(path: str, read: Callable[[str], bytes | str]) -> list[tuple[int, str]]:
     """(line number, URL) for each line that holds one: blank lines and `#` comments skipped.
-    Raises OSError or UnicodeDecodeError."""
-    with open(path, encoding="utf-8") as fh:
-        lines = fh.read().splitlines()
+    `read` is strictmodes.read_secret (a symlink refused, the open file checked: what is
+    checked is what is read); its refusal is raised as OSError, with UnicodeDecodeError."""
+    data = read(path)
+    if isinstance(data, str):
+        raise OSError(errno.EACCES, data)
     found = []
-    for number, raw in enumerate(lines, start=1):
+    for number, raw in enumerate(data.decode("utf-8").splitlines(), start=1):
         text = raw.strip()
         if text and not text.startswith("#"):
             found.append((number, text))
@@ -78,16 +82,16 @@ def load_apprise() -> Any:
     return apprise
 
 
-def check_urls_file(path: str) -> str | None:
+def check_urls_file(path: str, read: Callable[[str], bytes | str]) -> str | None:
     """Why the URL file cannot be used, never quoting a URL; None when every line parses."""
     try:
         apprise = load_apprise()
     except ImportError as exc:
         return str(exc)
     try:
-        urls = read_urls(path)
+        urls = read_urls(path, read)
     except OSError as exc:
-        return f"{path}: cannot read: {exc.strerror}"
+        return exc.strerror or f"{path}: cannot read"  # read_secret's words name the path
     except UnicodeDecodeError:
         return f"{path}: not UTF-8 text"
     if not urls:

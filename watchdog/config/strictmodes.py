@@ -181,7 +181,7 @@ def check_filesystem(cfg: Config) -> tuple[str, str] | None:
     if (found := _check_cluster_files(cfg)) is not None:
         return found
     urls = cfg.notify.urls_file  # SPEC §16: a file of secrets, then URLs Apprise can use
-    if urls is not None and (problem := check_secret_file(urls) or check_urls_file(urls)):
+    if urls is not None and (problem := check_urls_file(urls, read_secret)):
         return "notify.urls_file", problem
     for key, name in (
         ("control.group", cfg.control.group),

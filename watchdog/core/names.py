@@ -315,18 +315,9 @@ HOOK_EVENTS = frozenset(name for name, e in EVENTS.items() if e.hook)
 
 # SPEC §16 "Tell me": the events each notify level tells (core/views/tellme.py). Some are not
 # emitted yet (progress_reset, loss_nan, checkpoint_quarantined): they map when they appear.
-TELL_NEEDS_YOU = frozenset(
-    {
-        "fatal",
-        "job_parked",  # a host-fault park: the restart waits for the GPUs
-        "progress_reset",
-        "loss_nan",
-        "stop_unverified",
-        "gpu_fault",
-        "cluster_refused",
-        "checkpoint_quarantined",
-    }
-)
+# (job_parked: a host-fault park, the restart waits for the GPUs)
+TELL_NEEDS_YOU = frozenset({"fatal", "job_parked", "progress_reset", "loss_nan", "gpu_fault"})
+TELL_NEEDS_YOU |= {"stop_unverified", "cluster_refused", "checkpoint_quarantined"}
 TELL_FYI = frozenset({"restart_scheduled", "slowdown", "run_settled", "daemon_was_frozen"})
 TELL_DONE = frozenset({"job_completed"})
 TELL_PARKED = frozenset({"fatal", "job_parked", "stop_unverified"})  # "then: watchdogctl start"
@@ -380,18 +371,9 @@ SCORED_VERDICTS = frozenset({"stalled", "gpus_idle", "startup_timeout"})
 # Reasons whose restart is preceded by an incident bundle (SPEC §10).
 INCIDENT_REASONS = frozenset({"gpus_idle", "stalled", "startup_timeout", "gpu_degraded"})
 # The detectors that can be "firing" (SPEC §4); `exited` is an instant, never a standing verdict.
-DETECTORS = (
-    "gpus_idle",
-    "stalled",
-    "throughput_low",
-    "startup_timeout",
-    "gpu_lost",
-    "gpu_probe_hung",
-    "gpu_access_lost",
-    "gpu_unreadable",
-    "gpu_degraded",
-    "progress_unreadable",
-)
+DETECTORS: tuple[str, ...] = ("gpus_idle", "stalled", "throughput_low", "startup_timeout")
+DETECTORS += ("gpu_lost", "gpu_probe_hung", "gpu_access_lost", "gpu_unreadable", "gpu_degraded")
+DETECTORS += ("progress_unreadable",)
 # SPEC §14: the failures whose cause the shell classified (an exit, an exec that failed).
 CAUSED_FAILURES = frozenset({"exited", "spawn_failed"})
 # Stops somebody asked for (an operator, the daemon's own shutdown), not a verdict on the job.
@@ -400,18 +382,8 @@ REQUESTED_STOPS = frozenset({"operator", "shutdown"})
 ENDED_BY_ITSELF = frozenset({"completed", "exited"})
 # Events `watchdogctl timeline` marks (restarts and incidents, SPEC §13) and the ones that
 # explain a gap or a change of state.
-TIMELINE_EVENTS = frozenset(
-    {
-        "restart_scheduled",
-        "incident_saved",
-        "fatal",
-        "gpu_fault",
-        "job_completed",
-        "child_exited",
-        "daemon_started",
-        "daemon_reexecuted",
-        "run_settled",  # SPEC §15: each run's steady tok/s, listed beside its restart
-        "verdict_observed",  # SPEC §16: what observe mode did not do, and the verdicts it
-        "false_alarm",  # ... proved wrong
-    }
-)
+TIMELINE_EVENTS = frozenset({"restart_scheduled", "incident_saved", "fatal", "gpu_fault"})
+TIMELINE_EVENTS |= {"job_completed", "child_exited", "daemon_started", "daemon_reexecuted"}
+TIMELINE_EVENTS |= {"run_settled"}  # SPEC §15: each run's steady tok/s, beside its restart
+# SPEC §16: what observe mode did not do, and the verdicts it proved wrong
+TIMELINE_EVENTS |= {"verdict_observed", "false_alarm"}

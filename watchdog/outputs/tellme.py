@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from watchdog import blocking
-from watchdog.config import NotifyConfig, notifyfile
+from watchdog.config import NotifyConfig, notifyfile, strictmodes
 from watchdog.core.ratelimit import RateLimit
 from watchdog.core.views import digest
 from watchdog.core.views.tellme import Message, Teller, trial_message
@@ -275,4 +275,5 @@ class Tell:
 
 def _receivers(path: str) -> list[Receiver]:
     """The file's URLs as receivers (blocking: a file read)."""
-    return [Receiver(number, url) for number, url in notifyfile.read_urls(path)]
+    urls = notifyfile.read_urls(path, strictmodes.read_secret)
+    return [Receiver(number, url) for number, url in urls]
