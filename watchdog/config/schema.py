@@ -104,7 +104,7 @@ class CheckpointConfig:
     """progress.checkpoint (SPEC §12): where the job's checkpoints are and how to read them."""
 
     path: str = field(metadata=_m(path=True))  # a checkpoint folder or Megatron's tracker file
-    kind: Literal["megatron", "hf", "dcp", "mtime"]
+    kind: Literal["megatron", "hf", "dcp", "deepspeed", "lightning", "mtime"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

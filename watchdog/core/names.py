@@ -157,6 +157,12 @@ EVENTS: dict[str, EventName] = {
         hook=True,
     ),
     "gpu_degraded_cleared": EventName("a degraded GPU runs without hardware slowdown again"),
+    # the work, not only the process (SPEC §16, docs/checkpoints.md)
+    "checkpoint_found": EventName(
+        "where the job's checkpoints are (path, kind) and how it was learned (from: config | log"
+        " | files)",
+        NOTICE,
+    ),
     "progress_read_hung": EventName("a read of the progress log did not answer", ERR),
     "progress_read_recovered": EventName("the progress log reads again"),
     # several nodes (issue 14, docs/multi-node.md)

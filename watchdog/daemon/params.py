@@ -12,7 +12,6 @@ from watchdog.cluster import link
 from watchdog.core.health import monitor as health
 from watchdog.core.progress.stall_window import StallConfig
 from watchdog.core.supervisor.budget import Policy
-from watchdog.progress.checkpoint import CheckpointWatch
 
 
 def policy_of(cfg: config.Config) -> Policy:
@@ -60,11 +59,6 @@ def health_of(cfg: config.Config) -> health.HealthConfig:
         min_fraction=p.min_fraction,
         low_for_s=p.low_for_s,
     )
-
-
-def checkpoint_watch(cfg: config.Config) -> CheckpointWatch | None:
-    c = cfg.progress.checkpoint
-    return None if c is None else CheckpointWatch(c.path, c.kind)
 
 
 def needs_restart(old: config.Config, new: config.Config) -> str | None:

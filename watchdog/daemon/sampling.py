@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from watchdog import blocking, config
 from watchdog.core.supervisor.events import ProgressMarked
-from watchdog.daemon import params
 from watchdog.daemon.inbox import ProgressLooked, RanksListed, SampleTaken, SaveSeen
 from watchdog.daemon.jobtree import JobTree
+from watchdog.daemon.learning import CheckpointLearning
 from watchdog.daemon.port import Port
 from watchdog.daemon.run import JobRun, Runs
 from watchdog.gpu.watch import GpuWatch
+from watchdog.progress.checkpoint import CheckpointWatch
 from watchdog.progress.follower import Follower, FollowResult, LogFollower
 from watchdog.progress.newest import GlobFollower, is_glob
 from watchdog.progress.ranks import RankLister
@@ -55,7 +56,8 @@ class Sampler:
         self._clock = port.inbox.clock  # a stop of the daemon itself ends the wait (clockgap.py)
         self._tasks = port.tasks  # the checkpoint read outlives a tick (the daemon's own tasks)
         self._emit = port.emit  # progress_read_hung / _recovered, a sampling bug caught
-        self.checkpoints = params.checkpoint_watch(port.cfg())  # progress.checkpoint (reload: anew)
+        # progress.checkpoint, or the folder learned without it (SPEC §16; reload: anew)
+        self.learning = CheckpointLearning(port.cfg(), port.emit)
         self._ranks = RankLister()  # the tree's workers (torchrun's ranks, SPEC §12)
         self._progress_hung = False  # the progress reader is stuck (said once per spell)
         self._checkpoint_read: tuple[JobRun, float] | None = None  # the last read: which run, when
@@ -63,7 +65,12 @@ class Sampler:
     def reconfigure(self, old: config.Config, new: config.Config) -> None:
         """A reload: a new progress.checkpoint is watched from now on (SPEC §6)."""
         if new.progress.checkpoint != old.progress.checkpoint:
-            self.checkpoints = params.checkpoint_watch(new)
+            self.learning.configure(new)
+
+    @property
+    def checkpoints(self) -> CheckpointWatch | None:
+        """The checkpoint folder read now: configured, learned, or none yet."""
+        return self.learning.watch
 
     async def tick_loop(
         self, next_due: Callable[[float], float | None], ticked: Callable[[], None]
@@ -106,8 +113,12 @@ class Sampler:
         progress = await self.look_at_progress()
         now = time.monotonic()
         leader, run = self._leader(), self._runs.current
+        if progress is not None and progress.found is not None:
+            self.learning.from_log(progress.found.saved_to, self._cfg())
         if self.checkpoints is not None and self._checkpoint_due(run, now):
             self._tasks.spawn(self.read_checkpoint())
+        elif self.checkpoints is None and leader is not None and self.learning.files_due(now):
+            self._tasks.spawn(self.learning.from_files(self._cfg()))
         if leader is not None and gpu and run.rank_tracker.listing_due(now):
             run.spawn_task(self.watch_ranks(run, leader), self._tasks.done)
         return SampleTaken(run, leader, sample, progress, started_at)
@@ -239,6 +250,7 @@ class Sampler:
         """Read progress.checkpoint (in a thread, bounded) and tell the core what is there."""
         if (watch := self.checkpoints) is None:
             return
+        self.learning.announce()
         try:
             found = await watch.read()
         except Exception as e:  # a reader bug must never fail a stop or a start

@@ -14,6 +14,11 @@ daemon. Kinds:
   rank's shards: a folder with `.metadata` is complete. `path` is one such folder (overwritten
   in place: its mark is the mtime of `.metadata`) or a folder of them (`step_100/`...: the
   highest number in their names; their mtime when a name has none).
+- `deepspeed` (SPEC §16): DeepSpeed's engine writes the tag of its newest save into `latest`
+  once every rank finished (`global_step100`): complete when the folder it names is there; its
+  mark is the number in the tag.
+- `lightning` (SPEC §16): `*.ckpt` files; one counts once it is no longer being written (its
+  mtime LIGHTNING_SETTLE_S old); the newest by mtime (`last.ckpt` has no step in its name).
 - `mtime`: the newest modification time of `path` and its direct entries.
 """
 
@@ -22,8 +27,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import json
 import os
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -34,6 +41,10 @@ TRACKER = "latest_checkpointed_iteration.txt"
 HF_DONE = "trainer_state.json"
 DCP_DONE = ".metadata"
 MAX_ENTRIES = 10_000  # entries looked at per folder: a bound on one read's cost
+HF_STATE_MAX_BYTES = 32 << 20  # a trainer_state.json read whole to see that it parses
+HF_TRIES = 8  # checkpoint-N folders tried, highest first, for the newest complete one
+DEEPSPEED_LATEST = "latest"
+LIGHTNING_SETTLE_S = 1.0  # a .ckpt untouched this long is no longer being written
 READ_TIMEOUT_S = 5.0
 # One thread for every read of progress.checkpoint (a folder on a network mount can hang).
 _READS = blocking.BoundedWorker("checkpoint-read")
@@ -100,6 +111,10 @@ def read_checkpoint(path: str, kind: str) -> Checkpoint:
             return _read_hf(path)
         if kind == "dcp":
             return _read_dcp(path)
+        if kind == "deepspeed":
+            return _read_deepspeed(path)
+        if kind == "lightning":
+            return _read_lightning(path, time.time())
         return _read_mtime(path)
     except FileNotFoundError:
         return Checkpoint(None, error=f"{path}: no checkpoint yet")
@@ -127,10 +142,29 @@ def _subdirs(path: str) -> list[os.DirEntry[str]]:
     return [e for e in _entries(path) if e.is_dir(follow_symlinks=False)]
 
 
+def hf_complete(state_file: str) -> bool:
+    """Blocking: the Trainer wrote `trainer_state.json` last and whole (it parses as JSON; a
+    file over HF_STATE_MAX_BYTES is taken as whole unread: a bound on one read's cost)."""
+    try:
+        with open(state_file, "rb") as f:
+            data = f.read(HF_STATE_MAX_BYTES + 1)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    if len(data) > HF_STATE_MAX_BYTES:
+        return True
+    try:
+        json.loads(data)
+    except ValueError:
+        return False
+    return True
+
+
 def _read_hf(path: str) -> Checkpoint:
     dirs = [e for e in _subdirs(path) if _HF_NAME.match(e.name)]
     done = {e.name: os.path.join(e.path, HF_DONE) for e in dirs}
-    best = pick_hf((name, os.path.exists(p)) for name, p in done.items())
+    # Highest first; each is complete once its trainer_state.json parses (a bounded few tried).
+    tried = sorted(done, key=lambda name: -int(name.rsplit("-", 1)[1]))[:HF_TRIES]
+    best = pick_hf((name, hf_complete(done[name])) for name in tried)
     if best is None:
         return Checkpoint(None, error=f"{path}: no complete checkpoint-N folder yet")
     step, name = best
@@ -153,6 +187,43 @@ def _read_dcp(path: str) -> Checkpoint:
         return Checkpoint(None, error=f"{path}: no folder with {DCP_DONE} yet")
     mark, name = best
     return Checkpoint(mark, name, found[name])
+
+
+def parse_deepspeed_latest(text: str) -> str | None:
+    """The tag in DeepSpeed's `latest` file (one folder name), or None for anything else."""
+    tag = text.strip()
+    ok = 0 < len(tag) <= 255 and "/" not in tag and tag not in (".", "..")
+    return tag if ok and tag.isprintable() else None
+
+
+def _read_deepspeed(path: str) -> Checkpoint:
+    latest = os.path.join(path, DEEPSPEED_LATEST)
+    with open(latest, encoding="utf-8") as f:
+        text = f.read(256)
+    tag = parse_deepspeed_latest(text)
+    if tag is None or not os.path.isdir(os.path.join(path, tag)):
+        return Checkpoint(None, error=f"{latest}: names no checkpoint folder ({text[:40]!r})")
+    mtime = os.stat(latest).st_mtime
+    number = _NUMBER.search(tag)
+    return Checkpoint(mtime if number is None else int(number[1]), tag, mtime)
+
+
+def pick_lightning(entries: Iterable[tuple[str, float]], now: float) -> tuple[float, str] | None:
+    """(mtime, name) of the newest `.ckpt` of (name, mtime) no longer being written at `now`."""
+    done = [(m, n) for n, m in entries if n.endswith(".ckpt") and now - m >= LIGHTNING_SETTLE_S]
+    return max(done) if done else None
+
+
+def _read_lightning(path: str, now: float) -> Checkpoint:
+    found: list[tuple[str, float]] = []
+    for e in _entries(path):
+        if e.name.endswith(".ckpt") and e.is_file(follow_symlinks=False):
+            with contextlib.suppress(FileNotFoundError):
+                found.append((e.name, e.stat(follow_symlinks=False).st_mtime))
+    best = pick_lightning(found, now)
+    if best is None:
+        return Checkpoint(None, error=f"{path}: no finished .ckpt file yet")
+    return Checkpoint(best[0], best[1], best[0])
 
 
 def _read_mtime(path: str) -> Checkpoint:

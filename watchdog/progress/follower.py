@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from watchdog.core.progress.layouts import Target
+from watchdog.core.progress.parsing import Recognised
 from watchdog.core.progress.pattern import MAX_MATCH_CHARS, parse_line
 from watchdog.core.samples import ProgressReading
 from watchdog.progress import joblog, logfile
@@ -64,6 +66,8 @@ class FollowResult:
     # and whether the poll's newest judged line was activity (it came after its progress).
     phase: str | None = None
     activity_last: bool = False
+    # SPEC §16: the newest save line's checkpoint folder (core/progress/layouts.Target), if any
+    saved_to: Target | None = None
 
     @property
     def latest(self) -> ProgressReading | None:
@@ -87,6 +91,7 @@ class _Found:
         self.activity = 0
         self.phase: str | None = None
         self.activity_last = False
+        self.saved_to: Target | None = None
 
     def result(self) -> FollowResult:
         return FollowResult(
@@ -102,6 +107,7 @@ class _Found:
             activity=self.activity,
             phase=self.phase,
             activity_last=self.activity_last,
+            saved_to=self.saved_to,
         )
 
 
@@ -370,6 +376,8 @@ class LogFollower:
             return
         read_at = time.monotonic()
         for item, line_no in reversed(readings):  # judged in the order the job wrote them
+            if isinstance(item, Recognised) and item.target is not None:
+                found.saved_to = item.target  # SPEC §16: where the job saves, as it says
             seen = reader.judge(item, read_at)
             if seen is None:
                 continue

@@ -8,6 +8,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from watchdog.core.progress.layouts import Target
+
 # Recognisers see at most the last this many characters of a line (as the user pattern does):
 # framework progress text sits at the end of its line.
 MAX_LINE_CHARS = 4096
@@ -44,6 +46,8 @@ class Recognised:
     unit: str = ""
     # SPEC §14: the line says the run is evaluating ("eval") or saving ("checkpoint")
     phase: str | None = field(default=None, compare=False)  # not what the line counts
+    # SPEC §16: the checkpoint folder a save line names (layouts.Target), not what it counts
+    target: Target | None = field(default=None, compare=False)
 
 
 def to_int(text: str | None) -> int | None:

@@ -1,0 +1,76 @@
+"""Checkpoints known without config with real frameworks on CPU (SPEC §16): a Hugging Face
+Trainer at its default verbosity (it prints no save line) and a Lightning run, nothing
+configured: the folder and its kind are learned from the files they write, and status reads
+their newest complete checkpoint. The jobs are tests/support/jobs/ (test_frameworks.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+from typing import Any
+
+import pytest
+from conftest import DaemonFactory
+from support.frameworks import JOBS, STARTUP_S, framework_config
+from support.harness import Daemon
+
+NEEDED = ("torch", "transformers", "accelerate", "lightning")
+MISSING = [name for name in NEEDED if importlib.util.find_spec(name) is None]
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        bool(MISSING),
+        reason=f"{', '.join(MISSING)} not installed (make test installs the `frameworks` extra)",
+    ),
+    pytest.mark.timeout(300),
+]
+
+
+@pytest.fixture
+def work(tmp_path: pathlib.Path) -> pathlib.Path:
+    folder = tmp_path / "work"
+    folder.mkdir()
+    return folder
+
+
+def newest_in_status(d: Daemon) -> dict[str, Any]:
+    """Wait until status reads a complete checkpoint in the learned folder."""
+
+    def seen(s: dict[str, Any]) -> dict[str, Any] | None:
+        c = s["progress"]["checkpoint"]
+        return c if c is not None and c["mark"] is not None else None
+
+    found: dict[str, Any] = d.wait_status(seen, STARTUP_S, "a checkpoint read", interval=0.2)
+    return found
+
+
+def test_hf_trainer_folder_learned_at_default_verbosity(
+    make_daemon: DaemonFactory, work: pathlib.Path
+) -> None:
+    """The Trainer prints no save line by default: its output_dir is learned from the
+    checkpoint-N folders appearing under job.cwd, kind hf, and its newest complete one read."""
+    d = make_daemon(
+        [sys.executable, str(JOBS / "hf_trainer_job.py"), str(work)], framework_config(work)
+    )
+    found = d.wait_event("checkpoint_found", timeout=STARTUP_S)[0]
+    assert (found["path"], found["kind"], found["from"]) == (str(work / "out"), "hf", "files")
+    seen = newest_in_status(d)
+    assert seen["label"].startswith("checkpoint-") and seen["mark"] >= 20, seen
+    log = pathlib.Path(d.cfg["job"]["log_file"]).read_text(errors="replace")
+    assert "Saving model checkpoint" not in log  # learned from the files, not a line
+
+
+def test_lightning_folder_learned(make_daemon: DaemonFactory, work: pathlib.Path) -> None:
+    """A Lightning run's ModelCheckpoint folder is learned from its `.ckpt` files, kind
+    lightning, and its newest finished file read (a save every 300 steps, a few seconds here:
+    the default 100 replaces the file about every second, never untouched for a read)."""
+    d = make_daemon(
+        [sys.executable, str(JOBS / "lightning_job.py"), str(work), "tqdm"],
+        framework_config(work, env={"CKPT_EVERY": "300"}),
+    )
+    found = d.wait_event("checkpoint_found", timeout=STARTUP_S)[0]
+    where = (found["path"], found["kind"], found["from"])
+    assert where == (str(work / "checkpoints"), "lightning", "files")
+    assert newest_in_status(d)["label"].endswith(".ckpt")

@@ -1,0 +1,80 @@
+"""Checkpoint folders learned without config under the real daemon (SPEC §16): from the job's
+save line, from the files it writes when it prints none, and a configured one winning; each
+said once by `checkpoint_found`, then read like a configured one (status shows it)."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+from support.harness import Daemon, base_config, merge, write_script
+
+# A job that trains, saves checkpoint-3 HF style (trainer_state.json last), prints the save line
+# only with SAY_SAVE, and goes on training.
+JOB = """
+import json, os, time
+out = os.path.join(os.getcwd(), "out")
+for step in range(1, 1000):
+    print(f"step {step} | 100.0 tok/s", flush=True)
+    if step == 3:
+        if os.environ.get("SAY_SAVE"):
+            print(f"Saving model checkpoint to out/checkpoint-{step}", flush=True)
+        folder = os.path.join(out, f"checkpoint-{step}")
+        os.makedirs(folder, exist_ok=True)
+        open(os.path.join(folder, "model.safetensors"), "wb").write(b"w" * 64)
+        open(os.path.join(folder, "trainer_state.json"), "w").write(json.dumps({"step": step}))
+    time.sleep(0.2)
+"""
+
+
+def daemon(tmp_path: pathlib.Path, **over: Any) -> Daemon:
+    cfg = merge(base_config(tmp_path, [write_script(tmp_path / "job.py", JOB)]), over)
+    return Daemon(tmp_path, cfg).start()
+
+
+def checkpoint_in_status(d: Daemon) -> dict[str, Any]:
+    def seen(s: dict[str, Any]) -> dict[str, Any] | None:
+        c = s["progress"]["checkpoint"]
+        return c if c is not None and c["mark"] == 3 else None
+
+    found: dict[str, Any] = d.wait_status(seen, 30, "checkpoint-3 read as the newest")
+    return found
+
+
+def test_folder_learned_from_the_files_when_the_job_prints_nothing(tmp_path: pathlib.Path) -> None:
+    """No save line, nothing configured: out/ is learned from checkpoint-3 appearing under
+    job.cwd (from files) and read as hf."""
+    d = daemon(tmp_path)
+    try:
+        ev = d.wait_event("checkpoint_found", timeout=30)[0]
+        assert (ev["path"], ev["kind"], ev["from"]) == (str(tmp_path / "out"), "hf", "files")
+        assert checkpoint_in_status(d)["label"] == "checkpoint-3"
+    finally:
+        d.stop()
+
+
+def test_folder_learned_from_the_save_line(tmp_path: pathlib.Path) -> None:
+    """The Trainer's `Saving model checkpoint to out/checkpoint-3` names the folder (from log),
+    relative to job.cwd; it is said once."""
+    d = daemon(tmp_path, job={"env": {"SAY_SAVE": "1"}})
+    try:
+        ev = d.wait_event("checkpoint_found", timeout=30)[0]
+        assert (ev["path"], ev["kind"], ev["from"]) == (str(tmp_path / "out"), "hf", "log")
+        checkpoint_in_status(d)
+        assert len([e for e in d.events() if e["event"] == "checkpoint_found"]) == 1
+    finally:
+        d.stop()
+
+
+def test_a_configured_folder_wins(tmp_path: pathlib.Path) -> None:
+    """progress.checkpoint set: it is the one read and said (from config); the files under
+    job.cwd teach nothing else."""
+    out = tmp_path / "out"
+    d = daemon(tmp_path, progress={"checkpoint": {"path": str(out), "kind": "hf"}})
+    try:
+        ev = d.wait_event("checkpoint_found", timeout=30)[0]
+        assert (ev["path"], ev["kind"], ev["from"]) == (str(out), "hf", "config")
+        checkpoint_in_status(d)
+        assert [e["from"] for e in d.events() if e["event"] == "checkpoint_found"] == ["config"]
+    finally:
+        d.stop()

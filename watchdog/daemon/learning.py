@@ -1,0 +1,77 @@
+"""Where the job's checkpoints are, without config (SPEC §16, docs/checkpoints.md): the
+sampler's part that learns the folder and its kind, and says so once (`checkpoint_found`).
+
+A configured `progress.checkpoint` wins (from `config`). Otherwise the folder comes from the
+job's own save line (from `log`: the follower hands it over, core/progress/layouts.py) or, where
+the job prints none (the HF Trainer at its default verbosity), from the files it writes under
+`job.cwd` (from `files`: progress/discover.py, looked at every LEARN_EVERY_S off the loop and
+bounded, only while none is known). Once learned it is read like a configured one
+(checkpoint.py's CheckpointWatch); a reload that sets or clears `progress.checkpoint` starts over.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from watchdog import config
+from watchdog.core.progress.layouts import Target
+from watchdog.progress import discover
+from watchdog.progress.checkpoint import CheckpointWatch
+
+LEARN_EVERY_S = 5.0  # a look at the files under job.cwd, while no checkpoint folder is known
+
+
+def job_cwd(cfg: config.Config) -> str:
+    """The folder the job runs in (job.cwd, else the daemon's own: jobstart.py spawns there)."""
+    return cfg.job.cwd or os.getcwd()
+
+
+class CheckpointLearning:
+    """The checkpoint folder watched now (`watch`), configured or learned."""
+
+    def __init__(self, cfg: config.Config, emit: Callable[..., Any]) -> None:
+        self._emit = emit
+        self.watch: CheckpointWatch | None = None
+        self._looked_at = float("-inf")
+        self._unsaid: dict[str, str] | None = None  # a configured folder, said at its first read
+        self.configure(cfg)
+
+    def configure(self, cfg: config.Config) -> None:
+        """progress.checkpoint as configured now: it wins; null learns anew."""
+        c = cfg.progress.checkpoint
+        self.watch, self._unsaid = None, None
+        self._looked_at = float("-inf")
+        if c is not None:
+            self.watch = CheckpointWatch(c.path, c.kind)
+            self._unsaid = {"path": c.path, "kind": c.kind, "from": "config"}
+
+    def announce(self) -> None:
+        """Say where a configured folder is, once (at its first read: the daemon is up)."""
+        if self._unsaid is not None:
+            fields, self._unsaid = self._unsaid, None
+            self._emit("checkpoint_found", **fields)
+
+    def from_log(self, target: Target | None, cfg: config.Config) -> None:
+        """A save line named its folder: learned, unless one is known already."""
+        if target is None or self.watch is not None:
+            return
+        self._found(os.path.join(job_cwd(cfg), target.path), target.kind, "log")
+
+    def files_due(self, now: float) -> bool:
+        """A look at the files is due (none known, none looked at within LEARN_EVERY_S)."""
+        if self.watch is not None or now - self._looked_at < LEARN_EVERY_S:
+            return False
+        self._looked_at = now
+        return True
+
+    async def from_files(self, cfg: config.Config) -> None:
+        """Look under job.cwd (off the loop, bounded) and learn what is there."""
+        found = await discover.look(job_cwd(cfg))
+        if found is not None and self.watch is None:
+            self._found(found.path, found.kind, "files")
+
+    def _found(self, path: str, kind: str, how: str) -> None:
+        self.watch = CheckpointWatch(path, kind)
+        self._emit("checkpoint_found", path=path, kind=kind, **{"from": how})
