@@ -4,10 +4,11 @@ said once by `checkpoint_found`, then read like a configured one (status shows i
 
 from __future__ import annotations
 
+import json
 import pathlib
 from typing import Any
 
-from support.harness import Daemon, base_config, merge, write_script
+from support.harness import Daemon, base_config, merge, wait_until, write_script
 
 # A job that trains, saves checkpoint-3 HF style (trainer_state.json last), prints the save line
 # only with SAY_SAVE, and goes on training.
@@ -76,5 +77,63 @@ def test_a_configured_folder_wins(tmp_path: pathlib.Path) -> None:
         assert (ev["path"], ev["kind"], ev["from"]) == (str(out), "hf", "config")
         checkpoint_in_status(d)
         assert [e["from"] for e in d.events() if e["event"] == "checkpoint_found"] == ["config"]
+    finally:
+        d.stop()
+
+
+# Saves checkpoint-3 silently and waits until the test saw it read; then checkpoint-8 announced
+# by the Trainer's save line, its weights written well before its trainer_state.json (the
+# Trainer writes that last); waits again, trains on to step 12 and exits 0.
+SAVES = """
+import json, os, time
+out = os.path.join(os.getcwd(), "out")
+def save(step, say):
+    if say:
+        print(f"Saving model checkpoint to out/checkpoint-{step}", flush=True)
+    folder = os.path.join(out, f"checkpoint-{step}")
+    os.makedirs(folder, exist_ok=True)
+    open(os.path.join(folder, "model.safetensors"), "wb").write(b"w" * 64)
+    if say:
+        time.sleep(2.5)
+    open(os.path.join(folder, "trainer_state.json"), "w").write(json.dumps({"step": step}))
+for step in range(1, 13):
+    print(f"step {step} | 100.0 tok/s", flush=True)
+    if step in (3, 8):
+        save(step, step == 8)
+    for at, flag in ((3, "learned"), (8, "go")):  # the test looks at the daemon, then goes on
+        while step == at and not os.path.exists(os.path.join(os.getcwd(), flag)):
+            time.sleep(0.1)
+    time.sleep(0.3)
+"""
+
+
+def test_each_save_seen_in_events_status_and_the_ledger(tmp_path: pathlib.Path) -> None:
+    """checkpoint-8 after checkpoint-3 (read first): one checkpoint_saved (step 8, its path,
+    took_s from its save line), status's Checkpoint line, and the run's record: the save
+    counted, the last step saved and the steps done after it, lost when the run ended."""
+    cfg = merge(
+        base_config(tmp_path, [write_script(tmp_path / "job.py", SAVES)]),
+        {"restart": {"on": ["stalled"]}},  # the run's end is its last
+    )
+    d = Daemon(tmp_path, cfg).start()
+    try:
+        checkpoint_in_status(d)  # checkpoint-3, the first read's: no save of this watch
+        (tmp_path / "learned").write_text("")
+        saved = d.wait_event("checkpoint_saved", timeout=30, step=8)[0]
+        assert saved["path"] == str(tmp_path / "out" / "checkpoint-8")
+        assert saved["took_s"] is not None and saved["took_s"] >= 0, saved
+        human = d.ctl("status")[1]
+        assert "Checkpoint: step 8 · " in human and "· at risk: " in human, human
+        (tmp_path / "go").write_text("")
+        d.wait_event("job_completed", timeout=30)
+
+        def record() -> dict[str, Any] | None:
+            text = (d.state_dir / "runs.jsonl").read_text()
+            recs = [json.loads(line) for line in text.splitlines()]
+            return recs[-1] if recs and recs[-1]["end"] is not None else None
+
+        rec = wait_until(record, 30, "the run's record ended")
+        assert rec["last_checkpoint_step"] == 8 and rec["checkpoints"] >= 1, rec
+        assert rec["lost_steps"] == rec["last_step"] - 8 and rec["lost_steps"] > 0, rec
     finally:
         d.stop()

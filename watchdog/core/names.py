@@ -163,6 +163,10 @@ EVENTS: dict[str, EventName] = {
         " | files)",
         NOTICE,
     ),
+    "checkpoint_saved": EventName(
+        "a new complete checkpoint (step, path; took_s: from the first sign of the save, when"
+        " it was seen)"
+    ),
     "progress_read_hung": EventName("a read of the progress log did not answer", ERR),
     "progress_read_recovered": EventName("the progress log reads again"),
     # several nodes (issue 14, docs/multi-node.md)

@@ -85,6 +85,8 @@ class RunBook:
         self._slowdown = slowdown.SlowdownDetector(_slowdown_cfg(cfg))  # SPEC §15: per run
         # the goodput's restart cost by cause (books.py sets it): (cause, seconds) per run
         self.cost_measured: Callable[[str, float], None] = lambda cause, seconds: None
+        # the newest complete checkpoint's step now (the sampler's, loop.py sets it; SPEC §16)
+        self.checkpoint_step: Callable[[], int | None] = lambda: None
 
     def reconfigure(self, cfg: config.Config) -> None:
         """A reload: the next run's code and config, and the ledger's keep and warm-up."""
@@ -162,13 +164,19 @@ class RunBook:
         self._seen_progress_at = None
         self.settled = False
         self._slowdown = slowdown.SlowdownDetector(_slowdown_cfg(cfg))
+        self.ledger.checkpoint_known(self.checkpoint_step())  # what this run may resume from
         self._spawn(self._read_code(rec["run"], cfg.job.cwd, cfg.runs.code_paths))
 
     def _exited(self, record: dict[str, Any]) -> None:
         if (rec := self.ledger.open) is None or rec.get("pid") not in (None, record.get("pid")):
             return  # an earlier run's leader, reaped late: that run is over already
         wall = wall_of(record["ts"]) or time.time()
+        self.ledger.checkpoint_known(self.checkpoint_step())  # read only after the run began
         self.ledger.end(time.monotonic(), wall, record)
+
+    def _saved(self, record: dict[str, Any]) -> None:
+        step = record.get("step")
+        self.ledger.checkpoint_saved(step if isinstance(step, int) else None)
 
     async def _read_code(self, run: int, cwd: str | None, paths: tuple[str, ...]) -> None:
         """git in job.cwd (or the hash of runs.code_paths), off the loop and bounded, once the
@@ -369,4 +377,5 @@ _HANDLERS: dict[str, Callable[[RunBook, dict[str, Any]], None]] = {
     "child_spawned": RunBook._spawned,
     "job_adopted": RunBook._adopted,
     "child_exited": RunBook._exited,
+    "checkpoint_saved": RunBook._saved,
 }

@@ -67,6 +67,11 @@ class Sampler:
         if new.progress.checkpoint != old.progress.checkpoint:
             self.learning.configure(new)
 
+    def checkpoint_step(self) -> int | None:
+        """The step of the newest complete checkpoint read, if known (the runs ledger)."""
+        watch = self.checkpoints
+        return None if watch is None else watch.book.step
+
     @property
     def checkpoints(self) -> CheckpointWatch | None:
         """The checkpoint folder read now: configured, learned, or none yet."""
@@ -115,6 +120,8 @@ class Sampler:
         leader, run = self._leader(), self._runs.current
         if progress is not None and progress.found is not None:
             self.learning.from_log(progress.found.saved_to, self._cfg())
+            if progress.found.phase == "checkpoint" and self.checkpoints is not None:
+                self.checkpoints.book.started(time.time())  # a save line: took_s counts from it
         if self.checkpoints is not None and self._checkpoint_due(run, now):
             self._tasks.spawn(self.read_checkpoint())
         elif self.checkpoints is None and leader is not None and self.learning.files_due(now):
@@ -258,6 +265,8 @@ class Sampler:
             self._emit("internal_error_caught", where="checkpoint", error=error)
             return
         seen = watch.look(found)  # SPEC §13: a write is a save going on; §14: quiet lets it end
+        if (saved := watch.saved(found)) is not None and watch is self.checkpoints:
+            self._emit("checkpoint_saved", **saved)  # SPEC §16: each save seen
         if seen is not None and watch is self.checkpoints:
             self._inbox.post(SaveSeen(self._runs.current, time.monotonic(), seen == "quiet"))
         if found.mark is not None and found.written_at is not None:

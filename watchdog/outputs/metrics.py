@@ -174,6 +174,21 @@ def _progress_families(st: Mapping[str, Any], wall_now: float) -> Iterator[Metri
     for phase, window_s in sorted((progress.get("stall_windows") or {}).items()):
         window.add_metric([phase], window_s)
     yield window
+    yield from _checkpoint_families(progress.get("checkpoint") or {})
+
+
+def _checkpoint_families(ck: Mapping[str, Any]) -> Iterator[Metric]:
+    """SPEC §16: how old the newest complete checkpoint is, and the steps done since it."""
+    age = _gauge("checkpoint_age_seconds", "Age of the job's newest complete checkpoint.")
+    if ck.get("age_s") is not None:
+        age.add_metric([], ck["age_s"])
+    yield age
+    risk = _gauge(
+        "work_at_risk_steps", "Steps done since the newest complete checkpoint: lost at a crash."
+    )
+    if ck.get("at_risk_steps") is not None:
+        risk.add_metric([], ck["at_risk_steps"])
+    yield risk
 
 
 def _goodput_families(g: Mapping[str, Any]) -> Iterator[Metric]:

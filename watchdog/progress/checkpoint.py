@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from watchdog import blocking
+from watchdog.core.progress.saves import SaveBook
 
 TRACKER = "latest_checkpointed_iteration.txt"
 HF_DONE = "trainer_state.json"
@@ -51,6 +52,13 @@ _READS = blocking.BoundedWorker("checkpoint-read")
 
 _HF_NAME = re.compile(r"checkpoint-([0-9]{1,18})\Z")
 _NUMBER = re.compile(r"([0-9]{1,18})(?!.*[0-9])")  # the last run of digits in a name
+_LIGHTNING_STEP = re.compile(r"step=([0-9]{1,18})")  # ModelCheckpoint's `epoch=0-step=100.ckpt`
+
+
+def _step_in(name: str) -> int | None:
+    """The number in a save's name (`global_step100`, `step-200`), taken for its step."""
+    m = _NUMBER.search(name)
+    return None if m is None else int(m[1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +73,7 @@ class Checkpoint:
     # SPEC §13: the newest write anywhere the checkpoint is being saved (wall clock), complete
     # or not: a save in progress is activity (it keeps the job from `stalled`), not progress.
     activity_at: float | None = None
+    step: int | None = None  # SPEC §16: the training step it holds, where its name says it
 
 
 # ------------------------------------------------------------------------------- pure parts
@@ -129,7 +138,8 @@ def _read_megatron(path: str) -> Checkpoint:
     iteration = parse_megatron_tracker(text)
     if iteration is None:
         return Checkpoint(None, error=f"{tracker}: no iteration in {text.strip()[:20]!r}")
-    return Checkpoint(iteration, f"iteration {iteration}", os.stat(tracker).st_mtime)
+    mtime = os.stat(tracker).st_mtime
+    return Checkpoint(iteration, f"iteration {iteration}", mtime, step=iteration)
 
 
 def _entries(path: str) -> list[os.DirEntry[str]]:
@@ -168,7 +178,7 @@ def _read_hf(path: str) -> Checkpoint:
     if best is None:
         return Checkpoint(None, error=f"{path}: no complete checkpoint-N folder yet")
     step, name = best
-    return Checkpoint(step, name, os.stat(done[name]).st_mtime)
+    return Checkpoint(step, name, os.stat(done[name]).st_mtime, step=step)
 
 
 def _read_dcp(path: str) -> Checkpoint:
@@ -186,7 +196,7 @@ def _read_dcp(path: str) -> Checkpoint:
     if best is None:
         return Checkpoint(None, error=f"{path}: no folder with {DCP_DONE} yet")
     mark, name = best
-    return Checkpoint(mark, name, found[name])
+    return Checkpoint(mark, name, found[name], step=_step_in(name))
 
 
 def parse_deepspeed_latest(text: str) -> str | None:
@@ -204,8 +214,8 @@ def _read_deepspeed(path: str) -> Checkpoint:
     if tag is None or not os.path.isdir(os.path.join(path, tag)):
         return Checkpoint(None, error=f"{latest}: names no checkpoint folder ({text[:40]!r})")
     mtime = os.stat(latest).st_mtime
-    number = _NUMBER.search(tag)
-    return Checkpoint(mtime if number is None else int(number[1]), tag, mtime)
+    step = _step_in(tag)
+    return Checkpoint(mtime if step is None else step, tag, mtime, step=step)
 
 
 def pick_lightning(entries: Iterable[tuple[str, float]], now: float) -> tuple[float, str] | None:
@@ -223,7 +233,8 @@ def _read_lightning(path: str, now: float) -> Checkpoint:
     best = pick_lightning(found, now)
     if best is None:
         return Checkpoint(None, error=f"{path}: no finished .ckpt file yet")
-    return Checkpoint(best[0], best[1], best[0])
+    step = _LIGHTNING_STEP.search(best[1])
+    return Checkpoint(best[0], best[1], best[0], step=None if step is None else int(step[1]))
 
 
 def _read_mtime(path: str) -> Checkpoint:
@@ -290,6 +301,7 @@ class CheckpointWatch:
         self._activity_at: float | None = None  # the newest write seen so far
         self._looked = False  # a read was made (it may have found no folder yet)
         self.hung = False  # the last read did not answer within READ_TIMEOUT_S
+        self.book = SaveBook()  # SPEC §16: each save seen, its interval, the work at risk
 
     def wrote_since(self, found: Checkpoint) -> bool:
         """Something was written where checkpoints are saved since the previous read (the
@@ -308,6 +320,8 @@ class CheckpointWatch:
         from) and for a read that did not answer (unknown is never quiet)."""
         first, hung = not self._looked, self.hung
         if self.wrote_since(found):
+            if not first and found.activity_at is not None:
+                self.book.started(found.activity_at)  # a save under way: took_s counts from it
             return "write"
         return None if first or hung else "quiet"
 
@@ -327,9 +341,23 @@ class CheckpointWatch:
             self.last = found
         return found
 
+    def saved(self, found: Checkpoint) -> dict[str, object] | None:
+        """The `checkpoint_saved` fields when `found` is a new complete checkpoint (SPEC §16)."""
+        where = self.path
+        if self.kind == "megatron" and found.step is not None:
+            folder = os.path.dirname(where) if os.path.basename(where) == TRACKER else where
+            where = os.path.join(folder, f"iter_{found.step:07d}")
+        elif self.kind != "mtime" and found.label is not None and found.label != self.path:
+            where = os.path.join(where, found.label)
+        return self.book.seen(found.mark, found.step, found.written_at, where)
+
     def as_dict(self) -> dict[str, object]:
         c = self.last
         return {
+            "step": None if c is None else c.step,
+            "written_at": None if c is None else c.written_at,
+            "every_s": self.book.every_s(),
+            "saves": self.book.saves,
             "path": self.path,
             "kind": self.kind,
             "mark": None if c is None else c.mark,

@@ -204,12 +204,32 @@ class Ledger:
         if rec is None:
             return None
         rec["ended_at"] = iso(wall)
+        done, saved = rec.get("last_step"), rec.get("last_checkpoint_step")
+        if done is not None and saved is not None:
+            rec["lost_steps"] = max(0, done - saved)  # SPEC §16: lost when the run ended
         keys = ("state", "reason", "cause", "exit_code", "signal")
         rec["end"] = {k: end.get(k) for k in keys}
         rec.pop("mono", None)
         self._readings.clear()
         self.changed += 1
         return rec
+
+    def checkpoint_known(self, step: int | None) -> None:
+        """The newest complete checkpoint's step as the open run starts (or first learns it)."""
+        rec = self.open
+        if rec is not None and step is not None and rec.get("last_checkpoint_step") is None:
+            rec["last_checkpoint_step"] = step
+            self.changed += 1
+
+    def checkpoint_saved(self, step: int | None) -> None:
+        """A new complete checkpoint during the open run (SPEC §16, `checkpoint_saved`)."""
+        rec = self.open
+        if rec is None:
+            return
+        rec["checkpoints"] = int(rec.get("checkpoints") or 0) + 1
+        if step is not None:
+            rec["last_checkpoint_step"] = step
+        self.changed += 1
 
     def end_state(self, state: str) -> None:
         """What the job went to after its last run ended (backoff, stopped, fatal, ...)."""
@@ -328,5 +348,7 @@ def _new_record(run: int, reason: str, now: float, wall: float) -> dict[str, Any
         record[key] = None
     record["steady_readings"] = 0
     record |= {"first_step": None, "last_step": None, "end": None, "lost_s": None}
+    # SPEC §16: saves seen in the run, the newest complete checkpoint's step, the steps after it
+    record |= {"checkpoints": 0, "last_checkpoint_step": None, "lost_steps": None}
     record["mono"] = {"spawned": now, "first_progress": None}
     return record
