@@ -6,14 +6,16 @@ their newest complete checkpoint. The jobs are tests/support/jobs/ (test_framewo
 from __future__ import annotations
 
 import importlib.util
+import os
 import pathlib
+import signal
 import sys
 from typing import Any
 
 import pytest
 from conftest import DaemonFactory
 from support.frameworks import JOBS, STARTUP_S, framework_config
-from support.harness import Daemon
+from support.harness import Daemon, wait_until
 
 NEEDED = ("torch", "transformers", "accelerate", "lightning")
 MISSING = [name for name in NEEDED if importlib.util.find_spec(name) is None]
@@ -74,3 +76,46 @@ def test_lightning_folder_learned(make_daemon: DaemonFactory, work: pathlib.Path
     where = (found["path"], found["kind"], found["from"])
     assert where == (str(work / "checkpoints"), "lightning", "files")
     assert newest_in_status(d)["label"].endswith(".ckpt")
+
+
+def checkpoint_files(work: pathlib.Path) -> dict[str, float]:
+    """Every file under out/checkpoint-*/ with its mtime (the saves on disk, as they are)."""
+    out = work / "out"
+    return {
+        str(p.relative_to(out)): p.stat().st_mtime_ns
+        for p in sorted(out.glob("checkpoint-*/**/*"))
+        if p.is_file()
+    }
+
+
+def test_hf_trainer_restart_from_step_0_is_stopped_before_it_saves(
+    make_daemon: DaemonFactory, work: pathlib.Path
+) -> None:
+    """A real Trainer saves checkpoint-100 and is killed; the automatic restart starts from
+    step 0 (its script lost the checkpoint): progress_reset at its first step, the run stopped
+    before its first save and the job parked fatal `progress_reset`; the checkpoints on disk
+    are untouched (same files, same mtimes)."""
+    flag = work / "from_zero"
+    d = make_daemon(
+        [sys.executable, str(JOBS / "hf_trainer_job.py"), str(work)],
+        framework_config(work, env={"SAVE_STEPS": "100", "FROM_ZERO_IF": str(flag)}),
+    )
+
+    def read_at_least_100(s: dict[str, Any]) -> bool:
+        c = s["progress"]["checkpoint"]
+        return c is not None and (c["step"] or 0) >= 100
+
+    d.wait_status(read_at_least_100, STARTUP_S, "checkpoint-100 read", interval=0.2)
+    pid = d.status()["job"]["pid"]
+    flag.write_text("")
+    os.killpg(pid, signal.SIGKILL)  # the job leads its own group: a crash, restarted
+    d.wait_event("child_exited", pid=pid)
+    before = checkpoint_files(work)
+    reset = d.wait_event("progress_reset", timeout=STARTUP_S)[0]
+    assert reset["action"] == "stop" and reset["first_step"] < reset["checkpoint_step"], reset
+    assert reset["checkpoint"] == f"checkpoint-{reset['checkpoint_step']}"
+    assert d.wait_event("fatal", timeout=60)[0]["reason"] == "progress_reset"
+    wait_until(lambda: not d.job_processes(), 30, "the from-zero run gone")
+    st = d.status()
+    assert (st["state"], st["restarts"]["last_reason"]) == ("fatal", "progress_reset")
+    assert checkpoint_files(work) == before  # nothing overwritten, rotated or added

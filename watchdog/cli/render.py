@@ -257,6 +257,8 @@ def _health(st: dict[str, Any]) -> str:
         words = [f"held back: processes of an earlier run still alive, pids {left['pids']}"]
     elif state == "fatal" and st["restarts"]["last_reason"] == "no_progress":
         words = ["restarts got no further (max_no_progress); `watchdogctl start` tries again"]
+    elif state == "fatal" and st["restarts"]["last_reason"] == "progress_reset":
+        words = ["the restart started below its checkpoint (docs/checkpoints.md); then `start`"]
     elif state == "fatal" and st["restarts"]["last_reason"] == "repeated_cause":
         words = ["the same deterministic cause again (docs/causes.md); fix it, then `start`"]
     elif state == "fatal":

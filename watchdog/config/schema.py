@@ -116,6 +116,16 @@ class SlowdownConfig:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointGuardConfig:
+    """progress.checkpoint_guard (SPEC §16): a restart from zero caught, a torn checkpoint set
+    aside (docs/checkpoints.md)."""
+
+    on_reset: Literal["stop", "warn"] = "stop"  # after an automatic restart; operators: warn
+    quarantine: bool = True
+    quarantine_keep: int = field(default=3, metadata=_m(ge=1))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ProgressConfig:
     file: str | None = field(default=None, metadata=_m(path=True))
     pattern: re.Pattern[str] = field(default=DEFAULT_REGEX, metadata=_m(parse=parse_pattern))
@@ -136,6 +146,8 @@ class ProgressConfig:
     checkpoint: CheckpointConfig | None = None
     # SPEC §15: a sustained drop against the run's settled level (core/progress/slowdown.py)
     slowdown: SlowdownConfig = field(default_factory=SlowdownConfig)
+    # SPEC §16: the work guarded (core/supervisor/resets.py, daemon/quarantine.py)
+    checkpoint_guard: CheckpointGuardConfig = field(default_factory=CheckpointGuardConfig)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -167,6 +167,12 @@ EVENTS: dict[str, EventName] = {
         "a new complete checkpoint (step, path; took_s: from the first sign of the save, when"
         " it was seen)"
     ),
+    "progress_reset": EventName(
+        "a run's first step is below the newest complete checkpoint it could resume from"
+        " (first_step, checkpoint_step, checkpoint; action: stop | warn)",
+        WARNING,
+        hook=True,
+    ),
     "progress_read_hung": EventName("a read of the progress log did not answer", ERR),
     "progress_read_recovered": EventName("the progress log reads again"),
     # several nodes (issue 14, docs/multi-node.md)
@@ -229,6 +235,8 @@ REASONS: dict[str, str] = {
     "completed": "the job exited with a code in job.success_exit_codes: done (SPEC §13)",
     "repeated_cause": "restart.same_cause_limit failures in a row with the same deterministic"
     " cause and no step gained: parked (SPEC §14)",
+    "progress_reset": "after an automatic restart the run's first step was below the newest"
+    " complete checkpoint it could resume from: stopped before it saves, parked (SPEC §16)",
     "host_oom": "the kernel's OOM killer killed the job (its memory cgroup): parked (SPEC §14)",
     # why a start failed
     "gpu_memory_held": "the GPUs did not drain in gpus.reclaim_timeout_s",

@@ -32,6 +32,7 @@ def policy_of(cfg: config.Config) -> Policy:
         success_exit_codes=frozenset(cfg.job.success_exit_codes),
         on_reset_gpu=cfg.gpus.faults.on_reset_gpu,
         on_reboot_host=cfg.gpus.faults.on_reboot_host,
+        on_reset=cfg.progress.checkpoint_guard.on_reset,
     )
 
 

@@ -272,7 +272,8 @@ class Sampler:
         if found.mark is not None and found.written_at is not None:
             # Its own mtime on the monotonic clock, however old: lost work counts from it.
             at = time.monotonic() - max(0.0, time.time() - found.written_at)
-            self._inbox.post(ProgressMarked("checkpoint", found.mark, at))
+            found_at = ProgressMarked("checkpoint", found.mark, at, found.step, found.label)
+            self._inbox.post(found_at)
 
 
 def with_late(late: FollowResult, found: FollowResult) -> FollowResult:

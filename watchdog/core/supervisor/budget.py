@@ -61,6 +61,9 @@ class Policy:
     # SPEC §13, `watchdogd --exit-with-job`: the daemon's exit code for each end state
     # (config exit_codes: completed, fatal, host_fault); None without the flag (ending.py).
     exit_codes: tuple[tuple[str, int], ...] | None = None
+    # SPEC §16, progress.checkpoint_guard.on_reset: a run after an automatic restart that starts
+    # below the newest complete checkpoint is stopped and parked ("stop"), or only reported
+    on_reset: Literal["stop", "warn"] = "stop"
 
     def parks(self, action: str) -> bool:
         """Whether a GPU fault with this action parks the job (SPEC §12)."""

@@ -150,6 +150,9 @@ class ProgressMarked:
     kind: Marker
     value: float | None
     at: float
+    # SPEC §16, a checkpoint read: the step it holds (where its name says) and its name
+    step: int | None = None
+    label: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

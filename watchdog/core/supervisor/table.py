@@ -69,7 +69,12 @@ HOST_FAULT, COMPLETED, WAITING_NODES = State.HOST_FAULT, State.COMPLETED, State.
 # What every state does with these.
 _ANYWHERE: dict[type, Go] = {
     PolicyChanged: go(commands.policy_changed, says="a reload's policy applies from now on"),
-    ProgressMarked: go(verdicts.marked, says="fed to the no-progress tally (SPEC §12)"),
+    ProgressMarked: go(
+        verdicts.marked,
+        STOPPING,
+        says="fed to the no-progress tally (SPEC §12); a run's first step below its checkpoint"
+        " after an automatic restart: stop it (progress_reset, SPEC §16)",
+    ),
     SpawnPending: go(attempts.pending, says="a start about to spawn: Refuse once superseded"),
     NodesAwaited: go(attempts.awaited, says="only a start under way waits at the barrier"),
     HealthAwaited: stay("a caller waits for health: answered after each input (answers.py)"),

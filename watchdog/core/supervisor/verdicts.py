@@ -7,6 +7,7 @@ the deadlines (end of backoff, end of the startup window: the one verdict the co
 from __future__ import annotations
 
 from watchdog.core.names import INCIDENT_REASONS, UNVERIFIABLE, State
+from watchdog.core.supervisor import resets
 from watchdog.core.supervisor.events import (
     Action,
     Emit,
@@ -69,9 +70,15 @@ def rank_exited(s: JobState, ev: RankExited, now: float) -> list[Action]:
 
 
 def marked(s: JobState, ev: ProgressMarked, now: float) -> list[Action]:
-    """Feed the no-progress tally; only the configured marker moves the high-water mark."""
+    """Feed the no-progress tally; only the configured marker moves the high-water mark. SPEC
+    §16: a checkpoint read is what the next run may resume from; a run's first step below it
+    is `progress_reset` (resets.py), stopped to be parked after an automatic restart."""
     _mark(s, ev)
-    return []
+    resets.checkpoint_read(s, ev)
+    out, stop_it = resets.first_step(s, ev)
+    if stop_it:
+        out += stop(s, "progress_reset", AfterStop.RESTART)
+    return out
 
 
 def _mark(s: JobState, ev: ProgressMarked) -> None:
