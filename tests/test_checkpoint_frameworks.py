@@ -6,6 +6,7 @@ their newest complete checkpoint. The jobs are tests/support/jobs/ (test_framewo
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import pathlib
 import signal
@@ -119,3 +120,66 @@ def test_hf_trainer_restart_from_step_0_is_stopped_before_it_saves(
     st = d.status()
     assert (st["state"], st["restarts"]["last_reason"]) == ("fatal", "progress_reset")
     assert checkpoint_files(work) == before  # nothing overwritten, rotated or added
+
+
+def complete_hf(out: pathlib.Path) -> int:
+    """The highest checkpoint-N whose trainer_state.json parses (a frozen save may be mid-way)."""
+    done = []
+    for p in out.glob("checkpoint-*"):
+        try:
+            json.loads((p / "trainer_state.json").read_bytes())
+        except (OSError, ValueError):
+            continue
+        done.append(int(p.name.split("-")[1]))
+    return max(done)
+
+
+def test_hf_trainer_killed_mid_save_resumes_from_the_one_before(
+    make_daemon: DaemonFactory, work: pathlib.Path
+) -> None:
+    """A real Trainer, resuming as `get_last_checkpoint` does (the highest checkpoint-N,
+    complete or not), is SIGKILLed in the middle of a save (frozen first, then its newest
+    checkpoint made torn: no trainer_state.json, weights cut): before the restart the torn
+    folder is renamed into the quarantine, the next run resumes from the complete one before
+    it and becomes healthy past it; the torn folder is kept whole."""
+    d = make_daemon(
+        [sys.executable, str(JOBS / "hf_trainer_job.py"), str(work)],
+        framework_config(work, env={"RESUME": "naive"}),
+    )
+
+    def read(s: dict[str, Any]) -> dict[str, Any] | None:
+        c = s["progress"]["checkpoint"]
+        return c if c is not None and c["step"] is not None else None
+
+    saved = d.wait_status(read, STARTUP_S, "a complete checkpoint read", interval=0.2)["step"]
+    pid = d.status()["job"]["pid"]
+    os.killpg(pid, signal.SIGSTOP)  # as if inside the next save
+    out = work / "out"
+    try:
+        newest = complete_hf(out)
+        highest = max(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
+        torn = out / f"checkpoint-{highest + 1000}"
+        torn.mkdir()
+        whole = (out / f"checkpoint-{newest}" / "model.safetensors").read_bytes()
+        (torn / "model.safetensors").write_bytes(whole[: len(whole) // 2])  # weights cut
+    finally:
+        os.killpg(pid, signal.SIGKILL)
+    quarantined = d.wait_event("checkpoint_quarantined", timeout=60)[0]  # the newest first
+    assert quarantined["path"] == str(torn) and quarantined["previous"] == f"checkpoint-{newest}"
+    kept = pathlib.Path(quarantined["to"])
+    assert kept.parent == out / ".train-watchdog-quarantine" and kept.name.startswith(torn.name)
+    assert (kept / "model.safetensors").stat().st_size == len(whole) // 2
+    spawned = d.wait_event("child_spawned", count=2)[-1]
+    again = d.wait_status(
+        lambda s: (
+            s
+            if s["healthy"]
+            and s["job"]["pid"] == spawned["pid"]
+            and (s["progress"]["step"] or 0) > max(saved, newest)
+            else None
+        ),
+        STARTUP_S,
+        "the next run healthy past the checkpoint before the torn one",
+        interval=0.2,
+    )
+    assert again["restarts"]["last_reason"] == "exited", again["restarts"]

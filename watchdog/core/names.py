@@ -167,6 +167,17 @@ EVENTS: dict[str, EventName] = {
         "a new complete checkpoint (step, path; took_s: from the first sign of the save, when"
         " it was seen)"
     ),
+    "checkpoint_quarantined": EventName(
+        "before a start, the newest checkpoint that is not complete (path; why) was renamed to"
+        " `to` in .train-watchdog-quarantine/ beside it; the next run resumes from `previous`",
+        WARNING,
+        hook=True,
+    ),
+    "checkpoint_quarantine_failed": EventName(
+        "a torn checkpoint (path; why) could not be set aside (error: read-only, permission,"
+        " quarantine_keep reached, a hung mount): left as is, the start goes on",
+        WARNING,
+    ),
     "progress_reset": EventName(
         "a run's first step is below the newest complete checkpoint it could resume from"
         " (first_step, checkpoint_step, checkpoint; action: stop | warn)",

@@ -128,6 +128,8 @@ class Starter:
         await self._sampler.read_checkpoint()  # the baseline: not this run's progress
         if (left := await self.end_leftovers()) is not None:
             return left, None
+        # SPEC §16: none of the job alive now: a torn checkpoint is set aside before the start
+        await self._sampler.learning.set_aside_torn(self._cfg())
         why = await self._gate.gpus.wait_drained(self.our_pids)
         if why is not None:
             return SpawnFailed("gpu_memory_held", why), None

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
-from watchdog import config
+from watchdog import blocking, config
 from watchdog.core.progress.layouts import Target
-from watchdog.progress import discover
+from watchdog.progress import discover, quarantine
 from watchdog.progress.checkpoint import CheckpointWatch
 
 LEARN_EVERY_S = 5.0  # a look at the files under job.cwd, while no checkpoint folder is known
+SET_ASIDE_TIMEOUT_S = 10.0  # the look and rename before a start (a hung mount: start anyway)
+_SET_ASIDE = blocking.BoundedWorker("checkpoint-set-aside")
 
 
 def job_cwd(cfg: config.Config) -> str:
@@ -71,6 +74,33 @@ class CheckpointLearning:
         found = await discover.look(job_cwd(cfg))
         if found is not None and self.watch is None:
             self._found(found.path, found.kind, "files")
+
+    async def set_aside_torn(self, cfg: config.Config) -> None:
+        """Before a start, none of the job alive (SPEC §16): the newest save that is not
+        complete renamed into the quarantine folder beside it (progress/quarantine.py), off the
+        loop and bounded; said by checkpoint_quarantined, or checkpoint_quarantine_failed (the
+        start goes on as before either way)."""
+        guard, watch = cfg.progress.checkpoint_guard, self.watch
+        if watch is None or not guard.quarantine:
+            return
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        path, kind, keep = watch.path, watch.kind, guard.quarantine_keep
+        try:
+            done = await _SET_ASIDE.call(
+                lambda: quarantine.set_aside(path, kind, keep, stamp),
+                SET_ASIDE_TIMEOUT_S,
+                what=f"setting aside under {path}",
+            )
+        except blocking.Hung as hung:
+            self._emit("checkpoint_quarantine_failed", path=path, why=None, error=str(hung))
+            return
+        for one in done:
+            if one.to is None:
+                fields = {"path": one.path, "why": one.why, "error": one.error}
+                self._emit("checkpoint_quarantine_failed", **fields)
+                continue
+            fields = {"path": one.path, "to": one.to, "why": one.why, "previous": one.previous}
+            self._emit("checkpoint_quarantined", **fields)
 
     def _found(self, path: str, kind: str, how: str) -> None:
         self.watch = CheckpointWatch(path, kind)

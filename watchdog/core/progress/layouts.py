@@ -12,9 +12,10 @@ reads its newest complete checkpoint):
 
 from __future__ import annotations
 
+import itertools
 import posixpath
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 TRACKER = "latest_checkpointed_iteration.txt"  # Megatron-LM / NeMo (checkpointing.py)
@@ -111,3 +112,16 @@ def classify(files: Collection[str], dirs: Collection[str]) -> Layout | None:
     if DCP_DONE in files:
         return Layout("dcp", parent=True)
     return None
+
+
+def torn(entries: Iterable[tuple[str, int, bool]]) -> tuple[list[str], str | None] | None:
+    """Of a folder's saves as (name, number, complete): when the newest is not complete, the
+    saves above the newest complete one, newest first (SPEC §16: torn, to set aside: a save cut
+    at a death, and one frozen before it), and that complete one (what the job's own "resume
+    from the latest" takes once they are gone); else None."""
+    items = sorted(entries, key=lambda e: e[1], reverse=True)
+    if not items or items[0][2]:
+        return None
+    above = [name for name, _, complete in itertools.takewhile(lambda e: not e[2], items)]
+    previous = next((name for name, _, complete in items if complete), None)
+    return above, previous
