@@ -75,14 +75,14 @@ class CheckpointLearning:
         if found is not None and self.watch is None:
             self._found(found.path, found.kind, "files")
 
-    async def set_aside_torn(self, cfg: config.Config) -> None:
+    async def set_aside_torn(self, cfg: config.Config) -> int:
         """Before a start, none of the job alive (SPEC §16): the newest save that is not
         complete renamed into the quarantine folder beside it (progress/quarantine.py), off the
         loop and bounded; said by checkpoint_quarantined, or checkpoint_quarantine_failed (the
         start goes on as before either way)."""
         guard, watch = cfg.progress.checkpoint_guard, self.watch
         if watch is None or not guard.quarantine:
-            return
+            return 0
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         path, kind, keep = watch.path, watch.kind, guard.quarantine_keep
         try:
@@ -93,7 +93,7 @@ class CheckpointLearning:
             )
         except blocking.Hung as hung:
             self._emit("checkpoint_quarantine_failed", path=path, why=None, error=str(hung))
-            return
+            return 0
         for one in done:
             if one.to is None:
                 fields = {"path": one.path, "why": one.why, "error": one.error}
@@ -101,6 +101,7 @@ class CheckpointLearning:
                 continue
             fields = {"path": one.path, "to": one.to, "why": one.why, "previous": one.previous}
             self._emit("checkpoint_quarantined", **fields)
+        return sum(1 for one in done if one.to is not None)
 
     def _found(self, path: str, kind: str, how: str) -> None:
         self.watch = CheckpointWatch(path, kind)

@@ -10,7 +10,14 @@ from dataclasses import replace
 from support.driver import Driver, emitted, names, next_run, policy
 
 from watchdog.core.names import State
-from watchdog.core.supervisor.events import DaemonStarted, OperatorCommand, ProgressMarked
+from watchdog.core.supervisor.events import (
+    Action,
+    CheckpointsSetAside,
+    ChildExited,
+    DaemonStarted,
+    OperatorCommand,
+    ProgressMarked,
+)
 from watchdog.core.supervisor.resets import is_reset
 
 
@@ -115,3 +122,33 @@ def test_a_checkpoint_read_during_the_run_is_not_what_it_resumed_from() -> None:
     d.feed(DaemonStarted(), 0.0)
     d.feed(ckpt(450), 5.0)  # the first run's own save
     assert "progress_reset" not in names(d.feed(step(3, 1.0), 6.0))
+
+
+UNREADABLE = ("checkpoint_unreadable", "deterministic", "safetensors_rust.SafetensorError")
+
+
+def die_unreadable(d: Driver, now: float) -> list[Action]:
+    pid = d.sup.snapshot().pid
+    assert pid is not None
+    return d.feed(ChildExited(pid, 1, None, *UNREADABLE), now)
+
+
+def test_checkpoint_unreadable_twice_parks_unless_a_checkpoint_was_set_aside() -> None:
+    """Two checkpoint_unreadable deaths in a row are a repeat (fatal repeated_cause); with
+    torn checkpoints set aside before the second run, that run resumes from another one: its
+    death is counted afresh and retried."""
+    d = Driver(policy())
+    d.feed(DaemonStarted(), 0.0)
+    die_unreadable(d, 1.0)
+    now = next_run(d, 1.0)
+    assert emitted(die_unreadable(d, now + 1), "fatal").fields["reason"] == "repeated_cause"
+
+    d = Driver(policy())
+    d.feed(DaemonStarted(), 0.0)
+    die_unreadable(d, 1.0)
+    when = d.sup.next_deadline()
+    assert when is not None
+    d.feed(CheckpointsSetAside(1), when - 0.1)  # the starter's look before the spawn
+    now = next_run(d, when)
+    out = die_unreadable(d, now + 1)
+    assert "fatal" not in names(out) and "restart_scheduled" in names(out)

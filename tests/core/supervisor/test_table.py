@@ -19,6 +19,7 @@ from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.cells import Go
 from watchdog.core.supervisor.events import (
     Action,
+    CheckpointsSetAside,
     ChildExited,
     ChildSpawned,
     DaemonStarted,
@@ -104,6 +105,7 @@ EXAMPLES: dict[type, Callable[[int | None], list[Event]]] = {
     ],
     IncidentSaved: lambda pid: [IncidentSaved("incidents/1")],
     ProgressMarked: lambda pid: [ProgressMarked("step", 10.0, 5.0)],
+    CheckpointsSetAside: lambda pid: [CheckpointsSetAside(1)],
     RankExited: lambda pid: [RankExited(pid or PID, 101, "1")],
     GpuFaultSeen: lambda pid: [
         GpuFaultSeen("reset_gpu", FAULT),

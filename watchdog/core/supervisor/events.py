@@ -156,6 +156,14 @@ class ProgressMarked:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointsSetAside:
+    """Before a start, `count` torn checkpoints were renamed into the quarantine (SPEC §16):
+    the next run resumes from a complete one, so a `checkpoint_unreadable` streak ends."""
+
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class RankExited:
     """A worker of the job's tree (a torchrun rank) died while the job's leader lives."""
 
@@ -247,6 +255,7 @@ Event = (
     | HealthAssessed
     | IncidentSaved
     | ProgressMarked
+    | CheckpointsSetAside
     | RankExited
     | GpuFaultSeen
     | GpuAccessChanged

@@ -19,7 +19,7 @@ DCP folder) judges nothing.
 from __future__ import annotations
 
 from watchdog.core.names import State
-from watchdog.core.supervisor.events import Action, Emit, ProgressMarked
+from watchdog.core.supervisor.events import Action, CheckpointsSetAside, Emit, ProgressMarked
 from watchdog.core.supervisor.jobstate import JobState, Run
 
 # Spawn reasons that are not an automatic restart: the operator's start/restart, the daemon's
@@ -66,6 +66,16 @@ def first_step(s: JobState, ev: ProgressMarked) -> tuple[list[Action], bool]:
         "pid": s.pid,
     }
     return [Emit("progress_reset", fields)], stop
+
+
+def set_aside(s: JobState, ev: CheckpointsSetAside, now: float) -> list[Action]:
+    """Torn checkpoints were set aside before this start: a `checkpoint_unreadable` death
+    before it is no repeat of the next run's (it resumes from another checkpoint): retried
+    under the normal budget, never parked as `repeated_cause` for it (SPEC §16)."""
+    cause = s.last_cause or {}
+    if ev.count > 0 and cause.get("cause") == "checkpoint_unreadable":
+        s.cause_streak = None
+    return []
 
 
 def parked(s: JobState, reason: str, incident: dict[str, str]) -> list[Action] | None:

@@ -29,9 +29,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from watchdog.core.names import State
-from watchdog.core.supervisor import attempts, commands, handover, parking, runs, verdicts
+from watchdog.core.supervisor import attempts, commands, handover, parking, resets, runs, verdicts
 from watchdog.core.supervisor.cells import Go, go, stay
 from watchdog.core.supervisor.events import (
+    CheckpointsSetAside,
     ChildExited,
     ChildSpawned,
     DaemonStarted,
@@ -74,6 +75,9 @@ _ANYWHERE: dict[type, Go] = {
         STOPPING,
         says="fed to the no-progress tally (SPEC §12); a run's first step below its checkpoint"
         " after an automatic restart: stop it (progress_reset, SPEC §16)",
+    ),
+    CheckpointsSetAside: go(
+        resets.set_aside, says="torn checkpoints set aside: a checkpoint_unreadable streak ends"
     ),
     SpawnPending: go(attempts.pending, says="a start about to spawn: Refuse once superseded"),
     NodesAwaited: go(attempts.awaited, says="only a start under way waits at the barrier"),
