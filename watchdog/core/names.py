@@ -350,5 +350,9 @@ TIMELINE_EVENTS = frozenset(
         "daemon_started",
         "daemon_reexecuted",
         "run_settled",  # SPEC §15: each run's steady tok/s, listed beside its restart
+        "checkpoint_saved",  # SPEC §16: the timeline marks saves
     }
 )
+# Marked, not listed below the picture: an exit only as the cause of a restart; saves, a few
+# an hour, would crowd out the restarts the list is for (`watchdogctl events` has each).
+TIMELINE_NOT_LISTED = frozenset({"child_exited", "checkpoint_saved"})

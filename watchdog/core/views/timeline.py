@@ -47,6 +47,7 @@ KEPT_FIELDS = (
     "cause",  # SPEC §14: each restart is listed with why the run died
     *("window_s", "phase"),  # SPEC §14: a stall is marked with the window it waited out
     *("run", "steady_tokens_per_s", "previous", "change_pct"),  # SPEC §15: run_settled
+    "step",  # SPEC §16: checkpoint_saved
 )
 
 
