@@ -142,3 +142,10 @@ def test_every_save_above_the_newest_complete_is_set_aside(tmp_path: Path) -> No
     ]
     assert all(d.to is not None for d in done)
     assert sorted(p.name for p in out.iterdir()) == [Q.QUARANTINE, "checkpoint-20"]
+
+
+def test_a_folder_not_there_yet_has_nothing_to_set_aside(tmp_path: Path) -> None:
+    """The configured folder before the job's first save (it does not exist): nothing, no
+    error (the start before it must go on; a bug here once failed every start)."""
+    for kind in ("hf", "dcp", "megatron", "deepspeed", "lightning", "mtime"):
+        assert Q.set_aside(str(tmp_path / "out"), kind, 3, STAMP) == []

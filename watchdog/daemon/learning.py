@@ -94,6 +94,10 @@ class CheckpointLearning:
         except blocking.Hung as hung:
             self._emit("checkpoint_quarantine_failed", path=path, why=None, error=str(hung))
             return 0
+        except Exception as e:  # a bug of ours must never fail a start: said, and it goes on
+            error = f"{type(e).__name__}: {e}"
+            self._emit("internal_error_caught", where="checkpoint quarantine", error=error)
+            return 0
         for one in done:
             if one.to is None:
                 fields = {"path": one.path, "why": one.why, "error": one.error}

@@ -54,7 +54,10 @@ def set_aside(folder: str, kind: str, keep: int, stamp: str) -> list[SetAside]:
     reader = _KINDS.get(kind)
     if reader is None:
         return []
-    saves, why = reader(folder)
+    try:
+        saves, why = reader(folder)
+    except OSError:
+        return []  # no folder yet (a first run), or none we may list: nothing to set aside
     found = torn(saves)
     if found is None:
         return []
