@@ -9,6 +9,7 @@ import pathlib
 from typing import Any
 
 from support.harness import Daemon, base_config, merge, wait_until, write_script
+from support.hungfs import hung_mount
 
 # A job that trains, saves checkpoint-3 HF style (trainer_state.json last), prints the save line
 # only with SAY_SAVE, and goes on training.
@@ -137,3 +138,47 @@ def test_each_save_seen_in_events_status_and_the_ledger(tmp_path: pathlib.Path) 
         assert rec["lost_steps"] == rec["last_step"] - 8 and rec["lost_steps"] > 0, rec
     finally:
         d.stop()
+
+
+# Trains in the hung mount's cwd, but writes its checkpoint into the backing folder directly
+# (argv[1], as another NFS client would): only the daemon's look through the mount hangs.
+HUNG_JOB = """
+import json, os, sys, time
+backing = sys.argv[1]
+for step in range(1, 100000):
+    print(f"step {step} | 100.0 tok/s", flush=True)
+    if step == 3:
+        folder = os.path.join(backing, "out", "checkpoint-3")
+        os.makedirs(folder, exist_ok=True)
+        open(os.path.join(folder, "trainer_state.json"), "w").write(json.dumps({"step": 3}))
+    time.sleep(0.2)
+"""
+
+
+def test_learning_under_a_hung_cwd_never_stalls_the_daemon(tmp_path: pathlib.Path) -> None:
+    """job.cwd on a mount that hangs: the looks for checkpoints hang off the loop; status keeps
+    answering with the job's steps, nothing is learned or judged, the job is untouched; once
+    the mount answers, the folder is learned."""
+    with hung_mount(tmp_path) as mount:
+        job = write_script(tmp_path / "job.py", HUNG_JOB)
+        cfg = base_config(tmp_path, [job, str(mount.backing)])
+        cfg["job"]["cwd"] = str(mount.path)
+        d = Daemon(tmp_path, cfg).start()
+        try:
+            spawned = d.wait_status(lambda s: s if s["job"]["pid"] else None, 30, "a job")
+            pid = spawned["job"]["pid"]
+            mount.hang()
+
+            def far(s: dict[str, Any]) -> dict[str, Any] | None:  # 12 s: two looks (every 5 s)
+                return s if (s["progress"]["step"] or 0) >= 60 else None
+
+            st = d.wait_status(far, 60, "step 60 read while the cwd hangs")
+            assert st["job"]["pid"] == pid and st["restarts"]["total"] == 0
+            assert not [e for e in d.events() if e["event"] == "checkpoint_found"]
+            mount.unhang()
+            found = d.wait_event("checkpoint_found", timeout=60)[0]
+            assert (found["path"], found["from"]) == (str(mount.path / "out"), "files")
+            assert d.status()["job"]["pid"] == pid
+        finally:
+            mount.unhang()
+            d.stop()

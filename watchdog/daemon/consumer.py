@@ -366,7 +366,8 @@ class Consumer:
             age_s = None if mtime is None else time.time() - mtime
             monitor.progress_line(found.latest, now, age_s, run.polled_at)
             if (at := monitor.last_progress_at) is not None:
-                self._dispatch(ProgressMarked("step", found.latest.step, at))
+                step, source = found.latest.step, found.source
+                self._dispatch(ProgressMarked("step", step, at, source=source))
         if found.activity and found.activity_last:
             monitor.activity(now, phase)
         run.polled(now)

@@ -25,8 +25,8 @@ def ckpt(step: int) -> ProgressMarked:
     return ProgressMarked("checkpoint", step, -10.0, step, f"checkpoint-{step}")
 
 
-def step(n: int, at: float) -> ProgressMarked:
-    return ProgressMarked("step", n, at)
+def step(n: int, at: float, source: str = "tqdm") -> ProgressMarked:
+    return ProgressMarked("step", n, at, source=source)
 
 
 def restarted_after_a_save(d: Driver) -> float:
@@ -152,3 +152,14 @@ def test_checkpoint_unreadable_twice_parks_unless_a_checkpoint_was_set_aside() -
     now = next_run(d, when)
     out = die_unreadable(d, now + 1)
     assert "fatal" not in names(out) and "restart_scheduled" in names(out)
+
+
+def test_a_step_of_the_jobs_own_counter_is_only_said() -> None:
+    """A step read by progress.pattern (or a tok/s line) may be a hand-written loop's counter
+    that starts again at each process although it resumed: the reset is said (warn), the
+    healthy job never stopped on that guess."""
+    d = Driver(policy())
+    now = restarted_after_a_save(d)
+    out = d.feed(step(3, now + 1, source="pattern"), now + 1)
+    assert emitted(out, "progress_reset").fields["action"] == "warn"
+    assert "KillTree" not in names(out)

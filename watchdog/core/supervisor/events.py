@@ -153,6 +153,7 @@ class ProgressMarked:
     # SPEC §16, a checkpoint read: the step it holds (where its name says) and its name
     step: int | None = None
     label: str | None = None
+    source: str | None = None  # a step's recogniser (tqdm, megatron, pattern, ...), if known
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,12 +13,15 @@ takes a bar's first draw for progress (`0/1000 [00:00<?, ?it/s]`), and a step 0 
 too: the HF Trainer resuming from checkpoint-450 draws `0/1000000` and then jumps to
 `451/1000000` (a good resume), while a run that really started over reaches step 1, 2, ... and
 is judged at the first of them. A checkpoint whose step is unknown (kind `mtime`, an unnumbered
-DCP folder) judges nothing.
+DCP folder) judges nothing. Only a step a framework prints as its own global step (names.py,
+FRAMEWORK_STEP_SOURCES) is stopped for: a `progress.pattern` or a `tok/s` line's step is the
+job's own counter, which a hand-written loop may start again at each process although it
+resumed (a healthy job must never be parked on a guess): its reset is only said.
 """
 
 from __future__ import annotations
 
-from watchdog.core.names import State
+from watchdog.core.names import FRAMEWORK_STEP_SOURCES, State
 from watchdog.core.supervisor.events import Action, CheckpointsSetAside, Emit, ProgressMarked
 from watchdog.core.supervisor.jobstate import JobState, Run
 
@@ -57,7 +60,8 @@ def first_step(s: JobState, ev: ProgressMarked) -> tuple[list[Action], bool]:
     s.first_step_judged = True
     if not is_reset(value, s.resume_step):
         return [], False
-    stop = not s.operator_start and not s.paused and s.policy.on_reset == "stop"
+    framework = ev.source in FRAMEWORK_STEP_SOURCES  # else the job's own counter: said only
+    stop = framework and not s.operator_start and not s.paused and s.policy.on_reset == "stop"
     fields = {
         "first_step": int(value) if float(value).is_integer() else value,
         "checkpoint_step": s.resume_step,
