@@ -169,14 +169,14 @@ def test_learning_under_a_hung_cwd_never_stalls_the_daemon(tmp_path: pathlib.Pat
             pid = spawned["job"]["pid"]
             mount.hang()
 
-            def far(s: dict[str, Any]) -> dict[str, Any] | None:  # 12 s: two looks (every 5 s)
+            def far(s: dict[str, Any]) -> dict[str, Any] | None:  # 12 s: past the look at 5 s
                 return s if (s["progress"]["step"] or 0) >= 60 else None
 
             st = d.wait_status(far, 60, "step 60 read while the cwd hangs")
             assert st["job"]["pid"] == pid and st["restarts"]["total"] == 0
             assert not [e for e in d.events() if e["event"] == "checkpoint_found"]
             mount.unhang()
-            found = d.wait_event("checkpoint_found", timeout=60)[0]
+            found = d.wait_event("checkpoint_found", timeout=120)[0]  # a look a minute
             assert (found["path"], found["from"]) == (str(mount.path / "out"), "files")
             assert d.status()["job"]["pid"] == pid
         finally:

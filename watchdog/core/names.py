@@ -356,8 +356,11 @@ TIMELINE_EVENTS = frozenset(
 # SPEC §16: recognisers whose step is the framework's own global step, the counter its
 # checkpoints are named by and resume from: only a reset judged on one of these is stopped. A
 # `progress.pattern`, a bare `tok/s` line or a table is the job's own counter, which a
-# hand-written loop may start again at each process even when it resumed: only said.
-FRAMEWORK_STEP_SOURCES = frozenset({"tqdm", "megatron", "nemo", "torchtitan", "deepspeed"})
+# hand-written loop may start again at each process even when it resumed: only said. The HF
+# Trainer's `{'loss': …}` dict has no step of its own: it carries the run's step, its bar's.
+FRAMEWORK_STEP_SOURCES = frozenset(
+    {"tqdm", "hf_loss", "megatron", "nemo", "torchtitan", "deepspeed"}
+)
 # Marked, not listed below the picture: an exit only as the cause of a restart; saves, a few
 # an hour, would crowd out the restarts the list is for (`watchdogctl events` has each).
 TIMELINE_NOT_LISTED = frozenset({"child_exited", "checkpoint_saved"})

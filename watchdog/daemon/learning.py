@@ -21,7 +21,11 @@ from watchdog.core.progress.layouts import Target
 from watchdog.progress import discover, quarantine
 from watchdog.progress.checkpoint import CheckpointWatch
 
-LEARN_EVERY_S = 5.0  # a look at the files under job.cwd, while no checkpoint folder is known
+# Looks at the files under job.cwd while no checkpoint folder is known: the first at once, then
+# after 5 s, each wait twice the one before, up to a minute (a job that never saves, or saves
+# elsewhere, costs a listing a minute; a save line is learned at once whatever the wait).
+LEARN_EVERY_S = 5.0
+LEARN_AT_MOST_EVERY_S = 60.0
 SET_ASIDE_TIMEOUT_S = 10.0  # the look and rename before a start (a hung mount: start anyway)
 _SET_ASIDE = blocking.BoundedWorker("checkpoint-set-aside")
 
@@ -38,6 +42,7 @@ class CheckpointLearning:
         self._emit = emit
         self.watch: CheckpointWatch | None = None
         self._looked_at = float("-inf")
+        self._every = LEARN_EVERY_S
         self._unsaid: dict[str, str] | None = None  # a configured folder, said at its first read
         self.configure(cfg)
 
@@ -46,6 +51,7 @@ class CheckpointLearning:
         c = cfg.progress.checkpoint
         self.watch, self._unsaid = None, None
         self._looked_at = float("-inf")
+        self._every = LEARN_EVERY_S
         if c is not None:
             self.watch = CheckpointWatch(c.path, c.kind)
             self._unsaid = {"path": c.path, "kind": c.kind, "from": "config"}
@@ -63,9 +69,11 @@ class CheckpointLearning:
         self._found(os.path.join(job_cwd(cfg), target.path), target.kind, "log")
 
     def files_due(self, now: float) -> bool:
-        """A look at the files is due (none known, none looked at within LEARN_EVERY_S)."""
-        if self.watch is not None or now - self._looked_at < LEARN_EVERY_S:
+        """A look at the files is due (none known, the wait since the last look over)."""
+        if self.watch is not None or now - self._looked_at < self._every:
             return False
+        if self._looked_at != float("-inf"):
+            self._every = min(self._every * 2, LEARN_AT_MOST_EVERY_S)
         self._looked_at = now
         return True
 
