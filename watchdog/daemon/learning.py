@@ -88,8 +88,16 @@ class CheckpointLearning:
         complete renamed into the quarantine folder beside it (progress/quarantine.py), off the
         loop and bounded; said by checkpoint_quarantined, or checkpoint_quarantine_failed (the
         start goes on as before either way)."""
-        guard, watch = cfg.progress.checkpoint_guard, self.watch
-        if watch is None or not guard.quarantine:
+        guard = cfg.progress.checkpoint_guard
+        if not guard.quarantine:
+            return 0
+        if self.watch is None:  # a job killed in its first save: learn where, then look
+            try:
+                await self.from_files(cfg)
+            except Exception as e:  # a bug of ours must never fail a start
+                error = f"{type(e).__name__}: {e}"
+                self._emit("internal_error_caught", where="checkpoint learning", error=error)
+        if (watch := self.watch) is None:
             return 0
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         path, kind, keep = watch.path, watch.kind, guard.quarantine_keep
