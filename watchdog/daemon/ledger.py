@@ -60,6 +60,9 @@ def config_sha(cfg: config.Config) -> str:
     return hashlib.sha256(repr(cfg).encode("utf-8", "replace")).hexdigest()
 
 
+_CODE_IO = blocking.BoundedWorker("code-read")  # git in job.cwd (a hung mount): one thread
+
+
 class RunBook:
     def __init__(
         self,
@@ -75,7 +78,6 @@ class RunBook:
         self._spawn = spawn  # the daemon's own tasks: the code read outlives the event
         self.file = FileWriter(state.file(RUNS_FILE), health)
         self.ledger = Ledger(_ledger_cfg(cfg), self._load(state))
-        self._code_io = blocking.BoundedWorker("code-read")  # git in job.cwd (a hung mount)
         self._next: tuple[str, str | None] | None = None  # what the next start is, as known
         self._seen_progress_at: float | None = None  # the newest progress line fed
         self._written = -1  # the ledger's change count last written
@@ -184,7 +186,7 @@ class RunBook:
         then the record goes to the file, the code known or not."""
         await asyncio.sleep(CODE_DELAY_S)
         try:
-            code = await self._code_io.call(
+            code = await _CODE_IO.call(
                 lambda: coderev.read_code(cwd, paths), CODE_TIMEOUT_S, what=f"git in {cwd}"
             )
         except (blocking.Hung, coderev.CodeUnreadable) as e:
