@@ -29,13 +29,15 @@ def test_checkpoint_path_is_resolved_against_the_config_folder(tmp_path: Path) -
 
 
 def test_unknown_checkpoint_kind_names_key_and_line(tmp_path: Path) -> None:
-    """kind must be one of megatron, hf, dcp, mtime; the error names the key and its line."""
+    """kind must be one of megatron, hf, dcp, deepspeed, lightning, mtime; the error names the
+    key and its line."""
     err = error(
         tmp_path,
-        MINIMAL + "progress:\n  checkpoint:\n    path: /ckpt\n    kind: deepspeed\n",
+        MINIMAL + "progress:\n  checkpoint:\n    path: /ckpt\n    kind: orbax\n",
     )
     assert (err.key, err.line) == ("progress.checkpoint.kind", 6)
-    assert "megatron, hf, dcp, mtime" in err.problem and "deepspeed" in err.problem
+    assert "megatron, hf, dcp, deepspeed, lightning, mtime" in err.problem
+    assert "orbax" in err.problem
 
 
 def test_checkpoint_without_path_is_required_on_its_line(tmp_path: Path) -> None:

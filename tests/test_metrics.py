@@ -335,3 +335,15 @@ def test_openmetrics_is_served_when_the_scraper_asks(
     assert text.endswith("# EOF\n")
     names = {f.name for f in openmetrics_families(text)}
     assert {"train_watchdog_job_state", "train_watchdog_lost_seconds"} <= names
+
+
+def test_checkpoint_age_and_work_at_risk() -> None:
+    """SPEC §16: the newest checkpoint's age and the steps since it; absent while unknown."""
+    ck = {"mark": 12000, "step": 12000, "age_s": 2820.0, "at_risk_steps": 2300}
+    progress = {"tokens_per_s": None, "last_progress_age_s": None, "checkpoint": ck}
+    s = parse_families(status_fixture(progress=progress))
+    assert value(s, "train_watchdog_checkpoint_age_seconds") == 2820.0
+    assert value(s, "train_watchdog_work_at_risk_steps") == 2300.0
+    none = parse_families(status_fixture())
+    assert value(none, "train_watchdog_checkpoint_age_seconds") is None
+    assert value(none, "train_watchdog_work_at_risk_steps") is None

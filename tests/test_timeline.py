@@ -328,3 +328,15 @@ def test_a_damaged_history_file_is_set_aside_and_the_picture_starts_afresh(
     d.wait_state("running", timeout=30)
     res = timeline_json(d, "--since", "1h")
     assert [e["event"] for e in all_events(res, "daemon_started")] == ["daemon_started"]
+
+
+def test_checkpoint_saves_are_marked_not_listed() -> None:
+    """SPEC §16: a column with a save shows `c` (in the legend as checkpoint); the list below
+    stays the restarts' (a save every half hour would crowd it out)."""
+    res = crowded_result(8)
+    save = {"ts": "2026-12-03T19:00:03Z", "event": "checkpoint_saved", "step": 12000}
+    res["buckets"] = [dict(b, events=[save]) for b in res["buckets"][:3]]
+    text = timeline_view.render(res)
+    marks = next(line for line in text.splitlines() if line.lstrip().startswith("marks"))
+    assert "ccc" in marks and "c checkpoint" in text, text
+    assert "Restarts 0" in text and "12000" not in text.split("Restarts 0")[1]

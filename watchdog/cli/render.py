@@ -108,6 +108,8 @@ def render_status(st: dict[str, Any], events: list[dict[str, Any]]) -> str:
         lines.append(f"    Stall: {explain_window(sw)}")
     if ck := pr.get("checkpoint"):
         lines.append(f"     Ckpt: {_checkpoint_text(ck)}")
+        if ck.get("mark") is not None and ck.get("age_s") is not None:
+            lines.append(f"Checkpoint: {checkpoint_line(ck)}")
     if loss := pr.get("loss_line"):  # SPEC §16 (absent from older daemons)
         lines.append(f"     Loss: {loss}")
     lines += _restart_lines(st)
@@ -238,6 +240,28 @@ def _checkpoint_text(ck: dict[str, Any]) -> str:
     return f"{ck.get('label') or ck['mark']}{when} ({ck['kind']})"
 
 
+def _minutes(s: float) -> str:
+    """`47 min`, `2 h 05 min`, `12 s`: the checkpoint line's durations (SPEC §16)."""
+    s = int(s)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def checkpoint_line(ck: dict[str, Any]) -> str:
+    """`step 12,000 · 47 min ago (every ~30 min) · at risk: 47 min, ~2,300 steps` (SPEC §16)."""
+    step = ck.get("step")
+    what = f"step {step:,}" if isinstance(step, int) else str(ck.get("label") or ck["mark"])
+    every = ck.get("every_s")
+    often = "" if every is None else f" (every ~{_minutes(every)})"
+    risk = f"at risk: {_minutes(ck['age_s'])}"
+    if ck.get("at_risk_steps") is not None:
+        risk += f", ~{ck['at_risk_steps']:,} steps"
+    return f"{what} · {_minutes(ck['age_s'])} ago{often} · {risk}"
+
+
 def _health(st: dict[str, Any]) -> str:
     state, reasons = st["state"], st["reasons"]
     if st["healthy"]:
@@ -248,6 +272,8 @@ def _health(st: dict[str, Any]) -> str:
         words = [f"held back: processes of an earlier run still alive, pids {left['pids']}"]
     elif state == "fatal" and st["restarts"]["last_reason"] == "no_progress":
         words = ["restarts got no further (max_no_progress); `watchdogctl start` tries again"]
+    elif state == "fatal" and st["restarts"]["last_reason"] == "progress_reset":
+        words = ["the restart started below its checkpoint (docs/checkpoints.md); then `start`"]
     elif state == "fatal" and st["restarts"]["last_reason"] == "repeated_cause":
         words = ["the same deterministic cause again (docs/causes.md); fix it, then `start`"]
     elif state == "fatal":

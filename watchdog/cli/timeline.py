@@ -13,6 +13,7 @@ import os
 from datetime import UTC, datetime
 
 from watchdog.cli.render import WIDTH, fit
+from watchdog.core.names import TIMELINE_NOT_LISTED
 from watchdog.core.views.goodput import goodput_line
 
 TYPE_CHECKING = False
@@ -57,8 +58,9 @@ MARKS: dict[str, tuple[str, str, str]] = {
     "run_settled": ("s", "32", "settled"),  # SPEC §15: the run's steady tok/s after a restart
     "verdict_observed": ("o", "33", "observed"),  # SPEC §16: observe mode's would-be action
     "false_alarm": ("f", "36", "false alarm"),  # SPEC §16: a verdict the job proved wrong
+    "checkpoint_saved": ("c", "36", "checkpoint"),  # SPEC §16: each save seen
 }
-NOT_LISTED = frozenset({"child_exited"})  # marked; listed only as the cause of a restart
+NOT_LISTED = TIMELINE_NOT_LISTED
 
 
 def use_color(stream: TextIO) -> bool:

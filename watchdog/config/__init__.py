@@ -24,6 +24,7 @@ from watchdog.config.fields import (
 from watchdog.config.load import check_main, load_config, parse_config
 from watchdog.config.schema import (
     CheckpointConfig,
+    CheckpointGuardConfig,
     ClusterConfig,
     Config,
     ControlConfig,
@@ -57,6 +58,7 @@ __all__ = [
     "UNFORWARDABLE",
     "WARN_ONLY_REASONS",
     "CheckpointConfig",
+    "CheckpointGuardConfig",
     "ClusterConfig",
     "Config",
     "ConfigError",

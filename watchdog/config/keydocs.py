@@ -133,6 +133,15 @@ DOCS: dict[str, str] = {
     "steady (run_settled)",
     "runs.code_paths": "files or folders whose sha256 is the run's code, when job.cwd is no git "
     "work tree; set: used instead of git",
+    "progress.checkpoint_guard": "the work guarded: a restart from zero caught, a torn "
+    "checkpoint set aside (docs/checkpoints.md)",
+    "progress.checkpoint_guard.on_reset": "a run after an automatic restart whose first step "
+    "is below the newest complete checkpoint: stop it and park fatal (progress_reset), or warn; "
+    "after an operator's start it is always a warning",
+    "progress.checkpoint_guard.quarantine": "after a death and before the next start, set the "
+    "newest checkpoint that is not complete aside (renamed into the quarantine folder beside it)",
+    "progress.checkpoint_guard.quarantine_keep": "checkpoints kept in quarantine at most: past "
+    "it, none more is set aside (nothing is ever deleted)",
     "progress.slowdown": "a sustained drop of tokens/s within a run: event slowdown, warn only",
     "progress.slowdown.drop": "the drop against the run's settled level that is a slowdown "
     "(0.2: 20 %)",

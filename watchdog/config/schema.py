@@ -108,7 +108,7 @@ class CheckpointConfig:
     """progress.checkpoint (SPEC §12): where the job's checkpoints are and how to read them."""
 
     path: str = field(metadata=_m(path=True))  # a checkpoint folder or Megatron's tracker file
-    kind: Literal["megatron", "hf", "dcp", "mtime"]
+    kind: Literal["megatron", "hf", "dcp", "deepspeed", "lightning", "mtime"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -126,6 +126,16 @@ class LossConfig:
     on_nan: Literal["warn", "stop"] = "warn"
     spike_factor: float = field(default=3.0, metadata=_m(gt=1))
     spike_readings: int = field(default=3, metadata=_m(ge=1))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointGuardConfig:
+    """progress.checkpoint_guard (SPEC §16): a restart from zero caught, a torn checkpoint set
+    aside (docs/checkpoints.md)."""
+
+    on_reset: Literal["stop", "warn"] = "stop"  # after an automatic restart; operators: warn
+    quarantine: bool = True
+    quarantine_keep: int = field(default=3, metadata=_m(ge=1))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -151,6 +161,8 @@ class ProgressConfig:
     slowdown: SlowdownConfig = field(default_factory=SlowdownConfig)
     # SPEC §16: the loss the recognisers read, judged (core/progress/loss.py)
     loss: LossConfig = field(default_factory=LossConfig)
+    # SPEC §16: the work guarded (core/supervisor/resets.py, daemon/quarantine.py)
+    checkpoint_guard: CheckpointGuardConfig = field(default_factory=CheckpointGuardConfig)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

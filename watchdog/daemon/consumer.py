@@ -332,7 +332,8 @@ class Consumer:
         monitor = run.monitor
         if (at := monitor.last_progress_at) is not None and self._marked != (run, at):
             self._marked = (run, at)  # the newest step, once: not at each read of the grown log
-            self._dispatch(ProgressMarked("step", getattr(monitor.last_progress, "step", None), at))
+            step = getattr(monitor.last_progress, "step", None)
+            self._dispatch(ProgressMarked("step", step, at, source=monitor.progress_source))
         if sample is not None:
             monitor.gpu_sample(sample)
         monitor.gpu_degraded(gpus.degraded_now())  # SPEC §13: a new run's monitor learns too

@@ -18,7 +18,13 @@ from functools import partial
 
 from watchdog import blocking
 from watchdog.cluster import link
-from watchdog.core.supervisor.events import ChildSpawned, Refuse, SpawnFailed, SpawnPending
+from watchdog.core.supervisor.events import (
+    CheckpointsSetAside,
+    ChildSpawned,
+    Refuse,
+    SpawnFailed,
+    SpawnPending,
+)
 from watchdog.daemon import exitcause
 from watchdog.daemon.jobtree import JobTree
 from watchdog.daemon.port import Port
@@ -128,6 +134,9 @@ class Starter:
         await self._sampler.read_checkpoint()  # the baseline: not this run's progress
         if (left := await self.end_leftovers()) is not None:
             return left, None
+        # SPEC §16: none of the job alive now: a torn checkpoint is set aside before the start
+        if moved := await self._sampler.learning.set_aside_torn(self._cfg()):
+            self._inbox.post(CheckpointsSetAside(moved))  # a checkpoint_unreadable streak ends
         why = await self._gate.gpus.wait_drained(self.our_pids)
         if why is not None:
             return SpawnFailed("gpu_memory_held", why), None

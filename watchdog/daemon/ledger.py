@@ -31,10 +31,9 @@ from watchdog.core.views.ledger import (
     Ledger,
     LedgerConfig,
     iso,
-    settle_text,
     wall_of,
-    with_change,
 )
+from watchdog.core.views.shown import settle_text, with_change
 from watchdog.process import coderev
 from watchdog.state.folder import StateDir
 from watchdog.state.runsfile import load_runs
@@ -60,6 +59,9 @@ def config_sha(cfg: config.Config) -> str:
     return hashlib.sha256(repr(cfg).encode("utf-8", "replace")).hexdigest()
 
 
+_CODE_IO = blocking.BoundedWorker("code-read")  # git in job.cwd (a hung mount): one thread
+
+
 class RunBook:
     def __init__(
         self,
@@ -75,7 +77,6 @@ class RunBook:
         self._spawn = spawn  # the daemon's own tasks: the code read outlives the event
         self.file = FileWriter(state.file(RUNS_FILE), health)
         self.ledger = Ledger(_ledger_cfg(cfg), self._load(state))
-        self._code_io = blocking.BoundedWorker("code-read")  # git in job.cwd (a hung mount)
         self._next: tuple[str, str | None] | None = None  # what the next start is, as known
         self._seen_progress_at: float | None = None  # the newest progress line fed
         self._written = -1  # the ledger's change count last written
@@ -85,6 +86,8 @@ class RunBook:
         self._slowdown = slowdown.SlowdownDetector(_slowdown_cfg(cfg))  # SPEC §15: per run
         # the goodput's restart cost by cause (books.py sets it): (cause, seconds) per run
         self.cost_measured: Callable[[str, float], None] = lambda cause, seconds: None
+        # the newest complete checkpoint's step now (the sampler's, loop.py sets it; SPEC §16)
+        self.checkpoint_step: Callable[[], int | None] = lambda: None
 
     def reconfigure(self, cfg: config.Config) -> None:
         """A reload: the next run's code and config, and the ledger's keep and warm-up."""
@@ -163,13 +166,19 @@ class RunBook:
         self._seen_progress_at = None
         self.settled = False
         self._slowdown = slowdown.SlowdownDetector(_slowdown_cfg(cfg))
+        self.ledger.checkpoint_known(self.checkpoint_step())  # what this run may resume from
         self._spawn(self._read_code(rec["run"], cfg.job.cwd, cfg.runs.code_paths))
 
     def _exited(self, record: dict[str, Any]) -> None:
         if (rec := self.ledger.open) is None or rec.get("pid") not in (None, record.get("pid")):
             return  # an earlier run's leader, reaped late: that run is over already
         wall = wall_of(record["ts"]) or time.time()
+        self.ledger.checkpoint_known(self.checkpoint_step())  # read only after the run began
         self.ledger.end(time.monotonic(), wall, record)
+
+    def _saved(self, record: dict[str, Any]) -> None:
+        step = record.get("step")
+        self.ledger.checkpoint_saved(step if isinstance(step, int) else None)
 
     async def _read_code(self, run: int, cwd: str | None, paths: tuple[str, ...]) -> None:
         """git in job.cwd (or the hash of runs.code_paths), off the loop and bounded, once the
@@ -177,7 +186,7 @@ class RunBook:
         then the record goes to the file, the code known or not."""
         await asyncio.sleep(CODE_DELAY_S)
         try:
-            code = await self._code_io.call(
+            code = await _CODE_IO.call(
                 lambda: coderev.read_code(cwd, paths), CODE_TIMEOUT_S, what=f"git in {cwd}"
             )
         except (blocking.Hung, coderev.CodeUnreadable) as e:
@@ -359,4 +368,5 @@ _HANDLERS: dict[str, Callable[[RunBook, dict[str, Any]], None]] = {
     "child_spawned": RunBook._spawned,
     "job_adopted": RunBook._adopted,
     "child_exited": RunBook._exited,
+    "checkpoint_saved": RunBook._saved,
 }

@@ -108,6 +108,7 @@ class Daemon:
         actions with them."""
         port = Port(lambda: self.cfg, self.consumer.inbox, self.emit, self.tasks)  # port.py
         self.sampler = Sampler(port, self._leader, self.runs, self.gpus, self.tree)
+        self.out.books.runs.checkpoint_step = self.sampler.checkpoint_step  # SPEC §16
         gate = StartGate(self.gpus, self.faults, self.cluster)
         starter = Starter(port, self.tree, self.runs, self.sampler, gate)
         self.stopper = Stopper(port, self.tree, self.runs, self.sampler, self.gpus)

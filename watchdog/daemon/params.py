@@ -13,7 +13,6 @@ from watchdog.core.health import monitor as health
 from watchdog.core.progress.loss import LossPolicy
 from watchdog.core.progress.stall_window import StallConfig
 from watchdog.core.supervisor.budget import Policy
-from watchdog.progress.checkpoint import CheckpointWatch
 
 
 def policy_of(cfg: config.Config) -> Policy:
@@ -35,6 +34,7 @@ def policy_of(cfg: config.Config) -> Policy:
         on_reset_gpu=cfg.gpus.faults.on_reset_gpu,
         on_reboot_host=cfg.gpus.faults.on_reboot_host,
         observe=r.mode == "observe",
+        on_reset=cfg.progress.checkpoint_guard.on_reset,
     )
 
 
@@ -73,11 +73,6 @@ def loss_of(cfg: config.Config) -> LossPolicy:
     """progress.loss (SPEC §16) as the core's loss judge takes it."""
     p = cfg.progress.loss
     return LossPolicy(p.on_nan, p.spike_factor, p.spike_readings)
-
-
-def checkpoint_watch(cfg: config.Config) -> CheckpointWatch | None:
-    c = cfg.progress.checkpoint
-    return None if c is None else CheckpointWatch(c.path, c.kind)
 
 
 def needs_restart(old: config.Config, new: config.Config) -> str | None:

@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from watchdog import blocking, config
 from watchdog.core.supervisor.events import ProgressMarked
-from watchdog.daemon import params
 from watchdog.daemon.inbox import ProgressLooked, RanksListed, SampleTaken, SaveSeen
 from watchdog.daemon.jobtree import JobTree
+from watchdog.daemon.learning import CheckpointLearning
 from watchdog.daemon.port import Port
 from watchdog.daemon.run import JobRun, Runs
 from watchdog.gpu.watch import GpuWatch
+from watchdog.progress.checkpoint import CheckpointWatch
 from watchdog.progress.follower import Follower, FollowResult, LogFollower
 from watchdog.progress.newest import GlobFollower, is_glob
 from watchdog.progress.ranks import RankLister
@@ -61,7 +62,8 @@ class Sampler:
         self._clock = port.inbox.clock  # a stop of the daemon itself ends the wait (clockgap.py)
         self._tasks = port.tasks  # the checkpoint read outlives a tick (the daemon's own tasks)
         self._emit = port.emit  # progress_read_hung / _recovered, a sampling bug caught
-        self.checkpoints = params.checkpoint_watch(port.cfg())  # progress.checkpoint (reload: anew)
+        # progress.checkpoint, or the folder learned without it (SPEC §16; reload: anew)
+        self.learning = CheckpointLearning(port.cfg(), port.emit)
         self._ranks = RankLister()  # the tree's workers (torchrun's ranks, SPEC §12)
         self._progress_hung = False  # the progress reader is stuck (said once per spell)
         self._checkpoint_read: tuple[JobRun, float] | None = None  # the last read: which run, when
@@ -69,7 +71,17 @@ class Sampler:
     def reconfigure(self, old: config.Config, new: config.Config) -> None:
         """A reload: a new progress.checkpoint is watched from now on (SPEC §6)."""
         if new.progress.checkpoint != old.progress.checkpoint:
-            self.checkpoints = params.checkpoint_watch(new)
+            self.learning.configure(new)
+
+    def checkpoint_step(self) -> int | None:
+        """The step of the newest complete checkpoint read, if known (the runs ledger)."""
+        watch = self.checkpoints
+        return None if watch is None else watch.book.step
+
+    @property
+    def checkpoints(self) -> CheckpointWatch | None:
+        """The checkpoint folder read now: configured, learned, or none yet."""
+        return self.learning.watch
 
     async def tick_loop(
         self, next_due: Callable[[float], float | None], ticked: Callable[[], None]
@@ -141,8 +153,14 @@ class Sampler:
         progress = await self.look_at_progress()
         now = time.monotonic()
         leader, run = self._leader(), self._runs.current
+        if progress is not None and progress.found is not None:
+            self.learning.from_log(progress.found.saved_to, self._cfg())
+            if progress.found.phase == "checkpoint" and self.checkpoints is not None:
+                self.checkpoints.book.started(time.time())  # a save line: took_s counts from it
         if not follow_only and self.checkpoints is not None and self._checkpoint_due(run, now):
             self._tasks.spawn(self.read_checkpoint())
+        elif self.checkpoints is None and leader is not None and self.learning.files_due(now):
+            self._tasks.spawn(self.learning.from_files(self._cfg()))
         if leader is not None and gpu and run.rank_tracker.listing_due(now):
             run.spawn_task(self.watch_ranks(run, leader), self._tasks.done)
         return SampleTaken(run, leader, sample, progress, started_at, follow_only)
@@ -274,6 +292,7 @@ class Sampler:
         """Read progress.checkpoint (in a thread, bounded) and tell the core what is there."""
         if (watch := self.checkpoints) is None:
             return
+        self.learning.announce()
         try:
             found = await watch.read()
         except Exception as e:  # a reader bug must never fail a stop or a start
@@ -281,12 +300,15 @@ class Sampler:
             self._emit("internal_error_caught", where="checkpoint", error=error)
             return
         seen = watch.look(found)  # SPEC §13: a write is a save going on; §14: quiet lets it end
+        if (saved := watch.saved(found)) is not None and watch is self.checkpoints:
+            self._emit("checkpoint_saved", **saved)  # SPEC §16: each save seen
         if seen is not None and watch is self.checkpoints:
             self._inbox.post(SaveSeen(self._runs.current, time.monotonic(), seen == "quiet"))
         if found.mark is not None and found.written_at is not None:
             # Its own mtime on the monotonic clock, however old: lost work counts from it.
             at = time.monotonic() - max(0.0, time.time() - found.written_at)
-            self._inbox.post(ProgressMarked("checkpoint", found.mark, at))
+            found_at = ProgressMarked("checkpoint", found.mark, at, found.step, found.label)
+            self._inbox.post(found_at)
 
 
 def with_late(late: FollowResult, found: FollowResult) -> FollowResult:

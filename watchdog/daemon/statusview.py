@@ -64,7 +64,7 @@ def build(d: Shown) -> dict[str, Any]:
             log_file=d.cfg.job.log_file,
             goodput=d.out.books.goodput.totals(),
             checkpoint=None if checkpoints is None else checkpoints.as_dict(),
-            checkpoint_at=snap.best_mark_at,
+            checkpoint_at=_checkpoint_at(d, snap.best_mark_at),
             gpu_faults=faults.by_gpu,
             gpu_unchecked=faults.unchecked,
             gpu_events=faults.events_state,
@@ -82,6 +82,18 @@ def build(d: Shown) -> dict[str, Any]:
     st["gpu_throttle_seconds_total"] = gpus.degraded.seconds()  # SPEC §13
     _add_turn4(d, st, running)
     return st
+
+
+def _checkpoint_at(d: Shown, best_mark_at: float | None) -> float | None:
+    """When the newest checkpoint was written (monotonic): the core's mark where the checkpoint
+    is the progress mark (progress.checkpoint), else its own mtime (a folder learned, SPEC §16)."""
+    watch = d.sampler.checkpoints
+    if d.cfg.progress.checkpoint is not None or watch is None or watch.last is None:
+        return best_mark_at
+    written = watch.last.written_at
+    if watch.last.mark is None or written is None:
+        return None
+    return time.monotonic() - max(0.0, time.time() - written)
 
 
 def _add_turn4(d: Shown, st: dict[str, Any], running: Sequence[str] | None) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import get_args
 
 from watchdog.core.names import State
-from watchdog.core.supervisor.cells import Go, nothing
+from watchdog.core.supervisor.cells import Go, nothing, refusal_reason
 from watchdog.core.supervisor.events import Event
-from watchdog.core.supervisor.table import TABLE, refusal_reason
+from watchdog.core.supervisor.table import TABLE
 
 INPUTS: tuple[type, ...] = get_args(Event)
 

@@ -194,6 +194,21 @@ def _progress_families(st: Mapping[str, Any], wall_now: float) -> Iterator[Metri
     if value is not None:
         loss.add_metric([], value)
     yield loss
+    yield from _checkpoint_families(progress.get("checkpoint") or {})
+
+
+def _checkpoint_families(ck: Mapping[str, Any]) -> Iterator[Metric]:
+    """SPEC §16: how old the newest complete checkpoint is, and the steps done since it."""
+    age = _gauge("checkpoint_age_seconds", "Age of the job's newest complete checkpoint.")
+    if ck.get("age_s") is not None:
+        age.add_metric([], ck["age_s"])
+    yield age
+    risk = _gauge(
+        "work_at_risk_steps", "Steps done since the newest complete checkpoint: lost at a crash."
+    )
+    if ck.get("at_risk_steps") is not None:
+        risk.add_metric([], ck["at_risk_steps"])
+    yield risk
 
 
 def _goodput_families(g: Mapping[str, Any]) -> Iterator[Metric]:

@@ -14,6 +14,11 @@ daemon. Kinds:
   rank's shards: a folder with `.metadata` is complete. `path` is one such folder (overwritten
   in place: its mark is the mtime of `.metadata`) or a folder of them (`step_100/`...: the
   highest number in their names; their mtime when a name has none).
+- `deepspeed` (SPEC §16): DeepSpeed's engine writes the tag of its newest save into `latest`
+  once every rank finished (`global_step100`): complete when the folder it names is there; its
+  mark is the number in the tag.
+- `lightning` (SPEC §16): `*.ckpt` files; one counts once it is no longer being written (its
+  mtime LIGHTNING_SETTLE_S old); the newest by mtime (`last.ckpt` has no step in its name).
 - `mtime`: the newest modification time of `path` and its direct entries.
 """
 
@@ -22,24 +27,38 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import json
 import os
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 from watchdog import blocking
+from watchdog.core.progress.saves import SaveBook
 
 TRACKER = "latest_checkpointed_iteration.txt"
 HF_DONE = "trainer_state.json"
 DCP_DONE = ".metadata"
 MAX_ENTRIES = 10_000  # entries looked at per folder: a bound on one read's cost
+HF_STATE_MAX_BYTES = 32 << 20  # a trainer_state.json read whole to see that it parses
+HF_TRIES = 8  # checkpoint-N folders tried, highest first, for the newest complete one
+DEEPSPEED_LATEST = "latest"
+LIGHTNING_SETTLE_S = 1.0  # a .ckpt untouched this long is no longer being written
 READ_TIMEOUT_S = 5.0
 # One thread for every read of progress.checkpoint (a folder on a network mount can hang).
 _READS = blocking.BoundedWorker("checkpoint-read")
 
 _HF_NAME = re.compile(r"checkpoint-([0-9]{1,18})\Z")
 _NUMBER = re.compile(r"([0-9]{1,18})(?!.*[0-9])")  # the last run of digits in a name
+_LIGHTNING_STEP = re.compile(r"step=([0-9]{1,18})")  # ModelCheckpoint's `epoch=0-step=100.ckpt`
+
+
+def _step_in(name: str) -> int | None:
+    """The number in a save's name (`global_step100`, `step-200`), taken for its step."""
+    m = _NUMBER.search(name)
+    return None if m is None else int(m[1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +73,7 @@ class Checkpoint:
     # SPEC §13: the newest write anywhere the checkpoint is being saved (wall clock), complete
     # or not: a save in progress is activity (it keeps the job from `stalled`), not progress.
     activity_at: float | None = None
+    step: int | None = None  # SPEC §16: the training step it holds, where its name says it
 
 
 # ------------------------------------------------------------------------------- pure parts
@@ -100,6 +120,10 @@ def read_checkpoint(path: str, kind: str) -> Checkpoint:
             return _read_hf(path)
         if kind == "dcp":
             return _read_dcp(path)
+        if kind == "deepspeed":
+            return _read_deepspeed(path)
+        if kind == "lightning":
+            return _read_lightning(path, time.time())
         return _read_mtime(path)
     except FileNotFoundError:
         return Checkpoint(None, error=f"{path}: no checkpoint yet")
@@ -114,7 +138,8 @@ def _read_megatron(path: str) -> Checkpoint:
     iteration = parse_megatron_tracker(text)
     if iteration is None:
         return Checkpoint(None, error=f"{tracker}: no iteration in {text.strip()[:20]!r}")
-    return Checkpoint(iteration, f"iteration {iteration}", os.stat(tracker).st_mtime)
+    mtime = os.stat(tracker).st_mtime
+    return Checkpoint(iteration, f"iteration {iteration}", mtime, step=iteration)
 
 
 def _entries(path: str) -> list[os.DirEntry[str]]:
@@ -127,14 +152,33 @@ def _subdirs(path: str) -> list[os.DirEntry[str]]:
     return [e for e in _entries(path) if e.is_dir(follow_symlinks=False)]
 
 
+def hf_complete(state_file: str) -> bool:
+    """Blocking: the Trainer wrote `trainer_state.json` last and whole (it parses as JSON; a
+    file over HF_STATE_MAX_BYTES is taken as whole unread: a bound on one read's cost)."""
+    try:
+        with open(state_file, "rb") as f:
+            data = f.read(HF_STATE_MAX_BYTES + 1)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    if len(data) > HF_STATE_MAX_BYTES:
+        return True
+    try:
+        json.loads(data)
+    except ValueError:
+        return False
+    return True
+
+
 def _read_hf(path: str) -> Checkpoint:
     dirs = [e for e in _subdirs(path) if _HF_NAME.match(e.name)]
     done = {e.name: os.path.join(e.path, HF_DONE) for e in dirs}
-    best = pick_hf((name, os.path.exists(p)) for name, p in done.items())
+    # Highest first; each is complete once its trainer_state.json parses (a bounded few tried).
+    tried = sorted(done, key=lambda name: -int(name.rsplit("-", 1)[1]))[:HF_TRIES]
+    best = pick_hf((name, hf_complete(done[name])) for name in tried)
     if best is None:
         return Checkpoint(None, error=f"{path}: no complete checkpoint-N folder yet")
     step, name = best
-    return Checkpoint(step, name, os.stat(done[name]).st_mtime)
+    return Checkpoint(step, name, os.stat(done[name]).st_mtime, step=step)
 
 
 def _read_dcp(path: str) -> Checkpoint:
@@ -152,7 +196,45 @@ def _read_dcp(path: str) -> Checkpoint:
     if best is None:
         return Checkpoint(None, error=f"{path}: no folder with {DCP_DONE} yet")
     mark, name = best
-    return Checkpoint(mark, name, found[name])
+    return Checkpoint(mark, name, found[name], step=_step_in(name))
+
+
+def parse_deepspeed_latest(text: str) -> str | None:
+    """The tag in DeepSpeed's `latest` file (one folder name), or None for anything else."""
+    tag = text.strip()
+    ok = 0 < len(tag) <= 255 and "/" not in tag and tag not in (".", "..")
+    return tag if ok and tag.isprintable() else None
+
+
+def _read_deepspeed(path: str) -> Checkpoint:
+    latest = os.path.join(path, DEEPSPEED_LATEST)
+    with open(latest, encoding="utf-8") as f:
+        text = f.read(256)
+    tag = parse_deepspeed_latest(text)
+    if tag is None or not os.path.isdir(os.path.join(path, tag)):
+        return Checkpoint(None, error=f"{latest}: names no checkpoint folder ({text[:40]!r})")
+    mtime = os.stat(latest).st_mtime
+    step = _step_in(tag)
+    return Checkpoint(mtime if step is None else step, tag, mtime, step=step)
+
+
+def pick_lightning(entries: Iterable[tuple[str, float]], now: float) -> tuple[float, str] | None:
+    """(mtime, name) of the newest `.ckpt` of (name, mtime) no longer being written at `now`."""
+    done = [(m, n) for n, m in entries if n.endswith(".ckpt") and now - m >= LIGHTNING_SETTLE_S]
+    return max(done) if done else None
+
+
+def _read_lightning(path: str, now: float) -> Checkpoint:
+    found: list[tuple[str, float]] = []
+    for e in _entries(path):
+        if e.name.endswith(".ckpt") and e.is_file(follow_symlinks=False):
+            with contextlib.suppress(FileNotFoundError):
+                found.append((e.name, e.stat(follow_symlinks=False).st_mtime))
+    best = pick_lightning(found, now)
+    if best is None:
+        return Checkpoint(None, error=f"{path}: no finished .ckpt file yet")
+    step = _LIGHTNING_STEP.search(best[1])
+    return Checkpoint(best[0], best[1], best[0], step=None if step is None else int(step[1]))
 
 
 def _read_mtime(path: str) -> Checkpoint:
@@ -219,6 +301,7 @@ class CheckpointWatch:
         self._activity_at: float | None = None  # the newest write seen so far
         self._looked = False  # a read was made (it may have found no folder yet)
         self.hung = False  # the last read did not answer within READ_TIMEOUT_S
+        self.book = SaveBook()  # SPEC §16: each save seen, its interval, the work at risk
 
     def wrote_since(self, found: Checkpoint) -> bool:
         """Something was written where checkpoints are saved since the previous read (the
@@ -237,6 +320,8 @@ class CheckpointWatch:
         from) and for a read that did not answer (unknown is never quiet)."""
         first, hung = not self._looked, self.hung
         if self.wrote_since(found):
+            if not first and found.activity_at is not None:
+                self.book.started(found.activity_at)  # a save under way: took_s counts from it
             return "write"
         return None if first or hung else "quiet"
 
@@ -256,9 +341,23 @@ class CheckpointWatch:
             self.last = found
         return found
 
+    def saved(self, found: Checkpoint) -> dict[str, object] | None:
+        """The `checkpoint_saved` fields when `found` is a new complete checkpoint (SPEC §16)."""
+        where = self.path
+        if self.kind == "megatron" and found.step is not None:
+            folder = os.path.dirname(where) if os.path.basename(where) == TRACKER else where
+            where = os.path.join(folder, f"iter_{found.step:07d}")
+        elif self.kind != "mtime" and found.label is not None and found.label != self.path:
+            where = os.path.join(where, found.label)
+        return self.book.seen(found.mark, found.step, found.written_at, where)
+
     def as_dict(self) -> dict[str, object]:
         c = self.last
         return {
+            "step": None if c is None else c.step,
+            "written_at": None if c is None else c.written_at,
+            "every_s": self.book.every_s(),
+            "saves": self.book.saves,
             "path": self.path,
             "kind": self.kind,
             "mark": None if c is None else c.mark,

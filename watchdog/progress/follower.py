@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from watchdog.core.progress.layouts import Target
+from watchdog.core.progress.parsing import Recognised
 from watchdog.core.progress.pattern import MAX_MATCH_CHARS, parse_line
 from watchdog.core.samples import ProgressReading
 from watchdog.progress import joblog, logfile
@@ -61,6 +63,8 @@ class FollowResult:
     activity_last: bool = False
     # SPEC §16: the losses the progress lines printed (as printed, with their step), oldest first
     losses: tuple[tuple[str, int | None], ...] = ()
+    # SPEC §16: the newest save line's checkpoint folder (core/progress/layouts.Target), if any
+    saved_to: Target | None = None
 
     @property
     def latest(self) -> ProgressReading | None:
@@ -85,23 +89,17 @@ class _Found:
         self.phase: str | None = None
         self.activity_last = False
         self.losses: list[tuple[str, int | None]] = []
+        self.saved_to: Target | None = None
 
     def result(self) -> FollowResult:
-        return FollowResult(
-            readings=tuple(self.readings[-MATCH_LAST_LINES:]),
-            lines=self.lines,
-            skipped_bytes=self.skipped_bytes,
-            read_bytes=self.read_bytes,
-            truncated=self.truncated,
-            replaced=self.replaced,
-            error=self.error,
-            latest_mtime=self.latest_mtime,
-            source=self.source,
-            activity=self.activity,
-            phase=self.phase,
-            activity_last=self.activity_last,
-            losses=tuple(self.losses[-MATCH_LAST_LINES:]),
-        )
+        kept = {name: getattr(self, name) for name in _AS_IS}  # the newest readings only:
+        kept |= {"readings": tuple(self.readings[-MATCH_LAST_LINES:])}
+        return FollowResult(losses=tuple(self.losses[-MATCH_LAST_LINES:]), **kept)
+
+
+# _Found's fields that go into its FollowResult unchanged
+_AS_IS = ["lines", "skipped_bytes", "read_bytes", "truncated", "replaced", "error", "source"]
+_AS_IS += ["latest_mtime", "activity", "phase", "activity_last", "saved_to"]
 
 
 class Follower(Protocol):
@@ -385,6 +383,8 @@ class LogFollower:
             return
         read_at = time.monotonic()
         for item, line_no in reversed(readings):  # judged in the order the job wrote them
+            if isinstance(item, Recognised) and item.target is not None:
+                found.saved_to = item.target  # SPEC §16: where the job saves, as it says
             seen = reader.judge(item, read_at)
             if seen is None:
                 continue

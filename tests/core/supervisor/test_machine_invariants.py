@@ -19,6 +19,7 @@ from watchdog.core.supervisor.commands import CANCEL_WINDOW_S
 from watchdog.core.supervisor.events import (
     Action,
     Answer,
+    CheckpointsSetAside,
     ChildExited,
     ChildSpawned,
     DaemonStarted,
@@ -426,6 +427,12 @@ class SupervisorMachine(RuleBasedStateMachine):
         if kind == "step":
             value = None
         self.apply(ProgressMarked(kind, value, self.now))
+
+    @rule(count=st.integers(0, 3))
+    def checkpoints_set_aside(self, count: int) -> None:
+        """Torn checkpoints set aside before a start (SPEC §16): only a streak of
+        checkpoint_unreadable ends; nothing else changes."""
+        self.apply(CheckpointsSetAside(count))
 
     @precondition(lambda m: m.live)
     @rule()

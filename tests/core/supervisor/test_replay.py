@@ -39,6 +39,8 @@ SAMPLES: list[E.Event] = [
     E.HealthAssessed(4183, False, frozenset({"stalled", "gpus_idle"}), {"idle_s": "61.5"}),
     E.IncidentSaved("/state/incidents/1"),
     E.ProgressMarked("checkpoint", 1.5e9, 123.25),
+    E.ProgressMarked("checkpoint", 450, 123.5, 450, "checkpoint-450"),
+    E.CheckpointsSetAside(2),
     E.RankExited(pid=4183, rank_pid=4190, rank="3"),
     E.LossWentNan(pid=4183, step=1200),
     E.GpuFaultSeen("reboot_host", {"gpu": 0, "xid": 79, "uuid": None}, gate=True),

@@ -16,9 +16,10 @@ from watchdog.core import names
 from watchdog.core.names import State
 from watchdog.core.supervisor import image, machine
 from watchdog.core.supervisor.budget import Durable, Policy
-from watchdog.core.supervisor.cells import Go
+from watchdog.core.supervisor.cells import REFUSED, Go
 from watchdog.core.supervisor.events import (
     Action,
+    CheckpointsSetAside,
     ChildExited,
     ChildSpawned,
     DaemonStarted,
@@ -48,7 +49,7 @@ from watchdog.core.supervisor.events import (
 )
 from watchdog.core.supervisor.jobstate import AfterStop, Leaving, Run, enter
 from watchdog.core.supervisor.machine import Supervisor
-from watchdog.core.supervisor.table import REFUSED, TABLE
+from watchdog.core.supervisor.table import TABLE
 from watchdog.docgen import statemachine
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -106,6 +107,7 @@ EXAMPLES: dict[type, Callable[[int | None], list[Event]]] = {
     ],
     IncidentSaved: lambda pid: [IncidentSaved("incidents/1")],
     ProgressMarked: lambda pid: [ProgressMarked("step", 10.0, 5.0)],
+    CheckpointsSetAside: lambda pid: [CheckpointsSetAside(1)],
     RankExited: lambda pid: [RankExited(pid or PID, 101, "1")],
     LossWentNan: lambda pid: [LossWentNan(pid or PID, 7)],
     GpuFaultSeen: lambda pid: [

@@ -16,10 +16,9 @@ from watchdog.core.views.ledger import (
     Ledger,
     LedgerConfig,
     iso,
-    settle_text,
     wall_of,
-    with_change,
 )
+from watchdog.core.views.shown import settle_text, with_change
 
 WALL = 1_800_000_000.0  # an epoch second; monotonic `now` starts at 100
 CODE_A = {"commit": "3f2a1c9" + "0" * 33, "dirty": False, "diff_sha": None}

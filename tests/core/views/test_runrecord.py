@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from watchdog.core.views.ledger import Ledger, LedgerConfig, settle_text, with_change
+from watchdog.core.views.ledger import Ledger, LedgerConfig
 from watchdog.core.views.runrecord import problem
+from watchdog.core.views.shown import settle_text, with_change
 
 
 def test_a_record_the_ledger_writes_is_readable() -> None:

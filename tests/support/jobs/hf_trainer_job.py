@@ -22,6 +22,8 @@ LOG_LEVEL (default `passive`, the Trainer's): `info` prints its `***** Running E
 and `Saving model checkpoint to …` lines, as a user with info logging sees them. SLOW_SAVE_S
 (default 0): each save first writes `slow.bin` into its checkpoint folder in SLOW_SAVE_CHUNKS
 (default 3) bursts, SLOW_SAVE_S apart: a save to a slow filesystem, silent in the log.
+FROM_ZERO_IF (a path, default none): while that file exists a run starts from step 0 whatever
+is in out/ (a restart script that lost track of its checkpoint): its first save overwrites.
 """
 
 from __future__ import annotations
@@ -163,7 +165,10 @@ def main() -> None:
         else None,
         callbacks=[NanAt(nan_at)] if (nan_at := int(os.environ.get("NAN_AT_STEP", "0"))) else None,
     )
-    if os.environ.get("RESUME") == "naive":  # the Trainer's own pick: the highest checkpoint-N
+    from_zero = os.environ.get("FROM_ZERO_IF")
+    if from_zero and os.path.exists(from_zero):
+        trainer.train()
+    elif os.environ.get("RESUME") == "naive":  # the Trainer's own pick: the highest checkpoint-N
         trainer.train(
             resume_from_checkpoint=get_last_checkpoint(out) if os.path.isdir(out) else None
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 
+from watchdog.core.progress.layouts import save_target
 from watchdog.core.progress.parsing import Recognised, first, loss_value, to_float, to_int
 
 # ---------------------------------------------------------------------------- Megatron-LM
@@ -212,4 +213,4 @@ def checkpoint_save(line: str) -> Recognised | None:
         return None
     if first(_SAVE, line) is None:
         return None
-    return Recognised("checkpoint", activity=True, phase="checkpoint")
+    return Recognised("checkpoint", activity=True, phase="checkpoint", target=save_target(line))

@@ -8,6 +8,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from watchdog.core.progress.layouts import Target
+
 # Recognisers see at most the last this many characters of a line (as the user pattern does):
 # framework progress text sits at the end of its line.
 MAX_LINE_CHARS = 4096
@@ -47,6 +49,8 @@ class Recognised:
     # SPEC §16 "Loss health": the training loss as the line prints it (`2.345`, `'nan'` less its
     # quotes, Megatron's `NAN`, Lightning's padded `nan.0`): read by `loss_value`
     loss: str | None = field(default=None, compare=False)
+    # SPEC §16: the checkpoint folder a save line names (layouts.Target), not what it counts
+    target: Target | None = field(default=None, compare=False)
 
 
 def to_int(text: str | None) -> int | None:

@@ -64,6 +64,9 @@ class Policy:
     # SPEC §16, restart.mode (`watchdogd --observe`): observe never stops, kills or starts the
     # job on a verdict; each verdict that would have acted is `verdict_observed` instead.
     observe: bool = False
+    # SPEC §16, progress.checkpoint_guard.on_reset: a run after an automatic restart that starts
+    # below the newest complete checkpoint is stopped and parked ("stop"), or only reported
+    on_reset: Literal["stop", "warn"] = "stop"
 
     def parks(self, action: str) -> bool:
         """Whether a GPU fault with this action parks the job (SPEC §12)."""

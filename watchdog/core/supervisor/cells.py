@@ -8,7 +8,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from watchdog.core.names import State
-from watchdog.core.supervisor.events import Action
+from watchdog.core.supervisor.events import (
+    Action,
+    ChildSpawned,
+    DaemonStarted,
+    HandoverResumed,
+    IncidentSaved,
+    JobAdopted,
+    SpawnFailed,
+    StateRestored,
+    TreeStopped,
+)
 from watchdog.core.supervisor.jobstate import JobState
 
 # (the record, the input, now) -> the actions, in order
@@ -35,3 +45,21 @@ def nothing(s: JobState, ev: object, now: float) -> list[Action]:
 
 def stay(says: str) -> Go:
     return Go(nothing, frozenset(), says)
+
+
+# Why an input is refused in a state whose row does not list it.
+REFUSED: dict[type, str] = {
+    DaemonStarted: "the job was already started or adopted",
+    JobAdopted: "a job is already watched or being started: never two",
+    StateRestored: "only a fresh core takes a previous daemon's state",
+    HandoverResumed: "only a fresh core takes a re-exec's hand-over",
+    ChildSpawned: "no start is under way",
+    SpawnFailed: "no start is under way",
+    TreeStopped: "no stop is under way",
+    IncidentSaved: "no stop is under way",
+}
+
+
+def refusal_reason(kind: type, state: State) -> str:
+    """Why input type `kind` is refused in `state` (a row that does not list it)."""
+    return REFUSED.get(kind, f"not expected in {state.value}")

@@ -164,6 +164,18 @@ class ProgressMarked:
     kind: Marker
     value: float | None
     at: float
+    # SPEC §16, a checkpoint read: the step it holds (where its name says) and its name
+    step: int | None = None
+    label: str | None = None
+    source: str | None = None  # a step's recogniser (tqdm, megatron, pattern, ...), if known
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointsSetAside:
+    """Before a start, `count` torn checkpoints were renamed into the quarantine (SPEC §16):
+    the next run resumes from a complete one, so a `checkpoint_unreadable` streak ends."""
+
+    count: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +282,7 @@ Event = (
     | HealthAssessed
     | IncidentSaved
     | ProgressMarked
+    | CheckpointsSetAside
     | RankExited
     | LossWentNan
     | GpuFaultSeen

@@ -105,6 +105,15 @@ class JobState:
     # SPEC §16: each verdict acted on or observed, and the false alarms among them (scoring.py)
     verdicts: VerdictBook = field(default_factory=VerdictBook)
     now: float = 0.0
+    # SPEC §16 (resets.py): the newest complete checkpoint read (step, name); the one the
+    # current run could resume from, fixed at its spawn; whether an operator started it; and
+    # whether its first step was judged yet
+    checkpoint_step: int | None = None
+    checkpoint_label: str | None = None
+    resume_step: int | None = None
+    resume_label: str | None = None
+    operator_start: bool = False
+    first_step_judged: bool = False
 
 
 @dataclass(frozen=True, slots=True)

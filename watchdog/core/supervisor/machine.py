@@ -18,6 +18,7 @@ from collections.abc import Callable
 from watchdog.core.names import State
 from watchdog.core.supervisor import answers, ending, handover
 from watchdog.core.supervisor.budget import Durable, Policy
+from watchdog.core.supervisor.cells import refusal_reason
 from watchdog.core.supervisor.events import Action, Event, HandoverResumed, StateRestored
 from watchdog.core.supervisor.jobstate import (
     JobState,
@@ -28,7 +29,7 @@ from watchdog.core.supervisor.jobstate import (
     snapshot,
 )
 from watchdog.core.supervisor.primitives import refused
-from watchdog.core.supervisor.table import TABLE, refusal_reason
+from watchdog.core.supervisor.table import TABLE
 
 # Tests set it (tests/conftest.py): a handler that leaves a state its cell does not declare
 # raises instead of being refused, so a wrong handler fails the test that drove it.

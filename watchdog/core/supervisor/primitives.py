@@ -8,7 +8,7 @@ when a stop cannot be verified or NVML access is lost (SPEC §5, §12, §13).
 from __future__ import annotations
 
 from watchdog.core.names import State
-from watchdog.core.supervisor import repeats
+from watchdog.core.supervisor import repeats, resets
 from watchdog.core.supervisor.budget import prune_window
 from watchdog.core.supervisor.events import (
     Action,
@@ -43,6 +43,7 @@ def spawn(s: JobState, now: float, reason: str) -> list[Action]:
     s.firing = frozenset()
     s.backoff_until = None
     s.after_stop = AfterStop.STOP
+    resets.spawned(s, reason)  # SPEC §16: the checkpoint this run could resume from
     return [SpawnChild(attempt=s.attempt)]
 
 
@@ -132,6 +133,8 @@ def fail(s: JobState, reason: str, now: float) -> list[Action]:
     was_healthy, s.healthy_since = s.healthy_since is not None, None
     prune_window(s.restart_times, now, p.window_s)
     incident = take_incident(s)
+    if (reset := resets.parked(s, reason, incident)) is not None:
+        return reset  # SPEC §16: a restart from zero is never restarted again
     marker = p.progress_marker
     judged = repeats.judge(s, reason, s.tally.advanced(marker, was_healthy), incident)
     if judged is not None:

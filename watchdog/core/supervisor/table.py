@@ -9,7 +9,7 @@ states. `Supervisor.handle` dispatches through this table and nothing else:
   run that has just been stopped, the exit of a run already cleared) or an input that does not
   concern the state (a cluster restart while nothing runs);
 - an input not listed is refused: `handle` returns an `input_refused` event (input, state,
-  reason: `REFUSED` below) that the shell logs. It should not happen; a refusal changes nothing.
+  reason: cells.REFUSED) that the shell logs. It should not happen; a refusal changes nothing.
 - a handler enters states only through `jobstate.enter`, and `handle` checks the state it left
   against its cell: one the cell does not name raises in tests (`machine.STRICT`) and, in
   production, is refused by name (`input_refused`) with the old state kept.
@@ -29,9 +29,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from watchdog.core.names import State
-from watchdog.core.supervisor import attempts, commands, handover, parking, runs, verdicts
+from watchdog.core.supervisor import attempts, commands, handover, parking, resets, runs, verdicts
 from watchdog.core.supervisor.cells import Go, go, stay
 from watchdog.core.supervisor.events import (
+    CheckpointsSetAside,
     ChildExited,
     ChildSpawned,
     DaemonStarted,
@@ -71,8 +72,16 @@ HOST_FAULT, COMPLETED, WAITING_NODES = State.HOST_FAULT, State.COMPLETED, State.
 # What every state does with these.
 _ANYWHERE: dict[type, Go] = {
     PolicyChanged: go(commands.policy_changed, says="a reload's policy applies from now on"),
-    ProgressMarked: go(verdicts.marked, says="fed to the no-progress tally (SPEC §12)"),
+    ProgressMarked: go(
+        verdicts.marked,
+        STOPPING,
+        says="fed to the no-progress tally (SPEC §12); a run's first step below its checkpoint"
+        " after an automatic restart: stop it (progress_reset, SPEC §16)",
+    ),
     LossWentNan: stay("no run the watchdog acts on: the NaN was logged (loss_nan), no stop"),
+    CheckpointsSetAside: go(
+        resets.set_aside, says="torn checkpoints set aside: a checkpoint_unreadable streak ends"
+    ),
     SpawnPending: go(attempts.pending, says="a start about to spawn: Refuse once superseded"),
     NodesAwaited: go(attempts.awaited, says="only a start under way waits at the barrier"),
     HealthAwaited: stay("a caller waits for health: answered after each input (answers.py)"),
@@ -381,20 +390,3 @@ TABLE: dict[State, Mapping[type, Go]] = {
         GpuAccessChanged: go(parking.access_changed, says="named"),
     },
 }
-
-# Why an input is refused in a state whose row does not list it.
-REFUSED: dict[type, str] = {
-    DaemonStarted: "the job was already started or adopted",
-    JobAdopted: "a job is already watched or being started: never two",
-    StateRestored: "only a fresh core takes a previous daemon's state",
-    HandoverResumed: "only a fresh core takes a re-exec's hand-over",
-    ChildSpawned: "no start is under way",
-    SpawnFailed: "no start is under way",
-    TreeStopped: "no stop is under way",
-    IncidentSaved: "no stop is under way",
-}
-
-
-def refusal_reason(kind: type, state: State) -> str:
-    """Why input type `kind` is refused in `state` (a row that does not list it)."""
-    return REFUSED.get(kind, f"not expected in {state.value}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from watchdog.core.names import INCIDENT_REASONS, UNVERIFIABLE, State
+from watchdog.core.supervisor import resets
 from watchdog.core.supervisor.events import (
     Action,
     Emit,
@@ -117,11 +118,19 @@ def observed(s: JobState, reason: str, evidence: Mapping[str, object], now: floa
 
 def marked(s: JobState, ev: ProgressMarked, now: float) -> list[Action]:
     """Feed the no-progress tally; only the configured marker moves the high-water mark. A
-    step written after a scored verdict on this run proves it a false alarm (SPEC §16)."""
+    step written after a scored verdict on this run proves it a false alarm (SPEC §16). SPEC
+    §16: a checkpoint read is what the next run may resume from; a run's first step below it
+    is `progress_reset` (resets.py), stopped to be parked after an automatic restart."""
     _mark(s, ev)
-    if ev.kind != "step" or s.pid is None:
-        return []
-    return [Emit("false_alarm", f) for f in s.verdicts.progressed(s.pid, ev.at, now)]
+    resets.checkpoint_read(s, ev)
+    out, stop_it = resets.first_step(s, ev)
+    if ev.kind == "step" and s.pid is not None:
+        out += [Emit("false_alarm", f) for f in s.verdicts.progressed(s.pid, ev.at, now)]
+    if stop_it and observing(s):  # observe mode: a reset is said, the job left alone
+        out += observed(s, "progress_reset", {"step": ev.step}, now)
+    elif stop_it:
+        out += stop(s, "progress_reset", AfterStop.RESTART)
+    return out
 
 
 def _mark(s: JobState, ev: ProgressMarked) -> None:

@@ -227,6 +227,9 @@ class Ledger:
         if rec is None:
             return None
         rec["ended_at"] = iso(wall)
+        done, saved = rec.get("last_step"), rec.get("last_checkpoint_step")
+        if done is not None and saved is not None:
+            rec["lost_steps"] = max(0, done - saved)  # SPEC §16: lost when the run ended
         keys = ("state", "reason", "cause", "exit_code", "signal")
         rec["end"] = {k: end.get(k) for k in keys}
         mono = rec.pop("mono", None) or {}
@@ -251,6 +254,23 @@ class Ledger:
 
     def _highest(self) -> int:
         return max((int(r.get("run", 0)) for r in self._records), default=0)
+
+    def checkpoint_known(self, step: int | None) -> None:
+        """The newest complete checkpoint's step as the open run starts (or first learns it)."""
+        rec = self.open
+        if rec is not None and step is not None and rec.get("last_checkpoint_step") is None:
+            rec["last_checkpoint_step"] = step
+            self.changed += 1
+
+    def checkpoint_saved(self, step: int | None) -> None:
+        """A new complete checkpoint during the open run (SPEC §16, `checkpoint_saved`)."""
+        rec = self.open
+        if rec is None:
+            return
+        rec["checkpoints"] = int(rec.get("checkpoints") or 0) + 1
+        if step is not None:
+            rec["last_checkpoint_step"] = step
+        self.changed += 1
 
     def end_state(self, state: str) -> None:
         """What the job went to after its last run ended (backoff, stopped, fatal, ...)."""
@@ -303,9 +323,14 @@ class Ledger:
             "previous_tokens_per_s": prev_tps,
             "change_pct": change_pct(rec["steady_tokens_per_s"], prev_tps),
             "code_changed": (
-                None if before is None else _changed(rec.get("code"), before.get("code"))
+                None if before is None else code_changed(rec.get("code"), before.get("code"))
             ),
         }
+
+
+def code_changed(a: object, b: object) -> bool | None:
+    same = same_code(a, b)
+    return None if same is None else not same
 
 
 def _elapsed(since: object, now: float) -> float | None:
@@ -314,64 +339,6 @@ def _elapsed(since: object, now: float) -> float | None:
     if isinstance(since, bool) or not isinstance(since, int | float) or since > now:
         return None
     return round(now - since, 3)
-
-
-def _changed(a: object, b: object) -> bool | None:
-    same = same_code(a, b)
-    return None if same is None else not same
-
-
-def short_code(code: object) -> str | None:
-    """`3f2a1c9`, `3f2a1c9+` when dirty, or the code paths' hash cut alike; None: unknown."""
-    if not isinstance(code, Mapping):
-        return None
-    commit = code.get("commit") or code.get("sha256")
-    if not isinstance(commit, str):
-        return None
-    return commit[:7] + ("+" if code.get("dirty") else "")
-
-
-def with_change(records: Sequence[Mapping[str, Any]], rec: Mapping[str, Any]) -> dict[str, Any]:
-    """`rec` as shown (no monotonic instants), with its change against the newest earlier run
-    with steady figures (`previous`, `change_pct`, `code_changed`)."""
-    shown = {k: v for k, v in rec.items() if k != "mono"}
-    before = None
-    for r in reversed(records):
-        if r.get("run", 0) < rec.get("run", 0) and r.get("steady_tokens_per_s") is not None:
-            before = r
-            break
-    tps = rec.get("steady_tokens_per_s")
-    shown["previous"] = None if before is None else before["run"]
-    shown["change_pct"] = change_pct(tps, None if before is None else before["steady_tokens_per_s"])
-    then_code = None if before is None else before.get("code")
-    shown["code_changed"] = None if before is None else _changed(rec.get("code"), then_code)
-    shown["previous_code"] = None if before is None else before.get("code")
-    return shown
-
-
-def settle_text(shown: Mapping[str, Any]) -> str:
-    """`restart --settle`'s line (SPEC §15): `run 42: first progress 35.2 s after its start;
-    9,050 tok/s, +0.6 % vs run 41 (code 3f2a1c9 → 8e11b02)`."""
-    first = shown.get("time_to_first_progress_s")
-    head = f"run {shown.get('run')}: " + (
-        "no progress yet" if first is None else f"first progress {first:.1f} s after its start"
-    )
-    tps = shown.get("steady_tokens_per_s")
-    if tps is None:
-        return f"{head}; not settled yet (warm-up not over)"
-    line = f"{head}; {tps:,.0f} tok/s"
-    if shown.get("previous") is None:
-        return f"{line} (no earlier run to compare with)"
-    change = shown.get("change_pct")
-    pct = "" if change is None else f", {change:+.1f} %"
-    now_code, then_code = short_code(shown.get("code")), short_code(shown.get("previous_code"))
-    if shown.get("code_changed"):
-        code = f"code {then_code} → {now_code}"
-    elif shown.get("code_changed") is False:
-        code = f"same code {now_code}"
-    else:
-        code = "code unknown"
-    return f"{line}{pct} vs run {shown['previous']} ({code})"
 
 
 def _reservation(record: Mapping[str, Any]) -> int:
@@ -390,5 +357,7 @@ def _new_record(run: int, reason: str, now: float, wall: float) -> dict[str, Any
     record["steady_readings"] = 0
     record |= {"first_step": None, "last_step": None, "end": None, "lost_s": None}
     record["duration_s"] = None  # spawn to end, monotonic: known once it ended (SPEC §15 adds)
+    # SPEC §16: saves seen in the run, the newest complete checkpoint's step, the steps after it
+    record |= {"checkpoints": 0, "last_checkpoint_step": None, "lost_steps": None}
     record["mono"] = {"spawned": now, "first_progress": None}
     return record

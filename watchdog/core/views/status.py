@@ -139,7 +139,12 @@ def _checkpoint(i: StatusInputs) -> dict[str, Any] | None:
         return None
     found = i.checkpoint.get("mark") is not None and i.checkpoint_at is not None
     age = round(i.now - i.checkpoint_at, 1) if found and i.checkpoint_at is not None else None
-    return {**i.checkpoint, "age_s": age}
+    # SPEC §16: the steps done since it, lost if the run ended now
+    step, run_step = i.checkpoint.get("step"), None if i.progress is None else i.progress.step
+    at_risk = None
+    if found and isinstance(step, int) and run_step is not None:
+        at_risk = max(0, run_step - step)
+    return {**i.checkpoint, "age_s": age, "at_risk_steps": at_risk}
 
 
 def _last_exit(snap: Snapshot) -> dict[str, object] | None:

@@ -100,7 +100,7 @@ class _Facts:
             self.exit = dict(record)
         elif name == "child_spawned":
             self.exit = {}
-        elif name in ("checkpoint_saved", "checkpoint_found"):
+        elif name in names.CHECKPOINT_NEWS:
             self.checkpoint = {k: record[k] for k in ("step", "path") if k in record}
         for key in ("step", "first_step"):
             if isinstance(record.get(key), int):

@@ -60,6 +60,7 @@ KEPT_FIELDS = (
     *("window_s", "phase"),  # SPEC §14: a stall is marked with the window it waited out
     *("run", "steady_tokens_per_s", "previous", "change_pct"),  # SPEC §15: run_settled
     "after_s",  # SPEC §16: false_alarm
+    "step",  # SPEC §16: checkpoint_saved
 )
 
 

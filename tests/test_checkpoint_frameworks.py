@@ -1,0 +1,185 @@
+"""Checkpoints known without config with real frameworks on CPU (SPEC §16): a Hugging Face
+Trainer at its default verbosity (it prints no save line) and a Lightning run, nothing
+configured: the folder and its kind are learned from the files they write, and status reads
+their newest complete checkpoint. The jobs are tests/support/jobs/ (test_frameworks.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pathlib
+import signal
+import sys
+from typing import Any
+
+import pytest
+from conftest import DaemonFactory
+from support.frameworks import JOBS, STARTUP_S, framework_config
+from support.harness import Daemon, wait_until
+
+NEEDED = ("torch", "transformers", "accelerate", "lightning")
+MISSING = [name for name in NEEDED if importlib.util.find_spec(name) is None]
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        bool(MISSING),
+        reason=f"{', '.join(MISSING)} not installed (make test installs the `frameworks` extra)",
+    ),
+    pytest.mark.timeout(300),
+]
+
+
+@pytest.fixture
+def work(tmp_path: pathlib.Path) -> pathlib.Path:
+    folder = tmp_path / "work"
+    folder.mkdir()
+    return folder
+
+
+def newest_in_status(d: Daemon) -> dict[str, Any]:
+    """Wait until status reads a complete checkpoint in the learned folder."""
+
+    def seen(s: dict[str, Any]) -> dict[str, Any] | None:
+        c = s["progress"]["checkpoint"]
+        return c if c is not None and c["mark"] is not None else None
+
+    found: dict[str, Any] = d.wait_status(seen, STARTUP_S, "a checkpoint read", interval=0.2)
+    return found
+
+
+def test_hf_trainer_folder_learned_at_default_verbosity(
+    make_daemon: DaemonFactory, work: pathlib.Path
+) -> None:
+    """The Trainer prints no save line by default: its output_dir is learned from the
+    checkpoint-N folders appearing under job.cwd, kind hf, and its newest complete one read."""
+    d = make_daemon(
+        [sys.executable, str(JOBS / "hf_trainer_job.py"), str(work)], framework_config(work)
+    )
+    found = d.wait_event("checkpoint_found", timeout=STARTUP_S)[0]
+    assert (found["path"], found["kind"], found["from"]) == (str(work / "out"), "hf", "files")
+    seen = newest_in_status(d)
+    assert seen["label"].startswith("checkpoint-") and seen["mark"] >= 20, seen
+    log = pathlib.Path(d.cfg["job"]["log_file"]).read_text(errors="replace")
+    assert "Saving model checkpoint" not in log  # learned from the files, not a line
+
+
+def test_lightning_folder_learned(make_daemon: DaemonFactory, work: pathlib.Path) -> None:
+    """A Lightning run's ModelCheckpoint folder is learned from its `.ckpt` files, kind
+    lightning, and its newest finished file read (a save every 300 steps, a few seconds here:
+    the default 100 replaces the file about every second, never untouched for a read)."""
+    d = make_daemon(
+        [sys.executable, str(JOBS / "lightning_job.py"), str(work), "tqdm"],
+        framework_config(work, env={"CKPT_EVERY": "300"}),
+    )
+    found = d.wait_event("checkpoint_found", timeout=STARTUP_S)[0]
+    where = (found["path"], found["kind"], found["from"])
+    assert where == (str(work / "checkpoints"), "lightning", "files")
+    assert newest_in_status(d)["label"].endswith(".ckpt")
+
+
+def checkpoint_files(work: pathlib.Path) -> dict[str, float]:
+    """Every file under out/checkpoint-*/ with its mtime (the saves on disk, as they are)."""
+    out = work / "out"
+    return {
+        str(p.relative_to(out)): p.stat().st_mtime_ns
+        for p in sorted(out.glob("checkpoint-*/**/*"))
+        if p.is_file()
+    }
+
+
+def test_hf_trainer_restart_from_step_0_is_stopped_before_it_saves(
+    make_daemon: DaemonFactory, work: pathlib.Path
+) -> None:
+    """A real Trainer saves checkpoint-100 and is killed; the automatic restart starts from
+    step 0 (its script lost the checkpoint): progress_reset at its first step, the run stopped
+    before its first save and the job parked fatal `progress_reset`; the checkpoints on disk
+    are untouched (same files, same mtimes)."""
+    flag = work / "from_zero"
+    d = make_daemon(
+        [sys.executable, str(JOBS / "hf_trainer_job.py"), str(work)],
+        framework_config(work, env={"SAVE_STEPS": "100", "FROM_ZERO_IF": str(flag)}),
+    )
+
+    def read_at_least_100(s: dict[str, Any]) -> bool:
+        c = s["progress"]["checkpoint"]
+        return c is not None and (c["step"] or 0) >= 100
+
+    d.wait_status(read_at_least_100, STARTUP_S, "checkpoint-100 read", interval=0.2)
+    pid = d.status()["job"]["pid"]
+    flag.write_text("")
+    os.killpg(pid, signal.SIGKILL)  # the job leads its own group: a crash, restarted
+    d.wait_event("child_exited", pid=pid)
+    before = checkpoint_files(work)
+    reset = d.wait_event("progress_reset", timeout=STARTUP_S)[0]
+    assert reset["action"] == "stop" and reset["first_step"] < reset["checkpoint_step"], reset
+    assert reset["checkpoint"] == f"checkpoint-{reset['checkpoint_step']}"
+    assert d.wait_event("fatal", timeout=60)[0]["reason"] == "progress_reset"
+    wait_until(lambda: not d.job_processes(), 30, "the from-zero run gone")
+    st = d.status()
+    assert (st["state"], st["restarts"]["last_reason"]) == ("fatal", "progress_reset")
+    assert checkpoint_files(work) == before  # nothing overwritten, rotated or added
+
+
+def complete_hf(out: pathlib.Path) -> int:
+    """The highest checkpoint-N whose trainer_state.json parses (a frozen save may be mid-way)."""
+    done = []
+    for p in out.glob("checkpoint-*"):
+        try:
+            json.loads((p / "trainer_state.json").read_bytes())
+        except (OSError, ValueError):
+            continue
+        done.append(int(p.name.split("-")[1]))
+    return max(done)
+
+
+def test_hf_trainer_killed_mid_save_resumes_from_the_one_before(
+    make_daemon: DaemonFactory, work: pathlib.Path
+) -> None:
+    """A real Trainer, resuming as `get_last_checkpoint` does (the highest checkpoint-N,
+    complete or not), is SIGKILLed in the middle of a save (frozen first, then its newest
+    checkpoint made torn: no trainer_state.json, weights cut): before the restart the torn
+    folder is renamed into the quarantine, the next run resumes from the complete one before
+    it and becomes healthy past it; the torn folder is kept whole."""
+    d = make_daemon(
+        [sys.executable, str(JOBS / "hf_trainer_job.py"), str(work)],
+        framework_config(work, env={"RESUME": "naive"}),
+    )
+
+    def read(s: dict[str, Any]) -> dict[str, Any] | None:
+        c = s["progress"]["checkpoint"]
+        return c if c is not None and c["step"] is not None else None
+
+    saved = d.wait_status(read, STARTUP_S, "a complete checkpoint read", interval=0.2)["step"]
+    pid = d.status()["job"]["pid"]
+    os.killpg(pid, signal.SIGSTOP)  # as if inside the next save
+    out = work / "out"
+    try:
+        newest = complete_hf(out)
+        highest = max(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
+        torn = out / f"checkpoint-{highest + 1000}"
+        torn.mkdir()
+        whole = (out / f"checkpoint-{newest}" / "model.safetensors").read_bytes()
+        (torn / "model.safetensors").write_bytes(whole[: len(whole) // 2])  # weights cut
+    finally:
+        os.killpg(pid, signal.SIGKILL)
+    quarantined = d.wait_event("checkpoint_quarantined", timeout=60)[0]  # the newest first
+    assert quarantined["path"] == str(torn) and quarantined["previous"] == f"checkpoint-{newest}"
+    kept = pathlib.Path(quarantined["to"])
+    assert kept.parent == out / ".train-watchdog-quarantine" and kept.name.startswith(torn.name)
+    assert (kept / "model.safetensors").stat().st_size == len(whole) // 2
+    spawned = d.wait_event("child_spawned", count=2)[-1]
+    again = d.wait_status(
+        lambda s: (
+            s
+            if s["healthy"]
+            and s["job"]["pid"] == spawned["pid"]
+            and (s["progress"]["step"] or 0) > max(saved, newest)
+            else None
+        ),
+        STARTUP_S,
+        "the next run healthy past the checkpoint before the torn one",
+        interval=0.2,
+    )
+    assert again["restarts"]["last_reason"] == "exited", again["restarts"]
