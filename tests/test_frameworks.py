@@ -136,6 +136,8 @@ def test_hf_trainer_healthy_stalled_when_frozen_and_resumes(
     first = healthy_with_step(d)
     # The Trainer prints both; status names the newest progress line's recogniser.
     assert first["progress"]["source"] in ("tqdm", "hf_loss"), first["progress"]
+    # SPEC §16: the run's total, read off the Trainer's own bar (its max_steps): the ETA's
+    assert first["progress"]["total"] == 100_000, first["progress"]
     saved, new_pid = freeze_until_restarted(d, lambda: hf_checkpoint(work))
     again = healthy_with_step(d, new_pid, above=saved)
     assert again["restarts"]["last_reason"] == "stalled", again["restarts"]

@@ -74,6 +74,8 @@ PURE_MODULES = frozenset(
         "tests/core/views/test_replies.py",
         "tests/core/views/test_tellme.py",
         "tests/core/views/test_digest.py",
+        "tests/core/views/test_eta.py",
+        "tests/core/progress/test_tracker_total.py",
         "tests/daemon/test_ledger.py",
         "tests/core/progress/test_slowdown.py",
         "tests/process/test_cgroup.py",

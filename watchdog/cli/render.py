@@ -112,6 +112,8 @@ def render_status(st: dict[str, Any], events: list[dict[str, Any]]) -> str:
             lines.append(f"Checkpoint: {checkpoint_line(ck)}")
     if loss := pr.get("loss_line"):  # SPEC §16 (absent from older daemons)
         lines.append(f"     Loss: {loss}")
+    if (eta := pr.get("eta")) and eta.get("line"):  # SPEC §16 (absent from older daemons)
+        lines.append(f"      {eta['line']}")
     lines += _restart_lines(st)
     mode = f" · stop mode {job['stop_mode']}" if job.get("stop_mode") else ""  # SPEC §14
     lines.append(f"   Daemon: pid {dm['pid']} · v{dm['version']} · up {_dur(dm['uptime_s'])}{mode}")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from watchdog import __version__
 from watchdog.core.progress.loss import loss_line
 from watchdog.core.progress.stall_window import LEARNING
-from watchdog.core.views import status
+from watchdog.core.views import eta, status
 
 if TYPE_CHECKING:
     from watchdog import config
@@ -109,6 +109,7 @@ def _add_turn4(d: Shown, st: dict[str, Any], running: Sequence[str] | None) -> N
     st["leftovers"] = {"pids": list(left)} if left else None
     st["run"] = d.out.books.runs.current()  # SPEC §15: the current run on record
     _add_loss(d, st)
+    _add_eta(d, st)
 
 
 def _add_loss(d: Shown, st: dict[str, Any]) -> None:
@@ -116,3 +117,17 @@ def _add_loss(d: Shown, st: dict[str, Any]) -> None:
     loss = d.runs.current.loss.view(time.monotonic())
     st["progress"]["loss"] = loss
     st["progress"]["loss_line"] = loss_line(loss)
+
+
+def _add_eta(d: Shown, st: dict[str, Any]) -> None:
+    """SPEC §16: the run's total as its log shows it, and when it will end (core/views/eta.py)."""
+    last, ledger = d.runs.current.monitor.last_progress, d.out.books.runs.ledger
+    total = None if last is None else last.total
+    rate = eta.steady_rate(ledger.open, time.monotonic())
+    wall = time.time()
+    seen = eta.restarts(ledger.records(), wall)
+    st["progress"]["total"] = total
+    found = eta.estimate(st["progress"]["step"], total, rate, seen, wall)
+    if found is not None:
+        found["line"] = "ETA " + eta.eta_text(found, None)  # the daemon's local time
+    st["progress"]["eta"] = found

@@ -56,3 +56,17 @@ def test_a_quiet_day_is_said_so() -> None:
     m = digest_message("llama", "h", [], {"state": "completed"})
     assert m.title == "llama: the last 24 h: 0 restarts"
     assert "Restarts: 0" in m.lines and "State now: completed" in m.lines
+
+
+def test_the_digest_tells_the_eta_and_tok_s_against_the_day_s_oldest_steady_figure() -> None:
+    """SPEC §16: the status's ETA line as it is, and the throughput now against the oldest
+    run_settled of the 24 h."""
+    events = [
+        {"event": "run_settled", "run": 3, "steady_tokens_per_s": 10000.0},
+        {"event": "run_settled", "run": 4, "steady_tokens_per_s": 9500.0},
+    ]
+    line = "ETA Thu 03:10 (±40 min at today's 3 restarts × 4 min)"
+    status = {"state": "running", "progress": {"tokens_per_s": 9000.0, "eta": {"line": line}}}
+    m = digest_message("llama", "h", events, status)
+    assert "Throughput now: 9,000 tok/s; earliest of the 24 h: 10,000 (run 3), -10.0 %" in m.lines
+    assert line in m.lines

@@ -131,16 +131,21 @@ class ProgressTracker:
         self._train_moved = False  # the training bar has made a step (not only first draws)
         self._train_done = False  # its last update was n == total (the bar finished)
         self._train_at: float | None = None  # `now` of its last update, when given
+        # SPEC §16: the run's last step, as the training bar or Megatron-LM's iteration counter
+        # prints it (`N/TOTAL`); every reading carries it, a step-less one too (the ETA)
+        self.total: int | None = None
 
     def carry(self) -> dict[str, object]:
         """The run's highest step, for an in-place re-exec (bars are re-learnt)."""
-        return {"highest": self.highest}
+        return {"highest": self.highest, "total": self.total}
 
     @classmethod
     def resume(cls, c: object) -> ProgressTracker:
         t = cls()
         if isinstance(c, dict) and type(c.get("highest")) is int:
             t.highest = c["highest"]
+        if isinstance(c, dict) and type(c.get("total")) is int:
+            t.total = c["total"]  # absent from older code
         return t
 
     def observe(self, r: Recognised, now: float | None = None) -> Seen | None:
@@ -149,6 +154,8 @@ class ProgressTracker:
         return _with_loss(self._observe(r, now), r.loss)
 
     def _observe(self, r: Recognised, now: float | None) -> Seen | None:
+        if r.source == "megatron" and not r.activity and r.total is not None:
+            self.total = r.total  # train_iters (an eval's `Evaluating iter 3/10` is activity)
         if r.source == "tqdm":
             seen = self._bar(r, now)
             if seen is not None and seen.kind == "activity":
@@ -157,7 +164,7 @@ class ProgressTracker:
         if r.step is None:
             # A line without a step (a loss dict between bar updates) keeps the run's step.
             kind: Kind = "activity" if r.activity else "progress"
-            reading = None if r.activity else ProgressReading(r.tokens_per_s, self.highest)
+            reading = None if r.activity else self._reading(r.tokens_per_s, self.highest)
             return Seen(kind, r.source, reading, r.phase if r.activity else None)
         if r.activity:
             moved = self._moved(("activity", r.source), r.step, r.source)
@@ -168,7 +175,7 @@ class ProgressTracker:
         """A reading from a user's pattern or a CSV/JSON-lines row: the same forward rule."""
         seen: Seen | None
         if reading.step is None:
-            seen = Seen("progress", source, ProgressReading(reading.tokens_per_s, self.highest))
+            seen = Seen("progress", source, self._reading(reading.tokens_per_s, self.highest))
         else:
             seen = self._step(source, reading.step, reading.tokens_per_s, source)
         return _with_loss(seen, reading.loss)
@@ -177,17 +184,20 @@ class ProgressTracker:
         if self.highest is None or step > self.highest:
             self.highest = step
             self._last[key] = step
-            return Seen("progress", source, ProgressReading(tps, step))
+            return Seen("progress", source, self._reading(tps, step))
         if step == self.highest:
             self._last[key] = step
             if tps is not None:
                 # A throughput report at the current step (a job printing tok/s more often
                 # than it finishes steps): progress for throughput, no new mark.
-                return Seen("progress", source, ProgressReading(tps, step))
+                return Seen("progress", source, self._reading(tps, step))
             # The current step drawn again (Lightning redraws each update with its postfix):
             # the job is alive, but it is no step forward.
             return Seen("activity", source)
         return self._moved(key, step, source)
+
+    def _reading(self, tps: float | None, step: int | None) -> ProgressReading:
+        return ProgressReading(tps, step, total=self.total)
 
     def _moved(self, key: object, value: int, source: str) -> Seen | None:
         before = self._last.get(key)
@@ -216,6 +226,12 @@ class ProgressTracker:
                 self._lap_offset += r.total if r.total is not None else self._train_n
             step = self._lap_offset + r.step
         self._train_n = r.step
+        if r.epoch is None and self._lap_offset == 0 and r.total is not None:
+            # The bar's total is the run's (the Trainer's max_steps bar); an epoch's bar, or a
+            # plain bar counted on past its first lap, shows no total of the whole run.
+            self.total = r.total
+        elif self._lap_offset or r.epoch is not None:
+            self.total = None
         self._train_done = r.total is not None and r.step >= r.total
         if now is not None:
             self._train_at = now

@@ -44,6 +44,8 @@ class _Day:
     causes: Counter[str] = field(default_factory=Counter)  # restarts by cause
     ends: Counter[str] = field(default_factory=Counter)  # parks, completions
     lost_s: float = 0.0
+    # the oldest run_settled of the day: (run, its steady tok/s), the throughput 24 h before
+    first_settled: tuple[object, float] | None = None
 
     def count(self, events: Iterable[Mapping[str, Any]]) -> _Day:
         last_cause = ""
@@ -58,9 +60,21 @@ class _Day:
                 self.causes[str(last_cause if exited else e.get("reason"))] += 1
                 if isinstance(e.get("lost_work_s"), int | float):
                     self.lost_s += float(e["lost_work_s"])
+            elif name == "run_settled" and self.first_settled is None:
+                tps = e.get("steady_tokens_per_s")
+                if isinstance(tps, int | float) and tps > 0:
+                    self.first_settled = (e.get("run"), float(tps))
             elif name in ENDS:
                 self.ends[str(name)] += 1
         return self
+
+
+def _against(then: tuple[object, float] | None, now: float) -> str:
+    """`; earliest of the 24 h: 9,100 (run 3), -1.0 %`: the day's oldest steady figure."""
+    if then is None:
+        return ""
+    run, tps = then
+    return f"; earliest of the 24 h: {tps:,.0f} (run {run}), {(now - tps) / tps * 100:+.1f} %"
 
 
 def digest_message(
@@ -82,7 +96,9 @@ def digest_message(
         lines.append("Ended: " + ", ".join(f"{n} ×{k}" for n, k in sorted(day.ends.items())))
     tps = (status.get("progress") or {}).get("tokens_per_s")
     if isinstance(tps, int | float):
-        lines.append(f"Throughput now: {tps:,.0f} tok/s")
+        lines.append(f"Throughput now: {tps:,.0f} tok/s" + _against(day.first_settled, tps))
+    if isinstance(eta := (status.get("progress") or {}).get("eta"), Mapping) and eta.get("line"):
+        lines.append(str(eta["line"]))  # SPEC §16: `ETA Thu 03:10 (±40 min at …)`
     ratio = (status.get("goodput") or {}).get("ratio")
     if isinstance(ratio, int | float):
         lines.append(f"Goodput (since the daemon's records began): {ratio * 100:.1f} %")

@@ -212,6 +212,8 @@ class Ledger:
         mono["last_progress"] = at
         self.changed += 1
         warm = at - mono["first_progress"] >= self.cfg.warmup_s
+        if warm and step is not None and mono.get("warm") is None:
+            mono["warm"] = [at, step]  # where the steady step rate counts from (core/views/eta.py)
         if tokens_per_s is None or not steady or not warm or not math.isfinite(tokens_per_s):
             return None
         self._readings.add(tokens_per_s)
