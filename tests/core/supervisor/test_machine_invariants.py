@@ -19,6 +19,7 @@ from watchdog.core.supervisor.commands import CANCEL_WINDOW_S
 from watchdog.core.supervisor.events import (
     Action,
     Answer,
+    CheckpointAwaited,
     CheckpointsSetAside,
     ChildExited,
     ChildSpawned,
@@ -307,6 +308,19 @@ class SupervisorMachine(RuleBasedStateMachine):
         assert self.decided() == before
         if pid is None:
             assert [a.outcome for a in out if isinstance(a, Answer)] == ["not_healthy"], out
+
+    @rule(wait=st.floats(0.0, 30.0), or_now=st.booleans(), cancel=st.booleans())
+    def client_restarts_at_checkpoint(self, wait: float, or_now: bool, cancel: bool) -> None:
+        """`restart --at-checkpoint` (SPEC §16): held until a save or its deadline, or dropped
+        (its client gone); with no run, answered `not_running` at once."""
+        self.request += 1
+        alive = self.sup.snapshot().state in (State.STARTING, State.RUNNING, State.UNHEALTHY)
+        event = CheckpointAwaited(self.request, self.request + 1, self.now + wait, or_now, cancel)
+        self.request += 1
+        out = self.apply(event)
+        outcomes = [a.outcome for a in out if isinstance(a, Answer)]
+        if not cancel and not alive and self.sup.snapshot().pid is None:
+            assert "not_running" in outcomes, out
 
     @rule(live=st.booleans())
     def client_awaits_run_end(self, live: bool) -> None:

@@ -50,6 +50,20 @@ class Leaving(StrEnum):
     EXITED = "exited"  # Exit was returned
 
 
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A restart held until the next complete checkpoint (SPEC §16, at_checkpoint.py): the
+    caller's requests (the hold's, the restart's), the checkpoint mark when it came (None: none
+    read yet), since when, until when, and whether it restarts anyway at that deadline."""
+
+    request: int
+    start_request: int
+    mark: float | None
+    since: float
+    deadline: float
+    or_now: bool
+
+
 @dataclass(slots=True)
 class JobState:
     """Everything the supervisor knows; see `Supervisor` for who writes it."""
@@ -114,6 +128,10 @@ class JobState:
     resume_label: str | None = None
     operator_start: bool = False
     first_step_judged: bool = False
+    # SPEC §16 (at_checkpoint.py): the newest checkpoint mark read, and a restart held until
+    # the next one (`restart --at-checkpoint`)
+    checkpoint_mark: float | None = None
+    at_checkpoint: Hold | None = None
 
 
 @dataclass(frozen=True, slots=True)
