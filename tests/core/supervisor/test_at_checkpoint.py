@@ -55,6 +55,8 @@ def test_the_restart_is_held_until_the_next_save_and_released_by_it() -> None:
     sup = _running()
     assert sup.handle(CheckpointAwaited(1, 2, 500.0), 10.0) == []
     assert not _stops(_saved(sup, 100.0, 0.5, 12.0))  # the same checkpoint read again
+    held = sup.snapshot().held
+    assert held is not None and held.reads == 1  # status: the wait is being looked at
     assert sup.snapshot().state is State.STARTING
     out = _saved(sup, 200.0, 20.0, 21.0)
     assert _stops(out)

@@ -145,6 +145,8 @@ class SupervisorMachine(RuleBasedStateMachine):
         state = self.sup.snapshot().state
         actions = self.sup.handle(ev, self.now)
         self.check_table(state, ev, actions)
+        if any(isinstance(a, Answer) and a.outcome == "released" for a in actions):
+            self.held_restart_released()
         if any(isinstance(a, Refuse) for a in actions):
             self.parked, self.completed = before  # a refused command changes nothing
         elif isinstance(ev, OperatorCommand) and ev.cmd in ("start", "restart"):
@@ -321,6 +323,16 @@ class SupervisorMachine(RuleBasedStateMachine):
         outcomes = [a.outcome for a in out if isinstance(a, Answer)]
         if not cancel and not alive and self.sup.snapshot().pid is None:
             assert "not_running" in outcomes, out
+
+    def held_restart_released(self) -> None:
+        """A `restart --at-checkpoint` released (a save, or --or-now): the operator's restart,
+        carried out now, with what the model books for one (`operator`)."""
+        self.parked = self.completed = False
+        self.operator_stopped = self.stopped_by_operator = False
+        self.operator_start_owed = True
+        self.restarts_at.clear()
+        self.cause_streak = None
+        self.no_progress_streak = 0
 
     @rule(live=st.booleans())
     def client_awaits_run_end(self, live: bool) -> None:

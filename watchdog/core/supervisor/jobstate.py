@@ -62,6 +62,7 @@ class Hold:
     since: float
     deadline: float
     or_now: bool
+    reads: int = 0  # checkpoint reads while held (status: the wait is being looked at)
 
 
 @dataclass(slots=True)
@@ -169,6 +170,9 @@ class Snapshot:
     attached: bool = False  # the run is a process `watchdogd --attach` watches (SPEC §16)
     verdicts_24h: Mapping[str, int] = field(default_factory=dict)
     verdicts_total: tuple[tuple[str, str, int], ...] = ()
+    # SPEC §16: a restart held for the next checkpoint; the waiting command's, not a decision of
+    # the job's (an in-place re-exec drops it with the command's connection: handover.py)
+    held: Hold | None = field(default=None, compare=False)
 
 
 def enter(s: JobState, state: State) -> None:
@@ -241,4 +245,5 @@ def snapshot(s: JobState) -> Snapshot:
         attached=s.attached,
         verdicts_24h=s.verdicts.last_24h(s.now),
         verdicts_total=s.verdicts.counters(),
+        held=s.at_checkpoint,
     )
