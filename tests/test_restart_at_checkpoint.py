@@ -91,7 +91,10 @@ def test_the_restart_waits_out_the_save_and_follows_it(tmp_path: pathlib.Path) -
 
         # two reads of the folder while the save is under way: a restart that did not wait
         # for the save would have happened by now
-        d.wait_status(looked, 60, "the held restart looked at the folder twice")
+        st = d.wait_status(looked, 60, "the held restart looked at the folder twice")
+        if st["job"]["pid"] == old:  # held, as it must be: status says so
+            human = d.ctl("status")[1]
+            assert "Held: restart at the next checkpoint · " in human, human
         (tmp_path / "finish").write_text("")  # the save completes only now
         out, err = ctl.communicate(timeout=120)
         assert ctl.returncode == 0, (out, err)
@@ -126,13 +129,14 @@ def test_no_save_within_the_timeout_exits_1_saying_why(tmp_path: pathlib.Path) -
 
 
 def test_or_now_restarts_at_the_timeout(tmp_path: pathlib.Path) -> None:
-    """`--or-now`: no save within the timeout, the restart happens anyway and says so."""
+    """`--or-now`: no save within the timeout, the restart happens anyway and says so; with
+    `--wait`, until the new run is healthy."""
     d = daemon(tmp_path)
     try:
         old = first_checkpoint(d)
-        rc, out, err = d.ctl("restart", "--at-checkpoint", "--timeout", "2", "--or-now")
+        rc, out, err = d.ctl("restart", "--at-checkpoint", "--timeout", "2", "--or-now", "--wait")
         assert rc == 0, (rc, out, err)
-        assert "restarted anyway (--or-now)" in out, out
+        assert "restarted anyway (--or-now)" in out and "healthy, pid" in out, out
         assert d.status()["job"]["pid"] not in (None, old)
     finally:
         d.stop()

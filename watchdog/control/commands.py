@@ -188,6 +188,8 @@ class Operations:
         settle = call.req.args.get("settle")  # SPEC §15: --settle waits for healthy too
         if not call.req.args.get("wait") and settle is None:
             return restarted
+        if how:  # SPEC §16: the wait's reply still says what released the restart
+            call.note = how if call.note is None else f"{how}\n{call.note}"
         result = await self._wait_healthy(call, pid, deadline)
         if settle is None or not result.get("healthy"):
             return result
