@@ -44,7 +44,7 @@ _watchdogctl() {
         status) opts='' ;;
         start) opts='' ;;
         stop) opts='' ;;
-        restart) opts='--wait --timeout --settle' ;;
+        restart) opts='--wait --timeout --settle --at-checkpoint --or-now' ;;
         events) opts='-n --follow -f' ;;
         logs) opts='-n --follow -f' ;;
         pause) opts='' ;;

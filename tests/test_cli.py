@@ -33,6 +33,8 @@ def test_options_may_come_before_or_after_the_command() -> None:
     assert o["args"] == {"n": 7, "follow": True}
     o = cli.parse(["restart", "--timeout=2.5", "--wait", "--socket", "/y"])
     assert o["args"] == {"timeout": 2.5, "wait": True} and o["socket"] == "/y"
+    o = cli.parse(["restart", "--at-checkpoint", "--or-now", "--timeout", "90", "--settle", "5"])
+    assert o["args"] == {"at_checkpoint": True, "or_now": True, "timeout": 90.0, "settle": 5.0}
 
 
 def test_socket_default_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -58,6 +60,8 @@ def test_socket_default_comes_from_the_environment(monkeypatch: pytest.MonkeyPat
         (["status", "--follow"], "status takes no --follow"),
         (["stop", "--wait"], "stop takes no --wait"),
         (["restart", "--timeout", "0"], "seconds in"),
+        (["restart", "--or-now"], "--or-now goes with --at-checkpoint"),
+        (["stop", "--at-checkpoint"], "stop takes no --at-checkpoint"),
     ],
 )
 def test_usage_errors_are_named(argv: list[str], message: str) -> None:

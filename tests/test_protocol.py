@@ -273,3 +273,19 @@ def test_an_unknown_exit_status_is_said_in_words() -> None:
     """A child_exited with neither code nor signal reads 'exit status unknown', never 'None'."""
     assert R.exit_text({"exit_code": None, "signal": None}) == "exit status unknown"
     assert R.exit_text({"exit_code": 3, "signal": None}) == "exit code 3"
+
+
+def test_restart_at_checkpoint_says_what_it_waits_for() -> None:
+    """SPEC §16: the save after the newest checkpoint, its interval and age, and the wait:
+    twice the learned interval unless --timeout; none without an interval."""
+    ck = {"step": 12_000, "every_s": 1800.0, "age_s": 1560.0, "mark": 12_000}
+    assert P.save_wait_s(ck, None) == 3600.0 and P.save_wait_s(ck, 60.0) == 60.0
+    assert P.save_wait_s({"every_s": None}, None) is None and P.save_wait_s(None, None) is None
+    said = "waiting for the save after step 12,000 (every ~30 min; the last 26 min ago)"
+    assert P.save_awaited(ck, 3600.0) == f"{said}, up to 1 h 00 min"
+    assert (
+        P.save_awaited(None, 90.0)
+        == "waiting for the next save (no checkpoint seen yet), up to 1 min"
+    )
+    with pytest.raises(P.ProtocolError, match="or_now goes with at_checkpoint"):
+        P.check_args("restart", {"or_now": True})

@@ -53,8 +53,12 @@ def cmd_operate(c: Client, o: dict[str, Any]) -> int:
     """start, stop, restart, pause, resume, reload: the daemon says what happened."""
     if o["cmd"] in ("start", "stop", "restart"):
         timeout = o["args"].get("timeout")
-        if o["args"].get("settle") is not None:
-            timeout = None  # SPEC §15: the daemon bounds the settle by the warm-up; liveness only
+        if o["args"].get("settle") is not None or o["args"].get("at_checkpoint"):
+            # SPEC §15, §16: the daemon bounds the settle by the warm-up, the wait for a save by
+            # its own timeout; here, liveness only
+            timeout = None
+        if o["args"].get("at_checkpoint") and not o["json"]:
+            _say_save_awaited(c, o["args"].get("timeout"))
         c.send(o["cmd"], o["args"])  # the daemon bounds its waits; we watch that it still lives
         reply = c.receive_long(None if timeout is None else timeout + 30)
     else:
@@ -81,6 +85,16 @@ def cmd_operate(c: Client, o: dict[str, Any]) -> int:
     if not o["json"]:
         out(res["summary"])
     return EXIT_OK
+
+
+def _say_save_awaited(c: Client, timeout: float | None) -> None:
+    """SPEC §16: what `restart --at-checkpoint` waits for, said before the wait (the daemon's
+    reply comes after it)."""
+    reply = c.call("status", {})
+    ck = reply["result"].get("progress", {}).get("checkpoint") if reply["ok"] else None
+    wait = protocol.save_wait_s(ck, timeout)
+    if wait is not None:
+        err(f"{protocol.save_awaited(ck, wait)} ...")
 
 
 def failed(reply: dict[str, Any], o: dict[str, Any], default: int) -> int:

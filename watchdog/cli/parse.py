@@ -29,6 +29,9 @@ VALUE_NAME["settle"] = "S"
 OPTION_OF["level"] = "--level"
 ARG_OF["--level"] = "level"
 VALUE_NAME["level"] = "L"
+# `restart --at-checkpoint [--timeout S] [--or-now]` (SPEC §16): flags
+OPTION_OF |= {"at_checkpoint": "--at-checkpoint", "or_now": "--or-now"}
+ARG_OF |= {"--at-checkpoint": "at_checkpoint", "--or-now": "or_now"}
 WORD_OF = {"notify": "test"}  # a command that is one word more: `notify test`
 
 
@@ -154,6 +157,8 @@ def _check_command(opts: dict[str, Any]) -> None:
     for arg in opts["args"]:
         if arg not in protocol.COMMANDS[cmd].args:
             raise Usage(f"{cmd} takes no {OPTION_OF[arg]}")
+    if opts["args"].get("or_now") and not opts["args"].get("at_checkpoint"):
+        raise Usage("--or-now goes with --at-checkpoint")
     if cmd == "notify" and not opts["args"].get("test"):
         raise Usage("notify needs a word: notify test [--level L]")
     try:

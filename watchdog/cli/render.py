@@ -149,6 +149,12 @@ def _restart_lines(st: dict[str, Any]) -> list[str]:
         lines.append(mode_line)
     if rs["next_restart_in_s"] is not None:
         lines.append(f"  Backoff: next start in {rs['next_restart_in_s']:.1f} s")
+    if held := rs.get("held"):  # SPEC §16: `restart --at-checkpoint` (absent from older daemons)
+        then = "restart anyway" if held["or_now"] else "give up"
+        lines.append(
+            f"     Held: restart at the next checkpoint · {_minutes(held['waited_s'])} so far,"
+            f" {_minutes(held['left_s'])} left, then {then}"
+        )
     if st.get("cluster"):
         lines.append(f"  Cluster: {cluster_line(st['cluster'])}")
     if st.get("incident"):

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from watchdog.blocking import BoundedWorker, Hung
+from watchdog.control import at_checkpoint
 from watchdog.control.backend import ReexecRefused
+from watchdog.control.calls import Awaited as _Awaited
+from watchdog.control.calls import Call, ClientGone, CommandError, LogUnreadable
 from watchdog.core.health.gpu_use import is_in_use
-from watchdog.core.protocol import wire as protocol
 from watchdog.core.supervisor.events import (
     Action,
     Answer,
@@ -33,8 +34,7 @@ from watchdog.progress import logfile
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from watchdog.control.backend import Answers, Served
-    from watchdog.control.peers import Peer
+    from watchdog.control.backend import Served
 
 EVENTS_IN_RESULT = 50
 LOG_TAIL_LINES = 20
@@ -43,45 +43,6 @@ DEFAULT_TIMELINE_S = 86400.0  # `watchdogctl timeline` without --since (SPEC §1
 KILL_GRACE_S = 5.0  # slack for the stop's scans and the incident around its two bounds
 OperatorCmd = Literal["start", "stop", "restart", "pause", "resume"]
 _T = TypeVar("_T")
-
-
-class CommandError(Exception):
-    def __init__(self, type_: str, message: str, result: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.type = type_
-        self.message = message
-        self.result = result
-
-
-class LogUnreadable(Exception):
-    """The job's log could not be read (an error, or a read that hung)."""
-
-
-class ClientGone(Exception):
-    """The client hung up while its command waited: stop waiting (the command itself goes on)."""
-
-
-@dataclass(slots=True)
-class Call:
-    """One request being served."""
-
-    req: protocol.Request
-    peer: Peer
-    reader: asyncio.StreamReader
-    t0: float = field(default_factory=time.monotonic)
-    queue: asyncio.Queue[dict[str, Any]] | None = None
-    seen: list[dict[str, Any]] = field(default_factory=list)
-    conn: Any = None  # the client's socket (reexec answers on it from the new code)
-    note: str | None = None  # said under the summary (a save under way when it came)
-
-    def events(self) -> list[dict[str, Any]]:
-        """The events emitted since the command began (mutating commands record them)."""
-        while self.queue is not None and not self.queue.empty():
-            self.seen.append(self.queue.get_nowait())
-        return self.seen
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.t0
 
 
 class Operations:
@@ -209,18 +170,26 @@ class Operations:
         return await self._wait_healthy(call, int(pid), deadline)
 
     async def _restart(self, call: Call) -> dict[str, Any]:
-        old = self.d.core.snapshot().pid
-        timeout = call.req.args.get("timeout")
+        old, how = self.d.core.snapshot().pid, ""
+        timeout = None if call.req.args.get("at_checkpoint") else call.req.args.get("timeout")
         waited = timeout or _answer_within_s(self.d) + self.d.cfg.startup.timeout_s + 10
+        if call.req.args.get("at_checkpoint"):  # SPEC §16: held by the core until a save
+            got, how = await at_checkpoint.released(self, call, _answer_within_s(self.d))
+            waited += call.elapsed()
+            pid = await (self._begin(call, "restart") if got is None else self._started(call, got))
+        else:
+            pid = await self._begin(call, "restart", call.t0 + waited)
         deadline = call.t0 + waited
-        pid = await self._begin(call, "restart", deadline)
         stopped = replies.describe_stop(old, call.events(), self._stop_signal(), None)
-        begun = f"{stopped}; new pid {pid}{replies.gpu_wait_note(call.events())}"
+        begun = f"{how + '; ' if how else ''}{stopped}; new pid {pid}"
+        begun += replies.gpu_wait_note(call.events())
         # the decision on disk before the reply, even the one that comes after --wait
         restarted = await self._committed(self._result(call, f"restarted: {begun}", pid=pid))
         settle = call.req.args.get("settle")  # SPEC §15: --settle waits for healthy too
         if not call.req.args.get("wait") and settle is None:
             return restarted
+        if how:  # SPEC §16: the wait's reply still says what released the restart
+            call.note = how if call.note is None else f"{how}\n{call.note}"
         result = await self._wait_healthy(call, pid, deadline)
         if settle is None or not result.get("healthy"):
             return result
@@ -274,6 +243,11 @@ class Operations:
         with _Awaited(d.answers) as (request, answer):
             await self._operate(call, cmd, request)
             got = await self._answer(call, answer, deadline)
+        return await self._started(call, got)
+
+    async def _started(self, call: Call, got: Answer | None) -> int:
+        """The new child's pid from the core's answer to a start, or CommandError why not."""
+        d = self.d
         if got is not None and got.outcome == "started":
             return int(cast(int, got.fields["pid"]))
         snap = d.core.snapshot()
@@ -359,22 +333,6 @@ class Operations:
             return await self.read_log(read)
         except LogUnreadable as e:
             return [f"({e})"]
-
-
-class _Awaited:
-    """A request number and the future of its Answer, forgotten when the command stops
-    waiting (answered, timed out, or its client gone)."""
-
-    def __init__(self, answers: Answers) -> None:
-        self._answers = answers
-        self._request = 0
-
-    def __enter__(self) -> tuple[int, asyncio.Future[Answer]]:
-        self._request, answer = self._answers.expect()
-        return self._request, answer
-
-    def __exit__(self, *exc: object) -> None:
-        self._answers.forget(self._request)
 
 
 def _answer_within_s(d: Served) -> float:

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from watchdog.blocking import BoundedWorker
 from watchdog.control import socketfile
-from watchdog.control.commands import Call, ClientGone, CommandError, LogUnreadable, Operations
+from watchdog.control.calls import Call, ClientGone, CommandError, LogUnreadable
+from watchdog.control.commands import Operations
 from watchdog.control.peers import Peer, may_operate, peer_credentials
 from watchdog.core.protocol import wire as protocol
 from watchdog.core.ratelimit import RateLimit
@@ -250,7 +251,9 @@ class ControlServer:
         req, peer = call.req, call.peer
         allowed = may_operate(peer, self.d.cfg.control.operator_group)
         suppressed = 0 if allowed else self._denied_log.admit(peer.uid, time.monotonic())
-        during = self._saving() if allowed and req.cmd in ENDS_THE_RUN else None
+        # SPEC §16: `restart --at-checkpoint` waits the save out: no warning about it
+        ends = req.cmd in ENDS_THE_RUN and not req.args.get("at_checkpoint")
+        during = self._saving() if allowed and ends else None
         if during is not None:
             call.note = "note: a checkpoint save was under way; it may not be complete"
         if suppressed is not None:

@@ -19,6 +19,7 @@ from watchdog.core.supervisor.commands import CANCEL_WINDOW_S
 from watchdog.core.supervisor.events import (
     Action,
     Answer,
+    CheckpointAwaited,
     CheckpointsSetAside,
     ChildExited,
     ChildSpawned,
@@ -144,6 +145,8 @@ class SupervisorMachine(RuleBasedStateMachine):
         state = self.sup.snapshot().state
         actions = self.sup.handle(ev, self.now)
         self.check_table(state, ev, actions)
+        if any(isinstance(a, Answer) and a.outcome == "released" for a in actions):
+            self.held_restart_released()
         if any(isinstance(a, Refuse) for a in actions):
             self.parked, self.completed = before  # a refused command changes nothing
         elif isinstance(ev, OperatorCommand) and ev.cmd in ("start", "restart"):
@@ -307,6 +310,29 @@ class SupervisorMachine(RuleBasedStateMachine):
         assert self.decided() == before
         if pid is None:
             assert [a.outcome for a in out if isinstance(a, Answer)] == ["not_healthy"], out
+
+    @rule(wait=st.floats(0.0, 30.0), or_now=st.booleans(), cancel=st.booleans())
+    def client_restarts_at_checkpoint(self, wait: float, or_now: bool, cancel: bool) -> None:
+        """`restart --at-checkpoint` (SPEC §16): held until a save or its deadline, or dropped
+        (its client gone); with no run, answered `not_running` at once."""
+        self.request += 1
+        alive = self.sup.snapshot().state in (State.STARTING, State.RUNNING, State.UNHEALTHY)
+        event = CheckpointAwaited(self.request, self.request + 1, self.now + wait, or_now, cancel)
+        self.request += 1
+        out = self.apply(event)
+        outcomes = [a.outcome for a in out if isinstance(a, Answer)]
+        if not cancel and not alive and self.sup.snapshot().pid is None:
+            assert "not_running" in outcomes, out
+
+    def held_restart_released(self) -> None:
+        """A `restart --at-checkpoint` released (a save, or --or-now): the operator's restart,
+        carried out now, with what the model books for one (`operator`)."""
+        self.parked = self.completed = False
+        self.operator_stopped = self.stopped_by_operator = False
+        self.operator_start_owed = True
+        self.restarts_at.clear()
+        self.cause_streak = None
+        self.no_progress_streak = 0
 
     @rule(live=st.booleans())
     def client_awaits_run_end(self, live: bool) -> None:

@@ -26,6 +26,7 @@ SAMPLES: list[E.Event] = [
     E.OperatorCommand("restart", uid=0, request=12),
     E.HealthAwaited(request=13, pid=4183),
     E.RunEndAwaited(request=14, pid=4183),
+    E.CheckpointAwaited(request=15, start_request=16, deadline=90.0, or_now=True),
     E.ShutdownRequested(),
     E.ShutdownRequested(signum=15),  # SPEC §13: 128 + signum under --exit-with-job
     E.SpawnPending(attempt=3),

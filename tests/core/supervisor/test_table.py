@@ -19,6 +19,7 @@ from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.cells import REFUSED, Go
 from watchdog.core.supervisor.events import (
     Action,
+    CheckpointAwaited,
     CheckpointsSetAside,
     ChildExited,
     ChildSpawned,
@@ -122,6 +123,10 @@ EXAMPLES: dict[type, Callable[[int | None], list[Event]]] = {
     NodesAwaited: lambda pid: [NodesAwaited(True), NodesAwaited(False)],
     HealthAwaited: lambda pid: [HealthAwaited(3, pid or PID)],
     RunEndAwaited: lambda pid: [RunEndAwaited(4, pid or PID)],
+    CheckpointAwaited: lambda pid: [
+        CheckpointAwaited(5, 6, 100.0),
+        CheckpointAwaited(5, 6, 0, cancel=True),
+    ],
     RestartRequested: lambda pid: [RestartRequested("cluster_restart")],
     StateRestored: lambda pid: [
         StateRestored(Durable(restarts_total=3)),

@@ -60,9 +60,16 @@ COMMANDS: dict[str, CommandSpec] = {
     "start": CommandSpec("start the job; reports the new pid or why not", mutating=True),
     "stop": CommandSpec("stop the job's whole tree; reports how it ended", mutating=True),
     "restart": CommandSpec(
-        "stop, drain GPUs, start; --wait: until healthy; --settle S: tok/s",
+        "stop, drain, start; --wait healthy; --settle tok/s; --at-checkpoint",
         mutating=True,
-        args={"wait": FLAG, "timeout": SECONDS, "settle": SECONDS},
+        # SPEC §16: --at-checkpoint [--timeout S] [--or-now] (docs/checkpoints.md)
+        args={
+            "wait": FLAG,
+            "timeout": SECONDS,
+            "settle": SECONDS,
+            "at_checkpoint": FLAG,
+            "or_now": FLAG,
+        },
     ),
     "events": CommandSpec(
         "event history, newest last",
@@ -176,6 +183,8 @@ def check_args(cmd: str, args: dict[str, Any], req_id: int | str | None = None) 
         if problem:
             raise ProtocolError("bad_request", f"{cmd}: {name} must be {problem}", req_id)
         out[name] = min(value, MAX_LOG_LINES) if kind == COUNT else value
+    if out.get("or_now") and not out.get("at_checkpoint"):
+        raise ProtocolError("bad_request", f"{cmd}: or_now goes with at_checkpoint", req_id)
     return out
 
 
@@ -239,6 +248,43 @@ def gpu_figures_text(figures: list[dict[str, Any]]) -> str:
         mib = "?" if g.get("used_mib") is None else f"{round(g['used_mib']):,}"
         cells.append(f"GPU {g['index']} {mib} MiB" + (" (in use)" if g.get("in_use") else ""))
     return " · ".join(cells)
+
+
+def save_wait_s(ck: Mapping[str, Any] | None, given: float | None) -> float | None:
+    """How long `restart --at-checkpoint` waits for a save (SPEC §16): --timeout, else twice
+    the learned interval between saves, else None (the command asks for --timeout)."""
+    if given is not None:
+        return given
+    every = (ck or {}).get("every_s")
+    return None if every is None else 2.0 * float(every)
+
+
+def save_awaited(ck: Mapping[str, Any] | None, timeout_s: float) -> str:
+    """What `restart --at-checkpoint` waits for (SPEC §16), from status's checkpoint object:
+    `waiting for the save after step 12,000 (every ~30 min; the last 26 min ago), up to 1 h`."""
+    ck = ck or {}
+    step, label = ck.get("step"), ck.get("label")
+    after = f"step {step:,}" if isinstance(step, int) else label or ck.get("mark")
+    what = "the next save" if after is None else f"the save after {after}"
+    known = []
+    if ck.get("every_s") is not None:
+        known.append(f"every ~{_span(ck['every_s'])}")
+    if ck.get("age_s") is not None and after is not None:
+        known.append(f"the last {_span(ck['age_s'])} ago")
+    said = (
+        f" ({'; '.join(known)})" if known else " (no checkpoint seen yet)" if after is None else ""
+    )
+    return f"waiting for {what}{said}, up to {_span(timeout_s)}"
+
+
+def _span(s: float) -> str:
+    """`47 min`, `2 h 05 min`, `12 s` (the checkpoint line's durations, cli/render.py)."""
+    s = int(s)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
 def explain_window(sw: Mapping[str, Any]) -> str:

@@ -61,6 +61,20 @@ class HealthAwaited:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointAwaited:
+    """`watchdogctl restart --at-checkpoint` (SPEC §16): restart the job right after its next
+    checkpoint is complete (at_checkpoint.py), or at `deadline` when `or_now`: `request` is
+    answered when the hold ends, `start_request` with the restart's outcome; `cancel` drops the
+    hold of `request` (its caller went away)."""
+
+    request: int
+    start_request: int
+    deadline: float
+    or_now: bool = False
+    cancel: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class RunEndAwaited:
     """A caller waits for job `pid`'s run to end (`watchdogctl restart --settle`): the core
     answers `request` once that job is gone and what follows it is decided (backoff, fatal, a
@@ -273,6 +287,7 @@ Event = (
     | OperatorCommand
     | HealthAwaited
     | RunEndAwaited
+    | CheckpointAwaited
     | ShutdownRequested
     | SpawnPending
     | ChildSpawned

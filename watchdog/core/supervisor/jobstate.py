@@ -50,6 +50,21 @@ class Leaving(StrEnum):
     EXITED = "exited"  # Exit was returned
 
 
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A restart held until the next complete checkpoint (SPEC §16, at_checkpoint.py): the
+    caller's requests (the hold's, the restart's), the checkpoint mark when it came (None: none
+    read yet), since when, until when, and whether it restarts anyway at that deadline."""
+
+    request: int
+    start_request: int
+    mark: float | None
+    since: float
+    deadline: float
+    or_now: bool
+    reads: int = 0  # checkpoint reads while held (status: the wait is being looked at)
+
+
 @dataclass(slots=True)
 class JobState:
     """Everything the supervisor knows; see `Supervisor` for who writes it."""
@@ -114,6 +129,10 @@ class JobState:
     resume_label: str | None = None
     operator_start: bool = False
     first_step_judged: bool = False
+    # SPEC §16 (at_checkpoint.py): the newest checkpoint mark read, and a restart held until
+    # the next one (`restart --at-checkpoint`)
+    checkpoint_mark: float | None = None
+    at_checkpoint: Hold | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +170,9 @@ class Snapshot:
     attached: bool = False  # the run is a process `watchdogd --attach` watches (SPEC §16)
     verdicts_24h: Mapping[str, int] = field(default_factory=dict)
     verdicts_total: tuple[tuple[str, str, int], ...] = ()
+    # SPEC §16: a restart held for the next checkpoint; the waiting command's, not a decision of
+    # the job's (an in-place re-exec drops it with the command's connection: handover.py)
+    held: Hold | None = field(default=None, compare=False)
 
 
 def enter(s: JobState, state: State) -> None:
@@ -223,4 +245,5 @@ def snapshot(s: JobState) -> Snapshot:
         attached=s.attached,
         verdicts_24h=s.verdicts.last_24h(s.now),
         verdicts_total=s.verdicts.counters(),
+        held=s.at_checkpoint,
     )

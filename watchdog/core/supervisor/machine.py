@@ -16,10 +16,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from watchdog.core.names import State
-from watchdog.core.supervisor import answers, ending, handover
+from watchdog.core.supervisor import answers, at_checkpoint, ending, handover
 from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.cells import refusal_reason
-from watchdog.core.supervisor.events import Action, Event, HandoverResumed, StateRestored
+from watchdog.core.supervisor.events import (
+    Action,
+    Event,
+    HandoverResumed,
+    ProgressMarked,
+    StateRestored,
+)
 from watchdog.core.supervisor.jobstate import (
     JobState,
     Snapshot,
@@ -55,8 +61,12 @@ class Supervisor:
         return self._s
 
     def next_deadline(self) -> float | None:
-        """When the core wants a Tick: end of backoff, or end of the startup window."""
-        return next_deadline(self._s)
+        """When the core wants a Tick: end of backoff, or end of the startup window; or the end
+        of a restart held for a checkpoint (at_checkpoint.py) when that is sooner."""
+        own, hold = next_deadline(self._s), self._s.at_checkpoint
+        if hold is None or (own is not None and own <= hold.deadline):
+            return own
+        return hold.deadline
 
     def snapshot(self) -> Snapshot:
         if self._snap is None:
@@ -84,7 +94,8 @@ class Supervisor:
     def handle(self, event: Event, now: float) -> list[Action]:
         """Every input of the core: the actions to execute, in order. The state's row of
         table.TABLE says what the input does; one it does not list is refused (input_refused).
-        Then a waiting command's outcome (answers.py) and, under --exit-with-job, the daemon's
+        Then a restart held for a checkpoint (at_checkpoint.py), a waiting command's outcome
+        (answers.py) and, under --exit-with-job, the daemon's
         exit code (ending.py, SPEC §13) are decided from what the input did."""
         s = self._s
         self._snap = None
@@ -99,6 +110,8 @@ class Supervisor:
             actions = self._undeclared(event, state, after, was, actions)
         if isinstance(event, StateRestored | HandoverResumed):
             return actions  # taken in before the daemon starts: nothing ends it yet
+        if s.at_checkpoint is not None or isinstance(event, ProgressMarked):
+            actions = at_checkpoint.after_input(s, event, actions, now)  # SPEC §16
         actions = answers.after_input(s, event, actions)
         return ending.after_input(s, actions, now)
 

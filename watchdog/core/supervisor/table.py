@@ -30,8 +30,11 @@ from collections.abc import Mapping
 
 from watchdog.core.names import State
 from watchdog.core.supervisor import attempts, commands, handover, parking, resets, runs, verdicts
+from watchdog.core.supervisor.at_checkpoint import awaited as restart_held
+from watchdog.core.supervisor.at_checkpoint import tick as run_tick
 from watchdog.core.supervisor.cells import Go, go, stay
 from watchdog.core.supervisor.events import (
+    CheckpointAwaited,
     CheckpointsSetAside,
     ChildExited,
     ChildSpawned,
@@ -86,6 +89,7 @@ _ANYWHERE: dict[type, Go] = {
     NodesAwaited: go(attempts.awaited, says="only a start under way waits at the barrier"),
     HealthAwaited: stay("a caller waits for health: answered after each input (answers.py)"),
     RunEndAwaited: stay("a caller waits for a run's end: answered after each input"),
+    CheckpointAwaited: go(restart_held, says="restart held until the next save"),
     ChildSpawned: go(attempts.late_spawn, says="a superseded start's child is stopped"),
     SpawnFailed: go(attempts.late_failure, says="a superseded start's failure is dropped"),
     Tick: stay("nothing is due"),
@@ -146,6 +150,7 @@ _ACTED_ON: dict[type, Go] = {
 _STARTED: dict[type, Go] = {
     **_ACTED_ON,
     GpuFaultSeen: go(parking.gpu_fault, STOPPING, says="stop: to park, or to restart"),
+    Tick: go(run_tick, STOPPING, says="a held restart's end: --or-now restarts (SPEC §16)"),
 }
 
 # A start (SPEC §3); `waiting_nodes` (SPEC §12) is a start that waits at the cluster's barrier.
@@ -168,10 +173,11 @@ _STARTING: dict[type, Go] = {
         says="healthy -> running; a verdict in restart.on stops it to restart",
     ),
     Tick: go(
-        verdicts.tick,
+        run_tick,
         UNHEALTHY,
         STOPPING,
-        says="the startup window ran out: startup_timeout (judged later while blind)",
+        says="the startup window ran out: startup_timeout (judged later while blind); a held"
+        " restart's end (at_checkpoint.py)",
     ),
     GpuFaultSeen: go(
         parking.gpu_fault,
@@ -260,7 +266,7 @@ TABLE: dict[State, Mapping[type, Go]] = {
         SpawnFailed: go(attempts.spawn_failed, STOPPED, says="no automatic restart while paused"),
         HealthAssessed: go(verdicts.assessed, says="detectors report; nothing acts (SPEC §3)"),
         RankExited: go(verdicts.rank_exited, says="reported; nothing acts"),
-        Tick: go(verdicts.tick, says="startup_timeout reported; nothing acts"),
+        Tick: go(run_tick, STOPPING, says="startup_timeout reported; a held restart's end"),
         GpuFaultSeen: go(
             parking.gpu_fault, HOST_FAULT, STOPPING, says="a parking fault still parks the job"
         ),

@@ -11,7 +11,7 @@ from watchdog.core.health.xid import host_fault_line
 from watchdog.core.names import State
 from watchdog.core.samples import GpuSample, ProgressReading
 from watchdog.core.supervisor import scoring
-from watchdog.core.supervisor.jobstate import Snapshot
+from watchdog.core.supervisor.jobstate import Hold, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +122,22 @@ def _restarts(snap: Snapshot, now: float) -> dict[str, Any]:
         "next_restart_in_s": None if next_in is None else round(next_in, 1),
         "consecutive_failures": snap.consecutive_failures,
         "no_progress": snap.no_progress_restarts,
+        "held": _held(snap.held, now),
+    }
+
+
+def _held(hold: Hold | None, now: float) -> dict[str, Any] | None:
+    """SPEC §16: a `restart --at-checkpoint` waiting for a save (docs/checkpoints.md): since
+    and until when, whether it restarts anyway then, and the checkpoint reads seen meanwhile."""
+    if hold is None:
+        return None
+    left = max(0.0, hold.deadline - now)
+    waited = round(now - hold.since, 1)
+    return {
+        "waited_s": waited,
+        "left_s": round(left, 1),
+        "or_now": hold.or_now,
+        "reads": hold.reads,
     }
 
 
