@@ -103,8 +103,11 @@ def test_usage_error_exits_2_and_help_exits_0(capsys: pytest.CaptureFixture[str]
 # ------------------------------------------------------------------------------ screen
 
 
-def make_status(state: State, pid: int | None, gpus: int = 8, **snap: Any) -> dict[str, Any]:
-    """A status object from the real status.build_status, so the screen tests track its shape."""
+def make_status(
+    state: State, pid: int | None, gpus: int = 8, inputs: dict[str, Any] | None = None, **snap: Any
+) -> dict[str, Any]:
+    """A status object from the real status.build_status, so the screen tests track its shape
+    (`inputs`: more StatusInputs fields, e.g. a checkpoint)."""
     fields: dict[str, Any] = {
         "state": state,
         "pid": pid,
@@ -142,6 +145,7 @@ def make_status(state: State, pid: int | None, gpus: int = 8, **snap: Any) -> di
             daemon_started_at=0.0,
             version="0.1.0",
             log_file="/workspace/train.log",
+            **(inputs or {}),
         )
     )
 
@@ -163,6 +167,28 @@ def test_status_screen_shows_state_first_and_every_fact_within_100_columns() -> 
     incident = [line for line in lines if line.startswith(" Incident: ")]
     assert incident == [f" Incident: {st['incident']}"], "the path whole, to be copied"
     assert all(len(line) <= 100 for line in lines if line not in incident)
+
+
+def test_a_checkpoint_saved_after_the_loss_went_nan_is_suspect() -> None:
+    """SPEC §16: a checkpoint completed after the run's loss went NaN is `suspect` (its weights
+    may hold the NaN), in status and on the screen; one completed before the NaN is not."""
+    ck = {"mark": 1200.0, "step": 1200, "label": "checkpoint-1200", "every_s": 600.0, "kind": "hf"}
+    ck |= {"path": "/workspace/out"}
+    nan = {"nan_step": 1150, "nan_at": 8000.0}
+    after = make_status(
+        State.RUNNING, 4182, inputs={"checkpoint": ck, "checkpoint_at": 8030.0, **nan}
+    )
+    assert after["progress"]["checkpoint"]["suspect"] is True
+    text = cli.render_status(after, [])
+    assert "suspect: saved after the loss went NaN at step 1,150" in text
+    assert all(len(line) <= 100 for line in text.splitlines() if "Incident" not in line)
+    before = make_status(
+        State.RUNNING, 4182, inputs={"checkpoint": ck, "checkpoint_at": 7990.0, **nan}
+    )
+    assert before["progress"]["checkpoint"]["suspect"] is False
+    assert "suspect" not in cli.render_status(before, [])
+    clean = make_status(State.RUNNING, 4182, inputs={"checkpoint": ck, "checkpoint_at": 8030.0})
+    assert clean["progress"]["checkpoint"]["suspect"] is False
 
 
 def test_status_screen_for_many_gpus_stays_one_screen() -> None:

@@ -7,6 +7,7 @@ stopped and parked `fatal`, reason `loss_nan`. A script printing the Trainer's l
 from __future__ import annotations
 
 import importlib.util
+import json
 import pathlib
 import sys
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 from conftest import DaemonFactory
 from support.frameworks import JOBS, STARTUP_S, framework_config
 from support.harness import Daemon
+from support.waiting import wait_until
 
 NAN_AT = 40  # the loss job's first NaN step (a log dict every 5 steps: 40 is one)
 
@@ -60,6 +62,13 @@ def test_a_nan_loss_is_loss_nan_with_its_step_and_the_job_runs_on(
     assert "child_stopping" not in events, events
     code, out, _err = d.ctl("status")
     assert "Loss: nan (step " in out and f"NaN at step {NAN_AT}" in out, (code, out)
+
+    def ledger_nan() -> object:
+        code, out, _err = d.ctl("runs", "--json")
+        runs = json.loads(out)["runs"] if code == 0 else []
+        return runs and runs[-1].get("nan_step") == NAN_AT
+
+    wait_until(ledger_nan, 30, "the run's ledger record naming the NaN's step (SPEC §16)")
 
 
 def test_on_nan_stop_stops_the_job_and_parks_it_fatal(make_daemon: DaemonFactory) -> None:

@@ -110,6 +110,9 @@ def render_status(st: dict[str, Any], events: list[dict[str, Any]]) -> str:
         lines.append(f"     Ckpt: {_checkpoint_text(ck)}")
         if ck.get("mark") is not None and ck.get("age_s") is not None:
             lines.append(f"Checkpoint: {checkpoint_line(ck)}")
+        if ck.get("suspect"):  # SPEC §16: saved after a NaN loss (absent from older daemons)
+            at = f" at step {n:,}" if isinstance(n := ck.get("nan_step"), int) else ""
+            lines.append(f"            suspect: saved after the loss went NaN{at}")
     if loss := pr.get("loss_line"):  # SPEC §16 (absent from older daemons)
         lines.append(f"     Loss: {loss}")
     if (eta := pr.get("eta")) and eta.get("line"):  # SPEC §16 (absent from older daemons)

@@ -180,6 +180,10 @@ class RunBook:
         step = record.get("step")
         self.ledger.checkpoint_saved(step if isinstance(step, int) else None)
 
+    def _nan(self, record: dict[str, Any]) -> None:
+        step = record.get("step")
+        self.ledger.loss_went_nan(step if isinstance(step, int) else None)
+
     async def _read_code(self, run: int, cwd: str | None, paths: tuple[str, ...]) -> None:
         """git in job.cwd (or the hash of runs.code_paths), off the loop and bounded, once the
         new run's start is CODE_DELAY_S behind it (its processes and ours share the cores);
@@ -369,4 +373,5 @@ _HANDLERS: dict[str, Callable[[RunBook, dict[str, Any]], None]] = {
     "job_adopted": RunBook._adopted,
     "child_exited": RunBook._exited,
     "checkpoint_saved": RunBook._saved,
+    "loss_nan": RunBook._nan,
 }

@@ -65,6 +65,8 @@ def build(d: Shown) -> dict[str, Any]:
             goodput=d.out.books.goodput.totals(),
             checkpoint=None if checkpoints is None else checkpoints.as_dict(),
             checkpoint_at=_checkpoint_at(d, snap.best_mark_at),
+            nan_step=None if (nan := d.runs.current.loss.nan_seen) is None else nan.step,
+            nan_at=None if nan is None else nan.at,
             gpu_faults=faults.by_gpu,
             gpu_unchecked=faults.unchecked,
             gpu_events=faults.events_state,

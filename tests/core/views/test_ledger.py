@@ -256,3 +256,20 @@ def test_the_figures_are_those_of_the_newest_readings_sorted_again(values: list[
     assert kept.ordered() == newest
     if newest:
         assert ledger_view.median(kept.ordered()) == statistics.median(newest)
+
+
+def test_saves_after_the_loss_went_nan_are_counted_suspect() -> None:
+    """SPEC §16: a checkpoint completed after the run's loss went NaN is counted in the run's
+    `suspect_checkpoints` (its weights may hold the NaN); saves before the NaN are not."""
+    ledger = Ledger(LedgerConfig(warmup_s=0))
+    rec = ledger.begin("boot", 100.0, WALL, pid=7, command=["python", "train.py"])
+    ledger.checkpoint_saved(100)
+    assert rec["checkpoints"] == 1 and rec["suspect_checkpoints"] == 0
+    ledger.loss_went_nan(150)
+    ledger.checkpoint_saved(200)
+    ledger.checkpoint_saved(300)
+    assert rec["checkpoints"] == 3 and rec["suspect_checkpoints"] == 2
+    assert rec["nan_step"] == 150 and rec["last_checkpoint_step"] == 300
+    nxt = ledger.begin("restart", 400.0, WALL + 300, pid=8, command=["python", "train.py"])
+    ledger.checkpoint_saved(400)
+    assert nxt["suspect_checkpoints"] == 0 and nxt["nan_step"] is None  # a run's own NaN only

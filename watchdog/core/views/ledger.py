@@ -270,9 +270,18 @@ class Ledger:
         if rec is None:
             return
         rec["checkpoints"] = int(rec.get("checkpoints") or 0) + 1
+        if rec.get("nan_step") is not None:  # saved after the loss went NaN: suspect
+            rec["suspect_checkpoints"] = int(rec.get("suspect_checkpoints") or 0) + 1
         if step is not None:
             rec["last_checkpoint_step"] = step
         self.changed += 1
+
+    def loss_went_nan(self, step: int | None) -> None:
+        """The open run's loss went NaN (SPEC §16, `loss_nan`): its later saves are suspect."""
+        rec = self.open
+        if rec is not None and rec.get("nan_step") is None:
+            rec["nan_step"] = -1 if step is None else step  # -1: a NaN at a step not printed
+            self.changed += 1
 
     def end_state(self, state: str) -> None:
         """What the job went to after its last run ended (backoff, stopped, fatal, ...)."""
@@ -361,5 +370,6 @@ def _new_record(run: int, reason: str, now: float, wall: float) -> dict[str, Any
     record["duration_s"] = None  # spawn to end, monotonic: known once it ended (SPEC §15 adds)
     # SPEC §16: saves seen in the run, the newest complete checkpoint's step, the steps after it
     record |= {"checkpoints": 0, "last_checkpoint_step": None, "lost_steps": None}
+    record |= {"suspect_checkpoints": 0, "nan_step": None}  # saves after the loss went NaN
     record["mono"] = {"spawned": now, "first_progress": None}
     return record

@@ -34,6 +34,9 @@ class StatusInputs:
     goodput: Mapping[str, Any] | None = None  # goodput.Goodput.totals() (issue 8)
     checkpoint: Mapping[str, Any] | None = None  # progress.checkpoint's last reading (SPEC §12)
     checkpoint_at: float | None = None  # when the newest checkpoint was written (monotonic)
+    # SPEC §16: the run's first NaN loss (step, monotonic instant): a later checkpoint is suspect
+    nan_step: int | None = None
+    nan_at: float | None = None
     # SPEC §12: gpu_fault events per GPU index (newest last), what the driver could not check,
     # and the event watcher's state ("watching", "not checked: ...", "hung: ...").
     gpu_faults: Mapping[int, Sequence[Mapping[str, object]]] | None = None
@@ -160,7 +163,13 @@ def _checkpoint(i: StatusInputs) -> dict[str, Any] | None:
     at_risk = None
     if found and isinstance(step, int) and run_step is not None:
         at_risk = max(0, run_step - step)
-    return {**i.checkpoint, "age_s": age, "at_risk_steps": at_risk}
+    # SPEC §16: completed after the loss went NaN, its weights may hold the NaN
+    nan_at, saved_at = i.nan_at, i.checkpoint_at
+    suspect = found and nan_at is not None and saved_at is not None and saved_at >= nan_at
+    nan_step = i.nan_step if suspect else None
+    return {**i.checkpoint, "age_s": age, "at_risk_steps": at_risk, "suspect": suspect} | {
+        "nan_step": nan_step
+    }
 
 
 def _last_exit(snap: Snapshot) -> dict[str, object] | None:
