@@ -43,7 +43,7 @@ class Shown(Protocol):
 
 
 def build(d: Shown) -> dict[str, Any]:
-    gpus, faults, snap, checkpoints = d.gpus, d.faults, d.core.snapshot(), d.sampler.checkpoints
+    gpus, faults, snap = d.gpus, d.faults, d.core.snapshot()
     monitor, running = d.runs.current.monitor, d.runs.current.command if snap.pid else None
     st = status.build_status(
         status.StatusInputs(
@@ -63,10 +63,7 @@ def build(d: Shown) -> dict[str, Any]:
             version=__version__,
             log_file=d.cfg.job.log_file,
             goodput=d.out.books.goodput.totals(),
-            checkpoint=None if checkpoints is None else checkpoints.as_dict(),
-            checkpoint_at=_checkpoint_at(d, snap.best_mark_at),
-            nan_step=None if (nan := d.runs.current.loss.nan_seen) is None else nan.step,
-            nan_at=None if nan is None else nan.at,
+            **_checkpoint_inputs(d, snap.best_mark_at),
             gpu_faults=faults.by_gpu,
             gpu_unchecked=faults.unchecked,
             gpu_events=faults.events_state,
@@ -84,6 +81,18 @@ def build(d: Shown) -> dict[str, Any]:
     st["gpu_throttle_seconds_total"] = gpus.degraded.seconds()  # SPEC §13
     _add_turn4(d, st, running)
     return st
+
+
+def _checkpoint_inputs(d: Shown, best_mark_at: float | None) -> dict[str, Any]:
+    """The newest checkpoint, when it was written, and the run's first NaN loss (SPEC §16: a
+    checkpoint saved after it is suspect)."""
+    checkpoints, nan = d.sampler.checkpoints, d.runs.current.loss.nan_seen
+    return {
+        "checkpoint": None if checkpoints is None else checkpoints.as_dict(),
+        "checkpoint_at": _checkpoint_at(d, best_mark_at),
+        "nan_step": None if nan is None else nan.step,
+        "nan_at": None if nan is None else nan.at,
+    }
 
 
 def _checkpoint_at(d: Shown, best_mark_at: float | None) -> float | None:
