@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from watchdog.cli.client import EXIT_NO_JOB, EXIT_NOT_HEALTHY, EXIT_OK
-from watchdog.core.protocol.wire import explain_window
+from watchdog.core.protocol.wire import explain_window, span
 
 TYPE_CHECKING = False  # mypy treats this name as true; at run time `typing` is never imported
 if TYPE_CHECKING:
@@ -155,8 +155,8 @@ def _restart_lines(st: dict[str, Any]) -> list[str]:
     if held := rs.get("held"):  # SPEC §16: `restart --at-checkpoint` (absent from older daemons)
         then = "restart anyway" if held["or_now"] else "give up"
         lines.append(
-            f"     Held: restart at the next checkpoint · {_minutes(held['waited_s'])} so far,"
-            f" {_minutes(held['left_s'])} left, then {then}"
+            f"     Held: restart at the next checkpoint · {span(held['waited_s'])} so far,"
+            f" {span(held['left_s'])} left, then {then}"
         )
     if st.get("cluster"):
         lines.append(f"  Cluster: {cluster_line(st['cluster'])}")
@@ -251,26 +251,16 @@ def _checkpoint_text(ck: dict[str, Any]) -> str:
     return f"{ck.get('label') or ck['mark']}{when} ({ck['kind']})"
 
 
-def _minutes(s: float) -> str:
-    """`47 min`, `2 h 05 min`, `12 s`: the checkpoint line's durations (SPEC §16)."""
-    s = int(s)
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min"
-    return f"{s // 3600} h {s % 3600 // 60:02d} min"
-
-
 def checkpoint_line(ck: dict[str, Any]) -> str:
     """`step 12,000 · 47 min ago (every ~30 min) · at risk: 47 min, ~2,300 steps` (SPEC §16)."""
     step = ck.get("step")
     what = f"step {step:,}" if isinstance(step, int) else str(ck.get("label") or ck["mark"])
     every = ck.get("every_s")
-    often = "" if every is None else f" (every ~{_minutes(every)})"
-    risk = f"at risk: {_minutes(ck['age_s'])}"
+    often = "" if every is None else f" (every ~{span(every)})"
+    risk = f"at risk: {span(ck['age_s'])}"
     if ck.get("at_risk_steps") is not None:
         risk += f", ~{ck['at_risk_steps']:,} steps"
-    return f"{what} · {_minutes(ck['age_s'])} ago{often} · {risk}"
+    return f"{what} · {span(ck['age_s'])} ago{often} · {risk}"
 
 
 def _health(st: dict[str, Any]) -> str:

@@ -268,17 +268,18 @@ def save_awaited(ck: Mapping[str, Any] | None, timeout_s: float) -> str:
     what = "the next save" if after is None else f"the save after {after}"
     known = []
     if ck.get("every_s") is not None:
-        known.append(f"every ~{_span(ck['every_s'])}")
+        known.append(f"every ~{span(ck['every_s'])}")
     if ck.get("age_s") is not None and after is not None:
-        known.append(f"the last {_span(ck['age_s'])} ago")
+        known.append(f"the last {span(ck['age_s'])} ago")
     said = (
         f" ({'; '.join(known)})" if known else " (no checkpoint seen yet)" if after is None else ""
     )
-    return f"waiting for {what}{said}, up to {_span(timeout_s)}"
+    return f"waiting for {what}{said}, up to {span(timeout_s)}"
 
 
-def _span(s: float) -> str:
-    """`47 min`, `2 h 05 min`, `12 s` (the checkpoint line's durations, cli/render.py)."""
+def span(s: float) -> str:
+    """`47 min`, `2 h 05 min`, `12 s`: the checkpoint line's durations (SPEC §16), here and in
+    cli/render.py."""
     s = int(s)
     if s < 60:
         return f"{s} s"

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from watchdog.core.names import FRAMEWORK_STEP_SOURCES, State
 from watchdog.core.supervisor.events import Action, CheckpointsSetAside, Emit, ProgressMarked
-from watchdog.core.supervisor.jobstate import JobState, Run
+from watchdog.core.supervisor.jobstate import JobState, Run, enter
 
 # Spawn reasons that are not an automatic restart: the operator's start/restart, the daemon's
 # own start (a boot, a scheduler's run), a resume from maintenance.
@@ -87,6 +87,7 @@ def parked(s: JobState, reason: str, incident: dict[str, str]) -> list[Action] |
     again and overwrite the checkpoint), until an operator's start."""
     if reason != "progress_reset":
         return None
-    s.state, s.last_reason = State.FATAL, "progress_reset"
+    enter(s, State.FATAL)
+    s.last_reason = "progress_reset"
     s.backoff_until = None
     return [Emit("fatal", {"reason": "progress_reset", **incident})]
