@@ -145,6 +145,7 @@ def test_the_cluster_backoff_opens_the_gate_when_the_clock_passes_it() -> None:
         backoff = core.EpochRecord(1, None, "cluster_started", delay_s=60.0)
         posted: list[given.ClusterInput] = [given.ClusterViewRead(core.View(True, backoff, 5))]
         link = lone_link(posted, clock)
+        clock.jump(3600.0)  # up an hour already: the clock given, not the real one, counts
         start = asyncio.get_running_loop().create_task(link.wait_gate())
 
         def apply_posted() -> None:  # the consumer: each input with the clock's time

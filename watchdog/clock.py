@@ -31,10 +31,6 @@ class Clock:
         """The wall clock as an aware UTC datetime (an event's `ts`, a file's stamp)."""
         return datetime.fromtimestamp(self.wall(), UTC)
 
-    async def sleep(self, delay_s: float) -> None:
-        """Wait `delay_s` on the loop's clock (asyncio's timers follow `monotonic()`)."""
-        await asyncio.sleep(delay_s)
-
 
 SYSTEM = Clock()  # the one real clock; a part built without a clock reads this one
 
