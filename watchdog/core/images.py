@@ -27,45 +27,42 @@ import random
 import types
 import typing
 from collections import deque
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any, Literal, get_args, get_origin
 
 Known = Mapping[str, type[Any]]  # the classes a record may name, by name
 
 
-def image(value: object, skip: Collection[str] = ()) -> Any:
-    """`value` as tagged JSON; attributes named in `skip` are left out (a taped object's sink)."""
+def image(value: object) -> Any:
+    """`value` as tagged JSON."""
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, list):
-        return [image(v, skip) for v in value]
+        return [image(v) for v in value]
     if isinstance(value, tuple):
-        return {"$tuple": [image(v, skip) for v in value]}
+        return {"$tuple": [image(v) for v in value]}
     if isinstance(value, frozenset | set):
         tag = "$frozenset" if isinstance(value, frozenset) else "$set"
-        return {tag: sorted((image(v, skip) for v in value), key=repr)}
+        return {tag: sorted((image(v) for v in value), key=repr)}
     if isinstance(value, deque):
-        return {"$deque": [image(v, skip) for v in value], "maxlen": value.maxlen}
+        return {"$deque": [image(v) for v in value], "maxlen": value.maxlen}
     if isinstance(value, Mapping):
-        return {"$map": [[image(k, skip), image(v, skip)] for k, v in value.items()]}
+        return {"$map": [[image(k), image(v)] for k, v in value.items()]}
     if callable(value) and isinstance(getattr(value, "__self__", None), random.Random):
         version, internal, gauss = value.__self__.getstate()  # type: ignore[attr-defined]
         return {"$random": [version, list(internal), gauss]}
-    return {"$object": _name(type(value)), "fields": _fields(value, skip)}
+    return {"$object": type(value).__name__, "fields": _fields(value)}
 
 
-def _name(cls: type[Any]) -> str:
-    """A taped subclass is imaged as the class it tapes (the replay needs no sink)."""
-    return str(getattr(cls, "IMAGED_AS", cls.__name__))
-
-
-def _fields(value: object, skip: Collection[str]) -> dict[str, Any]:
+def _fields(value: object) -> dict[str, Any]:
+    """An object's fields, imaged. A function an object holds is no field: a door of the
+    recorder (core/health/taped.py)."""
     if dataclasses.is_dataclass(value):
         names = [f.name for f in dataclasses.fields(value)]
     else:
-        names = list(vars(value))
-    return {n: image(getattr(value, n), skip) for n in names if n not in skip}
+        names = [n for n, v in vars(value).items() if not isinstance(v, types.FunctionType)]
+    return {n: image(getattr(value, n)) for n in names}
 
 
 def restored(value: Any, known: Known) -> Any:
