@@ -91,7 +91,7 @@ def entry_argv() -> list[str]:
 
 def build_state(d: Carrier, req_id: int | str | None, conn: socket.socket | None) -> dict[str, Any]:
     """Everything the new code needs; Refused while a start or stop is under way."""
-    carried = d.core.carry()
+    carried = d.core.handed_over()
     if carried is None:
         raise Refused("busy", "a start or stop is under way; try again when it is over")
     pid = carried["pid"]
