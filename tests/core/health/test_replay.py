@@ -329,7 +329,7 @@ def test_a_replay_from_a_head_record_alone_says_what_the_taped_monitor_said_afte
 
 
 QUERIES = {
-    HealthMonitor: {"next_due", "stall_window", "carry"},
+    HealthMonitor: {"next_due", "stall_window"},
     RankTracker: set(),
     GpuWatchState: {"degraded_now"},
 }

@@ -8,7 +8,9 @@ import pathlib
 import pytest
 from support.driver import Driver, emitted, names
 
+from watchdog.core import images
 from watchdog.core.health import monitor as health
+from watchdog.core.health import replay
 from watchdog.core.names import State
 from watchdog.core.samples import ProgressReading
 from watchdog.core.supervisor.budget import Durable
@@ -79,8 +81,7 @@ def test_stall_window_keeps_its_age() -> None:
     cfg = health.HealthConfig(expect_gpus=False, stall_after_s=60.0)
     m = health.HealthMonitor(cfg)
     m.progress(ProgressReading(9000.0, 7), 100.0)
-    m2 = health.HealthMonitor(cfg)
-    m2.resume(m.carry())
+    m2 = replay.taken_over(health.HealthMonitor(cfg), json.loads(json.dumps(images.image(m))))
     assert m2.last_progress is not None and m2.last_progress.step == 7
     assert "stalled" not in m2.assess(159.0).firing
     assert "stalled" in m2.assess(160.0).firing

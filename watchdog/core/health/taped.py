@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from watchdog.core import images
-from watchdog.core.health import exitrecord
+from watchdog.core.health import exitrecord, replay
 from watchdog.core.health import records as rec
 from watchdog.core.health.causes import Cause, ExitFacts
 from watchdog.core.health.gpu_news import GpuWatchState
@@ -125,12 +125,22 @@ class Tape:
         self._sink(record)
         return cause
 
-    def monitor(self, cfg: HealthConfig, learned: StallKnowledge | None = None) -> HealthMonitor:
-        """A new run's monitor: its MonitorMade record first (what it knows at its start)."""
+    def monitor(
+        self,
+        cfg: HealthConfig,
+        learned: StallKnowledge | None = None,
+        handed: Mapping[str, Any] | None = None,
+    ) -> HealthMonitor:
+        """A new run's monitor: its MonitorMade record first (what it knows at its start). One
+        `handed` over by a re-exec (replay.taken_over) is written whole, as a rotated log's."""
         number = next(self._numbers)
         made = {"type": "MonitorMade", "monitor": number, "config": images.plain(cfg)}
-        self._sink({**made, "learned": None if learned is None else learned.to_json()})
         monitor = HealthMonitor(cfg, learned)
+        if handed is None:
+            self._sink({**made, "learned": None if learned is None else learned.to_json()})
+        else:
+            image = images.image(replay.taken_over(monitor, handed))
+            self._sink({**made, "image": image, "sample": None})
         fed = self._current["monitor"] = _Fed(monitor, made)
 
         def ranks() -> RankTracker:  # the run's rank tracker, taped under this number
@@ -176,7 +186,6 @@ class Tape:
             "activity": lambda now, phase=None: {"now": now, "phase": phase},
             "daemon_woke": at,
             "save_quiet": at,
-            "resume": lambda c: {"carried": dict(c)},
             "assess": at,
         }
 
