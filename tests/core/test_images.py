@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from watchdog.core import images
+from watchdog.core.health.causerules import Consequence
+from watchdog.core.health.causes import Cause, ExitFacts, classify
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,3 +79,13 @@ def test_a_typed_record_is_checked_field_by_field_and_an_older_one_keeps_the_def
     for bad in ({"pair": [1]}, {"times": [True]}, {"counts": [1]}, {"newer": "yes"}):
         with pytest.raises(ValueError):
             images.built(Record, {"pair": None, **bad})
+
+
+def test_the_classifiers_records_go_through_the_codec() -> None:
+    """An exit's Cause (with its cascade) is a plain frozen dataclass: imaged and restored
+    through JSON it comes back equal, and its plain form is the cause.json record."""
+    cause = classify(ExitFacts(1, None, lines=("torch.OutOfMemoryError: CUDA out of memory.",)))
+    known = {"Cause": Cause, "Consequence": Consequence}
+    back = images.restored(json.loads(json.dumps(images.image(cause))), known)
+    assert back == cause and back.cause == "cuda_oom"
+    assert images.plain(cause) == cause.record()
