@@ -88,4 +88,4 @@ def test_the_classifiers_records_go_through_the_codec() -> None:
     known = {"Cause": Cause, "Consequence": Consequence}
     back = images.restored(json.loads(json.dumps(images.image(cause))), known)
     assert back == cause and back.cause == "cuda_oom"
-    assert images.plain(cause) == cause.record()
+    assert images.plain(cause) == json.loads(json.dumps(cause.record()))

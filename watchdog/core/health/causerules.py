@@ -268,9 +268,6 @@ class Consequence:
     cause: str
     line: str
 
-    def as_dict(self) -> dict[str, object]:
-        return {"rank": self.rank, "cause": self.cause, "line": self.line}
-
 
 class Blob:
     """The tail's lines joined: whether a needle occurs anywhere, each needle looked for once."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from watchdog.core.health.causerules import (
     CANCELLED,
@@ -153,14 +153,9 @@ class Cause:
         return {"cause": self.cause, "cause_class": self.cause_class, "cause_line": self.cause_line}
 
     def record(self) -> dict[str, object]:
-        """The classifier's half of `cause.json` (SPEC §14, §15)."""
-        return {
-            **self.fields(),
-            "exception": self.exception,
-            "rank": self.rank,
-            "cascade": [c.as_dict() for c in self.cascade],
-            "rule": self.rule,
-        }
+        """The classifier's half of `cause.json` (SPEC §14, §15): its fields, a cascade's too
+        (core/images.py `plain` writes the same; explain does not import it)."""
+        return asdict(self)
 
 
 def clean(line: str) -> str:
