@@ -193,7 +193,7 @@ class Tape:
         """The daemon's GPU watch state: its WatchMade record first."""
         made = {"type": "WatchMade", "probe_timeout_s": probe_timeout_s}
         made["degraded_after_s"] = degraded_after_s
-        self._sink(made)
+        self._sink(dict(made))  # the head keeps its own copy
         fed = self._current["watch"] = _Fed(GpuWatchState(probe_timeout_s, degraded_after_s), made)
         self._current = {"watch": fed, **self._current}  # the watch's head comes first
         w: GpuWatchState = fed.obj
