@@ -247,13 +247,12 @@ async def _write(d: Reporter, run: JobRun, b: _Bundle, record: dict[str, object]
             str(record["cause"]),
             now_utc=b.now_utc,
             verdict={"reason": "exited", **record},
-            log_path=d.cfg.job.log_file,
+            parts=incident.Parts(b.path, b.tails, {"cause.json": record}),
             gpu_samples=d.gpus.recent_as_dicts(b.gpu_samples),
             # its tree was stopped before the next start: what that stop could not end
             pids=list(run.evidence.left_behind),
             pyspy_timeout_s=min(d.cfg.incidents.pyspy_timeout_s, 2.0),
             keep=d.cfg.incidents.keep,
-            made=incident.ExitParts(b.path, b.tails, {"cause.json": record}),
         )
     except OSError as e:
         d.emit("incident_failed", reason=str(record["cause"]), error=str(e))

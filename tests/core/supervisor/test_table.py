@@ -133,8 +133,8 @@ EXAMPLES: dict[type, Callable[[int | None], list[Event]]] = {
         StateRestored(Durable(fatal=True)),
     ],
     HandoverResumed: lambda pid: [
-        HandoverResumed(reach("running").carry() or {}),
-        HandoverResumed(reach("backoff").carry() or {}),
+        HandoverResumed(reach("running").handed_over() or {}),
+        HandoverResumed(reach("backoff").handed_over() or {}),
     ],
 }
 INPUTS: tuple[type, ...] = get_args(Event)

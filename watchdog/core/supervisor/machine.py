@@ -86,10 +86,10 @@ class Supervisor:
         """What must outlive this process (the restart budget): see budget.Durable."""
         return handover.durable(self._s)
 
-    def carry(self) -> dict[str, object] | None:
-        """Everything, for an in-place re-exec (see handover.carry); None while a start or a
-        stop is under way."""
-        return handover.carry(self._s)
+    def handed_over(self) -> dict[str, object] | None:
+        """Everything, as an image, for an in-place re-exec (see handover.handed_over); None
+        while a start or a stop is under way."""
+        return handover.handed_over(self._s)
 
     def handle(self, event: Event, now: float) -> list[Action]:
         """Every input of the core: the actions to execute, in order. The state's row of
