@@ -51,6 +51,7 @@ PURE_MODULES = frozenset(
         "tests/core/supervisor/test_ending.py",
         "tests/core/supervisor/test_handover.py",
         "tests/core/supervisor/test_machine.py",
+        "tests/core/supervisor/test_machine_commit.py",
         "tests/core/supervisor/test_machine_decisions.py",
         "tests/core/supervisor/test_machine_invariants.py",
         "tests/core/supervisor/test_parking.py",

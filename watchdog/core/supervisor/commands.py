@@ -47,7 +47,8 @@ def _command(s: JobState, cmd: str, now: float) -> list[Action]:
         s.paused = True
         paused: list[Action] = [Emit("job_paused", {})]
         if s.state is State.BACKOFF:  # a scheduled restart is an automatic action too
-            s.state, s.backoff_until = State.STOPPED, None
+            enter(s, State.STOPPED)
+            s.backoff_until = None
             paused.append(Emit("child_stopped", {"reason": "paused"}))
         return paused
     if cmd == "resume":

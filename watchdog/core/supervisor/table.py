@@ -10,18 +10,16 @@ states. `Supervisor.handle` dispatches through this table and nothing else:
   concern the state (a cluster restart while nothing runs);
 - an input not listed is refused: `handle` returns an `input_refused` event (input, state,
   reason: cells.REFUSED) that the shell logs. It should not happen; a refusal changes nothing.
-- a handler enters states only through `jobstate.enter`, and `handle` checks the state it left
-  against its cell: one the cell does not name raises in tests (`machine.STRICT`) and, in
-  production, is refused by name (`input_refused`) with the old state kept.
+- a handler works on a draft of the record and enters states only through `jobstate.enter`,
+  which checks each against its cell before it writes: one the cell does not name raises in
+  tests (`machine.STRICT`); in production the input is refused by name (`input_refused`), the
+  draft and its actions dropped, the record unchanged.
 
 Rows shared by several states are written once (`_ANYWHERE`, `_NO_RUN`, `_A_RUN`, …) and
 spread into each state's row; docs/state-machine.md is drawn from this table (`make docs`).
 
 Q: where is observe mode (SPEC §16)? A: not a state: the same cells, whose handlers report
 `verdict_observed` where they would have stopped the job, so it has no path act lacks.
-
-Q: what does the daemon do when the job exits while backing off? A: nothing (BACKOFF /
-ChildExited): no job runs then, so it is the stopped run's exit, reaped late; the restart stays.
 """
 
 from __future__ import annotations
@@ -62,14 +60,10 @@ from watchdog.core.supervisor.events import (
     TreeStopped,
 )
 
-STOPPED, STARTING, RUNNING, UNHEALTHY = (
-    State.STOPPED,
-    State.STARTING,
-    State.RUNNING,
-    State.UNHEALTHY,
-)
-STOPPING, BACKOFF, FATAL, PAUSED = (State.STOPPING, State.BACKOFF, State.FATAL, State.PAUSED)
-HOST_FAULT, COMPLETED, WAITING_NODES = State.HOST_FAULT, State.COMPLETED, State.WAITING_NODES
+STOPPED, STARTING, RUNNING = State.STOPPED, State.STARTING, State.RUNNING
+UNHEALTHY, STOPPING, BACKOFF = State.UNHEALTHY, State.STOPPING, State.BACKOFF
+FATAL, PAUSED, HOST_FAULT = State.FATAL, State.PAUSED, State.HOST_FAULT
+COMPLETED, WAITING_NODES = State.COMPLETED, State.WAITING_NODES
 
 
 # What every state does with these.
@@ -186,6 +180,14 @@ _STARTING: dict[type, Go] = {
         says="parks (host_fault) or restarts (restart_app), by the fault's action",
     ),
 }
+
+# Fatal, host_fault, completed: a daemon started on an end state a previous one left.
+_AFTER_AN_END = go(
+    runs.daemon_started,
+    STOPPED,
+    STARTING,
+    says="the end state stays, a fresh run starts; a new allocation (fresh_run) forgets it first",
+)
 
 TABLE: dict[State, Mapping[type, Go]] = {
     STOPPED: {
@@ -352,7 +354,7 @@ TABLE: dict[State, Mapping[type, Go]] = {
     },
     FATAL: {
         **_NO_RUN,
-        DaemonStarted: go(runs.daemon_started, STARTING, says="stays fatal; a fresh run starts"),
+        DaemonStarted: _AFTER_AN_END,
         OperatorCommand: go(
             commands.command,
             STOPPED,
@@ -366,7 +368,7 @@ TABLE: dict[State, Mapping[type, Go]] = {
     },
     HOST_FAULT: {
         **_NO_RUN,
-        DaemonStarted: go(runs.daemon_started, STARTING, says="stays parked; a fresh run starts"),
+        DaemonStarted: _AFTER_AN_END,
         OperatorCommand: go(
             commands.command,
             STOPPED,
@@ -387,7 +389,7 @@ TABLE: dict[State, Mapping[type, Go]] = {
     },
     COMPLETED: {
         **_NO_RUN,
-        DaemonStarted: go(runs.daemon_started, STARTING, says="stays done; a fresh run starts"),
+        DaemonStarted: _AFTER_AN_END,
         OperatorCommand: go(
             commands.command, STOPPED, STARTING, PAUSED, says="start/restart run it again"
         ),
