@@ -60,6 +60,7 @@ PURE_MODULES = frozenset(
         "tests/core/supervisor/test_replay.py",
         "tests/core/supervisor/test_scoring.py",
         "tests/core/supervisor/test_table.py",
+        "tests/core/supervisor/test_table_reached.py",
         "tests/core/supervisor/test_runs_adoption.py",
         "tests/core/supervisor/test_runs_attach.py",
         "tests/core/supervisor/test_verdicts_observe.py",

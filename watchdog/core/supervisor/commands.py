@@ -45,17 +45,24 @@ def _command(s: JobState, cmd: str, now: float) -> list[Action]:
         return [Refuse("the daemon is shutting down")]
     if cmd == "pause":
         s.paused = True
-        paused: list[Action] = [Emit("job_paused", {})]
-        if s.state is State.BACKOFF:  # a scheduled restart is an automatic action too
-            enter(s, State.STOPPED)
-            s.backoff_until = None
-            paused.append(Emit("child_stopped", {"reason": "paused"}))
-        return paused
+        return [Emit("job_paused", {})]
     if cmd == "resume":
         return _resume(s, now)
     if cmd == "stop":
         return _stop(s)
     return _start(s, cmd, now)
+
+
+def in_backoff(s: JobState, ev: OperatorCommand, now: float) -> list[Action]:
+    """An operator's command while a restart is scheduled (table.py, backoff). A pause cancels
+    the restart, an automatic action too: the job shows `stopped`, not `paused`, as no job is
+    alive (SPEC §3; `watchdogctl status` exits 3). The others as in any state."""
+    if ev.cmd != "pause" or s.leaving is not Leaving.STAYING:
+        return command(s, ev, now)
+    s.paused = True
+    enter(s, State.STOPPED)
+    s.backoff_until = None
+    return [Emit("job_paused", {}), Emit("child_stopped", {"reason": "paused"})]
 
 
 def _resume(s: JobState, now: float) -> list[Action]:

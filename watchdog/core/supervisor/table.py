@@ -30,7 +30,7 @@ from watchdog.core.names import State
 from watchdog.core.supervisor import attempts, commands, handover, parking, resets, runs, verdicts
 from watchdog.core.supervisor.at_checkpoint import awaited as restart_held
 from watchdog.core.supervisor.at_checkpoint import tick as run_tick
-from watchdog.core.supervisor.cells import Go, go, stay
+from watchdog.core.supervisor.cells import Go, go, only, stay
 from watchdog.core.supervisor.events import (
     CheckpointAwaited,
     CheckpointsSetAside,
@@ -69,12 +69,7 @@ COMPLETED, WAITING_NODES = State.COMPLETED, State.WAITING_NODES
 # What every state does with these.
 _ANYWHERE: dict[type, Go] = {
     PolicyChanged: go(commands.policy_changed, says="a reload's policy applies from now on"),
-    ProgressMarked: go(
-        verdicts.marked,
-        STOPPING,
-        says="fed to the no-progress tally (SPEC §12); a run's first step below its checkpoint"
-        " after an automatic restart: stop it (progress_reset, SPEC §16)",
-    ),
+    ProgressMarked: go(verdicts.marked, says="fed to the no-progress tally (SPEC §12)"),
     LossWentNan: stay("no run the watchdog acts on: the NaN was logged (loss_nan), no stop"),
     CheckpointsSetAside: go(
         resets.set_aside, says="torn checkpoints set aside: a checkpoint_unreadable streak ends"
@@ -123,6 +118,12 @@ _A_RUN: dict[type, Go] = {
     GpuAccessChanged: go(
         parking.access_changed, says="named (gpu_access_lost/restored), never acted on"
     ),
+    ProgressMarked: only(
+        _ANYWHERE[ProgressMarked],
+        STOPPING,
+        says="fed to the no-progress tally (SPEC §12); the run's first step below its checkpoint"
+        " after an automatic restart stops it (progress_reset), a save ends a held restart",
+    ),
 }
 
 # Starting, running, unhealthy: a run the watchdog acts on (a paused one is only watched).
@@ -147,6 +148,10 @@ _STARTED: dict[type, Go] = {
     Tick: go(run_tick, STOPPING, says="a held restart's end: --or-now restarts (SPEC §16)"),
 }
 
+# Waiting at the cluster's barrier, a start has no child yet: a child's report changes nothing.
+_A_CHILDS = (ChildExited, HealthAssessed, LossWentNan, RankExited, RestartRequested, Tick)
+NO_CHILD = "a child's report, and none is spawned yet: nothing to act on"
+
 # A start (SPEC §3); `waiting_nodes` (SPEC §12) is a start that waits at the cluster's barrier.
 _STARTING: dict[type, Go] = {
     **_ACTED_ON,
@@ -156,8 +161,6 @@ _STARTING: dict[type, Go] = {
         attempts.spawn_failed,
         BACKOFF,
         FATAL,
-        HOST_FAULT,
-        STOPPED,
         says="a failure: restart after backoff, or fatal when the budget is spent",
     ),
     HealthAssessed: go(
@@ -229,16 +232,10 @@ TABLE: dict[State, Mapping[type, Go]] = {
     STARTING: _STARTING,
     WAITING_NODES: {
         **_STARTING,
+        **{kind: only(_STARTING[kind], says=NO_CHILD) for kind in _A_CHILDS},
+        ProgressMarked: _ANYWHERE[ProgressMarked],
         ChildSpawned: go(attempts.child_spawned, STARTING, says="the barrier opened: it runs"),
-        SpawnFailed: go(
-            attempts.spawn_failed,
-            STARTING,
-            BACKOFF,
-            FATAL,
-            HOST_FAULT,
-            STOPPED,
-            says="the barrier was cancelled, or the start failed (as in starting)",
-        ),
+        SpawnFailed: only(_STARTING[SpawnFailed], BACKOFF, FATAL, says="cancelled, or failed"),
         NodesAwaited: go(attempts.awaited, STARTING, says="left the barrier: starting"),
     },
     RUNNING: {
@@ -293,10 +290,8 @@ TABLE: dict[State, Mapping[type, Go]] = {
             STOPPED,
             STARTING,
             PAUSED,
-            BACKOFF,
-            FATAL,
             HOST_FAULT,
-            says="the cancelled start ended: the stop is over (as TreeStopped)",
+            says="the cancelled start ended: the stop is over (as TreeStopped; no run failed)",
         ),
         TreeStopped: go(
             runs.tree_stopped,
@@ -339,12 +334,13 @@ TABLE: dict[State, Mapping[type, Go]] = {
             HOST_FAULT,
             says="the backoff is over: spawn (or park while NVML access is lost)",
         ),
+        JobAdopted: only(_NO_RUN[JobAdopted], STARTING),  # no pause lasts in backoff
         OperatorCommand: go(
-            commands.command,
+            commands.in_backoff,
             STOPPED,
             STARTING,
-            PAUSED,
-            says="start/restart now (budget reset); stop; pause cancels the restart",
+            says="start/restart now (budget reset); stop; pause cancels the restart: stopped, as"
+            " no job is alive (SPEC §3: `paused` is a run under way)",
         ),
         ShutdownRequested: go(commands.shutdown, STOPPED, says="the restart is dropped: exit"),
         GpuFaultSeen: go(parking.gpu_fault, HOST_FAULT, says="a parking fault parks instead"),
