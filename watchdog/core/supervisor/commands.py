@@ -135,11 +135,46 @@ def cluster_restart(s: JobState, ev: RestartRequested, now: float) -> list[Actio
     return stop(s, ev.reason, AfterStop.START)
 
 
-def shutdown(s: JobState, ev: ShutdownRequested, now: float) -> list[Action]:
+def _signalled(s: JobState, ev: ShutdownRequested) -> None:
     if s.signalled is None and ev.signum is not None:
         s.signalled = ev.signum  # SPEC §13: the first stop signal's code (ending.py)
     s.backoff_until = None
-    if s.state is State.STOPPING and s.after_stop is AfterStop.COMPLETED:
+
+
+def shutdown(s: JobState, ev: ShutdownRequested, now: float) -> list[Action]:
+    """A shutdown while a run is under way (starting, running, unhealthy, paused): stop it,
+    then exit; an attached run is left running (SPEC §16)."""
+    _signalled(s, ev)
+    if s.pid is None and s.run is not Run.SPAWNING:
+        return _exit_now(s)  # nothing to stop after all
+    if s.attached and s.run is Run.LIVE:
+        # SPEC §16: a process `watchdogd --attach` watches was never ours to stop: it outlives us
+        s.leaving = Leaving.EXITED
+        return [Exit()]
+    return stop(s, "shutdown", AfterStop.EXIT)
+
+
+def shutdown_idle(s: JobState, ev: ShutdownRequested, now: float) -> list[Action]:
+    """A shutdown where no run is under way (stopped, backoff, and the end states): exit now.
+    An end state is what the next daemon must find in the state file (SPEC §5, §13): a clean
+    exit (systemctl restart) in fatal, host_fault or completed does not forget it."""
+    _signalled(s, ev)
+    return _exit_now(s)
+
+
+def _exit_now(s: JobState) -> list[Action]:
+    if s.state not in (State.COMPLETED, State.FATAL, State.HOST_FAULT):
+        enter(s, State.STOPPED)  # a restart scheduled in backoff is dropped
+    s.leaving = Leaving.EXITED
+    return [Exit()]
+
+
+def shutdown_stopping(s: JobState, ev: ShutdownRequested, now: float) -> list[Action]:
+    """A shutdown while a stop is under way: that stop ends in the exit; after a run that
+    ended well, the exit waits until its completion is recorded, unless the same cancel
+    stopped the job (CANCEL_WINDOW_S)."""
+    _signalled(s, ev)
+    if s.after_stop is AfterStop.COMPLETED:
         done_at = s.completed_at
         if done_at is None or now - done_at >= CANCEL_WINDOW_S:
             # The run ended well before this signal: record it, then exit (_finish_stop).
@@ -147,15 +182,4 @@ def shutdown(s: JobState, ev: ShutdownRequested, now: float) -> list[Action]:
             return []
         # The same cancel stopped the job: its exit was no completion (CANCEL_WINDOW_S).
         s.completed = s.completed_at = None
-    if s.pid is None and s.run is not Run.SPAWNING and s.state is not State.STOPPING:
-        # An end state is what the next daemon must find in the state file (SPEC §5, §13):
-        # a clean exit (systemctl restart) in fatal or completed does not forget it.
-        if s.state not in (State.COMPLETED, State.FATAL, State.HOST_FAULT):
-            enter(s, State.STOPPED)
-        s.leaving = Leaving.EXITED
-        return [Exit()]
-    if s.attached and s.run is Run.LIVE and s.state is not State.STOPPING:
-        # SPEC §16: a process `watchdogd --attach` watches was never ours to stop: it outlives us
-        s.leaving = Leaving.EXITED
-        return [Exit()]
     return stop(s, "shutdown", AfterStop.EXIT)

@@ -223,7 +223,7 @@ TABLE: dict[State, Mapping[type, Go]] = {
         OperatorCommand: go(
             commands.command, STARTING, PAUSED, says="start/restart spawn; stop, pause recorded"
         ),
-        ShutdownRequested: go(commands.shutdown, says="exit"),
+        ShutdownRequested: go(commands.shutdown_idle, says="exit"),
         GpuFaultSeen: go(
             parking.gpu_fault, HOST_FAULT, says="a parking fault parks a job still wanted"
         ),
@@ -309,7 +309,9 @@ TABLE: dict[State, Mapping[type, Go]] = {
         HealthAssessed: stay("a verdict on the run being stopped: too late to matter"),
         RankExited: stay("a rank of the run being stopped"),
         RestartRequested: stay("a stop is under way: the next start waits at the barrier"),
-        ShutdownRequested: go(commands.shutdown, says="the stop under way ends in an exit"),
+        ShutdownRequested: go(
+            commands.shutdown_stopping, says="the stop under way ends in an exit"
+        ),
         GpuFaultSeen: go(
             parking.gpu_fault,
             STOPPED,
@@ -342,7 +344,7 @@ TABLE: dict[State, Mapping[type, Go]] = {
             says="start/restart now (budget reset); stop; pause cancels the restart: stopped, as"
             " no job is alive (SPEC §3: `paused` is a run under way)",
         ),
-        ShutdownRequested: go(commands.shutdown, STOPPED, says="the restart is dropped: exit"),
+        ShutdownRequested: go(commands.shutdown_idle, STOPPED, says="the restart is dropped: exit"),
         GpuFaultSeen: go(parking.gpu_fault, HOST_FAULT, says="a parking fault parks instead"),
         GpuAccessChanged: go(
             parking.access_changed, HOST_FAULT, says="lost access parks the restart (SPEC §13)"
@@ -358,7 +360,7 @@ TABLE: dict[State, Mapping[type, Go]] = {
             PAUSED,
             says="start/restart leave fatal, the budget reset (SPEC §5)",
         ),
-        ShutdownRequested: go(commands.shutdown, says="exit; the next daemon finds fatal"),
+        ShutdownRequested: go(commands.shutdown_idle, says="exit; the next daemon finds fatal"),
         GpuFaultSeen: go(parking.gpu_fault, HOST_FAULT, says="a parking fault parks instead"),
         GpuAccessChanged: go(parking.access_changed, says="named"),
     },
@@ -372,7 +374,7 @@ TABLE: dict[State, Mapping[type, Go]] = {
             PAUSED,
             says="start/restart leave host_fault (SPEC §12); stop",
         ),
-        ShutdownRequested: go(commands.shutdown, says="exit; the next daemon finds the park"),
+        ShutdownRequested: go(commands.shutdown_idle, says="exit; the next daemon finds the park"),
         GpuFaultSeen: go(parking.gpu_fault, says="recorded; already parked"),
         GpuAccessChanged: go(
             parking.access_changed,
@@ -389,7 +391,7 @@ TABLE: dict[State, Mapping[type, Go]] = {
         OperatorCommand: go(
             commands.command, STOPPED, STARTING, PAUSED, says="start/restart run it again"
         ),
-        ShutdownRequested: go(commands.shutdown, says="exit; the next daemon finds it done"),
+        ShutdownRequested: go(commands.shutdown_idle, says="exit; the next daemon finds it done"),
         GpuFaultSeen: go(parking.gpu_fault, says="recorded; the run ended well"),
         GpuAccessChanged: go(parking.access_changed, says="named"),
     },
