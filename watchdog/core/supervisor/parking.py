@@ -58,26 +58,44 @@ def _fault(s: JobState, ev: GpuFaultSeen, now: float) -> list[Action]:
 
 
 def access_changed(s: JobState, ev: GpuAccessChanged, now: float) -> list[Action]:
-    """SPEC §13: lost access is named, never acted on against a running job. A pending
-    restart parks in host_fault (kind gpu_access_lost) until access is back."""
+    """SPEC §13: lost or restored NVML access is named, never acted on against a run or a stop
+    (table.py: every row but backoff and host_fault)."""
+    return _named(s, ev)[0]
+
+
+def _named(s: JobState, ev: GpuAccessChanged) -> tuple[list[Action], tuple[str, str] | None]:
+    """The event naming the change (none when nothing changed) and, when access is back, what a
+    park for its loss deferred (dropped from the record either way)."""
     if ev.lost:
         if s.access_lost is not None:
-            return []  # lost already: said once
+            return [], None  # lost already: said once
         s.access_lost = ev.detail or "NVML access lost"
         fields = {"reason": "gpu_access_lost", "detail": s.access_lost, "pid": s.pid}
-        out: list[Action] = [Emit("gpu_access_lost", fields)]
-        if s.state is State.BACKOFF and s.leaving is Leaving.STAYING:
-            out += park_access(s, "spawn", s.last_reason or "backoff")
-        return out
+        return [Emit("gpu_access_lost", fields)], None
     if s.access_lost is None:
-        return []  # it was never lost: nothing to say
+        return [], None  # it was never lost: nothing to say
     s.access_lost = None
-    out = [Emit("gpu_access_restored", {"reason": "gpu_access_restored", "pid": s.pid})]
     resume, s.access_resume = s.access_resume, None
+    return [Emit("gpu_access_restored", {"reason": "gpu_access_restored", "pid": s.pid})], resume
+
+
+def access_in_backoff(s: JobState, ev: GpuAccessChanged, now: float) -> list[Action]:
+    """Lost access parks the scheduled restart in host_fault (kind gpu_access_lost) until it
+    is back (SPEC §13): never a start into unreachable GPUs."""
+    out, _ = _named(s, ev)
+    if ev.lost and out and s.leaving is Leaving.STAYING:
+        out += park_access(s, "spawn", s.last_reason or "backoff")
+    return out
+
+
+def access_in_park(s: JobState, ev: GpuAccessChanged, now: float) -> list[Action]:
+    """Access back lifts its own park (kind gpu_access_lost) and nothing else: the restart or
+    the start it deferred goes on (SPEC §13)."""
+    out, resume = _named(s, ev)
     fault = s.host_fault
-    if s.state is not State.HOST_FAULT or fault is None or fault.get("kind") != "gpu_access_lost":
+    if ev.lost or not out or fault is None or fault.get("kind") != "gpu_access_lost":
         return out
-    s.host_fault = None  # restored access clears its own park, and nothing else
+    s.host_fault = None
     enter(s, State.STOPPED)
     if resume is None or s.leaving is not Leaving.STAYING:
         return out

@@ -347,7 +347,7 @@ TABLE: dict[State, Mapping[type, Go]] = {
         ShutdownRequested: go(commands.shutdown_idle, STOPPED, says="the restart is dropped: exit"),
         GpuFaultSeen: go(parking.gpu_fault, HOST_FAULT, says="a parking fault parks instead"),
         GpuAccessChanged: go(
-            parking.access_changed, HOST_FAULT, says="lost access parks the restart (SPEC §13)"
+            parking.access_in_backoff, HOST_FAULT, says="lost access parks the restart (SPEC §13)"
         ),
     },
     FATAL: {
@@ -377,7 +377,7 @@ TABLE: dict[State, Mapping[type, Go]] = {
         ShutdownRequested: go(commands.shutdown_idle, says="exit; the next daemon finds the park"),
         GpuFaultSeen: go(parking.gpu_fault, says="recorded; already parked"),
         GpuAccessChanged: go(
-            parking.access_changed,
+            parking.access_in_park,
             STOPPED,
             STARTING,
             BACKOFF,
