@@ -225,7 +225,7 @@ TABLE: dict[State, Mapping[type, Go]] = {
         ),
         ShutdownRequested: go(commands.shutdown_idle, says="exit"),
         GpuFaultSeen: go(
-            parking.gpu_fault, HOST_FAULT, says="a parking fault parks a job still wanted"
+            parking.gpu_fault_idle, HOST_FAULT, says="a parking fault parks a job still wanted"
         ),
         GpuAccessChanged: go(parking.access_changed, says="named; nothing to hold back"),
     },
@@ -313,7 +313,7 @@ TABLE: dict[State, Mapping[type, Go]] = {
             commands.shutdown_stopping, says="the stop under way ends in an exit"
         ),
         GpuFaultSeen: go(
-            parking.gpu_fault,
+            parking.gpu_fault_stopping,
             STOPPED,
             HOST_FAULT,
             says="the stop leads to host_fault; a cancelled start's gate fault ends it",
@@ -345,7 +345,7 @@ TABLE: dict[State, Mapping[type, Go]] = {
             " no job is alive (SPEC §3: `paused` is a run under way)",
         ),
         ShutdownRequested: go(commands.shutdown_idle, STOPPED, says="the restart is dropped: exit"),
-        GpuFaultSeen: go(parking.gpu_fault, HOST_FAULT, says="a parking fault parks instead"),
+        GpuFaultSeen: go(parking.gpu_fault_idle, HOST_FAULT, says="a parking fault parks instead"),
         GpuAccessChanged: go(
             parking.access_in_backoff, HOST_FAULT, says="lost access parks the restart (SPEC §13)"
         ),
@@ -361,7 +361,7 @@ TABLE: dict[State, Mapping[type, Go]] = {
             says="start/restart leave fatal, the budget reset (SPEC §5)",
         ),
         ShutdownRequested: go(commands.shutdown_idle, says="exit; the next daemon finds fatal"),
-        GpuFaultSeen: go(parking.gpu_fault, HOST_FAULT, says="a parking fault parks instead"),
+        GpuFaultSeen: go(parking.gpu_fault_idle, HOST_FAULT, says="a parking fault parks instead"),
         GpuAccessChanged: go(parking.access_changed, says="named"),
     },
     HOST_FAULT: {
@@ -375,7 +375,7 @@ TABLE: dict[State, Mapping[type, Go]] = {
             says="start/restart leave host_fault (SPEC §12); stop",
         ),
         ShutdownRequested: go(commands.shutdown_idle, says="exit; the next daemon finds the park"),
-        GpuFaultSeen: go(parking.gpu_fault, says="recorded; already parked"),
+        GpuFaultSeen: go(parking.gpu_fault_idle, says="recorded; already parked"),
         GpuAccessChanged: go(
             parking.access_in_park,
             STOPPED,
@@ -392,7 +392,7 @@ TABLE: dict[State, Mapping[type, Go]] = {
             commands.command, STOPPED, STARTING, PAUSED, says="start/restart run it again"
         ),
         ShutdownRequested: go(commands.shutdown_idle, says="exit; the next daemon finds it done"),
-        GpuFaultSeen: go(parking.gpu_fault, says="recorded; the run ended well"),
+        GpuFaultSeen: go(parking.gpu_fault_idle, says="recorded; the run ended well"),
         GpuAccessChanged: go(parking.access_changed, says="named"),
     },
 }
