@@ -121,20 +121,28 @@ def test_a_declared_transition_is_committed_whole() -> None:
     assert sup.snapshot().restarts_total == 1 and sup.snapshot().next_restart_at is not None
 
 
-def test_the_jitter_source_is_shared_not_copied() -> None:
-    """The jitter source is shared, not copied: a committed restart draws from it once."""
-    draws: list[float] = []
+class Jitter:
+    """A jitter source with a state of its own, as the input log's generator is."""
 
-    def rng() -> float:
-        draws.append(0.5)
+    def __init__(self) -> None:
+        self.draws = 0
+
+    def draw(self) -> float:
+        self.draws += 1
         return 0.5
 
-    sup = Supervisor(POLICY, rng)
+
+def test_the_jitter_source_is_shared_not_copied() -> None:
+    """The jitter source is the one the shell gave (the input log keeps its generator's state
+    for a replay): a committed restart draws from that very source, once, not from a copy."""
+    jitter = Jitter()
+    sup = Supervisor(POLICY, jitter.draw)
     for ev in (DaemonStarted(), ChildSpawned(PID), HealthAssessed(PID, True)):
         sup.handle(ev, 1.0)
     sup.handle(ChildExited(PID, 1, None), 2.0)
     sup.handle(TreeStopped(False), 3.0)
-    assert sup.snapshot().state is State.BACKOFF and len(draws) == 1
+    assert sup.snapshot().state is State.BACKOFF
+    assert jitter.draws == 1
 
 
 def test_a_draft_shares_nothing_mutable_with_the_record() -> None:

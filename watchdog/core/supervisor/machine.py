@@ -100,7 +100,7 @@ class Supervisor:
         The cell's handler works on a draft of the record (jobstate.draft), which enter()
         checks against the cell before each state it writes; the record takes the draft only
         when every state the input entered is declared. Otherwise the input is refused: the
-        record is as it was and none of the actions decided run (SPEC §16, input_refused)."""
+        record is as it was and none of the actions decided run (docs/state-machine.md)."""
         s = self._s
         self._snap = None
         state = shown(s)
