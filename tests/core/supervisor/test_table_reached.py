@@ -120,7 +120,7 @@ class Walk:
         barrier = self.answers and self.rnd.random() < 0.3
         if barrier and any(isinstance(a, SpawnChild) for a in actions):
             self.feed(NodesAwaited(True))  # a cluster's start waits at the barrier first
-        carry = self.sup.carry()
+        carry = self.sup.handed_over()
         self.carry = carry if carry is not None else self.carry
 
     def answer(self, a: Action) -> None:
