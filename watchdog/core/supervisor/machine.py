@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from watchdog.core.names import State
-from watchdog.core.supervisor import answers, at_checkpoint, ending, handover
+from watchdog.core.supervisor import answers, at_checkpoint, ending, handover, woke
 from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.cells import refusal_reason
 from watchdog.core.supervisor.events import (
@@ -25,6 +25,7 @@ from watchdog.core.supervisor.events import (
     HandoverResumed,
     ProgressMarked,
     StateRestored,
+    Tick,
 )
 from watchdog.core.supervisor.jobstate import (
     JobState,
@@ -63,6 +64,8 @@ class Supervisor:
     def next_deadline(self) -> float | None:
         """When the core wants a Tick: end of backoff, or end of the startup window; or the end
         of a restart held for a checkpoint (at_checkpoint.py) when that is sooner."""
+        if (held := woke.deadline(self._s)) is not None:
+            return held  # the daemon's own freeze: nothing falls due before its readings
         own, hold = next_deadline(self._s), self._s.at_checkpoint
         if hold is None or (own is not None and own <= hold.deadline):
             return own
@@ -82,6 +85,12 @@ class Supervisor:
         """Why NVML access is lost (SPEC §13), or None: a re-exec'd shell starts from it."""
         return self._s.access_lost
 
+    @property
+    def woke_held(self) -> bool:
+        """Whether deadlines wait for readings taken after the daemon's wake (woke.py): the
+        shell hands those readings' times over while it does (ReadingsTaken)."""
+        return self._s.woke_hold is not None
+
     def durable(self) -> Durable:
         """What must outlive this process (the restart budget): see budget.Durable."""
         return handover.durable(self._s)
@@ -100,6 +109,8 @@ class Supervisor:
         s = self._s
         self._snap = None
         s.now = now  # for snapshot() only: every handler is given `now`
+        if isinstance(event, Tick) and woke.holding(s, now):
+            return []  # a deadline falls due after the wake's readings, not before (woke.py)
         state = shown(s)
         cell = TABLE[state].get(type(event))
         if cell is None:

@@ -61,6 +61,7 @@ from watchdog.core.supervisor.events import (
     Tick,
     TreeStopped,
 )
+from watchdog.core.supervisor.woke import CELLS as WAKE
 
 STOPPED, STARTING, RUNNING, UNHEALTHY = (
     State.STOPPED,
@@ -93,6 +94,7 @@ _ANYWHERE: dict[type, Go] = {
     ChildSpawned: go(attempts.late_spawn, says="a superseded start's child is stopped"),
     SpawnFailed: go(attempts.late_failure, says="a superseded start's failure is dropped"),
     Tick: stay("nothing is due"),
+    **WAKE,  # the daemon's own freeze (woke.py): DaemonWoke holds the Ticks, ReadingsTaken ends it
 }
 
 # States with no run of the job (its tree is gone): a report about a run is a late one.
