@@ -344,7 +344,7 @@ class Consumer:
         v = monitor.assess(time.monotonic())
         self._shell.account()  # as the tick always did: before its verdict is handled
         held = v.gpu_part == "in_use"  # SPEC §15: runs.jsonl, run_settled, slowdown
-        for name, fields in books.runs.sampled(monitor, held, gpus.degraded_now()):
+        for name, fields in books.runs.sampled(monitor, held):
             self._shell.emit(name, **fields)
         return self._dispatch(HealthAssessed(taken.pid, v.healthy, v.firing, v.evidence))
 
