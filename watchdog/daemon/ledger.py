@@ -3,9 +3,10 @@
 
 It learns a run's life from the events the daemon emits (a hook on the event log, so a record's
 times are its events' `ts`): child_spawned or job_adopted begin a record, child_exited ends it,
-restart_scheduled / child_stopped / fatal / job_completed / job_parked say where the job went,
-and what led to the next start (an operator's command, a restart's verdict, a cluster epoch). The
-consumer hands it each tick's readings (`sampled`): the GPUs held, the progress lines' tokens/s.
+and what led to the next start (an operator's command, a restart's verdict, a cluster epoch).
+Where the job went after a run is the core's state (`job_in`, after every input: the pure
+ledger decides), never worked out from event names. The consumer hands it each tick's readings
+(`sampled`): the GPUs held, the progress lines' tokens/s.
 
 Off the exit→respawn path: nothing here blocks, and the file is written by its own worker
 (state/writers.FileWriter: atomic, a previous generation beside it) after the next spawn is on
@@ -28,6 +29,7 @@ from watchdog.core.health.monitor import HealthMonitor
 from watchdog.core.health.speed import SpeedNews
 from watchdog.core.progress import slowdown
 from watchdog.core.views.ledger import (
+    RESERVED,
     SETTLE_READINGS,
     Ledger,
     LedgerConfig,
@@ -44,15 +46,6 @@ RUNS_FILE = "runs.jsonl"
 SAVE_EVERY_S = 30.0  # a run's progress figures reach the file at most this often
 CODE_TIMEOUT_S = 20.0  # the whole code read (its git calls are bounded one by one too)
 CODE_DELAY_S = 1.0  # after a spawn, before git runs: the new job's start goes first
-# where the job went after its run ended, by the event that says so
-END_STATES = {
-    "restart_scheduled": "backoff",
-    "child_stopped": "stopped",
-    "fatal": "fatal",
-    "job_completed": "completed",
-    "job_parked": "host_fault",
-}
-SETTLED_STATES = frozenset(END_STATES) - {"restart_scheduled"}  # the job rests: write now
 
 
 def config_sha(cfg: config.Config) -> str:
@@ -112,9 +105,11 @@ class RunBook:
         handler = _HANDLERS.get(name)
         if handler is not None:
             handler(self, record)
-        if name in END_STATES:
-            self.ledger.end_state(END_STATES[name])
-        if name in SETTLED_STATES:
+
+    def job_in(self, state: str) -> None:
+        """The core's state after an input (books.py): where the job went after the run that
+        ended (core/views/ledger.py decides); written at once when the job rests there."""
+        if self.ledger.job_in(state):
             self.save()
 
     def _boot(self, record: dict[str, Any]) -> None:
@@ -300,7 +295,8 @@ class RunBook:
             line = self._lines.get(run)
             if line is None:
                 line = json.dumps(rec, separators=(",", ":"))
-                if (rec.get("end") or {}).get("state") is not None:
+                # over for good; the newest keeps its reservation until release() drops it
+                if (rec.get("end") or {}).get("state") is not None and RESERVED not in rec:
                     self._lines[run] = line
             out.append(line)
         for run in set(self._lines) - keep:
