@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from watchdog.core.names import State
-from watchdog.core.supervisor import answers, at_checkpoint, ending, handover, woke
+from watchdog.core.supervisor import answers, at_checkpoint, ending, handover, runs, woke
 from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.cells import refusal_reason
 from watchdog.core.supervisor.events import (
@@ -90,6 +90,11 @@ class Supervisor:
         """Whether deadlines wait for readings taken after the daemon's wake (woke.py): the
         shell hands those readings' times over while it does (ReadingsTaken)."""
         return self._s.woke_hold is not None
+
+    def wants_cause(self, pid: int, exit_code: int | None, signal: int | None) -> bool:
+        """Whether this exit's cause is to be named before ChildExited (runs.wants_cause): the
+        shell asks with the exit's facts and classifies only when told to."""
+        return runs.wants_cause(self._s, pid, exit_code, signal)
 
     def durable(self) -> Durable:
         """What must outlive this process (the restart budget): see budget.Durable."""
