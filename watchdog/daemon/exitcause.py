@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog import blocking
@@ -101,7 +101,7 @@ async def report(d: Reporter, run: JobRun, st: reaping.ExitStatus) -> None:
         tails, after, error_files = await _gather(d, run)
         facts = _facts(d, run, st, tails, after, error_files)
         cause = d.runs.classify(facts)  # taped: inputs.jsonl names it again (issue 38)
-        now_utc = datetime.now(UTC)
+        now_utc = d.inbox.time.utc()
         path = _new_folder(d, cause.cause, now_utc)
     except Exception as e:  # the cause is a bonus: the exit must reach the core
         d.emit("internal_error_caught", error=f"exit cause: {type(e).__name__}: {e}")

@@ -15,10 +15,10 @@ import json
 import os
 import socket
 import sys
-import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog import __version__, config
+from watchdog.clock import SYSTEM
 from watchdog.core.health import monitor as health
 from watchdog.core.protocol import wire as protocol
 from watchdog.core.supervisor.events import HandoverResumed
@@ -97,7 +97,7 @@ def check_main(config_path: str) -> int:
         state = json.loads(sys.stdin.buffer.read())
         validate_format(state)
         core = Supervisor(params.policy_of(cfg), lambda: 0.5)
-        core.handle(HandoverResumed(state["supervisor"]), time.monotonic())
+        core.handle(HandoverResumed(state["supervisor"]), SYSTEM.monotonic())
         health.HealthMonitor(params.health_of(cfg)).resume(state["health"])
     except (config.ConfigError, ValueError, KeyError, TypeError) as e:
         print(f"watchdogd --check-reexec: {type(e).__name__}: {e}", file=sys.stderr)

@@ -11,7 +11,6 @@ import contextlib
 import os
 import signal
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from watchdog import blocking
 from watchdog.core import names
@@ -133,7 +132,7 @@ class Stopper:
             path = await incident.write_bundle(
                 cfg.state_dir,
                 reason,
-                now_utc=datetime.now(UTC),
+                now_utc=self._inbox.time.utc(),
                 # verdict.json holds {reason, time, evidence: <this>}
                 verdict={**judged.verdict.evidence, "pid": snap.pid, "firing": sorted(snap.firing)}
                 | self._stall_window(),
