@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import pathlib
+import signal
 from typing import Any
 
 import pytest
 from conftest import DaemonFactory
-from support.harness import wait_until, write_script
+from support.harness import LOOPCHECK, wait_until, write_script
 from support.waiting import wait_until_async
 
 from watchdog.core.health.monitor import HealthConfig
@@ -297,3 +299,68 @@ def test_the_replay_command_says_plainly_what_is_wrong_with_its_argument(
     assert "not an input log" in err and "AssertionError" not in err
     assert replaying.main(["--help"]) == 0
     assert "usage: python -m watchdog.daemon.replaying" in capsys.readouterr().out
+
+
+STEPPER = """
+    import os, sys, time
+    while not os.path.exists(sys.argv[1]):
+        time.sleep(0.05)
+    step = 0
+    while True:
+        step += 1
+        print(f"step {step} 1,000.0 tok/s", flush=True)
+        time.sleep(0.1)
+    """
+
+
+def test_a_frozen_daemons_hold_replays_from_its_input_log(
+    make_daemon: DaemonFactory, tmp_path: pathlib.Path
+) -> None:
+    """The daemon stopped (SIGSTOP) while its job's startup deadline passes: inputs.jsonl holds
+    the wake (DaemonWoke) and the readings that ended the hold, and its replay says the same
+    daemon_was_frozen, holds the overdue deadline (a Tick then does nothing) and ends running
+    with no startup_timeout, as the daemon did (core/supervisor/woke.py)."""
+    go = tmp_path / "go"
+    job = write_script(tmp_path / "stepper.py", STEPPER)
+    pattern = r"step (?P<step>[0-9]+) (?P<tokens_per_s>[0-9][0-9,.]*) tok/s"
+    overrides = {
+        "gpus": {"sample_interval_s": 5},  # the deadline falls due before the next look would
+        "startup": {"timeout_s": 1},
+        "progress": {"pattern": pattern},
+    }
+    d = make_daemon([job, str(go)], overrides, env={LOOPCHECK: ""})  # the stop is the test's
+    d.wait_state("starting")
+    assert d.proc is not None
+    os.kill(d.proc.pid, signal.SIGSTOP)
+    try:
+        go.touch()  # the job gets going while the daemon cannot look
+        job_log = tmp_path / "job.log"
+        # 4 s of steps at 0.1 s: past the 1 s deadline and GAP_S (3 s) of the daemon's beats
+        wait_until(lambda: job_log.read_text().count("\n") >= 40, 30, "the job's 40th step")
+    finally:
+        os.kill(d.proc.pid, signal.SIGCONT)
+    d.wait_state("running")
+    frozen = d.wait_event("daemon_was_frozen", timeout=15)[0]
+    log = d.state_dir / "inputs.jsonl"
+
+    def read_back() -> list[dict[str, Any]] | None:
+        entries = inputlog.read(str(log)) if log.exists() else []
+        kinds = [e.get("record", {}).get("event") for e in entries]
+        woke = kinds.index("DaemonWoke") if "DaemonWoke" in kinds else len(kinds)
+        return entries if "ReadingsTaken" in kinds[woke:] else None
+
+    entries = wait_until(read_back, 15, "the wake and its readings in inputs.jsonl")
+    kinds = [e.get("record", {}).get("event") for e in entries]
+    woke = kinds.index("DaemonWoke")
+    assert entries[woke]["record"]["gap_s"] >= 3.0
+    at_wake = inputlog.replay(entries[: woke + 1])
+    assert at_wake.woke_held
+    assert at_wake.handle(Tick(), entries[woke]["now"]) == []  # the overdue deadline waits
+    actions: list[Action] = []
+    core = inputlog.replay(entries, actions)
+    said = [a.fields for a in actions if isinstance(a, Emit) and a.event == "daemon_was_frozen"]
+    assert said == [{"for_s": frozen["for_s"]}]
+    fired = [a for a in actions if isinstance(a, Emit) and a.event == "detector_fired"]
+    assert not fired, fired
+    assert core.snapshot().state.value == "running" and not core.woke_held
+    assert not [e for e in d.events() if e["event"] == "detector_fired"], d.events()

@@ -3,6 +3,7 @@ the event it watches nor into the tick whose verdict follows it."""
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
 from collections.abc import Coroutine
 from typing import Any
@@ -44,3 +45,27 @@ def test_a_bug_in_the_ledger_is_reported_not_raised(tmp_path: pathlib.Path) -> N
     runs.ledger = None  # type: ignore[assignment]  # any bug at all in the tick's step
     assert runs.sampled(HealthMonitor(HealthConfig()), gpus_held=True) == []
     assert emitted[-1][0] == "internal_error_caught"
+
+
+def test_a_stopped_run_is_written_at_once_and_released_at_exit(tmp_path: pathlib.Path) -> None:
+    """A run that ended, then the core at rest in `stopped`: its end state is the core's and the
+    record is written at once; the daemon's exit then releases the run numbers on disk too (the
+    written line of a finished run is not kept with its reservation)."""
+    runs, _ = book(tmp_path)
+
+    async def life() -> None:
+        ts = "2026-12-06T10:00:00.000Z"
+        runs.event({"event": "child_spawned", "pid": 4, "ts": ts})
+        runs.event({"event": "child_exited", "pid": 4, "ts": ts, "reason": "operator"})
+        runs.job_in("stopping")
+        assert runs.ledger.records()[0]["end"]["state"] is None
+        runs.job_in("stopped")
+        assert runs.ledger.records()[0]["end"]["state"] == "stopped"
+        assert '"reserved_to"' in runs.text()
+        runs.closing()
+        assert '"reserved_to"' not in runs.text()
+        assert runs.file.flush() is None
+
+    asyncio.run(life())
+    written = (tmp_path / "state" / "runs.jsonl").read_text()
+    assert '"stopped"' in written and '"reserved_to"' not in written

@@ -3,10 +3,11 @@ a backup in suspend mode or `pct suspend`, a VM paused), seen as the monotonic c
 past several of the loop's beats.
 
 Nothing was read during the gap, so no verdict may rest on it: the consumer (consumer.py) is
-told once (`take`), says `daemon_was_frozen`, feeds the run's monitor the wake (silences are
-measured from it, core/health/monitor.py) and holds the time-based verdicts until a sample
-taken after the wake is in; the sampler's sleep ends at once (`sleep`), so that sample comes
-now rather than up to one interval later.
+told once (`take`), feeds the run's monitor the wake (silences are measured from it,
+core/health/monitor.py) and hands the core `DaemonWoke`, which says `daemon_was_frozen` and
+holds its deadlines until a sample taken after the wake is in (core/supervisor/woke.py: a
+decision of the core, so the input log replays it); the sampler's sleep ends at once
+(`sleep`), so that sample comes now rather than up to one interval later.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import contextlib
 
 BEAT_S = 1.0  # the consumer waits at most this long: a live loop looks at least this often
 GAP_S = 3.0  # several beats missed: the loop did not run (a hold of the loop is a gap as well)
-HOLD_MAX_S = 30.0  # after a gap, verdicts wait this long at most for a sample read after it
 
 
 class ClockWatch:

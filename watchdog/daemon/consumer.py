@@ -26,6 +26,7 @@ from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.events import (
     Action,
     Answer,
+    DaemonWoke,
     Emit,
     Event,
     GpuAccessChanged,
@@ -33,11 +34,12 @@ from watchdog.core.supervisor.events import (
     HealthAssessed,
     ProgressMarked,
     RankExited,
+    ReadingsTaken,
     StateRestored,
     Tick,
 )
 from watchdog.core.supervisor.machine import Supervisor
-from watchdog.daemon.clockgap import BEAT_S, HOLD_MAX_S
+from watchdog.daemon.clockgap import BEAT_S
 from watchdog.daemon.inbox import (
     FaultRead,
     FaultSummaryDue,
@@ -146,7 +148,6 @@ class Consumer:
         self._changed = asyncio.Event()  # set after each input: commands wait on it
         self.answers = AnswerBook()  # the core's answers to commands that wait on them
         self._task: asyncio.Task[Any] | None = None  # run()'s: the one task that feeds the core
-        self._held_since: float | None = None  # woke from a gap: verdicts wait for a sample
         self._marked: tuple[JobRun, float] | None = None  # the step the core was told of last
 
     def new_core(self) -> Supervisor:
@@ -199,14 +200,14 @@ class Consumer:
         """Each input in order, or Tick at the core's next deadline; for ever."""
         self._task = asyncio.current_task()
         while True:
-            timeout = None if self._held_since is not None else self._timeout_s()
+            timeout = self._timeout_s()
             posted = await self.inbox.next(BEAT_S if timeout is None else min(timeout, BEAT_S))
             self.inbox.clock.look(self.inbox.time.monotonic())  # a beat each BEAT_S: a gap is seen
             if posted is None:
                 beat = timeout is None or timeout > BEAT_S
-                if beat and self._held_since is None and not self.inbox.clock.pending:
+                if beat and not self.inbox.clock.pending:
                     continue  # a beat only: nothing is due
-                posted = Posted(Tick())  # due, or a gap to tell or a hold to end (_woke)
+                posted = Posted(Tick())  # due, or a gap to tell (_woke)
             try:
                 actions = self._take(posted)
             except Exception as e:
@@ -239,8 +240,7 @@ class Consumer:
     def _take(self, posted: Posted) -> list[Action]:
         self.feeding()
         event = posted.input
-        if self._woke() and isinstance(event, Tick):
-            return []  # a deadline falls due after the wake's sample, not before (clockgap.py)
+        self._woke()
         if isinstance(event, StateRestored | HandoverResumed):
             return self._taken_in(event)
         if isinstance(event, GpuSampled):
@@ -276,19 +276,16 @@ class Consumer:
             event = found
         return self._dispatch(event)
 
-    def _woke(self) -> bool:
-        """After a gap in the daemon's own clock (clockgap.py): said once, the run's monitor
-        measures silences from the wake, and verdicts wait until a sample read after the wake is
-        in (or HOLD_MAX_S, should none come). Whether they wait now."""
+    def _woke(self) -> None:
+        """After a gap in the daemon's own clock (clockgap.py), once: the run's monitor measures
+        silences from the wake, and the core is told at the wake (DaemonWoke, in the input log):
+        it says daemon_was_frozen and holds its deadlines until readings taken after the wake
+        are in (core/supervisor/woke.py)."""
         gap = self.inbox.clock.take()
         if gap is not None:
             start, woke_at = gap
-            self._shell.emit("daemon_was_frozen", for_s=round(woke_at - start, 1))
             self._shell.job.monitor.daemon_woke(woke_at)
-            self._held_since = woke_at
-        if (at := self._held_since) is not None and self.inbox.time.monotonic() - at > HOLD_MAX_S:
-            self._held_since = None
-        return self._held_since is not None
+            self._dispatch(DaemonWoke(woke_at - start), at=woke_at)
 
     def next_due(self, now: float) -> float | None:
         """When the current run's next time-based verdict (stalled, throughput_low) comes due:
@@ -320,8 +317,8 @@ class Consumer:
         """One tick's readings into the run's monitor and the books (its GPU sample fed the
         GPU watch just before: GpuSampled, posted as it was read); the verdict to the core."""
         gpus, sample = self._shell.gpus, taken.gpu_sample
-        if self._held_since is not None and (taken.started_at or 0.0) >= self._held_since:
-            self._held_since = None  # read after the wake: verdicts wait no more (_woke)
+        if taken.started_at is not None and self.core.woke_held:
+            self._dispatch(ReadingsTaken(taken.started_at))  # the core's hold may end (_woke)
         run = taken.run
         if run is not self._shell.job:
             return []  # a late reading of a run that has been replaced since
@@ -347,7 +344,7 @@ class Consumer:
         v = monitor.assess(self.inbox.time.monotonic())
         self._shell.account()  # as the tick always did: before its verdict is handled
         held = v.gpu_part == "in_use"  # SPEC §15: runs.jsonl, run_settled, slowdown
-        for name, fields in books.runs.sampled(monitor, held, gpus.degraded_now()):
+        for name, fields in books.runs.sampled(monitor, held):
             self._shell.emit(name, **fields)
         return self._dispatch(HealthAssessed(taken.pid, v.healthy, v.firing, v.evidence))
 
@@ -384,10 +381,10 @@ class Consumer:
             actions += self._dispatch(RankExited(listed.pid, rank_pid, rank))
         return actions
 
-    def _dispatch(self, event: Event) -> list[Action]:
-        """The only door into the core."""
+    def _dispatch(self, event: Event, at: float | None = None) -> list[Action]:
+        """The only door into the core; `at`: an input of an instant just past (a wake)."""
         self.feeding()
-        now = self.inbox.time.monotonic()
+        now = self.inbox.time.monotonic() if at is None else at
         self.inputs.before(now)  # a head record first when the log must start a new stretch
         try:
             actions = self.core.handle(event, now)

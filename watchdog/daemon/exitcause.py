@@ -5,9 +5,10 @@ incident bundle with `cause.json`, then `ChildExited` carrying the cause, so the
 replays it.
 
 Every read runs on a bounded worker: a log on a hung mount delays the exit's report by at most
-`GATHER_TIMEOUT_S`, then the exit is reported with what is known. An exit during our own stop
-is reported at once, unclassified: the core names it by the stop's reason, and the stop that
-waits on it is never held up.
+`GATHER_TIMEOUT_S`, then the exit is reported with what is known. Whether an exit is classified
+is the core's decision, asked with the exit's facts (Supervisor.wants_cause): an exit during
+our own stop, a success or a pid no longer watched is reported at once, unclassified (the core
+names it by the stop's reason), and the stop that waits on it is never held up.
 """
 
 from __future__ import annotations
@@ -93,10 +94,8 @@ async def report(d: Reporter, run: JobRun, st: reaping.ExitStatus) -> None:
     have; the bundle is written once the next start is on its way (issue 39: only what the
     core's decision needs comes before the next spawn)."""
     plain = ChildExited(st.pid, st.exit_code, st.signal)
-    # the core ordered this run's stop (KillTree), or no longer watches this pid
-    ours = (run.stop_ordered and not run.dying_anyway) or d.core.snapshot().pid != st.pid
-    if ours or (st.signal is None and st.exit_code in d.cfg.job.success_exit_codes):
-        d.inbox.post(plain)  # our stop, a success, or a run the core no longer watches
+    if not d.core.wants_cause(st.pid, st.exit_code, st.signal):
+        d.inbox.post(plain)  # the core says: our stop, a success, or a pid it no longer watches
         return
     try:
         tails, after, error_files = await _gather(d, run)

@@ -3,9 +3,10 @@
 
 It learns a run's life from the events the daemon emits (a hook on the event log, so a record's
 times are its events' `ts`): child_spawned or job_adopted begin a record, child_exited ends it,
-restart_scheduled / child_stopped / fatal / job_completed / job_parked say where the job went,
-and what led to the next start (an operator's command, a restart's verdict, a cluster epoch). The
-consumer hands it each tick's readings (`sampled`): the GPUs held, the progress lines' tokens/s.
+and what led to the next start (an operator's command, a restart's verdict, a cluster epoch).
+Where the job went after a run is the core's state (`job_in`, after every input: the pure
+ledger decides), never worked out from event names. The consumer hands it each tick's readings
+(`sampled`): the GPUs held, the progress lines' tokens/s.
 
 Off the exit→respawn path: nothing here blocks, and the file is written by its own worker
 (state/writers.FileWriter: atomic, a previous generation beside it) after the next spawn is on
@@ -19,14 +20,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from watchdog import blocking, config
 from watchdog.clock import SYSTEM, Clock
 from watchdog.core.health.monitor import HealthMonitor
+from watchdog.core.health.speed import SpeedNews
 from watchdog.core.progress import slowdown
 from watchdog.core.views.ledger import (
+    RESERVED,
     SETTLE_READINGS,
     Ledger,
     LedgerConfig,
@@ -43,15 +46,6 @@ RUNS_FILE = "runs.jsonl"
 SAVE_EVERY_S = 30.0  # a run's progress figures reach the file at most this often
 CODE_TIMEOUT_S = 20.0  # the whole code read (its git calls are bounded one by one too)
 CODE_DELAY_S = 1.0  # after a spawn, before git runs: the new job's start goes first
-# where the job went after its run ended, by the event that says so
-END_STATES = {
-    "restart_scheduled": "backoff",
-    "child_stopped": "stopped",
-    "fatal": "fatal",
-    "job_completed": "completed",
-    "job_parked": "host_fault",
-}
-SETTLED_STATES = frozenset(END_STATES) - {"restart_scheduled"}  # the job rests: write now
 
 
 def config_sha(cfg: config.Config) -> str:
@@ -85,7 +79,6 @@ class RunBook:
         self._save_mark: tuple[int, float] = (-1, 0.0)
         self._lines: dict[int, str] = {}  # the JSON line of each run that is over for good
         self.settled = False  # the open run's warm-up is over (its steady figure is known)
-        self._slowdown = slowdown.SlowdownDetector(_slowdown_cfg(cfg))  # SPEC §15: per run
         # the goodput's restart cost by cause (books.py sets it): (cause, seconds) per run
         self.cost_measured: Callable[[str, float], None] = lambda cause, seconds: None
         # the newest complete checkpoint's step now (the sampler's, loop.py sets it; SPEC §16)
@@ -114,9 +107,11 @@ class RunBook:
         handler = _HANDLERS.get(name)
         if handler is not None:
             handler(self, record)
-        if name in END_STATES:
-            self.ledger.end_state(END_STATES[name])
-        if name in SETTLED_STATES:
+
+    def job_in(self, state: str) -> None:
+        """The core's state after an input (books.py): where the job went after the run that
+        ended (core/views/ledger.py decides); written at once when the job rests there."""
+        if self.ledger.job_in(state):
             self.save()
 
     def _boot(self, record: dict[str, Any]) -> None:
@@ -167,7 +162,6 @@ class RunBook:
         self._next = ("restart", None)
         self._seen_progress_at = None
         self.settled = False
-        self._slowdown = slowdown.SlowdownDetector(_slowdown_cfg(cfg))
         self.ledger.checkpoint_known(self.checkpoint_step())  # what this run may resume from
         self._spawn(self._read_code(rec["run"], cfg.job.cwd, cfg.runs.code_paths))
 
@@ -204,23 +198,20 @@ class RunBook:
 
     # ------------------------------------------------------------------ readings
 
-    def sampled(
-        self, monitor: HealthMonitor, gpus_held: bool, degraded: Mapping[int, Any] | None = None
-    ) -> list[tuple[str, dict[str, Any]]]:
+    def sampled(self, monitor: HealthMonitor, gpus_held: bool) -> list[tuple[str, dict[str, Any]]]:
         """One tick's view of the current run: the events it leads to (run_settled when its
-        warm-up is over; slowdown and slowdown_cleared, SPEC §15), with their fields. A bug
-        here is reported, never raised: the tick's verdict comes after it."""
+        warm-up is over; slowdown and slowdown_cleared, SPEC §15, as the run's monitor judged
+        them: core/health/speed.py), with their fields. A bug here is reported, never raised:
+        the tick's verdict comes after it."""
         try:
-            return self._sampled(monitor, gpus_held, degraded or {})
+            return self._sampled(monitor, gpus_held)
         except Exception as e:  # reported: the health verdict of this tick must go on
             self._emit(
                 "internal_error_caught", where="runs ledger", error=f"{type(e).__name__}: {e}"
             )
             return []
 
-    def _sampled(
-        self, monitor: HealthMonitor, gpus_held: bool, degraded: Mapping[int, Any]
-    ) -> list[tuple[str, dict[str, Any]]]:
+    def _sampled(self, monitor: HealthMonitor, gpus_held: bool) -> list[tuple[str, dict[str, Any]]]:
         now = self._clock.monotonic()
         if gpus_held:
             self.ledger.gpus_held(now)
@@ -239,8 +230,7 @@ class RunBook:
                 self.settled = True
                 out.append(("run_settled", settled))
                 self.save()  # its steady figure is news: on disk with the event
-            if tps is not None and self._warm(at):
-                out += self._judge_speed(at, wall, tps, steady, degraded)
+        out += [self._told(news, now) for news in monitor.pace.taken()]
         if now - self._save_mark[1] >= SAVE_EVERY_S:
             self.save()
         return out
@@ -260,42 +250,25 @@ class RunBook:
         keys = ("run", "start_reason", "time_to_first_progress_s", "steady_tokens_per_s")
         return {k: rec.get(k) for k in keys}
 
-    def _warm(self, at: float) -> bool:
-        """The open run's warm-up (runs.warmup_s from its first progress) is over at `at`."""
-        mono = (self.ledger.open or {}).get("mono") or {}
-        first = mono.get("first_progress")
-        return first is not None and at - first >= self.cfg.runs.warmup_s
-
-    def _judge_speed(
-        self, at: float, wall: float, tps: float, steady: bool, degraded: Mapping[int, Any]
-    ) -> list[tuple[str, dict[str, Any]]]:
-        """SPEC §15: a slowdown within the run (core/progress/slowdown.py); evaluations and
-        saves pause the test."""
-        if not steady:
-            self._slowdown.pause()
-            return []
-        got = self._slowdown.reading(at, tps)
+    def _told(self, news: SpeedNews, now: float) -> tuple[str, dict[str, Any]]:
+        """A slowdown the run's monitor found or cleared (core/health/speed.py, SPEC §15) as
+        its event: the run's number and the wall time of `since` are the shell's to add."""
         run = (self.ledger.open or {}).get("run")
-        if isinstance(got, slowdown.Slowed):
-            fields: dict[str, Any] = {
-                "run": run,
-                "before_tokens_per_s": round(got.before_tokens_per_s, 1),
-                "after_tokens_per_s": round(got.after_tokens_per_s, 1),
-                "since": iso(wall - (at - got.since)),
-                "drop_pct": round((1 - got.after_tokens_per_s / got.before_tokens_per_s) * 100, 1),
-            }
-            if degraded:  # SPEC §13: a GPU in hardware slowdown slows the whole job
-                fields["gpu_degraded"] = sorted(degraded)
-            return [("slowdown", fields)]
+        got = news.found
         if isinstance(got, slowdown.Recovered):
+            before = round(got.before_tokens_per_s, 1)
             back = {"run": run, "tokens_per_s": round(got.tokens_per_s, 1)}
-            return [
-                (
-                    "slowdown_cleared",
-                    back | {"before_tokens_per_s": round(got.before_tokens_per_s, 1)},
-                )
-            ]
-        return []
+            return "slowdown_cleared", back | {"before_tokens_per_s": before}
+        fields: dict[str, Any] = {
+            "run": run,
+            "before_tokens_per_s": round(got.before_tokens_per_s, 1),
+            "after_tokens_per_s": round(got.after_tokens_per_s, 1),
+            "since": iso(self._clock.wall() - (now - got.since)),
+            "drop_pct": round((1 - got.after_tokens_per_s / got.before_tokens_per_s) * 100, 1),
+        }
+        if news.gpu_degraded:  # SPEC §13: a GPU in hardware slowdown slows the whole job
+            fields["gpu_degraded"] = list(news.gpu_degraded)
+        return "slowdown", fields
 
     # ------------------------------------------------------------------ the file
 
@@ -324,7 +297,8 @@ class RunBook:
             line = self._lines.get(run)
             if line is None:
                 line = json.dumps(rec, separators=(",", ":"))
-                if (rec.get("end") or {}).get("state") is not None:
+                # over for good; the newest keeps its reservation until release() drops it
+                if (rec.get("end") or {}).get("state") is not None and RESERVED not in rec:
                     self._lines[run] = line
             out.append(line)
         for run in set(self._lines) - keep:
@@ -355,11 +329,6 @@ class RunBook:
         shown = with_change(self.ledger.records(), rec)
         settled = (shown.get("steady_readings") or 0) >= SETTLE_READINGS
         return {"settled": settled, "run": shown, "text": settle_text(shown)}
-
-
-def _slowdown_cfg(cfg: config.Config) -> slowdown.SlowdownConfig:
-    c = cfg.progress.slowdown
-    return slowdown.SlowdownConfig(drop=c.drop, within_s=c.within_s)
 
 
 def _ledger_cfg(cfg: config.Config) -> LedgerConfig:

@@ -10,6 +10,7 @@ from dataclasses import replace
 from watchdog import config
 from watchdog.cluster import link
 from watchdog.core.health import monitor as health
+from watchdog.core.health.speed import SpeedConfig
 from watchdog.core.progress.loss import LossPolicy
 from watchdog.core.progress.stall_window import StallConfig
 from watchdog.core.supervisor.budget import Policy
@@ -66,6 +67,7 @@ def health_of(cfg: config.Config) -> health.HealthConfig:
         min_tokens_per_s=p.min_tokens_per_s,
         min_fraction=p.min_fraction,
         low_for_s=p.low_for_s,
+        speed=SpeedConfig(p.slowdown.drop, p.slowdown.within_s, cfg.runs.warmup_s),
     )
 
 

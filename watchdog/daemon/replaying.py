@@ -2,8 +2,9 @@
 replayed through fresh pure objects (docs/state.md, "The input log"), one line for each part.
 
 The supervisor (where its core got to), the health verdicts it was handed (each against the one
-fresh monitors give), the GPU watch state's news, each exit's cause (named again from the facts
-it was named from) and the cluster coordinator's actions. Exit 0
+fresh monitors give), the slowdowns the runs' monitors found (SPEC §15), the GPU watch state's
+news, each exit's cause (named again from the facts it was named from) and the cluster
+coordinator's actions. Exit 0
 when every verdict replays, 1 when one differs (each difference is printed), 2 on a bad file.
 """
 
@@ -32,6 +33,8 @@ def report(path: str) -> tuple[list[str], int]:
         + (f"; {health.unknown} records of objects made in a lost file" if health.unknown else "")
     )
     lines += [f"  differs: replayed {r} / handed {h}" for r, h in differ]
+    speed = [type(news.found).__name__ for news in health.speed_news()]
+    lines.append(f"speed: {speed.count('Slowed')} slowdowns, {speed.count('Recovered')} cleared")
     named = [(was, again) for was, again in health.causes if was != again]
     lines.append(f"causes: {len(health.causes) - len(named)} of {len(health.causes)} exits replay")
     lines += [f"  differs: {_cause_change(was, again)}" for was, again in named]

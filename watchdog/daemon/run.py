@@ -37,8 +37,8 @@ class Evidence:
 
     oom_before: oomrecord.OomReading | None = None  # its cgroup's OOM-kill counter at spawn
     faults_seen: list[str] = field(default_factory=list)  # GPU faults while it ran
-    # the core ordered its stop (its KillTree): the leader's exit is ours, not a death to
-    # classify (unless the stop is for a rank that died: `exited`); the shell only notes it
+    # the core ordered its stop (its KillTree): a fact of the exit's cause (signal_ours);
+    # whether the exit is classified at all is the core's (core/supervisor/runs.wants_cause)
     stop_ordered: bool = False
     stop_reason: str | None = None
     # SPEC §14: pids of a tree left alive by a stop (or found by a start): status names them
@@ -121,12 +121,6 @@ class JobRun:
     @property
     def stop_ordered(self) -> bool:
         return self.evidence.stop_ordered
-
-    @property
-    def dying_anyway(self) -> bool:
-        """Stopped because one of its ranks died (`exited`, the rank watch): the job was ending
-        by itself, so its launcher's summary in the log still names why (SPEC §15)."""
-        return self.evidence.stop_reason == "exited"
 
     def oom_baseline(self, reading: oomrecord.OomReading) -> None:
         self.evidence.oom_before = reading

@@ -14,6 +14,7 @@ from watchdog.core.supervisor.events import (
     HealthAssessed,
     KillTree,
     OperatorCommand,
+    RankExited,
     RestartCluster,
     SpawnChild,
 )
@@ -94,3 +95,24 @@ def test_an_operator_restart_restarts_the_cluster_first() -> None:
     assert not any(
         isinstance(a, RestartCluster) for a in d.sup.handle(OperatorCommand("start"), 2.0)
     )
+
+
+def test_the_core_says_which_exits_are_classified() -> None:
+    """Whether the shell names an exit's cause before ChildExited is the core's: a failure of
+    the watched leader yes; a success code, another pid, or our own stop (an operator's) no;
+    a stop because a rank died yes, its launcher's summary names why (runs.wants_cause)."""
+    d = _running()
+    pid = d.sup.snapshot().pid
+    assert pid is not None
+    assert d.sup.wants_cause(pid, 1, None) and d.sup.wants_cause(pid, None, 9)
+    assert not d.sup.wants_cause(pid, 0, None)  # job.success_exit_codes
+    assert not d.sup.wants_cause(pid + 7, 1, None)  # not the leader the core watches
+    d.sup.handle(OperatorCommand("stop"), 1.0)
+    assert d.sup.snapshot().state is State.STOPPING
+    assert not d.sup.wants_cause(pid, None, 15)
+    ranked = _running()
+    leader = ranked.sup.snapshot().pid
+    assert leader is not None
+    ranked.sup.handle(RankExited(leader, leader + 1, "3"), 1.0)
+    assert ranked.sup.snapshot().state is State.STOPPING
+    assert ranked.sup.wants_cause(leader, None, 15)

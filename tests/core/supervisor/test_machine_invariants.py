@@ -24,6 +24,7 @@ from watchdog.core.supervisor.events import (
     ChildExited,
     ChildSpawned,
     DaemonStarted,
+    DaemonWoke,
     Emit,
     Event,
     Exit,
@@ -41,6 +42,7 @@ from watchdog.core.supervisor.events import (
     PolicyChanged,
     ProgressMarked,
     RankExited,
+    ReadingsTaken,
     Refuse,
     RestartRequested,
     RunEndAwaited,
@@ -258,6 +260,16 @@ class SupervisorMachine(RuleBasedStateMachine):
         if deadline is not None and self.now >= deadline:
             self.last_event = "tick"
             self.apply(Tick())
+
+    @rule(gap_s=st.floats(min_value=3.0, max_value=60.0), read=st.booleans())
+    def daemon_frozen(self, gap_s: float, read: bool) -> None:
+        """The daemon itself stopped for gap_s (woke.py): deadlines wait for readings taken after
+        the wake, which come at once or not at all (the hold's limit then ends it)."""
+        self.now += gap_s
+        self.last_event = "woke"
+        self.apply(DaemonWoke(gap_s))
+        if read:
+            self.apply(ReadingsTaken(self.now))
 
     @precondition(lambda m: m.pending_spawn)
     @rule(ok=st.booleans())

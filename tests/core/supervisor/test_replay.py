@@ -49,6 +49,8 @@ SAMPLES: list[E.Event] = [
     E.PolicyChanged(Policy(restart_on=frozenset({"exited"}), success_exit_codes=frozenset({0, 3}))),
     E.PolicyChanged(Policy(exit_codes=(("completed", 0), ("fatal", 93), ("host_fault", 86)))),
     E.Tick(),
+    E.DaemonWoke(gap_s=12.25),
+    E.ReadingsTaken(started_at=140.5),
     E.RestartRequested("cluster_epoch"),
     E.NodesAwaited(waiting=True),
     E.StateRestored(

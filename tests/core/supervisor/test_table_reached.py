@@ -23,6 +23,7 @@ from watchdog.core.supervisor.events import (
     ChildExited,
     ChildSpawned,
     DaemonStarted,
+    DaemonWoke,
     Event,
     GpuAccessChanged,
     GpuFaultSeen,
@@ -38,6 +39,7 @@ from watchdog.core.supervisor.events import (
     PolicyChanged,
     ProgressMarked,
     RankExited,
+    ReadingsTaken,
     RestartRequested,
     RunEndAwaited,
     ShutdownRequested,
@@ -221,6 +223,8 @@ MAKE: dict[type, Callable[[Walk], Event]] = {
     NodesAwaited: lambda w: NodesAwaited(w.rnd.random() < 0.6),
     StateRestored: lambda w: StateRestored(_durable(w)),
     HandoverResumed: lambda w: HandoverResumed(w.carry or {}),  # stray() saw one
+    DaemonWoke: lambda w: DaemonWoke(w.rnd.choice([5.0, 60.0])),
+    ReadingsTaken: lambda w: ReadingsTaken(w.now - w.rnd.random()),
 }
 
 

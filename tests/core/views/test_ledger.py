@@ -273,3 +273,33 @@ def test_saves_after_the_loss_went_nan_are_counted_suspect() -> None:
     nxt = ledger.begin("restart", 400.0, WALL + 300, pid=8, command=["python", "train.py"])
     ledger.checkpoint_saved(400)
     assert nxt["suspect_checkpoints"] == 0 and nxt["nan_step"] is None  # a run's own NaN only
+
+
+def test_where_the_job_went_is_the_cores_first_state_past_stopping():
+    """After a run ended under this daemon, the core's states while it is cleared (stopping) say
+    nothing; the first state it rests or restarts in is where the job went, once; a rest where
+    the job stays (fatal) asks for a write, a backoff does not."""
+    ledger = Ledger(LedgerConfig())
+    ledger.begin("boot", 0.0, WALL)
+    assert ledger.job_in("running") is False
+    ledger.end(5.0, WALL + 5, {"reason": "exited"})
+    assert ledger.job_in("stopping") is False and ledger.records()[0]["end"]["state"] is None
+    assert ledger.job_in("backoff") is False
+    assert ledger.job_in("fatal") is False  # said already: backoff is where it went
+    assert ledger.records()[0]["end"]["state"] == "backoff"
+    ledger.begin("restart", 10.0, WALL + 10)
+    ledger.end(15.0, WALL + 15, {"reason": "exited"})
+    assert ledger.job_in("fatal") is True and ledger.records()[1]["end"]["state"] == "fatal"
+    ledger.begin("operator", 20.0, WALL + 20)
+    ledger.end(25.0, WALL + 25, {"reason": "operator"})
+    assert ledger.job_in("starting") is False  # an operator's restart
+    assert ledger.records()[2]["end"]["state"] == "restarted"
+
+
+def test_a_previous_daemons_run_is_not_given_this_daemons_state():
+    """A record a previous daemon ended without saying where the job went keeps that unknown:
+    this daemon's `stopped` at its start is not that run's end."""
+    ended = {"run": 1, "start_reason": "boot", "end": {"state": None, "reason": "exited"}}
+    ledger = Ledger(LedgerConfig(), [ended])
+    assert ledger.job_in("stopped") is False
+    assert ledger.records()[0]["end"]["state"] is None

@@ -31,6 +31,7 @@ from watchdog.core.health.gpu_use import (
     unreadable_evidence,
     unreadable_text,
 )
+from watchdog.core.health.speed import RunSpeed, SpeedConfig
 from watchdog.core.progress.stall_window import Phase, RunPhase, StallConfig, StallKnowledge, Window
 from watchdog.core.samples import GpuSample, ProgressReading
 
@@ -49,6 +50,7 @@ class HealthConfig:
     median_window: int = 200  # how many normal readings the rolling median remembers
     # min_fraction judges nothing before this many normal readings (one or two are noise)
     min_median_readings: int = 5
+    speed: SpeedConfig = field(default_factory=SpeedConfig)  # SPEC §15: slowdown (speed.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +88,7 @@ class HealthMonitor:
         self._degraded: dict[int, tuple[str, ...]] = {}  # GPU -> hardware slowdown reasons
         self._access_lost: str | None = None  # the shell's view: outlives a fresh NVML session
         self._woke_at: float | None = None  # the daemon's own stop ended here: no silence before
+        self.pace = RunSpeed(cfg.speed)  # SPEC §15: the run's slowdown, judged at each assess
 
     # ---------------------------------------------------------------------- inputs
 
@@ -240,13 +243,10 @@ class HealthMonitor:
             if found is not None:
                 firing.add(reason)
                 evidence.update(found)
-        return Verdict(
-            healthy=healthy_now and not firing,
-            firing=frozenset(firing),
-            evidence=evidence,
-            gpu_part=part,
-            gpu_reason=why,
+        self.pace.judge(
+            cfg.speed, self._last_progress_at, self._last, self.run_phase, self._degraded
         )
+        return Verdict(healthy_now and not firing, frozenset(firing), evidence, part, why)
 
     def _gpu_lost_evidence(self, part: GpuPart) -> dict[str, str] | None:
         """An expected GPU NVML cannot reach: a warning (restart.on never holds gpu_lost), but

@@ -20,6 +20,8 @@ from watchdog.core.health.gpu_degraded import _Held as Held
 from watchdog.core.health.gpu_news import GpuObserved, GpuWatchState
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor, Verdict
 from watchdog.core.health.ranks import IDLE_LIST_EVERY_S, STARTUP_LIST_S, RankTracker
+from watchdog.core.health.speed import RunSpeed, SpeedConfig, SpeedNews
+from watchdog.core.progress.slowdown import Recovered, SlowdownConfig, SlowdownDetector, Slowed
 from watchdog.core.progress.stall_window import PHASES, RunPhase, StallConfig, StallKnowledge
 from watchdog.core.ring import GapRing
 from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
@@ -79,6 +81,13 @@ KNOWN: dict[str, type[Any]] = {
         RankTracker,
         GpuWatchState,
         DegradedTracker,
+        RunSpeed,  # SPEC §15: the run's slowdown test (speed.py) and what it found
+        SpeedConfig,
+        SpeedNews,
+        SlowdownDetector,
+        SlowdownConfig,
+        Slowed,
+        Recovered,
     )
 }
 KNOWN["_Held"] = Held
@@ -169,6 +178,11 @@ class HealthReplay:
     def monitor(self, number: int) -> HealthMonitor:
         """The replayed monitor `number` as the records fed so far left it (to look into)."""
         return self._runs[number].monitor
+
+    def speed_news(self) -> list[SpeedNews]:
+        """Every slowdown the replayed monitors found or cleared (speed.py), run after run: a
+        replay never takes them, so each monitor keeps all it found."""
+        return [news for run in self._runs.values() for news in run.monitor.pace.news]
 
     def feed(self, entries: Iterable[Mapping[str, Any]]) -> HealthReplay:
         listed = list(entries)

@@ -248,6 +248,23 @@ class Tick:
 
 
 @dataclass(frozen=True, slots=True)
+class DaemonWoke:
+    """The daemon itself did not run for `gap_s` seconds up to now (SIGSTOP, a container frozen
+    whole: daemon/clockgap.py saw its monotonic clock jump). Nothing was read meanwhile, so the
+    core holds its deadlines until readings taken after now are in (woke.py)."""
+
+    gap_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReadingsTaken:
+    """A sample of the job's readings (log, GPUs) came in, its reading begun at `started_at`
+    (monotonic): one begun after a wake ends the hold (woke.py). Handed over during a hold only."""
+
+    started_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class RestartRequested:
     """Another node moved the cluster's epoch (issue 14): stop this job's tree and start again;
     the start waits at the cluster's barrier, so no backoff and no budget of our own."""
@@ -304,6 +321,8 @@ Event = (
     | GpuAccessChanged
     | PolicyChanged
     | Tick
+    | DaemonWoke
+    | ReadingsTaken
     | RestartRequested
     | NodesAwaited
     | StateRestored

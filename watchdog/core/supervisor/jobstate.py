@@ -136,6 +136,8 @@ class JobState:
     # the next one (`restart --at-checkpoint`)
     checkpoint_mark: float | None = None
     at_checkpoint: Hold | None = None
+    # woke.py: the daemon itself was frozen; Ticks wait (the wake, the hold's limit)
+    woke_hold: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)

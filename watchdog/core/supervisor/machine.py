@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from watchdog.core.names import State
-from watchdog.core.supervisor import answers, at_checkpoint, ending, handover
+from watchdog.core.supervisor import answers, at_checkpoint, ending, handover, runs, woke
 from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.cells import refusal_reason
 from watchdog.core.supervisor.events import (
@@ -26,6 +26,7 @@ from watchdog.core.supervisor.events import (
     HandoverResumed,
     ProgressMarked,
     StateRestored,
+    Tick,
 )
 from watchdog.core.supervisor.jobstate import (
     GATE,
@@ -66,6 +67,8 @@ class Supervisor:
     def next_deadline(self) -> float | None:
         """When the core wants a Tick: end of backoff, or end of the startup window; or the end
         of a restart held for a checkpoint (at_checkpoint.py) when that is sooner."""
+        if (held := woke.deadline(self._s)) is not None:
+            return held  # the daemon's own freeze: nothing falls due before its readings
         own, hold = next_deadline(self._s), self._s.at_checkpoint
         if hold is None or (own is not None and own <= hold.deadline):
             return own
@@ -85,6 +88,17 @@ class Supervisor:
         """Why NVML access is lost (SPEC §13), or None: a re-exec'd shell starts from it."""
         return self._s.access_lost
 
+    @property
+    def woke_held(self) -> bool:
+        """Whether deadlines wait for readings taken after the daemon's wake (woke.py): the
+        shell hands those readings' times over while it does (ReadingsTaken)."""
+        return self._s.woke_hold is not None
+
+    def wants_cause(self, pid: int, exit_code: int | None, signal: int | None) -> bool:
+        """Whether this exit's cause is to be named before ChildExited (runs.wants_cause): the
+        shell asks with the exit's facts and classifies only when told to."""
+        return runs.wants_cause(self._s, pid, exit_code, signal)
+
     def durable(self) -> Durable:
         """What must outlive this process (the restart budget): see budget.Durable."""
         return handover.durable(self._s)
@@ -103,6 +117,9 @@ class Supervisor:
         record is as it was and none of the actions decided run (docs/state-machine.md)."""
         s = self._s
         self._snap = None
+        if isinstance(event, Tick) and woke.holding(s, now):
+            s.now = now  # for snapshot() only (no state of the image)
+            return []  # a deadline falls due after the wake's readings, not before (woke.py)
         state = shown(s)
         cell = TABLE[state].get(type(event))
         if cell is None:

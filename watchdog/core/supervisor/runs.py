@@ -160,6 +160,17 @@ def retry_refused(s: JobState, line: str, now: float) -> list[Action]:
     return [Emit("restart_scheduled", fields)]
 
 
+def wants_cause(s: JobState, pid: int, exit_code: int | None, signal: int | None) -> bool:
+    """Whether the exit of `pid` (its code or signal) is a death whose cause `exited` below
+    will use, so the shell gathers the run's last lines and classifies it (SPEC §14): the
+    watched leader, not a success (exited_well), and not our own stop unless that stop is for a
+    rank that died (its launcher's summary names why: stopped_cause). Else ChildExited goes
+    plain and at once: a stop never waits on a read of the log."""
+    if pid != s.pid or (signal is None and exit_code in s.policy.success_exit_codes):
+        return False
+    return s.state is not State.STOPPING or s.stop_reason == "exited"
+
+
 def exited(s: JobState, ev: ChildExited, now: float) -> list[Action]:
     if ev.pid != s.pid:
         return []  # an earlier run's leader, reaped late: that run is over already

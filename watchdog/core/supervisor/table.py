@@ -15,11 +15,10 @@ states. `Supervisor.handle` dispatches through this table and nothing else:
   tests (`machine.STRICT`); in production the input is refused by name (`input_refused`), the
   draft and its actions dropped, the record unchanged.
 
-Rows shared by several states are written once (`_ANYWHERE`, `_NO_RUN`, `_A_RUN`, …) and
-spread into each state's row; docs/state-machine.md is drawn from this table (`make docs`).
+Rows shared by several states are written once (`_ANYWHERE`, `_NO_RUN`, `_A_RUN`, …), spread
+into each state's row; docs/state-machine.md is drawn from it (`make docs`).
 
-Q: where is observe mode (SPEC §16)? A: not a state: the same cells, whose handlers report
-`verdict_observed` where they would have stopped the job, so it has no path act lacks.
+Observe mode (SPEC §16) is no state: the same cells report `verdict_observed` instead of a stop.
 """
 
 from __future__ import annotations
@@ -59,6 +58,7 @@ from watchdog.core.supervisor.events import (
     Tick,
     TreeStopped,
 )
+from watchdog.core.supervisor.woke import CELLS as WAKE
 
 STOPPED, STARTING, RUNNING = State.STOPPED, State.STARTING, State.RUNNING
 UNHEALTHY, STOPPING, BACKOFF = State.UNHEALTHY, State.STOPPING, State.BACKOFF
@@ -82,6 +82,7 @@ _ANYWHERE: dict[type, Go] = {
     ChildSpawned: go(attempts.late_spawn, says="a superseded start's child is stopped"),
     SpawnFailed: go(attempts.late_failure, says="a superseded start's failure is dropped"),
     Tick: stay("nothing is due"),
+    **WAKE,  # the daemon's own freeze (woke.py): DaemonWoke holds the Ticks, ReadingsTaken ends it
 }
 
 # States with no run of the job (its tree is gone): a report about a run is a late one.

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from watchdog.core.names import PARKED_STATES, State
 from watchdog.core.ring import GapRing
 
 SETTLE_READINGS = 5  # steady readings before a run is settled: one or two are noise
@@ -43,6 +44,11 @@ SETTLE_READINGS = 5  # steady readings before a run is settled: one or two are n
 RESERVE_AHEAD = 100
 RESERVED = "reserved_to"
 READINGS_KEPT = 2048  # the newest steady readings the figures are taken from (bounded memory)
+# Where the job went after its run ended, from the core's state once it is past `stopping` (the
+# states status shows, SPEC §3): the first that says it counts. In RESTS the job stays, so the
+# record is worth writing at once; a start that follows is a restart.
+RESTS = frozenset({State.STOPPED.value, State.COMPLETED.value, *PARKED_STATES})
+WENT_TO = {s: s for s in (State.BACKOFF.value, *RESTS)} | {State.STARTING.value: "restarted"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +117,7 @@ class Ledger:
         self._last_progress: tuple[int, float] | None = None
         # the highest number a previous daemon may have given: the next one is above it
         self._floor = max([self._highest(), *map(_reservation, self._records)])
+        self._went_due = False  # a run ended under this daemon: where the job went is not known
 
     # ---------------------------------------------------------------------- queries
 
@@ -163,6 +170,7 @@ class Ledger:
         self._records.append(record)
         del self._records[: -self.cfg.keep]
         self._readings.clear()
+        self._went_due = False  # the run that ended on this begin is `daemon_lost`: no state
         self.changed += 1
         return record
 
@@ -239,6 +247,7 @@ class Ledger:
         last = mono.get("last_progress")
         self._last_progress = None if last is None else (int(rec["run"]), float(last))
         self._readings.clear()
+        self._went_due = True
         self.changed += 1
         return rec
 
@@ -282,6 +291,17 @@ class Ledger:
         if rec is not None and rec.get("nan_step") is None:
             rec["nan_step"] = -1 if step is None else step  # -1: a NaN at a step not printed
             self.changed += 1
+
+    def job_in(self, state: str) -> bool:
+        """The core's state after an input (its snapshot's, `shown`): for the run that ended
+        last under this daemon, where the job went (WENT_TO), once. Whether the job rests there
+        (the record is worth writing now)."""
+        went = WENT_TO.get(state)
+        if went is None or not self._went_due:
+            return False
+        self._went_due = False
+        self.end_state(went)
+        return state in RESTS
 
     def end_state(self, state: str) -> None:
         """What the job went to after its last run ended (backoff, stopped, fatal, ...)."""
