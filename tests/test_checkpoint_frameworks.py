@@ -183,3 +183,44 @@ def test_hf_trainer_killed_mid_save_resumes_from_the_one_before(
         interval=0.2,
     )
     assert again["restarts"]["last_reason"] == "exited", again["restarts"]
+
+
+def test_hf_trainer_restart_at_checkpoint_stops_the_run_right_after_a_save(
+    make_daemon: DaemonFactory, work: pathlib.Path
+) -> None:
+    """A real Trainer under `restart --at-checkpoint`: the old run is stopped after a save that
+    completed during the wait (checkpoint_saved between the command and the old run's
+    child_stopping) and its newest checkpoint on disk is that save, complete (trainer_state.json
+    parses): no save was cut. The next run waits on a flag before it starts the Trainer, so
+    the old run's folders are judged as it left them."""
+    hold = work / "hold"
+    job = f"{sys.executable} {JOBS / 'hf_trainer_job.py'} {work}"
+    script = f"while [ -e {hold} ]; do sleep 0.1; done; exec {job}"
+    d = make_daemon(
+        ["/bin/sh", "-c", script],
+        # a step of 4 rows takes over 0.4 s, a save every 30 steps: the stop, within a read of
+        # the folder after a save, comes long before the next save could begin
+        framework_config(work, env={"SAVE_STEPS": "30", "TRAIN_ROW_S": "0.1"}),
+    )
+    newest_in_status(d)
+    old = d.status()["job"]["pid"]
+    hold.write_text("")
+    rc, out, err = d.ctl("restart", "--at-checkpoint", "--timeout", str(STARTUP_S), timeout=300)
+    assert rc == 0 and "after the checkpoint saved" in out, (rc, out, err)
+    events = d.events()
+    asked = next(
+        i
+        for i, e in enumerate(events)
+        if e["event"] == "command_received" and e["cmd"] == "restart"
+    )
+    stopping = next(
+        i for i, e in enumerate(events) if e["event"] == "child_stopping" and e["pid"] == old
+    )
+    saves = [e for e in events[asked:stopping] if e["event"] == "checkpoint_saved"]
+    assert saves, [e["event"] for e in events[asked:]]
+    released = pathlib.Path(saves[-1]["path"])
+    assert d.status()["job"]["pid"] not in (None, old)  # the old run is gone: its folders stay
+    numbers = [int(p.name.split("-")[1]) for p in (work / "out").glob("checkpoint-*")]
+    assert released.name == f"checkpoint-{max(numbers)}", (released, numbers)
+    assert complete_hf(work / "out") == max(numbers)  # trainer_state.json there and whole
+    hold.unlink()
