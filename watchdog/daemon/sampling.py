@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from watchdog import blocking, config
-from watchdog.core.supervisor.events import ProgressMarked
+from watchdog.core.supervisor.events import ProgressMarked, SaveBegun
 from watchdog.daemon.inbox import ProgressLooked, RanksListed, SampleTaken, SaveSeen
 from watchdog.daemon.jobtree import JobTree
 from watchdog.daemon.learning import CheckpointLearning
@@ -157,6 +157,7 @@ class Sampler:
             self.learning.from_log(progress.found.saved_to, self._cfg())
             if progress.found.phase == "checkpoint" and self.checkpoints is not None:
                 self.checkpoints.book.started(time.time())  # a save line: took_s counts from it
+                self._save_begun(self.checkpoints)
         if not follow_only and self.checkpoints is not None and self._checkpoint_due(run, now):
             self._tasks.spawn(self.read_checkpoint())
         elif self.checkpoints is None and leader is not None and self.learning.files_due(now):
@@ -300,6 +301,8 @@ class Sampler:
             self._emit("internal_error_caught", where="checkpoint", error=error)
             return
         seen = watch.look(found)  # SPEC §13: a write is a save going on; §14: quiet lets it end
+        if seen == "write" and watch is self.checkpoints:
+            self._save_begun(watch)
         if (saved := watch.saved(found)) is not None and watch is self.checkpoints:
             self._emit("checkpoint_saved", **saved)  # SPEC §16: each save seen
         if seen is not None and watch is self.checkpoints:
@@ -309,6 +312,12 @@ class Sampler:
             at = time.monotonic() - max(0.0, time.time() - found.written_at)
             found_at = ProgressMarked("checkpoint", found.mark, at, found.step, found.label)
             self._inbox.post(found_at)
+
+    def _save_begun(self, watch: CheckpointWatch) -> None:
+        """Tell the core a save of the run is under way now (SPEC §16: a held --or-now restart
+        waits it out), with how long the newest save took."""
+        if (pid := self._leader()) is not None:
+            self._inbox.post(SaveBegun(pid, time.monotonic(), watch.book.took_s))
 
 
 def with_late(late: FollowResult, found: FollowResult) -> FollowResult:

@@ -22,6 +22,7 @@ class SaveBook:
     at: float | None = None  # wall: when the newest was written (its completion mark's mtime)
     saves: int = 0  # saves seen complete by this book
     started_at: float | None = None  # wall: the first sign of the save under way, if seen
+    took_s: float | None = None  # how long the newest save took, where its start was seen
     _looked: bool = False
     _gaps: deque[float] = field(default_factory=lambda: deque(maxlen=GAPS_KEPT))
 
@@ -48,7 +49,7 @@ class SaveBook:
             self._gaps.append(at - before)
         took = None
         if started is not None and at is not None and at >= started:
-            took = round(at - started, 1)
+            took = self.took_s = round(at - started, 1)
         return {"step": step, "path": path, "took_s": took}
 
     def every_s(self) -> float | None:

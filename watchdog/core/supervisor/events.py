@@ -75,6 +75,18 @@ class CheckpointAwaited:
 
 
 @dataclass(frozen=True, slots=True)
+class SaveBegun:
+    """A checkpoint save of run `pid` under way since `at` (monotonic): its save line, or a
+    write in the checkpoint folder with no new complete checkpoint yet (SPEC §16). `took_s`:
+    how long the job's newest save seen took, if known. A restart held with --or-now waits it
+    out at its deadline, within a bound (at_checkpoint.py)."""
+
+    pid: int
+    at: float
+    took_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RunEndAwaited:
     """A caller waits for job `pid`'s run to end (`watchdogctl restart --settle`): the core
     answers `request` once that job is gone and what follows it is decided (backoff, fatal, a
@@ -288,6 +300,7 @@ Event = (
     | HealthAwaited
     | RunEndAwaited
     | CheckpointAwaited
+    | SaveBegun
     | ShutdownRequested
     | SpawnPending
     | ChildSpawned
