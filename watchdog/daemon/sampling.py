@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from watchdog import blocking, config
+from watchdog.core.progress.saves import LogSaves
 from watchdog.core.supervisor.events import ProgressMarked, SaveBegun
 from watchdog.daemon.inbox import ProgressLooked, RanksListed, SampleTaken, SaveSeen
 from watchdog.daemon.jobtree import JobTree
@@ -67,6 +68,7 @@ class Sampler:
         self._ranks = RankLister()  # the tree's workers (torchrun's ranks, SPEC §12)
         self._progress_hung = False  # the progress reader is stuck (said once per spell)
         self._checkpoint_read: tuple[JobRun, float] | None = None  # the last read: which run, when
+        self._log_saves = LogSaves()  # SPEC §16: a save the log announced, over: read at once
 
     def reconfigure(self, old: config.Config, new: config.Config) -> None:
         """A reload: a new progress.checkpoint is watched from now on (SPEC §6)."""
@@ -153,12 +155,17 @@ class Sampler:
         progress = await self.look_at_progress()
         now = time.monotonic()
         leader, run = self._leader(), self._runs.current
-        if progress is not None and progress.found is not None:
-            self.learning.from_log(progress.found.saved_to, self._cfg())
-            if progress.found.phase == "checkpoint" and self.checkpoints is not None:
+        read_now = False  # the log says a save is over: its completion mark is read at once
+        if progress is not None and (found := progress.found) is not None:
+            self.learning.from_log(found.saved_to, self._cfg())
+            if found.phase == "checkpoint" and self.checkpoints is not None:
                 self.checkpoints.book.started(time.time())  # a save line: took_s counts from it
                 self._save_begun(self.checkpoints)
-        if not follow_only and self.checkpoints is not None and self._checkpoint_due(run, now):
+            read_now = self._log_saves.polled(found.phase, bool(found.readings))
+        if self.checkpoints is not None and read_now:
+            self._checkpoint_read = (run, now)
+            self._tasks.spawn(self.read_checkpoint())
+        elif not follow_only and self.checkpoints is not None and self._checkpoint_due(run, now):
             self._tasks.spawn(self.read_checkpoint())
         elif self.checkpoints is None and leader is not None and self.learning.files_due(now):
             self._tasks.spawn(self.learning.from_files(self._cfg()))

@@ -69,3 +69,23 @@ class SaveBook:
         if run_step is not None and self.step is not None:
             steps = max(0, run_step - self.step)
         return age, steps
+
+
+@dataclass(slots=True)
+class LogSaves:
+    """Whether the job's log says a save it announced is over (SPEC §16): a save line, then the
+    job went on (a step, or another phase). The folder is then read at once, not at its next
+    periodic read, so a restart held for the save is released as soon as its completion mark
+    is there (the release is still the read's: a log line is never the completion itself)."""
+
+    saving: bool = False
+
+    def polled(self, phase: str | None, stepped: bool) -> bool:
+        """One poll of the log: its newest phase line's phase, and whether it held a step.
+        True when the save the log announced is over by this poll."""
+        if phase == "checkpoint":
+            self.saving = True
+            return False
+        over = self.saving and (stepped or phase is not None)
+        self.saving = self.saving and not over
+        return over
