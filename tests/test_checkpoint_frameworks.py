@@ -224,3 +224,53 @@ def test_hf_trainer_restart_at_checkpoint_stops_the_run_right_after_a_save(
     assert released.name == f"checkpoint-{max(numbers)}", (released, numbers)
     assert complete_hf(work / "out") == max(numbers)  # trainer_state.json there and whole
     hold.unlink()
+
+
+def test_hf_trainer_checkpoint_it_cannot_read_is_set_aside_and_the_death_retried(
+    make_daemon: DaemonFactory, work: pathlib.Path
+) -> None:
+    """A real Trainer (info logging) whose newest complete checkpoint has its weights cut
+    (trainer_state.json whole): the run resuming from it dies checkpoint_unreadable, its tail
+    naming it (`Loading model from …`); before the next start that checkpoint is set aside
+    whole, and the next run resumes from the one before it and becomes healthy past it:
+    retried, never parked."""
+    d = make_daemon(
+        [sys.executable, str(JOBS / "hf_trainer_job.py"), str(work)],
+        framework_config(work, env={"LOG_LEVEL": "info"}),
+    )
+
+    def two_saves(s: dict[str, Any]) -> dict[str, Any] | None:
+        c = s["progress"]["checkpoint"]
+        return c if c is not None and (c["step"] or 0) >= 40 else None
+
+    d.wait_status(two_saves, STARTUP_S, "two complete checkpoints", interval=0.2)
+    pid = d.status()["job"]["pid"]
+    os.killpg(pid, signal.SIGSTOP)
+    out = work / "out"
+    try:
+        newest = complete_hf(out)
+        cut = out / f"checkpoint-{newest}"
+        weights = (cut / "model.safetensors").read_bytes()
+        (cut / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    finally:
+        os.killpg(pid, signal.SIGKILL)
+    died = d.wait_event("child_exited", count=2, timeout=STARTUP_S)[-1]
+    assert died["cause"] == "checkpoint_unreadable", died
+    quarantined = d.wait_event("checkpoint_quarantined", timeout=60, path=str(cut))
+    assert quarantined[0]["previous"] == f"checkpoint-{newest - 20}", quarantined
+    kept = pathlib.Path(quarantined[0]["to"])
+    assert (kept / "model.safetensors").stat().st_size == len(weights) // 2
+    spawned = d.wait_event("child_spawned", count=3, timeout=60)[-1]
+    d.wait_status(
+        lambda s: (
+            s
+            if s["healthy"]
+            and s["job"]["pid"] == spawned["pid"]
+            and (s["progress"]["step"] or 0) > newest
+            else None
+        ),
+        STARTUP_S,
+        "the next run healthy past the checkpoint set aside",
+        interval=0.2,
+    )
+    assert not [e for e in d.events() if e["event"] == "fatal"]
