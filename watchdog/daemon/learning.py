@@ -80,9 +80,10 @@ class CheckpointLearning:
         self._looked_at = now
         return True
 
-    async def from_files(self, cfg: config.Config) -> None:
-        """Look under job.cwd (off the loop, bounded) and learn what is there."""
-        found = await discover.look(job_cwd(cfg))
+    async def from_files(self, cfg: config.Config, pids: Callable[[], set[int]] = set) -> None:
+        """Look under job.cwd, then in the folders the job's processes (`pids`, read off the
+        loop) hold files open in (off the loop, bounded), and learn what is there."""
+        found = await discover.look(job_cwd(cfg), pids)
         if found is not None and self.watch is None:
             self._found(found.path, found.kind, "files")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
@@ -25,6 +26,7 @@ from watchdog.daemon.learning import CheckpointLearning
 from watchdog.daemon.port import Port
 from watchdog.daemon.run import JobRun, Runs
 from watchdog.gpu.watch import GpuWatch
+from watchdog.process.tree import tree_pids
 from watchdog.progress.checkpoint import CheckpointWatch
 from watchdog.progress.follower import Follower, FollowResult, LogFollower
 from watchdog.progress.newest import GlobFollower, is_glob
@@ -168,7 +170,8 @@ class Sampler:
         elif not follow_only and self.checkpoints is not None and self._checkpoint_due(run, now):
             self._tasks.spawn(self.read_checkpoint())
         elif self.checkpoints is None and leader is not None and self.learning.files_due(now):
-            self._tasks.spawn(self.learning.from_files(self._cfg()))
+            pids = functools.partial(tree_pids, leader, self._tree.token)  # read off the loop
+            self._tasks.spawn(self.learning.from_files(self._cfg(), pids))
         if leader is not None and gpu and run.rank_tracker.listing_due(now):
             run.spawn_task(self.watch_ranks(run, leader), self._tasks.done)
         return SampleTaken(run, leader, sample, progress, started_at, follow_only)
