@@ -178,6 +178,9 @@ def test_or_now_at_its_timeout_waits_out_a_save_under_way(tmp_path: pathlib.Path
 
         st = d.wait_status(moved, 60, "the held restart's deadline moved for the save")
         assert st["job"]["pid"] == old, "restarted in the middle of the save"
+        assert st["restarts"]["held"]["save_wait"], st["restarts"]
+        human = d.ctl("status")[1]
+        assert "Held: restart once the save under way completes · " in human, human
         (tmp_path / "finish").write_text("")  # the save completes only now
         out, err = ctl.communicate(timeout=120)
         assert ctl.returncode == 0, (out, err)
