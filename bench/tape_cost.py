@@ -20,7 +20,7 @@ from typing import Any
 from watchdog.core.health.gpu_news import GpuWatchState
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor
 from watchdog.core.health.ranks import RankTracker
-from watchdog.core.health.taped import Tape
+from watchdog.core.health.taped import Tape, tracker_for
 from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
 
 GPUS = 8
@@ -80,7 +80,7 @@ def main(argv: list[str]) -> None:
         def taped() -> tuple[GpuWatchState, HealthMonitor, RankTracker]:
             tape = Tape(keep)
             monitor = tape.monitor(cfg)
-            return tape.watch_state(0.5, 30.0), monitor, monitor.ranks()
+            return tape.watch_state(0.5, 30.0), monitor, tracker_for(monitor)
 
         def plain() -> tuple[GpuWatchState, HealthMonitor, RankTracker]:
             return GpuWatchState(0.5, 30.0), HealthMonitor(cfg), RankTracker()

@@ -5,12 +5,12 @@ every miss, so a rule's change shows what it gained and lost."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
 from support import corpus
 
-from watchdog.core import light
 from watchdog.core.health import exitrecord
 from watchdog.core.health.userrule import UserRule
 
@@ -49,7 +49,7 @@ def test_every_tail_names_the_same_cause_again_from_its_input_log_record() -> No
     same cause, rank, cascade and rule again; a record whose cause a build got wrong differs."""
     rules = (UserRule("ours", re.compile(r"OUR_SENTINEL", re.I), "transient"),)
     for tail in corpus.load():
-        facts = light.replace(
+        facts = dataclasses.replace(
             corpus.facts(tail), rules=rules, is_progress=lambda line: line.startswith("step ")
         )
         cause, record = exitrecord.classified(facts)

@@ -8,6 +8,9 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from support.clock import JumpingClock, turns
+
+from watchdog.clock import SYSTEM, Clock
 from watchdog.cluster import inputs as given
 from watchdog.cluster.link import ClusterLink
 from watchdog.config import ClusterConfig
@@ -18,14 +21,14 @@ POLICY = Policy(backoff_initial_s=1.0, backoff_factor=2.0, backoff_max_s=8.0, ji
 EPOCH_ONE = core.EpochRecord(1, None, "cluster_started")
 
 
-def lone_link(posted: list[given.ClusterInput]) -> ClusterLink:
+def lone_link(posted: list[given.ClusterInput], clock: Clock = SYSTEM) -> ClusterLink:
     """A one-node link whose posts land in `posted` (the daemon's queue stand-in)."""
     cfg = ClusterConfig(etcd=("http://127.0.0.1:9",), job_id="job", node_rank=0, nodes=1)
 
     def emit(event: str, **fields: Any) -> None:
         pass
 
-    return ClusterLink(cfg, POLICY, emit, lambda reason: None, posted.append)
+    return ClusterLink(cfg, POLICY, emit, lambda reason: None, posted.append, clock=clock)
 
 
 async def until(done: Callable[[], bool]) -> None:
@@ -130,3 +133,41 @@ def test_apply_runs_only_where_its_guard_allows() -> None:
         await link.close()
 
     asyncio.run(scenario())
+
+
+def test_the_cluster_backoff_opens_the_gate_when_the_clock_passes_it() -> None:
+    """On a clock that jumps: every node ready under an epoch whose record says a 60 s global
+    backoff, the gate stays shut until the link's timer (its Alarm at the coordinator's next
+    deadline) fires past those 60 s and the consumer applies it: then the start opens."""
+    clock = JumpingClock()
+
+    async def scenario() -> None:
+        backoff = core.EpochRecord(1, None, "cluster_started", delay_s=60.0)
+        posted: list[given.ClusterInput] = [given.ClusterViewRead(core.View(True, backoff, 5))]
+        link = lone_link(posted, clock)
+        clock.jump(3600.0)  # up an hour already: the clock given, not the real one, counts
+        start = asyncio.get_running_loop().create_task(link.wait_gate())
+
+        def apply_posted() -> None:  # the consumer: each input with the clock's time
+            for event in posted:
+                if isinstance(event, given.ClusterInput):
+                    link.apply(event, clock.monotonic(), clock.wall())
+            posted.clear()
+
+        await until(lambda: len(posted) == 2)
+        apply_posted()
+        link.apply(
+            given.ClusterViewRead(core.View(True, backoff, 5, {0: link._member})),
+            clock.monotonic(),
+            clock.wall(),
+        )
+        clock.jump(59.0)
+        await turns()
+        assert posted == [] and not start.done()  # within the backoff: no timer, shut
+        clock.jump(2.0)
+        await until(lambda: given.ClusterTimerFired() in posted)
+        apply_posted()
+        assert await asyncio.wait_for(start, 5.0) == 1
+        await link.close()
+
+    clock.run(scenario())

@@ -217,11 +217,11 @@ def test_a_fresh_run_starts_whatever_the_previous_daemon_left() -> None:
 
 
 def test_a_completed_state_survives_a_reexec() -> None:
-    """carry()/resume() hand `completed` and its record to the new code."""
+    """The hand-over image hands `completed` and its record to the new code."""
     d = Driver()
     pid = _running(d)
     d.feed(ChildExited(pid, 0, None), 5.0)
-    c = d.sup.carry()
+    c = d.sup.handed_over()
     assert c is not None
     sup = Supervisor(FAST, lambda: 0.5)
     sup.handle(HandoverResumed(c), 6.0)

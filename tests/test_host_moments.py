@@ -405,7 +405,9 @@ def test_full_state_disk_keeps_the_newest_bundle_and_drops_the_oldest(
                 "stalled",
                 now_utc=now,
                 verdict={"last_step": "199"},
-                log_path=str(log),
+                parts=incident.Parts(
+                    incident.new_folder(str(state), "stalled", now), (str(log), None, None)
+                ),
                 gpu_samples=[],
                 pids=[],
                 pyspy_timeout_s=1.0,

@@ -18,7 +18,7 @@ from typing import Any
 from support.harness import PROMPT_S, Daemon, base_config, wait_until, write_script
 from support.hungfs import hung_mount
 
-from watchdog.outputs.incident import write_bundle
+from watchdog.outputs.incident import Parts, new_folder, write_bundle
 
 # The job writes its progress straight into the backing directory (as another NFS client
 # would): only the daemon's view of the file, through the mount, hangs. While argv[2] exists
@@ -150,13 +150,15 @@ def test_incident_bundles_with_the_log_on_a_hung_mount_hold_one_thread_not_one_e
         async def three_bundles() -> tuple[list[str], int]:
             paths = []
             for i in range(3):
+                now = datetime(2026, 12, 2, 10, 15, i, tzinfo=UTC)
+                logs = (str(mount.path / "job.log"), None, None)
                 paths.append(
                     await write_bundle(
                         str(state),
                         "stalled",
-                        now_utc=datetime(2026, 12, 2, 10, 15, i, tzinfo=UTC),
+                        now_utc=now,
                         verdict={"reason": "stalled"},
-                        log_path=str(mount.path / "job.log"),
+                        parts=Parts(new_folder(str(state), "stalled", now), logs),
                         gpu_samples=[],
                         pids=[],
                         pyspy_timeout_s=0.5,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from support.harness import PROMPT_S
 
-from watchdog.outputs.incident import BUNDLE_NAME_RE, new_folder, write_bundle
+from watchdog.outputs.incident import BUNDLE_NAME_RE, Parts, new_folder, write_bundle
 from watchdog.outputs.stacks import find_pyspy
 
 NOW = datetime(2026, 12, 2, 10, 15, 0, tzinfo=UTC)
@@ -49,7 +49,6 @@ def bundle(state: Path, **overrides: Any) -> str:
     kwargs: dict[str, Any] = {
         "now_utc": NOW,
         "verdict": {"reason": "stalled", "last_progress_age_s": 912.5},
-        "log_path": None,
         "gpu_samples": [{"index": 0, "used_mib": 0.0}],
         "pids": [],
         "pyspy_timeout_s": 10.0,
@@ -57,7 +56,9 @@ def bundle(state: Path, **overrides: Any) -> str:
     }
     kwargs.update(overrides)
     reason = kwargs.pop("reason", "stalled")
-    return asyncio.run(write_bundle(str(state), reason, **kwargs))
+    logs = (kwargs.pop("log_path", None), kwargs.pop("progress_path", None), None)
+    folder = new_folder(str(state), reason, kwargs["now_utc"])
+    return asyncio.run(write_bundle(str(state), reason, parts=Parts(folder, logs), **kwargs))
 
 
 def test_bundle_folder_name_and_parts(tmp_path: Path) -> None:

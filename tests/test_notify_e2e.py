@@ -13,10 +13,12 @@ from collections.abc import Iterator
 import pytest
 import yaml
 from conftest import DaemonFactory
+from support import fakeclock
 from support.harness import wait_until, write_script
 from support.receivers import HttpSink, MailSink, Silent
 
 SECRET = "tok-5f2b9c7e41d8a6"  # in the URL's path: a receiver's credential
+LEAD_S = 20  # the daemon is up well within this (it waits 30 s for "running" anyway)
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
 
 
@@ -241,24 +243,33 @@ def test_notify_test_without_a_url_file_fails(
     assert out.strip() == "notify.urls_file is not set: no URL to test (docs/notify.md)"
 
 
-@pytest.mark.slow  # waits for a wall-clock minute: 30-90 s
 def test_the_digest_goes_at_its_local_time(
     make_daemon: DaemonFactory, tmp_path: pathlib.Path, http_sink: HttpSink
 ) -> None:
-    """With notify.digest_at a minute or so ahead, the daemon sends one digest of the last 24 h
+    """With notify.digest_at the next local minute of the daemon's wall clock (shifted by
+    tests/fake_clock so that minute is 20 s away), the daemon sends one digest of the last 24 h
     at that local time: its runs, its restarts, the state now."""
     import datetime
+    import math
+    import time
 
-    ahead = datetime.datetime.now() + datetime.timedelta(seconds=90)
-    digest_at = ahead.strftime("%H:%M")  # 30-90 s from now: after the daemon is up
+    offset = tmp_path / "clock-offset"
+    now = time.time()
+    minute = (math.floor(now / 60) + 2) * 60  # a whole minute, over a minute ahead
+    fakeclock.step(offset, minute - LEAD_S - now)  # the daemon's clock: LEAD_S before it
+    digest_at = datetime.datetime.fromtimestamp(minute).strftime("%H:%M")
     urls = urls_file(tmp_path, f"json://127.0.0.1:{http_sink.port}/digest")
     job = write_script(
         tmp_path / "train.py",
         "import time\nwhile True:\n    print('1,000.0 tok/s', flush=True)\n    time.sleep(0.5)\n",
     )
-    d = make_daemon([job], {"notify": {"urls_file": urls, "digest_at": digest_at}})
+    d = make_daemon(
+        [job],
+        {"notify": {"urls_file": urls, "digest_at": digest_at}},
+        env=fakeclock.shifted_env(offset, {}),
+    )
     d.wait_state("running", timeout=30)
-    sent = d.wait_event("notify_sent", timeout=150, level="digest")[0]
+    sent = d.wait_event("notify_sent", timeout=LEAD_S + 60, level="digest")[0]
     assert sent["title"] == "testjob: the last 24 h: 0 restarts"
     wait_until(lambda: http_sink.posts, 10, "the digest's post")
     [post] = http_sink.posts

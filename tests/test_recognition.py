@@ -3,6 +3,7 @@ the recognisers, CSV and JSON-lines progress files, and the cost of pathological
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
@@ -343,3 +344,21 @@ def test_checkpoint_folder_appearing_after_the_first_read_is_a_write() -> None:
     assert not watch.wrote_since(Checkpoint(None, activity_at=None))
     assert watch.wrote_since(Checkpoint(None, activity_at=100.0))
     assert not watch.wrote_since(Checkpoint(None, activity_at=100.0))
+
+
+def test_a_reader_takes_its_tracker_over_from_a_reexec_of_either_format() -> None:
+    """The tracker crosses a reexec as its image (its bars too); the highest step and total
+    that code before one codec handed over read the same; anything unfit starts afresh."""
+    reader = LineReader("auto")
+    reader.tracker.highest, reader.tracker.total = 50, 100
+    reader.tracker.observe_reading(ProgressReading(None, 51), "tqdm")
+    again = LineReader("auto")
+    again.resume(json.loads(json.dumps(reader.carry())))
+    assert (again.tracker.highest, again.tracker.total) == (51, 100)
+    older = LineReader("auto")
+    older.resume({"format": "auto", "tracker": {"highest": 8, "total": 1000}})
+    assert (older.tracker.highest, older.tracker.total) == (8, 1000)
+    for unfit in ({"format": "auto", "tracker": {"highest": "8"}}, {"format": "csv"}, None):
+        fresh = LineReader("auto")
+        fresh.resume(unfit)
+        assert fresh.tracker.highest is None

@@ -1,6 +1,5 @@
-"""core/light.py: `record` behaves as the frozen slotted dataclass mypy takes it for, and `lazy`
-as the compiled pattern it stands for, compiled only when first used (`watchdogctl explain`'s
-start-up, SPEC §7: bench/README.md "CLI start-up")."""
+"""core/light.py: `lazy` behaves as the compiled pattern it stands for, compiled only when first
+used (`watchdogctl explain`'s start-up, SPEC §7: bench/README.md "CLI start-up")."""
 
 from __future__ import annotations
 
@@ -8,41 +7,7 @@ import re
 import subprocess
 import sys
 
-import pytest
-
 from watchdog.core import light
-
-
-@light.record
-class Point:
-    x: int
-    y: int = 2
-    tags: tuple[str, ...] = ()
-
-    def total(self) -> int:
-        return self.x + self.y
-
-
-def test_record_fields_defaults_equality_hash_repr_and_methods() -> None:
-    p = Point(1)
-    assert (p.x, p.y, p.tags, p.total()) == (1, 2, (), 3)
-    assert Point(1, y=2) == p != Point(1, 3)
-    assert p != (1, 2, ()) and hash(p) == hash(Point(1))
-    assert repr(p) == "Point(x=1, y=2, tags=())"
-    assert light.replace(p, y=5) == Point(1, 5) and p.y == 2
-    assert Point.__match_args__ == ("x", "y", "tags")
-    assert not hasattr(p, "__dict__")
-    with pytest.raises(TypeError):
-        Point()  # type: ignore[call-arg]
-
-
-def test_record_is_read_only() -> None:
-    p = Point(1)
-    with pytest.raises(AttributeError):
-        p.x = 3  # type: ignore[misc]
-    with pytest.raises(AttributeError):
-        del p.x  # type: ignore[misc]
-    assert p.x == 1
 
 
 def _compiled(p: re.Pattern[str]) -> bool:

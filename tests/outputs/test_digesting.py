@@ -9,8 +9,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from support.clock import JumpingClock, turns
 
-from watchdog.outputs.digesting import next_local
+from watchdog.core.views import digest
+from watchdog.outputs.digesting import DigestClock, next_local
 
 
 @pytest.fixture
@@ -61,3 +63,33 @@ def test_the_autumn_hour_that_happens_twice_gets_one_digest(berlin: None) -> Non
     first = next_local("02:30", at("2026-10-25T00:00:00"))
     assert local(first) == "2026-10-25T02:30:00+02:00"
     assert local(next_local("02:30", first)) == "2026-10-26T02:30:00+01:00"
+
+
+def test_the_digest_fires_at_its_time_once_and_skips_a_day_slept_through() -> None:
+    """DigestClock on a clock that jumps: nothing before the local time it plans, one digest
+    once the clock passes it (planned again for the next day), and none for a day the daemon
+    slept past by more than digest.GRACE_S (skipped, the day after planned): two days of the
+    digest's window in milliseconds."""
+    clock = JumpingClock()
+    fired: list[float] = []
+
+    async def scenario() -> None:
+        at = datetime.datetime.fromtimestamp(clock.wall() + 7200).strftime("%H:%M")
+        digests = DigestClock(at, fired.append, clock)
+        try:
+            first = digests.target
+            clock.jump(first - clock.wall() - 60)  # a minute early: the timer wakes, waits
+            await turns()
+            assert fired == []
+            clock.jump(120)
+            await turns()
+            assert len(fired) == 1 and first <= fired[0] < first + digest.GRACE_S, fired
+            second = digests.target
+            assert second > first + 20 * 3600, local(second)  # the next day's
+            clock.jump(second - clock.wall() + digest.GRACE_S + 600)  # slept past it
+            await turns()
+            assert len(fired) == 1 and digests.target > second + 20 * 3600, local(digests.target)
+        finally:
+            digests.close()
+
+    clock.run(scenario())

@@ -8,10 +8,11 @@ import pathlib
 from collections.abc import Coroutine
 from typing import Any
 
+from support.clock import JumpingClock
 from support.receivers import HttpSink, Silent
 
 from watchdog.config import NotifyConfig
-from watchdog.outputs.tellme import FAILED_BURST, MAX_QUEUED, Tell
+from watchdog.outputs.tellme import FAILED_BURST, FAILED_WINDOW_S, MAX_QUEUED, RETRY_S, Tell
 
 LEVELS = ("needs_you", "fyi", "done")
 
@@ -121,3 +122,42 @@ def test_a_bug_while_telling_is_reported_not_raised_into_the_emitter(
     assert emitted == [
         {"event": "internal_error_caught", "where": "notify", "error": "KeyError: 'job'"}
     ]
+
+
+def test_a_failed_message_is_retried_after_each_backoff_and_told_again_after_the_window(
+    tmp_path: pathlib.Path,
+) -> None:
+    """On a clock that jumps: a refused message is tried again after RETRY_S's 30 s, 120 s and
+    600 s and then given up; notify_failed says each try while FAILED_BURST allows in its
+    FAILED_WINDOW_S, and the fourth, past that window, is said again. 750 s in milliseconds."""
+    assert RETRY_S == (30.0, 120.0, 600.0) and sum(RETRY_S[:2]) < FAILED_WINDOW_S < sum(RETRY_S)
+    gone = HttpSink()
+    gone.close()
+    clock = JumpingClock()
+    failed: list[dict[str, Any]] = []
+
+    async def scenario() -> None:
+        came = asyncio.Event()
+
+        def emit(event: str, **fields: Any) -> None:
+            if event == "notify_failed":
+                failed.append(fields)
+                came.set()
+
+        cfg = NotifyConfig(urls_file=url_file(tmp_path, f"json://127.0.0.1:{gone.port}/"))
+        tell = Tell(cfg, emit, asyncio.get_running_loop().create_task, host="h", clock=clock)
+        tell(fatal(1))
+        try:
+            for retry_s in (*RETRY_S, None):
+                async with asyncio.timeout(30):  # the send is real: a refused connection
+                    await came.wait()
+                came.clear()
+                assert failed[-1]["retry_in_s"] == retry_s, failed
+                if retry_s is not None:
+                    clock.jump(retry_s)
+        finally:
+            tell.close()
+
+    clock.run(scenario())
+    assert [f["attempt"] for f in failed] == [1, 2, 3, 4]
+    assert [f["suppressed"] for f in failed] == [None, None, None, None]  # none held back

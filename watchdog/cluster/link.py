@@ -16,11 +16,11 @@ import json
 import os
 import random
 import socket
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from watchdog import blocking
+from watchdog.clock import SYSTEM, Alarm, Clock
 from watchdog.cluster import certs, trust
 from watchdog.cluster import inputs as given
 from watchdog.core import images
@@ -79,8 +79,10 @@ class ClusterLink:
         post: Callable[[given.ClusterInput | NodesAwaited], object],
         feeding: Callable[[], None] = lambda: None,
         tape: Callable[[dict[str, Any]], None] | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.cfg = cfg
+        self._clock = clock  # the shell's one clock (clock.py): `now` for apply(), cert ages
         self.prefix = f"{KEY_ROOT}/{cfg.job_id}/"
         # its jitter's seed is in the input log's CoordinatorMade: a replay draws the same
         seed = random.SystemRandom().randrange(1 << 32)
@@ -102,7 +104,7 @@ class ClusterLink:
         self._read_wanted = asyncio.Event()
         self._write_wanted = asyncio.Event()
         self._gate: asyncio.Future[int] | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._alarm = Alarm(clock, self._tick)  # at the coordinator's next deadline
         self._tasks: list[asyncio.Task[None]] = []
         self._io = blocking.BoundedWorker("cluster-io")  # issue 23: never the default executor
         self._trust = trust.Refusals(emit)  # SPEC §15
@@ -158,8 +160,7 @@ class ClusterLink:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-        if self._timer is not None:
-            self._timer.cancel()
+        self._alarm.cancel()
         if self.etcd is None:
             return
         if self._lease:
@@ -179,11 +180,13 @@ class ClusterLink:
 
     def job_stopping(self, reason: str, restart: bool) -> None:
         """A KillTree is being carried out (in the consumer); `restart`: the cluster must too."""
-        self.apply(given.ClusterJobStopping(reason, restart), time.monotonic(), time.time())
+        self.apply(
+            given.ClusterJobStopping(reason, restart), self._clock.monotonic(), self._clock.wall()
+        )
 
     def operator_restart(self) -> None:
         """An operator's restart (in the consumer): every node restarts."""
-        self.apply(given.ClusterOperatorRestart(), time.monotonic(), time.time())
+        self.apply(given.ClusterOperatorRestart(), self._clock.monotonic(), self._clock.wall())
 
     async def wait_gate(self) -> int:
         """Wait at the barrier; the epoch to start (current when this returns)."""
@@ -268,20 +271,9 @@ class ClusterLink:
                 case core.OpenGate(epoch=epoch):
                     if self._gate is not None and not self._gate.done():
                         self._gate.set_result(epoch)
-        self._arm_timer()
-
-    def _arm_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        deadline = self.co.next_deadline()
-        if deadline is not None:
-            loop = asyncio.get_running_loop()
-            delay = max(0.0, deadline - time.monotonic())
-            self._timer = loop.call_later(delay, self._tick)
+        self._alarm.arm(self.co.next_deadline())
 
     def _tick(self) -> None:
-        self._timer = None
         self._post(given.ClusterTimerFired())
 
     async def _cas(self, p: core.Propose) -> None:
@@ -303,7 +295,7 @@ class ClusterLink:
         tls = self.cfg.tls
         if tls is not None and (path := tls.cert_file) is not None:
             read = await self._io.call(lambda: certs.read(path), None, what="the certificate")
-            self._trust.check_cert(path, read)
+            self._trust.check_cert(path, read, self._clock.wall())
 
     async def _cert_loop(self) -> None:
         while True:

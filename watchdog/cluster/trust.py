@@ -4,7 +4,6 @@ the client certificate's expiry (`cluster_cert_expiring`). docs/multi-node.md.""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -70,16 +69,16 @@ class Refusals:
             cluster["etcd_reason"] = reason
             cluster["etcd_refused_by"] = endpoint
 
-    def check_cert(self, path: str, info: certs.CertInfo | str | None) -> None:
+    def check_cert(self, path: str, info: certs.CertInfo | str | None, wall: float) -> None:
         """`cluster_cert_expiring` once per certificate that ends within 14 days."""
         if not isinstance(info, certs.CertInfo) or info.not_after == self._warned_expiry:
             return
-        if info.not_after - time.time() < certs.EXPIRING_S:
+        if info.not_after - wall < certs.EXPIRING_S:
             self._warned_expiry = info.not_after
             self._emit(
                 "cluster_cert_expiring",
                 cert_file=path,
                 subject=info.subject,
                 expires=info.expiry_text(),
-                days_left=round(info.days_left(time.time()), 1),
+                days_left=round(info.days_left(wall), 1),
             )

@@ -8,7 +8,6 @@ is refused unless --timeout says how long to wait (a guess could cut a save or w
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -74,7 +73,7 @@ async def released(ops: Waits, call: Call, start_s: float) -> tuple[Answer | Non
         if got.outcome != "released":
             raise CommandError(*_why_not(got, waiting, timeout), ops._result(call, waiting))
         how = _how(got, timeout)
-        answer = await ops._answer(call, started, max(deadline, time.monotonic()) + start_s)
+        answer = await ops._answer(call, started, max(deadline, call.clock.monotonic()) + start_s)
         return answer, how
 
 

@@ -5,10 +5,10 @@ control/commands.py and the commands that live beside it (at_checkpoint.py)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from watchdog.clock import SYSTEM, Clock
 from watchdog.core.protocol import wire as protocol
 from watchdog.core.supervisor.events import Answer
 
@@ -40,7 +40,8 @@ class Call:
     req: protocol.Request
     peer: Peer
     reader: asyncio.StreamReader
-    t0: float = field(default_factory=time.monotonic)
+    clock: Clock = SYSTEM  # the shell's one clock (clock.py): when it came, how long since
+    t0: float = field(init=False)  # monotonic: when it came
     queue: asyncio.Queue[dict[str, Any]] | None = None
     seen: list[dict[str, Any]] = field(default_factory=list)
     conn: Any = None  # the client's socket (reexec answers on it from the new code)
@@ -52,8 +53,11 @@ class Call:
             self.seen.append(self.queue.get_nowait())
         return self.seen
 
+    def __post_init__(self) -> None:
+        self.t0 = self.clock.monotonic()
+
     def elapsed(self) -> float:
-        return time.monotonic() - self.t0
+        return self.clock.monotonic() - self.t0
 
 
 class Awaited:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from watchdog.blocking import BoundedWorker, Hung
@@ -203,7 +202,7 @@ class Operations:
         SETTLE_GRACE_S more: its restart cost and its tok/s against the run before. A run that
         ends meanwhile ends the wait at once, an error saying how (the core's answer)."""
         d = self.d
-        until = time.monotonic() + settle_s
+        until = call.clock.monotonic() + settle_s
         deadline = until + d.cfg.runs.warmup_s + SETTLE_GRACE_S
         with _Awaited(d.answers) as (request, ended):
             await d.ask(RunEndAwaited(request, pid))
@@ -212,7 +211,7 @@ class Operations:
                     raise ClientGone
                 if ended.done():  # a deploy never goes green on a dead job
                     raise await self._settle_ended(call, ended.result(), healthy)
-                now, view = time.monotonic(), d.ledger.settle_view(pid)
+                now, view = call.clock.monotonic(), d.ledger.settle_view(pid)
                 if now >= deadline or (now >= until and view.get("settled")):
                     break
                 await d.wait_changed(min(1.0, max(until - now, 0.05)))
@@ -259,7 +258,8 @@ class Operations:
         else:
             why = f"the start was cancelled (state {got.fields.get('state')})"
         if snap.next_restart_at is not None:
-            why += f"; next try in {max(0.0, snap.next_restart_at - time.monotonic()):.1f} s"
+            left = max(0.0, snap.next_restart_at - call.clock.monotonic())
+            why += f"; next try in {left:.1f} s"
         kind = "timeout" if got is None else "start_failed"
         raise CommandError(kind, f"{d.cfg.job.name}: {why}", self._result(call, why))
 
@@ -306,7 +306,7 @@ class Operations:
         while not answer.done():
             if call.reader.at_eof():
                 raise ClientGone
-            left = deadline - time.monotonic()
+            left = deadline - call.clock.monotonic()
             if left <= 0:
                 return None
             await self.d.wait_changed(min(left, 1.0))

@@ -20,11 +20,10 @@ import errno
 import grp
 import os
 import socket
-import time
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from watchdog.blocking import BoundedWorker
+from watchdog.clock import SYSTEM, Clock
 from watchdog.control import socketfile
 from watchdog.control.calls import Call, ClientGone, CommandError, LogUnreadable
 from watchdog.control.commands import Operations
@@ -51,8 +50,9 @@ FOLLOW_POLL_S = 0.25  # `logs --follow` looks at the file this often
 
 
 class ControlServer:
-    def __init__(self, daemon: Served) -> None:
+    def __init__(self, daemon: Served, clock: Clock = SYSTEM) -> None:
         self.d = daemon
+        self._clock = clock  # the shell's one clock (clock.py): each call's, the rate limit's
         self.path = daemon.cfg.control.socket
         self._server: asyncio.AbstractServer | None = None
         self._conns: dict[asyncio.Task[Any], Peer] = {}
@@ -157,9 +157,9 @@ class ControlServer:
         fd = os.dup(self._listen_fd)
         self._server.close()
         me = asyncio.current_task()
-        deadline = time.monotonic() + timeout_s
+        deadline = self._clock.monotonic() + timeout_s
         await asyncio.sleep(0.005)  # connections accepted just now get their task started
-        while any(t is not me for t in self._conns) and time.monotonic() < deadline:
+        while any(t is not me for t in self._conns) and self._clock.monotonic() < deadline:
             await asyncio.sleep(0.005)
         return fd
 
@@ -226,7 +226,7 @@ class ControlServer:
                 await _send(writer, protocol.error_reply(e.req_id, e.type, e.message))
                 continue
             conn = writer.get_extra_info("socket")
-            if not await self._handle(Call(req, peer, reader, conn=conn), writer):
+            if not await self._handle(Call(req, peer, reader, self._clock, conn=conn), writer):
                 return
 
     async def _handle(self, call: Call, writer: asyncio.StreamWriter) -> bool:
@@ -250,7 +250,7 @@ class ControlServer:
         """A mutating command: logged with the caller's uid; False (answered) when refused."""
         req, peer = call.req, call.peer
         allowed = may_operate(peer, self.d.cfg.control.operator_group)
-        suppressed = 0 if allowed else self._denied_log.admit(peer.uid, time.monotonic())
+        suppressed = 0 if allowed else self._denied_log.admit(peer.uid, self._clock.monotonic())
         # SPEC §16: `restart --at-checkpoint` waits the save out: no warning about it
         ends = req.cmd in ENDS_THE_RUN and not req.args.get("at_checkpoint")
         during = self._saving() if allowed and ends else None
@@ -317,7 +317,7 @@ class ControlServer:
                 while not q.empty():
                     batch.append(q.get_nowait())
                 if dropped := events.take_dropped(q):  # never lose events silently
-                    batch.append(_dropped_record(dropped))
+                    batch.append(_dropped_record(dropped, self._clock))
                 await _send(writer, protocol.ok_reply(req.id, {"events": batch}))
         finally:
             if q is not None:
@@ -347,10 +347,10 @@ class ControlServer:
             self._files.when_idle(tail.close)  # never under a read still stuck on its fd
 
 
-def _dropped_record(n: int) -> dict[str, Any]:
+def _dropped_record(n: int, clock: Clock) -> dict[str, Any]:
     """Said in the stream where a follower that fell behind lost events."""
     return {
-        "ts": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "ts": clock.utc().isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "event": "events_dropped",
         "count": n,
         "detail": "this follower fell behind; `watchdogctl events -n 1000` has the history",

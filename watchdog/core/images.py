@@ -13,6 +13,9 @@ reads the tags of the input log's records before this was their one codec ({"$di
 and a class in `known` as {"$Policy": {...}}), and takes a JSON object without a tag as the
 object it is: an untagged record of older code (a state image's tally), for `typed` to check.
 
+`onto` restores an image onto an object the reading code made (the re-exec hand-over of a
+run's monitor: the new code's config kept), a field the image lacks keeping its default.
+
 Where a format is fixed untagged (state.json's "supervisor", the carry of an in-place re-exec),
 `plain` writes a value as plain JSON and `typed` reads it back as the annotation of the field
 it fills says, checked: a wrong type is a ValueError, and a dataclass's field absent from the
@@ -29,43 +32,41 @@ import typing
 from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from enum import Enum
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 Known = Mapping[str, type[Any]]  # the classes a record may name, by name
+T = TypeVar("T")
 
 
-def image(value: object, skip: Collection[str] = ()) -> Any:
-    """`value` as tagged JSON; attributes named in `skip` are left out (a taped object's sink)."""
+def image(value: object) -> Any:
+    """`value` as tagged JSON."""
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, list):
-        return [image(v, skip) for v in value]
+        return [image(v) for v in value]
     if isinstance(value, tuple):
-        return {"$tuple": [image(v, skip) for v in value]}
+        return {"$tuple": [image(v) for v in value]}
     if isinstance(value, frozenset | set):
         tag = "$frozenset" if isinstance(value, frozenset) else "$set"
-        return {tag: sorted((image(v, skip) for v in value), key=repr)}
+        return {tag: sorted((image(v) for v in value), key=repr)}
     if isinstance(value, deque):
-        return {"$deque": [image(v, skip) for v in value], "maxlen": value.maxlen}
+        return {"$deque": [image(v) for v in value], "maxlen": value.maxlen}
     if isinstance(value, Mapping):
-        return {"$map": [[image(k, skip), image(v, skip)] for k, v in value.items()]}
+        return {"$map": [[image(k), image(v)] for k, v in value.items()]}
     if callable(value) and isinstance(getattr(value, "__self__", None), random.Random):
         version, internal, gauss = value.__self__.getstate()  # type: ignore[attr-defined]
         return {"$random": [version, list(internal), gauss]}
-    return {"$object": _name(type(value)), "fields": _fields(value, skip)}
+    return {"$object": type(value).__name__, "fields": _fields(value)}
 
 
-def _name(cls: type[Any]) -> str:
-    """A taped subclass is imaged as the class it tapes (the replay needs no sink)."""
-    return str(getattr(cls, "IMAGED_AS", cls.__name__))
-
-
-def _fields(value: object, skip: Collection[str]) -> dict[str, Any]:
+def _fields(value: object) -> dict[str, Any]:
+    """An object's fields, imaged. A function an object holds is no field: a door of the
+    recorder (core/health/taped.py)."""
     if dataclasses.is_dataclass(value):
         names = [f.name for f in dataclasses.fields(value)]
     else:
-        names = list(vars(value))
-    return {n: image(getattr(value, n), skip) for n in names if n not in skip}
+        names = [n for n, v in vars(value).items() if not isinstance(v, types.FunctionType)]
+    return {n: image(getattr(value, n)) for n in names}
 
 
 def restored(value: Any, known: Known) -> Any:
@@ -114,6 +115,26 @@ def _built(value: Mapping[str, Any], known: Known) -> Any:
             object.__setattr__(obj, f.name, f.default_factory())
         elif f.default is not dataclasses.MISSING:
             object.__setattr__(obj, f.name, f.default)
+    return obj
+
+
+def onto(obj: T, found: Mapping[str, Any], known: Known, keep: Collection[str] = ()) -> T:
+    """`obj` (fresh, of the reading code) with the fields of `found` restored onto it: `found` is
+    its image, or an untagged object of its fields by name (a record of older code). Versioned
+    defaults: a field the image lacks keeps the value `obj` has (for a fresh object, its
+    declared default), a name `obj` has no field of is left (newer code's), a name in `keep` is
+    kept at any depth (what the reading code has of its own); a field whose image names the
+    class of the object it holds is restored onto that object in turn."""
+    if "$object" in found and found["$object"] != type(obj).__name__:
+        raise ValueError(f"not an image of a {type(obj).__name__}: {found['$object']!r}")
+    for name, value in (found["fields"] if "$object" in found else found).items():
+        if name in keep or not hasattr(obj, name):
+            continue
+        held = getattr(obj, name)
+        if isinstance(value, dict) and value.get("$object") == type(held).__name__:
+            onto(held, value, known, keep)
+        else:
+            object.__setattr__(obj, name, restored(value, known))  # frozen dataclasses too
     return obj
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog import __version__, blocking
@@ -125,7 +124,7 @@ async def attach(d: Adopter, pid: int, attached: bool = False, take_over: bool =
         monitor,
         pid=pid,
         exit_status=exit_status,
-        polled_at=time.monotonic(),
+        polled_at=d.inbox.time.monotonic(),
         command=tuple(d.cfg.job.command),
     )
     run.evidence.attached = attached
@@ -190,9 +189,9 @@ async def end_previous_tree(d: Adopter) -> None:
         if pid is not None and pid != found.pid:
             fields["recorded_pid"] = pid
         d.emit("stale_tree_killed", **fields)
-        deadline = time.monotonic() + 10
+        deadline = d.inbox.time.monotonic() + 10
         while await tree.find_tree_async(None, d.tree.token) != [] and (
-            time.monotonic() < deadline
+            d.inbox.time.monotonic() < deadline
         ):
             await asyncio.sleep(0.02)
 

@@ -10,10 +10,10 @@ learned); the timeline keeps its buckets in the state directory.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
+from watchdog.clock import SYSTEM, Clock
 from watchdog.core.health.monitor import HealthMonitor
 from watchdog.core.progress.stall_window import StallKnowledge
 from watchdog.core.supervisor.jobstate import Snapshot
@@ -41,12 +41,14 @@ class Books:
         emit: Callable[..., Any],
         health: WriteHealth,
         runs: RunBook,
+        clock: Clock = SYSTEM,
     ) -> None:
         self._emit = emit
+        self._clock = clock  # the shell's one clock (clock.py): goodput's `now`, the saves' pace
         self.runs = runs  # SPEC §15: every run on record (runs.jsonl)
         self.goodput_file = FileWriter(state.file("goodput.json"), health)
         self.goodput = self._load(state)
-        self._saved_at = time.monotonic()
+        self._saved_at = self._clock.monotonic()
         # SPEC §13: the history behind `watchdogctl timeline`, kept in the state directory
         self.timeline = TimelineLog(state, bucket_s, emit, health)
         self.timeline.load()
@@ -60,7 +62,7 @@ class Books:
         """Charge the time since the last call to the state the job was in (goodput.py); save
         stall.json as soon as the run's stall window is learned (`monitor`: the run's)."""
         last_progress_at = monitor.last_progress_at
-        now = time.monotonic()
+        now = self._clock.monotonic()
         self.goodput.count_restarts(snap.restarts_total, snap.last_reason)
         self.goodput.observe(
             snap.state.value, snap.firing, last_progress_at, now, snap.completed_at
@@ -75,7 +77,7 @@ class Books:
 
     def save_goodput(self) -> None:
         """Off the loop (state.writers.FileWriter): an fsync can take long on a busy disk."""
-        self._saved_at = time.monotonic()
+        self._saved_at = self._clock.monotonic()
         self.goodput_file.submit(json.dumps(self.goodput.to_json()) + "\n")
 
     def save_stall(self) -> None:

@@ -15,9 +15,9 @@ import asyncio
 import contextlib
 import itertools
 import random
-import time
 from typing import TYPE_CHECKING, Any, Protocol
 
+from watchdog.clock import SYSTEM, Clock
 from watchdog.cluster.inputs import ClusterInput
 from watchdog.core.health import monitor as health
 from watchdog.core.progress.stall_window import Phase
@@ -137,8 +137,8 @@ class NotTheConsumer(RuntimeError):
 
 
 class Consumer:
-    def __init__(self, inputs: InputLog, made: Policy, shell: Shell) -> None:
-        self.inbox = Inbox()
+    def __init__(self, inputs: InputLog, made: Policy, shell: Shell, clock: Clock = SYSTEM) -> None:
+        self.inbox = Inbox(clock)  # its clock is the shell's one clock (clock.py)
         self.inputs = inputs
         self._shell = shell
         self._made = made  # the daemon's policy: a fresh core after a failed take-over gets it
@@ -153,7 +153,7 @@ class Consumer:
         """A fresh core with the daemon's policy (also after a failed reexec take-over); its
         jitter's seed is logged, so a replay draws the same delays."""
         seed = random.SystemRandom().randrange(1 << 32)
-        self.core = self.inputs.supervisor(self._made, seed, time.monotonic())
+        self.core = self.inputs.supervisor(self._made, seed, self.inbox.time.monotonic())
         return self.core
 
     async def restore(self, durable: Durable) -> None:
@@ -169,7 +169,7 @@ class Consumer:
     def _taken_in(self, event: StateRestored | HandoverResumed) -> list[Action]:
         """What a previous daemon or code left: logged first, then handled; nothing to carry
         out (what it leaves is the core's state)."""
-        now = time.monotonic()
+        now = self.inbox.time.monotonic()
         self.inputs.before(now)
         self.inputs.event(event, now)
         self._refused(self.core.handle(event, now))
@@ -201,7 +201,7 @@ class Consumer:
         while True:
             timeout = None if self._held_since is not None else self._timeout_s()
             posted = await self.inbox.next(BEAT_S if timeout is None else min(timeout, BEAT_S))
-            self.inbox.clock.look(time.monotonic())  # a beat at least every BEAT_S: a gap is seen
+            self.inbox.clock.look(self.inbox.time.monotonic())  # a beat each BEAT_S: a gap is seen
             if posted is None:
                 beat = timeout is None or timeout > BEAT_S
                 if beat and self._held_since is None and not self.inbox.clock.pending:
@@ -234,7 +234,7 @@ class Consumer:
         except Exception as e:
             self._shell.emit("internal_error_caught", where="deadline", error=f"{e!r}")
             return None
-        return None if deadline is None else deadline - time.monotonic()
+        return None if deadline is None else deadline - self.inbox.time.monotonic()
 
     def _take(self, posted: Posted) -> list[Action]:
         self.feeding()
@@ -286,7 +286,7 @@ class Consumer:
             self._shell.emit("daemon_was_frozen", for_s=round(woke_at - start, 1))
             self._shell.job.monitor.daemon_woke(woke_at)
             self._held_since = woke_at
-        if self._held_since is not None and time.monotonic() - self._held_since > HOLD_MAX_S:
+        if (at := self._held_since) is not None and self.inbox.time.monotonic() - at > HOLD_MAX_S:
             self._held_since = None
         return self._held_since is not None
 
@@ -344,7 +344,7 @@ class Consumer:
         if taken.pid is None:
             self._shell.account()
             return []
-        v = monitor.assess(time.monotonic())
+        v = monitor.assess(self.inbox.time.monotonic())
         self._shell.account()  # as the tick always did: before its verdict is handled
         held = v.gpu_part == "in_use"  # SPEC §15: runs.jsonl, run_settled, slowdown
         for name, fields in books.runs.sampled(monitor, held, gpus.degraded_now()):
@@ -366,7 +366,7 @@ class Consumer:
             monitor.progress_source = found.source
         if found.latest is not None:
             mtime = found.latest_mtime
-            age_s = None if mtime is None else time.time() - mtime
+            age_s = None if mtime is None else self.inbox.time.wall() - mtime
             monitor.progress_line(found.latest, now, age_s, run.polled_at)
         if found.losses:  # SPEC §16: the run's loss judged; on_nan stop asks the core
             losses_read(run, found.losses, now, self._shell, self._dispatch)
@@ -387,7 +387,7 @@ class Consumer:
     def _dispatch(self, event: Event) -> list[Action]:
         """The only door into the core."""
         self.feeding()
-        now = time.monotonic()
+        now = self.inbox.time.monotonic()
         self.inputs.before(now)  # a head record first when the log must start a new stretch
         try:
             actions = self.core.handle(event, now)

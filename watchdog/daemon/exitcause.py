@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog import blocking
@@ -102,7 +102,7 @@ async def report(d: Reporter, run: JobRun, st: reaping.ExitStatus) -> None:
         tails, after, error_files = await _gather(d, run)
         facts = _facts(d, run, st, tails, after, error_files)
         cause = d.runs.classify(facts)  # taped: inputs.jsonl names it again (issue 38)
-        now_utc = datetime.now(UTC)
+        now_utc = d.inbox.time.utc()
         path = _new_folder(d, cause.cause, now_utc)
     except Exception as e:  # the cause is a bonus: the exit must reach the core
         d.emit("internal_error_caught", error=f"exit cause: {type(e).__name__}: {e}")
@@ -249,13 +249,12 @@ async def _write(d: Reporter, run: JobRun, b: _Bundle, record: dict[str, object]
             str(record["cause"]),
             now_utc=b.now_utc,
             verdict={"reason": "exited", **record},
-            log_path=d.cfg.job.log_file,
+            parts=incident.Parts(b.path, b.tails, {"cause.json": record}),
             gpu_samples=d.gpus.recent_as_dicts(b.gpu_samples),
             # its tree was stopped before the next start: what that stop could not end
             pids=list(run.evidence.left_behind),
             pyspy_timeout_s=min(d.cfg.incidents.pyspy_timeout_s, 2.0),
             keep=d.cfg.incidents.keep,
-            made=incident.ExitParts(b.path, b.tails, {"cause.json": record}),
         )
     except OSError as e:
         d.emit("incident_failed", reason=str(record["cause"]), error=str(e))

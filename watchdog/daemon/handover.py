@@ -15,11 +15,12 @@ import json
 import os
 import socket
 import sys
-import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog import __version__, config
+from watchdog.clock import SYSTEM
 from watchdog.core.health import monitor as health
+from watchdog.core.health import replay
 from watchdog.core.protocol import wire as protocol
 from watchdog.core.supervisor.events import HandoverResumed
 from watchdog.core.supervisor.machine import Supervisor
@@ -97,8 +98,8 @@ def check_main(config_path: str) -> int:
         state = json.loads(sys.stdin.buffer.read())
         validate_format(state)
         core = Supervisor(params.policy_of(cfg), lambda: 0.5)
-        core.handle(HandoverResumed(state["supervisor"]), time.monotonic())
-        health.HealthMonitor(params.health_of(cfg)).resume(state["health"])
+        core.handle(HandoverResumed(state["supervisor"]), SYSTEM.monotonic())
+        replay.taken_over(health.HealthMonitor(params.health_of(cfg)), state["health"])
     except (config.ConfigError, ValueError, KeyError, TypeError) as e:
         print(f"watchdogd --check-reexec: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
@@ -110,8 +111,7 @@ async def resume(d: Resumer, state: dict[str, Any]) -> None:
     """Take the state over inside the new code (the control socket already serves)."""
     fds = state["fds"]
     await d.consumer.resume(state["supervisor"])
-    monitor = d.runs.monitor(d.cfg)
-    monitor.resume(state["health"])
+    monitor = d.runs.monitor(d.cfg, state["health"])
     pid = state["supervisor"]["pid"]
     exit_status = None
     if isinstance(pid, int):

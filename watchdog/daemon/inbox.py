@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from watchdog.clock import SYSTEM, Clock
 from watchdog.cluster.inputs import ClusterInput
 from watchdog.core.health.monitor import HealthConfig
 from watchdog.core.health.ranks import RankKey
@@ -141,8 +142,9 @@ class Inbox:
     the core's deadline with `wait_for(queue.get())` costs a task and extra loop turns on every
     input, on the path from a job's death to its restart (bench/ab.py measured it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM) -> None:
         self._items: deque[Posted] = deque()
+        self.time = clock  # the shell's one clock (clock.py): the loop's timers follow it
         self._waiter: asyncio.Future[None] | None = None
         # the consumer's and the sampler's looks at the clock: a stop of the daemon itself
         self.clock = ClockWatch()

@@ -11,9 +11,7 @@ import asyncio
 import os
 import signal
 import subprocess
-import time
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from functools import partial
 
 from watchdog import blocking
@@ -194,7 +192,7 @@ class Starter:
         Returns the job's descriptor, the daemon's reader of that same file (joblog.py), the
         follower."""
         job = self._cfg().job
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = self._inbox.time.utc().strftime("%Y-%m-%dT%H:%M:%SZ")
         marker = f"=== train-watchdog: start {attempt} at {stamp} ===\n".encode()
 
         def work() -> tuple[int, JobLog | None]:
@@ -250,7 +248,7 @@ class Starter:
             exit_status=fut,
             flight=dumps,
             epoch=epoch,
-            polled_at=time.monotonic(),
+            polled_at=self._inbox.time.monotonic(),
             log=log,
             command=tuple(job.command),
         )
@@ -298,7 +296,11 @@ class Starter:
             extra[link.EPOCH_ENV] = str(epoch)
         env = launch.job_env(os.environ, extra, self._tree.token)
         env = flight.with_torch_evidence(env, cfg.state_dir)
-        return env, (env.get(flight.FLIGHT_FILE_VAR), env.get(flight.PIPE_FILE_VAR), time.time())
+        return env, (
+            env.get(flight.FLIGHT_FILE_VAR),
+            env.get(flight.PIPE_FILE_VAR),
+            self._inbox.time.wall(),
+        )
 
     async def our_pids(self) -> set[int]:
         """Processes of our own previous job trees (by the instance marker)."""

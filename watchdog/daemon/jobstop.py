@@ -11,7 +11,6 @@ import contextlib
 import os
 import signal
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from watchdog import blocking
 from watchdog.core import names
@@ -129,17 +128,19 @@ class Stopper:
         snap, run, cfg = judged.snap, self._runs.current, self._cfg()
         leader = None if run.exit_status is not None and run.exit_status.done() else snap.pid
         pids = [p.pid for p in await tree.find_tree_async(leader, self._tree.token) or []]
+        now_utc = self._inbox.time.utc()
+        # tracebacks land in the job's log even with progress.file; `run.log`: the file the job
+        # writes, whatever its name (docs/logrotate.md)
+        logs = (cfg.job.log_file, self._sampler.progress_file_now(), run.log)
         try:
             path = await incident.write_bundle(
                 cfg.state_dir,
                 reason,
-                now_utc=datetime.now(UTC),
+                now_utc=now_utc,
                 # verdict.json holds {reason, time, evidence: <this>}
                 verdict={**judged.verdict.evidence, "pid": snap.pid, "firing": sorted(snap.firing)}
                 | self._stall_window(),
-                log_path=cfg.job.log_file,  # tracebacks land here even with progress.file
-                job_log=run.log,  # the file the job writes, whatever its name (docs/logrotate.md)
-                progress_path=self._sampler.progress_file_now(),
+                parts=incident.Parts(incident.new_folder(cfg.state_dir, reason, now_utc), logs),
                 gpu_samples=self._gpus.recent_as_dicts(),
                 pids=pids,
                 pyspy_timeout_s=cfg.incidents.pyspy_timeout_s,

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from watchdog import blocking, config
+from watchdog.clock import SYSTEM, Clock
 from watchdog.core.progress.layouts import Target, named_in_tail
 from watchdog.progress import discover, quarantine
 from watchdog.progress.checkpoint import CheckpointWatch
@@ -38,8 +38,9 @@ def job_cwd(cfg: config.Config) -> str:
 class CheckpointLearning:
     """The checkpoint folder watched now (`watch`), configured or learned."""
 
-    def __init__(self, cfg: config.Config, emit: Callable[..., Any]) -> None:
+    def __init__(self, cfg: config.Config, emit: Callable[..., Any], clock: Clock = SYSTEM) -> None:
         self._emit = emit
+        self._clock = clock  # the shell's one clock (clock.py): a quarantine's stamp
         self.watch: CheckpointWatch | None = None
         self._looked_at = float("-inf")
         self._every = LEARN_EVERY_S
@@ -104,7 +105,7 @@ class CheckpointLearning:
                 self._emit("internal_error_caught", where="checkpoint learning", error=error)
         if (watch := self.watch) is None:
             return 0
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        stamp = self._clock.utc().strftime("%Y%m%dT%H%M%SZ")
         path, kind, keep = watch.path, watch.kind, guard.quarantine_keep
         named = None if tail is None else named_in_tail(tail, path, job_cwd(cfg))
         try:

@@ -19,11 +19,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from watchdog import blocking, config
+from watchdog.clock import SYSTEM, Clock
 from watchdog.core.health.monitor import HealthMonitor
 from watchdog.core.progress import slowdown
 from watchdog.core.views.ledger import (
@@ -70,6 +70,7 @@ class RunBook:
         emit: Callable[..., Any],
         health: WriteHealth,
         spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]],
+        clock: Clock = SYSTEM,
     ) -> None:
         self.cfg = cfg  # the config now (the daemon's reload hands the new one over)
         self._config_sha = config_sha(cfg)  # the next run's (made once per config)
@@ -79,8 +80,9 @@ class RunBook:
         self.ledger = Ledger(_ledger_cfg(cfg), self._load(state))
         self._next: tuple[str, str | None] | None = None  # what the next start is, as known
         self._seen_progress_at: float | None = None  # the newest progress line fed
-        self._written = -1  # the ledger's change count last written
-        self._saved_at = 0.0
+        self._clock = clock  # the shell's one clock (clock.py): the runs' `now` and wall
+        # the ledger's change count last written, and when save() last ran (monotonic)
+        self._save_mark: tuple[int, float] = (-1, 0.0)
         self._lines: dict[int, str] = {}  # the JSON line of each run that is over for good
         self.settled = False  # the open run's warm-up is over (its steady figure is known)
         self._slowdown = slowdown.SlowdownDetector(_slowdown_cfg(cfg))  # SPEC §15: per run
@@ -151,7 +153,7 @@ class RunBook:
         self._begin(record, "attached" if record.get("attached") else "adopted", None)
 
     def _begin(self, record: dict[str, Any], reason: str, after: str | None) -> None:
-        now, wall = time.monotonic(), wall_of(record["ts"]) or time.time()
+        now, wall = self._clock.monotonic(), wall_of(record["ts"]) or self._clock.wall()
         cfg = self.cfg
         rec = self.ledger.begin(
             reason,
@@ -172,9 +174,9 @@ class RunBook:
     def _exited(self, record: dict[str, Any]) -> None:
         if (rec := self.ledger.open) is None or rec.get("pid") not in (None, record.get("pid")):
             return  # an earlier run's leader, reaped late: that run is over already
-        wall = wall_of(record["ts"]) or time.time()
+        wall = wall_of(record["ts"]) or self._clock.wall()
         self.ledger.checkpoint_known(self.checkpoint_step())  # read only after the run began
-        self.ledger.end(time.monotonic(), wall, record)
+        self.ledger.end(self._clock.monotonic(), wall, record)
 
     def _saved(self, record: dict[str, Any]) -> None:
         step = record.get("step")
@@ -219,14 +221,14 @@ class RunBook:
     def _sampled(
         self, monitor: HealthMonitor, gpus_held: bool, degraded: Mapping[int, Any]
     ) -> list[tuple[str, dict[str, Any]]]:
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if gpus_held:
             self.ledger.gpus_held(now)
         at, reading = monitor.last_progress_at, monitor.last_progress
         out: list[tuple[str, dict[str, Any]]] = []
         if at is not None and reading is not None and at != self._seen_progress_at:
             self._seen_progress_at = at
-            wall = time.time() - (now - at)
+            wall = self._clock.wall() - (now - at)
             steady = monitor.run_phase.phase == "training"
             tps = reading.tokens_per_s
             first = (self.ledger.open or {}).get("time_to_first_progress_s") is None
@@ -239,7 +241,7 @@ class RunBook:
                 self.save()  # its steady figure is news: on disk with the event
             if tps is not None and self._warm(at):
                 out += self._judge_speed(at, wall, tps, steady, degraded)
-        if now - self._saved_at >= SAVE_EVERY_S:
+        if now - self._save_mark[1] >= SAVE_EVERY_S:
             self.save()
         return out
 
@@ -306,10 +308,10 @@ class RunBook:
 
     def save(self) -> None:
         """Hand the records to the writer (its own thread) when they changed."""
-        self._saved_at = time.monotonic()
-        if self.ledger.changed == self._written:
+        written = self._save_mark[0]
+        self._save_mark = (self.ledger.changed, self._clock.monotonic())
+        if self.ledger.changed == written:
             return
-        self._written = self.ledger.changed
         self.file.submit(self.text())
 
     def text(self) -> str:

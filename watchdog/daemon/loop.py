@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-import time
 from typing import Any
 
 from watchdog import config
+from watchdog.clock import SYSTEM, Clock
 from watchdog.cluster import link
 from watchdog.cluster.inputs import ClusterInput
 from watchdog.control.server import ControlServer
@@ -71,23 +71,24 @@ class Daemon:
         lock_fd: int | None = None,
         exit_with_job: bool = False,
         trial: Trial = NO_TRIAL,
+        clock: Clock = SYSTEM,  # the shell's one clock (clock.py): every part reads this one
     ) -> None:
         loop = asyncio.get_running_loop()
         state = StateDir(cfg.state_dir)
         ending = scheduler.ExitWithJob(exit_with_job)  # SPEC §13: under a scheduler
         # where it came from (a reexec's state, the lock) and how it ends (the Exit action)
         self.life = Lifetime(
-            state, handover, lock_fd, time.monotonic(), ending, loop.create_future(), trial
+            state, handover, lock_fd, clock.monotonic(), ending, loop.create_future(), trial
         )
         self.tasks = Tasks(self.emit)  # the daemon's own tasks: a failure is reported
         reaper, token = reaping.Reaper(loop), state.instance_token()
         # events, systemd, hooks, books, state.json
-        self.out = make_outputs(cfg, state, token, reaper, self.tasks.spawn, self.status)
+        self.out = make_outputs(cfg, state, token, reaper, self.tasks.spawn, self.status, clock)
         self.reloader = Reloader(cfg, self.out.notifier, self.emit)  # the config now
         inputs = InputLog(state.file("inputs.jsonl"), self._input_log_failed)
         # the one consumer: its inbox is the one way in, and it alone feeds the core
         policy = params.local_policy_of(cfg, ending.enabled, trial.observe)
-        self.consumer = Consumer(inputs, policy, self)
+        self.consumer = Consumer(inputs, policy, self, clock)
         cgroups = cgroup.probe(cfg.job.stop_mode)  # SPEC §14: how a stop ends the tree
         self.tree = JobTree(token, reaper, cgroups, self.on_exit)  # the job's process tree
         news = GpuNewsPosted(self.consumer.inbox)  # what the GPU watchers read: posted
@@ -95,7 +96,7 @@ class Daemon:
         tape = inputs.tape  # the GPU watch state and each run's detectors, in the input log
         self.gpus = GpuWatch(cfg.gpus, self.emit, report=news.sampled, feeding=feeding, tape=tape)
         self.faults = FaultWatch(cfg.gpus, self._gpu_fault, self.emit, news, feeding)
-        self.control = ControlServer(self)
+        self.control = ControlServer(self, clock)
         first = JobRun(tape.monitor(params.health_of(cfg)))  # idle before the first spawn
         self.runs = Runs(first, self.out.books.stall, self.out.writer, tape)
         self.cluster = self._cluster_link()  # several nodes, one epoch (docs/multi-node.md)
@@ -135,7 +136,7 @@ class Daemon:
             return None
         c, inputs = self.consumer, self.consumer.inputs  # its inputs: in the input log
         args = (params.policy_of(cfg), self.emit, self.restart_for_cluster, c.inbox.post, c.feeding)
-        made_link = link.ClusterLink(cfg.cluster, *args, inputs.reading)
+        made_link = link.ClusterLink(cfg.cluster, *args, inputs.reading, c.inbox.time)
         inputs.heads.append(made_link.heads)
         return made_link
 
@@ -196,7 +197,7 @@ class Daemon:
     async def _start_parts(self) -> None:
         """The reaper, signals, the control socket, the GPU watchers, the cluster link."""
         loop = asyncio.get_running_loop()
-        LoopFaults(self.emit).install(loop)  # out of fds: one event, not a traceback a second
+        LoopFaults(self.emit, self.inbox.time).install(loop)  # out of fds: an event, not tracebacks
         reaping.make_subreaper()
         self.tree.reaper.install()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # handlers only post
@@ -257,7 +258,7 @@ class Daemon:
     def cluster_input(self, event: ClusterInput) -> None:
         """The cluster link's input, taken from the queue by the consumer: back to the link."""
         if self.cluster is not None:
-            self.cluster.apply(event, time.monotonic(), time.time())
+            self.cluster.apply(event, self.inbox.time.monotonic(), self.inbox.time.wall())
 
     def signalled(self, signum: int) -> Event | None:
         """SIGHUP reloads; SIGTERM/SIGINT stop the job gracefully, then exit (128+signum with
@@ -290,7 +291,8 @@ class Daemon:
             self.job.stopping(action.reason)  # its leader's exit is our stop's (exitcause.py)
         judged = None
         if action.incident:
-            judged = Judgement(self.consumer.verdict(time.monotonic()), self.core.snapshot())
+            now = self.inbox.time.monotonic()
+            judged = Judgement(self.consumer.verdict(now), self.core.snapshot())
         self.stopper.begin(action, judged)
 
     def _exit(self, action: Exit) -> None:

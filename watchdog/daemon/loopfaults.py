@@ -10,10 +10,10 @@ any other report goes to asyncio's own handler.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
 
+from watchdog.clock import Clock
 from watchdog.core.ratelimit import RateLimit
 from watchdog.process import limits
 
@@ -21,8 +21,9 @@ ACCEPT_REFUSED = "socket.accept() out of system resource"  # asyncio/selector_ev
 
 
 class LoopFaults:
-    def __init__(self, emit: Callable[..., Any]) -> None:
+    def __init__(self, emit: Callable[..., Any], clock: Clock) -> None:
         self._emit = emit
+        self._clock = clock  # the shell's one clock (clock.py): the rate limit's `now`
         self._said = RateLimit(burst=1, window_s=60.0)  # once a minute, with the count between
 
     def install(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -33,7 +34,7 @@ class LoopFaults:
         if context.get("message") != ACCEPT_REFUSED or not isinstance(error, OSError):
             loop.default_exception_handler(context)
             return
-        suppressed = self._said.admit("accept", time.monotonic())
+        suppressed = self._said.admit("accept", self._clock.monotonic())
         if suppressed is not None:
             why = limits.refused(error) or str(error)
             self._emit("control_accept_failed", error=why, suppressed=suppressed)

@@ -6,8 +6,8 @@ entry point (same pid, so the job stays its child and nobody else can reap it), 
 code takes the state back. What crosses the exec:
 
 - a sealed memfd holding the state as JSON (its number in WATCHDOGD_REEXEC_FD): the Supervisor
-  whole (core carry()), the detector windows, goodput (saved to goodput.json just before),
-  the incident path, the versions;
+  whole and the run's detector windows (their images, core/images.py), goodput (saved to
+  goodput.json just before), the incident path, the versions;
 - open descriptors, CLOEXEC cleared: the control socket's listener (clients that connect during
   the exec wait in its backlog instead of being refused), the state directory's lock (no second
   daemon can slip in), the job's pidfd, the progress follower's read descriptor and position (no
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog import __version__, blocking
 from watchdog.control.backend import ReexecRefused
+from watchdog.core import images
 from watchdog.core.supervisor.events import Tick
 from watchdog.daemon import handover
 from watchdog.daemon.handover import FORMAT, STATE_ENV
@@ -91,7 +92,7 @@ def entry_argv() -> list[str]:
 
 def build_state(d: Carrier, req_id: int | str | None, conn: socket.socket | None) -> dict[str, Any]:
     """Everything the new code needs; Refused while a start or stop is under way."""
-    carried = d.core.carry()
+    carried = d.core.handed_over()
     if carried is None:
         raise Refused("busy", "a start or stop is under way; try again when it is over")
     pid = carried["pid"]
@@ -111,7 +112,7 @@ def build_state(d: Carrier, req_id: int | str | None, conn: socket.socket | None
         # config's (status shows it, and the config's as pending)
         "command": None if run.command is None else list(run.command),
         "supervisor": carried,
-        "health": run.monitor.carry(),
+        "health": images.image(run.monitor),  # taken over onto the new code's (its config)
         "follower": follower,
         "fds": {
             "control": None,  # the listener: set by perform() once accepting has stopped

@@ -11,12 +11,12 @@ methods change its fields.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog import blocking, config
-from watchdog.core.health import causes
+from watchdog.core.health import causes, replay
 from watchdog.core.health import monitor as health
 from watchdog.core.health.taped import Tape, tracker_for
 from watchdog.core.progress.loss import LossWatch
@@ -192,11 +192,15 @@ class Runs:
         self._bundles: set[asyncio.Task[Any]] = set()  # exits' bundles being written (exitcause)
         self._began = asyncio.Event()  # set when the next run begins, or the daemon is ending
 
-    def monitor(self, cfg: config.Config) -> health.HealthMonitor:
-        """Fresh detectors for a new run, under `cfg`, with what the stall window learned."""
-        if self._tape is None:
-            return health.HealthMonitor(params.health_of(cfg), self._stall)
-        return self._tape.monitor(params.health_of(cfg), self._stall)
+    def monitor(
+        self, cfg: config.Config, handed: Mapping[str, Any] | None = None
+    ) -> health.HealthMonitor:
+        """Fresh detectors for a new run, under `cfg`, with what the stall window learned; or
+        those a re-exec `handed` over (their image), taken over under `cfg`."""
+        if self._tape is not None:
+            return self._tape.monitor(params.health_of(cfg), self._stall, handed)
+        made = health.HealthMonitor(params.health_of(cfg), self._stall)
+        return made if handed is None else replay.taken_over(made, handed)
 
     def begin(self, run: JobRun, close_follower: bool = True) -> None:
         """`run` is the job's run from now on; the one it replaces is closed (and its follower,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -66,7 +65,7 @@ class Sampler:
         self._tasks = port.tasks  # the checkpoint read outlives a tick (the daemon's own tasks)
         self._emit = port.emit  # progress_read_hung / _recovered, a sampling bug caught
         # progress.checkpoint, or the folder learned without it (SPEC §16; reload: anew)
-        self.learning = CheckpointLearning(port.cfg(), port.emit)
+        self.learning = CheckpointLearning(port.cfg(), port.emit, port.inbox.time)
         self._ranks = RankLister()  # the tree's workers (torchrun's ranks, SPEC §12)
         self._progress_hung = False  # the progress reader is stuck (said once per spell)
         self._checkpoint_read: tuple[JobRun, float] | None = None  # the last read: which run, when
@@ -97,15 +96,15 @@ class Sampler:
         the job's own rhythm, not our sampling's. Each tick waits until the consumer has taken
         its readings: the next due time it then gives counts them. `ticked` runs after each
         (the status line for systemd)."""
-        next_gpu, due = time.monotonic(), None
+        next_gpu, due = self._inbox.time.monotonic(), None
         while True:
-            now = time.monotonic()
+            now = self._inbox.time.monotonic()
             self._clock.look(now)  # a gap first: this sample is read after it
             gpu_due = now >= next_gpu
             full = gpu_due or (due is not None and now >= due) or self._clock.woken
             if full or self._log_grew():
                 await self._tick(gpu_due, ticked, follow_only=not full)
-            now = time.monotonic()
+            now = self._inbox.time.monotonic()
             if gpu_due:
                 next_gpu = max(next_gpu + self._cfg().gpus.sample_interval_s, now)
             due = next_due(now)
@@ -152,16 +151,16 @@ class Sampler:
         start the checkpoint read and the rank listing when due (not on a tick that only reads
         the log as it grows, `follow_only`: the save's looks keep their cadence, and the
         consumer asks no verdict of it)."""
-        started_at = time.monotonic()
+        started_at = self._inbox.time.monotonic()
         sample = await self._gpus.sample() if gpu else None
         progress = await self.look_at_progress()
-        now = time.monotonic()
+        now = self._inbox.time.monotonic()
         leader, run = self._leader(), self._runs.current
         read_now = False  # the log says a save is over: its completion mark is read at once
         if progress is not None and (found := progress.found) is not None:
             self.learning.from_log(found.saved_to, self._cfg())
             if found.phase == "checkpoint" and self.checkpoints is not None:
-                self.checkpoints.book.started(time.time())  # a save line: took_s counts from it
+                self.checkpoints.book.started(self._inbox.time.wall())  # took_s counts from it
                 self._save_begun(self.checkpoints)
             read_now = self._log_saves.polled(found.phase, bool(found.readings))
         if self.checkpoints is not None and read_now:
@@ -197,7 +196,7 @@ class Sampler:
         found = await self.poll_progress(run, follower) if follower is not None else None
         if run is not self._runs.current or follower is not run.follower:
             return None
-        return ProgressLooked(found, time.monotonic())
+        return ProgressLooked(found, self._inbox.time.monotonic())
 
     async def poll_progress(self, run: JobRun, follower: Follower) -> FollowResult | None:
         """One poll of the progress log: off the loop, or on it for a local file with little
@@ -316,10 +315,12 @@ class Sampler:
         if (saved := watch.saved(found)) is not None and watch is self.checkpoints:
             self._emit("checkpoint_saved", **saved)  # SPEC §16: each save seen
         if seen is not None and watch is self.checkpoints:
-            self._inbox.post(SaveSeen(self._runs.current, time.monotonic(), seen == "quiet"))
+            self._inbox.post(
+                SaveSeen(self._runs.current, self._inbox.time.monotonic(), seen == "quiet")
+            )
         if found.mark is not None and found.written_at is not None:
             # Its own mtime on the monotonic clock, however old: lost work counts from it.
-            at = time.monotonic() - max(0.0, time.time() - found.written_at)
+            at = self._inbox.time.monotonic() - max(0.0, self._inbox.time.wall() - found.written_at)
             found_at = ProgressMarked("checkpoint", found.mark, at, found.step, found.label)
             self._inbox.post(found_at)
 
@@ -327,7 +328,7 @@ class Sampler:
         """Tell the core a save of the run is under way now (SPEC §16: a held --or-now restart
         waits it out), with how long the newest save took."""
         if (pid := self._leader()) is not None:
-            self._inbox.post(SaveBegun(pid, time.monotonic(), watch.book.took_s))
+            self._inbox.post(SaveBegun(pid, self._inbox.time.monotonic(), watch.book.took_s))
 
 
 def with_late(late: FollowResult, found: FollowResult) -> FollowResult:

@@ -4,7 +4,6 @@ current run's monitor, the GPU watchers, goodput, the checkpoint. A query: it ch
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -16,6 +15,7 @@ from watchdog.core.views import eta, status
 if TYPE_CHECKING:
     from watchdog import config
     from watchdog.core.supervisor.machine import Supervisor
+    from watchdog.daemon.inbox import Inbox
     from watchdog.daemon.jobtree import JobTree
     from watchdog.daemon.run import Runs
     from watchdog.daemon.sampling import Sampler
@@ -41,6 +41,9 @@ class Shown(Protocol):
     @property
     def core(self) -> Supervisor: ...
 
+    @property
+    def inbox(self) -> Inbox: ...  # its `time`: the shell's one clock (clock.py)
+
 
 def build(d: Shown) -> dict[str, Any]:
     gpus, faults, snap = d.gpus, d.faults, d.core.snapshot()
@@ -48,7 +51,7 @@ def build(d: Shown) -> dict[str, Any]:
     st = status.build_status(
         status.StatusInputs(
             snap=snap,
-            now=time.monotonic(),
+            now=d.inbox.time.monotonic(),
             job_name=d.cfg.job.name,
             command=d.cfg.job.command if running is None else running,
             gpu_sample=gpus.last,
@@ -104,7 +107,7 @@ def _checkpoint_at(d: Shown, best_mark_at: float | None) -> float | None:
     written = watch.last.written_at
     if watch.last.mark is None or written is None:
         return None
-    return time.monotonic() - max(0.0, time.time() - written)
+    return d.inbox.time.monotonic() - max(0.0, d.inbox.time.wall() - written)
 
 
 def _add_turn4(d: Shown, st: dict[str, Any], running: Sequence[str] | None) -> None:
@@ -125,7 +128,7 @@ def _add_turn4(d: Shown, st: dict[str, Any], running: Sequence[str] | None) -> N
 
 def _add_loss(d: Shown, st: dict[str, Any]) -> None:
     """SPEC §16: the current run's loss health, and its one line for `watchdogctl status`."""
-    loss = d.runs.current.loss.view(time.monotonic())
+    loss = d.runs.current.loss.view(d.inbox.time.monotonic())
     st["progress"]["loss"] = loss
     st["progress"]["loss_line"] = loss_line(loss)
 
@@ -134,8 +137,8 @@ def _add_eta(d: Shown, st: dict[str, Any]) -> None:
     """SPEC §16: the run's total as its log shows it, and when it will end (core/views/eta.py)."""
     last, ledger = d.runs.current.monitor.last_progress, d.out.books.runs.ledger
     total = None if last is None else last.total
-    rate = eta.steady_rate(ledger.open, time.monotonic())
-    wall = time.time()
+    rate = eta.steady_rate(ledger.open, d.inbox.time.monotonic())
+    wall = d.inbox.time.wall()
     seen = eta.restarts(ledger.records(), wall)
     st["progress"]["total"] = total
     found = eta.estimate(st["progress"]["step"], total, rate, seen, wall)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from watchdog import blocking, config
+from watchdog.clock import SYSTEM, Clock
 from watchdog.daemon.books import Books
 from watchdog.daemon.ledger import RunBook
 from watchdog.daemon.scheduler import ExitWithJob
@@ -94,22 +95,23 @@ def make_outputs(
     reaper: reaping.Reaper,
     spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]],
     status: Callable[[], dict[str, Any]],
+    clock: Clock = SYSTEM,
 ) -> Outputs:
     """The event log, sd_notify, the process title, hooks; goodput and the timeline
     (SPEC §13); state.json. Blocking file and /proc reads run off the loop, each bounded
     (blocking.py says why): the state files' flush has its own worker. The event log comes
     first: the others may report while they are made (a state file reset)."""
-    events = EventLog(cfg.job.name, state.file("events.jsonl"))
+    events = EventLog(cfg.job.name, state.file("events.jsonl"), clock)
     emit = events.emit
     health = WriteHealth(emit)  # SPEC §14: failed writes, rate-limited
     writer = StateWriter(state, token, identity.boot_id(), health)
     hooks = Hooks(cfg.hooks, reaper, emit, spawn)
     events.add_hook(hooks)
-    runs = RunBook(cfg, state, emit, health, spawn)  # SPEC §15: runs.jsonl
-    books = Books(state, cfg.timeline.bucket_s, emit, health, runs)
+    runs = RunBook(cfg, state, emit, health, spawn, clock)  # SPEC §15: runs.jsonl
+    books = Books(state, cfg.timeline.bucket_s, emit, health, runs, clock)
     events.add_hook(books.timeline.event)
     events.add_hook(runs.event)
     flush_io = blocking.BoundedWorker("state-flush")
-    tell = Tell(cfg.notify, emit, spawn, status, history=events.history)  # SPEC §16
+    tell = Tell(cfg.notify, emit, spawn, status, history=events.history, clock=clock)  # SPEC §16
     events.add_hook(tell)
     return Outputs(events, Notifier(), ProcTitle(), hooks, books, writer, health, flush_io, tell)

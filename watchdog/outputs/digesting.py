@@ -13,11 +13,10 @@ forward). A daemon that starts plans the next digest from now: no burst of misse
 
 from __future__ import annotations
 
-import asyncio
 import datetime
-import time
 from collections.abc import Callable
 
+from watchdog.clock import SYSTEM, Alarm, Clock
 from watchdog.core.views import digest
 
 RECHECK_S = 600.0  # a stepped wall clock is noticed within this
@@ -40,19 +39,20 @@ def next_local(at: str, after: float) -> float:
 class DigestClock:
     """Calls `fire(now)` once a day at local `at`, on the loop."""
 
-    def __init__(self, at: str, fire: Callable[[float], None]) -> None:
+    def __init__(self, at: str, fire: Callable[[float], None], clock: Clock = SYSTEM) -> None:
         self.at = at
         self._fire = fire
-        self.target = next_local(at, time.time())
-        self._timer: asyncio.TimerHandle | None = None
+        self._clock = clock  # the shell's one clock (clock.py): the wall's to plan, the timer's
+        self.target = next_local(at, clock.wall())
+        self._alarm = Alarm(clock, self._tick)
         self._arm()
 
     def _arm(self) -> None:
-        delay = min(max(0.0, self.target - time.time()), RECHECK_S)
-        self._timer = asyncio.get_running_loop().call_later(delay, self._tick)
+        delay = min(max(0.0, self.target - self._clock.wall()), RECHECK_S)
+        self._alarm.arm(self._clock.monotonic() + delay)
 
     def _tick(self) -> None:
-        now = time.time()
+        now = self._clock.wall()
         what = digest.due(now, self.target)
         if what != "wait":
             self.target = next_local(self.at, now)
@@ -61,6 +61,4 @@ class DigestClock:
             self._fire(now)
 
     def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._alarm.cancel()

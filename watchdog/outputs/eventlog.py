@@ -15,12 +15,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 
 from watchdog import blocking
+from watchdog.clock import SYSTEM, Clock
 from watchdog.core import names
 from watchdog.core.ratelimit import RateLimit
 from watchdog.outputs import journal
@@ -38,8 +38,8 @@ _JOURNAL_NAMES = {
 }
 
 
-def utc_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def utc_now(clock: Clock = SYSTEM) -> str:
+    return clock.utc().isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def configure_structlog(json_lines: bool | None = None) -> None:
@@ -60,8 +60,9 @@ def configure_structlog(json_lines: bool | None = None) -> None:
 class EventLog:
     """Where every event goes. `emit()` is the only way the daemon reports anything."""
 
-    def __init__(self, job: str, history_path: str | None) -> None:
+    def __init__(self, job: str, history_path: str | None, clock: Clock = SYSTEM) -> None:
         self._job = job
+        self._clock = clock  # the shell's one clock (clock.py): each record's `ts`
         self._path = history_path
         self._history: deque[dict[str, Any]] = deque(maxlen=HISTORY)
         self._subscribers: dict[asyncio.Queue[dict[str, Any]], int] = {}  # queue -> dropped
@@ -98,7 +99,7 @@ class EventLog:
         return n
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
-        record: dict[str, Any] = {"ts": utc_now(), "event": event, "job": self._job}
+        record: dict[str, Any] = {"ts": utc_now(self._clock), "event": event, "job": self._job}
         record.update({k: v for k, v in fields.items() if v is not None})
         self._write(record)
         self._history.append(record)

@@ -20,7 +20,7 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -175,13 +175,15 @@ Tails = Mapping[str, Sequence[str]]  # log_tail.txt, progress_tail.txt: the line
 
 
 @dataclass(frozen=True, slots=True)
-class ExitParts:
-    """An exit's bundle as far as it was made when the exit was reported (daemon/exitcause.py):
-    its folder, the tails its cause was named from, cause.json."""
+class Parts:
+    """A bundle as far as it was made when the incident was decided (`new_folder`): its
+    folder, its logs (`Logs` to tail: a stop's, the job still writes them; or the tails read
+    already: an exit's, the lines its cause was named from) and more JSON files beside
+    verdict.json (an exit's cause.json)."""
 
     folder: str
-    tails: Tails
-    extra: Mapping[str, Mapping[str, object]]  # more JSON files beside verdict.json
+    logs: Logs | Tails
+    extra: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
 
 
 def _write_tails(folder: Path, logs: Logs | Tails) -> list[str]:
@@ -339,30 +341,21 @@ async def write_bundle(
     *,
     now_utc: datetime,
     verdict: Mapping[str, object],
-    log_path: str | None,
+    parts: Parts,
     gpu_samples: Sequence[Mapping[str, object]],
     pids: Sequence[int],
     pyspy_timeout_s: float,
     keep: int,
-    progress_path: str | None = None,
-    job_log: JobLog | None = None,
-    made: ExitParts | None = None,
 ) -> str:
-    """Write an incident bundle, prune old ones, and return the bundle's path.
-
-    `log_path` is the job's log (log_tail.txt); `progress_path`, where the job writes its own
-    progress file (progress.file), is tailed into progress_tail.txt as well; `job_log` (the file
-    the job writes, docs/logrotate.md) is read instead of the path; `made`: an exit's folder,
-    tails and cause.json, made when it was reported. At most about pyspy_timeout_s + 1 s.
-    Raises OSError only when the folder cannot be created; any other failure is noted in
-    errors.txt inside the bundle."""
+    """The one writer of an incident bundle (a stop's, an exit's): fills the folder `parts`
+    made, prunes old bundles, and returns the bundle's path. At most about pyspy_timeout_s +
+    1 s; any failure is noted in errors.txt inside the bundle."""
     loop = asyncio.get_running_loop()
     hard_deadline = loop.time() + max(pyspy_timeout_s, 0.0) + _SLACK_S
-    folder = made.folder if made else new_folder(state_dir, reason, now_utc)
+    folder = parts.folder
     errors: list[str] = []
-    what = (reason, now_utc, verdict, gpu_samples, made.extra if made else {})
-    logs = made.tails if made else (log_path, progress_path, job_log)
-    static = asyncio.create_task(_write_static(Path(folder), what, logs, hard_deadline))
+    what = (reason, now_utc, verdict, gpu_samples, parts.extra)
+    static = asyncio.create_task(_write_static(Path(folder), what, parts.logs, hard_deadline))
     try:
         tree, stacks = await _tree_and_stacks(pids, pyspy_timeout_s, errors)
         errors.extend(await static or [])

@@ -19,13 +19,13 @@ import asyncio
 import contextlib
 import datetime
 import socket
-import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from watchdog import blocking
+from watchdog.clock import SYSTEM, Alarm, Clock
 from watchdog.config import NotifyConfig, notifyfile, strictmodes
 from watchdog.core.ratelimit import RateLimit
 from watchdog.core.views import digest
@@ -66,8 +66,10 @@ class Tell:
         status: Callable[[], Mapping[str, Any]] | None = None,
         host: str | None = None,
         history: Callable[[], list[dict[str, Any]]] | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
         self._emit = emit
+        self._clock = clock  # the shell's one clock (clock.py): the core's `now`, the timers
         self._status = status  # read only for an event worth a message: building it costs
         self._history = history  # the events the daemon holds: the digest's 24 h
         self._digest: DigestClock | None = None
@@ -75,7 +77,7 @@ class Tell:
         self.core = Teller(host or socket.gethostname())
         self._lines: list[_Line] = []
         self._failed = RateLimit(FAILED_BURST, FAILED_WINDOW_S)
-        self._timer: asyncio.TimerHandle | None = None
+        self._alarm = Alarm(clock, self._tick)  # at the core's next deadline (held fyi news)
         self._file_io = blocking.BoundedWorker("notify-file")
         self._idle = asyncio.Event()
         self._idle.set()
@@ -93,7 +95,7 @@ class Tell:
             self._digest.close()
             self._digest = None
         if cfg.digest_at is not None and self._digest is None:
-            self._digest = DigestClock(cfg.digest_at, self._send_digest)
+            self._digest = DigestClock(cfg.digest_at, self._send_digest, self._clock)
 
     def _send_digest(self, now: float) -> None:
         """SPEC §16: the last 24 h of the events the daemon holds, and the status now."""
@@ -140,7 +142,7 @@ class Tell:
         # A hook runs inside EventLog.emit, on the path of whatever emitted: a bug here is
         # reported, never raised into the supervision that emitted (docs/notify.md).
         try:
-            now = time.monotonic()
+            now = self._clock.monotonic()
             wanted = self._status is not None and self.core.wants(record, now)
             status = self._status() if self._status is not None and wanted else None
             self._post(self.core.see(record, now, status))
@@ -156,18 +158,10 @@ class Tell:
 
     def _arm(self) -> None:
         """A timer for the core's next deadline (held fyi news), replacing the last one."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        deadline = self.core.next_deadline()
-        if deadline is not None:
-            loop = asyncio.get_running_loop()
-            delay = max(0.0, deadline - time.monotonic())
-            self._timer = loop.call_later(delay, self._tick)
+        self._alarm.arm(self.core.next_deadline())
 
     def _tick(self) -> None:
-        self._timer = None
-        self._post(self.core.due(time.monotonic()))
+        self._post(self.core.due(self._clock.monotonic()))
 
     # ------------------------------------------------------------------ delivery
 
@@ -211,7 +205,7 @@ class Tell:
             self._emit("notify_sent", level=m.level, title=m.title, url=r.line)
             return
         retry_s = RETRY_S[out.tries - 1] if out.tries < MAX_TRIES else None
-        suppressed = self._failed.admit(r.line, time.monotonic())
+        suppressed = self._failed.admit(r.line, self._clock.monotonic())
         if suppressed is not None:
             self._emit(
                 "notify_failed",
@@ -264,8 +258,7 @@ class Tell:
         return {"url": r.line, "scheme": r.scheme, "ok": error is None, "error": error}
 
     def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        self._alarm.cancel()
         if self._digest is not None:
             self._digest.close()
         for line in self._lines:

@@ -10,11 +10,13 @@ activity (a counter that is not the training step), and remembers the run's high
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import re
 from typing import Any
 
+from watchdog.core import images
 from watchdog.core.progress.auto import recognise
 from watchdog.core.progress.parsing import Recognised, strip_ansi
 from watchdog.core.progress.pattern import parse_line
@@ -117,12 +119,18 @@ class LineReader:
         return self.tracker.observe_reading(item, source)
 
     def carry(self) -> dict[str, Any]:
-        return {"format": self.format, "tracker": self.tracker.carry()}
+        return {"format": self.format, "tracker": images.image(self.tracker)}
 
     def resume(self, c: object) -> None:
-        """Take the run's highest step over from carry(); anything unfit starts afresh."""
-        if isinstance(c, dict) and c.get("format") == self.format:
-            self.tracker = ProgressTracker.resume(c.get("tracker"))
+        """Take the run's tracker over from carry() (its image; code before one codec handed
+        over its highest step and total only, which an image lacking the rest reads as);
+        anything unfit starts afresh."""
+        tracker = c.get("tracker") if isinstance(c, dict) else None
+        if isinstance(c, dict) and c.get("format") == self.format and isinstance(tracker, dict):
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                taken = images.onto(ProgressTracker(), tracker, {})
+                if all(v is None or type(v) is int for v in (taken.highest, taken.total)):
+                    self.tracker = taken
 
     def _csv_row(self, text: str) -> ProgressReading | None:
         if text.rstrip("\r\n") == self._header or "," not in text:

@@ -281,11 +281,11 @@ def test_restored_access_never_lifts_a_park_for_a_gpu_fault() -> None:
 
 
 def test_a_reexec_carries_the_lost_access_and_its_park() -> None:
-    """carry()/resume(): the new code still knows access is lost and what the park deferred."""
+    """The hand-over image: the new code still knows access is lost and what the park deferred."""
     sup = _running()
     sup.handle(GpuAccessChanged(True, "x"), 2.0)
     _die(sup, 3.0)
-    carried = sup.carry()
+    carried = sup.handed_over()
     assert carried is not None
     new = Supervisor(Policy(backoff_initial_s=10.0, jitter=0.0), lambda: 0.5)
     new.handle(HandoverResumed(carried), 4.0)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
+from watchdog.core import images
+from watchdog.core.health import replay
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor
 from watchdog.core.names import State
 from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
@@ -209,12 +213,13 @@ def test_a_silence_is_measured_from_the_daemons_wake_never_across_its_gap() -> N
 
 
 def test_the_wake_is_carried_across_a_reexec() -> None:
-    """carry()/resume() keep the wake: a re-exec right after a freeze does not judge across it."""
+    """The hand-over image keeps the wake: a re-exec right after a freeze does not judge
+    across it."""
     m = HealthMonitor(NO_GPUS)
     m.progress(ProgressReading(tokens_per_s=100.0, step=1), 5.0)
     m.daemon_woke(45.0)
-    again = HealthMonitor(NO_GPUS)
-    again.resume(m.carry())
+    handed = json.loads(json.dumps(images.image(m)))
+    again = replay.taken_over(HealthMonitor(NO_GPUS), handed)
     assert "stalled" not in again.assess(50.0).firing
 
 

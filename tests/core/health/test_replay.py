@@ -17,7 +17,7 @@ from watchdog.core.health.gpu_news import GpuWatchState
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor, Verdict
 from watchdog.core.health.ranks import RankTracker
 from watchdog.core.health.replay import HealthReplay
-from watchdog.core.health.taped import Tape, TapedMonitor, TapedRanks, TapedWatch, tracker_for
+from watchdog.core.health.taped import Tape, tracker_for
 from watchdog.core.progress.stall_window import StallConfig, StallKnowledge
 from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
 
@@ -204,7 +204,7 @@ def test_the_rank_tracker_is_taped_with_its_monitor_and_replays_the_vanished_ran
     written: list[dict[str, Any]] = []
     m = Tape(written.append).monitor(HealthConfig())
     tracker = tracker_for(m)
-    assert isinstance(tracker, TapedRanks) and isinstance(m, TapedMonitor)
+    assert type(tracker) is RankTracker and type(m) is HealthMonitor  # the plain objects
     assert tracker.listing_due(10.0)
     tracker.observe({(41, 1.5): "rank 0", (42, 1.5): "rank 1"})
     gone = tracker.observe({(41, 1.5): "rank 0"})
@@ -212,7 +212,9 @@ def test_the_rank_tracker_is_taped_with_its_monitor_and_replays_the_vanished_ran
     replayed = HealthReplay().feed(through_json(written))
     assert [g.gone for g in replayed.gone] == [[], gone] == [[], [(42, "rank 1")]]
     assert replayed.gone[-1].then == {"now": 11.0, "record": {"event": "RankExited"}}
-    assert not isinstance(tracker_for(HealthMonitor(HealthConfig())), TapedRanks)
+    written.clear()
+    tracker_for(HealthMonitor(HealthConfig())).listing_due(12.0)
+    assert written == []  # a monitor not taped has its tracker not taped
 
 
 def test_records_of_a_monitor_made_in_a_lost_file_are_counted_not_guessed() -> None:
@@ -327,7 +329,7 @@ def test_a_replay_from_a_head_record_alone_says_what_the_taped_monitor_said_afte
 
 
 QUERIES = {
-    HealthMonitor: {"next_due", "stall_window", "carry"},
+    HealthMonitor: {"next_due", "stall_window"},
     RankTracker: set(),
     GpuWatchState: {"degraded_now"},
 }
@@ -336,12 +338,16 @@ QUERIES = {
 @pytest.mark.parametrize("plain", list(QUERIES), ids=lambda c: c.__name__)
 def test_every_input_of_a_taped_object_is_written(plain: type[Any]) -> None:
     """Each public method of the monitor, the rank tracker and the GPU watch state that is not
-    a query is overridden by its taped class (a new input the tape does not write would make
-    the replay quietly differ: add it to core/health/taped.py and replay.py)."""
-    taped = {HealthMonitor: TapedMonitor, RankTracker: TapedRanks, GpuWatchState: TapedWatch}
+    a query is a door of the taped object (a new input the tape does not write would make the
+    replay quietly differ: add it to core/health/taped.py and replay.py)."""
+    tape = Tape(lambda r: None)
+    monitor = tape.monitor(HealthConfig())
+    taped = {HealthMonitor: monitor, RankTracker: tracker_for(monitor)}
+    taped[GpuWatchState] = tape.watch_state(0.5, 30.0)
     methods = {
         name
         for name, member in vars(plain).items()
         if callable(member) and not name.startswith("_")
     }
     assert methods - QUERIES[plain] <= set(vars(taped[plain]))
+    assert type(taped[plain]) is plain  # the plain object, recorded

@@ -7,10 +7,12 @@ throughput timer, NeMo's progress bar, the Hugging Face Trainer's ProgressCallba
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 
+from watchdog.core import images
 from watchdog.core.progress.auto import RECOGNISERS, recognise
 from watchdog.core.progress.parsing import Recognised, strip_ansi
 from watchdog.core.progress.tracker import QUIET_S, ProgressTracker, Seen
@@ -680,7 +682,8 @@ def test_tracker_carry_keeps_the_highest_step() -> None:
     """Across a re-exec the run's highest step is kept: a replayed step is no progress."""
     t = ProgressTracker()
     _feed(t, _bar(50, 100))
-    resumed = ProgressTracker.resume(t.carry())
+    handed = json.loads(json.dumps(images.image(t)))  # the re-exec hands its image over
+    resumed = images.onto(ProgressTracker(), handed, {})
     assert resumed.highest == 50
     seen = resumed.observe_reading(ProgressReading(None, 50), "tqdm")
     assert seen is not None and seen.kind == "activity"

@@ -3,6 +3,9 @@ TOTAL`) carried on the tracker's readings, from lines as the frameworks print th
 
 from __future__ import annotations
 
+import json
+
+from watchdog.core import images
 from watchdog.core.progress.auto import recognise
 from watchdog.core.progress.tracker import ProgressTracker, Seen
 
@@ -65,8 +68,8 @@ def test_an_epoch_bar_and_a_bar_counted_on_past_its_lap_show_no_run_total() -> N
 
 
 def test_the_total_survives_an_in_place_reexec() -> None:
-    """carry() and resume() keep the total with the highest step."""
+    """The hand-over image keeps the total with the highest step."""
     t = ProgressTracker()
     _feed(t, TRAINER[0])
-    again = ProgressTracker.resume(t.carry())
+    again = images.onto(ProgressTracker(), json.loads(json.dumps(images.image(t))), {})
     assert (again.highest, again.total) == (9, 100000)

@@ -181,19 +181,19 @@ def test_the_count_and_the_best_mark_outlive_the_daemon() -> None:
 
 
 def test_a_reexec_carries_the_tally_whole() -> None:
-    """carry()/resume() hand the count, the marks and the run's times to the new code; a carry
-    from code without a tally resumes a fresh one."""
+    """The hand-over image gives the count, the marks and the run's times to the new code; an
+    image from code without a tally resumes a fresh one."""
     d = Driver(policy(marker="checkpoint", limit=2))
     d.feed(DaemonStarted(), 0.0)
     d.feed(ProgressMarked("checkpoint", 4, at=2.0), 2.0)
     d.feed(ProgressMarked("step", 9, at=3.0), 3.0)
-    carried = d.sup.carry()
+    carried = d.sup.handed_over()
     assert carried is not None
     d2 = Driver(policy(marker="checkpoint", limit=2))
     d2.sup.handle(HandoverResumed(carried), 3.5)
     assert d2.sup.snapshot().best_mark == 4
     assert emitted(d2.crash(4.0), "restart_scheduled").fields["lost_work_s"] == 1.0
-    older = {k: v for k, v in carried.items() if k != "no_progress"}
+    older = {k: v for k, v in carried.items() if k != "tally"}
     d3 = Driver(policy())
     d3.sup.handle(HandoverResumed(older), 3.5)
     assert d3.sup.snapshot().best_mark is None

@@ -505,12 +505,12 @@ class SupervisorMachine(RuleBasedStateMachine):
 
     @rule()
     def reexec(self) -> None:
-        """An in-place re-exec: carry() through its JSON record, resumed by a fresh core
+        """An in-place re-exec: its image through its JSON record, resumed by a fresh core
         (same process, same children): nothing the core shows may change. As the daemon does
         (reexec.perform), a Tick first: the queue is judged and the core's clock is now."""
         self.last_event = "tick"
         self.apply(Tick())
-        carried = self.sup.carry()
+        carried = self.sup.handed_over()
         if carried is None:
             return  # a start or a stop under way: no moment to hand over
         before = self.sup.snapshot()

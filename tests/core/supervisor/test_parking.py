@@ -113,11 +113,11 @@ def test_gpus_faults_warn_turns_parking_into_a_report() -> None:
 
 
 def test_host_fault_survives_a_reexec_hand_over() -> None:
-    """carry()/resume() keep host_fault and its event: the new code stays parked."""
+    """The hand-over image keeps host_fault and its event: the new code stays parked."""
     d = Driver()
     running(d)
     d.feed(GpuFaultSeen("reboot_host", XID79), 2.0)
-    carried = d.sup.carry()
+    carried = d.sup.handed_over()
     assert carried is not None
     d2 = Driver()
     d2.sup.handle(HandoverResumed(carried), 3.0)

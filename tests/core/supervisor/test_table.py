@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import json
 import pathlib
-import re
 from collections.abc import Callable
 from typing import Any, get_args
 
@@ -135,8 +134,8 @@ EXAMPLES: dict[type, Callable[[int | None], list[Event]]] = {
         StateRestored(Durable(fatal=True)),
     ],
     HandoverResumed: lambda pid: [
-        HandoverResumed(reach("running").carry() or {}),
-        HandoverResumed(reach("backoff").carry() or {}),
+        HandoverResumed(reach("running").handed_over() or {}),
+        HandoverResumed(reach("backoff").handed_over() or {}),
     ],
 }
 INPUTS: tuple[type, ...] = get_args(Event)
@@ -334,7 +333,7 @@ def test_a_handler_that_leaves_an_undeclared_state_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A planted bug (pause in backoff parks the job in fatal): the walk fails on it in tests,
-    and in production the input is refused by name and the old state kept."""
+    and in production the input is refused by name and nothing of it kept."""
     cell = TABLE[State.BACKOFF][OperatorCommand]
 
     def planted(s: Any, ev: Any, now: float) -> list[Action]:
@@ -355,14 +354,86 @@ def test_a_handler_that_leaves_an_undeclared_state_is_caught(
     assert "led to fatal" in refusal.fields["reason"]
 
 
+# The writes of JobState.state allowed: enter() itself, and the image's restore (image.py)
+STATE_WRITERS = {("core/supervisor/jobstate.py", "enter"), ("core/supervisor/image.py", "restored")}
+
+
+def state_stores(tree: ast.AST) -> list[tuple[int, str]]:
+    """Every store to an attribute named `state` in `tree`, with the function it is in: plain,
+    tuple/list/starred, augmented and annotated assignments, for/with/comprehension targets,
+    `del`, and setattr(x, "state", ...) / object.__setattr__ by name. A class's own `self.state`
+    is its own attribute, not a JobState's, and is left out."""
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST, where: str, cls: str | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, where, child.name)
+                continue
+            inner = (
+                child.name if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else where
+            )
+            if _writes_state(child, cls):
+                found.append((child.lineno, where))  # type: ignore[attr-defined]
+            visit(child, inner, cls)
+
+    visit(tree, "<module>", None)
+    return found
+
+
+def _writes_state(node: ast.AST, cls: str | None) -> bool:
+    if isinstance(node, ast.Attribute) and node.attr == "state":
+        own = cls not in (None, "JobState") and isinstance(node.value, ast.Name)
+        if own and node.value.id == "self":  # type: ignore[attr-defined]
+            return False
+        return isinstance(node.ctx, ast.Store | ast.Del)
+    if isinstance(node, ast.Call) and len(node.args) >= 2:
+        name = ast.unparse(node.func)
+        arg = node.args[1]
+        named = isinstance(arg, ast.Constant) and arg.value == "state"
+        return named and name in ("setattr", "object.__setattr__", "builtins.setattr")
+    return False
+
+
 def test_only_enter_and_the_images_restore_write_the_state() -> None:
-    """One writer (issue 39): every handler enters a state through jobstate.enter, which
-    `Supervisor.handle` checks against the table; only image.py's restore sets it otherwise."""
-    core = pathlib.Path(machine.__file__).resolve().parents[1]
+    """One writer (issue 39): walking every module of watchdog/ as a syntax tree, the only
+    stores of `.state` are jobstate.enter (which checks the table's cell first) and image.py's
+    restore, whatever the form of the assignment."""
+    package = pathlib.Path(machine.__file__).resolve().parents[2]
     writes = sorted(
-        f"{path.relative_to(core)}:{n}"
-        for path in core.rglob("*.py")
-        for n, line in enumerate(path.read_text().splitlines(), 1)
-        if re.search(r"\.state\s*(?::[^=]*)?=(?!=)", line.split("#")[0])
+        (str(path.relative_to(package)), where, line)
+        for path in package.rglob("*.py")
+        for line, where in state_stores(ast.parse(path.read_text()))
     )
-    assert [w.split(":")[0] for w in writes] == ["supervisor/image.py", "supervisor/jobstate.py"]
+    assert {(p, w) for p, w, _ in writes} == STATE_WRITERS, writes
+    assert len(writes) == len(STATE_WRITERS), writes
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "s.state = x",
+        "s.state, s.pid = x, None",
+        "[a, s.state] = x",
+        "a, *s.state = x",
+        "s.state: State = x",
+        "s.state += x",
+        "for s.state in xs: pass",
+        "with x as s.state: pass",
+        "y = [0 for s.state in xs]",
+        "del s.state",
+        "setattr(s, 'state', x)",
+        "object.__setattr__(s, 'state', x)",
+        "class Other:\n    def f(self, s):\n        s.state = x",
+        "def f(self):\n    self.state = x",
+    ],
+)
+def test_the_guard_sees_every_form_of_store(source: str) -> None:
+    """The guard above counts each way Python can store an attribute named `state`."""
+    assert len(state_stores(ast.parse(source))) == 1, source
+
+
+def test_the_guard_leaves_a_classs_own_state_and_reads_alone() -> None:
+    """A class's own `self.state` and a read of `s.state` are no write of JobState's state."""
+    source = "class Other:\n    def f(self):\n        self.state = 1\n        return s.state == 2"
+    assert state_stores(ast.parse(source)) == []

@@ -13,7 +13,9 @@ Knobs (environment): SAVE_STEPS (default 20), LOGGING_STEPS (default 10), EVAL_S
 evaluation; else an eval phase with its own bar every N steps) over EVAL_ROWS rows (default 400,
 4 a batch), each taking at least EVAL_ROW_S seconds to load (default 0: a slow disk, for an
 evaluation that outlasts the watchdog's stall_after_s); TRAIN_ROW_S, the same for training rows
-(default 0; 0.3 makes a step of 4 rows last over a second: the bar reads `s/it`); NAN_AT_STEP
+(default 0; 0.3 makes a step of 4 rows last over a second: the bar reads `s/it`);
+TRAIN_STALL_P and TRAIN_STALL_S (default 0): each training row, with that probability, takes a
+further uniform(1, TRAIN_STALL_S) seconds to load (a data loader that sometimes stalls); NAN_AT_STEP
 (0 = never): at that step's end one weight of the model is set to NaN, so every loss after it is
 NaN (the Trainer's default logging_nan_inf_filter then logs each all-NaN window's loss as 0, its
 grad_norm as nan; NAN_FILTER=0 turns the filter off, the loss is logged as 'nan'); RESUME=naive
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import sys
 import time
@@ -54,9 +57,13 @@ SEQ = 16
 class RandomTokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     """Random token rows, the same for a given index (a resumed run sees the same data)."""
 
-    def __init__(self, rows: int, row_s: float = 0.0) -> None:
+    def __init__(
+        self, rows: int, row_s: float = 0.0, stall_p: float = 0.0, stall_s: float = 0.0
+    ) -> None:
         self.rows = rows
         self.row_s = row_s
+        self.stall_p, self.stall_s = stall_p, stall_s
+        self.rng = random.Random(os.getpid())
 
     def __len__(self) -> int:
         return self.rows
@@ -64,6 +71,8 @@ class RandomTokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         if self.row_s:
             time.sleep(self.row_s)
+        if self.stall_p and self.rng.random() < self.stall_p:
+            time.sleep(self.rng.uniform(1.0, self.stall_s))
         ids = torch.randint(0, VOCAB, (SEQ,), generator=torch.Generator().manual_seed(i))
         return {"input_ids": ids, "labels": ids.clone()}
 
@@ -157,7 +166,12 @@ def main() -> None:
     trainer = SlowSaveTrainer(
         model=model,
         args=args,
-        train_dataset=RandomTokens(400_000, float(os.environ.get("TRAIN_ROW_S", "0"))),
+        train_dataset=RandomTokens(
+            400_000,
+            float(os.environ.get("TRAIN_ROW_S", "0")),
+            float(os.environ.get("TRAIN_STALL_P", "0")),
+            float(os.environ.get("TRAIN_STALL_S", "0")),
+        ),
         eval_dataset=RandomTokens(
             int(os.environ.get("EVAL_ROWS", "400")), float(os.environ.get("EVAL_ROW_S", "0"))
         )

@@ -10,14 +10,19 @@ file written whole, then the older one removed); a run resumes from the newest, 
 restart script does. One epoch is 100,000 steps: it trains until killed.
 
 Knobs (environment): CKPT_EVERY (default 100), LOG_EVERY (default 5: metrics.csv rows and its
-flush, in steps).
+flush, in steps); ROW_S (default 0): each row takes that long to load; STALL_P and STALL_S
+(default 0): with that probability a row takes a further uniform(1, STALL_S) seconds (a data
+loader that sometimes stalls); VAL_EVERY (default 0 = none): a validation pass every N steps
+over VAL_ROWS rows (default 20) of VAL_ROW_S seconds each (default 0).
 """
 
 from __future__ import annotations
 
 import os
+import random
 import re
 import sys
+import time
 import warnings
 
 warnings.filterwarnings("ignore")  # Lightning's advice (num_workers, …) is not the job's output
@@ -31,10 +36,18 @@ STEPS_PER_EPOCH = 100_000
 
 
 class RandomRows(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    def __init__(self, rows: int, row_s: float, stall_p: float = 0.0, stall_s: float = 0.0) -> None:
+        self.rows, self.row_s, self.stall_p, self.stall_s = rows, row_s, stall_p, stall_s
+        self.rng = random.Random(os.getpid())
+
     def __len__(self) -> int:
-        return STEPS_PER_EPOCH
+        return self.rows
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.row_s:
+            time.sleep(self.row_s)
+        if self.stall_p and self.rng.random() < self.stall_p:
+            time.sleep(self.rng.uniform(1.0, self.stall_s))
         x = torch.randn(8, generator=torch.Generator().manual_seed(i))
         return x, x.sum(dim=0, keepdim=True)
 
@@ -49,6 +62,10 @@ class Tiny(L.LightningModule):
         loss = torch.nn.functional.mse_loss(self.layer(x), y)
         self.log("train_loss", loss)
         return loss
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], _i: int) -> None:
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x), y))
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.01)
@@ -69,6 +86,8 @@ def main() -> None:
     workdir, bar = sys.argv[1], sys.argv[2]
     every = int(os.environ.get("LOG_EVERY", "5"))
     ckpt_dir = os.path.join(workdir, "checkpoints")
+    env = os.environ.get
+    val_every = int(env("VAL_EVERY", "0"))
     trainer = L.Trainer(
         accelerator="cpu",
         devices=1,
@@ -83,10 +102,21 @@ def main() -> None:
             ),
         ],
         enable_model_summary=False,
+        val_check_interval=val_every or None,
+        limit_val_batches=int(env("VAL_ROWS", "20")) if val_every else 0,
+        num_sanity_val_steps=0,
     )
+    rows = RandomRows(
+        STEPS_PER_EPOCH,
+        float(env("ROW_S", "0")),
+        float(env("STALL_P", "0")),
+        float(env("STALL_S", "0")),
+    )
+    val = RandomRows(int(env("VAL_ROWS", "20")), float(env("VAL_ROW_S", "0")))
     trainer.fit(
         Tiny(),
-        torch.utils.data.DataLoader(RandomRows(), batch_size=1),
+        torch.utils.data.DataLoader(rows, batch_size=1),
+        torch.utils.data.DataLoader(val, batch_size=1) if val_every else None,
         ckpt_path=newest_checkpoint(ckpt_dir),
     )
 

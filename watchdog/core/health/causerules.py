@@ -8,9 +8,10 @@ literal or a bounded repetition: the work is linear in the tail's size.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from watchdog.core.health.launchers import Line
-from watchdog.core.light import lazy, record
+from watchdog.core.light import lazy
 
 MAX_CAUSE_LINE = 300  # SPEC §14: cause_line is ≤ 300 chars
 MAX_CASCADE = 8
@@ -259,16 +260,13 @@ LINE_RULES = tuple(
 NEEDLES = {r[0]: r[3] for r in (*RULES, *CONSEQUENCES, CANCELLED)}
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Consequence:
     """A failure seen after the root one, caused by it (SPEC §15 `cascade`)."""
 
     rank: int | None
     cause: str
     line: str
-
-    def as_dict(self) -> dict[str, object]:
-        return {"rank": self.rank, "cause": self.cause, "line": self.line}
 
 
 class Blob:

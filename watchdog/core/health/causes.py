@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 
 from watchdog.core.health.causerules import (
     CANCELLED,
@@ -53,7 +54,7 @@ from watchdog.core.health.launchers import (
 from watchdog.core.health.launchers import SIGNAL_NUMBERS as SIGNAL_NUMBERS
 from watchdog.core.health.launchers import find as find_launcher
 from watchdog.core.health.tracebacks import exception_of, last_exception
-from watchdog.core.light import lazy, record
+from watchdog.core.light import lazy
 
 TYPE_CHECKING = False  # `typing` is never imported at run time (core/light.py)
 if TYPE_CHECKING:
@@ -120,7 +121,7 @@ _RANK_IN_MESSAGE = lazy(r"^(?:[\w.]{1,100}: )?Rank (\d{1,6})[:,]")
 _START_MARKER = "=== train-watchdog: start "  # the line jobstart writes before each spawn
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ExitFacts:
     """What the shell knows at the end of a run."""
 
@@ -137,7 +138,7 @@ class ExitFacts:
     error_files: Sequence[str] = ()  # the texts of the `error_file`s the tail names (elastic)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Cause:
     cause: str
     cause_class: CauseClass
@@ -152,14 +153,9 @@ class Cause:
         return {"cause": self.cause, "cause_class": self.cause_class, "cause_line": self.cause_line}
 
     def record(self) -> dict[str, object]:
-        """The classifier's half of `cause.json` (SPEC §14, §15)."""
-        return {
-            **self.fields(),
-            "exception": self.exception,
-            "rank": self.rank,
-            "cascade": [c.as_dict() for c in self.cascade],
-            "rule": self.rule,
-        }
+        """The classifier's half of `cause.json` (SPEC §14, §15): its fields, a cascade's too
+        (core/images.py `plain` writes the same; explain does not import it)."""
+        return asdict(self)
 
 
 def clean(line: str) -> str:

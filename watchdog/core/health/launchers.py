@@ -6,8 +6,9 @@ Python's faulthandler, UCX and the shell's own word on a child killed by a signa
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from watchdog.core.light import lazy, record
+from watchdog.core.light import lazy
 
 SIGBUS, SIGKILL, SIGSEGV, SIGABRT = 7, 9, 11, 6  # Linux numbers (signal(7))
 SIGNAL_CAUSES = {SIGSEGV: "segfault", SIGBUS: "bus_error", SIGABRT: "aborted"}
@@ -67,13 +68,13 @@ _CAUGHT = lazy(r"Caught signal (\d{1,2}) \(")
 _LOCAL_RANK_ARG = lazy(r"--local_rank=(\d{1,6})")
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Line:
     rank: int | None
     text: str
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Launcher:
     """A launcher's word on the rank that died first."""
 

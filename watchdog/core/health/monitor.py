@@ -165,56 +165,6 @@ class HealthMonitor:
             self._low_since = None
             self._normal_tps.append(tps)
 
-    def carry(self) -> dict[str, object]:
-        """The detector windows, for an in-place re-exec (same monotonic clock): a stall keeps
-        its age, the throughput median its readings. The last GPU sample is not carried: the
-        next one comes within one interval."""
-        last = self._last
-        return {
-            "idle_run": self._idle_run,
-            "first_progress_at": self._first_progress_at,
-            "last_progress_at": self._last_progress_at,
-            "last": None if last is None else [last.tokens_per_s, last.step],
-            "normal_tps": list(self._normal_tps),
-            "low_since": self._low_since,
-            "started": self._started,
-            "last_activity_at": self._last_activity_at,
-            "progress_source": self.progress_source,
-            "phase": self.run_phase.phase,
-            "woke_at": self._woke_at,
-        }
-
-    def resume(self, c: Mapping[str, object]) -> None:
-        """Take over carry() of the previous code; ValueError, KeyError or TypeError if unfit."""
-
-        def opt(v: object) -> float | None:
-            if v is None:
-                return None
-            if isinstance(v, bool) or not isinstance(v, int | float):
-                raise ValueError(f"not a number: {v!r}")
-            return float(v)
-
-        last, tps = c["last"], c["normal_tps"]
-        if not isinstance(tps, list) or (last is not None and not isinstance(last, list)):
-            raise ValueError("malformed detector windows")
-        idle_run = c["idle_run"]
-        if type(idle_run) is not int:
-            raise ValueError(f"idle_run {idle_run!r}")
-        self._idle_run = idle_run
-        self._first_progress_at = opt(c["first_progress_at"])
-        self._last_progress_at = opt(c["last_progress_at"])
-        if last is not None:
-            step = last[1]
-            self._last = ProgressReading(opt(last[0]), step if type(step) is int else None)
-        self._normal_tps.extend(x for x in (opt(t) for t in tps) if x is not None)
-        self._low_since = opt(c["low_since"])
-        self._started = c["started"] is True
-        self._last_activity_at = opt(c.get("last_activity_at"))  # absent from older code
-        source = c.get("progress_source")
-        self.progress_source = source if isinstance(source, str) else None
-        self.run_phase.resume(c.get("phase"))
-        self._woke_at = opt(c.get("woke_at"))  # absent from older code
-
     # ---------------------------------------------------------------------- queries
 
     @property

@@ -20,7 +20,7 @@ from watchdog.core.health.gpu_degraded import _Held as Held
 from watchdog.core.health.gpu_news import GpuObserved, GpuWatchState
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor, Verdict
 from watchdog.core.health.ranks import IDLE_LIST_EVERY_S, STARTUP_LIST_S, RankTracker
-from watchdog.core.progress.stall_window import RunPhase, StallConfig, StallKnowledge
+from watchdog.core.progress.stall_window import PHASES, RunPhase, StallConfig, StallKnowledge
 from watchdog.core.ring import GapRing
 from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
 
@@ -82,6 +82,46 @@ KNOWN: dict[str, type[Any]] = {
     )
 }
 KNOWN["_Held"] = Held
+
+
+# What the new code's monitor keeps of its own at a re-exec: its config, and the stall windows
+# it learns into (the daemon's, saved to their file: docs/stall-windows.md)
+KEPT = ("_cfg", "knowledge")
+
+
+def taken_over(m: HealthMonitor, found: Mapping[str, Any]) -> HealthMonitor:
+    """`m`, the new code's fresh monitor, with the previous code's (its image, as a re-exec
+    hands it over) restored onto it (images.onto): a stall keeps its age, the throughput
+    median its readings. Reads the untagged carry of code before that too."""
+    if "$object" not in found:
+        found = _older(found, m)
+    return images.onto(m, found, KNOWN, KEPT)
+
+
+def _older(c: Mapping[str, Any], m: HealthMonitor) -> dict[str, Any]:
+    """The detector windows as code before one codec handed them over, as the image's fields
+    (a save's end is learnt again). ValueError, KeyError or TypeError if unfit."""
+    num = float | None
+    last, tps = c["last"], images.typed(list[num], c["normal_tps"], "normal_tps")
+    found = {f"_{k}": images.typed(num, c.get(k), k) for k in _OLDER_TIMES}
+    found["_idle_run"] = images.typed(int, c["idle_run"], "idle_run")
+    found["_started"] = c["started"] is True
+    if last is not None:
+        step = last[1] if type(last[1]) is int else None
+        found["_last"] = images.image(ProgressReading(images.typed(num, last[0]), step))
+    found["_normal_tps"] = {
+        "$deque": [t for t in tps if t is not None],
+        "maxlen": m._normal_tps.maxlen,
+    }
+    source = c.get("progress_source")
+    found["progress_source"] = source if isinstance(source, str) else None
+    phase = next((p for p in PHASES if p == c.get("phase")), "startup")
+    found["run_phase"] = {"$object": "RunPhase", "fields": {"phase": phase}}
+    return found
+
+
+# its instants (the last two absent from older code still: None)
+_OLDER_TIMES = ("first_progress_at", "last_progress_at", "low_since", "last_activity_at", "woke_at")
 
 
 def _is_head(entry: Mapping[str, Any]) -> bool:
@@ -191,8 +231,8 @@ class HealthReplay:
             m.progress_unreadable(e["unreadable"])
         elif name == "reconfigure":
             m.reconfigure(images.built(HealthConfig, e["config"]))
-        elif name == "resume":
-            m.resume(e["carried"])
+        elif name == "resume":  # a re-exec's hand-over, as code before one codec wrote it
+            taken_over(m, e["carried"])
         else:
             raise ValueError(f"not a monitor input: {name!r}")
 

@@ -306,9 +306,3 @@ class RunPhase:
         """`phase`'s window; the training one with the floor this run earned (SPEC §16)."""
         earned = self.earned_floor(cfg) if phase == "training" else None
         return self.knowledge.window(phase, cfg, ceiling_s, earned)
-
-    def resume(self, phase: object) -> None:
-        """The phase a re-exec carried (absent from older code: startup until the next step)."""
-        self.phase = next((p for p in PHASES if p == phase), "startup")
-        self.ending = None
-        self.quiet_at = None

@@ -135,19 +135,6 @@ class ProgressTracker:
         # prints it (`N/TOTAL`); every reading carries it, a step-less one too (the ETA)
         self.total: int | None = None
 
-    def carry(self) -> dict[str, object]:
-        """The run's highest step, for an in-place re-exec (bars are re-learnt)."""
-        return {"highest": self.highest, "total": self.total}
-
-    @classmethod
-    def resume(cls, c: object) -> ProgressTracker:
-        t = cls()
-        if isinstance(c, dict) and type(c.get("highest")) is int:
-            t.highest = c["highest"]
-        if isinstance(c, dict) and type(c.get("total")) is int:
-            t.total = c["total"]  # absent from older code
-        return t
-
     def observe(self, r: Recognised, now: float | None = None) -> Seen | None:
         """Judge one recognised line (lines in the order the job wrote them), read at `now`
         (any monotone clock; None: bars are judged without the quiet rule)."""

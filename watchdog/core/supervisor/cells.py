@@ -38,6 +38,12 @@ def go(handler: Handler, *to: State, says: str) -> Go:
     return Go(handler, frozenset(to), says)
 
 
+def only(cell: Go, *to: State, says: str | None = None) -> Go:
+    """`cell` in a state where its handler can lead only to `to` (table.py declares what an
+    input can do in that state, tests/core/supervisor/test_table_reached.py checks it)."""
+    return Go(cell.handler, frozenset(to), cell.says if says is None else says)
+
+
 def nothing(s: JobState, ev: object, now: float) -> list[Action]:
     """An input the table allows in a state where it has nothing to do."""
     return []

@@ -6,6 +6,8 @@ new policy, and another node's cluster restart (docs/multi-node.md). Each handle
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from watchdog.core.names import INCIDENT_REASONS, State
 from watchdog.core.supervisor.events import (
     Action,
@@ -32,24 +34,35 @@ CANCEL_WINDOW_S = 2.0
 
 
 def command(s: JobState, ev: OperatorCommand, now: float) -> list[Action]:
-    """An operator's command: what it does now, or why it cannot (Refuse). A `restart`
-    restarts the cluster too (docs/multi-node.md), whatever this node does about it."""
-    cmd = ev.cmd
-    if cmd == "restart":
-        return [RestartCluster(), *_command(s, cmd, now)]
-    return _command(s, cmd, now)
+    """An operator's command where no stop is under way (a run, or none): what it does now,
+    or why it cannot (Refuse)."""
+    return _answer(s, ev, now, _command)
+
+
+def command_stopping(s: JobState, ev: OperatorCommand, now: float) -> list[Action]:
+    """An operator's command while a stop is under way: it changes where that stop leads."""
+    return _answer(s, ev, now, _stopping)
+
+
+def _answer(
+    s: JobState,
+    ev: OperatorCommand,
+    now: float,
+    in_row: Callable[[JobState, str, float], list[Action]],
+) -> list[Action]:
+    """What every row does alike: a `restart` restarts the cluster too (docs/multi-node.md),
+    whatever this node does about it; nothing is done once the daemon is on its way out; a
+    pause holds back every automatic action (SPEC §3)."""
+    out: list[Action] = [RestartCluster()] if ev.cmd == "restart" else []
+    if s.leaving is not Leaving.STAYING:
+        return [*out, Refuse("the daemon is shutting down")]
+    if ev.cmd == "pause":
+        s.paused = True
+        return [*out, Emit("job_paused", {})]
+    return [*out, *in_row(s, ev.cmd, now)]
 
 
 def _command(s: JobState, cmd: str, now: float) -> list[Action]:
-    if s.leaving is not Leaving.STAYING:
-        return [Refuse("the daemon is shutting down")]
-    if cmd == "pause":
-        s.paused = True
-        paused: list[Action] = [Emit("job_paused", {})]
-        if s.state is State.BACKOFF:  # a scheduled restart is an automatic action too
-            s.state, s.backoff_until = State.STOPPED, None
-            paused.append(Emit("child_stopped", {"reason": "paused"}))
-        return paused
     if cmd == "resume":
         return _resume(s, now)
     if cmd == "stop":
@@ -57,18 +70,46 @@ def _command(s: JobState, cmd: str, now: float) -> list[Action]:
     return _start(s, cmd, now)
 
 
+def _stopping(s: JobState, cmd: str, now: float) -> list[Action]:
+    """resume: a run that died while paused is restarted once its tree is gone; stop: the
+    stop leads to stopped (a run that ended well stays completed, SPEC §13; an exit stays
+    one); start/restart: a start once the tree is gone, the budget reset (SPEC §5)."""
+    if cmd == "resume":
+        if not s.paused:
+            return []
+        s.paused = False
+        died = s.stop_reason == "exited" and "exited" in s.policy.restart_on
+        if s.after_stop is AfterStop.STOP and died:
+            s.after_stop = AfterStop.RESTART
+        return [Emit("job_resumed", {})]
+    if cmd == "stop":
+        _stopped_by_operator(s)
+        if s.after_stop not in (AfterStop.EXIT, AfterStop.COMPLETED):
+            s.after_stop = AfterStop.STOP
+        return []
+    if s.after_stop is AfterStop.EXIT:
+        return [Refuse("the daemon is shutting down")]
+    _budget_reset(s)
+    return stop(s, "operator", AfterStop.START)
+
+
+def in_backoff(s: JobState, ev: OperatorCommand, now: float) -> list[Action]:
+    """An operator's command while a restart is scheduled (table.py, backoff). A pause cancels
+    the restart, an automatic action too: the job shows `stopped`, not `paused`, as no job is
+    alive (SPEC §3; `watchdogctl status` exits 3). The others as in any state."""
+    if ev.cmd != "pause" or s.leaving is not Leaving.STAYING:
+        return command(s, ev, now)
+    s.paused = True
+    enter(s, State.STOPPED)
+    s.backoff_until = None
+    return [Emit("job_paused", {}), Emit("child_stopped", {"reason": "paused"})]
+
+
 def _resume(s: JobState, now: float) -> list[Action]:
     if not s.paused:
         return []  # nothing to resume: a job stopped on purpose stays stopped
     s.paused = False
     out: list[Action] = [Emit("job_resumed", {})]
-    if (
-        s.state is State.STOPPING
-        and s.after_stop is AfterStop.STOP
-        and s.stop_reason == "exited"
-        and "exited" in s.policy.restart_on
-    ):
-        s.after_stop = AfterStop.RESTART  # it died while paused; its cleanup is under way
     if s.state is State.STOPPED and s.want_running:
         return out + spawn(s, now, "resumed")
     # Verdicts that fired during the pause are acted on now.
@@ -79,14 +120,14 @@ def _resume(s: JobState, now: float) -> list[Action]:
     return out
 
 
-def _stop(s: JobState) -> list[Action]:
+def _stopped_by_operator(s: JobState) -> None:
     s.backoff_until = None
     s.want_running = False
     s.operator_stopped = True
-    if s.state is State.STOPPING:
-        if s.after_stop not in (AfterStop.EXIT, AfterStop.COMPLETED):  # a run that ended well
-            s.after_stop = AfterStop.STOP  # stays completed (SPEC §13)
-        return []
+
+
+def _stop(s: JobState) -> list[Action]:
+    _stopped_by_operator(s)
     if s.pid is None and s.run is not Run.SPAWNING:
         enter(s, State.STOPPED)
         s.host_fault = None
@@ -97,20 +138,22 @@ def _stop(s: JobState) -> list[Action]:
 def _start(s: JobState, cmd: str, now: float) -> list[Action]:
     """start / restart: an operator always leaves fatal and resets the budget (SPEC §5)."""
     alive = s.pid is not None or s.run is Run.SPAWNING
-    if s.state is State.STOPPING and s.after_stop is AfterStop.EXIT:
-        return [Refuse("the daemon is shutting down")]
-    if cmd == "start" and alive and s.state is not State.STOPPING:
+    if cmd == "start" and alive:
         return [Refuse(f"already {snapshot(s).state.value}")]
+    _budget_reset(s)
+    if alive:
+        return stop(s, "operator", AfterStop.START)
+    s.last_reason = "operator" if cmd == "restart" else s.last_reason
+    return spawn(s, now, "operator")
+
+
+def _budget_reset(s: JobState) -> None:
     s.restart_times.clear()
     s.failures = 0
     s.tally.reset()
     s.cause_streak = None  # SPEC §14: like the budget, an operator's start starts it afresh
     s.host_fault = None  # an operator's start leaves host_fault (SPEC §12)
     s.operator_stopped = False  # ... and an operator's stop (SPEC §13)
-    if alive or s.state is State.STOPPING:
-        return stop(s, "operator", AfterStop.START)
-    s.last_reason = "operator" if cmd == "restart" else s.last_reason
-    return spawn(s, now, "operator")
 
 
 def policy_changed(s: JobState, ev: PolicyChanged, now: float) -> list[Action]:
@@ -127,11 +170,46 @@ def cluster_restart(s: JobState, ev: RestartRequested, now: float) -> list[Actio
     return stop(s, ev.reason, AfterStop.START)
 
 
-def shutdown(s: JobState, ev: ShutdownRequested, now: float) -> list[Action]:
+def _signalled(s: JobState, ev: ShutdownRequested) -> None:
     if s.signalled is None and ev.signum is not None:
         s.signalled = ev.signum  # SPEC §13: the first stop signal's code (ending.py)
     s.backoff_until = None
-    if s.state is State.STOPPING and s.after_stop is AfterStop.COMPLETED:
+
+
+def shutdown(s: JobState, ev: ShutdownRequested, now: float) -> list[Action]:
+    """A shutdown while a run is under way (starting, running, unhealthy, paused): stop it,
+    then exit; an attached run is left running (SPEC §16)."""
+    _signalled(s, ev)
+    if s.pid is None and s.run is not Run.SPAWNING:
+        return _exit_now(s)  # nothing to stop after all
+    if s.attached and s.run is Run.LIVE:
+        # SPEC §16: a process `watchdogd --attach` watches was never ours to stop: it outlives us
+        s.leaving = Leaving.EXITED
+        return [Exit()]
+    return stop(s, "shutdown", AfterStop.EXIT)
+
+
+def shutdown_idle(s: JobState, ev: ShutdownRequested, now: float) -> list[Action]:
+    """A shutdown where no run is under way (stopped, backoff, and the end states): exit now.
+    An end state is what the next daemon must find in the state file (SPEC §5, §13): a clean
+    exit (systemctl restart) in fatal, host_fault or completed does not forget it."""
+    _signalled(s, ev)
+    return _exit_now(s)
+
+
+def _exit_now(s: JobState) -> list[Action]:
+    if s.state not in (State.COMPLETED, State.FATAL, State.HOST_FAULT):
+        enter(s, State.STOPPED)  # a restart scheduled in backoff is dropped
+    s.leaving = Leaving.EXITED
+    return [Exit()]
+
+
+def shutdown_stopping(s: JobState, ev: ShutdownRequested, now: float) -> list[Action]:
+    """A shutdown while a stop is under way: that stop ends in the exit; after a run that
+    ended well, the exit waits until its completion is recorded, unless the same cancel
+    stopped the job (CANCEL_WINDOW_S)."""
+    _signalled(s, ev)
+    if s.after_stop is AfterStop.COMPLETED:
         done_at = s.completed_at
         if done_at is None or now - done_at >= CANCEL_WINDOW_S:
             # The run ended well before this signal: record it, then exit (_finish_stop).
@@ -139,15 +217,4 @@ def shutdown(s: JobState, ev: ShutdownRequested, now: float) -> list[Action]:
             return []
         # The same cancel stopped the job: its exit was no completion (CANCEL_WINDOW_S).
         s.completed = s.completed_at = None
-    if s.pid is None and s.run is not Run.SPAWNING and s.state is not State.STOPPING:
-        # An end state is what the next daemon must find in the state file (SPEC §5, §13):
-        # a clean exit (systemctl restart) in fatal or completed does not forget it.
-        if s.state not in (State.COMPLETED, State.FATAL, State.HOST_FAULT):
-            enter(s, State.STOPPED)
-        s.leaving = Leaving.EXITED
-        return [Exit()]
-    if s.attached and s.run is Run.LIVE and s.state is not State.STOPPING:
-        # SPEC §16: a process `watchdogd --attach` watches was never ours to stop: it outlives us
-        s.leaving = Leaving.EXITED
-        return [Exit()]
     return stop(s, "shutdown", AfterStop.EXIT)

@@ -286,9 +286,9 @@ class StateRestored:
 
 @dataclass(frozen=True, slots=True)
 class HandoverResumed:
-    """An in-place re-exec: the previous code's `Supervisor.carry()` (same process, same
-    monotonic clock). `handle` raises ValueError (or KeyError/TypeError) for one that does not
-    fit: the shell refuses the hand-over."""
+    """An in-place re-exec: the previous code's `Supervisor.handed_over()` image (same process,
+    same monotonic clock; `carry`: the input log's name for it). `handle` raises ValueError (or
+    KeyError/TypeError) for one that does not fit: the shell refuses the hand-over."""
 
     carry: Mapping[str, object]
 

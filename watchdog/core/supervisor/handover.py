@@ -1,20 +1,24 @@
 """PURE hand-over of the supervisor's state to the next code or the next daemon (SPEC §12, §13).
 
-An in-place re-exec hands over everything (`carry`, then `HandoverResumed`: same process, same
-monotonic clock, the job still our child). A daemon that crashes or is restarted hands over only
-what must outlive it (`durable`, written to the state file, then `StateRestored`).
+An in-place re-exec hands over everything (`handed_over`, the record's image, core/images.py;
+then `HandoverResumed`: same process, same monotonic clock, the job still our child). A daemon
+that crashes or is restarted hands over only what must outlive it (`durable`, written to the
+state file, then `StateRestored`).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any
 
 from watchdog.core import images
 from watchdog.core.names import State
-from watchdog.core.supervisor.budget import Durable
+from watchdog.core.supervisor.budget import Durable, NoProgressTally, Policy
 from watchdog.core.supervisor.events import Action, HandoverResumed, StateRestored
 from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run, enter
+from watchdog.core.supervisor.scoring import Pending, VerdictBook
 
 
 def durable(s: JobState) -> Durable:
@@ -51,32 +55,42 @@ def parked(s: JobState) -> Mapping[str, object] | None:
     return s.host_fault
 
 
-# What an in-place re-exec hands over: JobState's fields under their own names, the tally's as
-# `no_progress` (core/images.py `plain`, read back by `typed`). ALWAYS was in every carry; one
-# from older code lacks the LATER fields (or has them null): each keeps its default.
-ALWAYS = (
-    "state", "pid", "spawned_at", "healthy_since", "firing", "paused", "restart_times",
-    "restarts_total", "failures", "last_reason", "backoff_until", "last_exit", "attempt",
-    "want_running", "startup_expired",
-)  # fmt: skip
-LATER = (
-    "no_progress",  # absent in a carry from code without a tally: a fresh one
-    "host_fault",  # absent in a carry from code before SPEC §12
-    "access_lost", "access_resume", "completed", "completed_at", "run_step",  # ... SPEC §13
-    "operator_stopped",  # absent in a carry from code before it: derived (resume)
-    "last_cause", "cause_streak", "exit_step", "failures_by_cause",  # ... before SPEC §14
-    "verdicts", "attached", "take_over",  # ... before SPEC §16
-)  # fmt: skip
-_FIELD = {"no_progress": "tally"}
+# The classes a hand-over, a record or the state image (image.py) may name (core/images.py)
+KNOWN: dict[str, type[Any]] = {
+    c.__name__: c for c in (Policy, Durable, NoProgressTally, VerdictBook, Pending)
+}
+# Not handed over: what the new code has of its own (its config's policy, its jitter source,
+# its clock) and what an operator's waiting command holds (its connection does not cross)
+NOT_HANDED = ("policy", "rng", "now", "answers_due", "at_checkpoint")
+SET_APART = ("policy", "rng", "state", "run", "leaving")  # set by the reader itself
+OLDER = {"no_progress": "tally"}  # a field's name in a carry of code before this was its image
 
 
-def carry(s: JobState) -> dict[str, object] | None:
-    """Everything, for an in-place re-exec (same process, same monotonic clock, the job
+def image(s: JobState, leave: tuple[str, ...] = ("rng",)) -> dict[str, Any]:
+    """Every field of the record (but `leave`) as tagged JSON (core/images.py)."""
+    return {f.name: images.image(getattr(s, f.name)) for f in fields(s) if f.name not in leave}
+
+
+def handed_over(s: JobState) -> dict[str, Any] | None:
+    """The image an in-place re-exec hands over (same process, same monotonic clock, the job
     still our child); None while a start or a stop is under way (not a moment to hand over:
     their outcome would arrive at the old code)."""
     if s.run is Run.SPAWNING or s.leaving is not Leaving.STAYING or s.state is State.STOPPING:
         return None
-    return {k: images.plain(getattr(s, _FIELD.get(k, k))) for k in (*ALWAYS, *LATER)}
+    return image(s, NOT_HANDED)
+
+
+def take_in(s: JobState, found: Mapping[str, Any]) -> None:
+    """Every field `found` holds, read back as JobState's annotation says (images.typed):
+    versioned defaults, a field an older image lacks keeps its declared default. Also reads the
+    untagged carry of code before the hand-over was this image (a field under its `OLDER`
+    name). Raises ValueError for a value that does not fit."""
+    hints = images.hints(JobState)
+    for f in fields(s):
+        key = next((old for old, new in OLDER.items() if new == f.name and old in found), f.name)
+        if key in found and f.name not in SET_APART:
+            value = images.restored(found[key], KNOWN)
+            setattr(s, f.name, images.typed(hints[f.name], value, key))
 
 
 def restored(s: JobState, ev: StateRestored, now: float) -> list[Action]:
@@ -86,27 +100,20 @@ def restored(s: JobState, ev: StateRestored, now: float) -> list[Action]:
 
 
 def resumed(s: JobState, ev: HandoverResumed, now: float) -> list[Action]:
-    """HandoverResumed (table.py): the previous code's carry(), into a fresh core."""
-    resume(s, ev.carry, now)
-    return []
-
-
-def resume(s: JobState, c: Mapping[str, object], now: float) -> None:
-    """Take over a carry() of the previous code. Raises ValueError (or KeyError/TypeError)
-    for one that does not fit: the caller refuses the hand-over."""
-    state = State(str(c["state"]))
+    """HandoverResumed (table.py): the previous code's handed_over() image, into a fresh core.
+    Raises ValueError (or KeyError/TypeError) for one that does not fit: the caller refuses
+    the hand-over."""
+    found = ev.carry
+    state = State(str(found["state"]))
     if state is State.STOPPING:
         raise ValueError("a stop cannot be handed over")
     s.now = now
     enter(s, state)
-    hints = images.hints(JobState)
-    for key in (*ALWAYS[1:], *LATER):
-        if key in ALWAYS or c.get(key) is not None:  # KeyError for one every carry had
-            name = _FIELD.get(key, key)
-            setattr(s, name, images.typed(hints[name], c[key], key))
+    take_in(s, found)
     s.run = Run.NONE if s.pid is None else Run.LIVE  # never handed over mid-start or mid-stop
-    if c.get("operator_stopped") is None:  # a carry from code before it: derived
+    if found.get("operator_stopped") is None:  # a carry from code before it: derived
         s.operator_stopped = state is State.STOPPED and not s.want_running and s.completed is None
+    return []
 
 
 def restore(s: JobState, d: Durable, now: float) -> None:

@@ -2,34 +2,30 @@
 
 A rotated input log starts with this image of the core as it was before the file's first
 input, and the state of its jitter generator, so a replay can start there: the inputs before
-it may be gone. Unlike handover.carry() (an in-place re-exec, refused while a start or a stop
-is under way), it holds every field of JobState, at any moment; it is read back with no
-migration but one: an image written before the run's phase (`run`) and the way out (`leaving`)
+it may be gone. Unlike handover.handed_over() (an in-place re-exec, refused while a start or a
+stop is under way), it holds every field of JobState, at any moment; it is read back as the
+hand-over is (handover.take_in: a field an older image lacks keeps its default), with one
+migration more: an image written before the run's phase (`run`) and the way out (`leaving`)
 were enums has their flags instead, and reads the same (a bug report's log replays).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from watchdog.core import images
 from watchdog.core.names import State
 from watchdog.core.supervisor.budget import Policy
-from watchdog.core.supervisor.jobstate import JobState, Leaving, Run
+from watchdog.core.supervisor.handover import KNOWN, take_in
+from watchdog.core.supervisor.handover import image as record_image
+from watchdog.core.supervisor.jobstate import Leaving, Run
 from watchdog.core.supervisor.machine import Supervisor
-from watchdog.core.supervisor.replay import KNOWN
-
-_NOT_STATE = ("rng",)  # the jitter source: the log keeps its generator's state beside
-_SET_HERE = (*_NOT_STATE, "policy", "state", "run", "leaving")  # restored() sets them itself
 
 
 def image(core: Supervisor) -> dict[str, Any]:
     """Every field of the core's state as a JSON-ready object (core/images.py, field by field)."""
-    s: JobState = core.record()  # the whole record: what handle() reads and writes
-    fields = dataclasses.fields(s)
-    return {f.name: images.image(getattr(s, f.name)) for f in fields if f.name not in _NOT_STATE}
+    return record_image(core.record())  # the whole record (the jitter source's state apart)
 
 
 def restored(found: Mapping[str, Any], rng: Callable[[], float]) -> Supervisor:
@@ -37,11 +33,8 @@ def restored(found: Mapping[str, Any], rng: Callable[[], float]) -> Supervisor:
     back as JobState's annotation says (images.typed): an image of code before this was its
     codec (enums as their values, untagged deques and tally) reads the same."""
     core = Supervisor(images.typed(Policy, images.restored(found["policy"], KNOWN)), rng)
-    s: JobState = core.record()
-    hints = images.hints(JobState)
-    for f in dataclasses.fields(s):
-        if f.name in found and f.name not in _SET_HERE:  # else: newer than the image, default
-            setattr(s, f.name, images.typed(hints[f.name], images.restored(found[f.name], KNOWN)))
+    s = core.record()
+    take_in(s, found)
     s.state = State(found["state"])  # the one write of the state beside jobstate.enter
     s.run, s.leaving = _run(found), _leaving(found)
     return core

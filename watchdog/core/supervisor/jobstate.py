@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from contextvars import ContextVar
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from operator import attrgetter
+from typing import Any
 
 from watchdog.core.names import State
 from watchdog.core.supervisor.budget import NoProgressTally, Policy
@@ -187,10 +190,81 @@ class Snapshot:
     held: Hold | None = field(default=None, compare=False)
 
 
+class UndeclaredTransition(AssertionError):
+    """A handler entered a state that its cell of table.py does not declare (a bug of the core):
+    `led_to` is that state as status would show it."""
+
+    def __init__(self, led_to: State, why: str = "") -> None:
+        super().__init__(why or f"led to {led_to.value}")
+        self.led_to = led_to
+
+
+@dataclass(slots=True)
+class Gate:
+    """The input under way (`Supervisor.handle`): the draft of the record it works on, the state
+    it was looked up in (`row`), and what its cell of table.py may lead to. enter() checks a
+    write to the draft against it before it writes, and lists what was entered."""
+
+    draft: JobState
+    row: State
+    declared: frozenset[State]
+    entered: list[State] = field(default_factory=list)  # as status shows them, in order
+
+
+# The gate of the input being handled, if any: one core handles one input at a time, and a
+# handler never feeds another core, so the innermost gate is the one whose draft is written.
+GATE: ContextVar[Gate | None] = ContextVar("supervisor_gate", default=None)
+
+
+def _copier(cls: type[Any]) -> Callable[[Any], Any]:
+    """A copy of a flat dataclass (its fields' values shared), made by its own __init__ with
+    every field given: no default is built only to be overwritten (a draft is made per input)."""
+    values = attrgetter(*(f.name for f in fields(cls)))
+    return lambda v: cls(*values(v))
+
+
+_RECORD = _copier(JobState)
+
+
+def _mapping(m: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    return None if m is None else dict(m)
+
+
+# The fields whose values can change in place, and how each is copied for a draft. Every other
+# field holds an immutable value, or a source the shell also holds (the jitter source, drawn
+# from the input log's generator): those a draft shares. test_machine_commit.py checks the list.
+COPIED: dict[str, Callable[[Any], Any]] = {
+    "restart_times": deque.copy,
+    "failures_by_cause": dict.copy,
+    "tally": _copier(NoProgressTally),  # scalars only
+    "verdicts": VerdictBook.copied,
+    "host_fault": _mapping,
+    "completed": _mapping,
+    "last_cause": _mapping,
+}
+
+
+def draft(s: JobState) -> JobState:
+    """A copy of `s` that nothing a handler writes to it reaches `s` through (COPIED): the
+    record an input works on, which replaces `s` only when the input is allowed whole."""
+    d: JobState = _RECORD(s)
+    for name, copied in COPIED.items():
+        setattr(d, name, copied(getattr(s, name)))
+    return d
+
+
 def enter(s: JobState, state: State) -> None:
     """The one way into a state (model: h11's `_state.py` writes its states in one place):
-    every handler enters through here, and `Supervisor.handle` checks what it entered against
-    the table's cell (table.py). Only the image's restore (image.py) sets `state` otherwise."""
+    every handler enters through here. On the draft of an input under way (GATE) the state it
+    leads to, as status would show it, is checked against the input's cell of table.py before
+    it is written: the row's own state, or one the cell declares. Only the image's restore
+    (image.py) sets `state` otherwise (tests/core/supervisor/test_table.py counts the writes)."""
+    gate = GATE.get()
+    if gate is not None and gate.draft is s:
+        led_to = _shown(state, s)
+        if led_to is not gate.row and led_to not in gate.declared:
+            raise UndeclaredTransition(led_to)
+        gate.entered.append(led_to)
     s.state = state
 
 
@@ -217,11 +291,16 @@ def shown(s: JobState) -> State:
     running or unhealthy, and the `paused` flag); in any other state the pause only holds
     back what would start the job, so the state shows as it is. `waiting_nodes` (SPEC §12) is
     a start that waits at the cluster's barrier (attempts.nodes_awaited), unless paused."""
-    if s.paused and s.state in ALIVE:
+    return _shown(s.state, s)
+
+
+def _shown(state: State, s: JobState) -> State:
+    """What `shown` says of the record `s` once it is in `state` (enter() asks before it writes)."""
+    if s.paused and state in ALIVE:
         return State.PAUSED
-    if s.at_barrier and s.run is Run.SPAWNING and s.state is State.STARTING:
+    if s.at_barrier and s.run is Run.SPAWNING and state is State.STARTING:
         return State.WAITING_NODES
-    return s.state
+    return state
 
 
 def snapshot(s: JobState) -> Snapshot:

@@ -21,15 +21,19 @@ from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.cells import refusal_reason
 from watchdog.core.supervisor.events import (
     Action,
+    Emit,
     Event,
     HandoverResumed,
     ProgressMarked,
     StateRestored,
 )
 from watchdog.core.supervisor.jobstate import (
+    GATE,
+    Gate,
     JobState,
     Snapshot,
-    enter,
+    UndeclaredTransition,
+    draft,
     next_deadline,
     shown,
     snapshot,
@@ -41,9 +45,7 @@ from watchdog.core.supervisor.table import TABLE
 # raises instead of being refused, so a wrong handler fails the test that drove it.
 STRICT = False
 
-
-class UndeclaredTransition(AssertionError):
-    """A handler left a state that its cell of table.py does not declare (a bug of the core)."""
+__all__ = ["STRICT", "Supervisor", "UndeclaredTransition"]
 
 
 class Supervisor:
@@ -56,7 +58,8 @@ class Supervisor:
         self._snap: Snapshot | None = None
 
     def record(self) -> JobState:
-        """The whole mutable record: for the input log's state image (image.py) only."""
+        """The whole mutable record: for the input log's state image (image.py) only. Each
+        input allowed replaces it by the draft it worked on: hold it no longer than a call."""
         self._snap = None
         return self._s
 
@@ -86,44 +89,56 @@ class Supervisor:
         """What must outlive this process (the restart budget): see budget.Durable."""
         return handover.durable(self._s)
 
-    def carry(self) -> dict[str, object] | None:
-        """Everything, for an in-place re-exec (see handover.carry); None while a start or a
-        stop is under way."""
-        return handover.carry(self._s)
+    def handed_over(self) -> dict[str, object] | None:
+        """Everything, as an image, for an in-place re-exec (see handover.handed_over); None
+        while a start or a stop is under way."""
+        return handover.handed_over(self._s)
 
     def handle(self, event: Event, now: float) -> list[Action]:
         """Every input of the core: the actions to execute, in order. The state's row of
         table.TABLE says what the input does; one it does not list is refused (input_refused).
-        Then a restart held for a checkpoint (at_checkpoint.py), a waiting command's outcome
-        (answers.py) and, under --exit-with-job, the daemon's
-        exit code (ending.py, SPEC §13) are decided from what the input did."""
+        The cell's handler works on a draft of the record (jobstate.draft), which enter()
+        checks against the cell before each state it writes; the record takes the draft only
+        when every state the input entered is declared. Otherwise the input is refused: the
+        record is as it was and none of the actions decided run (docs/state-machine.md)."""
         s = self._s
         self._snap = None
-        s.now = now  # for snapshot() only: every handler is given `now`
         state = shown(s)
         cell = TABLE[state].get(type(event))
         if cell is None:
             return [refused(s, event, refusal_reason(type(event), state))]
-        was = s.state
-        actions = cell.handler(s, event, now)
-        if (after := shown(s)) is not state and after not in cell.to:
-            actions = self._undeclared(event, state, after, was, actions)
-        if isinstance(event, StateRestored | HandoverResumed):
-            return actions  # taken in before the daemon starts: nothing ends it yet
-        if s.at_checkpoint is not None or isinstance(event, ProgressMarked):
-            actions = at_checkpoint.after_input(s, event, actions, now)  # SPEC §16
-        actions = answers.after_input(s, event, actions)
-        return ending.after_input(s, actions, now)
+        work = draft(s)
+        work.now = now  # for snapshot() only: every handler is given `now`
+        token = GATE.set(Gate(work, state, cell.to))
+        try:
+            actions = _input(work, cell.handler(work, event, now), event, now)
+            if (after := shown(work)) is not state and after not in cell.to:
+                raise UndeclaredTransition(after)
+        except UndeclaredTransition as e:
+            return [self._undeclared(event, state, e.led_to)]
+        finally:
+            GATE.reset(token)
+        self._s = work  # the input is allowed whole: its draft is the record
+        return actions
 
-    def _undeclared(
-        self, event: Event, state: State, after: State, was: State, actions: list[Action]
-    ) -> list[Action]:
-        """A handler led where its cell does not say: loud in tests; in production the old
-        state is kept and the input is refused by name (the actions it decided still run: a
-        stop already asked for is not taken back)."""
+    def _undeclared(self, event: Event, state: State, after: State) -> Emit:
+        """A handler led where its cell does not say: loud in tests (STRICT); in production the
+        input is refused by name and its draft dropped, actions and all: the record and what
+        the shell saves of it stay byte for byte as they were."""
         declared = ", ".join(sorted(s.value for s in TABLE[state][type(event)].to)) or "none"
         why = f"led to {after.value}; table.py declares {declared}: the state stays {state.value}"
         if STRICT:
-            raise UndeclaredTransition(f"{type(event).__name__} in {state.value}: {why}")
-        enter(self._s, was)
-        return [*actions, refused(self._s, event, why)]
+            raise UndeclaredTransition(after, f"{type(event).__name__} in {state.value}: {why}")
+        return refused(self._s, event, why)
+
+
+def _input(s: JobState, actions: list[Action], event: Event, now: float) -> list[Action]:
+    """What the input did beyond its cell: a restart held for a checkpoint (at_checkpoint.py), a
+    waiting command's outcome (answers.py) and, under --exit-with-job, the daemon's exit code
+    (ending.py, SPEC §13), decided from the draft the handler left."""
+    if isinstance(event, StateRestored | HandoverResumed):
+        return actions  # taken in before the daemon starts: nothing ends it yet
+    if s.at_checkpoint is not None or isinstance(event, ProgressMarked):
+        actions = at_checkpoint.after_input(s, event, actions, now)  # SPEC §16
+    actions = answers.after_input(s, event, actions)
+    return ending.after_input(s, actions, now)

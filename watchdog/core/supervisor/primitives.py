@@ -140,7 +140,8 @@ def fail(s: JobState, reason: str, now: float) -> list[Action]:
     if judged is not None:
         return judged  # SPEC §14: a repeated deterministic cause, or a host cause
     if not s.tally.restart_allowed(marker, was_healthy, p.max_no_progress):
-        s.state, s.last_reason = State.FATAL, "no_progress"
+        enter(s, State.FATAL)
+        s.last_reason = "no_progress"
         fields: dict[str, object] = {"reason": "no_progress", "last_reason": reason}
         fields |= {"restarts": s.tally.in_a_row, "marker": marker, **incident}
         return [Emit("fatal", fields | {"best": s.tally.best})]

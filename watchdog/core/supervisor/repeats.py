@@ -40,7 +40,8 @@ def judge(
     s.cause_streak = (name, count)
     if count < s.policy.same_cause_limit:
         return None
-    s.state, s.last_reason = State.FATAL, "repeated_cause"
+    enter(s, State.FATAL)
+    s.last_reason = "repeated_cause"
     s.backoff_until = None
     fields: dict[str, object] = {"reason": "repeated_cause", "last_reason": reason, **cause}
     return [Emit("fatal", fields | {"failures": count, **incident})]

@@ -18,16 +18,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, get_args
 
 from watchdog.core import images
-from watchdog.core.supervisor.budget import Durable, NoProgressTally, Policy
+from watchdog.core.supervisor import handover
+from watchdog.core.supervisor.budget import Policy
 from watchdog.core.supervisor.events import Action, Event
 from watchdog.core.supervisor.machine import Supervisor
-from watchdog.core.supervisor.scoring import Pending, VerdictBook
 
 EVENT_TYPES: dict[str, type[Any]] = {cls.__name__: cls for cls in get_args(Event)}
-# the classes a record, or the supervisor's state image (image.py), may name (core/images.py)
-KNOWN: dict[str, type[Any]] = {
-    c.__name__: c for c in (Policy, Durable, NoProgressTally, VerdictBook, Pending)
-}
+KNOWN = handover.KNOWN  # the classes a record may name (core/images.py)
 
 
 def to_record(event: Event) -> dict[str, Any]:

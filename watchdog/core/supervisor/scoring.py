@@ -46,6 +46,14 @@ class VerdictBook:
     totals: dict[str, dict[str, int]] = field(default_factory=dict)  # reason -> outcome -> n
     recent: deque[tuple[float, str]] = field(default_factory=deque)  # (at, outcome)
 
+    def copied(self) -> VerdictBook:
+        """A book that shares nothing mutable with this one (the supervisor's draft of an input,
+        jobstate.draft)."""
+        pending = [Pending(p.reason, p.at, p.until, p.pid) for p in self.pending]
+        return VerdictBook(
+            pending, {r: dict(o) for r, o in self.totals.items()}, self.recent.copy()
+        )
+
     def given(
         self, reason: str, outcome: str, pid: int | None, now: float, window_s: float | None
     ) -> None:

@@ -10,18 +10,16 @@ states. `Supervisor.handle` dispatches through this table and nothing else:
   concern the state (a cluster restart while nothing runs);
 - an input not listed is refused: `handle` returns an `input_refused` event (input, state,
   reason: cells.REFUSED) that the shell logs. It should not happen; a refusal changes nothing.
-- a handler enters states only through `jobstate.enter`, and `handle` checks the state it left
-  against its cell: one the cell does not name raises in tests (`machine.STRICT`) and, in
-  production, is refused by name (`input_refused`) with the old state kept.
+- a handler works on a draft of the record and enters states only through `jobstate.enter`,
+  which checks each against its cell before it writes: one the cell does not name raises in
+  tests (`machine.STRICT`); in production the input is refused by name (`input_refused`), the
+  draft and its actions dropped, the record unchanged.
 
 Rows shared by several states are written once (`_ANYWHERE`, `_NO_RUN`, `_A_RUN`, …) and
 spread into each state's row; docs/state-machine.md is drawn from this table (`make docs`).
 
 Q: where is observe mode (SPEC §16)? A: not a state: the same cells, whose handlers report
 `verdict_observed` where they would have stopped the job, so it has no path act lacks.
-
-Q: what does the daemon do when the job exits while backing off? A: nothing (BACKOFF /
-ChildExited): no job runs then, so it is the stopped run's exit, reaped late; the restart stays.
 """
 
 from __future__ import annotations
@@ -32,7 +30,7 @@ from watchdog.core.names import State
 from watchdog.core.supervisor import attempts, commands, handover, parking, resets, runs, verdicts
 from watchdog.core.supervisor.at_checkpoint import awaited as restart_held
 from watchdog.core.supervisor.at_checkpoint import tick as run_tick
-from watchdog.core.supervisor.cells import Go, go, stay
+from watchdog.core.supervisor.cells import Go, go, only, stay
 from watchdog.core.supervisor.events import (
     CheckpointAwaited,
     CheckpointsSetAside,
@@ -63,29 +61,18 @@ from watchdog.core.supervisor.events import (
     TreeStopped,
 )
 
-STOPPED, STARTING, RUNNING, UNHEALTHY = (
-    State.STOPPED,
-    State.STARTING,
-    State.RUNNING,
-    State.UNHEALTHY,
-)
-STOPPING, BACKOFF, FATAL, PAUSED = (State.STOPPING, State.BACKOFF, State.FATAL, State.PAUSED)
-HOST_FAULT, COMPLETED, WAITING_NODES = State.HOST_FAULT, State.COMPLETED, State.WAITING_NODES
+STOPPED, STARTING, RUNNING = State.STOPPED, State.STARTING, State.RUNNING
+UNHEALTHY, STOPPING, BACKOFF = State.UNHEALTHY, State.STOPPING, State.BACKOFF
+FATAL, PAUSED, HOST_FAULT = State.FATAL, State.PAUSED, State.HOST_FAULT
+COMPLETED, WAITING_NODES = State.COMPLETED, State.WAITING_NODES
 
 
 # What every state does with these.
 _ANYWHERE: dict[type, Go] = {
     PolicyChanged: go(commands.policy_changed, says="a reload's policy applies from now on"),
-    ProgressMarked: go(
-        verdicts.marked,
-        STOPPING,
-        says="fed to the no-progress tally (SPEC §12); a run's first step below its checkpoint"
-        " after an automatic restart: stop it (progress_reset, SPEC §16)",
-    ),
+    ProgressMarked: go(verdicts.marked, says="fed to the no-progress tally (SPEC §12)"),
     LossWentNan: stay("no run the watchdog acts on: the NaN was logged (loss_nan), no stop"),
-    CheckpointsSetAside: go(
-        resets.set_aside, says="torn checkpoints set aside: a checkpoint_unreadable streak ends"
-    ),
+    CheckpointsSetAside: go(resets.set_aside, says="set aside: the streak ends, resume anew"),
     SpawnPending: go(attempts.pending, says="a start about to spawn: Refuse once superseded"),
     NodesAwaited: go(attempts.awaited, says="only a start under way waits at the barrier"),
     HealthAwaited: stay("a caller waits for health: answered after each input (answers.py)"),
@@ -131,6 +118,12 @@ _A_RUN: dict[type, Go] = {
     GpuAccessChanged: go(
         parking.access_changed, says="named (gpu_access_lost/restored), never acted on"
     ),
+    ProgressMarked: only(
+        _ANYWHERE[ProgressMarked],
+        STOPPING,
+        says="fed to the no-progress tally (SPEC §12); the run's first step below its checkpoint"
+        " after an automatic restart stops it (progress_reset), a save ends a held restart",
+    ),
 }
 
 # Starting, running, unhealthy: a run the watchdog acts on (a paused one is only watched).
@@ -155,6 +148,10 @@ _STARTED: dict[type, Go] = {
     Tick: go(run_tick, STOPPING, says="a held restart's end: --or-now restarts (SPEC §16)"),
 }
 
+# Waiting at the cluster's barrier, a start has no child yet: a child's report changes nothing.
+_A_CHILDS = (ChildExited, HealthAssessed, LossWentNan, RankExited, RestartRequested, Tick)
+NO_CHILD = "a child's report, and none is spawned yet: nothing to act on"
+
 # A start (SPEC §3); `waiting_nodes` (SPEC §12) is a start that waits at the cluster's barrier.
 _STARTING: dict[type, Go] = {
     **_ACTED_ON,
@@ -164,8 +161,6 @@ _STARTING: dict[type, Go] = {
         attempts.spawn_failed,
         BACKOFF,
         FATAL,
-        HOST_FAULT,
-        STOPPED,
         says="a failure: restart after backoff, or fatal when the budget is spent",
     ),
     HealthAssessed: go(
@@ -188,6 +183,14 @@ _STARTING: dict[type, Go] = {
         says="parks (host_fault) or restarts (restart_app), by the fault's action",
     ),
 }
+
+# Fatal, host_fault, completed: a daemon started on an end state a previous one left.
+_AFTER_AN_END = go(
+    runs.daemon_started,
+    STOPPED,
+    STARTING,
+    says="the end state stays, a fresh run starts; a new allocation (fresh_run) forgets it first",
+)
 
 TABLE: dict[State, Mapping[type, Go]] = {
     STOPPED: {
@@ -220,25 +223,19 @@ TABLE: dict[State, Mapping[type, Go]] = {
         OperatorCommand: go(
             commands.command, STARTING, PAUSED, says="start/restart spawn; stop, pause recorded"
         ),
-        ShutdownRequested: go(commands.shutdown, says="exit"),
+        ShutdownRequested: go(commands.shutdown_idle, says="exit"),
         GpuFaultSeen: go(
-            parking.gpu_fault, HOST_FAULT, says="a parking fault parks a job still wanted"
+            parking.gpu_fault_idle, HOST_FAULT, says="a parking fault parks a job still wanted"
         ),
         GpuAccessChanged: go(parking.access_changed, says="named; nothing to hold back"),
     },
     STARTING: _STARTING,
     WAITING_NODES: {
         **_STARTING,
+        **{kind: only(_STARTING[kind], says=NO_CHILD) for kind in _A_CHILDS},
+        ProgressMarked: _ANYWHERE[ProgressMarked],
         ChildSpawned: go(attempts.child_spawned, STARTING, says="the barrier opened: it runs"),
-        SpawnFailed: go(
-            attempts.spawn_failed,
-            STARTING,
-            BACKOFF,
-            FATAL,
-            HOST_FAULT,
-            STOPPED,
-            says="the barrier was cancelled, or the start failed (as in starting)",
-        ),
+        SpawnFailed: only(_STARTING[SpawnFailed], BACKOFF, FATAL, says="cancelled, or failed"),
         NodesAwaited: go(attempts.awaited, STARTING, says="left the barrier: starting"),
     },
     RUNNING: {
@@ -293,10 +290,8 @@ TABLE: dict[State, Mapping[type, Go]] = {
             STOPPED,
             STARTING,
             PAUSED,
-            BACKOFF,
-            FATAL,
             HOST_FAULT,
-            says="the cancelled start ended: the stop is over (as TreeStopped)",
+            says="the cancelled start ended: the stop is over (as TreeStopped; no run failed)",
         ),
         TreeStopped: go(
             runs.tree_stopped,
@@ -314,16 +309,19 @@ TABLE: dict[State, Mapping[type, Go]] = {
         HealthAssessed: stay("a verdict on the run being stopped: too late to matter"),
         RankExited: stay("a rank of the run being stopped"),
         RestartRequested: stay("a stop is under way: the next start waits at the barrier"),
-        ShutdownRequested: go(commands.shutdown, says="the stop under way ends in an exit"),
+        ShutdownRequested: go(
+            commands.shutdown_stopping, says="the stop under way ends in an exit"
+        ),
         GpuFaultSeen: go(
-            parking.gpu_fault,
+            parking.gpu_fault_stopping,
             STOPPED,
             HOST_FAULT,
             says="the stop leads to host_fault; a cancelled start's gate fault ends it",
         ),
         GpuAccessChanged: go(parking.access_changed, says="named; the stop goes on"),
         OperatorCommand: go(
-            commands.command, says="a stop/start changes where this stop leads; resume too"
+            commands.command_stopping,
+            says="a stop/start changes where this stop leads; resume too",
         ),
     },
     BACKOFF: {
@@ -339,22 +337,23 @@ TABLE: dict[State, Mapping[type, Go]] = {
             HOST_FAULT,
             says="the backoff is over: spawn (or park while NVML access is lost)",
         ),
+        JobAdopted: only(_NO_RUN[JobAdopted], STARTING),  # no pause lasts in backoff
         OperatorCommand: go(
-            commands.command,
+            commands.in_backoff,
             STOPPED,
             STARTING,
-            PAUSED,
-            says="start/restart now (budget reset); stop; pause cancels the restart",
+            says="start/restart now (budget reset); stop; pause cancels the restart: stopped, as"
+            " no job is alive (SPEC §3: `paused` is a run under way)",
         ),
-        ShutdownRequested: go(commands.shutdown, STOPPED, says="the restart is dropped: exit"),
-        GpuFaultSeen: go(parking.gpu_fault, HOST_FAULT, says="a parking fault parks instead"),
+        ShutdownRequested: go(commands.shutdown_idle, STOPPED, says="the restart is dropped: exit"),
+        GpuFaultSeen: go(parking.gpu_fault_idle, HOST_FAULT, says="a parking fault parks instead"),
         GpuAccessChanged: go(
-            parking.access_changed, HOST_FAULT, says="lost access parks the restart (SPEC §13)"
+            parking.access_in_backoff, HOST_FAULT, says="lost access parks the restart (SPEC §13)"
         ),
     },
     FATAL: {
         **_NO_RUN,
-        DaemonStarted: go(runs.daemon_started, STARTING, says="stays fatal; a fresh run starts"),
+        DaemonStarted: _AFTER_AN_END,
         OperatorCommand: go(
             commands.command,
             STOPPED,
@@ -362,13 +361,13 @@ TABLE: dict[State, Mapping[type, Go]] = {
             PAUSED,
             says="start/restart leave fatal, the budget reset (SPEC §5)",
         ),
-        ShutdownRequested: go(commands.shutdown, says="exit; the next daemon finds fatal"),
-        GpuFaultSeen: go(parking.gpu_fault, HOST_FAULT, says="a parking fault parks instead"),
+        ShutdownRequested: go(commands.shutdown_idle, says="exit; the next daemon finds fatal"),
+        GpuFaultSeen: go(parking.gpu_fault_idle, HOST_FAULT, says="a parking fault parks instead"),
         GpuAccessChanged: go(parking.access_changed, says="named"),
     },
     HOST_FAULT: {
         **_NO_RUN,
-        DaemonStarted: go(runs.daemon_started, STARTING, says="stays parked; a fresh run starts"),
+        DaemonStarted: _AFTER_AN_END,
         OperatorCommand: go(
             commands.command,
             STOPPED,
@@ -376,10 +375,10 @@ TABLE: dict[State, Mapping[type, Go]] = {
             PAUSED,
             says="start/restart leave host_fault (SPEC §12); stop",
         ),
-        ShutdownRequested: go(commands.shutdown, says="exit; the next daemon finds the park"),
-        GpuFaultSeen: go(parking.gpu_fault, says="recorded; already parked"),
+        ShutdownRequested: go(commands.shutdown_idle, says="exit; the next daemon finds the park"),
+        GpuFaultSeen: go(parking.gpu_fault_idle, says="recorded; already parked"),
         GpuAccessChanged: go(
-            parking.access_changed,
+            parking.access_in_park,
             STOPPED,
             STARTING,
             BACKOFF,
@@ -389,12 +388,12 @@ TABLE: dict[State, Mapping[type, Go]] = {
     },
     COMPLETED: {
         **_NO_RUN,
-        DaemonStarted: go(runs.daemon_started, STARTING, says="stays done; a fresh run starts"),
+        DaemonStarted: _AFTER_AN_END,
         OperatorCommand: go(
             commands.command, STOPPED, STARTING, PAUSED, says="start/restart run it again"
         ),
-        ShutdownRequested: go(commands.shutdown, says="exit; the next daemon finds it done"),
-        GpuFaultSeen: go(parking.gpu_fault, says="recorded; the run ended well"),
+        ShutdownRequested: go(commands.shutdown_idle, says="exit; the next daemon finds it done"),
+        GpuFaultSeen: go(parking.gpu_fault_idle, says="recorded; the run ended well"),
         GpuAccessChanged: go(parking.access_changed, says="named"),
     },
 }
