@@ -183,3 +183,94 @@ def test_hf_trainer_killed_mid_save_resumes_from_the_one_before(
         interval=0.2,
     )
     assert again["restarts"]["last_reason"] == "exited", again["restarts"]
+
+
+def test_hf_trainer_restart_at_checkpoint_stops_the_run_right_after_a_save(
+    make_daemon: DaemonFactory, work: pathlib.Path
+) -> None:
+    """A real Trainer under `restart --at-checkpoint`: the old run is stopped after a save that
+    completed during the wait (checkpoint_saved between the command and the old run's
+    child_stopping) and its newest checkpoint on disk is that save, complete (trainer_state.json
+    parses): no save was cut. The next run waits on a flag before it starts the Trainer, so
+    the old run's folders are judged as it left them."""
+    hold = work / "hold"
+    job = f"{sys.executable} {JOBS / 'hf_trainer_job.py'} {work}"
+    script = f"while [ -e {hold} ]; do sleep 0.1; done; exec {job}"
+    d = make_daemon(
+        ["/bin/sh", "-c", script],
+        # a step of 4 rows takes over 0.4 s, a save every 30 steps: the stop, within a read of
+        # the folder after a save, comes long before the next save could begin
+        framework_config(work, env={"SAVE_STEPS": "30", "TRAIN_ROW_S": "0.1"}),
+    )
+    newest_in_status(d)
+    old = d.status()["job"]["pid"]
+    hold.write_text("")
+    rc, out, err = d.ctl("restart", "--at-checkpoint", "--timeout", str(STARTUP_S), timeout=300)
+    assert rc == 0 and "after the checkpoint saved" in out, (rc, out, err)
+    events = d.events()
+    asked = next(
+        i
+        for i, e in enumerate(events)
+        if e["event"] == "command_received" and e["cmd"] == "restart"
+    )
+    stopping = next(
+        i for i, e in enumerate(events) if e["event"] == "child_stopping" and e["pid"] == old
+    )
+    saves = [e for e in events[asked:stopping] if e["event"] == "checkpoint_saved"]
+    assert saves, [e["event"] for e in events[asked:]]
+    released = pathlib.Path(saves[-1]["path"])
+    assert d.status()["job"]["pid"] not in (None, old)  # the old run is gone: its folders stay
+    numbers = [int(p.name.split("-")[1]) for p in (work / "out").glob("checkpoint-*")]
+    assert released.name == f"checkpoint-{max(numbers)}", (released, numbers)
+    assert complete_hf(work / "out") == max(numbers)  # trainer_state.json there and whole
+    hold.unlink()
+
+
+def test_hf_trainer_checkpoint_it_cannot_read_is_set_aside_and_the_death_retried(
+    make_daemon: DaemonFactory, work: pathlib.Path
+) -> None:
+    """A real Trainer (info logging) whose newest complete checkpoint has its weights cut
+    (trainer_state.json whole): the run resuming from it dies checkpoint_unreadable, its tail
+    naming it (`Loading model from …`); before the next start that checkpoint is set aside
+    whole, and the next run resumes from the one before it and becomes healthy past it:
+    retried, never parked."""
+    d = make_daemon(
+        [sys.executable, str(JOBS / "hf_trainer_job.py"), str(work)],
+        framework_config(work, env={"LOG_LEVEL": "info"}),
+    )
+
+    def two_saves(s: dict[str, Any]) -> dict[str, Any] | None:
+        c = s["progress"]["checkpoint"]
+        return c if c is not None and (c["step"] or 0) >= 40 else None
+
+    d.wait_status(two_saves, STARTUP_S, "two complete checkpoints", interval=0.2)
+    pid = d.status()["job"]["pid"]
+    os.killpg(pid, signal.SIGSTOP)
+    out = work / "out"
+    try:
+        newest = complete_hf(out)
+        cut = out / f"checkpoint-{newest}"
+        weights = (cut / "model.safetensors").read_bytes()
+        (cut / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    finally:
+        os.killpg(pid, signal.SIGKILL)
+    died = d.wait_event("child_exited", count=2, timeout=STARTUP_S)[-1]
+    assert died["cause"] == "checkpoint_unreadable", died
+    quarantined = d.wait_event("checkpoint_quarantined", timeout=60, path=str(cut))
+    assert quarantined[0]["previous"] == f"checkpoint-{newest - 20}", quarantined
+    kept = pathlib.Path(quarantined[0]["to"])
+    assert (kept / "model.safetensors").stat().st_size == len(weights) // 2
+    spawned = d.wait_event("child_spawned", count=3, timeout=60)[-1]
+    d.wait_status(
+        lambda s: (
+            s
+            if s["healthy"]
+            and s["job"]["pid"] == spawned["pid"]
+            and (s["progress"]["step"] or 0) > newest
+            else None
+        ),
+        STARTUP_S,
+        "the next run healthy past the checkpoint set aside",
+        interval=0.2,
+    )
+    assert not [e for e in d.events() if e["event"] == "fatal"]

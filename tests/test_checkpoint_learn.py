@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -128,3 +130,27 @@ def test_hidden_and_package_folders_are_not_walked(tmp_path: Path) -> None:
     (tmp_path / ".train-watchdog-quarantine" / "checkpoint-5").mkdir(parents=True)
     (tmp_path / "venv" / "checkpoint-1").mkdir(parents=True)
     assert D.find_checkpoints(str(tmp_path)) is None
+
+
+def test_the_folders_a_process_holds_files_open_in(tmp_path: Path) -> None:
+    """A real process holding files open: the folder of each (and the one above it) outside
+    the cwd, never one under the cwd or a hidden one; a process gone holds none."""
+    held, hidden, work = tmp_path / "ckpt" / "run1", tmp_path / ".cache" / "x", tmp_path / "work"
+    for folder in (held, hidden, work):
+        folder.mkdir(parents=True)
+    files = [held / "train.log", hidden / "model.bin", work / "job.log"]
+    code = (
+        "import sys, time\nfs = [open(p, 'a') for p in sys.argv[1:]]\n"
+        "print('open', flush=True)\ntime.sleep(120)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *map(str, files)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "open\n"
+        roots = D.held_open([proc.pid], str(work))
+        assert roots == [str(held), str(held.parent)], roots
+    finally:
+        proc.kill()
+        proc.wait()
+    assert D.held_open([proc.pid], str(work)) == []

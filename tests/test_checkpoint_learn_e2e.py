@@ -182,3 +182,43 @@ def test_learning_under_a_hung_cwd_never_stalls_the_daemon(tmp_path: pathlib.Pat
         finally:
             mount.unhang()
             d.stop()
+
+
+# Saves HF style into a folder outside its cwd, named by SAVE_TO, holding its own log file there
+# open all along (as a job that logs beside its checkpoints does); prints nothing of the save.
+ELSEWHERE = """
+import json, os, sys, time
+out = os.environ["SAVE_TO"]
+os.makedirs(out, exist_ok=True)
+log = open(os.path.join(out, "train.log"), "a")
+for step in range(1, 1000):
+    log.write(f"step {step}\\n"); log.flush()
+    print(f"step {step} | 100.0 tok/s", flush=True)
+    if step == 3:
+        folder = os.path.join(out, f"checkpoint-{step}")
+        os.makedirs(folder, exist_ok=True)
+        open(os.path.join(folder, "model.safetensors"), "wb").write(b"w" * 64)
+        open(os.path.join(folder, "trainer_state.json"), "w").write(json.dumps({"step": step}))
+    time.sleep(0.2)
+"""
+
+
+def test_folder_learned_from_a_file_the_job_holds_open_outside_its_cwd(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The job saves outside job.cwd (nothing there to find) and holds its log open in that
+    folder: the folder is learned from its open files (from files) and read as hf."""
+    out = tmp_path / "elsewhere" / "run1"
+    work = tmp_path / "work"
+    work.mkdir()
+    job = write_script(tmp_path / "job.py", ELSEWHERE)
+    cfg = merge(
+        base_config(tmp_path, [job]), {"job": {"cwd": str(work), "env": {"SAVE_TO": str(out)}}}
+    )
+    d = Daemon(tmp_path, cfg).start()
+    try:
+        ev = d.wait_event("checkpoint_found", timeout=60)[0]
+        assert (ev["path"], ev["kind"], ev["from"]) == (str(out), "hf", "files")
+        assert checkpoint_in_status(d)["label"] == "checkpoint-3"
+    finally:
+        d.stop()

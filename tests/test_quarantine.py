@@ -149,3 +149,36 @@ def test_a_folder_not_there_yet_has_nothing_to_set_aside(tmp_path: Path) -> None
     error (the start before it must go on; a bug here once failed every start)."""
     for kind in ("hf", "dcp", "megatron", "deepspeed", "lightning", "mtime"):
         assert Q.set_aside(str(tmp_path / "out"), kind, 3, STAMP) == []
+
+
+def test_the_save_a_checkpoint_unreadable_tail_names_is_set_aside(tmp_path: Path) -> None:
+    """The newest save, complete by its mark but named by the job's own unreadable tail, is
+    renamed into the quarantine; the complete one below it is what the next run resumes from."""
+    out = tmp_path / "out"
+    hf_save(out, 10)
+    named = hf_save(out, 20)
+    done = Q.before_start(str(out), "hf", 3, STAMP, "checkpoint-20")
+    assert [(d.path, d.previous, d.error) for d in done] == [(str(named), "checkpoint-10", None)]
+    assert done[0].to == str(out / Q.QUARANTINE / f"checkpoint-20.{STAMP}")
+    assert (Path(done[0].to) / "model.safetensors").read_bytes() == b"w" * 64
+    assert sorted(p.name for p in out.iterdir()) == [Q.QUARANTINE, "checkpoint-10"]
+
+
+def test_a_named_save_is_left_alone_unless_newest_ours_and_not_the_only_one(
+    tmp_path: Path,
+) -> None:
+    """The name a tail gives is set aside only when it is a save of the kind's pattern in the
+    folder, the newest, with a complete one below it: else left as is, said where it is ours
+    to say (not the newest; the only complete one: the next run would start from zero)."""
+    out = tmp_path / "out"
+    hf_save(out, 10)
+    (out / "notes").mkdir()
+    assert Q.set_aside_named(str(out), "hf", "notes", 3, STAMP) == []
+    assert Q.set_aside_named(str(out), "hf", "checkpoint-99", 3, STAMP) == []
+    only = Q.set_aside_named(str(out), "hf", "checkpoint-10", 3, STAMP)
+    assert [d.to for d in only] == [None] and "the only complete" in str(only[0].error)
+    hf_save(out, 20)
+    older = Q.set_aside_named(str(out), "hf", "checkpoint-10", 3, STAMP)
+    assert [d.to for d in older] == [None] and "not the newest" in str(older[0].error)
+    assert Q.set_aside_named(str(out), "lightning", "checkpoint-20", 3, STAMP) == []
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-10", "checkpoint-20", "notes"]

@@ -152,3 +152,42 @@ def test_without_a_learned_interval_a_timeout_is_asked_for(tmp_path: pathlib.Pat
         assert d.status()["job"]["pid"] == old
     finally:
         d.stop()
+
+
+def test_or_now_at_its_timeout_waits_out_a_save_under_way(tmp_path: pathlib.Path) -> None:
+    """`--or-now` whose timeout comes during a save (its folder seen written, no completion
+    mark yet): the restart waits for the save to complete, then comes, and the reply says so;
+    the job saw no save under way at its SIGTERM."""
+    d = daemon(tmp_path)
+    ctl = None
+    try:
+        old = first_checkpoint(d)
+
+        def phase(s: dict[str, Any]) -> str | None:
+            return (s["progress"].get("stall_window") or {}).get("phase")  # type: ignore[no-any-return]
+
+        # checkpoint-3's save over (steps follow), then the next save's write seen
+        d.wait_status(lambda s: s if phase(s) != "checkpoint" else None, 30, "training")
+        (tmp_path / "save").write_text("")
+        d.wait_status(lambda s: s if phase(s) == "checkpoint" else None, 30, "the save seen")
+        ctl = ctl_in_background(d, "restart", "--at-checkpoint", "--timeout", "1", "--or-now")
+
+        def moved(s: dict[str, Any]) -> dict[str, Any] | None:  # or restarted: judged below
+            held = s["restarts"]["held"]
+            return s if (held and held["left_s"] > 5) or s["job"]["pid"] != old else None
+
+        st = d.wait_status(moved, 60, "the held restart's deadline moved for the save")
+        assert st["job"]["pid"] == old, "restarted in the middle of the save"
+        assert st["restarts"]["held"]["save_wait"], st["restarts"]
+        human = d.ctl("status")[1]
+        assert "Held: restart once the save under way completes · " in human, human
+        (tmp_path / "finish").write_text("")  # the save completes only now
+        out, err = ctl.communicate(timeout=120)
+        assert ctl.returncode == 0, (out, err)
+        assert "a save was under way at the timeout and completed" in out, out
+        assert (tmp_path / f"term-{old}").read_text() == "after the save"
+    finally:
+        if ctl is not None and ctl.poll() is None:
+            ctl.kill()
+            ctl.wait()
+        d.stop()

@@ -70,7 +70,7 @@ PURE_MODULES = frozenset(
         "tests/core/test_names.py",
         "tests/core/test_purity.py",
         "tests/core/test_ratelimit.py",
-        "tests/core/test_statewrites.py",
+        "tests/core/test_ratelimit_statewrites.py",
         "tests/core/views/test_goodput.py",
         "tests/core/views/test_timeline.py",
         "tests/core/views/test_ledger.py",

@@ -154,8 +154,11 @@ def _restart_lines(st: dict[str, Any]) -> list[str]:
         lines.append(f"  Backoff: next start in {rs['next_restart_in_s']:.1f} s")
     if held := rs.get("held"):  # SPEC §16: `restart --at-checkpoint` (absent from older daemons)
         then = "restart anyway" if held["or_now"] else "give up"
+        what = "at the next checkpoint"
+        if held.get("save_wait"):  # --or-now's timeout came during a save (docs/checkpoints.md)
+            what, then = "once the save under way completes", "anyway"
         lines.append(
-            f"     Held: restart at the next checkpoint · {span(held['waited_s'])} so far,"
+            f"     Held: restart {what} · {span(held['waited_s'])} so far,"
             f" {span(held['left_s'])} left, then {then}"
         )
     if st.get("cluster"):

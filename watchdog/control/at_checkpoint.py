@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog.control.calls import Awaited, Call, CommandError
 from watchdog.core.protocol import wire as protocol
+from watchdog.core.supervisor.at_checkpoint import SAVE_WAIT_MAX_S
 from watchdog.core.supervisor.events import Answer, CheckpointAwaited
 
 if TYPE_CHECKING:
@@ -58,8 +59,10 @@ async def released(ops: Waits, call: Call, start_s: float) -> tuple[Answer | Non
     with Awaited(d.answers) as (request, held), Awaited(d.answers) as (start, started):
         deadline = call.t0 + timeout
         await d.ask(CheckpointAwaited(request, start, deadline, or_now))
+        # --or-now's deadline may wait out a save under way (the core's bound)
+        last = deadline + (SAVE_WAIT_MAX_S if or_now else 0.0) + ANSWER_SLACK_S
         try:
-            got = await ops._answer(call, held, deadline + ANSWER_SLACK_S)
+            got = await ops._answer(call, held, last)
         finally:
             if not held.done():  # the client went away, or the core is late: drop the hold
                 await d.ask(CheckpointAwaited(request, start, deadline, cancel=True))
@@ -70,12 +73,18 @@ async def released(ops: Waits, call: Call, start_s: float) -> tuple[Answer | Non
         if got.outcome != "released":
             raise CommandError(*_why_not(got, waiting, timeout), ops._result(call, waiting))
         how = _how(got, timeout)
-        answer = await ops._answer(call, started, call.t0 + timeout + start_s)
+        answer = await ops._answer(call, started, max(deadline, call.clock.monotonic()) + start_s)
         return answer, how
 
 
 def _how(got: Answer, timeout: float) -> str:
     waited = float(got.fields.get("waited_s") or 0.0)  # type: ignore[arg-type]
+    if got.fields.get("save_wait"):  # --or-now's deadline came during a save: waited out
+        done = "completed" if got.fields.get("saved") else "did not complete within its bound"
+        return (
+            f"no checkpoint completed within {timeout:.0f} s; a save was under way at the"
+            f" timeout and {done}: restarted {waited:.0f} s into the wait (--or-now)"
+        )
     if got.fields.get("saved"):
         return f"after the checkpoint saved {waited:.0f} s into the wait"
     return f"no checkpoint completed within {timeout:.0f} s: restarted anyway (--or-now)"

@@ -107,6 +107,8 @@ async def report(d: Reporter, run: JobRun, st: reaping.ExitStatus) -> None:
         d.emit("internal_error_caught", error=f"exit cause: {type(e).__name__}: {e}")
         d.inbox.post(plain)
         return
+    if cause.cause == "checkpoint_unreadable":  # SPEC §16: the checkpoint it names, set aside
+        d.sampler.learning.unreadable_tail = tuple(facts.lines)
     next_run = d.runs.next_began()  # the bundle waits for it (before the next spawn can begin)
     name, klass, line = cause.cause, cause.cause_class, cause.cause_line
     d.inbox.post(ChildExited(st.pid, st.exit_code, st.signal, name, klass, line, path, cause.rank))

@@ -134,6 +134,7 @@ class Starter:
             return left, None
         # SPEC §16: none of the job alive now: a torn checkpoint is set aside before the start
         if moved := await self._sampler.learning.set_aside_torn(self._cfg()):
+            await self._sampler.read_checkpoint()  # the baseline anew: a complete one may be gone
             self._inbox.post(CheckpointsSetAside(moved))  # a checkpoint_unreadable streak ends
         why = await self._gate.gpus.wait_drained(self.our_pids)
         if why is not None:

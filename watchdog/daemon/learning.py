@@ -17,7 +17,7 @@ from typing import Any
 
 from watchdog import blocking, config
 from watchdog.clock import SYSTEM, Clock
-from watchdog.core.progress.layouts import Target
+from watchdog.core.progress.layouts import Target, named_in_tail
 from watchdog.progress import discover, quarantine
 from watchdog.progress.checkpoint import CheckpointWatch
 
@@ -45,6 +45,9 @@ class CheckpointLearning:
         self._looked_at = float("-inf")
         self._every = LEARN_EVERY_S
         self._unsaid: dict[str, str] | None = None  # a configured folder, said at its first read
+        # SPEC §16: the tail of a `checkpoint_unreadable` death (exitcause.py), read before the
+        # next start for the checkpoint it names
+        self.unreadable_tail: tuple[str, ...] | None = None
         self.configure(cfg)
 
     def configure(self, cfg: config.Config) -> None:
@@ -78,9 +81,10 @@ class CheckpointLearning:
         self._looked_at = now
         return True
 
-    async def from_files(self, cfg: config.Config) -> None:
-        """Look under job.cwd (off the loop, bounded) and learn what is there."""
-        found = await discover.look(job_cwd(cfg))
+    async def from_files(self, cfg: config.Config, pids: Callable[[], set[int]] = set) -> None:
+        """Look under job.cwd, then in the folders the job's processes (`pids`, read off the
+        loop) hold files open in (off the loop, bounded), and learn what is there."""
+        found = await discover.look(job_cwd(cfg), pids)
         if found is not None and self.watch is None:
             self._found(found.path, found.kind, "files")
 
@@ -90,6 +94,7 @@ class CheckpointLearning:
         loop and bounded; said by checkpoint_quarantined, or checkpoint_quarantine_failed (the
         start goes on as before either way)."""
         guard = cfg.progress.checkpoint_guard
+        tail, self.unreadable_tail = self.unreadable_tail, None  # this start's look only
         if not guard.quarantine:
             return 0
         if self.watch is None:  # a job killed in its first save: learn where, then look
@@ -102,9 +107,10 @@ class CheckpointLearning:
             return 0
         stamp = self._clock.utc().strftime("%Y%m%dT%H%M%SZ")
         path, kind, keep = watch.path, watch.kind, guard.quarantine_keep
+        named = None if tail is None else named_in_tail(tail, path, job_cwd(cfg))
         try:
             done = await _SET_ASIDE.call(
-                lambda: quarantine.set_aside(path, kind, keep, stamp),
+                lambda: quarantine.before_start(path, kind, keep, stamp, named),
                 SET_ASIDE_TIMEOUT_S,
                 what=f"setting aside under {path}",
             )
@@ -115,6 +121,10 @@ class CheckpointLearning:
             error = f"{type(e).__name__}: {e}"
             self._emit("internal_error_caught", where="checkpoint quarantine", error=error)
             return 0
+        return self._said(done)
+
+    def _said(self, done: list[quarantine.SetAside]) -> int:
+        """Each save set aside, or not, said; how many were."""
         for one in done:
             if one.to is None:
                 fields = {"path": one.path, "why": one.why, "error": one.error}

@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from watchdog import blocking, config
-from watchdog.core.supervisor.events import ProgressMarked
+from watchdog.core.progress.saves import LogSaves
+from watchdog.core.supervisor.events import ProgressMarked, SaveBegun
 from watchdog.daemon.inbox import ProgressLooked, RanksListed, SampleTaken, SaveSeen
 from watchdog.daemon.jobtree import JobTree
 from watchdog.daemon.learning import CheckpointLearning
 from watchdog.daemon.port import Port
 from watchdog.daemon.run import JobRun, Runs
 from watchdog.gpu.watch import GpuWatch
+from watchdog.process.tree import tree_pids
 from watchdog.progress.checkpoint import CheckpointWatch
 from watchdog.progress.follower import Follower, FollowResult, LogFollower
 from watchdog.progress.newest import GlobFollower, is_glob
@@ -71,6 +74,7 @@ class Sampler:
         self._progress_hung = False  # the progress reader is stuck (said once per spell)
         self._checkpoint_read: tuple[JobRun, float] | None = None  # the last read: which run, when
         self._held: tuple[JobRun, list[ProgressLooked]] | None = None  # reads not yet fed (hold)
+        self._log_saves = LogSaves()  # SPEC §16: a save the log announced, over: read at once
 
     def reconfigure(self, old: config.Config, new: config.Config) -> None:
         """A reload: a new progress.checkpoint is watched from now on (SPEC §6)."""
@@ -161,14 +165,21 @@ class Sampler:
         progress = await self.look_at_progress()
         now = self._inbox.time.monotonic()
         leader, run = self._leader(), self._runs.current
-        if progress is not None and progress.found is not None:
-            self.learning.from_log(progress.found.saved_to, self._cfg())
-            if progress.found.phase == "checkpoint" and self.checkpoints is not None:
+        read_now = False  # the log says a save is over: its completion mark is read at once
+        if progress is not None and (found := progress.found) is not None:
+            self.learning.from_log(found.saved_to, self._cfg())
+            if found.phase == "checkpoint" and self.checkpoints is not None:
                 self.checkpoints.book.started(self._inbox.time.wall())  # took_s counts from it
-        if not follow_only and self.checkpoints is not None and self._checkpoint_due(run, now):
+                self._save_begun(self.checkpoints)
+            read_now = self._log_saves.polled(found.phase, bool(found.readings))
+        if self.checkpoints is not None and read_now:
+            self._checkpoint_read = (run, now)
+            self._tasks.spawn(self.read_checkpoint())
+        elif not follow_only and self.checkpoints is not None and self._checkpoint_due(run, now):
             self._tasks.spawn(self.read_checkpoint())
         elif self.checkpoints is None and leader is not None and self.learning.files_due(now):
-            self._tasks.spawn(self.learning.from_files(self._cfg()))
+            pids = functools.partial(tree_pids, leader, self._tree.token)  # read off the loop
+            self._tasks.spawn(self.learning.from_files(self._cfg(), pids))
         if leader is not None and gpu and run.rank_tracker.listing_due(now):
             run.spawn_task(self.watch_ranks(run, leader), self._tasks.done)
         earlier = () if follow_only else self._take_held(run)
@@ -336,6 +347,8 @@ class Sampler:
             return
         seen = watch.look(found)  # SPEC §13: a write is a save going on; §14: quiet lets it end
         self.post_held()  # the lines read before this look come first
+        if seen == "write" and watch is self.checkpoints:
+            self._save_begun(watch)
         if (saved := watch.saved(found)) is not None and watch is self.checkpoints:
             self._emit("checkpoint_saved", **saved)  # SPEC §16: each save seen
         if seen is not None and watch is self.checkpoints:
@@ -347,6 +360,12 @@ class Sampler:
             at = self._inbox.time.monotonic() - max(0.0, self._inbox.time.wall() - found.written_at)
             found_at = ProgressMarked("checkpoint", found.mark, at, found.step, found.label)
             self._inbox.post(found_at)
+
+    def _save_begun(self, watch: CheckpointWatch) -> None:
+        """Tell the core a save of the run is under way now (SPEC §16: a held --or-now restart
+        waits it out), with how long the newest save took."""
+        if (pid := self._leader()) is not None:
+            self._inbox.post(SaveBegun(pid, self._inbox.time.monotonic(), watch.book.took_s))
 
 
 def with_late(late: FollowResult, found: FollowResult) -> FollowResult:

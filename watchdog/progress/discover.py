@@ -7,12 +7,21 @@ DeepSpeed's `latest`). It is bounded: MAX_DEPTH levels, MAX_ENTRIES entries list
 folder of thousands of `checkpoint-N/` is one listing), hidden folders and the usual trees of
 code and packages skipped. It only lists folders and reads DeepSpeed's small `latest`; the daemon
 runs it off the loop under a deadline (`Learner`), since a folder on a hung mount can block.
+
+A job that saves outside its cwd is found through the files it holds open (`held_open`): the
+folders of the regular files its processes have open (/proc/PID/fd), and the folder above
+each, are looked at too, after the cwd: each by its own entries only (never walked down: a
+file held in /tmp must not lead to another job's checkpoints below it).
+Bounded: MAX_PROCS processes, MAX_FDS descriptors each, MAX_ROOTS folders; system and
+package trees, hidden folders and the skipped names below are never looked at.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from watchdog import blocking
@@ -27,6 +36,11 @@ _SKIP = frozenset(
     {"__pycache__", "node_modules", "site-packages", "venv", "wandb", "mlruns", "data", "datasets"}
 )
 _LOOKS = blocking.BoundedWorker("checkpoint-learn")
+MAX_PROCS = 64  # processes of the job whose open files are read, per look
+MAX_FDS = 256  # descriptors read per process (a data loader may hold thousands)
+MAX_ROOTS = 8  # folders of open files looked at, per look
+_PACKAGES = frozenset({"site-packages", "dist-packages", "__pycache__", "node_modules"})
+_SYSTEM = ("/proc/", "/sys/", "/dev/", "/usr/", "/lib/", "/lib64/", "/etc/", "/bin/", "/sbin/")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +51,7 @@ class Found:
     kind: str
 
 
-def find_checkpoints(cwd: str) -> Found | None:
+def find_checkpoints(cwd: str, max_depth: int = MAX_DEPTH) -> Found | None:
     """Blocking: the shallowest checkpoint folder under `cwd` (see the module doc), or None."""
     queue: deque[tuple[str, int]] = deque([(cwd, 0)])
     budget = MAX_ENTRIES
@@ -50,9 +64,52 @@ def find_checkpoints(cwd: str) -> Found | None:
             if layout.parent and folder != cwd:
                 return Found(os.path.dirname(folder), layout.kind)
             return Found(folder, layout.kind)
-        if depth < MAX_DEPTH:
+        if depth < max_depth:
             queue.extend((os.path.join(folder, d), depth + 1) for d in sorted(dirs) if _walk(d))
     return None
+
+
+def held_open(pids: Iterable[int], cwd: str) -> list[str]:
+    """Blocking: the folders of the regular files the processes `pids` hold open, and the
+    folder above each (a file open inside `checkpoint-500/` is in the output_dir's child),
+    outside `cwd` (walked already) and the system's and packages' trees; bounded (module doc)."""
+    roots: list[str] = []
+    inside = os.path.join(cwd, "")
+    for pid in itertools.islice(sorted(pids), MAX_PROCS):
+        for path in _open_files(pid):
+            if path.startswith(inside):
+                continue  # under the cwd: walked already
+            for folder in (os.path.dirname(path), os.path.dirname(os.path.dirname(path))):
+                if folder not in roots and _may_look(folder, inside):
+                    roots.append(folder)
+                if len(roots) >= MAX_ROOTS:
+                    return roots
+    return roots
+
+
+def _open_files(pid: int) -> list[str]:
+    """The paths of the regular files process `pid` holds open (its first MAX_FDS
+    descriptors; /proc/PID/fd read directly: psutil's open_files reads every descriptor's
+    fdinfo too, unbounded)."""
+    found = []
+    try:
+        with os.scandir(f"/proc/{pid}/fd") as it:
+            for entry in itertools.islice(it, MAX_FDS):
+                try:
+                    target = os.readlink(entry.path)
+                except OSError:
+                    continue
+                if target.startswith("/") and not target.endswith(" (deleted)"):
+                    found.append(target)
+    except OSError:
+        return []  # gone, or not ours to read
+    return [p for p in found if os.path.isfile(p)]
+
+
+def _may_look(folder: str, inside_cwd: str) -> bool:
+    if folder in ("", "/") or os.path.join(folder, "").startswith((inside_cwd, *_SYSTEM)):
+        return False
+    return not any(p.startswith(".") or p in _PACKAGES for p in folder.split(os.sep))
 
 
 def _walk(name: str) -> bool:
@@ -92,10 +149,20 @@ def _verified(folder: str, kind: str) -> bool:
     return tag is not None and os.path.isdir(os.path.join(folder, tag))
 
 
-async def look(cwd: str) -> Found | None:
-    """`find_checkpoints` off the loop, one look at a time, under LOOK_TIMEOUT_S: None while a
+def find_for_job(cwd: str, pids: Callable[[], Iterable[int]] = tuple) -> Found | None:
+    """Blocking: under the job's cwd first, then in the folders its processes (`pids()`, read
+    here: /proc) hold files open in."""
+    found = find_checkpoints(cwd)
+    for root in held_open(pids(), cwd) if found is None else []:
+        if (found := find_checkpoints(root, 0)) is not None:
+            return found
+    return found
+
+
+async def look(cwd: str, pids: Callable[[], Iterable[int]] = tuple) -> Found | None:
+    """`find_for_job` off the loop, one look at a time, under LOOK_TIMEOUT_S: None while a
     look does not answer (a hung mount is never a stall of ours)."""
     try:
-        return await _LOOKS.call(lambda: find_checkpoints(cwd), LOOK_TIMEOUT_S, what="learning")
+        return await _LOOKS.call(lambda: find_for_job(cwd, pids), LOOK_TIMEOUT_S, what="learning")
     except blocking.Hung:
         return None

@@ -13,6 +13,11 @@ copied and nothing deleted. Per kind (which saves are there, which are complete)
 - `deepspeed`: `global_stepN/`, complete up to the tag `latest` names.
 
 `lightning` (a `.ckpt` is written whole, then moved in place) and `mtime` have none.
+
+A save the job itself could not read (a `checkpoint_unreadable` death whose tail names it:
+`Loading model from out/checkpoint-500.` then a torn safetensors header) is set aside the same
+way (`set_aside_named`), complete mark or not, when it is the newest save of the kind's pattern
+and a complete one remains below it (never the only one: the next run would start from zero).
 Blocking: the daemon runs `set_aside` off the loop under a deadline (sampling.py).
 """
 
@@ -63,6 +68,41 @@ def set_aside(folder: str, kind: str, keep: int, stamp: str) -> list[SetAside]:
         return []
     names, previous = found
     return [_move(folder, name, why, previous, keep, stamp) for name in names]
+
+
+def before_start(
+    folder: str, kind: str, keep: int, stamp: str, named: str | None
+) -> list[SetAside]:
+    """Blocking: the torn saves set aside (`set_aside`), then the one a `checkpoint_unreadable`
+    tail named, if any (`set_aside_named`)."""
+    done = set_aside(folder, kind, keep, stamp)
+    return done + (set_aside_named(folder, kind, named, keep, stamp) if named else [])
+
+
+def set_aside_named(folder: str, kind: str, name: str, keep: int, stamp: str) -> list[SetAside]:
+    """Blocking: the save `name` that the job's last run could not read, set aside when it is
+    a save of the kind's pattern directly in `folder`, the newest of them, and a complete one
+    remains below it; one that is not set aside for a reason of ours says why."""
+    if kind == "megatron" and os.path.basename(folder) == C.TRACKER:
+        folder = os.path.dirname(folder) or "."
+    reader = _KINDS.get(kind)
+    if reader is None:
+        return []
+    try:
+        saves, _ = reader(folder)
+    except OSError:
+        return []
+    mine = [s for s in saves if s[0] == name]
+    if not mine:
+        return []  # not a save of the kind's own pattern in the folder: never ours to move
+    why, path = "the last run could not read it (checkpoint_unreadable)", os.path.join(folder, name)
+    if any(number > mine[0][1] for _, number, _ in saves):
+        return [SetAside(path, why, None, error="not the newest save: left as is")]
+    below = sorted((n, k) for k, n, done in saves if done and k != name)
+    if not below:
+        error = "the only complete checkpoint: left as is (the next run would start from zero)"
+        return [SetAside(path, why, None, error=error)]
+    return [_move(folder, name, why, below[-1][1], keep, stamp)]
 
 
 def _move(

@@ -35,6 +35,7 @@ CAPTURED = [
     ("argparse_case.log", 2, None, False, "startup_error", "deterministic", "error: argument"),
     ("hf_torn.log", 1, None, False, "checkpoint_unreadable", "deterministic", "checkpoint-100"),
     ("hf_state_empty.log", 1, None, False, "checkpoint_unreadable", "deterministic", "load_from_j"),
+    ("hf_resume_weights_cut.log", 1, None, False, "checkpoint_unreadable", "deterministic", "hea"),
     ("torch_load_truncated.log", 1, None, True, "checkpoint_unreadable", "deterministic", "Pyt"),
     ("torch_load_empty.log", 1, None, True, "checkpoint_unreadable", "deterministic", "EOFError"),
     ("state_dict_missing.log", 1, None, True, "checkpoint_unreadable", "deterministic", "Error(s)"),

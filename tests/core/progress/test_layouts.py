@@ -3,8 +3,12 @@ names, and the kind a listed folder is, by the frameworks' own strings and file 
 
 from __future__ import annotations
 
+from support.harness import ROOT
+
 from watchdog.core.progress.auto import recognise
-from watchdog.core.progress.layouts import Layout, Target, classify, save_target
+from watchdog.core.progress.layouts import Layout, Target, classify, named_in_tail, save_target
+
+DATA = ROOT / "tests" / "data" / "causes"  # tails of real runs, paths rewritten to /workspace
 
 
 def test_hf_trainer_save_line_names_the_output_dir_and_step() -> None:
@@ -72,3 +76,19 @@ def test_classify_leaves_other_folders_alone() -> None:
     """A `latest` file with no folder beside it, `checkpoint-final/`, plain code: nothing."""
     assert classify({"latest"}, set()) is None
     assert classify({"train.py"}, {"checkpoint-final", "src"}) is None
+
+
+def test_the_checkpoint_a_death_tail_names() -> None:
+    """A real Trainer's tail resuming from a checkpoint whose weights were cut names it
+    (`Loading model from …/checkpoint-4895.`); the Trainer's own `Can't find a valid checkpoint
+    at out/checkpoint-100` names it relative to the job's cwd; a path to a file in it names it;
+    another folder, or no path, names none."""
+    tail = (DATA / "hf_resume_weights_cut.log").read_text().splitlines()
+    assert named_in_tail(tail, "/workspace/run/out", "/workspace/run") == "checkpoint-4895"
+    assert named_in_tail(tail, "/elsewhere/out", "/workspace/run") is None
+    torn = (DATA / "hf_torn.log").read_text().splitlines()
+    assert named_in_tail(torn, "/w/out", "/w") == "checkpoint-100"
+    assert named_in_tail(["load /w/out/iter_0000100/mp_rank_00/x.pt"], "/w/out", "/w") == (
+        "iter_0000100"
+    )
+    assert named_in_tail(["EOFError: Ran out of input"], "/w/out", "/w") is None

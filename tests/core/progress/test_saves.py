@@ -4,7 +4,7 @@ the interval between saves, and the work at risk since the newest."""
 
 from __future__ import annotations
 
-from watchdog.core.progress.saves import SaveBook
+from watchdog.core.progress.saves import LogSaves, SaveBook
 
 
 def test_the_first_read_is_no_save_and_each_newer_one_is() -> None:
@@ -46,3 +46,16 @@ def test_at_risk_is_time_and_steps_since_the_newest() -> None:
     book.seen(2, 5000, 100.0, "p")
     assert book.at_risk(200.0, 10) == (100.0, 0)
     assert book.at_risk(200.0, None) == (100.0, None)
+
+
+def test_a_save_is_over_by_the_log_when_the_job_goes_on_after_its_save_line() -> None:
+    """A save line, then a poll with a step (or another phase): over, once; a poll without
+    either (the save still writing) or steps with no save line before them: not."""
+    log = LogSaves()
+    assert not log.polled(None, stepped=True)  # steps, no save announced
+    assert not log.polled("checkpoint", stepped=True)  # the save line is the newest phase line
+    assert not log.polled(None, stepped=False)  # nothing new: still saving
+    assert log.polled(None, stepped=True)  # the job stepped on: the save is over
+    assert not log.polled(None, stepped=True)  # said once
+    assert not log.polled("checkpoint", stepped=False)
+    assert log.polled("eval", stepped=False)  # an evaluation after the save: over too

@@ -6,6 +6,7 @@ from __future__ import annotations
 from support.driver import FAST
 
 from watchdog.core.names import State
+from watchdog.core.supervisor import at_checkpoint
 from watchdog.core.supervisor.events import (
     Action,
     Answer,
@@ -13,9 +14,11 @@ from watchdog.core.supervisor.events import (
     ChildExited,
     ChildSpawned,
     DaemonStarted,
+    HealthAssessed,
     KillTree,
     OperatorCommand,
     ProgressMarked,
+    SaveBegun,
     Tick,
     TreeStopped,
 )
@@ -117,6 +120,66 @@ def test_or_now_restarts_anyway_at_the_timeout() -> None:
     out = sup.handle(Tick(), 40.0)
     assert _stops(out)
     assert _answers(out) == [Answer(1, "released", {"saved": False, "waited_s": 30.0})]
+
+
+def test_or_now_at_its_deadline_waits_out_a_save_seen_under_way() -> None:
+    """A save seen under way when --or-now's deadline comes is not cut: the deadline moves by
+    twice the newest save's duration, and the save's completion releases the restart, said
+    (`save_wait`)."""
+    sup = _running()
+    sup.handle(CheckpointAwaited(1, 2, 40.0, or_now=True), 10.0)
+    sup.handle(SaveBegun(PID, 35.0, took_s=20.0), 35.5)  # its save line, or a write seen
+    sup.handle(SaveBegun(PID, 39.0, took_s=20.0), 39.0)  # still writing
+    out = sup.handle(Tick(), 40.0)
+    assert not _stops(out) and _answers(out) == []
+    held = sup.snapshot().held
+    assert held is not None and held.save_wait and held.deadline == 80.0
+    assert not _stops(_saved(sup, 100.0, 0.5, 42.0))  # the old checkpoint read again
+    out = _saved(sup, 200.0, 45.0, 46.0)  # the save completes
+    assert _stops(out)
+    assert _answers(out) == [
+        Answer(1, "released", {"saved": True, "save_wait": True, "waited_s": 36.0})
+    ]
+
+
+def test_a_save_that_never_completes_is_waited_for_within_its_bound() -> None:
+    """The save seen under way does not complete: at the moved deadline (2 x its duration,
+    at least SAVE_WAIT_MIN_S; SAVE_WAIT_MAX_S while no duration is known) the restart comes
+    anyway, said to be after a save waited for."""
+    for took, moved in ((None, at_checkpoint.SAVE_WAIT_MAX_S), (1.0, 30.0), (1e4, 300.0)):
+        sup = _running()
+        sup.handle(HealthAssessed(PID, True), 2.0)  # running: no startup window to end it
+        sup.handle(CheckpointAwaited(1, 2, 40.0, or_now=True), 10.0)
+        sup.handle(SaveBegun(PID, 38.0, took_s=took), 38.0)
+        assert not _stops(sup.handle(Tick(), 40.0))
+        held = sup.snapshot().held
+        assert held is not None and held.deadline == 40.0 + moved
+        assert not _stops(sup.handle(Tick(), 40.0 + moved - 1.0))
+        out = sup.handle(Tick(), 40.0 + moved)
+        assert _stops(out)
+        waited = 30.0 + moved
+        assert _answers(out) == [
+            Answer(1, "released", {"saved": False, "save_wait": True, "waited_s": waited})
+        ]
+
+
+def test_no_save_waited_for_when_its_sign_is_old_complete_or_another_runs() -> None:
+    """--or-now restarts at its deadline when the newest sign of a save is older than
+    SAVE_FRESH_S, when that save completed since, or when it was another run's."""
+    stale = 40.0 - at_checkpoint.SAVE_FRESH_S - 1.0
+    cases: tuple[list[tuple[SaveBegun | ProgressMarked, float]], ...] = (
+        [(SaveBegun(PID, stale, 5.0), stale)],
+        [(SaveBegun(PID, 36.0, 5.0), 36.0), (ProgressMarked("checkpoint", 200.0, 37.0), 37.0)],
+        [(SaveBegun(PID + 1, 37.0, 5.0), 37.0)],
+    )
+    for inputs in cases:
+        sup = _running()
+        for ev, now in inputs:
+            sup.handle(ev, now)
+        sup.handle(CheckpointAwaited(1, 2, 40.0, or_now=True), 38.0)
+        out = sup.handle(Tick(), 40.0)
+        assert _stops(out), inputs
+        assert [a.fields.get("save_wait") for a in _answers(out)] == [None], inputs
 
 
 def test_with_no_run_the_core_says_so_at_once() -> None:

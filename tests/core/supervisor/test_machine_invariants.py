@@ -46,6 +46,7 @@ from watchdog.core.supervisor.events import (
     Refuse,
     RestartRequested,
     RunEndAwaited,
+    SaveBegun,
     ShutdownRequested,
     SpawnChild,
     SpawnFailed,
@@ -465,6 +466,13 @@ class SupervisorMachine(RuleBasedStateMachine):
         if kind == "step":
             value = None
         self.apply(ProgressMarked(kind, value, self.now))
+
+    @rule(ago=st.floats(0.0, 60.0), took=st.none() | st.floats(0.0, 1e4), own=st.booleans())
+    def save_begun(self, ago: float, took: float | None, own: bool) -> None:
+        """A save seen under way (SPEC §16), of this run or an earlier one: it only moves an
+        --or-now deadline, once and bounded; nothing else changes."""
+        pid = self.sup.snapshot().pid
+        self.apply(SaveBegun((pid or 4000) if own else 3999, self.now - ago, took))
 
     @rule(count=st.integers(0, 3))
     def checkpoints_set_aside(self, count: int) -> None:

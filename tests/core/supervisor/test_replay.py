@@ -42,6 +42,7 @@ SAMPLES: list[E.Event] = [
     E.ProgressMarked("checkpoint", 1.5e9, 123.25),
     E.ProgressMarked("checkpoint", 450, 123.5, 450, "checkpoint-450"),
     E.CheckpointsSetAside(2),
+    E.SaveBegun(pid=4183, at=120.5, took_s=12.5),
     E.RankExited(pid=4183, rank_pid=4190, rank="3"),
     E.LossWentNan(pid=4183, step=1200),
     E.GpuFaultSeen("reboot_host", {"gpu": 0, "xid": 79, "uuid": None}, gate=True),

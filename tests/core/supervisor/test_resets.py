@@ -154,6 +154,23 @@ def test_checkpoint_unreadable_twice_parks_unless_a_checkpoint_was_set_aside() -
     assert "fatal" not in names(out) and "restart_scheduled" in names(out)
 
 
+def test_a_checkpoint_set_aside_before_the_start_moves_what_it_resumes_from() -> None:
+    """The start is decided while checkpoint-460 is the newest complete; the starter sets it
+    aside (its job could not read it), reads checkpoint-450 and says so: the run resuming
+    from 450 (first step 451) is no reset."""
+    d = Driver(policy())
+    d.feed(DaemonStarted(), 0.0)
+    d.feed(step(470, 1.0), 1.0)
+    d.feed(ckpt(460), 1.5)
+    d.crash(2.0)
+    now = next_run(d, 2.0)
+    d.feed(ckpt(450), now + 0.1)  # the folder read again after the set-aside
+    d.feed(CheckpointsSetAside(1), now + 0.2)
+    out = d.feed(step(0, now + 1), now + 1) + d.feed(step(451, now + 2), now + 2)
+    assert "progress_reset" not in names(out)
+    assert d.sup.snapshot().state is State.STARTING
+
+
 def test_a_step_of_the_jobs_own_counter_is_only_said() -> None:
     """A step read by progress.pattern (or a tok/s line) may be a hand-written loop's counter
     that starts again at each process although it resumed: the reset is said (warn), the

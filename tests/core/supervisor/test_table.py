@@ -42,6 +42,7 @@ from watchdog.core.supervisor.events import (
     ReadingsTaken,
     RestartRequested,
     RunEndAwaited,
+    SaveBegun,
     ShutdownRequested,
     SpawnFailed,
     SpawnPending,
@@ -110,6 +111,7 @@ EXAMPLES: dict[type, Callable[[int | None], list[Event]]] = {
     IncidentSaved: lambda pid: [IncidentSaved("incidents/1")],
     ProgressMarked: lambda pid: [ProgressMarked("step", 10.0, 5.0)],
     CheckpointsSetAside: lambda pid: [CheckpointsSetAside(1)],
+    SaveBegun: lambda pid: [SaveBegun(pid or PID, 5.0, 2.0)],
     RankExited: lambda pid: [RankExited(pid or PID, 101, "1")],
     LossWentNan: lambda pid: [LossWentNan(pid or PID, 7)],
     GpuFaultSeen: lambda pid: [

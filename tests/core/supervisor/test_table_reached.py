@@ -42,6 +42,7 @@ from watchdog.core.supervisor.events import (
     ReadingsTaken,
     RestartRequested,
     RunEndAwaited,
+    SaveBegun,
     ShutdownRequested,
     SpawnChild,
     SpawnFailed,
@@ -225,6 +226,7 @@ MAKE: dict[type, Callable[[Walk], Event]] = {
     HandoverResumed: lambda w: HandoverResumed(w.carry or {}),  # stray() saw one
     DaemonWoke: lambda w: DaemonWoke(w.rnd.choice([5.0, 60.0])),
     ReadingsTaken: lambda w: ReadingsTaken(w.now - w.rnd.random()),
+    SaveBegun: lambda w: SaveBegun(w.pid(), w.now, w.rnd.choice([None, 5.0])),
 }
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import posixpath
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 TRACKER = "latest_checkpointed_iteration.txt"  # Megatron-LM / NeMo (checkpointing.py)
@@ -125,3 +125,24 @@ def torn(entries: Iterable[tuple[str, int, bool]]) -> tuple[list[str], str | Non
     above = [name for name, _, complete in itertools.takewhile(lambda e: not e[2], items)]
     previous = next((name for name, _, complete in items if complete), None)
     return above, previous
+
+
+# A path in a line of the job's tail: the tokens between blanks, quotes and the punctuation
+# around them (`Loading model from out/checkpoint-500.`, `Can't find a valid checkpoint at …`).
+_PATH = re.compile(r"[^\s'\"`(),;=\[\]{}<>]{1,4096}")
+
+
+def named_in_tail(lines: Sequence[str], folder: str, cwd: str) -> str | None:
+    """The entry of `folder` that the newest line of a death's tail names (a path, relative to
+    the job's `cwd` or absolute, to it or to a file in it), or None (SPEC §16: the checkpoint a
+    `checkpoint_unreadable` tail names). Only the name: whether it is a save of the kind's own
+    pattern is the caller's (progress/quarantine.py)."""
+    where = posixpath.normpath(posixpath.join(cwd, folder))
+    for line in reversed(lines):
+        for token in reversed(_PATH.findall(line)):
+            path = posixpath.normpath(posixpath.join(cwd, token.rstrip(".:")))
+            while path not in ("/", "") and posixpath.dirname(path) != where:
+                path = posixpath.dirname(path)
+            if path not in ("/", "") and posixpath.dirname(path) == where:
+                return posixpath.basename(path)
+    return None

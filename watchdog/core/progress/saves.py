@@ -22,6 +22,7 @@ class SaveBook:
     at: float | None = None  # wall: when the newest was written (its completion mark's mtime)
     saves: int = 0  # saves seen complete by this book
     started_at: float | None = None  # wall: the first sign of the save under way, if seen
+    took_s: float | None = None  # how long the newest save took, where its start was seen
     _looked: bool = False
     _gaps: deque[float] = field(default_factory=lambda: deque(maxlen=GAPS_KEPT))
 
@@ -48,7 +49,7 @@ class SaveBook:
             self._gaps.append(at - before)
         took = None
         if started is not None and at is not None and at >= started:
-            took = round(at - started, 1)
+            took = self.took_s = round(at - started, 1)
         return {"step": step, "path": path, "took_s": took}
 
     def every_s(self) -> float | None:
@@ -68,3 +69,23 @@ class SaveBook:
         if run_step is not None and self.step is not None:
             steps = max(0, run_step - self.step)
         return age, steps
+
+
+@dataclass(slots=True)
+class LogSaves:
+    """Whether the job's log says a save it announced is over (SPEC §16): a save line, then the
+    job went on (a step, or another phase). The folder is then read at once, not at its next
+    periodic read, so a restart held for the save is released as soon as its completion mark
+    is there (the release is still the read's: a log line is never the completion itself)."""
+
+    saving: bool = False
+
+    def polled(self, phase: str | None, stepped: bool) -> bool:
+        """One poll of the log: its newest phase line's phase, and whether it held a step.
+        True when the save the log announced is over by this poll."""
+        if phase == "checkpoint":
+            self.saving = True
+            return False
+        over = self.saving and (stepped or phase is not None)
+        self.saving = self.saving and not over
+        return over

@@ -17,7 +17,7 @@ from watchdog.core import images
 from watchdog.core.names import State
 from watchdog.core.supervisor.budget import Durable, NoProgressTally, Policy
 from watchdog.core.supervisor.events import Action, HandoverResumed, StateRestored
-from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run, enter
+from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run, Saving, enter
 from watchdog.core.supervisor.scoring import Pending, VerdictBook
 
 
@@ -57,7 +57,7 @@ def parked(s: JobState) -> Mapping[str, object] | None:
 
 # The classes a hand-over, a record or the state image (image.py) may name (core/images.py)
 KNOWN: dict[str, type[Any]] = {
-    c.__name__: c for c in (Policy, Durable, NoProgressTally, VerdictBook, Pending)
+    c.__name__: c for c in (Policy, Durable, NoProgressTally, VerdictBook, Pending, Saving)
 }
 # Not handed over: what the new code has of its own (its config's policy, its jitter source,
 # its clock) and what an operator's waiting command holds (its connection does not cross)

@@ -66,6 +66,17 @@ class Hold:
     deadline: float
     or_now: bool
     reads: int = 0  # checkpoint reads while held (status: the wait is being looked at)
+    save_wait: bool = False  # --or-now's deadline came during a save: waiting it out
+
+
+@dataclass(frozen=True, slots=True)
+class Saving:
+    """A checkpoint save of run `pid` seen under way, its newest sign at `at` (monotonic);
+    `took_s`, how long the newest save seen took (at_checkpoint.py bounds the wait with it)."""
+
+    pid: int
+    at: float
+    took_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -136,6 +147,7 @@ class JobState:
     # the next one (`restart --at-checkpoint`)
     checkpoint_mark: float | None = None
     at_checkpoint: Hold | None = None
+    saving: Saving | None = None  # a save under way (cleared by the next new checkpoint)
     # woke.py: the daemon itself was frozen; Ticks wait (the wake, the hold's limit)
     woke_hold: tuple[float, float] | None = None
 

@@ -75,10 +75,14 @@ def first_step(s: JobState, ev: ProgressMarked) -> tuple[list[Action], bool]:
 def set_aside(s: JobState, ev: CheckpointsSetAside, now: float) -> list[Action]:
     """Torn checkpoints were set aside before this start: a `checkpoint_unreadable` death
     before it is no repeat of the next run's (it resumes from another checkpoint): retried
-    under the normal budget, never parked as `repeated_cause` for it (SPEC §16)."""
+    under the normal budget, never parked as `repeated_cause` for it (SPEC §16). A complete
+    one set aside (its job could not read it) leaves an older one to resume from: the shell
+    reads the folder again before this input, and the start under way is judged by that."""
     cause = s.last_cause or {}
     if ev.count > 0 and cause.get("cause") == "checkpoint_unreadable":
         s.cause_streak = None
+    if ev.count > 0:  # the start under way resumes from the newest complete one read since
+        s.resume_step, s.resume_label = s.checkpoint_step, s.checkpoint_label
     return []
 
 

@@ -141,6 +141,7 @@ def _held(hold: Hold | None, now: float) -> dict[str, Any] | None:
         "left_s": round(left, 1),
         "or_now": hold.or_now,
         "reads": hold.reads,
+        "save_wait": hold.save_wait,  # --or-now's deadline came during a save: waiting it out
     }
 
 
