@@ -41,6 +41,7 @@ def one_round(
     rate: int,
     window_s: float,
     warmup_s: float,
+    interval_s: float = 1.0,
 ) -> Round:
     procs = Procs()
     daemons: dict[str, Watchdogd] = {}
@@ -56,7 +57,10 @@ def one_round(
                 work / f"watchdogd-{order.index(name)}",
                 job,
                 gpus_env=gpus.env,
-                overrides={"progress": {"stall_after_s": 60}},
+                overrides={
+                    "progress": {"stall_after_s": 60},
+                    "gpus": {"sample_interval_s": interval_s},
+                },
                 bin_dir=builds[name] / "bin",
             )
             daemons[name] = d.start()
@@ -74,12 +78,15 @@ def one_round(
         procs.kill_noted()
 
 
-def table(builds: list[str], rounds: list[Round], rate: int, window_s: float) -> str:
+def table(
+    builds: list[str], rounds: list[Round], rate: int, window_s: float, interval_s: float = 1.0
+) -> str:
     """Each build's median CPU; new / each old one: the median of the per-round ratios and
     their range (below 1 is better)."""
     new, olds = builds[-1], builds[:-1]
     lines = [
-        f"| {len(rounds)} rounds of {window_s:g} s, {rate:,} lines/s | "
+        f"| {len(rounds)} rounds of {window_s:g} s, {rate:,} lines/s, samples every "
+        f"{interval_s:g} s | "
         + " | ".join(builds)
         + " | "
         + " | ".join(f"new / {o} (range)" for o in olds)
@@ -104,6 +111,12 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=120.0, help="seconds measured per round")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup", type=float, default=20.0, help="steady seconds before a window")
+    ap.add_argument(
+        "--interval",
+        type=float,
+        default=1.0,
+        help="gpus.sample_interval_s (the daemon's default is 5; the bench's configs use 1)",
+    )
     args = ap.parse_args()
     if len(args.venvs) < 2:
         ap.error("two builds at least: OLD NEW")
@@ -116,10 +129,15 @@ def main() -> int:
     for i in range(args.rounds):
         order = names[i % len(names) :] + names[: i % len(names)]
         with tempfile.TemporaryDirectory(prefix="idle_ab.") as work:
-            rounds.append(one_round(builds, order, Path(work), args.rate, args.window, args.warmup))
+            work_dir = Path(work)
+            rounds.append(
+                one_round(
+                    builds, order, work_dir, args.rate, args.window, args.warmup, args.interval
+                )
+            )
         cells = ", ".join(f"{n} {rounds[-1].cpu_pct[n]:.3f} %" for n in names)
         print(f"round {i + 1}/{args.rounds}: {cells}", flush=True)
-    text = table(names, rounds, args.rate, args.window)
+    text = table(names, rounds, args.rate, args.window, args.interval)
     (OUT / f"idle_ab-{args.rate}.md").write_text(text)
     print(text)
     return 0

@@ -84,6 +84,36 @@ def test_a_sample_of_the_current_run_feeds_its_monitor_then_the_core(
     assert getattr(handled[1], "pid", None) == 4242
 
 
+def test_held_reads_of_the_grown_log_feed_the_monitor_in_order_as_of_their_polls(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The reads of the grown log a tick brings (`earlier`, held by the sampler since the last
+    verdict) reach the monitor oldest first, each line timed by its file's age at its own poll,
+    not at the later pass that feeds it; the core then gets one verdict for them all."""
+    runs: list[JobRun] = []
+    mono, wall = time.monotonic(), time.time()
+
+    def read(step: int, ago_s: float, written_before_s: float) -> ProgressLooked:
+        mtime = wall - ago_s - written_before_s  # the line was written this long before the poll
+        found = FollowResult(readings=((ProgressReading(1000.0, step), 1),), latest_mtime=mtime)
+        return ProgressLooked(found, mono - ago_s, wall - ago_s)
+
+    async def scenario(d: Daemon) -> None:
+        run = new_run(d, 4242)
+        runs.append(run)
+        held = (read(7, 4.0, 0.2), read(8, 3.0, 0.1))
+        await d.consumer.inbox.ask(SampleTaken(run, 4242, None, None, earlier=held))
+
+    handled = run_daemon(tmp_path, scenario)
+    monitor = runs[0].monitor
+    assert monitor.last_progress is not None and monitor.last_progress.step == 8
+    # step 8's poll was 3 s ago and its line 0.1 s older; aged at the feed (~3.1 s old then)
+    # it would sit on the previous poll's instant instead (mono - 4)
+    assert monitor.last_progress_at is not None
+    assert abs(monitor.last_progress_at - (mono - 3.1)) < 0.01, monitor.last_progress_at - mono
+    assert [type(e).__name__ for e in handled] == ["ProgressMarked", "HealthAssessed"]
+
+
 def test_a_late_sample_of_a_replaced_run_is_dropped(tmp_path: pathlib.Path) -> None:
     """Readings tagged with a run that has been replaced since feed neither run's monitor and
     give the core nothing (no verdict about the old leader)."""

@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-from watchdog.core.statewrites import StateWrites
+from watchdog.core.ratelimit import StateWrites
 from watchdog.outputs.eventlog import EventLog
 from watchdog.state import files, folder
 

@@ -1,11 +1,11 @@
-"""Failed state-file writes, rate-limited for all files together (core/statewrites.py): a full
+"""Failed state-file writes, rate-limited for all files together (core/ratelimit.py): a full
 disk fails every state file, and the history must not fill with their reports."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from watchdog.core.statewrites import StateWrites
+from watchdog.core.ratelimit import StateWrites
 
 FILES = ["goodput.json", "inputs.jsonl", "runs.jsonl", "stall.json", "state.json", "timeline.json"]
 

@@ -13,7 +13,6 @@ decision of the core, so the input log replays it); the sampler's sleep ends at 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 BEAT_S = 1.0  # the consumer waits at most this long: a live loop looks at least this often
 GAP_S = 3.0  # several beats missed: the loop did not run (a hold of the loop is a gap as well)
@@ -24,6 +23,7 @@ class ClockWatch:
         self._last: float | None = None  # the loop's last look (none yet: a slow start is no gap)
         self._gap: tuple[float, float] | None = None  # (from, to): not yet told the consumer
         self._woken = asyncio.Event()  # a gap was seen: the sampler's sleep ends
+        self._sleep: asyncio.Future[None] | None = None  # the sampler's sleep under way
 
     def look(self, now: float) -> None:
         """A look at the clock from a task of the loop (the consumer, the sampler)."""
@@ -34,6 +34,8 @@ class ClockWatch:
         start = last if self._gap is None else self._gap[0]  # one not yet told: one gap
         self._gap = (start, now)
         self._woken.set()
+        if self._sleep is not None:
+            _end(self._sleep)
 
     @property
     def pending(self) -> bool:
@@ -58,5 +60,18 @@ class ClockWatch:
         if delay_s <= 0 or self._woken.is_set():
             await asyncio.sleep(0)  # a turn of the loop all the same
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._woken.wait(), delay_s)
+        # One future and one timer: wait_for(Event.wait()) made a task and two more loop turns
+        # at each of the sampler's wake-ups (idle CPU, bench/idle_ab.py).
+        loop = asyncio.get_running_loop()
+        self._sleep = waiter = loop.create_future()
+        timer = loop.call_later(delay_s, _end, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._sleep = None
+
+
+def _end(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -322,8 +322,8 @@ class Consumer:
         run = taken.run
         if run is not self._shell.job:
             return []  # a late reading of a run that has been replaced since
-        if taken.progress is not None:
-            self._progress_looked(run, taken.progress)
+        for looked in taken.reads:  # the grown log's reads since the last verdict first
+            self._progress_looked(run, looked)
         if taken.follow_only:
             return []  # the monitor learned the lines' times; GPU samples and due ticks judge
         monitor = run.monitor
@@ -363,7 +363,7 @@ class Consumer:
             monitor.progress_source = found.source
         if found.latest is not None:
             mtime = found.latest_mtime
-            age_s = None if mtime is None else self.inbox.time.wall() - mtime
+            age_s = None if mtime is None else (looked.wall or self.inbox.time.wall()) - mtime
             monitor.progress_line(found.latest, now, age_s, run.polled_at)
         if found.losses:  # SPEC §16: the run's loss judged; on_nan stop asks the core
             losses_read(run, found.losses, now, self._shell, self._dispatch)

@@ -47,6 +47,7 @@ class ProgressLooked:
 
     found: FollowResult | None
     at: float  # monotonic, once the poll returned
+    wall: float | None = None  # time.time() then: a read fed later is aged as of its poll
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,14 @@ class SampleTaken:
     progress: ProgressLooked | None  # None: the log was not looked at for this run
     started_at: float | None = None  # when its reading began (monotonic; clockgap.py)
     follow_only: bool = False  # the log read as it grew (sampling.py): no verdict asked
+    # the reads of the grown log since the last tick that asked a verdict, oldest first: fed
+    # before `progress`, in one pass of the consumer (sampling.py, Sampler.hold)
+    earlier: tuple[ProgressLooked, ...] = ()
+
+    @property
+    def reads(self) -> tuple[ProgressLooked, ...]:
+        """Every read of the log this input brings, oldest first."""
+        return self.earlier if self.progress is None else (*self.earlier, self.progress)
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,10 @@ CHECKPOINT_EVERY_S = 2.0  # status's view of progress.checkpoint; decisions read
 # evaluations gives it 40 gaps, not 20). bench/idle_ab.py holds the daemon's CPU to account.
 FOLLOW_LEARNING_S = 0.5
 FOLLOW_EVERY_S = 1.0
+# Those reads are held for the next tick that asks a verdict and fed to the monitor then, each
+# with its own time, in one pass of the consumer (a pass a read made the daemon at the default
+# 5 s interval 1.45x the build before, bench/README.md); at most this many wait.
+HOLD_READS = 32
 
 
 class Sampler:
@@ -66,6 +70,7 @@ class Sampler:
         self._ranks = RankLister()  # the tree's workers (torchrun's ranks, SPEC §12)
         self._progress_hung = False  # the progress reader is stuck (said once per spell)
         self._checkpoint_read: tuple[JobRun, float] | None = None  # the last read: which run, when
+        self._held: tuple[JobRun, list[ProgressLooked]] | None = None  # reads not yet fed (hold)
 
     def reconfigure(self, old: config.Config, new: config.Config) -> None:
         """A reload: a new progress.checkpoint is watched from now on (SPEC §6)."""
@@ -92,7 +97,7 @@ class Sampler:
         the job's own rhythm, not our sampling's. Each tick waits until the consumer has taken
         its readings: the next due time it then gives counts them. `ticked` runs after each
         (the status line for systemd)."""
-        next_gpu, due = self._inbox.time.monotonic(), None
+        next_gpu, due, every = self._inbox.time.monotonic(), None, None
         while True:
             now = self._inbox.time.monotonic()
             self._clock.look(now)  # a gap first: this sample is read after it
@@ -103,18 +108,22 @@ class Sampler:
             now = self._inbox.time.monotonic()
             if gpu_due:
                 next_gpu = max(next_gpu + self._cfg().gpus.sample_interval_s, now)
-            due = next_due(now)
+            if full or every is None:  # a read of the grown log only is held: nothing fed
+                due, every = next_due(now), self._follow_every()
             wake = next_gpu if due is None else min(next_gpu, due)
             if self._following():
-                wake = min(wake, now + self._follow_every())
+                wake = min(wake, now + every)
             await self._clock.sleep(wake - now)  # a gap (clockgap.py) ends it: sampled at once
 
     async def _tick(self, gpu: bool, ticked: Callable[[], None], follow_only: bool) -> None:
         self._clock.sampling()
         try:
-            await self._inbox.ask(await self.take_sample(gpu=gpu, follow_only=follow_only))
-            if not follow_only:  # the status line for systemd is the verdicts' (a full tick)
-                ticked()
+            taken = await self.take_sample(gpu=gpu, follow_only=follow_only)
+            if follow_only:
+                self.hold(taken)  # no verdict asked: fed with the next tick's readings
+                return
+            await self._inbox.ask(taken)
+            ticked()  # the status line for systemd is the verdicts' (a full tick)
         except Exception as e:
             # A watchdog bug must never kill a healthy job, nor stop the sampling: say so.
             with contextlib.suppress(OSError):
@@ -162,7 +171,34 @@ class Sampler:
             self._tasks.spawn(self.learning.from_files(self._cfg()))
         if leader is not None and gpu and run.rank_tracker.listing_due(now):
             run.spawn_task(self.watch_ranks(run, leader), self._tasks.done)
-        return SampleTaken(run, leader, sample, progress, started_at, follow_only)
+        earlier = () if follow_only else self._take_held(run)
+        return SampleTaken(run, leader, sample, progress, started_at, follow_only, earlier)
+
+    def hold(self, taken: SampleTaken) -> None:
+        """A read of the grown log, kept for the next tick that asks a verdict (`earlier`): the
+        consumer then feeds the monitor every read with its own time, in order, before that
+        tick's verdict (a verdict is only asked there, so none is judged without them).
+        Posted at once past HOLD_READS reads."""
+        if taken.progress is None:
+            return
+        held = self._held
+        reads = held[1] if held is not None and held[0] is taken.run else []
+        reads.append(taken.progress)
+        self._held = (taken.run, reads)
+        if len(reads) >= HOLD_READS:
+            self.post_held()
+
+    def _take_held(self, run: JobRun) -> tuple[ProgressLooked, ...]:
+        held, self._held = self._held, None
+        return () if held is None or held[0] is not run else tuple(held[1])
+
+    def post_held(self) -> None:
+        """The held reads to the consumer now: before an input that must come after them (a
+        save seen after those lines: SPEC §14's phases go in the order things happened)."""
+        if (held := self._held) is not None:
+            self._held = None
+            reads = tuple(held[1])
+            self._inbox.post(SampleTaken(held[0], None, None, None, None, True, reads))
 
     def _checkpoint_due(self, run: JobRun, now: float) -> bool:
         """At most every CHECKPOINT_EVERY_S, and at once for a new run (status's view)."""
@@ -185,7 +221,7 @@ class Sampler:
         found = await self.poll_progress(run, follower) if follower is not None else None
         if run is not self._runs.current or follower is not run.follower:
             return None
-        return ProgressLooked(found, self._inbox.time.monotonic())
+        return ProgressLooked(found, self._inbox.time.monotonic(), self._inbox.time.wall())
 
     async def poll_progress(self, run: JobRun, follower: Follower) -> FollowResult | None:
         """One poll of the progress log: off the loop, or on it for a local file with little
@@ -299,6 +335,7 @@ class Sampler:
             self._emit("internal_error_caught", where="checkpoint", error=error)
             return
         seen = watch.look(found)  # SPEC §13: a write is a save going on; §14: quiet lets it end
+        self.post_held()  # the lines read before this look come first
         if (saved := watch.saved(found)) is not None and watch is self.checkpoints:
             self._emit("checkpoint_saved", **saved)  # SPEC §16: each save seen
         if seen is not None and watch is self.checkpoints:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from watchdog import blocking
-from watchdog.core.statewrites import StateWrites
+from watchdog.core.ratelimit import StateWrites
 from watchdog.core.supervisor.budget import Durable
 from watchdog.core.views.timeline_span import rfc3339
 from watchdog.state.files import write_generation
@@ -31,7 +31,7 @@ RETRY_S = 10.0  # a failed write is tried again this long after, changed or not
 
 
 class WriteHealth:
-    """The state files' failed writes, rate-limited like Xids (core/statewrites.py): the first
+    """The state files' failed writes, rate-limited like Xids (core/ratelimit.py): the first
     of a spell in full, then a count each minute, and state_write_resumed when one goes
     through. `view()` is status `state_writes`."""
 

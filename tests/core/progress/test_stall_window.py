@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor
 from watchdog.core.progress.auto import recognise
+from watchdog.core.progress.ring import RING_SIZE, GapRing
 from watchdog.core.progress.stall_window import Phase, RunPhase, StallConfig, StallKnowledge
 from watchdog.core.progress.tracker import ProgressTracker
 from watchdog.core.protocol.wire import explain_window
-from watchdog.core.ring import RING_SIZE, GapRing
 from watchdog.core.samples import ProgressReading
 
 AUTO = StallConfig()  # learn_steps 20, factor 5, floor 60

@@ -8,7 +8,7 @@ import statistics
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from watchdog.core.ring import GapRing
+from watchdog.core.progress.ring import GapRing
 from watchdog.core.views import ledger as ledger_view
 from watchdog.core.views.ledger import (
     RESERVE_AHEAD,

@@ -21,9 +21,9 @@ from watchdog.core.health.gpu_news import GpuObserved, GpuWatchState
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor, Verdict
 from watchdog.core.health.ranks import IDLE_LIST_EVERY_S, STARTUP_LIST_S, RankTracker
 from watchdog.core.health.speed import RunSpeed, SpeedConfig, SpeedNews
+from watchdog.core.progress.ring import GapRing
 from watchdog.core.progress.slowdown import Recovered, SlowdownConfig, SlowdownDetector, Slowed
 from watchdog.core.progress.stall_window import PHASES, RunPhase, StallConfig, StallKnowledge
-from watchdog.core.ring import GapRing
 from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
 
 

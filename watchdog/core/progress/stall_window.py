@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from watchdog.core.ring import RING_SIZE, GapRing
+from watchdog.core.progress.ring import RING_SIZE, GapRing
 
 Phase = Literal["startup", "training", "eval", "checkpoint"]
 Source = Literal["learned", "ceiling", "fixed"]

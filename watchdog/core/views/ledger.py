@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from watchdog.core.names import PARKED_STATES, State
-from watchdog.core.ring import GapRing
+from watchdog.core.progress.ring import GapRing
 
 SETTLE_READINGS = 5  # steady readings before a run is settled: one or two are noise
 # Run numbers are a sequence, reserved ahead like a database's (docs/runs.md, "Run numbers"):
