@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from watchdog.cli.render import fit
+from watchdog.core.views.shown import short_code
 
 TYPE_CHECKING = False  # mypy treats this name as true; at run time `typing` is never imported
 if TYPE_CHECKING:
@@ -34,15 +35,6 @@ def local_time(stamp: object, seconds: bool = True) -> str:
     except ValueError:
         return stamp[:14]
     return when.strftime("%m-%d %H:%M:%S" if seconds else "%m-%d %H:%M")
-
-
-def short_code(code: object) -> str:
-    if not isinstance(code, dict):
-        return "-"
-    commit = code.get("commit") or code.get("sha256")
-    if not isinstance(commit, str):
-        return "-"
-    return commit[:7] + ("+" if code.get("dirty") else "")
 
 
 def why(rec: dict[str, Any]) -> str:
@@ -76,7 +68,7 @@ def line(rec: dict[str, Any], run_width: int = 4) -> str:
     change = rec.get("change_pct")
     text = (
         f"{rec.get('run', '?'):>{run_width}}  {local_time(rec.get('started_at'), False):<11}  "
-        f"{why(rec):<18} {short_code(rec.get('code')):<8} "
+        f"{why(rec):<18} {short_code(rec.get('code')) or '-':<8} "
         f"{seconds(rec.get('time_to_first_progress_s')):>8} "
         f"{'-' if tps is None else f'{tps:,.0f}':>8} "
         f"{'-' if change is None else f'{change:+.1f} %':>7}  {ending(rec)}"

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from watchdog.cli.render import WIDTH, fit
 from watchdog.core.names import TIMELINE_NOT_LISTED
 from watchdog.core.views.goodput import goodput_line
+from watchdog.core.views.timeline_span import parse_rfc3339
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ def render(res: dict[str, Any], color: bool = False) -> str:
     """The whole screen for the `timeline` command's result."""
     buckets: list[dict[str, Any]] = res["buckets"]
     paint = _painter(color)
-    start, end = _wall(res["since"]), _wall(res["until"])
+    start, end = parse_rfc3339(res["since"]), parse_rfc3339(res["until"])
     lines = [_title(res, start, end), _axis(start, end, len(buckets))]
     lines.append(_row("state", "".join(_state_cell(b, paint) for b in buckets)))
     lines += _tokens_rows(buckets)
@@ -238,7 +239,7 @@ def _exit_before(events: list[dict[str, Any]], e: dict[str, Any]) -> dict[str, A
 
 def _list_entry(e: dict[str, Any], exited: dict[str, Any] | None, span_s: float) -> list[str]:
     name = e["event"]
-    when = _clock(_wall(e["ts"]), span_s, seconds=True)
+    when = _clock(parse_rfc3339(e["ts"]), span_s, seconds=True)
     word = MARKS[name][2]
     detail = str(e.get("reason") or "")
     if name == "restart_scheduled" and detail == "exited" and exited is not None:
@@ -311,10 +312,6 @@ def _painter(color: bool) -> Painter:
         return f"\x1b[{code}m{text}\x1b[0m"
 
     return sgr if color else plain
-
-
-def _wall(ts: str) -> float:
-    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
 
 
 def _clock(wall: float, span_s: float, seconds: bool = False) -> str:

@@ -93,17 +93,21 @@ class Reset:
     fallback: str
 
 
-def load_generations(path: str, parse: Callable[[str], T]) -> tuple[T | None, list[Reset]]:
+def load_generations(
+    path: str, parse: Callable[[Any], T], read: Callable[[str], Any] = read_text
+) -> tuple[T | None, list[Reset]]:
     """The newest usable generation of a state file: `path`, else `path.prev`; None when
-    neither exists or neither can be used. `parse` raises ValueError for content it cannot use
-    (not JSON, the wrong shape). Each unusable generation is one Reset: nothing is skipped
-    silently. A missing `path` beside a usable `.prev` is a Reset too (someone removed it)."""
+    neither exists or neither can be used. `read` gives what `parse` takes (read_text: the
+    text; runsfile.py reads a line at a time), None when the file does not exist. Both raise
+    ValueError for content they cannot use (not JSON, the wrong shape). Each unusable
+    generation is one Reset: nothing is skipped silently. A missing `path` beside a usable
+    `.prev` is a Reset too (someone removed it)."""
     problems: list[tuple[str, str]] = []
     value: T | None = None
     used: str | None = None
     for candidate in (path, path + PREVIOUS):
         try:
-            text = read_text(candidate)
+            text = read(candidate)
             if text is None:
                 if candidate == path and os.path.exists(path + PREVIOUS):
                     problems.append((candidate, "missing"))
@@ -121,11 +125,15 @@ def load_generations(path: str, parse: Callable[[str], T]) -> tuple[T | None, li
 
 
 def load_said(
-    path: str, parse: Callable[[str], T], emit: Callable[..., Any], lost: str | None = None
+    path: str,
+    parse: Callable[[Any], T],
+    emit: Callable[..., Any],
+    lost: str | None = None,
+    read: Callable[[str], Any] = read_text,
 ) -> T | None:
     """load_generations(), each unusable generation said (state_reset) and, when neither could
     be used, every error in one `lost` event (goodput_reset, stall_windows_reset)."""
-    value, resets = load_generations(path, parse)
+    value, resets = load_generations(path, parse, read)
     for r in resets:
         emit("state_reset", file=r.file, error=r.error, fallback=r.fallback)
     if value is None and resets and lost is not None:

@@ -11,6 +11,7 @@ previous generation is used (state_reset).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from watchdog.core.views.runrecord import problem
-from watchdog.state.files import PREVIOUS, Unreadable
+from watchdog.state.files import Unreadable, load_said
 
 SKIPPED = ".skipped"  # beside runs.jsonl: the text of every record skipped, one a line
 SAID_MAX = 5  # the skipped lines an event names (the count says how many in all)
@@ -29,7 +30,8 @@ class Loaded:
     """One generation read: the newest `keep` usable records, and what was skipped (its text
     appended to the aside file as it is met, so a file of garbage is never held either)."""
 
-    def __init__(self, keep: int, aside: str) -> None:
+    def __init__(self, path: str, keep: int, aside: str) -> None:
+        self.path = path  # the generation read: runs.jsonl or runs.jsonl.prev
         self.records: deque[dict[str, Any]] = deque(maxlen=keep)
         self.said: list[str] = []  # the first SAID_MAX skipped lines, why each
         self.skipped = 0
@@ -69,36 +71,14 @@ def _digest(text: bytes) -> bytes:
 def load_runs(path: str, keep: int, emit: Callable[..., Any]) -> list[dict[str, Any]]:
     """The newest `keep` usable records of `path` (else of `path.prev`), oldest first; each
     unusable generation a state_reset, the records skipped said in ledger_records_skipped."""
-    problems: list[tuple[str, str]] = []
-    used: tuple[str, Loaded] | None = None
-    for candidate in (path, path + PREVIOUS):
-        try:
-            loaded = _stream(candidate, keep, path + SKIPPED)
-        except FileNotFoundError:
-            if candidate == path and os.path.exists(path + PREVIOUS):
-                problems.append((candidate, "missing"))
-            continue
-        except Unreadable as e:
-            problems.append((candidate, e.problem))
-            continue
-        if loaded.records:
-            used = candidate, loaded
-            break
-        problems.append((candidate, f"no usable run record ({loaded.said[0]})"))
-    fallback = (
-        f"the previous generation {os.path.basename(used[0])}"
-        if used is not None
-        else "nothing: starting afresh"
-    )
-    for f, why in problems:
-        emit("state_reset", file=f, error=why, fallback=fallback)
-    if used is None:
+    read = functools.partial(_stream, keep=keep, aside=path + SKIPPED)
+    loaded = load_said(path, _usable, emit, read=read)
+    if loaded is None:
         return []
-    file, loaded = used
     if loaded.skipped:
         emit(
             "ledger_records_skipped",
-            file=file,
+            file=loaded.path,
             skipped=loaded.skipped,
             kept=len(loaded.records),
             lines=loaded.said,
@@ -107,12 +87,20 @@ def load_runs(path: str, keep: int, emit: Callable[..., Any]) -> list[dict[str, 
     return list(loaded.records)
 
 
-def _stream(path: str, keep: int, aside: str) -> Loaded:
-    loaded = Loaded(keep, aside)
+def _usable(loaded: Loaded) -> Loaded:
+    """A generation with no usable record at all is unusable (its previous one is used)."""
+    if not loaded.records:
+        raise Unreadable(f"no usable run record ({loaded.said[0]})")
+    return loaded
+
+
+def _stream(path: str, keep: int, aside: str) -> Loaded | None:
+    """The generation `path`, read a line at a time; None when it does not exist."""
+    loaded = Loaded(path, keep, aside)
     try:
-        f = open(path, "rb")  # noqa: SIM115 (closed below; FileNotFoundError goes up)
+        f = open(path, "rb")  # noqa: SIM115 (closed below)
     except FileNotFoundError:
-        raise
+        return None
     except OSError as e:
         raise Unreadable(f"cannot be read: {e.strerror or e}") from e
     with f:

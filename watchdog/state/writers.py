@@ -16,12 +16,12 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from watchdog import blocking
 from watchdog.core.ratelimit import StateWrites
 from watchdog.core.supervisor.budget import Durable
+from watchdog.core.views.timeline_span import rfc3339
 from watchdog.state.files import write_generation
 from watchdog.state.folder import StateDir
 
@@ -54,7 +54,7 @@ class WriteHealth:
     def view(self) -> dict[str, Any]:
         v = self.core.view()
         if v["failing_since"] is not None:
-            v["failing_since"] = _rfc3339(v["failing_since"])
+            v["failing_since"] = rfc3339(v["failing_since"])
         return v
 
     def _arm(self) -> None:
@@ -69,10 +69,6 @@ class WriteHealth:
         for fields in self.core.due(time.monotonic()):
             self._emit("state_write_failed", **fields)
         self._arm()
-
-
-def _rfc3339(wall: float) -> str:
-    return datetime.fromtimestamp(wall, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 # A write begins this long after the first change of a burst. An exit, the stop after it and the

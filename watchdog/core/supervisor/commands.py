@@ -21,7 +21,7 @@ from watchdog.core.supervisor.events import (
     ShutdownRequested,
 )
 from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run, enter, snapshot
-from watchdog.core.supervisor.primitives import spawn, stop
+from watchdog.core.supervisor.primitives import budget_reset, spawn, stop
 
 # SPEC §13: scancel, `systemctl stop` (KillMode=control-group) and the like send SIGTERM to the
 # job and to the daemon at once. A job that exits 0 on SIGTERM may be seen to exit before the
@@ -89,7 +89,7 @@ def _stopping(s: JobState, cmd: str, now: float) -> list[Action]:
         return []
     if s.after_stop is AfterStop.EXIT:
         return [Refuse("the daemon is shutting down")]
-    _budget_reset(s)
+    budget_reset(s)
     return stop(s, "operator", AfterStop.START)
 
 
@@ -140,20 +140,11 @@ def _start(s: JobState, cmd: str, now: float) -> list[Action]:
     alive = s.pid is not None or s.run is Run.SPAWNING
     if cmd == "start" and alive:
         return [Refuse(f"already {snapshot(s).state.value}")]
-    _budget_reset(s)
+    budget_reset(s)
     if alive:
         return stop(s, "operator", AfterStop.START)
     s.last_reason = "operator" if cmd == "restart" else s.last_reason
     return spawn(s, now, "operator")
-
-
-def _budget_reset(s: JobState) -> None:
-    s.restart_times.clear()
-    s.failures = 0
-    s.tally.reset()
-    s.cause_streak = None  # SPEC §14: like the budget, an operator's start starts it afresh
-    s.host_fault = None  # an operator's start leaves host_fault (SPEC §12)
-    s.operator_stopped = False  # ... and an operator's stop (SPEC §13)
 
 
 def policy_changed(s: JobState, ev: PolicyChanged, now: float) -> list[Action]:

@@ -47,6 +47,16 @@ def spawn(s: JobState, now: float, reason: str) -> list[Action]:
     return [SpawnChild(attempt=s.attempt)]
 
 
+def budget_reset(s: JobState) -> None:
+    """An operator's start, or a fresh run: the restart budget and what it decided, afresh."""
+    s.restart_times.clear()
+    s.failures = 0
+    s.tally.reset()
+    s.cause_streak = None  # SPEC §14: like the budget, an operator's start starts it afresh
+    s.host_fault = None  # an operator's start leaves host_fault (SPEC §12)
+    s.operator_stopped = False  # ... and an operator's stop (SPEC §13)
+
+
 def stop(s: JobState, reason: str, after: AfterStop, incident: bool = False) -> list[Action]:
     s.stop_reason = reason
     s.after_stop = after

@@ -23,6 +23,7 @@ from watchdog.core.supervisor.events import (
 )
 from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run, enter, observing
 from watchdog.core.supervisor.primitives import (
+    budget_reset,
     fail,
     finish_stop,
     kill_tree,
@@ -70,14 +71,10 @@ def fresh_run(s: JobState, now: float) -> list[Action]:
     backoff = s.backoff_until is not None
     paused = s.paused
     decided = s.operator_stopped or paused  # SPEC §13: a new allocation decides anew
-    s.restart_times.clear()
-    s.failures = 0
-    s.tally.reset()
-    s.cause_streak = None
-    s.host_fault = None
+    budget_reset(s)
     s.backoff_until = None
     enter(s, State.STOPPED)
-    s.operator_stopped = s.paused = False
+    s.paused = False
     s.access_lost = s.access_resume = None
     out: list[Action] = []
     if found is not State.STOPPED or backoff or decided:

@@ -94,14 +94,6 @@ def change_pct(now: float | None, before: float | None) -> float | None:
     return round((now - before) / before * 100.0, 1)
 
 
-def same_code(a: object, b: object) -> bool | None:
-    """Whether two records' `code` are the same code; None when either is unknown."""
-    if not isinstance(a, Mapping) or not isinstance(b, Mapping):
-        return None
-    keys = ("commit", "dirty", "diff_sha", "sha256")
-    return all(a.get(k) == b.get(k) for k in keys)
-
-
 class Ledger:
     """The records, oldest first; the newest may be open (its run still going)."""
 
@@ -360,8 +352,10 @@ class Ledger:
 
 
 def code_changed(a: object, b: object) -> bool | None:
-    same = same_code(a, b)
-    return None if same is None else not same
+    """Whether two records' `code` differ; None when either is unknown."""
+    if not isinstance(a, Mapping) or not isinstance(b, Mapping):
+        return None
+    return any(a.get(k) != b.get(k) for k in ("commit", "dirty", "diff_sha", "sha256"))
 
 
 def _elapsed(since: object, now: float) -> float | None:

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from watchdog.core.views.ledger import iso
+
 MAX_EVENTS_PER_BUCKET = 16
 
 
@@ -184,8 +186,7 @@ def shifted_ts(e: Mapping[str, Any], step: float) -> dict[str, Any]:
         at = parse_rfc3339(str(e.get("ts"))) + step
     except ValueError:
         return dict(e)
-    stamp = datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
-    return {**e, "ts": stamp.replace("+00:00", "Z")}
+    return {**e, "ts": iso(at)}
 
 
 def figures_only(b: Bucket) -> Bucket:
