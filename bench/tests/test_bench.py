@@ -340,3 +340,42 @@ def test_overhead_reads_a_process_cpu_to_below_a_clock_tick() -> None:
     finally:
         child.kill()
         child.wait(10)
+
+
+def test_shadow_soak_times_each_hang_from_its_own_runs_last_line(tmp_path: Path) -> None:
+    """bench/shadow_soak.py: a `stalled` is timed from the stamp of the run that was current (the
+    latest child_spawned before it), a verdict of another reason is not a detection, and the
+    report counts would-be verdicts and false alarms over the shadows."""
+    from bench import shadow_soak
+    from bench.supervisors import Event
+
+    (tmp_path / "stamp.11").write_text(str(5_000_000_000))
+    (tmp_path / "stamp.12").write_text(str(9_000_000_000))
+    events = [
+        Event(1, {"event": "child_spawned", "pid": 11}),
+        Event(26_000_000_000, {"event": "detector_fired", "reason": "stalled", "window_s": "20"}),
+        Event(27_000_000_000, {"event": "child_spawned", "pid": 12}),
+        Event(30_000_000_000, {"event": "detector_fired", "reason": "gpus_idle"}),
+        Event(31_500_000_000, {"event": "detector_fired", "reason": "stalled", "window_s": "20"}),
+    ]
+
+    class Wd:
+        def events(self) -> list[Event]:
+            return events
+
+    w = shadow_soak.Watched("freeze-0", Wd(), tmp_path)  # type: ignore[arg-type]
+    found = shadow_soak._detections(w)
+    assert [(d["pid"], d["after_last_line_s"]) for d in found] == [(11, 21.0), (12, 22.5)]
+    shadow = {
+        "job_hours": 2.0,
+        "job_starts": 1,
+        "job_exits": 0,
+        "would_be_verdicts": [{"reason": "stalled"}],
+        "false_alarms": [{"reason": "stalled", "after_s": 40}],
+        "step": 900,
+        "stall_window": {"window_s": 60, "phase": "training", "source": "learned"},
+        "stall_windows": {"training": 60},
+    }
+    text = shadow_soak.render({"hours": 2, "shadows": {"hf": shadow}, "detections": found})
+    assert "job-hours 2.00; would-be verdicts 1; false alarms 1" in text
+    assert "2 hangs found, from the last line p50 21.8 s, p95 22.5 s" in text
