@@ -67,11 +67,12 @@ def test_hf_trainer_folder_learned_at_default_verbosity(
 
 def test_lightning_folder_learned(make_daemon: DaemonFactory, work: pathlib.Path) -> None:
     """A Lightning run's ModelCheckpoint folder is learned from its `.ckpt` files, kind
-    lightning, and its newest finished file read (a save every 300 steps, a few seconds here:
-    the default 100 replaces the file about every second, never untouched for a read)."""
+    lightning, and its newest finished file read (a save every 3 s of training, by time: a
+    count of steps replaced the file faster than the 1 s it must stay untouched on a quiet
+    machine, so the read depended on this machine's speed)."""
     d = make_daemon(
         [sys.executable, str(JOBS / "lightning_job.py"), str(work), "tqdm"],
-        framework_config(work, env={"CKPT_EVERY": "300"}),
+        framework_config(work, env={"CKPT_EVERY_S": "3"}),
     )
     found = d.wait_event("checkpoint_found", timeout=STARTUP_S)[0]
     where = (found["path"], found["kind"], found["from"])

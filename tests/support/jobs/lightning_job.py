@@ -9,11 +9,13 @@ column) and ModelCheckpoint saves checkpoints/epoch=E-step=N.ckpt every CKPT_EVE
 file written whole, then the older one removed); a run resumes from the newest, as a user's
 restart script does. One epoch is 100,000 steps: it trains until killed.
 
-Knobs (environment): CKPT_EVERY (default 100), LOG_EVERY (default 5: metrics.csv rows and its
-flush, in steps); ROW_S (default 0): each row takes that long to load; STALL_P and STALL_S
-(default 0): with that probability a row takes a further uniform(1, STALL_S) seconds (a data
-loader that sometimes stalls); VAL_EVERY (default 0 = none): a validation pass every N steps
-over VAL_ROWS rows (default 20) of VAL_ROW_S seconds each (default 0).
+Knobs (environment): CKPT_EVERY (default 100); CKPT_EVERY_S (default 0 = unused): a save every that
+many seconds of training instead (ModelCheckpoint's train_time_interval: a test that must see a
+file untouched for a while cannot depend on how many steps this machine makes); LOG_EVERY (default
+5: metrics.csv rows and its flush, in steps); ROW_S (default 0): each row takes that long to load;
+STALL_P and STALL_S (default 0): with that probability a row takes a further uniform(1, STALL_S)
+seconds (a data loader that sometimes stalls); VAL_EVERY (default 0 = none): a validation pass
+every N steps over VAL_ROWS rows (default 20) of VAL_ROW_S seconds each (default 0).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import re
 import sys
 import time
 import warnings
+from datetime import timedelta
 
 warnings.filterwarnings("ignore")  # Lightning's advice (num_workers, …) is not the job's output
 
@@ -82,6 +85,16 @@ def newest_checkpoint(folder: str) -> str | None:
     return max(found)[1] if found else None
 
 
+def _saver(ckpt_dir: str) -> ModelCheckpoint:
+    """A save every CKPT_EVERY_S seconds when set, else every CKPT_EVERY steps."""
+    seconds = float(os.environ.get("CKPT_EVERY_S", "0"))
+    if seconds:
+        return ModelCheckpoint(dirpath=ckpt_dir, train_time_interval=timedelta(seconds=seconds))
+    return ModelCheckpoint(
+        dirpath=ckpt_dir, every_n_train_steps=int(os.environ.get("CKPT_EVERY", "100"))
+    )
+
+
 def main() -> None:
     workdir, bar = sys.argv[1], sys.argv[2]
     every = int(os.environ.get("LOG_EVERY", "5"))
@@ -97,9 +110,7 @@ def main() -> None:
         log_every_n_steps=every,
         callbacks=[
             TQDMProgressBar() if bar == "tqdm" else RichProgressBar(),
-            ModelCheckpoint(
-                dirpath=ckpt_dir, every_n_train_steps=int(os.environ.get("CKPT_EVERY", "100"))
-            ),
+            _saver(ckpt_dir),
         ],
         enable_model_summary=False,
         val_check_interval=val_every or None,
