@@ -54,20 +54,30 @@ def set_aside(folder: str, kind: str, keep: int, stamp: str) -> list[SetAside]:
     newest is not complete, into the quarantine folder beside them (named `<name>.<stamp>`),
     newest first; none when the newest is complete. At most `keep` are held there: past it,
     none more is set aside (ours are never deleted either: the operator clears them)."""
-    if kind == "megatron" and os.path.basename(folder) == C.TRACKER:
-        folder = os.path.dirname(folder) or "."
-    reader = _KINDS.get(kind)
-    if reader is None:
+    listed = _listed(folder, kind)
+    if listed is None:
         return []
-    try:
-        saves, why = reader(folder)
-    except OSError:
-        return []  # no folder yet (a first run), or none we may list: nothing to set aside
+    folder, saves, why = listed
     found = torn(saves)
     if found is None:
         return []
     names, previous = found
     return [_move(folder, name, why, previous, keep, stamp) for name in names]
+
+
+def _listed(folder: str, kind: str) -> tuple[str, list[tuple[str, int, bool]], str] | None:
+    """The folder the kind's saves live in (a Megatron tracker names its parent) and its saves,
+    or None: a kind we do not set aside, no folder yet (a first run), or none we may list."""
+    if kind == "megatron" and os.path.basename(folder) == C.TRACKER:
+        folder = os.path.dirname(folder) or "."
+    reader = _KINDS.get(kind)
+    if reader is None:
+        return None
+    try:
+        saves, why = reader(folder)
+    except OSError:
+        return None
+    return folder, saves, why
 
 
 def before_start(
@@ -83,15 +93,10 @@ def set_aside_named(folder: str, kind: str, name: str, keep: int, stamp: str) ->
     """Blocking: the save `name` that the job's last run could not read, set aside when it is
     a save of the kind's pattern directly in `folder`, the newest of them, and a complete one
     remains below it; one that is not set aside for a reason of ours says why."""
-    if kind == "megatron" and os.path.basename(folder) == C.TRACKER:
-        folder = os.path.dirname(folder) or "."
-    reader = _KINDS.get(kind)
-    if reader is None:
+    listed = _listed(folder, kind)
+    if listed is None:
         return []
-    try:
-        saves, _ = reader(folder)
-    except OSError:
-        return []
+    folder, saves, _ = listed
     mine = [s for s in saves if s[0] == name]
     if not mine:
         return []  # not a save of the kind's own pattern in the folder: never ours to move
