@@ -81,7 +81,10 @@ def test_daemon_stopped_across_the_startup_deadline_keeps_a_job_that_progressed(
         {
             # the shipped sample interval: the deadline falls due before the next look would
             "gpus": {"sample_interval_s": 5},
-            "startup": {"timeout_s": 1},
+            # 6 s: the daemon must be stopped before the deadline passes, and on a busy
+            # machine seeing `starting` and sending SIGSTOP took over a second (a 1 s
+            # deadline fired before the stop: a verdict the daemon was right to give)
+            "startup": {"timeout_s": 6},
             "progress": {"pattern": STEP_PATTERN},
         },
         env=NOT_DEBUG,
@@ -92,8 +95,9 @@ def test_daemon_stopped_across_the_startup_deadline_keeps_a_job_that_progressed(
     try:
         go.touch()  # the job gets going while the daemon cannot look
         log = tmp_path / "job.log"
-        # 6 s of steps at 0.1 s: past the 1 s deadline and the daemon's several ticks
-        wait_until(lambda: steps_written(log) >= 60, 30, "the job's 60th step")
+        # steps start after the stop, 0.1 s each at best: 90 of them are at least 9 s after
+        # it, past the 6 s deadline and the daemon's next look
+        wait_until(lambda: steps_written(log) >= 90, 60, "the job's 90th step")
     finally:
         os.kill(d.proc.pid, signal.SIGCONT)
     st = d.wait_state("running")
