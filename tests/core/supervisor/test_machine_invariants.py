@@ -379,6 +379,7 @@ class SupervisorMachine(RuleBasedStateMachine):
             pid = max(self.live)
             self.live.discard(pid)
             self.last_event = "crash"
+            self.crash_cause = None  # unclassified: an earlier crash's cause is not this one's
             before = self.sup.snapshot()
             ends_well = code == 0 and before.state in (
                 State.STARTING,
