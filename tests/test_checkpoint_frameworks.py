@@ -49,22 +49,6 @@ def newest_in_status(d: Daemon) -> dict[str, Any]:
     return found
 
 
-def test_hf_trainer_folder_learned_at_default_verbosity(
-    make_daemon: DaemonFactory, work: pathlib.Path
-) -> None:
-    """The Trainer prints no save line by default: its output_dir is learned from the
-    checkpoint-N folders appearing under job.cwd, kind hf, and its newest complete one read."""
-    d = make_daemon(
-        [sys.executable, str(JOBS / "hf_trainer_job.py"), str(work)], framework_config(work)
-    )
-    found = d.wait_event("checkpoint_found", timeout=STARTUP_S)[0]
-    assert (found["path"], found["kind"], found["from"]) == (str(work / "out"), "hf", "files")
-    seen = newest_in_status(d)
-    assert seen["label"].startswith("checkpoint-") and seen["mark"] >= 20, seen
-    log = pathlib.Path(d.cfg["job"]["log_file"]).read_text(errors="replace")
-    assert "Saving model checkpoint" not in log  # learned from the files, not a line
-
-
 def test_lightning_folder_learned(make_daemon: DaemonFactory, work: pathlib.Path) -> None:
     """A Lightning run's ModelCheckpoint folder is learned from its `.ckpt` files, kind
     lightning, and its newest finished file read (a save every 3 s of training, by time: a
@@ -93,10 +77,12 @@ def checkpoint_files(work: pathlib.Path) -> dict[str, float]:
 def test_hf_trainer_restart_from_step_0_is_stopped_before_it_saves(
     make_daemon: DaemonFactory, work: pathlib.Path
 ) -> None:
-    """A real Trainer saves checkpoint-100 and is killed; the automatic restart starts from
-    step 0 (its script lost the checkpoint): progress_reset at its first step, the run stopped
-    before its first save and the job parked fatal `progress_reset`; the checkpoints on disk
-    are untouched (same files, same mtimes)."""
+    """A real Trainer at its default verbosity (it prints no save line) saves checkpoint-100:
+    its output_dir is learned from the checkpoint-N folders appearing under job.cwd, kind hf,
+    and the checkpoint read. Killed, the automatic restart starts from step 0 (its script lost
+    the checkpoint): progress_reset at its first step, the run stopped before its first save
+    and the job parked fatal `progress_reset`; the checkpoints on disk are untouched (same
+    files, same mtimes). One Trainer run proves both: each start costs seconds of CPU."""
     flag = work / "from_zero"
     d = make_daemon(
         [sys.executable, str(JOBS / "hf_trainer_job.py"), str(work)],
@@ -108,6 +94,11 @@ def test_hf_trainer_restart_from_step_0_is_stopped_before_it_saves(
         return c is not None and (c["step"] or 0) >= 100
 
     d.wait_status(read_at_least_100, STARTUP_S, "checkpoint-100 read", interval=0.2)
+    found = d.wait_event("checkpoint_found")[0]
+    assert (found["path"], found["kind"], found["from"]) == (str(work / "out"), "hf", "files")
+    assert d.status()["progress"]["checkpoint"]["label"].startswith("checkpoint-")
+    log = pathlib.Path(d.cfg["job"]["log_file"]).read_text(errors="replace")
+    assert "Saving model checkpoint" not in log  # learned from the files, not a line
     pid = d.status()["job"]["pid"]
     flag.write_text("")
     os.killpg(pid, signal.SIGKILL)  # the job leads its own group: a crash, restarted
