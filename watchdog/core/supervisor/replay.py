@@ -6,8 +6,7 @@ test by `replay(policy, seed_or_draws, entries)`. Exact: `from_record(to_record(
 every event, and the jitter draws are the shell's own (it builds the core with
 `random.Random(seed).random` and logs the seed; or the draws themselves are given).
 
-Values are tagged where JSON would lose their type, as core/images.py writes them; a record
-of code before that ({"$dict": {...}}, {"$Policy": {...}}) reads the same.
+Values are tagged where JSON would lose their type, as core/images.py writes them.
 """
 
 from __future__ import annotations
