@@ -9,13 +9,13 @@ from dataclasses import replace
 from typing import Any, get_args
 
 import pytest
-from support.driver import FAST
+from support.driver import FAST, replay
 
 from watchdog.core.supervisor import events as E
 from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.image import image, restored
 from watchdog.core.supervisor.machine import Supervisor
-from watchdog.core.supervisor.replay import from_record, log_entry, replay, to_record
+from watchdog.core.supervisor.replay import from_record, log_entry, to_record
 
 JITTERY = replace(FAST, jitter=0.5)  # the draws move each delay: a wrong draw shows
 
