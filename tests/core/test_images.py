@@ -53,15 +53,6 @@ def test_an_image_naming_a_class_not_known_is_refused() -> None:
         images.restored(images.image(Holder()), {"Point": Point})
 
 
-def test_tags_of_the_input_logs_older_records_read_the_same() -> None:
-    """{"$dict": ...} and a known class as {"$Point": {...}} (core/supervisor/replay.py's own
-    tags before images.py was the one codec) restore; an unknown tag is refused."""
-    old = {"$dict": {"p": {"$Point": {"x": 1.0, "tags": {"$frozenset": ["a"]}}}}}
-    assert images.restored(old, KNOWN) == {"p": Point(1.0, frozenset({"a"}))}
-    with pytest.raises(ValueError, match="not an image"):
-        images.restored({"$Nope": {}}, KNOWN)
-
-
 @dataclass(frozen=True)
 class Record:
     pair: tuple[int | None, int | None] | None

@@ -1,7 +1,12 @@
 """The pure supervisor core driven with explicit `now`: Driver plays the shell's part (answers
-SpawnChild and KillTree like a well-behaved child); FAST, the policy most core tests use."""
+SpawnChild and KillTree like a well-behaved child); FAST, the policy most core tests use;
+`replay`, a fresh core fed an input log's entries."""
 
 from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from watchdog.core.supervisor.budget import Marker, Policy
 from watchdog.core.supervisor.events import (
@@ -17,6 +22,7 @@ from watchdog.core.supervisor.events import (
     TreeStopped,
 )
 from watchdog.core.supervisor.machine import Supervisor
+from watchdog.core.supervisor.replay import feed
 
 FAST = Policy(
     backoff_initial_s=1.0,
@@ -92,3 +98,29 @@ def next_run(d: Driver, now: float) -> float:
     assert when is not None
     assert "SpawnChild" in names(d.feed(Tick(), when))
     return when
+
+
+def replay(
+    policy: Policy,
+    seed_or_draws: int | Sequence[float],
+    entries: Iterable[Mapping[str, Any]],
+    actions: list[Action] | None = None,
+) -> Supervisor:
+    """A fresh core fed the logged inputs in order, as the daemon fed them; its jitter drawn as
+    the shell's (`random.Random(seed).random`), or from the draws given. `actions`, when given,
+    collects every action the core returned on the way."""
+    return feed(Supervisor(policy, _jitter(seed_or_draws)), entries, actions)
+
+
+def _jitter(seed_or_draws: int | Sequence[float]) -> Callable[[], float]:
+    if isinstance(seed_or_draws, int):
+        return random.Random(seed_or_draws).random
+    draws: Iterator[float] = iter(seed_or_draws)
+
+    def draw() -> float:
+        try:
+            return next(draws)
+        except StopIteration:
+            raise ValueError("the log's jitter draws ran out") from None
+
+    return draw

@@ -35,8 +35,7 @@ EVENTS: dict[str, EventName] = {
     "config_reloaded": EventName("SIGHUP or `watchdogctl reload` applied a new config"),
     "config_invalid": EventName("a reload found an invalid config; the old one is kept", ERR),
     "config_reload_hung": EventName(
-        "a reload's checks (config file, job.cwd, StrictModes) did not answer; old config kept",
-        ERR,
+        "a reload's checks (config file, job.cwd, StrictModes) did not answer; old config kept", ERR
     ),
     "command_received": EventName(
         "a mutating control command, with the caller's uid (during: checkpoint_save when a"

@@ -9,9 +9,8 @@ taken (anything else raises ValueError): a record never makes an arbitrary objec
 draw (`random.Random(seed).random`) is kept as its generator's state.
 
 Exact: `image(restored(image(x), known), ...) == image(x, ...)`, through JSON. `restored` also
-reads the tags of the input log's records before this was their one codec ({"$dict": {...}},
-and a class in `known` as {"$Policy": {...}}), and takes a JSON object without a tag as the
-object it is: an untagged record of older code (a state image's tally), for `typed` to check.
+takes a JSON object without a tag as the object it is: an untagged record of older code (a
+state image's tally), for `typed` to check.
 
 `onto` restores an image onto an object the reading code made (the re-exec hand-over of a
 run's monitor: the new code's config kept), a field the image lacks keeping its default.
@@ -94,10 +93,6 @@ def restored(value: Any, known: Known) -> Any:
         rng.setstate((inner[0], tuple(inner[1]), inner[2]))
         draw: Callable[[], float] = rng.random
         return draw
-    if tag == "$dict":  # the input log's records before this was their codec
-        return {k: restored(v, known) for k, v in inner.items()}
-    if tag[1:] in known:  # likewise a dataclass, as {"$Policy": {...}}
-        return known[tag[1:]](**{k: restored(v, known) for k, v in inner.items()})
     raise ValueError(f"not an image: {value!r}")
 
 

@@ -195,13 +195,3 @@ def test_a_coordinator_replays_from_its_image_where_a_rotated_log_starts(
         assert [s.actions for s in replayed.steps] == node.answered
         assert replayed.coordinator is not None
         assert replayed.coordinator.snapshot() == node.co.snapshot()
-
-
-def test_a_view_logged_before_one_codec_reads_the_same() -> None:
-    """A log written before core/images.py was its codec has the view untagged: its record and
-    members as the etcd keys hold them, the members as [rank, member] pairs."""
-    view = C.View(True, C.EpochRecord(3, 1, "exited", restarts=(2.5,)), 7, {0: C.Member(0, 3)})
-    assert view.record is not None
-    old = {"reachable": True, "record": view.record.to_json(), "revision": 7}
-    old["members"] = [[0, C.Member(0, 3).to_json()]]
-    assert R.decode_view(through_json(old)) == view

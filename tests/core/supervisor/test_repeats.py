@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.driver import Driver, emitted, names, next_run, policy
+from support.driver import Driver, emitted, names, next_run, policy, replay
 
 from watchdog.config import ConfigError, load_config, parse_config
 from watchdog.core.names import State
@@ -22,7 +22,7 @@ from watchdog.core.supervisor.events import (
     TreeStopped,
 )
 from watchdog.core.supervisor.machine import Supervisor
-from watchdog.core.supervisor.replay import log_entry, replay
+from watchdog.core.supervisor.replay import log_entry
 
 OOM = ("cuda_oom", "deterministic", "torch.OutOfMemoryError: CUDA out of memory.")
 NCCL = ("nccl_timeout", "transient", "Watchdog caught collective operation timeout")

@@ -50,7 +50,7 @@ from watchdog.core.supervisor.events import (
     Tick,
     TreeStopped,
 )
-from watchdog.core.supervisor.jobstate import AfterStop, Leaving, Run, enter
+from watchdog.core.supervisor.jobstate import AfterStop, Run, enter
 from watchdog.core.supervisor.machine import Supervisor
 from watchdog.core.supervisor.table import TABLE
 from watchdog.docgen import statemachine
@@ -288,49 +288,14 @@ def test_where_a_stop_leads_is_an_enum_that_the_input_logs_image_keeps() -> None
         ("stopping an exit", Run.REAPED),
     ],
 )
-def test_an_image_with_the_old_run_flags_reads_back_as_the_runs_phase(
-    recipe: str, run: Run
-) -> None:
-    """The run's phase is one enum (Run) where two flags were (spawning, leader_exited); a
-    state image written before (the input log's head record) still replays: the flags are read
-    as the phase."""
+def test_the_runs_phase_is_an_enum_that_the_input_logs_image_keeps(recipe: str, run: Run) -> None:
+    """The run's phase (Run) is written as its value and read back as the member."""
     sup = reach(recipe)
     assert sup.record().run is run
-    new = json.loads(json.dumps(image.image(sup)))
-    assert new["run"] == run.value
-    old = {k: v for k, v in new.items() if k != "run"}
-    old |= {"spawning": run is Run.SPAWNING, "leader_exited": run is Run.REAPED}
-    for found in (new, old):
-        back = image.restored(found, lambda: 0.5)
-        assert back.record().run is run
-        assert back.snapshot() == sup.snapshot()
-
-
-@pytest.mark.parametrize(
-    ("events", "leaving"),
-    [
-        ([], Leaving.STAYING),
-        ([ShutdownRequested()], Leaving.EXITED),
-        ([*RUNNING_, ChildExited(PID, 0, None), ShutdownRequested()], Leaving.AFTER_COMPLETION),
-    ],
-)
-def test_an_image_with_the_old_exit_flags_reads_back_as_leaving(
-    events: list[Event], leaving: Leaving
-) -> None:
-    """Whether the daemon is on its way out is one enum (Leaving) where two flags were
-    (exiting, exit_after_completion); an image written before still replays."""
-    sup = Supervisor(POLICY, lambda: 0.5)
-    for i, ev in enumerate(events):
-        sup.handle(ev, 10.0 + 5 * i)  # a shutdown 5 s after an exit 0: no cancel (SPEC §13)
-    assert sup.record().leaving is leaving
-    new = json.loads(json.dumps(image.image(sup)))
-    old = {k: v for k, v in new.items() if k != "leaving"}
-    old |= {
-        "exiting": leaving is not Leaving.STAYING,
-        "exit_after_completion": leaving is Leaving.AFTER_COMPLETION,
-    }
-    for found in (new, old):
-        assert image.restored(found, lambda: 0.5).record().leaving is leaving
+    found = json.loads(json.dumps(image.image(sup)))
+    assert found["run"] == run.value
+    back = image.restored(found, lambda: 0.5)
+    assert back.record().run is run and back.snapshot() == sup.snapshot()
 
 
 def test_a_handler_that_leaves_an_undeclared_state_is_caught(

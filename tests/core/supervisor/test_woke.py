@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import random
 
-from support.driver import FAST, Driver, emitted, names
+from support.driver import FAST, Driver, emitted, names, replay
 
 from watchdog.core.names import State
-from watchdog.core.supervisor import image, replay
+from watchdog.core.supervisor import image
 from watchdog.core.supervisor.events import (
     Action,
     ChildExited,
@@ -22,6 +22,7 @@ from watchdog.core.supervisor.events import (
     TreeStopped,
 )
 from watchdog.core.supervisor.machine import Supervisor
+from watchdog.core.supervisor.replay import log_entry
 from watchdog.core.supervisor.woke import HOLD_MAX_S
 
 
@@ -92,6 +93,6 @@ def test_a_logged_wake_replays_to_the_same_hold() -> None:
     assert "daemon_was_frozen" in names(done[4]) and done[5] == []
     assert "SpawnChild" in names(done[7])
     replayed: list[Action] = []
-    core = replay.replay(FAST, 7, [replay.log_entry(ev, now) for ev, now in inputs], replayed)
+    core = replay(FAST, 7, [log_entry(ev, now) for ev, now in inputs], replayed)
     assert replayed == [a for actions in done for a in actions]
     assert image.image(core) == image.image(live)

@@ -180,7 +180,7 @@ RULES: tuple[Rule, ...] = (
         "dataloader_killed",
         rx(
             r"DataLoader worker \(pid(?:\(s\))?[^\n)]{0,200}\) (?:exited unexpectedly|is killed by "
-            r"signal)",
+            r"signal)"
         ),
         ("DataLoader worker",),
     ),
@@ -208,18 +208,8 @@ RULES: tuple[Rule, ...] = (
             "nan loss",
         ),
     ),
-    (
-        "slurm_time_limit",
-        "time_limit",
-        rx(r"DUE TO TIME LIMIT"),
-        ("TIME LIMIT",),
-    ),
-    (
-        "slurm_preempted",
-        "preempted",
-        rx(r"DUE TO PREEMPTION"),
-        ("PREEMPTION",),
-    ),
+    ("slurm_time_limit", "time_limit", rx(r"DUE TO TIME LIMIT"), ("TIME LIMIT",)),
+    ("slurm_preempted", "preempted", rx(r"DUE TO PREEMPTION"), ("PREEMPTION",)),
 )
 # Consequences: what the other ranks print once one rank has died (SPEC §15). Tried after the
 # launcher's word on the root rank; seen after the root, they are its cascade.

@@ -158,12 +158,9 @@ class Cause:
         return asdict(self)
 
 
-def clean(line: str) -> str:
-    """A log line as the rules see it: bounded, colours and a torchrun rank prefix gone."""
-    return _split(line).text
-
-
 def _split(line: str) -> Line:
+    """A log line as the rules see it: bounded, colours and a torchrun rank prefix gone, the
+    rank read."""
     if len(line) > MAX_LINE_CHARS:  # its head and its end: a launcher's verdict ends its line
         line = line[: MAX_LINE_CHARS - 160] + " … " + line[-160:]
     if "\x1b" in line:

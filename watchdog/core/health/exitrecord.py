@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import fields
 from typing import Any
 
 from watchdog.core.health import causes
@@ -33,46 +34,25 @@ def classified(facts: ExitFacts) -> tuple[Cause, dict[str, Any]]:
 
 
 def record(facts: ExitFacts, cause: Cause) -> dict[str, Any]:
-    is_progress = facts.is_progress
-    lines, rules = list(facts.lines), facts.rules
-    progress = sorted({line for line in lines if is_progress is not None and is_progress(line)})
-    return {
-        "type": TYPE,
-        "facts": {
-            "exit_code": facts.exit_code,
-            "signal": facts.signal,
-            "lines": lines,
-            "signal_ours": facts.signal_ours,
-            "oom_killed": facts.oom_killed,
-            "oom_limit": facts.oom_limit,
-            "gpu_faults": list(facts.gpu_faults),
-            "progressed": facts.progressed,
-            "progress_lines": progress if is_progress is not None else None,
-            "rules": [[r.name, r.pattern.pattern, r.pattern.flags, r.cause_class] for r in rules],
-            "error_files": list(facts.error_files),
-        },
-        "cause": cause.record(),
-    }
+    """ExitFacts' fields by name (sequences as lists), but for the progress reader (the lines it
+    took for progress lines) and the rules (by their patterns)."""
+    found = {f.name: getattr(facts, f.name) for f in fields(ExitFacts)}
+    found = {k: list(v) if isinstance(v, tuple | list) else v for k, v in found.items()}
+    is_progress, rules = found.pop("is_progress"), found.pop("rules")
+    lines = None if is_progress is None else sorted({s for s in facts.lines if is_progress(s)})
+    found["progress_lines"] = lines
+    found["rules"] = [[r.name, r.pattern.pattern, r.pattern.flags, r.cause_class] for r in rules]
+    return {"type": TYPE, "facts": found, "cause": cause.record()}
 
 
 def facts_of(entry: Mapping[str, Any]) -> ExitFacts:
     """The facts an ExitClassified record holds."""
-    f = entry["facts"]
-    progress = f.get("progress_lines")
-    shown = frozenset(progress) if progress is not None else None
-    return ExitFacts(
-        f["exit_code"],
-        f["signal"],
-        lines=tuple(f["lines"]),
-        signal_ours=f["signal_ours"],
-        oom_killed=f["oom_killed"],
-        oom_limit=f["oom_limit"],
-        gpu_faults=tuple(f["gpu_faults"]),
-        progressed=f["progressed"],
-        is_progress=None if shown is None else shown.__contains__,
-        rules=tuple(UserRule(n, re.compile(p, flags), c) for n, p, flags, c in f["rules"]),
-        error_files=tuple(f["error_files"]),
-    )
+    f = dict(entry["facts"])
+    shown = f.pop("progress_lines", None)
+    f["is_progress"] = None if shown is None else frozenset(shown).__contains__
+    f["rules"] = tuple(UserRule(n, re.compile(p, flags), c) for n, p, flags, c in f["rules"])
+    read: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in f.items()}
+    return ExitFacts(**read)
 
 
 def replayed(entry: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -13,33 +13,24 @@ from watchdog.core.samples import GpuReading, GpuSample
 GpuPart = Literal["in_use", "idle", "partial", "missing", "unknown", "none_expected"]
 
 
-def gpu_part(
-    sample: GpuSample | None, idle_below_mib: float, require: str = "all"
-) -> tuple[GpuPart, str | None]:
+def gpu_part(sample: GpuSample | None, idle_below_mib: float, require: str = "all") -> GpuPart:
     """Classify one GPU sample: every known GPU in use, all idle, a mix, missing (an expected GPU
-    NVML cannot reach), or unknown (and why).
+    NVML cannot reach), or unknown (no sample, access lost, a probe unavailable or hung, no
+    memory reading; status says why: core/views/status.py).
 
     An expected GPU that cannot be read is not "in use" (issue 15): with `require: all` one such
     GPU makes the part `missing`; with `any` only all of them do. `missing` never counts as idle:
     the job did not let go of the GPU, the host did, and a restart cannot fix that (SPEC §4)."""
-    if sample is None:
-        return "unknown", "no GPU sample yet"
-    if sample.access_lost is not None:
-        return "unknown", f"GPU access lost: {sample.access_lost}"
-    if not sample.available:
-        return "unknown", sample.reason or "GPU probe unavailable"
-    if sample.hung:
-        return "unknown", sample.reason or "GPU probe hung"
+    if sample is None or sample.access_lost is not None or not sample.available or sample.hung:
+        return "unknown"
     unreadable = [g for g in sample.gpus if g.unreadable]
     if unreadable and (require == "all" or len(unreadable) == len(sample.gpus)):
-        return "missing", "GPU " + ", ".join(unreadable_text(g) for g in unreadable)
+        return "missing"
     known = [g for g in sample.gpus if g.used_mib is not None]
-    if not known:
-        return "unknown", "no GPU memory reading"
     in_use = [g for g in known if is_in_use(g, idle_below_mib)]
-    if len(in_use) == len(known):
-        return "in_use", None
-    return ("idle", None) if not in_use else ("partial", None)
+    if not known:
+        return "unknown"
+    return "in_use" if len(in_use) == len(known) else "partial" if in_use else "idle"
 
 
 def unreadable_text(g: GpuReading) -> str:

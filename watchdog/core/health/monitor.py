@@ -59,7 +59,6 @@ class Verdict:
     firing: frozenset[str]
     evidence: dict[str, str] = field(default_factory=dict)
     gpu_part: GpuPart = "unknown"
-    gpu_reason: str | None = None  # why the GPU part is unknown
 
 
 def _num(value: float) -> str:  # evidence is text (it travels in events), never 1e-05
@@ -98,8 +97,7 @@ class HealthMonitor:
 
     def gpu_sample(self, sample: GpuSample) -> None:
         self._gpu = sample
-        part, _ = gpu_part(sample, self._cfg.idle_below_mib, self._cfg.require)
-        self._idle_run = self._idle_run + 1 if self._is_idle(part) else 0
+        self._idle_run = self._idle_run + 1 if self._is_idle(self._gpu_part()) else 0
 
     def gpu_degraded(self, degraded: Mapping[int, tuple[str, ...]]) -> None:
         """The GPUs degraded now (core/health/gpu_degraded.py decides), and their reasons."""
@@ -218,7 +216,7 @@ class HealthMonitor:
 
     def assess(self, now: float) -> Verdict:
         cfg = self._cfg
-        part, why = ("none_expected", None) if not cfg.expect_gpus else self._gpu_part()
+        part = self._gpu_part() if cfg.expect_gpus else "none_expected"
         gpus_ok = part in ("in_use", "unknown", "none_expected") or (
             part == "partial" and cfg.require == "any"
         )
@@ -246,7 +244,7 @@ class HealthMonitor:
         self.pace.judge(
             cfg.speed, self._last_progress_at, self._last, self.run_phase, self._degraded
         )
-        return Verdict(healthy_now and not firing, frozenset(firing), evidence, part, why)
+        return Verdict(healthy_now and not firing, frozenset(firing), evidence, part)
 
     def _gpu_lost_evidence(self, part: GpuPart) -> dict[str, str] | None:
         """An expected GPU NVML cannot reach: a warning (restart.on never holds gpu_lost), but
@@ -321,7 +319,7 @@ class HealthMonitor:
 
     # ---------------------------------------------------------------------- helpers
 
-    def _gpu_part(self) -> tuple[GpuPart, str | None]:
+    def _gpu_part(self) -> GpuPart:
         return gpu_part(self._gpu, self._cfg.idle_below_mib, self._cfg.require)
 
     def _is_idle(self, part: GpuPart) -> bool:

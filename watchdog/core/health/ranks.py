@@ -39,10 +39,7 @@ class RankTracker:
         self._listed_at = self._first_at = None
 
     def listing_due(
-        self,
-        now: float,
-        idle_every_s: float = IDLE_LIST_EVERY_S,
-        startup_s: float = STARTUP_LIST_S,
+        self, now: float, idle_every_s: float = IDLE_LIST_EVERY_S, startup_s: float = STARTUP_LIST_S
     ) -> bool:
         """Whether to list the tree at this sample (`now`: monotonic seconds): always while
         workers are known or in the run's first `startup_s`, else at most every `idle_every_s`.

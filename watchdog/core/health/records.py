@@ -12,6 +12,8 @@ tick costs tens of bytes per GPU instead of a hundred.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import fields
+from operator import attrgetter
 from typing import Any
 
 from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
@@ -19,28 +21,22 @@ from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
 SAME = 0  # a GPU reading equal to the previous sample's at its place
 
 
+# A GPU reading is written as its fields, in GpuReading's order (pids, a tuple, as a list): a
+# field added at the end is written too, and a record written before it reads its default
+_READING = attrgetter(*(f.name for f in fields(GpuReading)))
+_PIDS = 7
+
+
 def encode_reading(g: GpuReading) -> list[Any]:
-    return [
-        g.index,
-        g.uuid,
-        g.name,
-        g.used_mib,
-        g.total_mib,
-        g.util_pct,
-        g.memory_api,
-        None if g.pids is None else list(g.pids),
-        g.error,
-        g.lost,
-        g.visible,
-        g.clocks_event_reasons,
-    ]
+    v = list(_READING(g))
+    v[_PIDS] = None if g.pids is None else list(g.pids)
+    return v
 
 
 def decode_reading(v: list[Any]) -> GpuReading:
-    pids = v[7]
-    return GpuReading(
-        v[0], v[1], v[2], v[3], v[4], v[5], v[6], None if pids is None else tuple(pids), *v[8:]
-    )
+    found = list(v)
+    found[_PIDS] = None if v[_PIDS] is None else tuple(v[_PIDS])
+    return GpuReading(*found)
 
 
 def _changed(g: GpuReading, before: GpuReading) -> Any:

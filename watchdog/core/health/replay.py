@@ -8,7 +8,7 @@ handed one).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,7 @@ from watchdog.core.health.gpu_degraded import DegradedTracker
 from watchdog.core.health.gpu_degraded import _Held as Held
 from watchdog.core.health.gpu_news import GpuObserved, GpuWatchState
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor, Verdict
-from watchdog.core.health.ranks import IDLE_LIST_EVERY_S, STARTUP_LIST_S, RankTracker
+from watchdog.core.health.ranks import RankTracker
 from watchdog.core.health.speed import RunSpeed, SpeedConfig, SpeedNews
 from watchdog.core.progress.ring import GapRing
 from watchdog.core.progress.slowdown import Recovered, SlowdownConfig, SlowdownDetector, Slowed
@@ -214,9 +214,7 @@ class HealthReplay:
 
     def _monitor_fed(self, e: Mapping[str, Any], run: _Run, then: Mapping[str, Any] | None) -> None:
         m, name = run.monitor, e["input"]
-        if name == "assess":
-            self.assessed.append(Assessed(e["monitor"], e["now"], m.assess(e["now"]), then))
-        elif name == "gpu_sample":
+        if name == "gpu_sample":
             watched = self._watch[1] if self._watch is not None else []
             if e["sample"] != "watch":
                 run.sample = rec.decode_sample(e["sample"], run.sample)
@@ -226,58 +224,52 @@ class HealthReplay:
                 self.unknown += 1  # that sample's record is in a lost file
                 return
             m.gpu_sample(run.sample)
-        elif name == "progress_line":
-            reading = rec.decode_progress(e["reading"])
-            m.progress_line(reading, e["now"], e["age_s"], e["polled_at"])
-        elif name == "progress":
-            m.progress(rec.decode_progress(e["reading"]), e["now"])
-        elif name == "activity":
-            m.activity(e["now"], e["phase"])
-        elif name == "save_quiet":
-            m.save_quiet(e["now"])
-        elif name == "daemon_woke":
-            m.daemon_woke(e["now"])
-        elif name == "gpu_degraded":
-            m.gpu_degraded(images.typed(dict[int, tuple[str, ...]], e["degraded"]))
-        elif name == "gpu_access_lost":
-            m.gpu_access_lost(e["detail"])
-        elif name == "progress_unreadable":
-            m.progress_unreadable(e["unreadable"])
-        elif name == "reconfigure":
-            m.reconfigure(images.built(HealthConfig, e["config"]))
         elif name == "resume":  # a re-exec's hand-over, as code before one codec wrote it
             taken_over(m, e["carried"])
+        elif name == "assess":
+            self.assessed.append(Assessed(e["monitor"], e["now"], _called(m, e), then))
         else:
-            raise ValueError(f"not a monitor input: {name!r}")
+            _called(m, e)
 
     def _ranks_fed(self, e: Mapping[str, Any], run: _Run, then: Mapping[str, Any] | None) -> None:
-        name = e["input"]
-        if name == "observe":
+        if e["input"] == "observe":
             seen = run.ranks.seen if e.get("same") else rec.decode_ranks(e["ranks"])
-            gone = run.ranks.observe(seen)
-            self.gone.append(Gone(e["monitor"], gone, then))
-        elif name == "listing_due":
-            every_s = e.get("idle_every_s", IDLE_LIST_EVERY_S)
-            run.ranks.listing_due(e["now"], every_s, e.get("startup_s", STARTUP_LIST_S))
-        elif name == "reset":
-            run.ranks.reset()
+            self.gone.append(Gone(e["monitor"], run.ranks.observe(seen), then))
         else:
-            raise ValueError(f"not a rank tracker input: {name!r}")
+            _called(run.ranks, e)
 
     def _watch_fed(self, e: Mapping[str, Any], then: Mapping[str, Any] | None) -> None:
         if self._watch is None:
             self.unknown += 1  # its WatchMade is in a lost file
             return
         state, last = self._watch
-        name = e["input"]
-        if name == "observe":
+        if e["input"] == "observe":
             sample = rec.decode_sample(e["sample"], last[-1] if last else None)
             last[:] = [sample]
             observed = state.observe(sample, e["now"], e["judge_access"])
             self.observed.append(Observed(e["now"], observed, then))
-        elif name == "reconfigure":
-            state.reconfigure(e["probe_timeout_s"], e["after_s"])
-        elif name == "access_carried":
-            state.access_carried(e["why"])
         else:
-            raise ValueError(f"not a GPU watch input: {name!r}")
+            _called(state, e)
+
+
+# How a record's field is read back as the argument it was written from (core/health/taped.py
+# names each by its argument, but for _ARG's); any other field is the argument as written
+_READ: dict[str, Callable[[Any], Any]] = {
+    "reading": rec.decode_progress,
+    "config": lambda config: images.built(HealthConfig, config),
+    "degraded": lambda degraded: images.typed(dict[int, tuple[str, ...]], degraded),
+}
+_ARG = {"config": "cfg", "after_s": "degraded_after_s"}
+_FED = ("type", "monitor", "input")  # what names the object and its input
+
+
+def _called(obj: object, e: Mapping[str, Any]) -> Any:
+    """`obj`'s input (a method) that `e` names, given `e`'s fields as its arguments."""
+    if str(e["input"]).startswith("_") or not callable(getattr(obj, e["input"], None)):
+        raise ValueError(f"not an input of {type(obj).__name__}: {e['input']!r}")
+    args = {_ARG.get(k, k): _READ.get(k, _same)(v) for k, v in e.items() if k not in _FED}
+    return getattr(obj, e["input"])(**args)
+
+
+def _same(value: Any) -> Any:
+    return value

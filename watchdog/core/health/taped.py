@@ -199,10 +199,8 @@ class Tape:
         w: GpuWatchState = fed.obj
 
         def reconfigure(probe_timeout_s: float, degraded_after_s: float) -> dict[str, Any] | None:
-            if (w.probe_timeout_s, w.degraded.degraded_after_s) == (
-                probe_timeout_s,
-                degraded_after_s,
-            ):
+            held = (w.probe_timeout_s, w.degraded.degraded_after_s)
+            if held == (probe_timeout_s, degraded_after_s):
                 return None
             return {"probe_timeout_s": probe_timeout_s, "after_s": degraded_after_s}
 

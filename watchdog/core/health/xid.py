@@ -177,12 +177,7 @@ def fault(
 
 
 def counter_faults(
-    gpu: int,
-    uuid: str,
-    *,
-    recovery: int | None,
-    remap: tuple[int, int] | None,
-    dbe: int | None,
+    gpu: int, uuid: str, *, recovery: int | None, remap: tuple[int, int] | None, dbe: int | None
 ) -> list[dict[str, object]]:
     """What the counters read before a start say (None: not checked). Empty: the gate passes."""
     out: list[dict[str, object]] = []

@@ -142,10 +142,6 @@ class LossWatch:
             "spike": None if self.spike is None else dict(self.spike),
         }
 
-    def last_value(self) -> float | None:
-        """The newest reading as a number (the metric), NaN and infinities kept."""
-        return loss_value(self.last)
-
 
 def loss_line(view: dict[str, Any] | None) -> str | None:
     """Status's one short line (`watchdogctl status` puts `Loss:` before it):

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Literal
 
 from watchdog.core.progress.ring import RING_SIZE, GapRing
@@ -89,17 +89,9 @@ class Window:
         return found
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "phase": self.phase,
-            "window_s": round(self.window_s, 3),
-            "source": self.source,
-            "learned_from_steps": self.learned_from_steps,
-            "p99_gap_s": None if self.p99_gap_s is None else round(self.p99_gap_s, 3),
-            "factor": self.factor,
-            "floor_s": self.floor_s,
-            "ceiling_s": self.ceiling_s,
-            "floor_earned": self.floor_earned,
-        }
+        """Its fields, in order (status's `stall_window`), the two measured ones to the ms."""
+        p99 = None if self.p99_gap_s is None else round(self.p99_gap_s, 3)
+        return {**asdict(self), "window_s": round(self.window_s, 3), "p99_gap_s": p99}
 
 
 class StallKnowledge:

@@ -32,49 +32,30 @@ def stale(s: JobState, attempt: int | None) -> bool:
     return attempt is not None and (attempt != s.attempt or s.run is not Run.SPAWNING)
 
 
-def spawn_pending(s: JobState, attempt: int) -> list[Action]:
-    """SpawnPending: nothing when the spawn may go ahead, else Refuse (the task drops it)."""
-    if not stale(s, attempt):
+def pending(s: JobState, ev: SpawnPending, now: float) -> list[Action]:
+    """SpawnPending, in any state: nothing when the spawn may go ahead, else Refuse (the task
+    drops it): a superseded start, or one no longer wanted."""
+    if not stale(s, ev.attempt):
         return []
     if s.run is Run.SPAWNING:
-        why = f"start {attempt} was superseded by start {s.attempt}"
-    else:
-        why = f"start {attempt} is no longer wanted (state {s.state.value})"
-    return [Refuse(why)]
-
-
-def nodes_awaited(s: JobState, waiting: bool) -> list[Action]:
-    """SPEC §12: the start under way waits at the cluster's barrier, or no longer does. Like
-    `paused`, `waiting_nodes` is a view of the start (jobstate.snapshot): every transition of
-    `starting` holds while it waits (a stop, a fault, a shutdown cancel it as any start)."""
-    s.at_barrier = waiting and s.run is Run.SPAWNING and s.state is State.STARTING
-    return []
-
-
-def stale_spawn(s: JobState, pid: int) -> list[Action]:
-    """A child of a start the core no longer waits for (it missed the Refuse): stopped, never
-    watched beside the one the core waits for."""
-    return [KillTree(pid=pid, reason="superseded")]
-
-
-# The cells of table.py: (record, input, now) -> actions.
-
-
-def pending(s: JobState, ev: SpawnPending, now: float) -> list[Action]:
-    """SpawnPending, in any state: a superseded start is answered Refuse."""
-    return spawn_pending(s, ev.attempt)
+        return [Refuse(f"start {ev.attempt} was superseded by start {s.attempt}")]
+    return [Refuse(f"start {ev.attempt} is no longer wanted (state {s.state.value})")]
 
 
 def awaited(s: JobState, ev: NodesAwaited, now: float) -> list[Action]:
-    """NodesAwaited, in any state: only a start under way waits at the barrier."""
-    return nodes_awaited(s, ev.waiting)
+    """NodesAwaited, in any state (SPEC §12): the start under way waits at the cluster's
+    barrier, or no longer does. Like `paused`, `waiting_nodes` is a view of the start
+    (jobstate.snapshot): every transition of `starting` holds while it waits (a stop, a fault,
+    a shutdown cancel it as any start)."""
+    s.at_barrier = ev.waiting and s.run is Run.SPAWNING and s.state is State.STARTING
+    return []
 
 
 def child_spawned(s: JobState, ev: ChildSpawned, now: float) -> list[Action]:
     """The start's child (runs.spawned); a superseded start's child is stopped."""
     if stale(s, ev.attempt):
-        return stale_spawn(s, ev.pid)
-    nodes_awaited(s, False)  # the gate opened before the spawn
+        return [KillTree(pid=ev.pid, reason="superseded")]  # never watched beside the current
+    s.at_barrier = False  # the gate opened before the spawn
     return runs.spawned(s, ev, now)
 
 
@@ -82,7 +63,7 @@ def spawn_failed(s: JobState, ev: SpawnFailed, now: float) -> list[Action]:
     """The start failed (runs.spawn_failed); a superseded start's report is dropped."""
     if stale(s, ev.attempt):
         return []  # a start the core no longer waits for
-    nodes_awaited(s, False)
+    s.at_barrier = False
     return runs.spawn_failed(s, ev, now)
 
 
@@ -90,7 +71,7 @@ def late_spawn(s: JobState, ev: ChildSpawned, now: float) -> list[Action]:
     """A child reported where no start is under way: a superseded start's is stopped; any
     other is refused (nothing is watched beside the job)."""
     if stale(s, ev.attempt):
-        return stale_spawn(s, ev.pid)
+        return [KillTree(pid=ev.pid, reason="superseded")]
     return [refused(s, ev, NO_START)]
 
 

@@ -56,20 +56,13 @@ def step(
 # ------------------------------------------------------------------------------ records
 
 
-def decode_view(d: Any) -> core.View:
-    """A view as encode_values wrote it (tagged); one of code before (untagged: its record and
-    members as the etcd keys hold them, the members as [rank, member] pairs) reads the same."""
-    view: core.View = images.typed(core.View, images.restored(d, KNOWN))
-    return view
-
-
 def encode_values(values: Mapping[str, Any]) -> dict[str, Any]:
     """An input's values as JSON (core/images.py): a View and a Policy tagged, the rest as is."""
     return {k: images.image(v) for k, v in values.items()}
 
 
 def decode_values(d: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: decode_view(v) if k == "view" else images.restored(v, KNOWN) for k, v in d.items()}
+    return {k: images.restored(v, KNOWN) for k, v in d.items()}
 
 
 def fed_record(name: str, now: float, wall_now: float, values: Mapping[str, Any]) -> dict[str, Any]:

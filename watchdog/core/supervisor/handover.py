@@ -37,8 +37,10 @@ def durable(s: JobState) -> Durable:
         best_mark=s.tally.best,
         stopped=s.operator_stopped,
         paused=s.paused,
-        host_fault=parked(s),
-        access_resume=s.access_resume if parked(s) is not None else None,
+        # the parking fault not yet lifted, also while its stop is under way or a shutdown took
+        # that stop over
+        host_fault=s.host_fault,
+        access_resume=s.access_resume if s.host_fault is not None else None,
     )
 
 
@@ -47,12 +49,6 @@ def ended_well(s: JobState) -> bool:
     start the finished run again (SPEC §13)."""
     clearing = s.state is State.STOPPING and s.after_stop is AfterStop.COMPLETED
     return s.state is State.COMPLETED or clearing
-
-
-def parked(s: JobState) -> Mapping[str, object] | None:
-    """The parking fault not yet lifted by an operator (or by access back), for durable():
-    also while its stop is under way, or a shutdown took that stop over."""
-    return s.host_fault
 
 
 # The classes a hand-over, a record or the state image (image.py) may name (core/images.py)

@@ -4,9 +4,7 @@ A rotated input log starts with this image of the core as it was before the file
 input, and the state of its jitter generator, so a replay can start there: the inputs before
 it may be gone. Unlike handover.handed_over() (an in-place re-exec, refused while a start or a
 stop is under way), it holds every field of JobState, at any moment; it is read back as the
-hand-over is (handover.take_in: a field an older image lacks keeps its default), with one
-migration more: an image written before the run's phase (`run`) and the way out (`leaving`)
-were enums has their flags instead, and reads the same (a bug report's log replays).
+hand-over is (handover.take_in: a field an older image lacks keeps its default).
 """
 
 from __future__ import annotations
@@ -36,27 +34,5 @@ def restored(found: Mapping[str, Any], rng: Callable[[], float]) -> Supervisor:
     s = core.record()
     take_in(s, found)
     s.state = State(found["state"])  # the one write of the state beside jobstate.enter
-    s.run, s.leaving = _run(found), _leaving(found)
+    s.run, s.leaving = Run(found["run"]), Leaving(found["leaving"])
     return core
-
-
-def _run(found: Mapping[str, Any]) -> Run:
-    """The run's phase; an image written before it was one field has two flags instead."""
-    if "run" in found:
-        return Run(found["run"])
-    if found["spawning"]:
-        return Run.SPAWNING
-    if found["leader_exited"]:
-        return Run.REAPED
-    return Run.NONE if found["pid"] is None else Run.LIVE
-
-
-def _leaving(found: Mapping[str, Any]) -> Leaving:
-    """Whether the daemon is on its way out; an image written before it was one field has two
-    flags: a shutdown that waits for a completion still clears the run's tree (stopping)."""
-    if "leaving" in found:
-        return Leaving(found["leaving"])
-    if not found["exiting"]:
-        return Leaving.STAYING
-    waits = found["exit_after_completion"] and found["state"] == State.STOPPING.value
-    return Leaving.AFTER_COMPLETION if waits else Leaving.EXITED

@@ -292,7 +292,7 @@ def shown(s: JobState) -> State:
     (SPEC §3) is a run under way while the pause lasts (the record keeps which: starting,
     running or unhealthy, and the `paused` flag); in any other state the pause only holds
     back what would start the job, so the state shows as it is. `waiting_nodes` (SPEC §12) is
-    a start that waits at the cluster's barrier (attempts.nodes_awaited), unless paused."""
+    a start that waits at the cluster's barrier (attempts.awaited), unless paused."""
     return _shown(s.state, s)
 
 

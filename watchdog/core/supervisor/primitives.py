@@ -166,22 +166,21 @@ def _schedule_restart(
     s: JobState, reason: str, now: float, incident: dict[str, str]
 ) -> list[Action]:
     """Backoff, then a spawn at the Tick that `next_deadline` asks for."""
-    p = s.policy
-    delay = p.backoff_delay(s.failures, s.rng())
-    s.failures += 1
     s.restart_times.append(now)
     s.restarts_total += 1
+    lost = _round(s.tally.lost_work_s(s.policy.progress_marker))
+    fields = {"reason": reason, **back_off(s, now), **incident, "lost_work_s": lost}
+    return [Emit("restart_scheduled", fields | {"no_progress": s.tally.in_a_row})]
+
+
+def back_off(s: JobState, now: float) -> dict[str, object]:
+    """Into backoff for a delay that grows with the failures in a row (budget.py): what
+    restart_scheduled says of it."""
+    delay = s.policy.backoff_delay(s.failures, s.rng())
+    s.failures += 1
     enter(s, State.BACKOFF)
     s.backoff_until = now + delay
-    fields: dict[str, object] = {
-        "reason": reason,
-        "delay_s": round(delay, 3),
-        "attempt": s.failures,
-        **incident,
-        "lost_work_s": _round(s.tally.lost_work_s(p.progress_marker)),
-        "no_progress": s.tally.in_a_row,
-    }
-    return [Emit("restart_scheduled", fields)]
+    return {"delay_s": round(delay, 3), "attempt": s.failures}
 
 
 def park_access(s: JobState, resume: str, reason: str) -> list[Action]:

@@ -1,25 +1,21 @@
 """PURE JSON records of the core's inputs, and their replay (issue 23 item 1).
 
 The shell appends every event it feeds to `Supervisor.handle` to a bounded input log, as
-`log_entry(event, now)`: a JSON object. A bug report's log is replayed through a fresh core in a
-test by `replay(policy, seed_or_draws, entries)`. Exact: `from_record(to_record(e)) == e` for
-every event, and the jitter draws are the shell's own (it builds the core with
-`random.Random(seed).random` and logs the seed; or the draws themselves are given).
+`log_entry(event, now)`: a JSON object. `feed` hands a log's entries to a core (a fresh one:
+`daemon/inputlog.py`'s replay builds it as the log's head says, its jitter drawn from the seed
+the shell logged). Exact: `from_record(to_record(e)) == e` for every event.
 
-Values are tagged where JSON would lose their type, as core/images.py writes them; a record
-of code before that ({"$dict": {...}}, {"$Policy": {...}}) reads the same.
+Values are tagged where JSON would lose their type, as core/images.py writes them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import random
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, get_args
 
 from watchdog.core import images
 from watchdog.core.supervisor import handover
-from watchdog.core.supervisor.budget import Policy
 from watchdog.core.supervisor.events import Action, Event
 from watchdog.core.supervisor.machine import Supervisor
 
@@ -51,17 +47,6 @@ def log_entry(event: Event, now: float) -> dict[str, Any]:
     return {"now": now, "record": to_record(event)}
 
 
-def replay(
-    policy: Policy,
-    seed_or_draws: int | Sequence[float],
-    entries: Iterable[Mapping[str, Any]],
-    actions: list[Action] | None = None,
-) -> Supervisor:
-    """A fresh core fed the logged inputs in order, as the daemon fed them (pure). `actions`,
-    when given, collects every action the core returned on the way."""
-    return feed(Supervisor(policy, _jitter(seed_or_draws)), entries, actions)
-
-
 def feed(
     sup: Supervisor, entries: Iterable[Mapping[str, Any]], actions: list[Action] | None = None
 ) -> Supervisor:
@@ -73,17 +58,3 @@ def feed(
         if actions is not None:
             actions.extend(done)
     return sup
-
-
-def _jitter(seed_or_draws: int | Sequence[float]) -> Callable[[], float]:
-    if isinstance(seed_or_draws, int):
-        return random.Random(seed_or_draws).random
-    draws: Iterator[float] = iter(seed_or_draws)
-
-    def draw() -> float:
-        try:
-            return next(draws)
-        except StopIteration:
-            raise ValueError("the log's jitter draws ran out") from None
-
-    return draw

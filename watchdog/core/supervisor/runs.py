@@ -23,6 +23,7 @@ from watchdog.core.supervisor.events import (
 )
 from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run, enter, observing
 from watchdog.core.supervisor.primitives import (
+    back_off,
     budget_reset,
     fail,
     finish_stop,
@@ -149,12 +150,7 @@ def retry_refused(s: JobState, line: str, now: float) -> list[Action]:
     s.last_cause = {"cause": "spawn_refused", "cause_class": "host", "cause_line": line}
     count_failure(s)
     s.last_reason, s.pid, s.healthy_since = "spawn_refused", None, None
-    delay = s.policy.backoff_delay(s.failures, s.rng())
-    s.failures += 1
-    enter(s, State.BACKOFF)
-    s.backoff_until = now + delay
-    fields = {"reason": "spawn_refused", "delay_s": round(delay, 3), "attempt": s.failures}
-    return [Emit("restart_scheduled", fields)]
+    return [Emit("restart_scheduled", {"reason": "spawn_refused", **back_off(s, now)})]
 
 
 def wants_cause(s: JobState, pid: int, exit_code: int | None, signal: int | None) -> bool:

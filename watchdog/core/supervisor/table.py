@@ -321,8 +321,7 @@ TABLE: dict[State, Mapping[type, Go]] = {
         ),
         GpuAccessChanged: go(parking.access_changed, says="named; the stop goes on"),
         OperatorCommand: go(
-            commands.command_stopping,
-            says="a stop/start changes where this stop leads; resume too",
+            commands.command_stopping, says="a stop/start changes where this stop leads; resume too"
         ),
     },
     BACKOFF: {

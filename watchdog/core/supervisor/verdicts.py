@@ -66,10 +66,7 @@ def assessed(s: JobState, ev: HealthAssessed, now: float) -> list[Action]:
             s.healthy_since = now
             assert s.spawned_at is not None
             out.append(
-                Emit(
-                    "child_healthy",
-                    {"pid": ev.pid, "after_s": round(now - s.spawned_at, 3)},
-                )
+                Emit("child_healthy", {"pid": ev.pid, "after_s": round(now - s.spawned_at, 3)})
             )
         enter(s, State.RUNNING)
     return out
@@ -163,11 +160,7 @@ def tick(s: JobState, ev: Tick, now: float) -> list[Action]:
     if s.state is State.STARTING and deadline is not None and now >= deadline:
         fired = Emit(
             "detector_fired",
-            {
-                "reason": "startup_timeout",
-                "pid": s.pid,
-                "timeout_s": s.policy.startup_timeout_s,
-            },
+            {"reason": "startup_timeout", "pid": s.pid, "timeout_s": s.policy.startup_timeout_s},
         )
         s.firing = s.firing | {"startup_timeout"}
         s.startup_expired = True

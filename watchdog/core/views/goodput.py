@@ -44,21 +44,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-# Every cause, always reported (zero included) so a counter series exists from the first scrape.
-LOST_CAUSES = (
-    "backoff",
-    "detection_delay",
-    "fatal",
-    "gpus_idle",
-    "paused",
-    "stalled",
-    "startup_timeout",
-    "stopping",
-    "throughput_low",
-    "unhealthy",
-)
 # An unhealthy job's time is charged to its most telling verdict, in this order.
 _VERDICT_ORDER = ("stalled", "gpus_idle", "startup_timeout", "throughput_low")
+# Every cause, always reported (zero included) so a counter series exists from the first scrape.
+_LOST_TO = ("backoff", "detection_delay", "fatal", "paused", "stopping", "unhealthy")
+LOST_CAUSES = tuple(sorted({*_VERDICT_ORDER, *_LOST_TO}))
 # States whose time needs a progress line to count as productive, and the cause otherwise.
 _UNCONFIRMED_CAUSE = {"running": "detection_delay", "paused": "paused"}
 _FIXED_BUCKET = {

@@ -214,11 +214,8 @@ class Teller:
         level = level_of(record)
         if level not in self.levels:
             return False
-        return (
-            level != "fyi"
-            or self.last_fyi_at is None
-            or now >= self.last_fyi_at + (self.min_interval_s)
-        )
+        last = self.last_fyi_at
+        return level != "fyi" or last is None or now >= last + self.min_interval_s
 
     def see(
         self, record: Mapping[str, Any], now: float, status: Mapping[str, Any] | None = None
@@ -249,11 +246,8 @@ class Teller:
         """When held fyi news may go out (None: none held)."""
         if self.pending is None:
             return None
-        return (
-            self.pending.since
-            if self.last_fyi_at is None
-            else self.last_fyi_at + (self.min_interval_s)
-        )
+        last = self.last_fyi_at
+        return self.pending.since if last is None else last + self.min_interval_s
 
     def _hold(self, record: Mapping[str, Any], now: float) -> None:
         p = self.pending = self.pending or _Pending(now, str(record.get("job") or "job"))
