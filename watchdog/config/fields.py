@@ -150,7 +150,7 @@ def nonempty_str(node: Node, key: str, ctx: Ctx) -> str:
     return value
 
 
-def _items(node: Node, key: str, ctx: Ctx, want: str) -> list[tuple[str, Node]]:
+def list_items(node: Node, key: str, ctx: Ctx, want: str) -> list[tuple[str, Node]]:
     """A list's items with their key paths (`key[i]`), each item's line noted for errors."""
     if not isinstance(node, SequenceNode):
         raise ctx.fail(key, f"expected {want}, got {_describe(node)}", node)
@@ -162,7 +162,7 @@ def _items(node: Node, key: str, ctx: Ctx, want: str) -> list[tuple[str, Node]]:
 
 
 def _str_items(node: Node, key: str, ctx: Ctx, want: str) -> list[tuple[str, str, Node]]:
-    return [(sub, as_str(item, sub, ctx), item) for sub, item in _items(node, key, ctx, want)]
+    return [(sub, as_str(item, sub, ctx), item) for sub, item in list_items(node, key, ctx, want)]
 
 
 def parse_command(node: Node, key: str, ctx: Ctx) -> tuple[str, ...]:
@@ -191,7 +191,7 @@ def parse_code_paths(node: Node, key: str, ctx: Ctx) -> tuple[str, ...]:
 
 
 def parse_pre_start(node: Node, key: str, ctx: Ctx) -> tuple[tuple[str, ...], ...]:
-    commands = _items(node, key, ctx, "a list of commands")
+    commands = list_items(node, key, ctx, "a list of commands")
     return tuple(parse_command(item, sub, ctx) for sub, item in commands)
 
 
@@ -242,7 +242,7 @@ def parse_signal(node: Node, key: str, ctx: Ctx) -> int:
 def parse_forward_signals(node: Node, key: str, ctx: Ctx) -> tuple[int, ...]:
     """job.forward_signals (SPEC §13): signals passed on to the job's leader, by name or number."""
     found: list[int] = []
-    for sub, item in _items(node, key, ctx, "a list of signal names"):
+    for sub, item in list_items(node, key, ctx, "a list of signal names"):
         sig = parse_signal(item, sub, ctx)
         if sig in UNFORWARDABLE:
             name = signal.Signals(sig).name
@@ -255,20 +255,20 @@ def parse_forward_signals(node: Node, key: str, ctx: Ctx) -> tuple[int, ...]:
 
 def parse_exit_codes(node: Node, key: str, ctx: Ctx) -> tuple[int, ...]:
     """job.success_exit_codes (SPEC §13): a list of exit codes 0-255."""
-    codes: list[int] = []
-    for sub, item in _items(node, key, ctx, "a list of exit codes"):
-        code = _read(item, sub, ctx, (int,), "an exit code (an integer 0-255)")
-        if not 0 <= code <= 255:
-            raise ctx.fail(sub, f"an exit code is 0-255, got {code}", item)
-        codes.append(int(code))
-    return tuple(sorted(set(codes)))
+    items = list_items(node, key, ctx, "a list of exit codes")
+    return tuple(sorted({_exit_code(item, sub, ctx) for sub, item in items}))
+
+
+def _exit_code(node: Node, key: str, ctx: Ctx) -> int:
+    code = int(_read(node, key, ctx, (int,), "an exit code (an integer 0-255)"))
+    if not 0 <= code <= 255:
+        raise ctx.fail(key, f"an exit code is 0-255, got {code}", node)
+    return code
 
 
 def daemon_exit_code(node: Node, key: str, ctx: Ctx) -> int:
     """One of exit_codes' values (SPEC §13): 0-255, not one with a fixed meaning."""
-    code = int(_read(node, key, ctx, (int,), "an exit code (an integer 0-255)"))
-    if not 0 <= code <= 255:
-        raise ctx.fail(key, f"an exit code is 0-255, got {code}", node)
+    code = _exit_code(node, key, ctx)
     if code in RESERVED_EXIT_CODES:
         problem = f"{code} is taken: watchdogd exits {code} for {RESERVED_EXIT_CODES[code]}"
         raise ctx.fail(key, problem, node)
@@ -282,7 +282,7 @@ def parse_devices(node: Node, key: str, ctx: Ctx) -> Literal["all"] | tuple[int 
             raise ctx.fail(key, f"expected {want}, got {_describe(node)}", node)
         return "all"
     devices: list[int | str] = []
-    for sub, item in _items(node, key, ctx, want):
+    for sub, item in list_items(node, key, ctx, want):
         value = _scalar(item, sub, ctx, "a GPU index or UUID")
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             device: int | str = value
