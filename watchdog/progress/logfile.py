@@ -188,17 +188,19 @@ class LogTail:
     it reads that file whatever its name becomes, and `follow()` hands it the next run's file;
     else it reads the path and switches to a new file there (the old one drained first)."""
 
-    def __init__(self, path: str, open_now: bool = True, fd: int | None = None) -> None:
+    def __init__(self, path: str, fd: int | None = None) -> None:
         self.path = path
         self._src: LogSource | None = None
         self._pinned = fd is not None
         self._next = fd  # a descriptor handed over, taken by the next start() or poll()
-        if open_now:
-            self._open(at_end=True)
 
     def start(self, n: int) -> list[str]:
         """Open the file at its end; its last `n` lines."""
-        self._open(at_end=True)
+        src = self._take_next() if self._pinned else open_source(self.path)
+        if src is not None:
+            self._close_src()
+            self._src = src
+            src.offset = os.fstat(src.fd).st_size
         return self.tail(n)
 
     def follow(self, fd: int) -> None:
@@ -251,15 +253,6 @@ class LogTail:
             os.close(fd)
             return None
         return src
-
-    def _open(self, at_end: bool) -> None:
-        src = self._take_next() if self._pinned else open_source(self.path)
-        if src is None:
-            return
-        self._close_src()
-        self._src = src
-        if at_end:
-            src.offset = os.fstat(src.fd).st_size
 
     def _read(self) -> list[str]:
         src = self._src
