@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-PROC = "/proc"
-
 
 @dataclass(frozen=True, slots=True)
 class MemoryCgroup:
@@ -44,12 +42,12 @@ class OomReading:
     why: str | None = None
 
 
-def find_memory_cgroup(pid: int, proc: str = PROC) -> MemoryCgroup | str:
+def find_memory_cgroup(pid: int) -> MemoryCgroup | str:
     """The memory cgroup `pid` is in, or why it cannot be found."""
     try:
-        with open(f"{proc}/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
             lines = f.read().splitlines()
-        with open(f"{proc}/self/mountinfo", encoding="utf-8", errors="replace") as f:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
             mounts = f.read().splitlines()
     except OSError as e:
         return f"cannot read /proc/{pid}/cgroup or mountinfo: {e.strerror}"
