@@ -6,6 +6,7 @@ that names the file, the line and the key path.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -228,14 +229,12 @@ def parse_env(node: Node, key: str, ctx: Ctx) -> Mapping[str, str]:
 
 def parse_signal(node: Node, key: str, ctx: Ctx) -> int:
     value = _scalar(node, key, ctx, "a signal name or number")
-    try:
+    with contextlib.suppress(KeyError, ValueError):
         if isinstance(value, int) and not isinstance(value, bool):
             return int(signal.Signals(value))
         if isinstance(value, str):
             name = value.strip().upper()
             return int(signal.Signals[name if name.startswith("SIG") else "SIG" + name])
-    except (KeyError, ValueError):
-        pass
     raise ctx.fail(key, f"unknown signal {_describe(node)}; use e.g. SIGTERM, INT or 15", node)
 
 

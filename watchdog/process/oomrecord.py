@@ -11,6 +11,7 @@ says why, and the cause says so rather than guess. Blocking reads: call from a w
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -100,12 +101,9 @@ def read(cgroup: MemoryCgroup | str) -> OomReading:
         key, _, value = line.partition(" ")
         if key == "oom_kill" and value.strip().isdigit():
             kills = int(value)
-    limit = None
-    try:
-        with open(cgroup.limit_file, encoding="utf-8") as f:
-            limit = f"{os.path.basename(cgroup.limit_file)}={f.read().strip()}"
-    except OSError:
-        pass  # the limit only names it; the counter is what counts
+    limit = None  # unreadable: the limit only names it; the counter is what counts
+    with contextlib.suppress(OSError), open(cgroup.limit_file, encoding="utf-8") as f:
+        limit = f"{os.path.basename(cgroup.limit_file)}={f.read().strip()}"
     why = None if kills is not None else f"{cgroup.counter_file} has no oom_kill (kernel < 4.13)"
     return OomReading(cgroup, kills, limit, why)
 
