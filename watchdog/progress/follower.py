@@ -144,7 +144,7 @@ class LogFollower:
     ) -> None:
         if max_read_bytes < 1:
             raise ValueError("max_read_bytes must be positive")
-        self._path = path
+        self.path = path
         self._pattern = pattern
         # Without a reader, every line the pattern matches is a reading (parse_line).
         self.reader = reader
@@ -170,10 +170,6 @@ class LogFollower:
             self._cur.offset = found
         elif start == "end":
             self._cur.offset = os.fstat(self._cur.fd).st_size
-
-    @property
-    def path(self) -> str:
-        return self._path
 
     @property
     def offset(self) -> int:
@@ -288,7 +284,7 @@ class LogFollower:
         """Open the file if it appeared; switch to a new file that replaced it at the path."""
         if self._pinned:
             return
-        new = logfile.replacement(self._path, self._cur)
+        new = logfile.replacement(self.path, self._cur)
         if new is None:
             return
         self._local_fs = False  # not known of the new file: pending() leaves it to the polls
