@@ -18,8 +18,8 @@ STATUS_MAX_CHARS = 200
 
 
 class Notifier:
-    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
-        env = os.environ if environ is None else environ
+    def __init__(self) -> None:
+        env = os.environ
         self.enabled = bool(env.get("NOTIFY_SOCKET"))
         self._sd = sdnotify.SystemdNotifier() if self.enabled else None
         self.watchdog_interval_s = _watchdog_interval(env)

@@ -123,10 +123,9 @@ class Follower(Protocol):
 class LogFollower:
     """Reads what the job appends to its log, survives rotation, truncation and huge lines.
 
-    Created right after the daemon wrote its start marker: with `marker` it begins after the last
-    line holding that text (so lines the job wrote before the first poll are not lost), else at the
-    end of the file (`start="end"`) or at its beginning. A file that does not exist yet is read
-    from its beginning once it appears, as is a new file that replaces it at the same path.
+    It begins at the end of the file (`start="end"`) or at its beginning. A file that does not
+    exist yet is read from its beginning once it appears, as is a new file that replaces it at
+    the same path.
     Given `fd` (the job's log as the job writes it, joblog.py; owned from then on), it reads
     that file whatever its name becomes and never looks at the path.
     """
@@ -136,7 +135,6 @@ class LogFollower:
         path: str,
         pattern: re.Pattern[str],
         *,
-        marker: str | None = None,
         max_read_bytes: int = 4 << 20,
         start: Literal["end", "beginning"] = "end",
         reader: LineReader | None = None,
@@ -165,10 +163,7 @@ class LogFollower:
             return
         self._local_fs = joblog.on_local_fs(self._cur.ident[0])
         self._local = self._pinned and self._local_fs
-        found = logfile.find_marker(self._cur, marker, max_read_bytes) if marker else None
-        if found is not None:
-            self._cur.offset = found
-        elif start == "end":
+        if start == "end":
             self._cur.offset = os.fstat(self._cur.fd).st_size
 
     @property

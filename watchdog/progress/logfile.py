@@ -102,18 +102,6 @@ def pread_all(fd: int, length: int, offset: int) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def find_marker(src: LogSource, marker: str, window: int) -> int | None:
-    """Offset just past the line holding the last `marker` in the file's last `window` bytes."""
-    size = os.fstat(src.fd).st_size
-    start = max(0, size - window)
-    data = pread_all(src.fd, size - start, start)
-    at = data.rfind(marker.encode("utf-8", "replace"))
-    if at < 0:
-        return None
-    newline = data.find(b"\n", at)
-    return start + (newline + 1 if newline >= 0 else len(data))
-
-
 def rewound_if_truncated(src: LogSource, size: int) -> bool:
     """Rewind `src` when the file shrank below its offset (copytruncate); True if it did."""
     if size >= src.offset:
