@@ -223,11 +223,9 @@ def kill(path: str, kill_file: bool = True) -> str:
     (nothing in it can fork) and SIGKILL each member, then thaw so the kill lands. Returns the
     method used. Blocking."""
     if kill_file:
-        try:
+        with contextlib.suppress(FileNotFoundError):  # no such file: the kernel is before 5.14
             _write(os.path.join(path, "cgroup.kill"), "1")
             return "cgroup.kill"
-        except FileNotFoundError:
-            pass  # the kernel is older than 5.14
     with contextlib.suppress(OSError):
         _write(os.path.join(path, "cgroup.freeze"), "1")
     _wait_frozen(path)
