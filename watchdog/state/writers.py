@@ -184,7 +184,7 @@ class StateWriter:
         self._submitted: dict[str, Any] | None = None
         self._durable: Durable | None = None
         self._submitted_at = float("-inf")  # monotonic
-        self._timer: asyncio.TimerHandle | None = None  # a new high mark waiting (settle)
+        self._settle = Alarm(SYSTEM, self.settle)  # a new high mark waiting
 
     def job(self, pid: int | None, started_at: float | None, ticks: int | None = None) -> None:
         self._update(job_pid=pid, job_started_at=started_at, job_start_ticks=ticks)
@@ -208,15 +208,13 @@ class StateWriter:
         self._update()
 
     def _mark_waits(self) -> bool:
-        wait_s = self._submitted_at + MARK_EVERY_S - time.monotonic()
-        if wait_s <= 0:
+        due = self._submitted_at + MARK_EVERY_S
+        if due <= time.monotonic():
             return False
         try:
-            loop = asyncio.get_running_loop()
+            self._settle.arm(due)
         except RuntimeError:
             return False  # off the loop (tests of the writer): written at once
-        if self._timer is None:
-            self._timer = loop.call_later(wait_s, self.settle)
         return True
 
     async def commit(self) -> str | None:
@@ -232,9 +230,7 @@ class StateWriter:
         self._record.update(fields)
         if self._durable is not None:
             self._record["supervisor"] = self._durable.to_dict(time.monotonic(), time.time())
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._settle.cancel()
         if self._same_as_submitted():
             return
         self._submitted = dict(self._record)
