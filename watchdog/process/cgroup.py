@@ -210,11 +210,9 @@ def members(path: str, recursive: bool = True) -> list[int]:
 
 def populated(path: str) -> bool:
     """Whether any process lives in `path` or below (cgroup.events), False once it is gone."""
-    try:
-        with open(os.path.join(path, "cgroup.events")) as f:
-            return "populated 1" in f.read().splitlines()
-    except OSError:
-        return False
+    with contextlib.suppress(OSError), open(os.path.join(path, "cgroup.events")) as f:
+        return "populated 1" in f.read().splitlines()
+    return False
 
 
 def kill(path: str, kill_file: bool = True) -> str:
