@@ -35,17 +35,16 @@ class FaultWatch:
         self,
         cfg: GpusConfig,
         on_fault: Callable[..., None],
-        emit: Callable[..., object] | None = None,
-        report: Report | None = None,
+        emit: Callable[..., object],
+        report: Report,
         feeding: Callable[[], None] = lambda: None,
     ):
         self.cfg = cfg
         self._on_fault = on_fault  # (fields, gate[, quiet]): the daemon hands it to the core
         self._emit = emit
         # Where an event's fault, and the summary's due time, go to be taken in: the daemon
-        # posts them, so its consumer alone feeds the rate limiter below (`seen`, `summarise`);
-        # without one (a FaultWatch on its own) they are taken in at once.
-        self._report: Report = report or _TakeNow(self)
+        # posts them, so its consumer alone feeds the rate limiter below (`seen`, `summarise`).
+        self._report = report
         self._feeding = feeding  # raises unless called from the daemon's consumer task
         # SPEC §13: per (GPU, Xid or kind) the first event in full, then a count per window
         self._repeats = RepeatSummary(cfg.faults.repeat_summary_s)
@@ -109,7 +108,7 @@ class FaultWatch:
         self._feeding()
         window = self._repeats.window_s
         for _key, count, sample in self._repeats.due(time.monotonic()):
-            if self._emit is not None and isinstance(sample, dict):
+            if isinstance(sample, dict):
                 self._emit("gpu_fault_repeated", **sample, count=count, window_s=window)
         self._summary.arm(self._repeats.next_due())
 
@@ -123,16 +122,3 @@ class FaultWatch:
             return None
         self.unchecked = {c.gpu: c.unchecked for c in counters if c.unchecked}
         return xid.gate(counters)
-
-
-class _TakeNow:
-    """A FaultWatch on its own takes what it saw in at once."""
-
-    def __init__(self, watch: FaultWatch) -> None:
-        self._watch = watch
-
-    def fault(self, fields: dict[str, object]) -> None:
-        self._watch.seen(fields)
-
-    def summary_due(self) -> None:
-        self._watch.summarise()
