@@ -27,9 +27,6 @@ EX_CONFIG = 78  # sysexits.h: configuration error (SPEC §6 `--check`)
 SHELL = "/bin/sh"
 DEFAULT_PATTERN = r"(?P<tokens_per_s>[0-9][0-9,.]*)\s*tok(?:ens)?/s"
 PROGRESS_GROUPS = frozenset({"tokens_per_s", "step"})
-RESTART_REASONS = names.RESTART_REASONS
-DEFAULT_RESTART_ON = names.DEFAULT_RESTART_ON
-WARN_ONLY_REASONS = names.WARN_ONLY_REASONS
 # SPEC §13: signals job.forward_signals may not list: SIGKILL and SIGSTOP cannot be caught;
 # the daemon owns SIGTERM and SIGINT (stop the job, exit), SIGHUP (reload) and SIGCHLD (its
 # children); the rest are raised by a fault of the receiving process itself, not sent to it.
@@ -52,7 +49,6 @@ UNFORWARDABLE: dict[int, str] = {
 RESERVED_EXIT_CODES = {78: "a bad config", 130: "SIGINT", 143: "SIGTERM"}
 _TAG = "tag:yaml.org,2002:"
 _KINDS = {"str": "a string", "int": "an integer", "float": "a number", "bool": "a boolean"}
-RECOGNISER_NAMES = tuple(name for name, _ in RECOGNISERS)
 DEFAULT_REGEX = re.compile(DEFAULT_PATTERN)
 _PARENT = re.compile(r"(^|\.)[^.\[]*$|\[\d+\]$")  # strips the last part of a key path
 
@@ -313,7 +309,7 @@ def parse_pattern(node: Node, key: str, ctx: Ctx) -> re.Pattern[str]:
 # progress.format (SPEC §13): `auto` tries every recogniser of watchdog.core.progress.auto; one name
 # restricts it to that format; csv and jsonl read progress.file as a table (auto picks them by
 # the file's extension).
-PROGRESS_FORMATS = ("auto", *RECOGNISER_NAMES, "csv", "jsonl")
+PROGRESS_FORMATS = ("auto", *(name for name, _ in RECOGNISERS), "csv", "jsonl")
 
 
 def parse_format(node: Node, key: str, ctx: Ctx) -> str:
@@ -326,14 +322,14 @@ def parse_format(node: Node, key: str, ctx: Ctx) -> str:
 def parse_reasons(node: Node, key: str, ctx: Ctx) -> frozenset[str]:
     reasons = _str_items(node, key, ctx, "a list of reasons")
     for sub, reason, item in reasons:
-        if reason in WARN_ONLY_REASONS:
+        if reason in names.WARN_ONLY_REASONS:
             problem = f"{reason} is warn-only: it is a host problem that restarting cannot fix"
             raise ctx.fail(sub, problem, item)
         if reason == "gpu_degraded":
             problem = "a degraded GPU restarts the job with gpus.on_degraded: restart"
             raise ctx.fail(sub, problem, item)
-        if reason not in RESTART_REASONS:
-            allowed = ", ".join(sorted(RESTART_REASONS))
+        if reason not in names.RESTART_REASONS:
+            allowed = ", ".join(sorted(names.RESTART_REASONS))
             raise ctx.fail(sub, f"unknown reason {reason!r} (one of: {allowed})", item)
     return frozenset(reason for _, reason, _ in reasons)
 
