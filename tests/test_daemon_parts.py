@@ -100,11 +100,22 @@ class Kit:
         return Port(lambda: self.cfg, self.inbox, self.emit, self.tasks)
 
     def starter(self) -> Starter:
-        gate = StartGate(self.gpus, FaultWatch(self.cfg.gpus, _no_fault, self.emit), None)
+        faults = FaultWatch(self.cfg.gpus, _no_fault, self.emit, _NoEvents())
+        gate = StartGate(self.gpus, faults, None)
         return Starter(self.port(), self.tree, self.runs, self.sampler, gate)
 
     def stopper(self) -> Stopper:
         return Stopper(self.port(), self.tree, self.runs, self.sampler, self.gpus)
+
+
+class _NoEvents:
+    """No GPU is expected here: the NVML event watcher never starts, so nothing is reported."""
+
+    def fault(self, fields: dict[str, object]) -> None:
+        raise AssertionError(f"no event watcher runs here, yet it reported {fields}")
+
+    def summary_due(self) -> None:
+        raise AssertionError("no event watcher runs here, yet a summary came due")
 
 
 def _no_fault(fields: dict[str, object], gate: bool, quiet: bool = False) -> None:

@@ -79,7 +79,7 @@ def test_log_tail_over_a_descriptor_ignores_the_path_and_takes_the_next_run(
     is drained (or reads on when it is the same file)."""
     path = tmp_path / "job.log"
     path.write_bytes(b"a\n")
-    follow = LogTail(str(path), open_now=False, fd=os.open(path, os.O_RDONLY))
+    follow = LogTail(str(path), fd=os.open(path, os.O_RDONLY))
     try:
         assert follow.start(5) == ["a"]
         path.rename(tmp_path / "job.log.1")

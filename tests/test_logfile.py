@@ -54,7 +54,7 @@ def test_log_tail_keeps_every_line_across_truncation_and_rotation(tmp_path: Path
     log.write_bytes(b"a\nb\npar")
     follow = LogTail(str(log))
     try:
-        assert follow.tail(5) == ["a", "b"]
+        assert follow.start(5) == ["a", "b"]
         with open(log, "ab") as f:
             f.write(b"tial\nc\n")
         assert follow.poll() == ["partial", "c"]

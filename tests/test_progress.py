@@ -124,24 +124,6 @@ def test_follower_start_beginning_reads_existing_content(log: Path) -> None:
         assert tps(follower.poll()) == [100.0]
 
 
-def test_follower_marker_starts_after_the_last_marker_line(log: Path) -> None:
-    """With a marker, lines after the last marker line are read, those before it are not."""
-    log.write_bytes(
-        b"=== train-watchdog: start 1 pid 7 at T1 ===\n100 tok/s\n"
-        b"=== train-watchdog: start 2 pid 9 at T2 ===\n200 tok/s\n"
-    )
-    marker = "=== train-watchdog: start 2 pid 9"
-    with LogFollower(str(log), DEFAULT, marker=marker) as follower:
-        assert tps(follower.poll()) == [200.0]
-
-
-def test_follower_missing_marker_falls_back_to_end(log: Path) -> None:
-    """A marker not found in the file means starting at its end."""
-    log.write_bytes(b"100 tok/s\n")
-    with LogFollower(str(log), DEFAULT, marker="=== nope ===") as follower:
-        assert follower.poll().readings == ()
-
-
 def test_follower_keeps_partial_line_until_newline(log: Path, follow: LogFollower) -> None:
     """A line without its newline is held back and parsed whole once the newline arrives."""
     append(log, b"speed 9,0")

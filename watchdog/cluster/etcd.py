@@ -4,7 +4,7 @@ Why the gateway and httpx, not a gRPC client: docs/multi-node.md. Every call has
 runs on the caller's event loop; its files (certificates, key, password) are read on workers.
 Endpoints are tried in order, starting from the last one that answered, so one stopped member
 costs one timeout at most; when none answers the call raises `EtcdUnavailable` (the one
-exception that leaves this module).
+exception that leaves this module; trust.py declares it, so the link catches it without httpx).
 """
 
 from __future__ import annotations
@@ -23,30 +23,13 @@ from typing import Any
 import httpx
 
 from watchdog import blocking
+from watchdog.cluster.trust import Credentials, EtcdRefused, EtcdUnavailable, TokenInvalid
 from watchdog.config.strictmodes import open_secret, read_secret
 
 # httpcore imports anyio's asyncio backend on the first request, on the event loop (tens of ms
 # of imports inside one callback). This module is imported before the loop runs: do it now.
 with contextlib.suppress(ImportError):
     importlib.import_module("anyio._backends._asyncio")
-
-
-class EtcdUnavailable(Exception):
-    """No endpoint answered within the deadline (or each answered with an error)."""
-
-
-class _TokenInvalid(EtcdUnavailable):
-    """etcd says the token is invalid or expired: renewed once by `_call`, never raised further."""
-
-
-class EtcdRefused(EtcdUnavailable):
-    """etcd answered but refused us (certificate, password, permission): SPEC §15. A kind of
-    unavailable, so every caller leaves the job alone exactly as when etcd is unreachable."""
-
-    def __init__(self, endpoint: str, reason: str) -> None:
-        super().__init__(f"{endpoint}: {reason}")
-        self.endpoint = endpoint
-        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,18 +50,6 @@ def prefix_end(prefix: str) -> str:
     raw = bytearray(prefix.encode())
     raw[-1] += 1  # our prefixes end in "/", never 0xff
     return _b64(bytes(raw))
-
-
-@dataclass(frozen=True, slots=True)
-class Credentials:
-    """What the client proves itself with (cluster.tls and cluster.auth): paths only. The files
-    are read when a client or a token is made, so a reload or a rotated file is picked up."""
-
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-    user: str | None = None
-    password_file: str | None = None
 
 
 def ssl_context(creds: Credentials, max_tls12: bool = False) -> ssl.SSLContext | bool:
@@ -233,7 +204,7 @@ class Etcd:
         token = self._token
         try:
             return await self._post(path, body, what)
-        except _TokenInvalid:
+        except TokenInvalid:
             await self._renew(token)
             return await self._post(path, body, what)
 
@@ -274,7 +245,7 @@ class Etcd:
             self._good = idx
             return data
         if token_invalid:
-            raise _TokenInvalid("; ".join(errors))
+            raise TokenInvalid("; ".join(errors))
         if refused is not None:
             raise refused
         raise EtcdUnavailable("; ".join(errors))

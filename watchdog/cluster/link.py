@@ -23,6 +23,7 @@ from watchdog import blocking
 from watchdog.clock import SYSTEM, Alarm, Clock
 from watchdog.cluster import certs, trust
 from watchdog.cluster import inputs as given
+from watchdog.cluster.trust import EtcdUnavailable
 from watchdog.core import images
 from watchdog.core.supervisor import cluster as core
 from watchdog.core.supervisor import cluster_replay as replayed
@@ -165,8 +166,6 @@ class ClusterLink:
             return
         if self._lease:
             # The others see us gone at once, not after the TTL.
-            from watchdog.cluster.etcd import EtcdUnavailable
-
             with contextlib.suppress(EtcdUnavailable):
                 await self.etcd.revoke(self._lease)
         await self.etcd.aclose()
@@ -277,8 +276,6 @@ class ClusterLink:
         self._post(given.ClusterTimerFired())
 
     async def _cas(self, p: core.Propose) -> None:
-        from watchdog.cluster.etcd import EtcdUnavailable
-
         value = json.dumps(p.record.to_json()).encode()
         try:
             await self._etcd.compare_and_swap(self.prefix + "epoch", value, p.revision)
@@ -303,8 +300,6 @@ class ClusterLink:
             await asyncio.sleep(6 * 3600)
 
     async def _lease_loop(self) -> None:
-        from watchdog.cluster.etcd import EtcdUnavailable
-
         every = self.cfg.lease_ttl_s / 3
         while True:
             try:
@@ -322,8 +317,6 @@ class ClusterLink:
             await asyncio.sleep(every)
 
     async def _watch_loop(self) -> None:
-        from watchdog.cluster.etcd import EtcdUnavailable
-
         while True:
             # A refused watch is a refused read too: the reader it wakes tells of it.
             with contextlib.suppress(EtcdUnavailable):
@@ -339,8 +332,6 @@ class ClusterLink:
             await self._read_once()
 
     async def _read_once(self) -> None:
-        from watchdog.cluster.etcd import EtcdUnavailable
-
         try:
             kvs = await self._etcd.get_prefix(self.prefix)
         except EtcdUnavailable as e:
@@ -368,8 +359,6 @@ class ClusterLink:
         return core.View(True, record, revision, members)
 
     async def _write_loop(self) -> None:
-        from watchdog.cluster.etcd import EtcdUnavailable
-
         while True:
             await self._write_wanted.wait()
             self._write_wanted.clear()

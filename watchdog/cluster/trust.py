@@ -1,23 +1,52 @@
 """A cluster you can trust (SPEC §15): what the link needs beyond the protocol. The credentials
-the etcd client is made with, etcd's refusals (one `cluster_refused` each, and the status), and
-the client certificate's expiry (`cluster_cert_expiring`). docs/multi-node.md."""
+the etcd client is made with, etcd's refusals (the errors its calls raise; one `cluster_refused`
+each, and the status), and the client certificate's expiry (`cluster_cert_expiring`).
+docs/multi-node.md. Nothing here needs httpx: the link catches these without importing it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from watchdog.cluster import certs
 
 if TYPE_CHECKING:
-    from watchdog.cluster.etcd import Credentials
     from watchdog.config import ClusterConfig
+
+
+class EtcdUnavailable(Exception):
+    """No endpoint answered within the deadline (or each answered with an error)."""
+
+
+class TokenInvalid(EtcdUnavailable):
+    """etcd says the token is invalid or expired: renewed once by `Etcd._call`, never raised on."""
+
+
+class EtcdRefused(EtcdUnavailable):
+    """etcd answered but refused us (certificate, password, permission): SPEC §15. A kind of
+    unavailable, so every caller leaves the job alone exactly as when etcd is unreachable."""
+
+    def __init__(self, endpoint: str, reason: str) -> None:
+        super().__init__(f"{endpoint}: {reason}")
+        self.endpoint = endpoint
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """What the client proves itself with (cluster.tls and cluster.auth): paths only. The files
+    are read when a client or a token is made, so a reload or a rotated file is picked up."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    user: str | None = None
+    password_file: str | None = None
 
 
 def credentials(cfg: ClusterConfig) -> Credentials:
     """The paths the etcd client proves itself with (the client reads the files)."""
-    from watchdog.cluster.etcd import Credentials  # httpx only when a cluster is configured
-
     tls, auth = cfg.tls, cfg.auth
     return Credentials(
         ca_file=tls.ca_file if tls else None,
@@ -48,8 +77,6 @@ class Refusals:
 
     def failed(self, e: Exception, kind: str) -> None:
         """A call of `kind` raised `e` (an EtcdUnavailable, or its kind EtcdRefused)."""
-        from watchdog.cluster.etcd import EtcdRefused
-
         if isinstance(e, EtcdRefused):
             self.refused(e.endpoint, e.reason, kind)
         else:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import re
 
-from yaml.nodes import Node, SequenceNode
+from yaml.nodes import Node
 
-from watchdog.config.fields import Ctx, as_str, is_null, mapping_pairs
+from watchdog.config.fields import Ctx, as_str, is_null, list_items, mapping_pairs
 from watchdog.core.health.causes import CAUSE_CLASSES
 from watchdog.core.health.userrule import UserRule
 
@@ -18,13 +18,8 @@ _NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")  # a metric label value and an event
 def parse_causes(node: Node, key: str, ctx: Ctx) -> tuple[UserRule, ...]:
     if is_null(node):
         return ()
-    if not isinstance(node, SequenceNode):
-        raise ctx.fail(key, "expected a list of {name, pattern, class}", node)
-    rules = []
-    for i, item in enumerate(node.value):
-        ctx.lines[f"{key}[{i}]"] = item.start_mark.line + 1
-        rules.append(_rule(item, f"{key}[{i}]", ctx))
-    return tuple(rules)
+    items = list_items(node, key, ctx, "a list of {name, pattern, class}")
+    return tuple(_rule(item, sub, ctx) for sub, item in items)
 
 
 def _rule(node: Node, key: str, ctx: Ctx) -> UserRule:

@@ -6,6 +6,7 @@ that names the file, the line and the key path.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -26,9 +27,6 @@ EX_CONFIG = 78  # sysexits.h: configuration error (SPEC §6 `--check`)
 SHELL = "/bin/sh"
 DEFAULT_PATTERN = r"(?P<tokens_per_s>[0-9][0-9,.]*)\s*tok(?:ens)?/s"
 PROGRESS_GROUPS = frozenset({"tokens_per_s", "step"})
-RESTART_REASONS = names.RESTART_REASONS
-DEFAULT_RESTART_ON = names.DEFAULT_RESTART_ON
-WARN_ONLY_REASONS = names.WARN_ONLY_REASONS
 # SPEC §13: signals job.forward_signals may not list: SIGKILL and SIGSTOP cannot be caught;
 # the daemon owns SIGTERM and SIGINT (stop the job, exit), SIGHUP (reload) and SIGCHLD (its
 # children); the rest are raised by a fault of the receiving process itself, not sent to it.
@@ -51,7 +49,6 @@ UNFORWARDABLE: dict[int, str] = {
 RESERVED_EXIT_CODES = {78: "a bad config", 130: "SIGINT", 143: "SIGTERM"}
 _TAG = "tag:yaml.org,2002:"
 _KINDS = {"str": "a string", "int": "an integer", "float": "a number", "bool": "a boolean"}
-RECOGNISER_NAMES = tuple(name for name, _ in RECOGNISERS)
 DEFAULT_REGEX = re.compile(DEFAULT_PATTERN)
 _PARENT = re.compile(r"(^|\.)[^.\[]*$|\[\d+\]$")  # strips the last part of a key path
 
@@ -150,7 +147,7 @@ def nonempty_str(node: Node, key: str, ctx: Ctx) -> str:
     return value
 
 
-def _items(node: Node, key: str, ctx: Ctx, want: str) -> list[tuple[str, Node]]:
+def list_items(node: Node, key: str, ctx: Ctx, want: str) -> list[tuple[str, Node]]:
     """A list's items with their key paths (`key[i]`), each item's line noted for errors."""
     if not isinstance(node, SequenceNode):
         raise ctx.fail(key, f"expected {want}, got {_describe(node)}", node)
@@ -162,7 +159,7 @@ def _items(node: Node, key: str, ctx: Ctx, want: str) -> list[tuple[str, Node]]:
 
 
 def _str_items(node: Node, key: str, ctx: Ctx, want: str) -> list[tuple[str, str, Node]]:
-    return [(sub, as_str(item, sub, ctx), item) for sub, item in _items(node, key, ctx, want)]
+    return [(sub, as_str(item, sub, ctx), item) for sub, item in list_items(node, key, ctx, want)]
 
 
 def parse_command(node: Node, key: str, ctx: Ctx) -> tuple[str, ...]:
@@ -191,7 +188,7 @@ def parse_code_paths(node: Node, key: str, ctx: Ctx) -> tuple[str, ...]:
 
 
 def parse_pre_start(node: Node, key: str, ctx: Ctx) -> tuple[tuple[str, ...], ...]:
-    commands = _items(node, key, ctx, "a list of commands")
+    commands = list_items(node, key, ctx, "a list of commands")
     return tuple(parse_command(item, sub, ctx) for sub, item in commands)
 
 
@@ -228,21 +225,19 @@ def parse_env(node: Node, key: str, ctx: Ctx) -> Mapping[str, str]:
 
 def parse_signal(node: Node, key: str, ctx: Ctx) -> int:
     value = _scalar(node, key, ctx, "a signal name or number")
-    try:
+    with contextlib.suppress(KeyError, ValueError):
         if isinstance(value, int) and not isinstance(value, bool):
             return int(signal.Signals(value))
         if isinstance(value, str):
             name = value.strip().upper()
             return int(signal.Signals[name if name.startswith("SIG") else "SIG" + name])
-    except (KeyError, ValueError):
-        pass
     raise ctx.fail(key, f"unknown signal {_describe(node)}; use e.g. SIGTERM, INT or 15", node)
 
 
 def parse_forward_signals(node: Node, key: str, ctx: Ctx) -> tuple[int, ...]:
     """job.forward_signals (SPEC §13): signals passed on to the job's leader, by name or number."""
     found: list[int] = []
-    for sub, item in _items(node, key, ctx, "a list of signal names"):
+    for sub, item in list_items(node, key, ctx, "a list of signal names"):
         sig = parse_signal(item, sub, ctx)
         if sig in UNFORWARDABLE:
             name = signal.Signals(sig).name
@@ -255,20 +250,20 @@ def parse_forward_signals(node: Node, key: str, ctx: Ctx) -> tuple[int, ...]:
 
 def parse_exit_codes(node: Node, key: str, ctx: Ctx) -> tuple[int, ...]:
     """job.success_exit_codes (SPEC §13): a list of exit codes 0-255."""
-    codes: list[int] = []
-    for sub, item in _items(node, key, ctx, "a list of exit codes"):
-        code = _read(item, sub, ctx, (int,), "an exit code (an integer 0-255)")
-        if not 0 <= code <= 255:
-            raise ctx.fail(sub, f"an exit code is 0-255, got {code}", item)
-        codes.append(int(code))
-    return tuple(sorted(set(codes)))
+    items = list_items(node, key, ctx, "a list of exit codes")
+    return tuple(sorted({_exit_code(item, sub, ctx) for sub, item in items}))
+
+
+def _exit_code(node: Node, key: str, ctx: Ctx) -> int:
+    code = int(_read(node, key, ctx, (int,), "an exit code (an integer 0-255)"))
+    if not 0 <= code <= 255:
+        raise ctx.fail(key, f"an exit code is 0-255, got {code}", node)
+    return code
 
 
 def daemon_exit_code(node: Node, key: str, ctx: Ctx) -> int:
     """One of exit_codes' values (SPEC §13): 0-255, not one with a fixed meaning."""
-    code = int(_read(node, key, ctx, (int,), "an exit code (an integer 0-255)"))
-    if not 0 <= code <= 255:
-        raise ctx.fail(key, f"an exit code is 0-255, got {code}", node)
+    code = _exit_code(node, key, ctx)
     if code in RESERVED_EXIT_CODES:
         problem = f"{code} is taken: watchdogd exits {code} for {RESERVED_EXIT_CODES[code]}"
         raise ctx.fail(key, problem, node)
@@ -282,7 +277,7 @@ def parse_devices(node: Node, key: str, ctx: Ctx) -> Literal["all"] | tuple[int 
             raise ctx.fail(key, f"expected {want}, got {_describe(node)}", node)
         return "all"
     devices: list[int | str] = []
-    for sub, item in _items(node, key, ctx, want):
+    for sub, item in list_items(node, key, ctx, want):
         value = _scalar(item, sub, ctx, "a GPU index or UUID")
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             device: int | str = value
@@ -314,7 +309,7 @@ def parse_pattern(node: Node, key: str, ctx: Ctx) -> re.Pattern[str]:
 # progress.format (SPEC §13): `auto` tries every recogniser of watchdog.core.progress.auto; one name
 # restricts it to that format; csv and jsonl read progress.file as a table (auto picks them by
 # the file's extension).
-PROGRESS_FORMATS = ("auto", *RECOGNISER_NAMES, "csv", "jsonl")
+PROGRESS_FORMATS = ("auto", *(name for name, _ in RECOGNISERS), "csv", "jsonl")
 
 
 def parse_format(node: Node, key: str, ctx: Ctx) -> str:
@@ -327,14 +322,14 @@ def parse_format(node: Node, key: str, ctx: Ctx) -> str:
 def parse_reasons(node: Node, key: str, ctx: Ctx) -> frozenset[str]:
     reasons = _str_items(node, key, ctx, "a list of reasons")
     for sub, reason, item in reasons:
-        if reason in WARN_ONLY_REASONS:
+        if reason in names.WARN_ONLY_REASONS:
             problem = f"{reason} is warn-only: it is a host problem that restarting cannot fix"
             raise ctx.fail(sub, problem, item)
         if reason == "gpu_degraded":
             problem = "a degraded GPU restarts the job with gpus.on_degraded: restart"
             raise ctx.fail(sub, problem, item)
-        if reason not in RESTART_REASONS:
-            allowed = ", ".join(sorted(RESTART_REASONS))
+        if reason not in names.RESTART_REASONS:
+            allowed = ", ".join(sorted(names.RESTART_REASONS))
             raise ctx.fail(sub, f"unknown reason {reason!r} (one of: {allowed})", item)
     return frozenset(reason for _, reason, _ in reasons)
 

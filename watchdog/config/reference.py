@@ -33,7 +33,7 @@ from watchdog.config.fields import (
 )
 from watchdog.config.keydocs import DOCS
 from watchdog.config.schema import Config
-from watchdog.config.sections import is_key
+from watchdog.config.sections import is_key, is_section
 
 NO_DOC = "(no description yet: add one to watchdog/config/keydocs.py)"
 _KIND = {str: "string", int: "integer", float: "number", bool: "boolean"}
@@ -78,12 +78,8 @@ def _dataclass_of(hint: Any) -> type | None:
     of dataclasses is one key, its items described by their fields' names)."""
     origin = get_origin(hint)
     args = [a for a in get_args(hint) if a is not type(None)] if origin is types.UnionType else []
-    found = [a for a in (args if origin else [hint]) if _is_dataclass(a)]
+    found = [a for a in (args if origin else [hint]) if is_section(a)]
     return found[0] if found else None
-
-
-def _is_dataclass(hint: Any) -> bool:
-    return isinstance(hint, type) and dataclasses.is_dataclass(hint)
 
 
 def all_keys(cls: type = Config, prefix: str = "", depth: int = 0) -> Iterator[Key]:
@@ -141,7 +137,7 @@ def _type_words(hint: Any) -> str:
     if origin is Literal:
         return " | ".join(str(a) for a in args)
     if origin in (tuple, frozenset, list):
-        items = [a for a in args if _is_dataclass(a)]
+        items = [a for a in args if is_section(a)]
         if items:  # e.g. causes: [{name, pattern, class}]
             names = ", ".join(f.name for f in dataclasses.fields(items[0]) if is_key(f))
             return f"list of {{{names}}}"

@@ -16,7 +16,6 @@ from typing import Any, Literal
 from watchdog.config.causes import parse_causes
 from watchdog.config.fields import (
     DEFAULT_REGEX,
-    DEFAULT_RESTART_ON,
     daemon_exit_code,
     is_null,
     is_scalar,
@@ -36,6 +35,7 @@ from watchdog.config.fields import (
     parse_signal,
 )
 from watchdog.config.notifyfile import parse_digest_at, parse_levels
+from watchdog.core import names
 from watchdog.core.health.userrule import UserRule
 from watchdog.core.views.tellme import DEFAULT_LEVELS
 
@@ -182,7 +182,7 @@ class StartupConfig:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RestartConfig:
-    on: frozenset[str] = field(default=DEFAULT_RESTART_ON, metadata=_m(parse=parse_reasons))
+    on: frozenset[str] = field(default=names.DEFAULT_RESTART_ON, metadata=_m(parse=parse_reasons))
     # 0 is allowed: benchmarks and tests restart at once.
     backoff_initial_s: float = field(default=10.0, metadata=_m(ge=0))
     backoff_factor: float = field(default=2.0, metadata=_m(ge=1))

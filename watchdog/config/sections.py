@@ -36,7 +36,7 @@ def _parse_typed(hint: Any, node: Node, key: str, ctx: Ctx) -> Any:
         if value not in args:
             raise ctx.fail(key, f"expected one of {', '.join(args)}, got {value!r}", node)
         return value
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+    if is_section(hint):
         return parse_section(hint, node, key, ctx)
     return SCALARS[hint](node, key, ctx)  # a KeyError here is a schema bug, not a user error
 
@@ -54,6 +54,11 @@ def _check_bounds(meta: Mapping[str, Any], value: object, node: Node, key: str, 
     for name, holds, words in _BOUNDS:
         if name in meta and not holds(value, meta[name]):
             raise ctx.fail(key, f"must be {words} {meta[name]:g}, got {value:g}", node)
+
+
+def is_section(hint: Any) -> bool:
+    """A type hint that is a section of the file (a dataclass of further keys)."""
+    return isinstance(hint, type) and dataclasses.is_dataclass(hint)
 
 
 def is_key(f: dataclasses.Field[Any]) -> bool:
@@ -87,7 +92,7 @@ def parse_section(cls: type[_T], node: Node | None, key: str, ctx: Ctx, **extra:
             if f.metadata.get("path") and value is not None:
                 value = resolve_path(value, vnode, sub, ctx)
             kwargs[f.name] = value
-        elif isinstance(hints[f.name], type) and dataclasses.is_dataclass(hints[f.name]):
+        elif is_section(hints[f.name]):
             # An absent section is an empty one, so its own required keys are still reported
             # (an empty file says `job.command: required`).
             kwargs[f.name] = parse_section(hints[f.name], None, sub, ctx)

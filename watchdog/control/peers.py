@@ -6,6 +6,7 @@ SO_PEERGROUPS): root, the daemon's own user, or a member of `control.operator_gr
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import os
 import pwd
@@ -31,11 +32,10 @@ def peer_credentials(sock: Any) -> Peer:
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     pid, uid, gid = struct.unpack("3i", raw)
     groups: frozenset[int] | None = None
-    try:  # 1024 bytes is Python's limit: 256 groups; beyond that (ERANGE) /etc/group decides
+    # 1024 bytes is Python's limit: 256 groups; beyond that (ERANGE) /etc/group decides
+    with contextlib.suppress(OSError):
         raw = sock.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, 1024)
         groups = frozenset(struct.unpack(f"{len(raw) // 4}I", raw[: len(raw) // 4 * 4]))
-    except OSError:
-        pass
     return Peer(pid=pid, uid=uid, gid=gid, groups=groups)
 
 

@@ -238,7 +238,8 @@ class ControlServer:
             call.queue = self.d.events.subscribe()
         try:
             if spec.streams:
-                await self._stream(call, writer)
+                stream = self._stream_events if call.req.cmd == "events" else self._stream_log
+                await stream(call, writer)
                 return False
             await _send(writer, await self._reply(call))
             return True
@@ -296,12 +297,6 @@ class ControlServer:
 
     # ------------------------------------------------------------------ streams
 
-    async def _stream(self, call: Call, writer: asyncio.StreamWriter) -> None:
-        if call.req.cmd == "events":
-            await self._stream_events(call, writer)
-        else:
-            await self._stream_log(call, writer)
-
     async def _stream_events(self, call: Call, writer: asyncio.StreamWriter) -> None:
         req = call.req
         events = self.d.events
@@ -328,7 +323,7 @@ class ControlServer:
         whatever its name now, then the next run's once one starts; by path without a run."""
         req = call.req
         path, log = self.d.cfg.job.log_file, self.d.job.log
-        tail = logfile.LogTail(path, open_now=False, fd=None if log is None else log.dup())
+        tail = logfile.LogTail(path, fd=None if log is None else log.dup())
         try:
             lines = await self._ops.read_log(lambda: tail.start(req.args.get("n", 50)))
             await _send(writer, protocol.ok_reply(req.id, {"lines": lines}))

@@ -10,6 +10,7 @@ tests/test_docs.py fails when one is out of step with the code.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -32,12 +33,10 @@ def stale(root: str) -> list[str]:
     """The generated files under `root` that are missing or differ from what the code makes."""
     found = []
     for rel, make in GENERATED.items():
-        try:
-            with open(os.path.join(root, rel), encoding="utf-8") as fh:
-                if fh.read() == make():
-                    continue
-        except FileNotFoundError:
-            pass
+        path = os.path.join(root, rel)
+        with contextlib.suppress(FileNotFoundError), open(path, encoding="utf-8") as fh:
+            if fh.read() == make():
+                continue
         found.append(rel)
     return found
 

@@ -21,10 +21,6 @@ def _options_of(cmd: str) -> list[str]:
     return [*(opt for opt, arg in ARG_OF.items() if arg in args), *WORDS.get(cmd, [])]
 
 
-def _value_options() -> list[str]:
-    return ["--socket", *(opt for opt, arg in ARG_OF.items() if arg in VALUE_NAME)]
-
-
 def bash() -> str:
     commands = [c for c in protocol.COMMANDS if c not in HIDDEN]
     cases = [f"        {c}) opts='{' '.join(_options_of(c))}' ;;" for c in commands]
@@ -38,7 +34,7 @@ def bash() -> str:
         for opt, arg in ARG_OF.items()
         if arg in VALUE_NAME and arg != "since"
     ]
-    takes_value = "|".join(_value_options())
+    takes_value = "|".join(["--socket", *(opt for opt, arg in ARG_OF.items() if arg in VALUE_NAME)])
     return _TEMPLATE.format(
         commands=" ".join(commands),
         globals=" ".join(GLOBAL),

@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from watchdog.clock import SYSTEM, Alarm
 from watchdog.config import GpusConfig
 from watchdog.core.health import xid
 from watchdog.core.ratelimit import RepeatSummary
@@ -34,22 +35,20 @@ class FaultWatch:
         self,
         cfg: GpusConfig,
         on_fault: Callable[..., None],
-        emit: Callable[..., object] | None = None,
-        report: Report | None = None,
+        emit: Callable[..., object],
+        report: Report,
         feeding: Callable[[], None] = lambda: None,
     ):
         self.cfg = cfg
         self._on_fault = on_fault  # (fields, gate[, quiet]): the daemon hands it to the core
         self._emit = emit
         # Where an event's fault, and the summary's due time, go to be taken in: the daemon
-        # posts them, so its consumer alone feeds the rate limiter below (`seen`, `summarise`);
-        # without one (a FaultWatch on its own) they are taken in at once.
-        self._report: Report = report or _TakeNow(self)
+        # posts them, so its consumer alone feeds the rate limiter below (`seen`, `summarise`).
+        self._report = report
         self._feeding = feeding  # raises unless called from the daemon's consumer task
         # SPEC §13: per (GPU, Xid or kind) the first event in full, then a count per window
         self._repeats = RepeatSummary(cfg.faults.repeat_summary_s)
-        self._summary_timer: asyncio.TimerHandle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._summary = Alarm(SYSTEM, self._report.summary_due)  # at the window's end
         self._watcher: Any = None
         self.by_gpu: dict[int, deque[dict[str, object]]] = {}
         self.unchecked: dict[int, tuple[str, ...]] = {}  # what the driver could not say, per GPU
@@ -61,7 +60,6 @@ class FaultWatch:
             return
         from watchdog.gpu.nvml.events import EventWatcher
 
-        self._loop = loop
         self._watcher = EventWatcher(self.cfg.devices, self._report.fault, loop)
         # Thread.start() waits until the new thread runs: on a loaded host that alone held the
         # loop for over 0.1 s, so the probe's own worker thread starts it.
@@ -70,8 +68,7 @@ class FaultWatch:
     def close(self) -> None:
         if self._watcher is not None:
             self._watcher.close()
-        if self._summary_timer is not None:
-            self._summary_timer.cancel()
+        self._summary.cancel()
 
     @property
     def events_state(self) -> str | None:
@@ -99,32 +96,21 @@ class FaultWatch:
         self._counts[key] = self._counts.get(key, 0) + 1
         self._repeats.window_s = self.cfg.faults.repeat_summary_s  # a reload applies at once
         if not gate and not self._repeats.first((gpu, what), time.monotonic(), dict(fields)):
-            self._arm_summary()
+            self._summary.arm(self._repeats.next_due())
             self._on_fault(fields, gate, True)
             return
         if isinstance(gpu, int):
             self.by_gpu.setdefault(gpu, deque(maxlen=KEEP_PER_GPU)).append(dict(fields))
         self._on_fault(fields, gate)
 
-    def _arm_summary(self) -> None:
-        due = self._repeats.next_due()
-        if self._summary_timer is not None or self._loop is None or due is None:
-            return
-        delay = max(0.0, due - time.monotonic())
-        self._summary_timer = self._loop.call_later(delay, self._summary_due)
-
-    def _summary_due(self) -> None:
-        self._summary_timer = None
-        self._report.summary_due()
-
     def summarise(self) -> None:
         """gpu_fault_repeated for each (GPU, Xid) whose window ended with repeats."""
         self._feeding()
         window = self._repeats.window_s
         for _key, count, sample in self._repeats.due(time.monotonic()):
-            if self._emit is not None and isinstance(sample, dict):
+            if isinstance(sample, dict):
                 self._emit("gpu_fault_repeated", **sample, count=count, window_s=window)
-        self._arm_summary()
+        self._summary.arm(self._repeats.next_due())
 
     async def gate(self, probe: Any) -> list[dict[str, object]] | None:
         """The counters of every expected GPU before a start: the faults found (empty: pass),
@@ -136,16 +122,3 @@ class FaultWatch:
             return None
         self.unchecked = {c.gpu: c.unchecked for c in counters if c.unchecked}
         return xid.gate(counters)
-
-
-class _TakeNow:
-    """A FaultWatch on its own takes what it saw in at once."""
-
-    def __init__(self, watch: FaultWatch) -> None:
-        self._watch = watch
-
-    def fault(self, fields: dict[str, object]) -> None:
-        self._watch.seen(fields)
-
-    def summary_due(self) -> None:
-        self._watch.summarise()

@@ -49,7 +49,7 @@ class GpuWatch:
         self.last: GpuSample | None = None
         self.recent: deque[tuple[float, GpuSample]] = deque(maxlen=_history_len(cfg))
         self._fds_said = False  # fd_limit_reached said for the spell going on
-        self._probe: Any = None
+        self.probe: Any = None  # the NVML probe (None without expected GPUs): the gate reads it
         # SPEC §13: NVML access lost/restored goes to the core (it parks restarts meanwhile);
         # the verdicts on the samples (probe hung, GPUs lost, slowdowns) come from the core.
         self._on_access = on_access
@@ -68,19 +68,14 @@ class GpuWatch:
         # Imported here so that a machine without pynvml still supervises (SPEC §4).
         from watchdog.gpu.nvml.probe import NvmlProbe
 
-        self._probe = NvmlProbe(self.cfg.devices, call_timeout_s=self.cfg.probe_timeout_s)
+        self.probe = NvmlProbe(self.cfg.devices, call_timeout_s=self.cfg.probe_timeout_s)
         # Access lost/restored is first judged at the next sample: the core is told once the
         # daemon has synced `access_lost` with the state it restored or took over (one event).
-        self._report(await self._probe.start(), False)
-
-    @property
-    def probe(self) -> Any:
-        """The NVML probe (None without expected GPUs): the health gate reads counters with it."""
-        return self._probe
+        self._report(await self.probe.start(), False)
 
     def close(self) -> None:
-        if self._probe is not None:
-            self._probe.close()
+        if self.probe is not None:
+            self.probe.close()
 
     @property
     def host_warnings(self) -> frozenset[str]:
@@ -103,9 +98,9 @@ class GpuWatch:
         return self._state.degraded
 
     async def sample(self, with_pids: bool = False) -> GpuSample | None:
-        if self._probe is None:
+        if self.probe is None:
             return None
-        s: GpuSample = await self._probe.sample(with_pids)
+        s: GpuSample = await self.probe.sample(with_pids)
         self._report(s, True)  # recorded by whoever takes the report in (`record`)
         return s
 
@@ -173,7 +168,7 @@ class GpuWatch:
         """Wait until the expected GPUs are free (SPEC §4). Our own leftovers are killed; foreign
         holders are named in `gpu_memory_held`. Returns None when drained (or unverifiable), else
         why the start must fail."""
-        if self._probe is None:
+        if self.probe is None:
             return None
         deadline = time.monotonic() + self.cfg.reclaim_timeout_s
         named: set[int] = set()

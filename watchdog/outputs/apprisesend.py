@@ -84,7 +84,9 @@ class Receiver:
     def _instance(self) -> Any:
         if self._plugin is None:
             apprise = notifyfile.load_apprise()
-            _install()
+            quiet = logging.getLogger("apprise")
+            if _COLLECT not in quiet.handlers:  # Apprise's words, per worker (see _Collect)
+                quiet.addHandler(_COLLECT)
             plugin = apprise.Apprise.instantiate(self._url, suppress_exceptions=True)
             if plugin is None:
                 return None
@@ -125,9 +127,3 @@ class Receiver:
             return None
         text = "; ".join([*logged[-2:], *said] if logged else said)
         return scrub(text, self._url)[:ERROR_CHARS]
-
-
-def _install() -> None:
-    quiet = logging.getLogger("apprise")
-    if _COLLECT not in quiet.handlers:
-        quiet.addHandler(_COLLECT)

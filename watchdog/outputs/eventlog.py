@@ -42,12 +42,11 @@ def utc_now(clock: Clock = SYSTEM) -> str:
     return clock.utc().isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def configure_structlog(json_lines: bool | None = None) -> None:
-    if json_lines is None:
-        json_lines = not sys.stdout.isatty()
+def configure_structlog() -> None:
+    """key=value on a TTY, JSON lines otherwise (SPEC §9)."""
     renderer: Any = (
         structlog.processors.JSONRenderer(sort_keys=False)
-        if json_lines
+        if not sys.stdout.isatty()
         else structlog.processors.KeyValueRenderer(key_order=["ts", "event"], drop_missing=True)
     )
     structlog.configure(

@@ -62,11 +62,10 @@ def trigger_dumps(pipe_stem: str | None) -> int:
         except OSError:
             continue  # ENXIO: no reader; ENOENT: gone; anything else: not ours to force
         try:
-            if stat.S_ISFIFO(os.fstat(fd).st_mode):
-                os.write(fd, b"1\n")
-                written += 1
-        except OSError:
-            pass
+            with contextlib.suppress(OSError):
+                if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    os.write(fd, b"1\n")
+                    written += 1
         finally:
             os.close(fd)
     return written

@@ -19,7 +19,6 @@ from watchdog.config import HooksConfig
 from watchdog.core import names
 from watchdog.process import launch, reaping
 
-HOOK_EVENTS = names.HOOK_EVENTS  # restart_scheduled, fatal, gpu_lost, ... (core/names.py)
 MAX_RUNNING = 4  # hook processes at once (SPEC §13)
 MAX_WAITING = 64  # events queued behind them; beyond this they are dropped and counted
 
@@ -42,7 +41,7 @@ class Hooks:
 
     def __call__(self, record: dict[str, Any]) -> None:
         """EventLog hook: start the program for the events it wants (or queue it)."""
-        if not (self.cfg.on_event and record["event"] in HOOK_EVENTS):
+        if not (self.cfg.on_event and record["event"] in names.HOOK_EVENTS):
             return
         if record.get("action") == "ignore":
             return  # an ignorable Xid: the catalog says the GPU is fine (SPEC §13)

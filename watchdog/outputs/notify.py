@@ -18,16 +18,12 @@ STATUS_MAX_CHARS = 200
 
 
 class Notifier:
-    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
-        env = os.environ if environ is None else environ
-        self._enabled = bool(env.get("NOTIFY_SOCKET"))
-        self._sd = sdnotify.SystemdNotifier() if self._enabled else None
+    def __init__(self) -> None:
+        env = os.environ
+        self.enabled = bool(env.get("NOTIFY_SOCKET"))
+        self._sd = sdnotify.SystemdNotifier() if self.enabled else None
         self.watchdog_interval_s = _watchdog_interval(env)
         self._last_status = ""
-
-    @property
-    def enabled(self) -> bool:
-        return self._enabled
 
     def _send(self, *lines: str) -> None:
         if self._sd is not None:

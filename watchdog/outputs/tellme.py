@@ -111,10 +111,6 @@ class Tell:
             line.worker.close()
         self._lines = [_Line(r) for r in receivers]
 
-    @property
-    def enabled(self) -> bool:
-        return bool(self._lines)
-
     async def reconfigure(self, cfg: NotifyConfig) -> None:
         """A reload: the levels, the interval and the digest's time at once; the URL file
         re-read off the loop, before the reload answers (a `notify test` right after it

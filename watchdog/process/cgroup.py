@@ -210,11 +210,9 @@ def members(path: str, recursive: bool = True) -> list[int]:
 
 def populated(path: str) -> bool:
     """Whether any process lives in `path` or below (cgroup.events), False once it is gone."""
-    try:
-        with open(os.path.join(path, "cgroup.events")) as f:
-            return "populated 1" in f.read().splitlines()
-    except OSError:
-        return False
+    with contextlib.suppress(OSError), open(os.path.join(path, "cgroup.events")) as f:
+        return "populated 1" in f.read().splitlines()
+    return False
 
 
 def kill(path: str, kill_file: bool = True) -> str:
@@ -223,11 +221,9 @@ def kill(path: str, kill_file: bool = True) -> str:
     (nothing in it can fork) and SIGKILL each member, then thaw so the kill lands. Returns the
     method used. Blocking."""
     if kill_file:
-        try:
+        with contextlib.suppress(FileNotFoundError):  # no such file: the kernel is before 5.14
             _write(os.path.join(path, "cgroup.kill"), "1")
             return "cgroup.kill"
-        except FileNotFoundError:
-            pass  # the kernel is older than 5.14
     with contextlib.suppress(OSError):
         _write(os.path.join(path, "cgroup.freeze"), "1")
     _wait_frozen(path)

@@ -18,6 +18,7 @@ Outside systemd only: under systemd (KillMode=control-group) the job dies with t
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import psutil
@@ -81,11 +82,9 @@ def process_start_ticks(pid: int) -> int | None:
 
 def boot_id() -> str | None:
     """This boot's id: start ticks mean nothing across a reboot."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
+    with contextlib.suppress(OSError), open("/proc/sys/kernel/random/boot_id") as f:
+        return f.read().strip() or None
+    return None
 
 
 def same_process(pid: int, started_at: object, ticks: object, boot: object) -> bool:

@@ -87,7 +87,17 @@ async def run_command(
     """
     r_fd, w_fd = os.pipe()
     try:
-        proc = _start_helper(argv, cwd, env, w_fd, with_stdin=stdin_data is not None)
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
+            stdout=w_fd,
+            stderr=w_fd,
+            # Its own process group (for killpg on timeout) but the daemon's session, so
+            # find_tree() never mistakes a hook for part of the job.
+            process_group=0,
+        )
     except OSError as e:
         os.close(r_fd)
         return None, f"cannot run {argv[0]}: {e.strerror}"
@@ -96,22 +106,6 @@ async def run_command(
     done = reaper.watch(proc.pid)
     output = _PipeTail(asyncio.get_running_loop(), r_fd)
     return await _wait_helper(proc, done, output, timeout_s, stdin_data)
-
-
-def _start_helper(
-    argv: list[str], cwd: str | None, env: Mapping[str, str] | None, out_fd: int, with_stdin: bool
-) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=None if env is None else dict(env),
-        stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
-        stdout=out_fd,
-        stderr=out_fd,
-        # Its own process group (for killpg on timeout) but the daemon's session, so
-        # find_tree() never mistakes a hook for part of the job.
-        process_group=0,
-    )
 
 
 async def _wait_helper(
@@ -201,8 +195,4 @@ class _PipeTail:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._eof), READER_GRACE_S)
         self.close()
-        return _tail(self.data)
-
-
-def _tail(buf: bytes | bytearray, limit: int = 4000) -> str:
-    return bytes(buf[-limit:]).decode("utf-8", errors="replace").strip()
+        return bytes(self.data[-4000:]).decode("utf-8", errors="replace").strip()

@@ -8,6 +8,7 @@ EMFILE, when no descriptor is left to read with.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import resource
@@ -80,8 +81,6 @@ def _pids_folders(proc: str, root: str) -> list[tuple[str, str]]:
 
 
 def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
+    with contextlib.suppress(OSError), open(path) as f:
+        return f.read().strip()
+    return None

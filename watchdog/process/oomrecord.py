@@ -11,10 +11,9 @@ says why, and the cause says so rather than guess. Blocking reads: call from a w
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
-
-PROC = "/proc"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +43,12 @@ class OomReading:
     why: str | None = None
 
 
-def find_memory_cgroup(pid: int, proc: str = PROC) -> MemoryCgroup | str:
+def find_memory_cgroup(pid: int) -> MemoryCgroup | str:
     """The memory cgroup `pid` is in, or why it cannot be found."""
     try:
-        with open(f"{proc}/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
             lines = f.read().splitlines()
-        with open(f"{proc}/self/mountinfo", encoding="utf-8", errors="replace") as f:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
             mounts = f.read().splitlines()
     except OSError as e:
         return f"cannot read /proc/{pid}/cgroup or mountinfo: {e.strerror}"
@@ -102,12 +101,9 @@ def read(cgroup: MemoryCgroup | str) -> OomReading:
         key, _, value = line.partition(" ")
         if key == "oom_kill" and value.strip().isdigit():
             kills = int(value)
-    limit = None
-    try:
-        with open(cgroup.limit_file, encoding="utf-8") as f:
-            limit = f"{os.path.basename(cgroup.limit_file)}={f.read().strip()}"
-    except OSError:
-        pass  # the limit only names it; the counter is what counts
+    limit = None  # unreadable: the limit only names it; the counter is what counts
+    with contextlib.suppress(OSError), open(cgroup.limit_file, encoding="utf-8") as f:
+        limit = f"{os.path.basename(cgroup.limit_file)}={f.read().strip()}"
     why = None if kills is not None else f"{cgroup.counter_file} has no oom_kill (kernel < 4.13)"
     return OomReading(cgroup, kills, limit, why)
 

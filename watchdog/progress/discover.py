@@ -18,6 +18,7 @@ package trees, hidden folders and the skipped names below are never looked at.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from collections import deque
@@ -119,20 +120,17 @@ def _walk(name: str) -> bool:
 def _list(folder: str, budget: int) -> tuple[list[str], list[str]]:
     files: list[str] = []
     dirs: list[str] = []
-    try:
-        with os.scandir(folder) as it:
-            for entry in it:
-                if len(files) + len(dirs) >= budget:
-                    break
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        dirs.append(entry.name)
-                    elif entry.is_file(follow_symlinks=False):
-                        files.append(entry.name)
-                except OSError:
-                    continue
-    except OSError:
-        pass  # gone, or not ours to read: nothing there
+    with contextlib.suppress(OSError), os.scandir(folder) as it:  # gone or not ours: nothing
+        for entry in it:
+            if len(files) + len(dirs) >= budget:
+                break
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    dirs.append(entry.name)
+                elif entry.is_file(follow_symlinks=False):
+                    files.append(entry.name)
+            except OSError:
+                continue
     return files, dirs
 
 

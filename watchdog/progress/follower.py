@@ -123,10 +123,9 @@ class Follower(Protocol):
 class LogFollower:
     """Reads what the job appends to its log, survives rotation, truncation and huge lines.
 
-    Created right after the daemon wrote its start marker: with `marker` it begins after the last
-    line holding that text (so lines the job wrote before the first poll are not lost), else at the
-    end of the file (`start="end"`) or at its beginning. A file that does not exist yet is read
-    from its beginning once it appears, as is a new file that replaces it at the same path.
+    It begins at the end of the file (`start="end"`) or at its beginning. A file that does not
+    exist yet is read from its beginning once it appears, as is a new file that replaces it at
+    the same path.
     Given `fd` (the job's log as the job writes it, joblog.py; owned from then on), it reads
     that file whatever its name becomes and never looks at the path.
     """
@@ -136,7 +135,6 @@ class LogFollower:
         path: str,
         pattern: re.Pattern[str],
         *,
-        marker: str | None = None,
         max_read_bytes: int = 4 << 20,
         start: Literal["end", "beginning"] = "end",
         reader: LineReader | None = None,
@@ -144,7 +142,7 @@ class LogFollower:
     ) -> None:
         if max_read_bytes < 1:
             raise ValueError("max_read_bytes must be positive")
-        self._path = path
+        self.path = path
         self._pattern = pattern
         # Without a reader, every line the pattern matches is a reading (parse_line).
         self.reader = reader
@@ -165,15 +163,8 @@ class LogFollower:
             return
         self._local_fs = joblog.on_local_fs(self._cur.ident[0])
         self._local = self._pinned and self._local_fs
-        found = logfile.find_marker(self._cur, marker, max_read_bytes) if marker else None
-        if found is not None:
-            self._cur.offset = found
-        elif start == "end":
+        if start == "end":
             self._cur.offset = os.fstat(self._cur.fd).st_size
-
-    @property
-    def path(self) -> str:
-        return self._path
 
     @property
     def offset(self) -> int:
@@ -288,7 +279,7 @@ class LogFollower:
         """Open the file if it appeared; switch to a new file that replaced it at the path."""
         if self._pinned:
             return
-        new = logfile.replacement(self._path, self._cur)
+        new = logfile.replacement(self.path, self._cur)
         if new is None:
             return
         self._local_fs = False  # not known of the new file: pending() leaves it to the polls

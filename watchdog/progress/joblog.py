@@ -21,6 +21,7 @@ writes even after a rename.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import threading
@@ -62,11 +63,9 @@ def reader_of(write_fd: int, path: str) -> JobLog | None:
     """A reader of the file behind the daemon's write descriptor (the one handed to the job);
     None when that is no regular file (reading a FIFO would steal the bytes from its reader)."""
     fd = os.open(f"/proc/self/fd/{write_fd}", _READ_FLAGS)
-    try:
+    with contextlib.suppress(OSError):
         if stat.S_ISREG(os.fstat(fd).st_mode):
             return JobLog(fd, path)
-    except OSError:
-        pass
     os.close(fd)
     return None
 
@@ -79,11 +78,9 @@ def of_process(pid: int, path: str) -> JobLog | None:
         fd = os.open(f"/proc/{pid}/fd/1", _READ_FLAGS)
     except OSError:
         return None
-    try:
+    with contextlib.suppress(OSError):
         if _is_log(pid, os.fstat(fd), path):
             return JobLog(fd, path)
-    except OSError:
-        pass
     os.close(fd)
     return None
 
@@ -91,12 +88,10 @@ def of_process(pid: int, path: str) -> JobLog | None:
 def _is_log(pid: int, st: os.stat_result, path: str) -> bool:
     if not stat.S_ISREG(st.st_mode):
         return False  # a tty or a pipe: the job's output does not go to its log
-    try:
+    with contextlib.suppress(OSError):  # renamed away, nothing at the path: judged by name
         now = os.stat(path)
         if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
             return True
-    except OSError:
-        pass  # renamed away and nothing created at the path: judge by name
     name = os.readlink(f"/proc/{pid}/fd/1").removesuffix(" (deleted)")
     return os.path.basename(name).startswith(os.path.basename(path))
 

@@ -102,18 +102,6 @@ def pread_all(fd: int, length: int, offset: int) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def find_marker(src: LogSource, marker: str, window: int) -> int | None:
-    """Offset just past the line holding the last `marker` in the file's last `window` bytes."""
-    size = os.fstat(src.fd).st_size
-    start = max(0, size - window)
-    data = pread_all(src.fd, size - start, start)
-    at = data.rfind(marker.encode("utf-8", "replace"))
-    if at < 0:
-        return None
-    newline = data.find(b"\n", at)
-    return start + (newline + 1 if newline >= 0 else len(data))
-
-
 def rewound_if_truncated(src: LogSource, size: int) -> bool:
     """Rewind `src` when the file shrank below its offset (copytruncate); True if it did."""
     if size >= src.offset:
@@ -188,17 +176,19 @@ class LogTail:
     it reads that file whatever its name becomes, and `follow()` hands it the next run's file;
     else it reads the path and switches to a new file there (the old one drained first)."""
 
-    def __init__(self, path: str, open_now: bool = True, fd: int | None = None) -> None:
+    def __init__(self, path: str, fd: int | None = None) -> None:
         self.path = path
         self._src: LogSource | None = None
         self._pinned = fd is not None
         self._next = fd  # a descriptor handed over, taken by the next start() or poll()
-        if open_now:
-            self._open(at_end=True)
 
     def start(self, n: int) -> list[str]:
         """Open the file at its end; its last `n` lines."""
-        self._open(at_end=True)
+        src = self._take_next() if self._pinned else open_source(self.path)
+        if src is not None:
+            self._close_src()
+            self._src = src
+            src.offset = os.fstat(src.fd).st_size
         return self.tail(n)
 
     def follow(self, fd: int) -> None:
@@ -251,15 +241,6 @@ class LogTail:
             os.close(fd)
             return None
         return src
-
-    def _open(self, at_end: bool) -> None:
-        src = self._take_next() if self._pinned else open_source(self.path)
-        if src is None:
-            return
-        self._close_src()
-        self._src = src
-        if at_end:
-            src.offset = os.fstat(src.fd).st_size
 
     def _read(self) -> list[str]:
         src = self._src

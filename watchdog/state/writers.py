@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from watchdog import blocking
+from watchdog.clock import SYSTEM, Alarm
 from watchdog.core.ratelimit import StateWrites
 from watchdog.core.supervisor.budget import Durable
 from watchdog.core.views.timeline_span import rfc3339
@@ -38,13 +39,13 @@ class WriteHealth:
     def __init__(self, emit: Callable[..., Any]) -> None:
         self._emit = emit
         self.core = StateWrites()
-        self._timer: asyncio.TimerHandle | None = None
+        self._alarm = Alarm(SYSTEM, self._summarise)  # when the next count is due
 
     def failed(self, file: str, error: str) -> None:
         fields = self.core.failed(file, error, time.monotonic(), time.time())
         if fields is not None:
             self._emit("state_write_failed", **fields)
-        self._arm()
+        self._alarm.arm(self.core.next_due())
 
     def succeeded(self, file: str) -> None:
         fields = self.core.succeeded(file, time.monotonic())
@@ -57,18 +58,10 @@ class WriteHealth:
             v["failing_since"] = rfc3339(v["failing_since"])
         return v
 
-    def _arm(self) -> None:
-        due = self.core.next_due()
-        if self._timer is not None or due is None:
-            return
-        delay = max(0.0, due - time.monotonic())
-        self._timer = asyncio.get_running_loop().call_later(delay, self._summarise)
-
     def _summarise(self) -> None:
-        self._timer = None
         for fields in self.core.due(time.monotonic()):
             self._emit("state_write_failed", **fields)
-        self._arm()
+        self._alarm.arm(self.core.next_due())
 
 
 # A write begins this long after the first change of a burst. An exit, the stop after it and the
@@ -108,15 +101,8 @@ class FileWriter:
     async def _drain(self) -> None:
         await asyncio.sleep(COALESCE_S)
         while self._latest is not None and self._latest != self._written:
-            try:
-                await self._io.call(
-                    self.flush_or_raise, WRITE_TIMEOUT_S, what=f"writing {self.path}"
-                )
-            except (blocking.Hung, OSError) as e:
-                self._health.failed(self.name, _why(e))
-                self._retry_later()
+            if await self._write() is not None:
                 return
-            self._health.succeeded(self.name)
 
     async def commit(self) -> str | None:
         """The newest submitted text on disk before this returns, not COALESCE_S later: what a
@@ -125,7 +111,12 @@ class FileWriter:
         and retried as any failed write."""
         if self._latest is None or self._latest == self._written:
             return None
-        try:  # on the same worker as _drain: a write under way finishes first, then this one
+        return await self._write()
+
+    async def _write(self) -> str | None:
+        """The newest text written on the worker (a write under way finishes first); a failure
+        is reported and retried later, and returned ("state.json: EROFS: ...")."""
+        try:
             await self._io.call(self.flush_or_raise, WRITE_TIMEOUT_S, what=f"writing {self.path}")
         except (blocking.Hung, OSError) as e:
             self._health.failed(self.name, _why(e))
@@ -193,7 +184,7 @@ class StateWriter:
         self._submitted: dict[str, Any] | None = None
         self._durable: Durable | None = None
         self._submitted_at = float("-inf")  # monotonic
-        self._timer: asyncio.TimerHandle | None = None  # a new high mark waiting (settle)
+        self._settle = Alarm(SYSTEM, self.settle)  # a new high mark waiting
 
     def job(self, pid: int | None, started_at: float | None, ticks: int | None = None) -> None:
         self._update(job_pid=pid, job_started_at=started_at, job_start_ticks=ticks)
@@ -217,15 +208,13 @@ class StateWriter:
         self._update()
 
     def _mark_waits(self) -> bool:
-        wait_s = self._submitted_at + MARK_EVERY_S - time.monotonic()
-        if wait_s <= 0:
+        due = self._submitted_at + MARK_EVERY_S
+        if due <= time.monotonic():
             return False
         try:
-            loop = asyncio.get_running_loop()
+            self._settle.arm(due)
         except RuntimeError:
             return False  # off the loop (tests of the writer): written at once
-        if self._timer is None:
-            self._timer = loop.call_later(wait_s, self.settle)
         return True
 
     async def commit(self) -> str | None:
@@ -241,9 +230,7 @@ class StateWriter:
         self._record.update(fields)
         if self._durable is not None:
             self._record["supervisor"] = self._durable.to_dict(time.monotonic(), time.time())
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._settle.cancel()
         if self._same_as_submitted():
             return
         self._submitted = dict(self._record)

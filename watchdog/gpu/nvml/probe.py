@@ -21,13 +21,14 @@ import contextlib
 import functools
 import time
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, TypeVar
 
 from watchdog.blocking import Worker, result_within
 from watchdog.core.health.xid import Counters
 from watchdog.core.samples import GpuSample
 from watchdog.gpu.nvml.session import CONTROL_DEVICE, Session
 
+_T = TypeVar("_T")
 _CLOSE_WAIT_S = 0.5  # close() waits this long at most for nvmlShutdown, then gives up
 
 
@@ -71,12 +72,10 @@ class NvmlProbe:
     async def _sample_once(self, with_pids: bool) -> GpuSample:
         if self._inflight is not None and not self._inflight.done():
             return self._hung(None)  # the last call is still stuck: issue nothing new
-        if self._worker is None:
-            self._worker = Worker("nvml-probe")
         deadline_s = self._call_timeout_s
         if not self._session.initialized:
             deadline_s += self._init_timeout_s
-        self._inflight = self._worker.submit(functools.partial(self._session.sample, with_pids))
+        self._inflight = self.run_in_worker(functools.partial(self._session.sample, with_pids))
         try:
             return await result_within(self._inflight, deadline_s)
         except TimeoutError:
@@ -86,11 +85,11 @@ class NvmlProbe:
             self._inflight.cancel()
             raise
 
-    def run_in_worker(self, fn: Callable[[], object]) -> None:
+    def run_in_worker(self, fn: Callable[[], _T]) -> concurrent.futures.Future[_T]:
         """Run `fn` on the probe's thread, after whatever it is doing; never waits for it."""
         if self._worker is None:
             self._worker = Worker("nvml-probe")
-        self._worker.submit(fn)
+        return self._worker.submit(fn)
 
     async def counters(self) -> list[Counters] | None:
         """The fault counters of the selected GPUs under the same deadline as a sample; None
