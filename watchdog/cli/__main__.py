@@ -1,7 +1,7 @@
-"""`python -m watchdog.cli`: watchdogctl run from a source tree."""
+"""`python -m watchdog.cli`: watchdogctl run from a source tree (as scripts/watchdogctl)."""
 
 import sys
 
-from watchdog.cli.commands import main
+from watchdog.cli import main
 
 sys.exit(main())

@@ -16,6 +16,7 @@ import sys
 from watchdog.core.health import causes
 
 EXIT_NAMED, EXIT_UNKNOWN, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # client.EXIT_INTERRUPTED (that module, with its socket, is not imported)
 READ_MAX = 1 << 20  # the end of a huge log is enough: the classifier reads its last lines
 USAGE = "usage: watchdogctl explain LOG [--exit-code N | --signal NAME] [--json]"
 
@@ -26,6 +27,27 @@ if TYPE_CHECKING:
 
 class _Bad(Exception):
     pass
+
+
+def offline(argv: list[str]) -> int | None:
+    """`watchdogctl [--socket PATH] [--json] explain ...` needs no daemon: it runs before any
+    socket is looked at, its streams and Ctrl-C as commands.main's (None: another command)."""
+    i, as_json = 0, False
+    while (i < len(argv) and argv[i] in ("--socket", "--json")) or (
+        i < len(argv) and argv[i].startswith("--socket=")
+    ):
+        as_json = as_json or argv[i] == "--json"
+        i += 2 if argv[i] == "--socket" else 1
+    if i >= len(argv) or argv[i] != "explain":
+        return None
+    for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show a character gets "?"
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="replace")
+    try:
+        return main(argv[i + 1 :], as_json)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
 
 
 def main(argv: list[str], as_json: bool = False) -> int:
