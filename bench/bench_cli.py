@@ -21,7 +21,10 @@ which is how an installed (non-editable) watchdogctl starts. Bytecode caches go 
 folder (PYTHONPYCACHEPREFIX) and a warm-up round is discarded, as an installed package has its
 .pyc files. Both servers are stopped by pid at the end.
 
-    .venv/bin/python -m bench.bench_cli [--runs 30] [--base-python /usr/bin/python3]
+    .venv/bin/python -m bench.bench_cli [--runs 30] [--base-python /usr/bin/python3] [--old VENV]
+
+`--old VENV` adds a third group, another build's installed venv (`python -m bench.oldbuild REF`
+prints one), timed in the same rounds: before and after a change, side by side.
 
 Measured on the 2-core build machine (Debian 12, CPython 3.11, load ~0.7), 30 runs, medians:
 
@@ -142,7 +145,7 @@ def failed_tail(tmp: Path) -> str:
     return str(path)
 
 
-def commands(tmp: Path, base: str | None) -> dict[str, list[str]]:
+def commands(tmp: Path, base: str | None, old: str | None = None) -> dict[str, list[str]]:
     venv_py = str(CTL_BIN / "python3")
     sock = str(tmp / "ctl.sock")
     log = failed_tail(tmp)
@@ -166,6 +169,12 @@ def commands(tmp: Path, base: str | None) -> dict[str, list[str]]:
         out["base: watchdogctl status"] = [base, "-c", CLI_MAIN, "--socket", sock, "status"]
         out["base: watchdogctl explain"] = [base, "-c", CLI_MAIN, "explain", log]
         out["base: floor client"] = [base, "-c", FLOOR_CLIENT, sock]
+    if old:
+        old_bin = Path(old) / "bin"
+        out["old: python3 -c pass"] = [str(old_bin / "python3"), "-c", "pass"]
+        out["old: watchdogctl status"] = [str(old_bin / "watchdogctl"), "--socket", sock, "status"]
+        out["old: watchdogctl explain"] = [str(old_bin / "watchdogctl"), "explain", log]
+        out["old: floor client"] = [str(old_bin / "python3"), "-c", FLOOR_CLIENT, sock]
     return out
 
 
@@ -200,6 +209,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--base-python", default="/usr/bin/python3")
+    ap.add_argument("--old", help="another build's installed venv, timed in the same rounds")
     args = ap.parse_args()
     if not (BIN / "supervisord").exists():
         raise SystemExit("bench_cli: supervisord is not installed in this environment")
@@ -210,7 +220,7 @@ def main() -> int:
     env.update(PYTHONPYCACHEPREFIX=str(tmp / "pycache"))
     try:
         (tmp / "supervisord.conf").write_text(SUPERVISORD_CONF)
-        cmds = commands(tmp, base)
+        cmds = commands(tmp, base, args.old)
         wd = [str(CTL_BIN / "watchdogd"), "--config", str(watchdogd_config(tmp))]
         sd = [str(BIN / "supervisord"), "-c", str(tmp / "supervisord.conf")]
         with server(wd, env, tmp / "watchdogd.out"), server(sd, env, tmp / "supervisord.out"):
