@@ -25,6 +25,7 @@ CLI_MODULES = {
     "watchdog.core.protocol.jsoncodec",
     "_socket",
     "__future__",
+    "gc",  # built into the interpreter: nothing to find or load (the script freezes it at exit)
 }
 
 
@@ -96,8 +97,9 @@ def test_only_the_timeline_command_imports_the_drawing(
 def test_explain_imports_the_classifier_but_no_typing(
     installed: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
-    """SPEC §15: `watchdogctl explain` runs the classifier, which needs `re`, `json` and its
-    records' `dataclasses`; nothing imports `typing` (2.5 ms). Its start-up, within 3× a bare
+    """SPEC §15: `watchdogctl explain` runs the classifier, which needs `re` and its records'
+    `dataclasses`; nothing imports `typing` (2.5 ms), `json` (2 ms: for --json and a bundle's
+    cause.json only) or the daemon's client with its socket. Its start-up, within 3× a bare
     `python -c pass`, is timed by bench/bench_cli.py ("CLI start-up")."""
     log = tmp_path / "failed.log"
     log.write_text('Traceback (most recent call last):\n  File "t.py", line 1\nKeyError: 1\n')
@@ -105,7 +107,27 @@ def test_explain_imports_the_classifier_but_no_typing(
     extra = imported_by(python, [str(installed / "watchdogctl"), "explain", str(log)])
     extra -= imported_by(python, ["-c", "pass"])
     assert "watchdog.core.health.causes" in extra, sorted(extra)
-    assert "typing" not in extra, sorted(extra)
+    unneeded = {"typing", "json", "_socket", "watchdog.cli.client", "watchdog.cli.render"}
+    assert not unneeded & extra, sorted(extra)
+
+
+def test_the_package_names_its_modules_things_whatever_was_imported_first() -> None:
+    """watchdog.cli imports its modules only when a name is asked for (so `explain` loads no
+    client): each of its names is still the one its module defines, `parse` the function even
+    after the module watchdog.cli.parse was imported on its own first."""
+    code = (
+        "import sys, watchdog.cli.parse, watchdog.cli.commands\n"
+        "from watchdog import cli\n"
+        "for name in set(cli.__all__) - {'main'}:  # main: the package's own\n"
+        "    home = [m for m in list(sys.modules.values()) if m\n"
+        "            and m.__name__.startswith('watchdog.cli.')\n"
+        "            and getattr(m, name, None) is getattr(cli, name)]\n"
+        "    assert home and not isinstance(getattr(cli, name), type(sys)), name\n"
+        "assert cli.parse is sys.modules['watchdog.cli.parse'].parse\n"
+        "print('ok')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.stdout.strip() == "ok", run.stderr
 
 
 def test_the_daemon_does_not_import_rich_even_where_it_is_installed() -> None:

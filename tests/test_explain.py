@@ -4,6 +4,7 @@ check that explain and the daemon's exit path name every corpus tail alike."""
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import os
@@ -15,6 +16,7 @@ from contextlib import redirect_stdout
 from support import corpus
 from support.harness import ROOT
 
+from watchdog import cli
 from watchdog.cli import explain
 from watchdog.core.health import causes
 from watchdog.daemon.exitcause import read_error_files
@@ -98,6 +100,29 @@ def test_explain_and_the_daemon_name_every_corpus_tail_alike(tmp_path: pathlib.P
             daemon.rank,
             daemon.cause_line,
         ), tail.name
+
+
+def test_watchdogctls_main_runs_explain_and_leaves_the_collector_as_it_found_it(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The package's main() runs `explain` with the garbage collector off (its start-up) and
+    turns it on again before it returns, also when the command fails; off stays off."""
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(OOM) + "\n")
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert cli.main(["explain", str(log)]) == explain.EXIT_NAMED
+        assert gc.isenabled()
+        assert cli.main(["explain", str(tmp_path / "missing.log")]) == explain.EXIT_USAGE
+        assert gc.isenabled()
+        gc.disable()
+        try:
+            assert cli.main(["--json", "explain", str(log)]) == explain.EXIT_NAMED
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+    assert "cause: cuda_oom (deterministic)" in out.getvalue()
+    assert json.loads(out.getvalue().splitlines()[-1])["cause"] == "cuda_oom"
 
 
 def test_the_shell_reads_the_error_file_elastic_names(tmp_path: pathlib.Path) -> None:

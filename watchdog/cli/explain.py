@@ -9,7 +9,6 @@ A bundle folder gives its `log_tail.txt` (then `progress_tail.txt`) as the lines
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import sys
@@ -17,6 +16,7 @@ import sys
 from watchdog.core.health import causes
 
 EXIT_NAMED, EXIT_UNKNOWN, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # client.EXIT_INTERRUPTED (that module, with its socket, is not imported)
 READ_MAX = 1 << 20  # the end of a huge log is enough: the classifier reads its last lines
 USAGE = "usage: watchdogctl explain LOG [--exit-code N | --signal NAME] [--json]"
 
@@ -27,6 +27,27 @@ if TYPE_CHECKING:
 
 class _Bad(Exception):
     pass
+
+
+def offline(argv: list[str]) -> int | None:
+    """`watchdogctl [--socket PATH] [--json] explain ...` needs no daemon: it runs before any
+    socket is looked at, its streams and Ctrl-C as commands.main's (None: another command)."""
+    i, as_json = 0, False
+    while (i < len(argv) and argv[i] in ("--socket", "--json")) or (
+        i < len(argv) and argv[i].startswith("--socket=")
+    ):
+        as_json = as_json or argv[i] == "--json"
+        i += 2 if argv[i] == "--socket" else 1
+    if i >= len(argv) or argv[i] != "explain":
+        return None
+    for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show a character gets "?"
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="replace")
+    try:
+        return main(argv[i + 1 :], as_json)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
 
 
 def main(argv: list[str], as_json: bool = False) -> int:
@@ -43,8 +64,13 @@ def main(argv: list[str], as_json: bool = False) -> int:
     if faults:
         facts = causes.ExitFacts(facts.exit_code, facts.signal, facts.lines, gpu_faults=faults)
     found = causes.classify(facts)
-    record = {**found.record(), "exit_code": facts.exit_code, "signal": facts.signal}
-    sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n" if as_json else _human(found))
+    if as_json:
+        import json  # here and for a bundle's cause.json only: 2 ms of start-up (bench/README.md)
+
+        record = {**found.record(), "exit_code": facts.exit_code, "signal": facts.signal}
+        sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write(_human(found))
     return EXIT_UNKNOWN if found.cause == "unknown" else EXIT_NAMED
 
 
@@ -102,6 +128,8 @@ def _read(log: str) -> tuple[list[str], dict[str, Any]]:
         return _tail(log), {}
     _regular_or_absent(os.path.join(log, "cause.json"))
     known: dict[str, Any] = {}
+    import json  # as in main
+
     try:
         with open(os.path.join(log, "cause.json"), encoding="utf-8") as f:
             loaded = json.load(f)

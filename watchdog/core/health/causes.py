@@ -22,7 +22,6 @@ regex is a literal or a bounded repetition, so the work is linear in the tail's 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -210,6 +209,8 @@ def error_file_paths(lines: Sequence[str]) -> list[str]:
 
 def error_file_lines(text: str) -> list[str]:
     """The traceback an elastic `error_file` holds (JSON written by `@record`), as lines."""
+    import json  # here only: `watchdogctl explain` reads no error_file (bench/README.md)
+
     try:
         data = json.loads(text)
     except ValueError:
