@@ -331,3 +331,32 @@ def test_a_step_of_whole_buckets_moves_them_whole(error: float) -> None:
     watched(tl, "running", 520.0, T0 + 30 - error)
     assert [b.ts for b in tl.buckets()] == [T0]
     assert tl.buckets()[0].state_s == {"running": pytest.approx(20.0)}
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["running", "backoff", "unhealthy", "starting", "stopped"]),
+            st.frozensets(st.sampled_from(["stalled", "gpus_idle", "throughput_low"])),
+            st.floats(0, 90, allow_nan=False),  # seconds to the next observation
+            st.booleans(),  # a progress line at this instant
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_charged_figures_fill_the_buckets_as_the_whole_totals_do(
+    steps: list[tuple[str, frozenset[str], float, bool]],
+) -> None:
+    """The books hand the timeline goodput's `charged()` after every input (not the whole of
+    `totals()`): the buckets it fills are byte for byte those that `totals()` fills."""
+    g = Goodput()
+    light, whole = Timeline(bucket_s=60), Timeline(bucket_s=60)
+    now, progress_at = 0.0, None
+    for state, firing, step, line in steps:
+        now += step
+        progress_at = now if line else progress_at
+        g.observe(state, firing, progress_at, now)
+        light.goodput(g.charged(), T0 + now)
+        whole.goodput(g.totals(), T0 + now)
+    assert json.dumps(light.to_json()) == json.dumps(whole.to_json())
