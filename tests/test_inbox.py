@@ -129,6 +129,9 @@ class QuietShell:
     def account(self) -> None:
         pass
 
+    def settle(self) -> None:
+        pass
+
 
 def test_only_the_consumers_task_feeds_the_core(tmp_path: pathlib.Path) -> None:
     """At run time, not by where a call is written: the core (and the run's monitor, through
