@@ -212,7 +212,8 @@ class Consumer:
         """A watchdog bug must never kill a healthy job, nor stop the consumer: reported. A
         reexec's state the core cannot take goes back to the take-over, which adopts instead."""
         if isinstance(posted.input, HandoverResumed) and posted.answer is not None:
-            posted.answer.set_exception(e)
+            if not posted.answer.done():  # the take-over gave up waiting (inbox.py ask)
+                posted.answer.set_exception(e)
             return []
         where = "sample" if isinstance(posted.input, SampleTaken) else "dispatch"
         self._shell.emit("internal_error_caught", where=where, error=f"{type(e).__name__}: {e}")
