@@ -332,8 +332,9 @@ class Consumer:
         if taken.pid is None:
             self._shell.account()
             return []
+        # The books are charged once the verdict is in (_settle): the time since their last
+        # look goes to the state seen then (goodput.py, timeline.py), the verdict's from now on
         v = monitor.assess(self.inbox.time.monotonic())
-        self._shell.account()  # as the tick always did: before its verdict is handled
         held = v.gpu_part == "in_use"  # SPEC §15: runs.jsonl, run_settled, slowdown
         for name, fields in books.runs.sampled(monitor, held):
             self._shell.emit(name, **fields)
