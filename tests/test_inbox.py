@@ -129,6 +129,9 @@ class QuietShell:
     def account(self) -> None:
         pass
 
+    def settle(self) -> None:
+        pass
+
 
 def test_only_the_consumers_task_feeds_the_core(tmp_path: pathlib.Path) -> None:
     """At run time, not by where a call is written: the core (and the run's monitor, through
@@ -187,6 +190,36 @@ def test_a_reexec_state_the_core_cannot_take_raises_to_the_take_over(
             task.cancel()
 
     asyncio.run(scenario())
+
+
+def test_an_asker_that_gives_up_leaves_its_input_to_be_handled(tmp_path: pathlib.Path) -> None:
+    """A caller of `ask` cancelled before the consumer took its input (a take-over whose state
+    the core cannot take, a command) leaves the input queued: it is handled in order, its
+    answer dropped, and the consumer goes on with the next input."""
+    from watchdog.core.supervisor.budget import Policy
+    from watchdog.daemon.consumer import Consumer
+    from watchdog.daemon.inputlog import InputLog
+
+    async def scenario() -> list[dict[str, Any]]:
+        shell: Any = QuietShell()
+        consumer = Consumer(InputLog(str(tmp_path / "inputs.jsonl"), print), Policy(), shell)
+        loop = asyncio.get_running_loop()
+        resume = loop.create_task(consumer.resume({"format": "not a core's state"}))
+        command = loop.create_task(consumer.inbox.ask(OperatorCommand("stop", 0)))
+        await asyncio.sleep(0)  # both posted: the consumer has not run yet
+        resume.cancel()
+        command.cancel()
+        task = loop.create_task(consumer.run())
+        try:
+            async with asyncio.timeout(30):  # a consumer that died never answers
+                assert await consumer.inbox.ask(DaemonStarted(fresh_run=False))
+        finally:
+            task.cancel()
+        assert resume.cancelled() and command.cancelled()
+        return list(consumer.inputs.recent)
+
+    logged = [r.get("record", {}).get("event") for r in asyncio.run(scenario())]
+    assert logged[-3:] == ["HandoverResumed", "OperatorCommand", "DaemonStarted"], logged
 
 
 def test_only_the_links_apply_calls_the_cluster_coordinator() -> None:

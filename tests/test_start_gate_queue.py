@@ -36,6 +36,9 @@ class Shell:
     def signalled(self, signum: int) -> Event | None:
         return None
 
+    def settle(self) -> None:
+        pass
+
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
         return {}
 

@@ -17,6 +17,7 @@ from watchdog.core.supervisor.budget import Policy
 from watchdog.core.supervisor.events import Action, DaemonStarted, Emit, Event
 from watchdog.daemon.clockgap import GAP_S
 from watchdog.daemon.consumer import Consumer
+from watchdog.daemon.inbox import MonitorReconfigured
 from watchdog.daemon.inputlog import InputLog
 from watchdog.daemon.run import JobRun
 
@@ -42,6 +43,9 @@ class FreezeShell:
         return fields
 
     def account(self) -> None:
+        pass
+
+    def settle(self) -> None:
         pass
 
     def said(self, event: str) -> list[dict[str, Any]]:
@@ -86,5 +90,51 @@ def test_a_stop_of_the_daemon_is_said_once_and_silences_count_from_the_wake(
         assert 60.0 <= frozen["for_s"] < 90.0, frozen
         woke_at = shell.job.monitor._woke_at
         assert woke_at is not None and before + 60.0 <= woke_at <= woke, (before, woke_at, woke)
+
+    clock.run(scenario())
+
+
+class SettlingShell(FreezeShell):
+    """FreezeShell that also notes, in order, each input carried out and each settle."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def carry_out(self, event: Event, actions: list[Action]) -> None:
+        self.calls.append(type(event).__name__)
+        super().carry_out(event, actions)
+
+    def settle(self) -> None:
+        self.calls.append("settle")
+
+
+def test_a_turn_that_hands_the_core_two_inputs_settles_once_after_both(
+    tmp_path: pathlib.Path,
+) -> None:
+    """What follows the core's inputs (state.json's look, the title, the books) runs once per
+    turn of the consumer, after every input of the turn was carried out and before the asker
+    has its answer: an input that finds a freeze hands the core DaemonWoke and then itself in
+    one turn, and settles once; a turn that hands the core nothing settles nothing."""
+    clock = JumpingClock()
+    shell = SettlingShell()
+
+    async def scenario() -> None:
+        inputs = InputLog(str(tmp_path / "inputs.jsonl"), print)
+        consumer = Consumer(inputs, Policy(), shell, clock)  # type: ignore[arg-type]
+        task = asyncio.get_running_loop().create_task(consumer.run())
+        try:
+            await consumer.inbox.ask(DaemonStarted(fresh_run=False))  # a first look is in
+            assert shell.calls == ["DaemonStarted", "settle"]
+            shell.calls.clear()
+            clock.jump(60.0)  # a minute's freeze, seen by the next input's turn
+            await consumer.inbox.ask(DaemonStarted(fresh_run=False))
+            shell.calls.append("answered")
+            assert shell.calls == ["DaemonWoke", "DaemonStarted", "settle", "answered"]
+            shell.calls.clear()
+            await consumer.inbox.ask(MonitorReconfigured(HealthConfig()))  # the run's monitor's
+            assert shell.calls == []
+        finally:
+            task.cancel()
 
     clock.run(scenario())

@@ -67,7 +67,7 @@ class Books:
         self.goodput.observe(
             snap.state.value, snap.firing, last_progress_at, now, snap.completed_at
         )
-        self.timeline.observe(snap.state.value, self.goodput.totals())
+        self.timeline.observe(snap.state.value, self.goodput.charged())
         self.runs.job_in(snap.state.value)  # SPEC §15: where the job went after a run
         if now - self._saved_at >= SAVE_EVERY_S:
             self.save_goodput()

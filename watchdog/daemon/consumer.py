@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import random
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,7 +24,6 @@ from watchdog.core.samples import GpuSample
 from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.events import (
     Action,
-    Answer,
     DaemonWoke,
     Emit,
     Event,
@@ -39,6 +37,7 @@ from watchdog.core.supervisor.events import (
     Tick,
 )
 from watchdog.core.supervisor.machine import Supervisor
+from watchdog.daemon.answers import AnswerBook
 from watchdog.daemon.clockgap import BEAT_S
 from watchdog.daemon.inbox import (
     FaultRead,
@@ -99,6 +98,10 @@ class Shell(Protocol):
     def carry_out(self, event: Event, actions: list[Action]) -> None:
         """Execute the core's actions for `event` (tasks for the slow ones)."""
 
+    def settle(self) -> None:
+        """What follows the inputs the core was handed in one turn, once: state.json's look,
+        the title, the books (loop.py)."""
+
     def signalled(self, signum: int) -> Event | None:
         """A signal's input for the core, if any (SIGHUP starts a reload instead)."""
 
@@ -106,32 +109,6 @@ class Shell(Protocol):
 
     def cluster_input(self, event: ClusterInput) -> None:
         """Hand an input of the cluster link back to it (its coordinator's one feeding method)."""
-
-
-class AnswerBook:
-    """The commands waiting for the core's Answer (core/supervisor/answers.py), by request
-    number: the control server numbers its input with `expect()`, awaits the future, and
-    `forget()`s it when it stops waiting; the consumer delivers each Answer after the input."""
-
-    def __init__(self) -> None:
-        self._waiting: dict[int, asyncio.Future[Answer]] = {}
-        self._numbers = itertools.count(1)
-
-    def expect(self) -> tuple[int, asyncio.Future[Answer]]:
-        request = next(self._numbers)
-        self._waiting[request] = answer = asyncio.get_running_loop().create_future()
-        return request, answer
-
-    def forget(self, request: int) -> None:
-        self._waiting.pop(request, None)
-
-    def deliver(self, actions: list[Action]) -> None:
-        for a in actions:
-            if not isinstance(a, Answer):
-                continue
-            waiting = self._waiting.pop(a.request, None)
-            if waiting is not None and not waiting.done():
-                waiting.set_result(a)
 
 
 class NotTheConsumer(RuntimeError):
@@ -149,6 +126,7 @@ class Consumer:
         self.answers = AnswerBook()  # the core's answers to commands that wait on them
         self._task: asyncio.Task[Any] | None = None  # run()'s: the one task that feeds the core
         self._marked: tuple[JobRun, float] | None = None  # the step the core was told of last
+        self._unsettled = False  # inputs handed to the core this turn: the shell settles after
 
     def new_core(self) -> Supervisor:
         """A fresh core with the daemon's policy (also after a failed reexec take-over); its
@@ -212,17 +190,30 @@ class Consumer:
                 actions = self._take(posted)
             except Exception as e:
                 actions = self._failed(posted, e)
+            self._settle(posted)  # before the answer: a command's reply finds it done
             if posted.answer is not None and not posted.answer.done():
                 posted.answer.set_result(actions)
             self.inputs.kick()
             if self.inbox.waiting():
                 await asyncio.sleep(0)  # a burst (an Xid storm) never holds the loop in one step
 
+    def _settle(self, posted: Posted) -> None:
+        """Once after a turn's inputs, not after each (a tick hands the core two: the step mark
+        and the verdict): nothing runs between them, and state.json's writer keeps only the
+        newest text of a turn anyway (state/writers.py)."""
+        if self._unsettled:
+            self._unsettled = False
+            try:
+                self._shell.settle()
+            except Exception as e:
+                self._failed(posted, e)
+
     def _failed(self, posted: Posted, e: Exception) -> list[Action]:
         """A watchdog bug must never kill a healthy job, nor stop the consumer: reported. A
         reexec's state the core cannot take goes back to the take-over, which adopts instead."""
         if isinstance(posted.input, HandoverResumed) and posted.answer is not None:
-            posted.answer.set_exception(e)
+            if not posted.answer.done():  # the take-over gave up waiting (inbox.py ask)
+                posted.answer.set_exception(e)
             return []
         where = "sample" if isinstance(posted.input, SampleTaken) else "dispatch"
         self._shell.emit("internal_error_caught", where=where, error=f"{type(e).__name__}: {e}")
@@ -341,8 +332,9 @@ class Consumer:
         if taken.pid is None:
             self._shell.account()
             return []
+        # The books are charged once the verdict is in (_settle): the time since their last
+        # look goes to the state seen then (goodput.py, timeline.py), the verdict's from now on
         v = monitor.assess(self.inbox.time.monotonic())
-        self._shell.account()  # as the tick always did: before its verdict is handled
         held = v.gpu_part == "in_use"  # SPEC §15: runs.jsonl, run_settled, slowdown
         for name, fields in books.runs.sampled(monitor, held):
             self._shell.emit(name, **fields)
@@ -391,6 +383,7 @@ class Consumer:
         finally:  # logged after, off the path to the actions, and even when handle() raised
             self.inputs.event(event, now)
         self._shell.carry_out(event, actions)
+        self._unsettled = True  # settled once the turn is over (_settle)
         self.answers.deliver(actions)
         self._changed.set()
         self._changed = asyncio.Event()

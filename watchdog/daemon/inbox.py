@@ -171,7 +171,10 @@ class Inbox:
         """Post `event` and wait until the consumer has handled it: the core's actions."""
         answer: asyncio.Future[list[Action]] = asyncio.get_running_loop().create_future()
         self._put(Posted(event, answer))
-        return await asyncio.shield(answer)  # a caller that gives up leaves the input queued
+        # Awaited as it is, not through asyncio.shield (two more callbacks and a loop turn on
+        # every sample tick's ask): a caller that gives up cancels its answer only, the input
+        # stays queued and is handled, its answer then dropped (consumer.py).
+        return await answer
 
     def waiting(self) -> int:
         """Inputs posted and not yet taken by the consumer."""

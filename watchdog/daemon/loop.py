@@ -41,8 +41,9 @@ from watchdog.core.supervisor.machine import Supervisor
 from watchdog.core.views.status import status_line
 from watchdog.daemon import adoption, exitcause, params, reexec, scheduler, statusview
 from watchdog.daemon.actions import ActionTable
+from watchdog.daemon.answers import AnswerBook
 from watchdog.daemon.books import Books, start_metrics
-from watchdog.daemon.consumer import AnswerBook, Consumer
+from watchdog.daemon.consumer import Consumer
 from watchdog.daemon.inbox import GpuNewsPosted, Inbox, MonitorReconfigured, SignalReceived
 from watchdog.daemon.inputlog import InputLog
 from watchdog.daemon.jobstart import Starter, StartGate
@@ -100,13 +101,11 @@ class Daemon:
         first = JobRun(tape.monitor(params.health_of(cfg)))  # idle before the first spawn
         self.runs = Runs(first, self.out.books.stall, self.out.writer, tape)
         self.cluster = self._cluster_link()  # several nodes, one epoch (docs/multi-node.md)
-        leader = self._leader
-        self.forwarder = scheduler.SignalForwarder(loop, leader, self.emit)  # SPEC §13
+        self.forwarder = scheduler.SignalForwarder(loop, self._leader, self.emit)  # SPEC §13
         self._make_steps()
 
     def _make_steps(self) -> None:
-        """The sampler, the starter, the stopper, and the table that carries out the core's
-        actions with them."""
+        """The sampler, the starter, the stopper, and the table carrying out the core's actions."""
         port = Port(lambda: self.cfg, self.consumer.inbox, self.emit, self.tasks)  # port.py
         self.sampler = Sampler(port, self._leader, self.runs, self.gpus, self.tree)
         self.out.books.runs.checkpoint_step = self.sampler.checkpoint_step  # SPEC §16
@@ -270,14 +269,17 @@ class Daemon:
         return ShutdownRequested(signum)
 
     def carry_out(self, event: Event, actions: list[Action]) -> None:
-        """The core's actions for `event` (from the one table), then what follows every input."""
+        """The core's actions for `event` (from the one table); `settle` follows the turn."""
         if self.cluster is not None:
             self._tell_cluster(actions)
         self._actions.carry_out(actions)
-        self.out.writer.supervisor(self.core.durable())  # after the spawn: off its critical path
+
+    def settle(self) -> None:
+        """Once after a turn's inputs (consumer.py): state.json's look, the title, the books."""
         snap = self.core.snapshot()
+        self.out.writer.supervisor(self.core.durable())  # after the spawn: off its critical path
         self.out.title.show(self.cfg.job.name, snap.state.value, snap.pid)
-        self.account()
+        self.books.account(snap, self.job.monitor)
 
     def _emit_action(self, action: Emit) -> None:
         if action.event == "restart_scheduled":
@@ -328,12 +330,11 @@ class Daemon:
         exitcause.on_exit(self, fut)  # SPEC §14: why it died, then ChildExited
 
     async def _watchdog_loop(self) -> None:
-        notifier = self.out.notifier
-        interval = notifier.watchdog_interval_s
+        interval = self.out.notifier.watchdog_interval_s
         if interval is None:
             return
         while True:  # from the main loop, never a side thread: a hung loop must miss its pings
-            notifier.watchdog()
+            self.out.notifier.watchdog()
             await asyncio.sleep(interval)
 
     # -------------------------------------------------------------------- queries

@@ -291,3 +291,37 @@ def test_goodput_line_without_time_and_within_width() -> None:
 def test_short_duration_uses_one_unit(seconds: float, text: str) -> None:
     """Durations in the status line use a single unit fitting their size."""
     assert short_duration(seconds) == text
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(STATES),
+            st.frozensets(st.sampled_from(REASONS)),
+            st.floats(0, 100, allow_nan=False),  # seconds to the next observation
+            st.booleans(),  # a progress line at this instant
+            st.floats(0, 1),  # where in the gap an extra look falls
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_a_look_that_sees_nothing_new_changes_no_total(
+    steps: list[tuple[str, frozenset[str], float, bool, float]],
+) -> None:
+    """Time goes to the state seen at the previous look, so an extra look between two (the
+    same state, verdicts and progress as the one before it) moves no total: the books are
+    charged once per sample tick, after its verdict, not also before it (daemon/consumer.py)."""
+    once, twice = Goodput(), Goodput()
+    now, progress_at, seen = 0.0, None, None
+    for state, firing, step, line, where in steps:
+        if seen is not None:
+            twice.observe(*seen, progress_at, now + step * where)
+        now += step
+        progress_at = now if line else progress_at
+        once.observe(state, firing, progress_at, now)
+        twice.observe(state, firing, progress_at, now)
+        seen = (state, firing)
+    a, b = once.totals(), twice.totals()
+    assert _flat(a) == pytest.approx(_flat(b), abs=0.11)  # 0.1 s rounding in totals()
+    assert a["unconfirmed_s"] == pytest.approx(b["unconfirmed_s"], abs=0.11)

@@ -331,3 +331,72 @@ def test_a_step_of_whole_buckets_moves_them_whole(error: float) -> None:
     watched(tl, "running", 520.0, T0 + 30 - error)
     assert [b.ts for b in tl.buckets()] == [T0]
     assert tl.buckets()[0].state_s == {"running": pytest.approx(20.0)}
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["running", "backoff", "unhealthy", "starting", "stopped"]),
+            st.frozensets(st.sampled_from(["stalled", "gpus_idle", "throughput_low"])),
+            st.floats(0, 90, allow_nan=False),  # seconds to the next observation
+            st.booleans(),  # a progress line at this instant
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_charged_figures_fill_the_buckets_as_the_whole_totals_do(
+    steps: list[tuple[str, frozenset[str], float, bool]],
+) -> None:
+    """The books hand the timeline goodput's `charged()` after every input (not the whole of
+    `totals()`): the buckets it fills are byte for byte those that `totals()` fills."""
+    g = Goodput()
+    light, whole = Timeline(bucket_s=60), Timeline(bucket_s=60)
+    now, progress_at = 0.0, None
+    for state, firing, step, line in steps:
+        now += step
+        progress_at = now if line else progress_at
+        g.observe(state, firing, progress_at, now)
+        light.goodput(g.charged(), T0 + now)
+        whole.goodput(g.totals(), T0 + now)
+    assert json.dumps(light.to_json()) == json.dumps(whole.to_json())
+
+
+def _close(a: object, b: object) -> bool:
+    """Equal, floats within a microsecond (a gap split in two sums as floats do)."""
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, int | float) and isinstance(b, int | float) and abs(a - b) < 1e-6
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["running", "backoff", "unhealthy", "stopped"]),
+            st.floats(0, 200, allow_nan=False),  # seconds to the next observation
+            st.floats(0, 1),  # where in the gap an extra look falls
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_a_look_in_the_same_state_changes_no_bucket(
+    steps: list[tuple[str, float, float]],
+) -> None:
+    """The time since the previous look goes to the state seen then, so an extra look in that
+    same state moves no second between states or buckets (the books are charged once per
+    sample tick, after its verdict: daemon/consumer.py)."""
+    once, twice = Timeline(bucket_s=60), Timeline(bucket_s=60)
+    now, seen = T0, None
+    for state, step, where in steps:
+        if seen is not None:
+            twice.observe(seen, now + step * where)
+        now += step
+        once.observe(state, now)
+        twice.observe(state, now)
+        seen = state
+    assert _close(once.to_json(), twice.to_json())

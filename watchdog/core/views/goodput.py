@@ -150,11 +150,21 @@ class Goodput:
             "restart_cost": self.restart_cost.histogram(),
         }
 
+    def charged(self) -> dict[str, Any]:
+        """The settled figures the timeline charges to its buckets (timeline.py `goodput`), as
+        `totals()` rounds them: the books hand them over after every input and tick, where the
+        whole of `totals()` (the ratio, the restart costs' histogram) is wanted only by status."""
+        return {
+            "productive_s": round(self._productive_s, 1),
+            "starting_s": round(self._starting_s, 1),
+            "lost_s": {k: round(v, 1) for k, v in sorted(self._lost_s.items())},
+        }
+
     def to_json(self) -> dict[str, Any]:
         """The settled totals, for `<state_dir>/goodput.json` (unconfirmed time is dropped)."""
         return {
             "version": FORMAT_VERSION,
-            "productive_s": self._productive_s,
+            "productive_s": round(self._productive_s, 1),
             "starting_s": self._starting_s,
             "stopped_s": self._stopped_s,
             "lost_s": dict(self._lost_s),

@@ -158,8 +158,9 @@ class Timeline:
             )
 
     def goodput(self, totals: Mapping[str, Any], wall: float) -> None:
-        """goodput.Goodput.totals() now: its growth since the last call is charged here. The
-        first call only takes the baseline (the totals of earlier daemons are not this span's)."""
+        """goodput.Goodput.charged() (or totals()) now: its growth since the last call is
+        charged here. The first call only takes the baseline (the totals of earlier daemons are
+        not this span's)."""
         flat = {"productive_s": float(totals.get("productive_s") or 0.0)}
         flat["starting_s"] = float(totals.get("starting_s") or 0.0)
         for cause, s in dict(totals.get("lost_s") or {}).items():
