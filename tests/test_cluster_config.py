@@ -252,3 +252,41 @@ def test_cert_file_without_key_file_is_a_config_error(tmp_path: Path) -> None:
             + PLAINTEXT.replace("http://192.0.2.7", "https://192.0.2.7")
             + "  tls: {ca_file: ca.crt, cert_file: c.crt}\n",
         )
+
+
+# What a start loads, in the daemon's own interpreter: its entry module, the config as entry.load
+# reads it, and the policy the core is given (daemon/params.py).
+_LOADED = """
+import sys
+import watchdog.daemon.watchdogd
+from watchdog.daemon import entry, params
+cfg = entry.load(sys.argv[1])
+assert not isinstance(cfg, int), cfg
+params.local_policy_of(cfg)
+print(" ".join(sorted(sys.modules)))
+"""
+CLUSTER_CLIENT = {
+    "watchdog.cluster.link",
+    "watchdog.cluster.inputs",
+    "watchdog.cluster.etcd",
+    "watchdog.cluster.certs",
+    "watchdog.core.supervisor.cluster",
+    "httpx",
+}
+
+
+@pytest.mark.parametrize("with_cluster", [False, True])
+def test_the_cluster_client_is_loaded_only_with_a_cluster(
+    tmp_path: Path, with_cluster: bool
+) -> None:
+    """A daemon without `cluster:` starts without the etcd client, its TLS and the coordinator
+    (CPU at every start); with `cluster:` they are loaded before the loop runs, as before."""
+    text = GOOD if with_cluster else 'job:\n  command: ["/bin/true"]\n'
+    cfg = tmp_path / "w.yaml"
+    cfg.write_text(text + f"state_dir: {tmp_path / 'state'}\n")
+    r = subprocess.run(
+        [sys.executable, "-c", _LOADED, str(cfg)], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    loaded = CLUSTER_CLIENT & set(r.stdout.split())
+    assert loaded == (CLUSTER_CLIENT if with_cluster else set())

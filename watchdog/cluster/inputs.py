@@ -15,14 +15,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+# In the package, so the daemon tells the inputs apart without importing this module; re-exported.
+from watchdog.cluster import ClusterInput as ClusterInput
 from watchdog.core.supervisor import cluster as core
 from watchdog.core.supervisor.budget import Policy
-
-
-class ClusterInput:
-    """Base of every input to the coordinator (the consumer tells them apart by it)."""
-
-    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)

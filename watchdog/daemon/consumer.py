@@ -17,7 +17,7 @@ import random
 from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog.clock import SYSTEM, Clock
-from watchdog.cluster.inputs import ClusterInput
+from watchdog.cluster import ClusterInput
 from watchdog.core.health import monitor as health
 from watchdog.core.progress.stall_window import Phase
 from watchdog.core.samples import GpuSample

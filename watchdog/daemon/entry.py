@@ -13,7 +13,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from watchdog import __version__, config
-from watchdog.cluster import link
 from watchdog.daemon import handover as newcode
 from watchdog.daemon.wiring import NO_TRIAL, Trial
 from watchdog.outputs import metrics
@@ -168,8 +167,11 @@ def load(path: str) -> config.Config | int:
         return _fail(str(e), EX_CONFIG)
     if cfg.metrics.listen is not None and (why := metrics.missing_extra()) is not None:
         return _fail(f"metrics.listen: {why}", EX_CONFIG)
-    if cfg.cluster is not None and (why := link.missing_extra()) is not None:
-        return _fail(f"cluster: {why}", EX_CONFIG)
+    if cfg.cluster is not None:
+        from watchdog.cluster import link  # etcd and TLS only with `cluster:` (cluster/__init__)
+
+        if (why := link.missing_extra()) is not None:
+            return _fail(f"cluster: {why}", EX_CONFIG)
     try:
         cgroup.probe(cfg.job.stop_mode, take=False)
     except cgroup.CgroupUnusable as e:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from watchdog.clock import SYSTEM, Clock
-from watchdog.cluster.inputs import ClusterInput
+from watchdog.cluster import ClusterInput
 from watchdog.core.health.monitor import HealthConfig
 from watchdog.core.health.ranks import RankKey
 from watchdog.core.samples import GpuSample

@@ -13,9 +13,9 @@ import signal
 import subprocess
 from dataclasses import dataclass, replace
 from functools import partial
+from typing import TYPE_CHECKING
 
 from watchdog import blocking
-from watchdog.cluster import link
 from watchdog.core.supervisor.events import (
     CheckpointsSetAside,
     ChildSpawned,
@@ -35,6 +35,9 @@ from watchdog.process import cgroup, launch, limits, tree
 from watchdog.progress import joblog
 from watchdog.progress.follower import Follower
 from watchdog.progress.joblog import JobLog
+
+if TYPE_CHECKING:
+    from watchdog.cluster import link
 
 LOG_OPEN_TIMEOUT_S = 10.0  # opening the job's log and writing the start marker
 
@@ -292,8 +295,10 @@ class Starter:
         flight recorder's dumps and pipes of this run go, with its start time."""
         cfg = self._cfg()
         extra = dict(cfg.job.env)
-        if epoch is not None:
-            extra[link.EPOCH_ENV] = str(epoch)
+        if epoch is not None:  # only with `cluster:`, whose link the daemon imported at start
+            from watchdog.cluster.link import EPOCH_ENV
+
+            extra[EPOCH_ENV] = str(epoch)
         env = launch.job_env(os.environ, extra, self._tree.token)
         env = flight.with_torch_evidence(env, cfg.state_dir)
         return env, (

@@ -18,8 +18,7 @@ from typing import Any
 
 from watchdog import config
 from watchdog.clock import SYSTEM, Clock
-from watchdog.cluster import link
-from watchdog.cluster.inputs import ClusterInput
+from watchdog.cluster import ClusterInput
 from watchdog.control.server import ControlServer
 from watchdog.core.supervisor.events import (
     Action,
@@ -56,7 +55,7 @@ from watchdog.daemon.reloading import Reloader
 from watchdog.daemon.run import JobRun, Runs
 from watchdog.daemon.sampling import Sampler
 from watchdog.daemon.tasks import Tasks
-from watchdog.daemon.wiring import NO_TRIAL, Lifetime, Trial, make_outputs
+from watchdog.daemon.wiring import NO_TRIAL, Lifetime, Trial, cluster_link, make_outputs
 from watchdog.gpu.faults import FaultWatch
 from watchdog.gpu.watch import GpuWatch
 from watchdog.outputs.eventlog import EventLog
@@ -100,7 +99,8 @@ class Daemon:
         self.control = ControlServer(self, clock)
         first = JobRun(tape.monitor(params.health_of(cfg)))  # idle before the first spawn
         self.runs = Runs(first, self.out.books.stall, self.out.writer, tape)
-        self.cluster = self._cluster_link()  # several nodes, one epoch (docs/multi-node.md)
+        # several nodes, one epoch (docs/multi-node.md); None without `cluster:`
+        self.cluster = cluster_link(cfg, self.consumer, self.emit, self.restart_for_cluster)
         self.forwarder = scheduler.SignalForwarder(loop, self._leader, self.emit)  # SPEC §13
         self._make_steps()
 
@@ -128,16 +128,6 @@ class Daemon:
 
     def _leader(self) -> int | None:
         return self.consumer.core.snapshot().pid
-
-    def _cluster_link(self) -> link.ClusterLink | None:
-        cfg = self.cfg
-        if cfg.cluster is None:
-            return None
-        c, inputs = self.consumer, self.consumer.inputs  # its inputs: in the input log
-        args = (params.policy_of(cfg), self.emit, self.restart_for_cluster, c.inbox.post, c.feeding)
-        made_link = link.ClusterLink(cfg.cluster, *args, inputs.reading, c.inbox.time)
-        inputs.heads.append(made_link.heads)
-        return made_link
 
     # ----------------------------------------------------------------- what parts read
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from watchdog import config
-from watchdog.cluster import link
 from watchdog.core.health import monitor as health
 from watchdog.core.health.speed import SpeedConfig
 from watchdog.core.progress.loss import LossPolicy
@@ -52,7 +51,11 @@ def local_policy_of(
         c = cfg.exit_codes
         codes = (("completed", c.completed), ("fatal", c.fatal), ("host_fault", c.host_fault))
         p = replace(p, exit_codes=codes)
-    return p if cfg.cluster is None else link.local_policy(p)
+    if cfg.cluster is None:
+        return p
+    from watchdog.cluster import link  # etcd and TLS only with `cluster:` (cluster/__init__)
+
+    return link.local_policy(p)
 
 
 def health_of(cfg: config.Config) -> health.HealthConfig:

@@ -1,15 +1,17 @@
 """Two small holders the daemon is wired from (loop.py): its own lifetime, and where what it
-learns goes out. Plain records: each field is one long-lived part, named for what it is for."""
+learns goes out. Plain records: each field is one long-lived part, named for what it is for.
+And the cluster link, made only with `cluster:`."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog import blocking, config
 from watchdog.clock import SYSTEM, Clock
+from watchdog.daemon import params
 from watchdog.daemon.books import Books
 from watchdog.daemon.ledger import RunBook
 from watchdog.daemon.scheduler import ExitWithJob
@@ -22,6 +24,10 @@ from watchdog.outputs.tellme import Tell
 from watchdog.process import identity, reaping
 from watchdog.state.folder import StateDir
 from watchdog.state.writers import StateWriter, WriteHealth
+
+if TYPE_CHECKING:
+    from watchdog.cluster.link import ClusterLink
+    from watchdog.daemon.consumer import Consumer
 
 FLUSH_TIMEOUT_S = 10.0  # the state files at exit or before a reexec
 
@@ -115,3 +121,23 @@ def make_outputs(
     tell = Tell(cfg.notify, emit, spawn, status, history=events.history, clock=clock)  # SPEC §16
     events.add_hook(tell)
     return Outputs(events, Notifier(), ProcTitle(), hooks, books, writer, health, flush_io, tell)
+
+
+def cluster_link(
+    cfg: config.Config,
+    consumer: Consumer,
+    emit: Callable[..., Any],
+    restart_local: Callable[[str], object],
+) -> ClusterLink | None:
+    """The cluster link (docs/multi-node.md), or None without `cluster:`. Its modules (etcd's
+    client, TLS, the coordinator) are imported here, so a daemon without a cluster never pays
+    for them at its start; with one, they are imported before the loop runs (entry.load)."""
+    if cfg.cluster is None:
+        return None
+    from watchdog.cluster.link import ClusterLink
+
+    c, inputs = consumer, consumer.inputs  # its inputs: in the input log
+    args = (params.policy_of(cfg), emit, restart_local, c.inbox.post, c.feeding)
+    made = ClusterLink(cfg.cluster, *args, inputs.reading, c.inbox.time)
+    inputs.heads.append(made.heads)
+    return made
