@@ -330,6 +330,38 @@ def test_partitioned_node_keeps_its_job_then_adopts_the_new_epoch() -> None:
     assert [n.opened for n in nodes] == [[1, 2], [1, 2], [1, 2]]
 
 
+def test_own_lease_lapsing_while_cut_off_restarts_nothing_alone() -> None:
+    """A lone node whose own lease ran out while etcd refused it (or was unreachable) reads etcd
+    again before it re-registers: it is not lost to itself, proposes nothing, keeps its job."""
+    store, (node,) = started_cluster(1)
+    node.run(node.co.observe(C.View(reachable=False), 5.0, 1005.0))
+    del store.members[0]  # its lease ran out on etcd's side meanwhile
+    node.observe(9.0)  # etcd takes it again; the new lease's member key is not written yet
+    assert node.named("node_lost") == []
+    assert store.record is not None and store.record.epoch == 1 and node.stops == []
+    store.members[0] = C.Member(0, ready_epoch=1, running_epoch=1)  # re-registered
+    settle([node], 10.0)
+    assert store.record.epoch == 1 and node.stops == [] and node.named("node_lost") == []
+
+
+def test_cut_off_node_back_first_leaves_the_proposal_to_the_others() -> None:
+    """A node whose lease ran out reads etcd before the others noticed: it proposes nothing;
+    the others find it lost and propose E+1 (docs/multi-node.md), and it joins that epoch."""
+    store, nodes = started_cluster()
+    cut = nodes[2]
+    proposed = len(cut.named("epoch_proposed"))  # epoch 1's creation, by whoever came first
+    cut.run(cut.co.observe(C.View(reachable=False), 5.0, 1005.0))
+    del store.members[2]
+    cut.observe(6.0)
+    assert store.record is not None and store.record.epoch == 1 and cut.stops == []
+    settle(nodes[:2], 6.0)
+    assert store.record.epoch == 2 and store.record.node_rank in (0, 1)
+    assert store.record.reason == "node_lost"
+    store.members[2] = C.Member(2, ready_epoch=1, running_epoch=1)  # re-registered
+    settle(nodes, 7.0)
+    assert cut.stops == [2] and len(cut.named("epoch_proposed")) == proposed
+
+
 def test_adopted_job_of_the_current_epoch_keeps_running() -> None:
     """A daemon restarted quickly adopts its job; still the current epoch: nothing restarts."""
     store, nodes = started_cluster()

@@ -197,6 +197,13 @@ class Coordinator:
     def missing(self) -> list[int]:
         return sorted(set(range(self.nodes)) - set(self.present()))
 
+    def others_missing(self) -> list[int]:
+        """The other ranks whose member key is absent. Our own absent key is never a lost node:
+        our lease ran out while etcd refused us or was cut off, and the adapter registers us
+        anew under a new lease (docs/multi-node.md, "Failure cases"). If the others saw us gone,
+        they move the epoch on and we follow it; a lone node has no one its job could hang on."""
+        return [r for r in self.missing() if r != self.rank]
+
     def waiting_for(self) -> list[int]:
         """Ranks not yet at the current epoch's barrier (absent ones included)."""
         e = self.epoch
@@ -301,7 +308,7 @@ class Coordinator:
         present = set(self.present())
         out: list[Action] = []
         if self._seen is not None:
-            for r in sorted(self._seen - present):
+            for r in sorted(self._seen - present - {self.rank}):
                 out.append(Emit("node_lost", {"node_rank": r, "epoch": self.epoch}))
             for r in sorted(present - self._seen - {self.rank}):
                 out.append(Emit("node_joined", {"node_rank": r, "epoch": self.epoch}))
@@ -322,7 +329,7 @@ class Coordinator:
         if self._job_epoch is not None and self._job_epoch < e:
             self._job_epoch = None  # the others moved on: ours cannot continue alone
             out += [StopLocal(e), self._announce()]
-        elif self._job_epoch is not None and self._job_epoch == e and self.missing():
+        elif self._job_epoch is not None and self._job_epoch == e and self.others_missing():
             # A node of the running job is gone: its collectives hang; restart all together.
             out += self._propose("node_lost", wall_now)
         if self._failure is not None:
