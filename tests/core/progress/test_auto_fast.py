@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -118,6 +119,18 @@ _LINES = st.one_of(
 def test_tokens_per_s_reads_what_the_regex_reading_read(line: str) -> None:
     """On any line, the recogniser returns what the regex-based one returned, field for field."""
     assert auto.tokens_per_s(line) == _old_tokens_per_s(line)
+
+
+@pytest.mark.parametrize("gap", range(500, 512))
+def test_the_step_word_at_the_windows_edge_is_read_as_before(gap: int) -> None:
+    """A `step N` word just inside or just outside the STEP_WINDOW characters before the
+    figure is read, or not, as the regex-based reading did."""
+    line = "step 7 " + "x" * gap + " 12 tok/s"
+    assert auto.tokens_per_s(line) == _old_tokens_per_s(line)
+    assert {_old_tokens_per_s("step 7 " + "x" * g + " 12 tok/s").step for g in range(500, 512)} == {
+        7,
+        None,
+    }
 
 
 @settings(max_examples=1500)

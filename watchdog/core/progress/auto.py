@@ -80,7 +80,7 @@ _TOKENS_UNIT = re.compile(r"tok(?:ens)?/s(?:ec(?:ond)?)?(?![A-Za-z])")
 
 def _figure_before(line: str, at: int) -> tuple[int, str] | None:
     """Where the figure right before `at` starts and its text, if there is one."""
-    low = max(0, at - 40)
+    low = at - 40 if at > 40 else 0  # max() is a builtin call, dearer on this per-line path
     head = line[low:at]
     text = head.rstrip(_BLANKS)
     if len(head) - len(text) > 8:
@@ -109,7 +109,8 @@ def _step_before(line: str, end: int) -> int | None:
     """The step named by the first `step N` / `iter N` word of the STEP_WINDOW characters
     before `end`, if any (`search` from each match's end, as finditer does: a finditer costs
     more to start than the one search a usual line needs)."""
-    match = _STEP_WORD.search(line, max(1, end - STEP_WINDOW), end)
+    low = end - STEP_WINDOW if end > STEP_WINDOW + 1 else 1
+    match = _STEP_WORD.search(line, low, end)
     tries = 0
     while match is not None and tries <= MAX_TRIES:
         at = match.start() - 1  # the word's first letter
