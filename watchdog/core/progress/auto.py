@@ -70,7 +70,7 @@ from watchdog.core.progress.parsing import (
 # A figure is the run of `[0-9,.]` that ends, less at most 8 blanks, right before a `tok/s` found
 # by its pattern, starts with a digit, holds at most 31 characters and starts within the 40
 # characters before the unit (a longer number is no throughput). Read by str.rstrip, not by a
-# regex searched from each of those 40 positions: this runs on every line (issue: idle CPU).
+# regex searched from each of those 40 positions: this runs on every line (bench/README.md, idle).
 _NUMBER_CHARS = "0123456789,."
 _BLANKS = " \t"
 # Per second (`/s`, `/sec`, `/second`, `/s/gpu`), not `tokens/step` or `tok/sample` (sizes a job
