@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 from support.harness import base_config
+from support.waiting import wait_until_async
 
 from watchdog import config
 from watchdog.core.supervisor.events import (
@@ -206,7 +207,8 @@ def test_an_asker_that_gives_up_leaves_its_input_to_be_handled(tmp_path: pathlib
         loop = asyncio.get_running_loop()
         resume = loop.create_task(consumer.resume({"format": "not a core's state"}))
         command = loop.create_task(consumer.inbox.ask(OperatorCommand("stop", 0)))
-        await asyncio.sleep(0)  # both posted: the consumer has not run yet
+        # both posted, the consumer not yet running: the two asks are in the inbox
+        await wait_until_async(lambda: consumer.inbox.waiting() == 2, 30, "both inputs posted")
         resume.cancel()
         command.cancel()
         task = loop.create_task(consumer.run())
