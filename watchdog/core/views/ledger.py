@@ -123,10 +123,7 @@ class Ledger:
         return last if last is not None and last.get("ended_at") is None else None
 
     def find(self, run: int) -> dict[str, Any] | None:
-        for r in self._records:
-            if r.get("run") == run:
-                return r
-        return None
+        return next((r for r in self._records if r.get("run") == run), None)
 
     def previous_settled(self, run: int) -> dict[str, Any] | None:
         """The newest run before `run` with steady figures: what a deploy is judged against."""
