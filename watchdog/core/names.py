@@ -120,9 +120,7 @@ JOB_VERDICTS = ("stalled", "gpus_idle", "startup_timeout", "throughput_low")
 RESTART_REASONS = frozenset({"exited", *JOB_VERDICTS, "completed"})
 DEFAULT_RESTART_ON = frozenset({"exited", "gpus_idle", "stalled", "startup_timeout"})
 # SPEC §13: the host's or our own blind spot, never the job's fault: reported, never restarted.
-WARN_ONLY_REASONS = frozenset(
-    {"gpu_lost", "gpu_probe_hung", "gpu_access_lost", "gpu_unreadable", "progress_unreadable"}
-)
+WARN_ONLY_REASONS = UNVERIFIABLE | {"gpu_lost"}
 # SPEC §16: the verdicts a resumed log can prove wrong (a false alarm); a death is a fact.
 SCORED_VERDICTS = frozenset({"stalled", "gpus_idle", "startup_timeout"})
 # Reasons whose restart is preceded by an incident bundle (SPEC §10).

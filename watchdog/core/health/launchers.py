@@ -33,9 +33,6 @@ SIGNAL_NUMBERS = {
 }
 
 
-# What launchers print of the rank that died (SPEC §15): torch.distributed.elastic's
-# ChildFailedError summary, torch.multiprocessing.spawn, DeepSpeed's launcher, Slurm's srun, and
-# the shell's own word on a child killed by a signal.
 _ROOT_CAUSE = "Root Cause (first observed failure)"
 _ELASTIC_RANK = lazy(r"\brank\s{0,20}:?\s{0,20}(\d{1,6})")
 _ELASTIC_EXIT = lazy(r"exitcode\s{0,20}:\s{0,20}(-?\d{1,4})")

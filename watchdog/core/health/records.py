@@ -16,6 +16,7 @@ from dataclasses import fields
 from operator import attrgetter
 from typing import Any
 
+from watchdog.core.health.ranks import RankKey
 from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
 
 SAME = 0  # a GPU reading equal to the previous sample's at its place
@@ -84,9 +85,6 @@ def encode_progress(r: ProgressReading) -> list[Any]:
 
 def decode_progress(v: list[Any]) -> ProgressReading:
     return ProgressReading(v[0], v[1])
-
-
-RankKey = tuple[int, float]
 
 
 def encode_ranks(ranks: Mapping[RankKey, str]) -> list[Any]:

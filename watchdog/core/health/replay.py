@@ -267,9 +267,5 @@ def _called(obj: object, e: Mapping[str, Any]) -> Any:
     """`obj`'s input (a method) that `e` names, given `e`'s fields as its arguments."""
     if str(e["input"]).startswith("_") or not callable(getattr(obj, e["input"], None)):
         raise ValueError(f"not an input of {type(obj).__name__}: {e['input']!r}")
-    args = {_ARG.get(k, k): _READ.get(k, _same)(v) for k, v in e.items() if k not in _FED}
+    args = {_ARG.get(k, k): _READ[k](v) if k in _READ else v for k, v in e.items() if k not in _FED}
     return getattr(obj, e["input"])(**args)
-
-
-def _same(value: Any) -> Any:
-    return value

@@ -14,29 +14,23 @@ _SYNTAX = lazy(r"^(?:SyntaxError|IndentationError|TabError): ")
 _EXC_LINE = lazy(r"((?:[A-Za-z_]\w{0,100}\.){0,8}[A-Za-z_]\w{0,100})(?::\s|:$|$)")
 
 
-def _last(lines: list[str]) -> str | None:
-    return lines[-1] if lines else None
-
-
 def last_exception(lines: list[str]) -> tuple[str, str] | None:
     """(type, line) of the newest traceback's exception: the first line after the newest
     `Traceback (most recent call last):` header that is not a frame, its code or a caret; a
     tail that starts below its header: the same after the newest `File "…", line N` frame."""
-    start = None
-    for i in range(len(lines) - 1, -1, -1):
-        if lines[i].startswith(_TRACEBACK):
-            start = i
-            break
+    newest_first = range(len(lines) - 1, -1, -1)
+    start = next((i for i in newest_first if lines[i].startswith(_TRACEBACK)), None)
     if start is None:
-        for i in range(len(lines) - 1, -1, -1):
-            if lines[i].startswith("File ") and _FRAME.match(lines[i]):
-                start = i
-                break
+        frames = (
+            i for i in newest_first if lines[i].startswith("File ") and _FRAME.match(lines[i])
+        )
+        start = next(frames, None)
     if start is None:  # a SyntaxError of the main script has no traceback header
         hit = newest(lines, _SYNTAX)
         if hit is not None:
             return hit.split(":", 1)[0], hit
-        last = _last(lines)  # Python's last word on an uncaught exception, the frames cut off
+        # Python's last word on an uncaught exception, the frames cut off
+        last = lines[-1] if lines else None
         match = _EXC_LINE.match(last) if last is not None and ": " in last else None
         if last is not None and match is not None and _looks_like_exception(match.group(1)):
             return match.group(1), last

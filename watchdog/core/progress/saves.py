@@ -5,6 +5,7 @@ seconds (the checkpoint's own mtime is wall time)."""
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,11 +55,7 @@ class SaveBook:
 
     def every_s(self) -> float | None:
         """The usual time between saves: the median of the newest gaps (None before two)."""
-        gaps = sorted(self._gaps)
-        if not gaps:
-            return None
-        mid = len(gaps) // 2
-        return gaps[mid] if len(gaps) % 2 else (gaps[mid - 1] + gaps[mid]) / 2
+        return statistics.median(self._gaps) if self._gaps else None
 
     def at_risk(self, now: float, run_step: int | None) -> tuple[float | None, int | None]:
         """(seconds, steps) done since the newest complete checkpoint: lost if the run ended

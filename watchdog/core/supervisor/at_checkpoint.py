@@ -61,12 +61,8 @@ def awaited(s: JobState, ev: CheckpointAwaited | SaveBegun, now: float) -> list[
         return []
     if not _under_way(s):
         return [Answer(ev.request, "not_running", {"state": snapshot(s).state.value})]
-    if s.at_checkpoint is not None:  # one hold at a time: the newer caller's wins
-        earlier = s.at_checkpoint.request
-        s.at_checkpoint = None
-        out: list[Action] = [Answer(earlier, "superseded", {})]
-    else:
-        out = []
+    held = s.at_checkpoint  # one hold at a time: the newer caller's wins
+    out: list[Action] = [] if held is None else [Answer(held.request, "superseded", {})]
     mark = s.checkpoint_mark
     s.at_checkpoint = Hold(ev.request, ev.start_request, mark, now, ev.deadline, ev.or_now)
     return out

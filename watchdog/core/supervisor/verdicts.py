@@ -158,10 +158,8 @@ def tick(s: JobState, ev: Tick, now: float) -> list[Action]:
         enter(s, State.UNHEALTHY)
         return []
     if s.state is State.STARTING and deadline is not None and now >= deadline:
-        fired = Emit(
-            "detector_fired",
-            {"reason": "startup_timeout", "pid": s.pid, "timeout_s": s.policy.startup_timeout_s},
-        )
+        evidence = {"pid": s.pid, "timeout_s": s.policy.startup_timeout_s}
+        fired = Emit("detector_fired", {"reason": "startup_timeout", **evidence})
         s.firing = s.firing | {"startup_timeout"}
         s.startup_expired = True
         wanted = "startup_timeout" in s.policy.restart_on and not s.paused
@@ -170,7 +168,6 @@ def tick(s: JobState, ev: Tick, now: float) -> list[Action]:
             return [fired, *stop(s, "startup_timeout", AfterStop.RESTART, incident=True)]
         enter(s, State.UNHEALTHY)
         if wanted:
-            evidence = {"pid": s.pid, "timeout_s": s.policy.startup_timeout_s}
             return [fired, *observed(s, "startup_timeout", evidence, now)]
         return [fired]
     return []  # nothing is due: a barrier Tick, or a deadline moved since it was asked for

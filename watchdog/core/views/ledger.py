@@ -123,16 +123,7 @@ class Ledger:
         return last if last is not None and last.get("ended_at") is None else None
 
     def find(self, run: int) -> dict[str, Any] | None:
-        for r in self._records:
-            if r.get("run") == run:
-                return r
-        return None
-
-    def previous_settled(self, run: int) -> dict[str, Any] | None:
-        """The newest run before `run` with steady figures: what a deploy is judged against."""
-        earlier = [r for r in self._records if int(r.get("run", 0)) < run]
-        settled = [r for r in earlier if r.get("steady_tokens_per_s") is not None]
-        return settled[-1] if settled else None
+        return next((r for r in self._records if r.get("run") == run), None)
 
     # ---------------------------------------------------------------------- inputs
 
@@ -335,7 +326,7 @@ class Ledger:
 
     def settled_fields(self, rec: Mapping[str, Any]) -> dict[str, Any]:
         """run_settled's fields (SPEC §15): the run's steady figure against the one before."""
-        before = self.previous_settled(int(rec["run"]))
+        before = previous_settled(self._records, int(rec["run"]))
         prev_tps = None if before is None else before.get("steady_tokens_per_s")
         return {
             "run": rec["run"],
@@ -349,6 +340,12 @@ class Ledger:
                 None if before is None else code_changed(rec.get("code"), before.get("code"))
             ),
         }
+
+
+def previous_settled(records: Sequence[Mapping[str, Any]], run: int) -> Mapping[str, Any] | None:
+    """The newest run before `run` with steady figures: what a run (a deploy) is judged against."""
+    earlier = [r for r in records if int(r.get("run", 0)) < run]
+    return next((r for r in reversed(earlier) if r.get("steady_tokens_per_s") is not None), None)
 
 
 def code_changed(a: object, b: object) -> bool | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from watchdog.core.views.ledger import change_pct, code_changed
+from watchdog.core.views.ledger import change_pct, code_changed, previous_settled
 
 
 def short_code(code: object) -> str | None:
@@ -23,11 +23,7 @@ def with_change(records: Sequence[Mapping[str, Any]], rec: Mapping[str, Any]) ->
     """`rec` as shown (no monotonic instants), with its change against the newest earlier run
     with steady figures (`previous`, `change_pct`, `code_changed`)."""
     shown = {k: v for k, v in rec.items() if k != "mono"}
-    before = None
-    for r in reversed(records):
-        if r.get("run", 0) < rec.get("run", 0) and r.get("steady_tokens_per_s") is not None:
-            before = r
-            break
+    before = previous_settled(records, int(rec.get("run", 0)))
     tps = rec.get("steady_tokens_per_s")
     shown["previous"] = None if before is None else before["run"]
     shown["change_pct"] = change_pct(tps, None if before is None else before["steady_tokens_per_s"])

@@ -134,11 +134,9 @@ def _held(hold: Hold | None, now: float) -> dict[str, Any] | None:
     and until when, whether it restarts anyway then, and the checkpoint reads seen meanwhile."""
     if hold is None:
         return None
-    left = max(0.0, hold.deadline - now)
-    waited = round(now - hold.since, 1)
     return {
-        "waited_s": waited,
-        "left_s": round(left, 1),
+        "waited_s": round(now - hold.since, 1),
+        "left_s": round(max(0.0, hold.deadline - now), 1),
         "or_now": hold.or_now,
         "reads": hold.reads,
         "save_wait": hold.save_wait,  # --or-now's deadline came during a save: waiting it out
@@ -167,10 +165,8 @@ def _checkpoint(i: StatusInputs) -> dict[str, Any] | None:
     # SPEC §16: completed after the loss went NaN, its weights may hold the NaN
     nan_at, saved_at = i.nan_at, i.checkpoint_at
     suspect = found and nan_at is not None and saved_at is not None and saved_at >= nan_at
-    nan_step = i.nan_step if suspect else None
-    return {**i.checkpoint, "age_s": age, "at_risk_steps": at_risk, "suspect": suspect} | {
-        "nan_step": nan_step
-    }
+    shown = {**i.checkpoint, "age_s": age, "at_risk_steps": at_risk, "suspect": suspect}
+    return shown | {"nan_step": i.nan_step if suspect else None}
 
 
 def _last_exit(snap: Snapshot) -> dict[str, object] | None:

@@ -330,11 +330,10 @@ class Teller:
     def _merged(self, p: _Pending, now: float) -> Message:
         last = p.last_restart
         record: Mapping[str, Any] = last.get("record") or {}
-        job = p.job
-        n = sum(p.restarts.values())
+        exit: Mapping[str, Any] = last.get("exit") or {}
+        job, n = p.job, sum(p.restarts.values())
         if n == 1:
-            cause = _restart_cause(record, last.get("exit") or {})
-            title = f"{job} restarted after {cause}"
+            title = f"{job} restarted after {_restart_cause(record, exit)}"
         elif n:
             title = f"{job}: {self._restart_summary(p, now)}"
         else:
@@ -343,11 +342,10 @@ class Teller:
         if n:
             said = self._restart_summary(p, now) if n > 1 else "once, automatically"
             lines.append(f"Restarted: {said}.")
-            exit = last.get("exit") or {}
             if record.get("reason") == "exited":
                 lines += cause_lines(exit, self.facts.step)
         lines += p.other[:4]
         lines += self._checkpoint_lines()
         if n:
-            lines += _next(record, last.get("exit") or {})
+            lines += _next(record, exit)
         return Message("fyi", title, tuple(lines[:MAX_LINES]))

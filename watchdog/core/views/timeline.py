@@ -139,23 +139,16 @@ class Timeline:
         gpus_in_use: int | None = None,
     ) -> None:
         """A sample tick's readings: a fresh progress line's tokens/s and step, each GPU's MiB
-        (None for a GPU that gave no reading) and how many of them are in use."""
-        b = self._at(wall)
+        (None for a GPU that gave no reading) and how many of them are in use: a bucket of one
+        sample, merged into its bucket as buckets merge (Bucket.absorb)."""
+        one = Bucket(wall, 0.0)
         if tokens_per_s is not None and math.isfinite(tokens_per_s):
-            b.tps_sum += tokens_per_s
-            b.tps_n += 1
-        if step is not None:
-            b.step = step if b.step is None else max(b.step, step)
+            one.tps_sum, one.tps_n = tokens_per_s, 1.0
         if gpus_used_mib is not None:
-            if b.gpu_sum is None or len(b.gpu_sum) != len(gpus_used_mib):
-                b.gpu_sum, b.gpu_n = [0.0] * len(gpus_used_mib), 0.0
-            b.gpu_sum = [a + (x or 0.0) for a, x in zip(b.gpu_sum, gpus_used_mib, strict=True)]
-            b.gpu_n += 1
-            b.gpus_total = len(gpus_used_mib)
-        if gpus_in_use is not None:
-            b.gpus_in_use = (
-                gpus_in_use if b.gpus_in_use is None else min(b.gpus_in_use, gpus_in_use)
-            )
+            one.gpu_sum, one.gpu_n = [x or 0.0 for x in gpus_used_mib], 1.0
+            one.gpus_total = len(gpus_used_mib)
+        one.step, one.gpus_in_use = step, gpus_in_use
+        self._at(wall).absorb(one)
 
     def goodput(self, totals: Mapping[str, Any], wall: float) -> None:
         """goodput.Goodput.charged() (or totals()) now: its growth since the last call is
