@@ -31,7 +31,7 @@ class _Bad(Exception):
 
 def offline(argv: list[str]) -> int | None:
     """`watchdogctl [--socket PATH] [--json] explain ...` needs no daemon: it runs before any
-    socket is looked at, its streams and Ctrl-C as commands.main's (None: another command)."""
+    socket is looked at, its Ctrl-C as commands.main's (None: another command)."""
     i, as_json = 0, False
     while (i < len(argv) and argv[i] in ("--socket", "--json")) or (
         i < len(argv) and argv[i].startswith("--socket=")
@@ -40,10 +40,6 @@ def offline(argv: list[str]) -> int | None:
         i += 2 if argv[i] == "--socket" else 1
     if i >= len(argv) or argv[i] != "explain":
         return None
-    for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show a character gets "?"
-        reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None:
-            reconfigure(errors="replace")
     try:
         return main(argv[i + 1 :], as_json)
     except KeyboardInterrupt:

@@ -31,7 +31,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -114,17 +114,7 @@ def pick_dcp(entries: Iterable[tuple[str, float]]) -> tuple[float, str] | None:
 def read_checkpoint(path: str, kind: str) -> Checkpoint:
     """Blocking: the newest complete checkpoint under `path`, or why there is none."""
     try:
-        if kind == "megatron":
-            return _read_megatron(path)
-        if kind == "hf":
-            return _read_hf(path)
-        if kind == "dcp":
-            return _read_dcp(path)
-        if kind == "deepspeed":
-            return _read_deepspeed(path)
-        if kind == "lightning":
-            return _read_lightning(path, time.time())
-        return _read_mtime(path)
+        return _READERS.get(kind, _read_mtime)(path)  # mtime: any other kind
     except FileNotFoundError:
         return Checkpoint(None, error=f"{path}: no checkpoint yet")
     except (OSError, UnicodeDecodeError) as exc:
@@ -244,6 +234,15 @@ def _read_mtime(path: str) -> Checkpoint:
             with contextlib.suppress(FileNotFoundError):
                 newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
     return Checkpoint(newest, os.path.basename(path), newest)
+
+
+_READERS: dict[str, Callable[[str], Checkpoint]] = {
+    "megatron": _read_megatron,
+    "hf": _read_hf,
+    "dcp": _read_dcp,
+    "deepspeed": _read_deepspeed,
+    "lightning": lambda path: _read_lightning(path, time.time()),
+}
 
 
 def newest_write(path: str, kind: str, depth: int = 3) -> float | None:
