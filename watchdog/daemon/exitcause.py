@@ -18,27 +18,25 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from watchdog import blocking
 from watchdog.core.health import causes
 from watchdog.core.supervisor.events import ChildExited
+from watchdog.daemon.port import Shell
 from watchdog.outputs import incident
 from watchdog.process import oomrecord, reaping
 from watchdog.progress.logfile import tail_lines, tail_of_job
 
 if TYPE_CHECKING:
-    from watchdog import config
     from watchdog.core.samples import GpuSample
-    from watchdog.core.supervisor.machine import Supervisor
-    from watchdog.daemon.inbox import Inbox
     from watchdog.daemon.run import JobRun, Runs
     from watchdog.daemon.sampling import Sampler
     from watchdog.daemon.tasks import Tasks
     from watchdog.gpu.watch import GpuWatch
 
 
-class Reporter(Protocol):
+class Reporter(Shell, Protocol):
     """What the report of an exit uses: the run that ended, the files it wrote, the GPU
     samples, and the inbox its ChildExited goes to."""
 
@@ -46,17 +44,6 @@ class Reporter(Protocol):
     gpus: GpuWatch
     sampler: Sampler
     tasks: Tasks
-
-    @property
-    def cfg(self) -> config.Config: ...
-
-    @property
-    def core(self) -> Supervisor: ...
-
-    @property
-    def inbox(self) -> Inbox: ...
-
-    def emit(self, event: str, **fields: Any) -> dict[str, Any]: ...
 
 
 GATHER_TIMEOUT_S = 3.0

@@ -40,18 +40,17 @@ from watchdog.core import images
 from watchdog.core.supervisor.events import Tick
 from watchdog.daemon import handover
 from watchdog.daemon.handover import FORMAT, STATE_ENV
+from watchdog.daemon.port import Shell
 from watchdog.process import launch
 
 if TYPE_CHECKING:
     from watchdog.control.server import ControlServer
-    from watchdog.core.supervisor.machine import Supervisor
-    from watchdog.daemon.inbox import Inbox
     from watchdog.daemon.jobtree import JobTree
     from watchdog.daemon.run import Runs
     from watchdog.daemon.wiring import Lifetime, Outputs
 
 
-class Carrier(Protocol):
+class Carrier(Shell, Protocol):
     """What the old code's side reads to hand the state over, and how it pauses and flushes."""
 
     life: Lifetime
@@ -60,13 +59,7 @@ class Carrier(Protocol):
     control: ControlServer
     out: Outputs
 
-    @property
-    def core(self) -> Supervisor: ...
-
     def inputs_waiting(self) -> int: ...
-
-    @property
-    def inbox(self) -> Inbox: ...
 
     def account(self) -> None: ...
 
