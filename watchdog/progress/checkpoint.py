@@ -286,11 +286,6 @@ def _empty_folder(folder: str) -> bool:
         return next(it, None) is None
 
 
-def _read_with_activity(path: str, kind: str) -> Checkpoint:
-    found = read_checkpoint(path, kind)
-    return dataclasses.replace(found, activity_at=newest_write(path, kind))
-
-
 class CheckpointWatch:
     """Reads the checkpoint in a thread, one read at a time, each under READ_TIMEOUT_S."""
 
@@ -329,10 +324,13 @@ class CheckpointWatch:
         (the bounded worker, blocking.py: never asyncio's default executor, issue 23)."""
         path, kind = self.path, self.kind
         self.hung = False
+
+        def work() -> Checkpoint:  # where it is, and the newest write where saves go
+            found = read_checkpoint(path, kind)
+            return dataclasses.replace(found, activity_at=newest_write(path, kind))
+
         try:
-            found = await _READS.call(
-                lambda: _read_with_activity(path, kind), READ_TIMEOUT_S, what=f"reading {path}"
-            )
+            found = await _READS.call(work, READ_TIMEOUT_S, what=f"reading {path}")
         except blocking.Hung:
             self.hung = True
             found = Checkpoint(None, error=f"{self.path}: read took over {READ_TIMEOUT_S:g} s")
