@@ -157,11 +157,8 @@ class ProgressConfig:
     min_fraction: float | None = field(default=0.3, metadata=_m(gt=0, le=1))
     low_for_s: float = field(default=300.0, metadata=_m(gt=0))
     checkpoint: CheckpointConfig | None = None
-    # SPEC §15: a sustained drop against the run's settled level (core/progress/slowdown.py)
     slowdown: SlowdownConfig = field(default_factory=SlowdownConfig)
-    # SPEC §16: the loss the recognisers read, judged (core/progress/loss.py)
     loss: LossConfig = field(default_factory=LossConfig)
-    # SPEC §16: the work guarded (core/supervisor/resets.py, daemon/quarantine.py)
     checkpoint_guard: CheckpointGuardConfig = field(default_factory=CheckpointGuardConfig)
 
 
