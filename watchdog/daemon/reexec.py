@@ -35,7 +35,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog import __version__, blocking
-from watchdog.control.backend import ReexecRefused
+from watchdog.control.backend import ReexecRefused as Refused
 from watchdog.core import images
 from watchdog.core.supervisor.events import Tick
 from watchdog.daemon import handover
@@ -70,10 +70,6 @@ CHECK_TIMEOUT_S = 60.0
 FLUSH_TIMEOUT_S = 10.0  # the event history before the exec
 DRAIN_S = 0.5  # requests under way on the old code get this long to be answered
 DRAIN_TRIES = 20  # the queue emptied before the exec: as many rounds, each one input behind
-
-
-# the control commands catch it through their backend Protocol, never importing this module
-Refused = ReexecRefused
 
 
 def entry_argv() -> list[str]:
