@@ -28,9 +28,6 @@ if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
 PREFIX = "train_watchdog"
-STATES = names.STATES
-# The detectors that can be "firing" (SPEC §4).
-DETECTORS = names.DETECTORS
 # Restart reasons reported from the start (at 0): PromQL's increase() misses the first
 # restart of a series that only appears with it.
 RESTART_REASONS = (*sorted(names.DEFAULT_RESTART_ON), "operator")
@@ -84,13 +81,13 @@ def families(st: Mapping[str, Any], wall_now: float) -> list[Metric]:
     state = _gauge(
         "job_state", "1 for the job's current state, 0 for the other states.", ("state",)
     )
-    for name in (*STATES, *([st["state"]] if st["state"] not in STATES else [])):
+    for name in (*names.STATES, *([st["state"]] if st["state"] not in names.STATES else [])):
         state.add_metric([name], 1 if name == st["state"] else 0)
     firing = _gauge(
         "detector_firing", "1 while a health detector's verdict fires, by reason.", ("reason",)
     )
     reasons = set(st["reasons"])
-    for reason in sorted(reasons | set(DETECTORS)):
+    for reason in sorted(reasons | set(names.DETECTORS)):  # every detector (SPEC §4)
         firing.add_metric([reason], 1 if reason in reasons else 0)
     out: list[Metric] = [
         up,
