@@ -75,6 +75,6 @@ def test_a_run_knows_when_the_core_ordered_its_stop() -> None:
     """`stopping()` (the core's KillTree for this run) marks its leader's exit as our stop's:
     exitcause.py reports it unclassified, without reading the core's state."""
     run = JobRun(health.HealthMonitor(health.HealthConfig()), pid=7)
-    assert not run.stop_ordered
+    assert not run.evidence.stop_ordered
     run.stopping("stalled")
-    assert run.stop_ordered
+    assert run.evidence.stop_ordered

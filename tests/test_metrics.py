@@ -28,6 +28,7 @@ from support.metrics import (
 )
 from support.scripts import sleeper
 
+from watchdog.core import names
 from watchdog.outputs import metrics
 
 MIB = 1024 * 1024
@@ -106,9 +107,9 @@ def test_families_one_hot_state_and_firing_detectors() -> None:
     """job_state is 1 for the current state only; detector_firing is 1 for firing reasons only."""
     s = parse_families(status_fixture())
     states = {lab[0][1]: v for (n, lab), v in s.items() if n == "train_watchdog_job_state"}
-    assert states == {name: float(name == "unhealthy") for name in metrics.STATES}
+    assert states == {name: float(name == "unhealthy") for name in names.STATES}
     firing = {lab[0][1]: v for (n, lab), v in s.items() if n == "train_watchdog_detector_firing"}
-    assert firing == {name: float(name == "throughput_low") for name in metrics.DETECTORS}
+    assert firing == {name: float(name == "throughput_low") for name in names.DETECTORS}
 
 
 def test_families_leave_missing_readings_absent() -> None:

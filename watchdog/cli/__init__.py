@@ -121,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     offline and starts without the client, the parser and the screens; every other command is
     `commands.main`'s."""
     args = sys.argv[1:] if argv is None else argv
+    for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show "●" gets "?"
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="replace")
     if "explain" in args:
         import gc  # built in: free
 

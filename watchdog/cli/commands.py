@@ -202,10 +202,6 @@ COMMANDS: dict[str, Callable[[Client, dict[str, Any]], int]] = {
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show "●" gets "?"
-            reconfigure = getattr(stream, "reconfigure", None)
-            if reconfigure is not None:
-                reconfigure(errors="replace")
         return _main(sys.argv[1:] if argv is None else argv)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
@@ -215,19 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
 
 
-def _offline(argv: list[str]) -> int | None:
-    """`explain` (SPEC §15) needs no daemon: it runs before any socket is looked at (the
-    package's `main`, which scripts/watchdogctl runs, finds it before importing this module)."""
-    if "explain" not in argv:
-        return None
-    from watchdog.cli.explain import offline
-
-    return offline(argv)
-
-
 def _main(argv: list[str]) -> int:
-    if (offline := _offline(argv)) is not None:
-        return offline
     try:
         o = parse(argv)
     except Usage as e:

@@ -31,7 +31,7 @@ class _Bad(Exception):
 
 def offline(argv: list[str]) -> int | None:
     """`watchdogctl [--socket PATH] [--json] explain ...` needs no daemon: it runs before any
-    socket is looked at, its streams and Ctrl-C as commands.main's (None: another command)."""
+    socket is looked at, its Ctrl-C as commands.main's (None: another command)."""
     i, as_json = 0, False
     while (i < len(argv) and argv[i] in ("--socket", "--json")) or (
         i < len(argv) and argv[i].startswith("--socket=")
@@ -40,10 +40,6 @@ def offline(argv: list[str]) -> int | None:
         i += 2 if argv[i] == "--socket" else 1
     if i >= len(argv) or argv[i] != "explain":
         return None
-    for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show a character gets "?"
-        reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None:
-            reconfigure(errors="replace")
     try:
         return main(argv[i + 1 :], as_json)
     except KeyboardInterrupt:
@@ -126,13 +122,11 @@ def _read(log: str) -> tuple[list[str], dict[str, Any]]:
     """The lines of a log file, or of a bundle folder with what its cause.json knows."""
     if not os.path.isdir(log):
         return _tail(log), {}
-    _regular_or_absent(os.path.join(log, "cause.json"))
     known: dict[str, Any] = {}
     import json  # as in main
 
     try:
-        with open(os.path.join(log, "cause.json"), encoding="utf-8") as f:
-            loaded = json.load(f)
+        loaded = json.loads(_end_of(os.path.join(log, "cause.json"))[0])
         known = loaded if isinstance(loaded, dict) else {}
     except (OSError, ValueError):
         pass  # a bundle from before SPEC §14, or a folder of logs
@@ -146,30 +140,25 @@ def _read(log: str) -> tuple[list[str], dict[str, Any]]:
     return lines, known
 
 
-def _regular_or_absent(path: str) -> None:
-    """Refuse a FIFO, socket or device before opening it: opening a FIFO blocks until a writer
-    comes, and a device never ends (SPEC §15: exit 2 for what cannot be read as a file)."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return  # absent or unreadable: the open below says which
-    if not stat.S_ISREG(mode):
-        raise _Bad(f"{path}: not a regular file or an incident bundle folder")
+def _end_of(path: str) -> tuple[bytes, bool]:
+    """The last READ_MAX bytes of the file, and whether that cut it. A FIFO, socket or device
+    is refused (SPEC §15: exit 2 for what cannot be read as a file) without waiting in its open
+    (O_NONBLOCK: a FIFO's waits for a writer, and a device never ends). Raises OSError."""
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise _Bad(f"{path}: not a regular file or an incident bundle folder")
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - READ_MAX))
+        return f.read(READ_MAX), size > READ_MAX
 
 
 def _tail(path: str) -> list[str]:
     try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it
-        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise _Bad(f"{path}: not a regular file or an incident bundle folder")
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - READ_MAX))
-            data = f.read(READ_MAX)
+        data, cut = _end_of(path)
     except OSError as e:
         raise _Bad(f"cannot read {path}: {e.strerror or e}") from None
     lines = data.decode("utf-8", errors="replace").splitlines()
-    return lines[1:] if size > READ_MAX and lines else lines  # the first may be cut
+    return lines[1:] if cut and lines else lines  # the first may be cut
 
 
 def _human(found: causes.Cause) -> str:

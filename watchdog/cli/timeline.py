@@ -13,7 +13,7 @@ import os
 from datetime import UTC, datetime
 
 from watchdog.cli.render import WIDTH, fit
-from watchdog.core.names import TIMELINE_NOT_LISTED
+from watchdog.core.names import TIMELINE_NOT_LISTED as NOT_LISTED
 from watchdog.core.views.goodput import goodput_line
 from watchdog.core.views.timeline_span import parse_rfc3339
 
@@ -61,7 +61,6 @@ MARKS: dict[str, tuple[str, str, str]] = {
     "false_alarm": ("f", "36", "false alarm"),  # SPEC §16: a verdict the job proved wrong
     "checkpoint_saved": ("c", "36", "checkpoint"),  # SPEC §16: each save seen
 }
-NOT_LISTED = TIMELINE_NOT_LISTED
 
 
 def use_color(stream: TextIO) -> bool:

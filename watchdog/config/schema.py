@@ -1,7 +1,8 @@
 """The config's frozen dataclasses (SPEC §6): one per section, each field with its default.
 
 Fields that are not plain scalars name their parser in `field(metadata=...)`, as do numeric bounds
-and "this is a path"; watchdog.config.sections reads that metadata.
+and "this is a path"; watchdog.config.sections reads that metadata. What each key does is said
+once, in watchdog.config.keydocs (docs/config.md, watchdog.yaml(5) and --print-defaults).
 """
 
 from __future__ import annotations
@@ -62,16 +63,10 @@ class JobConfig:
     pre_start_timeout_s: float = field(default=120.0, metadata=_m(gt=0))
     stop_signal: int = field(default=int(signal.SIGTERM), metadata=_m(parse=parse_signal))
     stop_timeout_s: float = field(default=60.0, metadata=_m(gt=0))
-    # SPEC §14, docs/stopping.md: end each run in its own delegated cgroup v2 (cgroup.kill),
-    # or by repeated SIGKILL passes; `auto` takes the cgroup where one is delegated.
     stop_mode: Literal["auto", "cgroup", "signals"] = "auto"
-    # A restarted daemon that finds its previous job alive and provably its own (SPEC §12).
     on_daemon_restart: Literal["adopt", "restart"] = "adopt"
-    # SPEC §13: an exit with one of these codes is the run's end (state completed), not a crash.
     success_exit_codes: tuple[int, ...] = field(default=(0,), metadata=_m(parse=parse_exit_codes))
-    # SPEC §13: signals the daemon passes on to the job's leader, and does nothing else about.
     forward_signals: tuple[int, ...] = field(default=(), metadata=_m(parse=parse_forward_signals))
-    # SPEC §16 (`watchdogd --attach PID`): watch this running process instead of starting one
     attach_pid: int | None = field(default=None, metadata=_m(ge=1))
 
 
@@ -82,7 +77,6 @@ class GpuFaultsConfig:
 
     on_reset_gpu: Literal["park", "warn"] = "park"
     on_reboot_host: Literal["park", "warn"] = "park"
-    # SPEC §13: a (GPU, Xid) repeating is reported once, then as one count per this many seconds
     repeat_summary_s: float = field(default=60.0, metadata=_m(gt=0))
 
 
@@ -98,7 +92,6 @@ class GpusConfig:
     reclaim_timeout_s: float = field(default=60.0, metadata=_m(gt=0))
     probe_timeout_s: float = field(default=5.0, metadata=_m(gt=0))
     faults: GpuFaultsConfig = field(default_factory=GpuFaultsConfig)
-    # SPEC §13: a hardware slowdown held this long on one GPU, its peers clean -> gpu_degraded
     degraded_after_s: float = field(default=300.0, metadata=_m(gt=0))
     on_degraded: Literal["warn", "restart"] = "warn"
 
@@ -142,13 +135,11 @@ class CheckpointGuardConfig:
 class ProgressConfig:
     file: str | None = field(default=None, metadata=_m(path=True))
     pattern: re.Pattern[str] = field(default=DEFAULT_REGEX, metadata=_m(parse=parse_pattern))
-    # SPEC §13: recognise real frameworks' output; a `pattern` that the file sets replaces it.
     format: str = field(default="auto", metadata=_m(parse=parse_format))
     pattern_set: bool = field(
         default=False, metadata=_m(derive=("pattern", lambda node: not is_null(node)))
     )
     stall_after_s: float = field(default=900.0, metadata=_m(gt=0))
-    # SPEC §14: learned stall windows (stall_after_s is their ceiling); `fixed` is the old rule
     stall_window: Literal["auto", "fixed"] = "auto"
     learn_steps: int = field(default=20, metadata=_m(ge=1))
     stall_factor: float = field(default=5.0, metadata=_m(gt=0))
@@ -157,11 +148,8 @@ class ProgressConfig:
     min_fraction: float | None = field(default=0.3, metadata=_m(gt=0, le=1))
     low_for_s: float = field(default=300.0, metadata=_m(gt=0))
     checkpoint: CheckpointConfig | None = None
-    # SPEC §15: a sustained drop against the run's settled level (core/progress/slowdown.py)
     slowdown: SlowdownConfig = field(default_factory=SlowdownConfig)
-    # SPEC §16: the loss the recognisers read, judged (core/progress/loss.py)
     loss: LossConfig = field(default_factory=LossConfig)
-    # SPEC §16: the work guarded (core/supervisor/resets.py, daemon/quarantine.py)
     checkpoint_guard: CheckpointGuardConfig = field(default_factory=CheckpointGuardConfig)
 
 
@@ -171,7 +159,6 @@ class RunsConfig:
 
     keep: int = field(default=1000, metadata=_m(ge=1))
     warmup_s: float = field(default=120.0, metadata=_m(ge=0))
-    # what the code is when job.cwd is no git work tree (files or folders, hashed whole)
     code_paths: tuple[str, ...] = field(default=(), metadata=_m(parse=parse_code_paths))
 
 
@@ -192,9 +179,7 @@ class RestartConfig:
     max_restarts: int = field(default=10, metadata=_m(ge=1))
     window_s: float = field(default=3600.0, metadata=_m(gt=0))
     max_no_progress: int = field(default=3, metadata=_m(ge=1))
-    # SPEC §14: failures in a row with the same deterministic cause and no step gained → fatal
     same_cause_limit: int = field(default=2, metadata=_m(ge=1))
-    # SPEC §16: observe never stops, kills or starts the job on a verdict (docs/trial.md)
     mode: Literal["act", "observe"] = "act"
 
 
@@ -224,7 +209,6 @@ class MetricsConfig:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TimelineConfig:
-    # `watchdogctl timeline` (SPEC §13): the newest buckets' width; older ones are merged.
     bucket_s: float = field(default=60.0, metadata=_m(ge=1, le=3600))
 
 
@@ -258,7 +242,6 @@ class ClusterConfig:
     lease_ttl_s: int = field(default=10, metadata=_m(ge=2))  # etcd grants whole seconds
     tls: ClusterTlsConfig | None = None
     auth: ClusterAuthConfig | None = None
-    # SPEC §15: plaintext to a host that is not loopback only when the user says so
     insecure: bool = False
 
 
@@ -300,7 +283,6 @@ class Config:
     timeline: TimelineConfig = field(default_factory=TimelineConfig)
     runs: RunsConfig = field(default_factory=RunsConfig)  # SPEC §15
     notify: NotifyConfig = field(default_factory=NotifyConfig)  # SPEC §16
-    # SPEC §14: the user's exit causes, tried before the built-in ones (docs/causes.md)
     causes: tuple[UserRule, ...] = field(default=(), metadata=_m(parse=parse_causes))
     state_dir: str = field(default="/var/lib/train-watchdog", metadata=_m(path=True))
     source: str = field(metadata=_m(internal=True))  # the config file's absolute path

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from watchdog.config import Config
     from watchdog.core.samples import GpuSample
     from watchdog.core.supervisor.events import Action, Answer, Event
-    from watchdog.core.supervisor.jobstate import Snapshot
+    from watchdog.core.supervisor.machine import Supervisor
     from watchdog.progress.joblog import JobLog
 
 
@@ -39,10 +39,6 @@ class EventFeed(Protocol):
     def unsubscribe(self, q: asyncio.Queue[dict[str, Any]]) -> None: ...
 
     def take_dropped(self, q: asyncio.Queue[dict[str, Any]]) -> int: ...
-
-
-class SupportsSnapshot(Protocol):
-    def snapshot(self) -> Snapshot: ...
 
 
 class HasLastSample(Protocol):
@@ -94,7 +90,7 @@ class Served(Protocol):
     def events(self) -> EventFeed: ...
 
     @property
-    def core(self) -> SupportsSnapshot: ...
+    def core(self) -> Supervisor: ...
 
     @property
     def gpus(self) -> HasLastSample: ...

@@ -28,8 +28,6 @@ from watchdog.state.writers import restore_durable
 
 if TYPE_CHECKING:
     from watchdog.cluster.link import ClusterLink
-    from watchdog.core.supervisor.machine import Supervisor
-    from watchdog.daemon.inbox import Inbox
     from watchdog.daemon.wiring import Outputs
 
 
@@ -42,15 +40,7 @@ class Adopter(handover.Resumer, Protocol):
     cluster: ClusterLink | None
     out: Outputs
 
-    @property
-    def core(self) -> Supervisor: ...
-
-    def emit(self, event: str, **fields: Any) -> dict[str, Any]: ...
-
     def status(self) -> dict[str, Any]: ...
-
-    @property
-    def inbox(self) -> Inbox: ...
 
 
 STARTUP_SCAN_TIMEOUT_S = 30.0  # the startup search for a previous daemon's job tree

@@ -35,7 +35,7 @@ class ClockWatch:
         self._gap = (start, now)
         self._woken.set()
         if self._sleep is not None:
-            _end(self._sleep)
+            wake(self._sleep)
 
     @property
     def pending(self) -> bool:
@@ -64,7 +64,7 @@ class ClockWatch:
         # at each of the sampler's wake-ups (idle CPU, bench/idle_ab.py).
         loop = asyncio.get_running_loop()
         self._sleep = waiter = loop.create_future()
-        timer = loop.call_later(delay_s, _end, waiter)
+        timer = loop.call_later(delay_s, wake, waiter)
         try:
             await waiter
         finally:
@@ -72,6 +72,7 @@ class ClockWatch:
             self._sleep = None
 
 
-def _end(waiter: asyncio.Future[None]) -> None:
+def wake(waiter: asyncio.Future[None]) -> None:
+    """End a wait on `waiter` (a timer's, or a gap's: whichever comes first; the inbox's too)."""
     if not waiter.done():
         waiter.set_result(None)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from watchdog import __version__, config
+from watchdog.config import EX_CONFIG
 from watchdog.daemon import handover as newcode
 from watchdog.daemon.wiring import NO_TRIAL, Trial
 from watchdog.outputs import metrics
@@ -20,8 +21,6 @@ from watchdog.outputs.proctitle import ProcTitle
 from watchdog.process import cgroup, identity
 from watchdog.state import folder
 from watchdog.state.folder import StateDir
-
-EX_CONFIG = config.EX_CONFIG
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,27 +18,25 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from watchdog import blocking
 from watchdog.core.health import causes
 from watchdog.core.supervisor.events import ChildExited
+from watchdog.daemon.port import Shell
 from watchdog.outputs import incident
 from watchdog.process import oomrecord, reaping
 from watchdog.progress.logfile import tail_lines, tail_of_job
 
 if TYPE_CHECKING:
-    from watchdog import config
     from watchdog.core.samples import GpuSample
-    from watchdog.core.supervisor.machine import Supervisor
-    from watchdog.daemon.inbox import Inbox
     from watchdog.daemon.run import JobRun, Runs
     from watchdog.daemon.sampling import Sampler
     from watchdog.daemon.tasks import Tasks
     from watchdog.gpu.watch import GpuWatch
 
 
-class Reporter(Protocol):
+class Reporter(Shell, Protocol):
     """What the report of an exit uses: the run that ended, the files it wrote, the GPU
     samples, and the inbox its ChildExited goes to."""
 
@@ -46,17 +44,6 @@ class Reporter(Protocol):
     gpus: GpuWatch
     sampler: Sampler
     tasks: Tasks
-
-    @property
-    def cfg(self) -> config.Config: ...
-
-    @property
-    def core(self) -> Supervisor: ...
-
-    @property
-    def inbox(self) -> Inbox: ...
-
-    def emit(self, event: str, **fields: Any) -> dict[str, Any]: ...
 
 
 GATHER_TIMEOUT_S = 3.0
@@ -74,9 +61,10 @@ async def read_baseline(run: JobRun, pid: int) -> None:
         return oomrecord.read(oomrecord.find_memory_cgroup(pid))
 
     try:
-        run.oom_baseline(await _IO.call(work, GATHER_TIMEOUT_S, what="reading the OOM counter"))
+        before = await _IO.call(work, GATHER_TIMEOUT_S, what="reading the OOM counter")
     except blocking.Hung as e:
-        run.oom_baseline(oomrecord.OomReading(None, None, why=f"cgroup read hung: {e}"))
+        before = oomrecord.OomReading(None, None, why=f"cgroup read hung: {e}")
+    run.evidence.oom_before = before
 
 
 def on_exit(d: Reporter, fut: asyncio.Future[reaping.ExitStatus]) -> None:
@@ -114,7 +102,8 @@ async def report(d: Reporter, run: JobRun, st: reaping.ExitStatus) -> None:
     d.inbox.post(ChildExited(st.pid, st.exit_code, st.signal, name, klass, line, path, cause.rank))
     if path is not None:
         people = _Bundle(path, now_utc, _tail_files(tails), list(d.gpus.recent))
-        record = {**_record(cause, facts), "oom_record": oomrecord.describe(run.oom_before, after)}
+        oom = oomrecord.describe(run.evidence.oom_before, after)
+        record = {**_record(cause, facts), "oom_record": oom}
         d.runs.bundle(d.tasks.spawn(_bundle(d, run, next_run, people, record)))
 
 
@@ -129,11 +118,11 @@ def _facts(
     return causes.ExitFacts(
         st.exit_code,
         st.signal,
-        signal_ours=run.stop_ordered,
+        signal_ours=run.evidence.stop_ordered,
         lines=tails[0] + tails[1],
-        oom_killed=oomrecord.killed(run.oom_before, after),
+        oom_killed=oomrecord.killed(run.evidence.oom_before, after),
         oom_limit=after.limit,
-        gpu_faults=tuple(run.faults_seen),
+        gpu_faults=tuple(run.evidence.faults_seen),
         progressed=run.monitor.progressed,
         rules=d.cfg.causes,
         is_progress=_progress_lines(d),
@@ -181,7 +170,8 @@ Tails = tuple[list[str], list[str]]  # the job log's last lines, the progress fi
 
 async def _gather(d: Reporter, run: JobRun) -> tuple[Tails, oomrecord.OomReading, tuple[str, ...]]:
     log, progress = d.cfg.job.log_file, d.sampler.progress_file_now()
-    cgroup = run.oom_before.cgroup if run.oom_before is not None else None
+    before = run.evidence.oom_before
+    cgroup = before.cgroup if before is not None else None
 
     def work() -> tuple[Tails, oomrecord.OomReading, tuple[str, ...]]:
         lines = tail_of_job(log, run.log, causes.MAX_LINES)  # the file the job writes
@@ -192,9 +182,7 @@ async def _gather(d: Reporter, run: JobRun) -> tuple[Tails, oomrecord.OomReading
         after = (
             oomrecord.read(cgroup)
             if cgroup is not None
-            else oomrecord.OomReading(
-                None, None, why=run.oom_before.why if run.oom_before is not None else why
-            )
+            else oomrecord.OomReading(None, None, why=before.why if before is not None else why)
         )
         return (lines, more), after, read_error_files(lines + more)
 

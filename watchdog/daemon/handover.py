@@ -25,6 +25,7 @@ from watchdog.core.protocol import wire as protocol
 from watchdog.core.supervisor.events import HandoverResumed
 from watchdog.core.supervisor.machine import Supervisor
 from watchdog.daemon import params
+from watchdog.daemon.port import Shell
 from watchdog.daemon.run import JobRun
 from watchdog.progress.joblog import JobLog
 
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from watchdog.daemon.wiring import Lifetime
 
 
-class Resumer(Protocol):
+class Resumer(Shell, Protocol):
     """What the new code's side takes the state over into (adoption.py calls it)."""
 
     life: Lifetime
@@ -44,9 +45,6 @@ class Resumer(Protocol):
     runs: Runs
     consumer: Consumer
     sampler: Sampler
-
-    @property
-    def cfg(self) -> config.Config: ...
 
 
 STATE_ENV = "WATCHDOGD_REEXEC_FD"

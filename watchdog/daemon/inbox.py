@@ -21,7 +21,7 @@ from watchdog.core.health.monitor import HealthConfig
 from watchdog.core.health.ranks import RankKey
 from watchdog.core.samples import GpuSample
 from watchdog.core.supervisor.events import Action, Event
-from watchdog.daemon.clockgap import ClockWatch
+from watchdog.daemon.clockgap import ClockWatch, wake
 from watchdog.progress.follower import FollowResult
 
 if TYPE_CHECKING:
@@ -185,7 +185,7 @@ class Inbox:
         if not self._items and (timeout_s is None or timeout_s > 0):
             loop = asyncio.get_running_loop()
             self._waiter = waiter = loop.create_future()
-            timer = None if timeout_s is None else loop.call_later(timeout_s, _wake, waiter)
+            timer = None if timeout_s is None else loop.call_later(timeout_s, wake, waiter)
             try:
                 await waiter
             finally:
@@ -193,11 +193,6 @@ class Inbox:
                 if timer is not None:
                     timer.cancel()
         return self._items.popleft() if self._items else None
-
-
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 class GpuNewsPosted:

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog import config
 from watchdog.daemon.inbox import Inbox
 from watchdog.daemon.tasks import Tasks
+
+if TYPE_CHECKING:
+    from watchdog.core.supervisor.machine import Supervisor
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,3 +28,20 @@ class Port:
     inbox: Inbox  # the one way in: every input for the core is posted (or asked) here
     emit: Callable[..., Any]  # the one way out: events.jsonl, its subscribers, the hooks
     tasks: Tasks  # the daemon's own tasks: work that outlives a call; a failure is reported
+
+
+class Shell(Protocol):
+    """The daemon as a part handed the whole of it sees it (loop.py's Daemon): the config now,
+    the core, the one way in and the one way out. Each such part's own Protocol adds what
+    else it reads (exitcause.Reporter, statusview.Shown, adoption.Adopter, reexec.Carrier)."""
+
+    @property
+    def cfg(self) -> config.Config: ...
+
+    @property
+    def core(self) -> Supervisor: ...
+
+    @property
+    def inbox(self) -> Inbox: ...  # its `time`: the shell's one clock (clock.py)
+
+    def emit(self, event: str, **fields: Any) -> dict[str, Any]: ...

@@ -35,23 +35,22 @@ import sys
 from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog import __version__, blocking
-from watchdog.control.backend import ReexecRefused
+from watchdog.control.backend import ReexecRefused as Refused
 from watchdog.core import images
 from watchdog.core.supervisor.events import Tick
 from watchdog.daemon import handover
 from watchdog.daemon.handover import FORMAT, STATE_ENV
+from watchdog.daemon.port import Shell
 from watchdog.process import launch
 
 if TYPE_CHECKING:
     from watchdog.control.server import ControlServer
-    from watchdog.core.supervisor.machine import Supervisor
-    from watchdog.daemon.inbox import Inbox
     from watchdog.daemon.jobtree import JobTree
     from watchdog.daemon.run import Runs
     from watchdog.daemon.wiring import Lifetime, Outputs
 
 
-class Carrier(Protocol):
+class Carrier(Shell, Protocol):
     """What the old code's side reads to hand the state over, and how it pauses and flushes."""
 
     life: Lifetime
@@ -60,13 +59,7 @@ class Carrier(Protocol):
     control: ControlServer
     out: Outputs
 
-    @property
-    def core(self) -> Supervisor: ...
-
     def inputs_waiting(self) -> int: ...
-
-    @property
-    def inbox(self) -> Inbox: ...
 
     def account(self) -> None: ...
 
@@ -77,10 +70,6 @@ CHECK_TIMEOUT_S = 60.0
 FLUSH_TIMEOUT_S = 10.0  # the event history before the exec
 DRAIN_S = 0.5  # requests under way on the old code get this long to be answered
 DRAIN_TRIES = 20  # the queue emptied before the exec: as many rounds, each one input behind
-
-
-# the control commands catch it through their backend Protocol, never importing this module
-Refused = ReexecRefused
 
 
 def entry_argv() -> list[str]:

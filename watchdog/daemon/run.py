@@ -110,21 +110,6 @@ class JobRun:
         if old is not None and old is not log:
             old.close()
 
-    @property
-    def oom_before(self) -> oomrecord.OomReading | None:
-        return self.evidence.oom_before
-
-    @property
-    def faults_seen(self) -> list[str]:
-        return self.evidence.faults_seen
-
-    @property
-    def stop_ordered(self) -> bool:
-        return self.evidence.stop_ordered
-
-    def oom_baseline(self, reading: oomrecord.OomReading) -> None:
-        self.evidence.oom_before = reading
-
     def fault_seen(self, message: str) -> None:
         if len(self.evidence.faults_seen) < 20:  # bounded: the newest few name the cause
             self.evidence.faults_seen.append(message)

@@ -11,11 +11,9 @@ from watchdog import __version__
 from watchdog.core.progress.loss import loss_line
 from watchdog.core.progress.stall_window import LEARNING
 from watchdog.core.views import eta, status
+from watchdog.daemon.port import Shell
 
 if TYPE_CHECKING:
-    from watchdog import config
-    from watchdog.core.supervisor.machine import Supervisor
-    from watchdog.daemon.inbox import Inbox
     from watchdog.daemon.jobtree import JobTree
     from watchdog.daemon.run import Runs
     from watchdog.daemon.sampling import Sampler
@@ -24,7 +22,7 @@ if TYPE_CHECKING:
     from watchdog.gpu.watch import GpuWatch
 
 
-class Shown(Protocol):
+class Shown(Shell, Protocol):
     """The parts whose state the status object shows (a read: it changes none of them)."""
 
     runs: Runs
@@ -34,15 +32,6 @@ class Shown(Protocol):
     tree: JobTree
     life: Lifetime
     out: Outputs
-
-    @property
-    def cfg(self) -> config.Config: ...
-
-    @property
-    def core(self) -> Supervisor: ...
-
-    @property
-    def inbox(self) -> Inbox: ...  # its `time`: the shell's one clock (clock.py)
 
 
 def build(d: Shown) -> dict[str, Any]:

@@ -86,14 +86,5 @@ def answers() -> list[str]:
 
 
 def markdown() -> str:
-    lines = [
-        HEAD,
-        "## Diagram",
-        "",
-        *diagram(),
-        *answers(),
-        "",
-        "## Each state, each input",
-        *rows(),
-    ]
-    return "\n".join(lines) + "\n"
+    lines = [HEAD, "## Diagram", "", *diagram(), *answers(), "", "## Each state, each input"]
+    return "\n".join([*lines, *rows()]) + "\n"

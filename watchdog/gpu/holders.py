@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
+
+from watchdog.process.identity import open_paths
 
 
 def processes_using_nvidia_devices(prefix: str = "/dev/nvidia") -> dict[int, list[str]]:
@@ -17,20 +18,9 @@ def processes_using_nvidia_devices(prefix: str = "/dev/nvidia") -> dict[int, lis
         pids = [int(e.name) for e in entries if e.name.isdigit()]
     for pid in pids:
         try:
-            paths = _open_paths(pid, prefix)
+            paths = {path for path in open_paths(pid) if path.startswith(prefix)}
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue  # the process exited, or is not ours to inspect
         if paths:
             found[pid] = sorted(paths)
     return found
-
-
-def _open_paths(pid: int, prefix: str) -> set[str]:
-    paths: set[str] = set()
-    with os.scandir(f"/proc/{pid}/fd") as fds:
-        for fd in fds:
-            with contextlib.suppress(FileNotFoundError):  # closed while we looked
-                target = os.readlink(fd.path)
-                if target.startswith(prefix):
-                    paths.add(target)
-    return paths

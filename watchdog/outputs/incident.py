@@ -235,10 +235,6 @@ def _describe(pid: int) -> ProcInfo:
     )
 
 
-def _describe_all(pids: Sequence[int]) -> list[ProcInfo]:
-    return [_describe(pid) for pid in dict.fromkeys(pids)]
-
-
 def _format_tree(procs: Sequence[ProcInfo]) -> str:
     rows = [f"{'PID':>8} {'PPID':>8} {'STATE':<10} {'RSS_MIB':>9} CMDLINE"]
     for p in procs:
@@ -327,9 +323,8 @@ async def _tree_and_stacks(
     pids: Sequence[int], pyspy_timeout_s: float, errors: list[str]
 ) -> tuple[str, str]:
     """process_tree.txt and stacks.txt, or notes saying why they are missing."""
-    procs = await _bounded(
-        _PROCS_IO, lambda: _describe_all(pids), _PROCS_TIMEOUT_S, "process list", errors
-    )
+    describe = lambda: [_describe(pid) for pid in dict.fromkeys(pids)]  # noqa: E731
+    procs = await _bounded(_PROCS_IO, describe, _PROCS_TIMEOUT_S, "process list", errors)
     if procs is None:
         return "(process list unavailable: see errors.txt)\n", "(no process list)\n"
     return _format_tree(procs), await dump_stacks(procs, pyspy_timeout_s)

@@ -28,9 +28,6 @@ if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
 PREFIX = "train_watchdog"
-STATES = names.STATES
-# The detectors that can be "firing" (SPEC §4).
-DETECTORS = names.DETECTORS
 # Restart reasons reported from the start (at 0): PromQL's increase() misses the first
 # restart of a series that only appears with it.
 RESTART_REASONS = (*sorted(names.DEFAULT_RESTART_ON), "operator")
@@ -66,9 +63,11 @@ def _counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> CounterMetric
     return CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=list(labels))
 
 
-def _single(family: GaugeMetricFamily | CounterMetricFamily, value: float) -> Metric:
-    """`family` with its one unlabelled sample."""
-    family.add_metric([], value)
+def _single(family: GaugeMetricFamily | CounterMetricFamily, value: float | None) -> Metric:
+    """`family` with its one unlabelled sample; none when the value is not known (a missing
+    reading is an absent sample, never a fake 0)."""
+    if value is not None:
+        family.add_metric([], value)
     return family
 
 
@@ -82,13 +81,13 @@ def families(st: Mapping[str, Any], wall_now: float) -> list[Metric]:
     state = _gauge(
         "job_state", "1 for the job's current state, 0 for the other states.", ("state",)
     )
-    for name in (*STATES, *([st["state"]] if st["state"] not in STATES else [])):
+    for name in (*names.STATES, *([st["state"]] if st["state"] not in names.STATES else [])):
         state.add_metric([name], 1 if name == st["state"] else 0)
     firing = _gauge(
         "detector_firing", "1 while a health detector's verdict fires, by reason.", ("reason",)
     )
     reasons = set(st["reasons"])
-    for reason in sorted(reasons | set(DETECTORS)):
+    for reason in sorted(reasons | set(names.DETECTORS)):  # every detector (SPEC §4)
         firing.add_metric([reason], 1 if reason in reasons else 0)
     out: list[Metric] = [
         up,
@@ -174,13 +173,10 @@ def _gpu_families(st: Mapping[str, Any]) -> Iterator[Metric]:
 def _progress_families(st: Mapping[str, Any], wall_now: float) -> Iterator[Metric]:
     progress = st["progress"]
     tps = _gauge("tokens_per_second", "Throughput from the job's newest progress line.")
-    if progress["tokens_per_s"] is not None:
-        tps.add_metric([], progress["tokens_per_s"])
-    yield tps
+    yield _single(tps, progress["tokens_per_s"])
     last = _gauge("last_progress_timestamp_seconds", "Unix time of the job's newest progress line.")
-    if progress["last_progress_age_s"] is not None:
-        last.add_metric([], round(wall_now - progress["last_progress_age_s"], 1))
-    yield last
+    age = progress["last_progress_age_s"]
+    yield _single(last, None if age is None else round(wall_now - age, 1))
     window = _gauge(
         "stall_window_seconds",
         "How long a silence of the job `stalled` waits out now, per phase (SPEC §14).",
@@ -190,25 +186,16 @@ def _progress_families(st: Mapping[str, Any], wall_now: float) -> Iterator[Metri
         window.add_metric([phase], window_s)
     yield window
     loss = _gauge("loss", "The training loss the job printed last (NaN when it went NaN).")
-    value = loss_value((progress.get("loss") or {}).get("last"))  # SPEC §16
-    if value is not None:
-        loss.add_metric([], value)
-    yield loss
+    yield _single(loss, loss_value((progress.get("loss") or {}).get("last")))  # SPEC §16
     yield from _checkpoint_families(progress.get("checkpoint") or {})
 
 
 def _checkpoint_families(ck: Mapping[str, Any]) -> Iterator[Metric]:
     """SPEC §16: how old the newest complete checkpoint is, and the steps done since it."""
     age = _gauge("checkpoint_age_seconds", "Age of the job's newest complete checkpoint.")
-    if ck.get("age_s") is not None:
-        age.add_metric([], ck["age_s"])
-    yield age
-    risk = _gauge(
-        "work_at_risk_steps", "Steps done since the newest complete checkpoint: lost at a crash."
-    )
-    if ck.get("at_risk_steps") is not None:
-        risk.add_metric([], ck["at_risk_steps"])
-    yield risk
+    yield _single(age, ck.get("age_s"))
+    risk = "Steps done since the newest complete checkpoint: lost at a crash."
+    yield _single(_gauge("work_at_risk_steps", risk), ck.get("at_risk_steps"))
 
 
 def _goodput_families(g: Mapping[str, Any]) -> Iterator[Metric]:
@@ -248,7 +235,7 @@ def _run_families(st: Mapping[str, Any]) -> Iterator[Metric]:
         hist.add_metric([], [(le, n) for le, n in cost["buckets"]], cost["sum"])
         yield hist
     run = st.get("run") or {}
-    if run.get("steady_tokens_per_s") is not None:
+    if run.get("steady_tokens_per_s") is not None:  # the family only once there is a figure
         doc = "The current run's median tokens/s after its warm-up (runs.warmup_s)."
         yield _single(_gauge("run_steady_tokens_per_second", doc), run["steady_tokens_per_s"])
 

@@ -112,24 +112,25 @@ def probe(wanted: str = "auto", *, take: bool = True) -> Delegation:
         return Delegation("signals", None, "job.stop_mode: signals")
     found = _usable()
     if isinstance(found, str):
-        if wanted == "cgroup":
-            raise CgroupUnusable(found)
-        return Delegation("signals", None, found)
+        return _signals(wanted, found)
     own, base = found
     if (alone := _alone(own, base)) is not None:
-        if wanted == "cgroup":
-            raise CgroupUnusable(alone)
-        return Delegation("signals", None, alone)
+        return _signals(wanted, alone)
     if take and own == base:
         try:
             _enter_leaf(own)
         except OSError as e:
-            if wanted == "cgroup":
-                raise CgroupUnusable(f"cannot move into {own}/{SUPERVISOR_LEAF}: {e}") from e
-            return Delegation("signals", None, f"cannot move into {own}/{SUPERVISOR_LEAF}: {e}")
+            return _signals(wanted, f"cannot move into {own}/{SUPERVISOR_LEAF}: {e}")
     kill_file = os.path.exists(os.path.join(own, "cgroup.kill"))
     how = "cgroup.kill" if kill_file else "cgroup.freeze, then SIGKILL to every member"
     return Delegation("cgroup", base, f"delegated cgroup v2; stops with {how}", kill_file)
+
+
+def _signals(wanted: str, why: str) -> Delegation:
+    """Signals mode, for `why`; CgroupUnusable when `cgroup` was asked for."""
+    if wanted == "cgroup":
+        raise CgroupUnusable(why)
+    return Delegation("signals", None, why)
 
 
 def _usable() -> tuple[str, str] | str:

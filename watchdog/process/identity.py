@@ -19,6 +19,7 @@ Outside systemd only: under systemd (KillMode=control-group) the job dies with t
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 
 import psutil
@@ -59,6 +60,18 @@ def provable_leader(
     except (psutil.Error, OSError):
         return None
     return pid if marked else None
+
+
+def open_paths(pid: int, limit: int | None = None) -> list[str]:
+    """What the first `limit` descriptors of `pid` point at (/proc/<pid>/fd, read directly:
+    psutil's open_files reads every descriptor's fdinfo too, unbounded); one closed while it
+    was looked at is left out. Raises OSError when the process is gone or not ours to read."""
+    found = []
+    with os.scandir(f"/proc/{pid}/fd") as fds:
+        for fd in itertools.islice(fds, limit):
+            with contextlib.suppress(OSError):
+                found.append(os.readlink(fd.path))
+    return found
 
 
 def stat_fields(pid: int) -> list[bytes] | None:

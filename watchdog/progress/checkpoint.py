@@ -31,7 +31,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -114,17 +114,7 @@ def pick_dcp(entries: Iterable[tuple[str, float]]) -> tuple[float, str] | None:
 def read_checkpoint(path: str, kind: str) -> Checkpoint:
     """Blocking: the newest complete checkpoint under `path`, or why there is none."""
     try:
-        if kind == "megatron":
-            return _read_megatron(path)
-        if kind == "hf":
-            return _read_hf(path)
-        if kind == "dcp":
-            return _read_dcp(path)
-        if kind == "deepspeed":
-            return _read_deepspeed(path)
-        if kind == "lightning":
-            return _read_lightning(path, time.time())
-        return _read_mtime(path)
+        return _READERS.get(kind, _read_mtime)(path)  # mtime: any other kind
     except FileNotFoundError:
         return Checkpoint(None, error=f"{path}: no checkpoint yet")
     except (OSError, UnicodeDecodeError) as exc:
@@ -246,6 +236,15 @@ def _read_mtime(path: str) -> Checkpoint:
     return Checkpoint(newest, os.path.basename(path), newest)
 
 
+_READERS: dict[str, Callable[[str], Checkpoint]] = {
+    "megatron": _read_megatron,
+    "hf": _read_hf,
+    "dcp": _read_dcp,
+    "deepspeed": _read_deepspeed,
+    "lightning": lambda path: _read_lightning(path, time.time()),
+}
+
+
 def newest_write(path: str, kind: str, depth: int = 3) -> float | None:
     """Blocking: the newest mtime of the checkpoint folder, its entries, and down the newest
     subfolder (`checkpoint-500/`, `iter_0000500/mp_rank_00/`: the shards being written) to
@@ -287,11 +286,6 @@ def _empty_folder(folder: str) -> bool:
         return next(it, None) is None
 
 
-def _read_with_activity(path: str, kind: str) -> Checkpoint:
-    found = read_checkpoint(path, kind)
-    return dataclasses.replace(found, activity_at=newest_write(path, kind))
-
-
 class CheckpointWatch:
     """Reads the checkpoint in a thread, one read at a time, each under READ_TIMEOUT_S."""
 
@@ -330,10 +324,13 @@ class CheckpointWatch:
         (the bounded worker, blocking.py: never asyncio's default executor, issue 23)."""
         path, kind = self.path, self.kind
         self.hung = False
+
+        def work() -> Checkpoint:  # where it is, and the newest write where saves go
+            found = read_checkpoint(path, kind)
+            return dataclasses.replace(found, activity_at=newest_write(path, kind))
+
         try:
-            found = await _READS.call(
-                lambda: _read_with_activity(path, kind), READ_TIMEOUT_S, what=f"reading {path}"
-            )
+            found = await _READS.call(work, READ_TIMEOUT_S, what=f"reading {path}")
         except blocking.Hung:
             self.hung = True
             found = Checkpoint(None, error=f"{self.path}: read took over {READ_TIMEOUT_S:g} s")

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from watchdog import blocking
 from watchdog.core.progress.layouts import DEEPSPEED_LATEST, classify
+from watchdog.process import identity
 from watchdog.progress.checkpoint import parse_deepspeed_latest
 
 MAX_DEPTH = 4  # cwd/lightning_logs/version_0/checkpoints/epoch=0-step=10.ckpt
@@ -89,22 +90,14 @@ def held_open(pids: Iterable[int], cwd: str) -> list[str]:
 
 
 def _open_files(pid: int) -> list[str]:
-    """The paths of the regular files process `pid` holds open (its first MAX_FDS
-    descriptors; /proc/PID/fd read directly: psutil's open_files reads every descriptor's
-    fdinfo too, unbounded)."""
-    found = []
+    """The paths of the regular files process `pid` holds open (its first MAX_FDS)."""
     try:
-        with os.scandir(f"/proc/{pid}/fd") as it:
-            for entry in itertools.islice(it, MAX_FDS):
-                try:
-                    target = os.readlink(entry.path)
-                except OSError:
-                    continue
-                if target.startswith("/") and not target.endswith(" (deleted)"):
-                    found.append(target)
+        found = identity.open_paths(pid, MAX_FDS)
     except OSError:
         return []  # gone, or not ours to read
-    return [p for p in found if os.path.isfile(p)]
+    return [
+        p for p in found if p.startswith("/") and not p.endswith(" (deleted)") and os.path.isfile(p)
+    ]
 
 
 def _may_look(folder: str, inside_cwd: str) -> bool:

@@ -14,15 +14,11 @@ ERROR_NAMES: dict[int, str] = {
     for name, value in vars(pynvml).items()
     if name.startswith("NVML_ERROR_") and isinstance(value, int)
 }
-# Drivers without memory-info v2: the symbol is missing (pynvml raises FUNCTION_NOT_FOUND), or
-# the driver rejects the call or its struct version.
-V2_MISSING = frozenset(
-    {
-        pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
-        pynvml.NVML_ERROR_NOT_SUPPORTED,
-        pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
-    }
-)
+# A driver without the call (pynvml raises FUNCTION_NOT_FOUND for a missing symbol), or a GPU
+# without what it reads (the clock event reasons, the event API): not an error, just unknown.
+MISSING_CALL = frozenset({pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, pynvml.NVML_ERROR_NOT_SUPPORTED})
+# Drivers without memory-info v2: the call is missing, or its struct version is rejected.
+V2_MISSING = MISSING_CALL | {pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH}
 # The device is gone until the host resets it: restarting the job cannot help.
 LOST_CODES = frozenset({pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_RESET_REQUIRED})
 # The session itself is broken (driver unloaded or upgraded under us): nothing can be read.
@@ -35,8 +31,6 @@ SESSION_BROKEN = frozenset(
 )
 # What a revoked device cgroup makes NVML answer (a fresh init: "Unknown Error"; notes/nvml.md).
 ACCESS_DENIED = frozenset({pynvml.NVML_ERROR_UNKNOWN, pynvml.NVML_ERROR_NO_PERMISSION})
-# A driver without the clock event reasons, or a GPU without them: not an error, just unknown.
-CLOCKS_MISSING = frozenset({pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, pynvml.NVML_ERROR_NOT_SUPPORTED})
 NOT_FOUND = frozenset({pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT})
 
 INIT_REASONS: dict[int, str] = {

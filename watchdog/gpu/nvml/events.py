@@ -12,13 +12,18 @@ from typing import Any, Literal, TypeVar
 import pynvml
 
 from watchdog.core.health.xid import event_fault
-from watchdog.gpu.nvml.errors import ACCESS_DENIED, Unavailable, error_code, error_name
+from watchdog.gpu.nvml.errors import (
+    ACCESS_DENIED,
+    MISSING_CALL,
+    Unavailable,
+    error_code,
+    error_name,
+)
 from watchdog.gpu.nvml.session import INIT_RETRY_S, Session
 
 _T = TypeVar("_T")
 # Xid critical errors, double-bit ECC, GPU unavailable, recovery action changed (nvml.h).
 _WATCHED_EVENTS = 0x8 | 0x2 | 0x4000 | 0x8000
-_MISSING_API = frozenset({pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, pynvml.NVML_ERROR_NOT_SUPPORTED})
 
 
 class EventWatcher:
@@ -102,7 +107,7 @@ class EventWatcher:
                 if error_code(exc) == pynvml.NVML_ERROR_TIMEOUT:
                     continue  # the normal "no event" answer
                 self._state = f"not checked: nvmlEventSetWait_v2: {error_name(exc)}"
-                if error_code(exc) in _MISSING_API or self._stop.wait(1.0):
+                if error_code(exc) in MISSING_CALL or self._stop.wait(1.0):
                     return
                 self._state = "watching"
                 continue
@@ -128,7 +133,7 @@ class EventWatcher:
                     self._event_set,
                 )
             except pynvml.NVMLError as exc:
-                if error_code(exc) in _MISSING_API:
+                if error_code(exc) in MISSING_CALL:
                     raise
                 continue
             key = ctypes.cast(dev.handle, ctypes.c_void_p).value

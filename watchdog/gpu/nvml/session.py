@@ -44,10 +44,10 @@ from watchdog.core.health.xid import Counters
 from watchdog.core.samples import GpuReading, GpuSample
 from watchdog.gpu.nvml.errors import (
     ACCESS_DENIED,
-    CLOCKS_MISSING,
     ERROR_NAMES,
     INIT_REASONS,
     LOST_CODES,
+    MISSING_CALL,
     NOT_FOUND,
     SESSION_BROKEN,
     V2_MISSING,
@@ -173,7 +173,7 @@ class Session:
         if not self.devices:
             return None
         for dev, reading in zip(self.devices, gpus, strict=True):
-            codes = (dev.codes or set()) - CLOCKS_MISSING  # a call this GPU lacks says nothing
+            codes = (dev.codes or set()) - MISSING_CALL  # a call this GPU lacks says nothing
             if reading.used_mib is not None or not codes or not codes <= ACCESS_DENIED:
                 return None
         codes = {c for d in self.devices for c in d.codes or ()} & ACCESS_DENIED
@@ -298,7 +298,7 @@ class Session:
         try:
             clocks = self._clocks(dev)
         except pynvml.NVMLError as exc:
-            if error_code(exc) not in CLOCKS_MISSING:
+            if error_code(exc) not in MISSING_CALL:
                 errors.append(f"clock event reasons: {error_name(exc)}")
         return GpuReading(
             index=dev.index,
