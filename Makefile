@@ -23,16 +23,27 @@ all: test
 # TORCH_PIP_ARGS: extra pip options for the torch extra (e.g. an index of CPU-only builds).
 TORCH_PIP_ARGS ?=
 
+# The editable install as a path (a .pth naming this folder: setuptools' `compat` mode), not
+# setuptools' default import hook, whose module imports pathlib, importlib.util and fnmatch at
+# every Python start in the venv (~12 ms of CPU): every watchdogctl (which imports none of them),
+# job script and daemon the tests start paid it, 8-10 % of the CPU of test_timeline, test_control
+# and test_persist (2026-12-06). Where the build backend has lost that deprecated mode, the default.
+# $(call EDITABLE,PIP OPTIONS,TARGET)
+EDITABLE = $(BIN)/pip install -q $(1) -e '$(2)' --config-settings editable_mode=compat || \
+	$(BIN)/pip install -q $(1) -e '$(2)'
+DEV_EXTRAS := .[dev,diagnostics,metrics,cluster,notify]
+TORCH_EXTRAS := .[torch,frameworks]
+
 $(BASE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e .
+	$(call EDITABLE,,.)
 	touch $@
 
 $(STAMP): $(BASE_STAMP)
-	$(BIN)/pip install -q -e '.[dev,diagnostics,metrics,cluster,notify]'
+	$(call EDITABLE,,$(DEV_EXTRAS))
 	@# The torchrun and framework tests need torch (and transformers, lightning); where they cannot be installed they skip and say why.
-	$(BIN)/pip install -q $(TORCH_PIP_ARGS) -e '.[torch,frameworks]' || \
+	{ $(call EDITABLE,$(TORCH_PIP_ARGS),$(TORCH_EXTRAS)); } || \
 		echo "torch or the frameworks extra could not be installed: tests/test_torchrun.py and tests/test_frameworks.py will skip, saying why" >&2
 	touch $@
 
@@ -77,7 +88,12 @@ PYTEST_RUN = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --du
 # The tree byte-compiled once before a run: where PYTHONDONTWRITEBYTECODE is set no process writes
 # its .pyc, so every daemon and watchdogctl the tests start compiled the package from source
 # again (0.40 s of CPU to import watchdogd instead of 0.22: ~60 s of CPU over ~330 daemon starts).
-COMPILE = $(BIN)/python -m compileall -q watchdog tests/support bench
+# The same holds for the test modules as pytest rewrites their asserts: each of the 6 workers
+# rewrote all ~175 of them again (7 s of CPU a worker, 2026-12-06). One collection with writing
+# allowed leaves pytest's own cached copies (__pycache__/*-pytest-*.pyc), which the workers read
+# even where they may not write; a collection error shows in the run itself.
+COMPILE = $(BIN)/python -m compileall -q watchdog tests/support bench && \
+	{ PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest --collect-only -q -p no:cacheprovider >/dev/null || true; }
 
 test: $(STAMP) $(FAKE_NVML) $(FAKE_CLOCK)
 	$(COMPILE)

@@ -42,8 +42,10 @@ _prebuild: list[Any] = []
 def pytest_configure(config: pytest.Config) -> None:
     """A fresh machine has no cached root file system for the systemd tests: build it while the
     other tests run (the controller only, and only when tests/systemd is part of an unnarrowed
-    run: `make check`'s pure tests and `-k` runs never wait for a build they do not need)."""
-    if hasattr(config, "workerinput") or config.option.markexpr or config.option.keyword:
+    run: `make check`'s pure tests, `-k` runs and `--collect-only` (make test's first pass) never
+    wait for a build they do not need)."""
+    narrowed = config.option.markexpr or config.option.keyword or config.option.collectonly
+    if hasattr(config, "workerinput") or narrowed:
         return
     paths = [pathlib.Path(a.split("::")[0]).resolve() for a in config.args] or [pathlib.Path.cwd()]
     if not any(p == _SYSTEMD_TESTS or p in _SYSTEMD_TESTS.parents for p in paths):

@@ -5,6 +5,7 @@ the kinds added with it (deepspeed, lightning)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -18,10 +19,18 @@ import pytest
 from watchdog.progress import checkpoint as C
 from watchdog.progress import discover as D
 
-torch = pytest.importorskip("torch", reason="torch is a test extra (make test installs it)")
+# torch is imported by the tests that save with it, not at collection: every worker of `make test`
+# collects this module, and `import torch` there cost each of them 2 s of CPU (tests/tiers.py
+# GROUPS keeps these tests on one worker, so one process imports it).
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None,
+    reason="torch is a test extra (make test installs it)",
+)
 
 
 def save(path: Path, **tensors: object) -> None:
+    import torch
+
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({k: torch.zeros(2) if v is None else v for k, v in tensors.items()}, path)
 
@@ -44,6 +53,7 @@ def deepspeed_layout(root: Path, step: int) -> None:
 
 def dcp_save(folder: Path) -> None:
     """A real torch.distributed.checkpoint save in one process (`.metadata` written last)."""
+    import torch
     import torch.distributed.checkpoint as dcp
 
     with warnings.catch_warnings():

@@ -103,6 +103,17 @@ def healthy_with_step(d: Daemon, pid: int | None = None, above: int = 0) -> dict
     return result
 
 
+def newest_in_status(d: Daemon) -> dict[str, Any]:
+    """Wait until status reads a complete checkpoint in the learned folder."""
+
+    def seen(s: dict[str, Any]) -> dict[str, Any] | None:
+        c = s["progress"]["checkpoint"]
+        return c if c is not None and c["mark"] is not None else None
+
+    found: dict[str, Any] = d.wait_status(seen, STARTUP_S, "a checkpoint read", interval=0.2)
+    return found
+
+
 def freeze_until_restarted(d: Daemon, checkpoint: Callable[[], int]) -> tuple[int, int]:
     """Once a checkpoint exists, SIGSTOP the job's process group; wait for `stalled` and the
     next spawn, with the frozen run gone. Returns (the checkpoint's step, the new pid)."""
@@ -219,18 +230,26 @@ def test_hf_trainer_steps_slower_than_a_second_in_s_per_it_are_progress(
     assert s["progress"]["step"] <= max(int(n) for n in slow), (s["progress"], slow)
 
 
-def test_lightning_tqdm_healthy_stalled_when_frozen_and_resumes(
+def test_lightning_tqdm_healthy_folder_learned_stalled_when_frozen_and_resumes(
     make_daemon: DaemonFactory, work: pathlib.Path
 ) -> None:
-    """A Lightning run with its TQDM bar and no pattern is healthy with its step in status, is
-    found stalled when frozen, and its restart resumes past the checkpoint (Lightning's resumed
-    bar reads `Training: … 9301/? […]`), not from step 0."""
+    """A Lightning run with its TQDM bar and no pattern is healthy with its step in status; its
+    ModelCheckpoint folder is learned from its `.ckpt` files, kind lightning, and its newest
+    finished file read (a save every 3 s of training, by time: a count of steps replaced the
+    file faster than the 1 s it must stay untouched on a quiet machine, so the read depended on
+    this machine's speed); frozen, it is found stalled, and its restart resumes past the
+    checkpoint (Lightning's resumed bar reads `Training: … 9301/? […]`), not from step 0. One
+    run proves both: each Lightning start costs 6 s of CPU."""
     d = make_daemon(
         [sys.executable, str(JOBS / "lightning_job.py"), str(work), "tqdm"],
-        framework_config(work),
+        framework_config(work, env={"CKPT_EVERY_S": "3"}),
     )
     first = healthy_with_step(d)
     assert first["progress"]["source"] == "tqdm", first["progress"]
+    found = d.wait_event("checkpoint_found", timeout=STARTUP_S)[0]
+    where = (found["path"], found["kind"], found["from"])
+    assert where == (str(work / "checkpoints"), "lightning", "files")
+    assert newest_in_status(d)["label"].endswith(".ckpt")
     saved, new_pid = freeze_until_restarted(d, lambda: lightning_checkpoint(work))
     again = healthy_with_step(d, new_pid, above=saved)
     assert again["restarts"]["last_reason"] == "stalled", again["restarts"]

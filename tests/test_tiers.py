@@ -121,8 +121,13 @@ def _dry_run(target: str) -> list[str]:
 
 def test_make_test_runs_on_workers_listing_the_slowest_10_and_check_runs_the_pure_tier() -> None:
     """`make test` runs pytest on several workers with the grouping scheduler and prints the 10
-    slowest tests; `make check` runs the linters, then the pure tier."""
-    (run,) = [line for line in _dry_run("test") if "-m pytest" in line]
+    slowest tests, after one collection allowed to write pytest's rewritten test modules (which
+    the workers then read instead of each rewriting them); `make check` runs the linters, then
+    the pure tier."""
+    lines = _dry_run("test")
+    (first,) = [i for i, line in enumerate(lines) if "-m pytest --collect-only" in line]
+    assert "PYTHONDONTWRITEBYTECODE= " in lines[first], lines[first]
+    (run,) = [line for line in lines[first + 1 :] if "-m pytest" in line]
     assert all(opt in run for opt in (" -n ", "--dist loadgroup", "--durations=10")), run
     check = _dry_run("check")
     ruff = next(i for i, line in enumerate(check) if "ruff check" in line)

@@ -58,35 +58,39 @@ def work(tmp_path: pathlib.Path) -> pathlib.Path:
     return folder
 
 
-@pytest.mark.parametrize("max_restarts", [0, 3])
-def test_killed_rank_restarts_the_whole_tree(
-    tmp_path: pathlib.Path, work: pathlib.Path, max_restarts: int
-) -> None:
+def test_killed_rank_restarts_the_whole_tree(tmp_path: pathlib.Path, work: pathlib.Path) -> None:
     """A rank SIGKILLed at step 3 takes the job down as one, whatever torchrun's own
     --max-restarts: the agent and every rank of that run are gone before the next start, which
     resumes training past step 3. With --max-restarts 3 the agent would restart the ranks
-    itself; the watchdog's rank watch sees the rank die and restarts the whole tree instead."""
+    itself; the watchdog's rank watch sees the rank die and restarts the whole tree instead.
+    (With --max-restarts 0 the agent ends the tree itself: the killed case of
+    test_a_dead_rank_is_named_from_torchruns_summary, whose run this assertion shares.)"""
     (work / "fault").write_text("kill_rank=1\nat_step=3\nonce=1\n")
-    d = Daemon(tmp_path, torchrun_config(tmp_path, work, max_restarts)).start()
+    d = Daemon(tmp_path, torchrun_config(tmp_path, work, 3)).start()
     try:
         d.wait_event("restart_scheduled", timeout=90, reason="exited")
-        if max_restarts:
-            fired = d.wait_event("detector_fired", reason="exited")[0]
-            # Rank 1 kills itself; rank 0 may die of the broken collective before the rank
-            # watch looks again (seen under load): either is the dead rank that fired.
-            assert fired["rank"] in ("rank 1 (local 1)", "rank 0 (local 0)"), fired
-        d.wait_event("child_spawned", timeout=30, count=2)
-        d.wait_status(lambda s: (s["progress"]["step"] or 0) > 5, 90, "training past step 5")
-        first, *_ = (e["pid"] for e in d.wait_event("child_spawned", count=2))
-        by_agent = runs(work)
-        assert first in by_agent and len(by_agent[first]) == 2, by_agent
-        assert not [p for p in (first, *by_agent[first]) if alive(p)]
-        assert not (work / "overlap.txt").exists(), (work / "overlap.txt").read_text()
-        assert len([e for e in d.events() if e["event"] == "restart_scheduled"]) == 1
+        fired = d.wait_event("detector_fired", reason="exited")[0]
+        # Rank 1 kills itself; rank 0 may die of the broken collective before the rank
+        # watch looks again (seen under load): either is the dead rank that fired.
+        assert fired["rank"] in ("rank 1 (local 1)", "rank 0 (local 0)"), fired
+        assert_whole_tree_restarted(d, work)
     finally:
         d.stop()
     assert not d.job_processes()
     assert_rank_listings_replay(d)
+
+
+def assert_whole_tree_restarted(d: Daemon, work: pathlib.Path) -> None:
+    """After one restart for the exit: the next run trains past step 5, and the first run's
+    agent and both its ranks were gone before it started (no overlap), one restart in all."""
+    d.wait_event("child_spawned", timeout=30, count=2)
+    d.wait_status(lambda s: (s["progress"]["step"] or 0) > 5, 90, "training past step 5")
+    first, *_ = (e["pid"] for e in d.wait_event("child_spawned", count=2))
+    by_agent = runs(work)
+    assert first in by_agent and len(by_agent[first]) == 2, by_agent
+    assert not [p for p in (first, *by_agent[first]) if alive(p)]
+    assert not (work / "overlap.txt").exists(), (work / "overlap.txt").read_text()
+    assert len([e for e in d.events() if e["event"] == "restart_scheduled"]) == 1
 
 
 def assert_rank_listings_replay(d: Daemon) -> None:
@@ -194,7 +198,9 @@ def test_a_dead_rank_is_named_from_torchruns_summary(
 ) -> None:
     """SPEC §15: torchrun's `Root Cause (first observed failure)` block is the evidence, not
     its own exit code 1: rank 1's SIGKILL is `killed`, rank 0's KeyError `python_exception`,
-    each with its rank."""
+    each with its rank. The SIGKILL's run also pins test_killed_rank_restarts_the_whole_tree
+    with --max-restarts 0 (torchrun ends its tree itself): the whole tree is gone before the
+    next start, which trains past step 5 (one run of three torch imports for both)."""
     (work / "fault").write_text(fault)
     # The rank watch lists ranks at each sample: sampled every 30 s it has not listed them when
     # the fault fires a few seconds in, so torchrun (monitoring every 0.2 s) ends first, with
@@ -207,6 +213,9 @@ def test_a_dead_rank_is_named_from_torchruns_summary(
         bundle = d.bundle(exited)
         named = json.loads((bundle / "cause.json").read_text())
         assert (named["cause"], named["rank"], named["exception"]) == (cause, rank, exception)
+        if cause == "killed":
+            d.wait_event("restart_scheduled", timeout=90, reason="exited")
+            assert_whole_tree_restarted(d, work)
     finally:
         d.stop()
     assert not d.job_processes()

@@ -116,6 +116,7 @@ GROUPS: dict[str, str] = {
     "tests/test_reexec.py": "reexec-wheels",  # two wheels of this tree
     "tests/test_cli_startup.py": "installed-wheel",  # a venv holding a wheel of this tree
     "tests/test_cluster_tls.py": "etcd-tls",  # one etcd with TLS, users and roles
+    "tests/test_checkpoint_learn.py": "torch-in-process",  # `import torch` (2 s of CPU) once
 }
 
 _SPAWN_EVENTS = frozenset(

@@ -25,7 +25,17 @@ def framework_config(
             "cwd": str(work),
             "stop_timeout_s": 3,  # a frozen job ignores SIGTERM until SIGKILL
             # One thread each: six engineers share two cores. Offline: nothing is downloaded.
-            "env": {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **(env or {})},
+            # Paced: unpaced, the Trainer made ~250 steps a second on a whole core (0.85 CPU-s a
+            # second of training), Lightning alike, for as long as a test waited; 5 ms a row (4
+            # rows a step: ~35 steps/s, 0.21 CPU-s a second) and 10 ms a Lightning row are still
+            # a bar that moves many times a second. A test's own TRAIN_ROW_S or ROW_S wins.
+            "env": {
+                "OMP_NUM_THREADS": "1",
+                "HF_HUB_OFFLINE": "1",
+                "TRAIN_ROW_S": "0.005",  # hf_trainer_job.py
+                "ROW_S": "0.01",  # lightning_job.py
+                **(env or {}),
+            },
         },
         "progress": {"stall_after_s": STALL_AFTER_S},
         "startup": {"timeout_s": STARTUP_S},

@@ -44,6 +44,11 @@ def free_port() -> int:
 # figures are bench/'s (docs/testing.md).
 PROMPT_S = 5.0
 
+# The longest pause between two looks of Daemon.wait_event (0.05 s at first, half as long
+# again at each look): a quarter of a second later at most to see an event, 5× fewer looks
+# in a long wait.
+EVENT_LOOK_MAX_S = 0.25
+
 
 def write_script(path: pathlib.Path, body: str) -> str:
     """An executable Python job script (the daemon refuses non-executable commands)."""
@@ -126,10 +131,10 @@ class Daemon:
         )
         if wait:
             try:
+                # Answering status over the socket, asked from this process: what `watchdogctl
+                # status` exiting other than 4 (unreachable) meant, without a process per start.
                 wait_until(
-                    lambda: (
-                        (self._reachable() and self.ctl("status")[0] != 4) or self.proc_exited()
-                    ),
+                    lambda: self._peek("status", {}) is not None or self.proc_exited(),
                     15,
                     "the control socket",
                 )
@@ -263,14 +268,6 @@ class Daemon:
             return []
         return [json.loads(line) for line in out.splitlines() if line.strip()]
 
-    def _reachable(self) -> bool:
-        """Whether the control socket takes a connection (a look from this process)."""
-        try:
-            Client(self.socket, 10).close()
-        except Unreachable:
-            return False
-        return True
-
     def _peek(self, cmd: str, args: dict[str, Any]) -> dict[str, Any] | None:
         """One request over the control socket from this process: the cheap look that waits
         poll with (a watchdogctl process per look cost 30-40 ms of CPU, so a waiting test kept
@@ -288,11 +285,18 @@ class Daemon:
         return reply["result"] if reply.get("ok") else None
 
     def _wait(
-        self, peek: Callable[[], Any], confirm: Callable[[], Any], timeout: float, what: str
+        self,
+        peek: Callable[[], Any],
+        confirm: Callable[[], Any],
+        timeout: float,
+        what: str,
+        max_interval: float | None = None,
     ) -> Any:
         """Poll `peek` (over the socket, in this process) until it holds, then return what
         `confirm` (the same question through the real watchdogctl) says, if it holds too."""
-        return wait_until(lambda: peek() and confirm(), timeout, what, interval=0.05)
+        return wait_until(
+            lambda: peek() and confirm(), timeout, what, interval=0.05, max_interval=max_interval
+        )
 
     def wait_status(
         self,
@@ -325,8 +329,15 @@ class Daemon:
             got = self._peek("events", {"n": 1000})
             return got is None or matching(got["events"])  # unreachable: ask watchdogctl
 
+        # An event stays in the history (the last 1,000) once emitted, so the looks may space
+        # out to EVENT_LOOK_MAX_S: a wait of a minute for a torch job's restart took 1,200
+        # looks at 0.05 s, each the whole history encoded by the daemon and decoded here.
         result: list[dict[str, Any]] = self._wait(
-            peek, lambda: matching(self.events()), timeout, f"{count}× {event} {match}"
+            peek,
+            lambda: matching(self.events()),
+            timeout,
+            f"{count}× {event} {match}",
+            max_interval=EVENT_LOOK_MAX_S,
         )
         return result
 

@@ -13,12 +13,23 @@ from collections.abc import Callable
 from typing import Any
 
 
-def wait_until(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.02) -> Any:
+def wait_until(
+    pred: Callable[[], Any],
+    timeout: float,
+    what: str,
+    interval: float = 0.02,
+    max_interval: float | None = None,
+) -> Any:
     """Poll `pred` until it returns something truthy (returned); AssertionError naming `what`
-    after `timeout` s."""
+    after `timeout` s. With `max_interval`, the pause between looks grows by half at each look
+    up to it: only for a condition that stays true once it holds (an event in the daemon's
+    history), which a longer pause can find later but never miss."""
     deadline = time.monotonic() + timeout
+    pause = interval
     while (value := _look(pred, deadline, timeout, what)) is None:
-        time.sleep(interval)
+        time.sleep(pause)
+        if max_interval is not None:
+            pause = min(max_interval, pause * 1.5)
     return value
 
 
