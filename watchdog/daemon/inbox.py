@@ -63,6 +63,9 @@ class SampleTaken:
     # the reads of the grown log since the last tick that asked a verdict, oldest first: fed
     # before `progress`, in one pass of the consumer (sampling.py, Sampler.hold)
     earlier: tuple[ProgressLooked, ...] = ()
+    # `gpu_sample` is not in the GPU watch yet: the consumer records it first, as it would a
+    # GpuSampled (one turn of the consumer a tick, not two: sampling.py `take_sample`)
+    record_gpu: bool = False
 
     @property
     def reads(self) -> tuple[ProgressLooked, ...]:

@@ -97,11 +97,13 @@ class GpuWatch:
         """The hardware slowdown tracker (throttle seconds for the status)."""
         return self._state.degraded
 
-    async def sample(self, with_pids: bool = False) -> GpuSample | None:
+    async def sample(self, with_pids: bool = False, report: bool = True) -> GpuSample | None:
+        """An NVML sample, reported (`report`) or left to the caller to hand to `record`."""
         if self.probe is None:
             return None
         s: GpuSample = await self.probe.sample(with_pids)
-        self._report(s, True)  # recorded by whoever takes the report in (`record`)
+        if report:
+            self._report(s, True)  # recorded by whoever takes the report in (`record`)
         return s
 
     def record(self, s: GpuSample, judge_access: bool = True) -> tuple[bool, str] | None:
