@@ -95,8 +95,9 @@ class SaveSeen:
 
 @dataclass(frozen=True, slots=True)
 class GpuSampled:
-    """An NVML sample, posted as it was read (the tick's, the watch's start, a start's drain):
-    the consumer records it (gpu/watch.py `record`), so it alone feeds the GPU watch state."""
+    """An NVML sample, posted as it was read (the watch's start, a start's drain; a tick's only
+    when its look at the log waits on a worker, else it rides in the tick's SampleTaken): the
+    consumer records it (gpu/watch.py `record`), so it alone feeds the GPU watch state."""
 
     sample: GpuSample
     judge_access: bool  # False for the first sample of a fresh NVML session
