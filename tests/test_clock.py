@@ -163,6 +163,33 @@ def test_an_alarm_rings_once_at_its_deadline_and_a_new_arm_replaces_the_last() -
     assert len(rang) == 1 and 31 <= rang[0] < 60
 
 
+def test_an_alarm_armed_again_for_the_same_deadline_keeps_its_timer_and_rings_once() -> None:
+    """Armed again for the deadline it holds (state.json's waiting high mark, at every sample
+    tick), an Alarm keeps the timer it has: no cancelled timer is left in the loop's heap, and
+    it rings once, at that deadline; after it rang, the same deadline arms a new one."""
+    clock = JumpingClock()
+
+    async def scenario() -> list[float]:
+        rang: list[float] = []
+        alarm = Alarm(clock, lambda: rang.append(clock.monotonic() - start))
+        start = clock.monotonic()
+        alarm.arm(start + 30)
+        armed = alarm._handle  # the timer it holds (what the loop's heap holds)
+        for _ in range(5):
+            clock.jump(1)
+            alarm.arm(start + 30)
+        assert alarm._handle is armed and armed is not None and not armed.cancelled()
+        clock.jump(30)
+        await turns()
+        assert len(rang) == 1
+        alarm.arm(start + 30)  # past: rings at once, a timer of its own
+        await turns()
+        return rang
+
+    rang = clock.run(scenario())
+    assert len(rang) == 2 and 30 <= rang[0] < 60
+
+
 def test_the_system_clock_is_the_loops() -> None:
     """The real clock and asyncio's loop read the same monotonic time, so a deadline computed
     on one is a timer on the other (an Alarm's delay)."""

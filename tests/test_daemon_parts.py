@@ -26,6 +26,7 @@ from support.waiting import wait_until_async
 from watchdog import config
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor, Verdict
 from watchdog.core.progress.stall_window import StallKnowledge
+from watchdog.core.samples import GpuSample
 from watchdog.core.supervisor.events import (
     ChildSpawned,
     DaemonStarted,
@@ -39,7 +40,7 @@ from watchdog.core.supervisor.events import (
 from watchdog.core.supervisor.machine import Supervisor
 from watchdog.daemon import params
 from watchdog.daemon.actions import ACTION_TYPES, ActionTable, UnhandledAction
-from watchdog.daemon.inbox import Inbox, Input, SampleTaken
+from watchdog.daemon.inbox import GpuSampled, Inbox, Input, SampleTaken
 from watchdog.daemon.jobstart import Starter, StartGate
 from watchdog.daemon.jobstop import Judgement, Stopper
 from watchdog.daemon.jobtree import JobTree
@@ -274,6 +275,46 @@ def test_a_stopper_writes_the_incident_with_the_view_it_was_given(tmp_path: path
         assert "incident_saved" in kit.emitted
 
     run_with(tmp_path, body, {"incidents": {"pyspy_timeout_s": 1}})
+
+
+class OneSample:
+    """Stands in for the NVML probe (as tests/test_gpuwatch_shell.py's): the same sample."""
+
+    def __init__(self, sample: GpuSample) -> None:
+        self.sample_read = sample
+
+    async def sample(self, with_pids: bool = False) -> GpuSample:
+        return self.sample_read
+
+
+def test_a_ticks_gpu_sample_rides_in_its_readings_unless_the_look_waits_on_a_worker(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A tick's GPU sample goes to the consumer inside its SampleTaken, to be recorded there
+    (record_gpu: one turn of the consumer a tick) when the look at the log needs no worker;
+    when the look waits on one (a log followed by path), the sample is posted alone first
+    (GpuSampled), so no change of NVML access waits behind a slow read."""
+
+    async def main() -> None:
+        kit = make_kit(tmp_path, ["/bin/true"], {"progress": {"pattern": STEP}})
+        sample = GpuSample(True, ())
+        kit.gpus.probe = OneSample(sample)
+        run = JobRun(HealthMonitor(HealthConfig()))
+        kit.runs.begin(run)
+        await kit.sampler.sample_once()  # no log followed: nothing to wait for
+        got = await kit.next_input()
+        assert isinstance(got, SampleTaken) and got.record_gpu and got.gpu_sample is sample
+        assert kit.inbox.waiting() == 0
+        (tmp_path / "job.log").write_text("step 7\n")
+        kit.runs.follow(run, await kit.sampler.open_follower(None))  # by path: on a worker
+        await kit.sampler.sample_once()
+        alone = await kit.next_input()
+        assert isinstance(alone, GpuSampled) and alone.sample is sample and alone.judge_access
+        got = await kit.next_input()
+        assert isinstance(got, SampleTaken) and not got.record_gpu and got.gpu_sample is sample
+        run.close()
+
+    asyncio.run(main())
 
 
 def test_a_sampler_built_from_its_parts_reads_the_runs_progress(tmp_path: pathlib.Path) -> None:

@@ -364,3 +364,21 @@ def test_a_frozen_daemons_hold_replays_from_its_input_log(
     assert not fired, fired
     assert core.snapshot().state.value == "running" and not core.woke_held
     assert not [e for e in d.events() if e["event"] == "detector_fired"], d.events()
+
+
+def test_each_record_is_written_as_compact_json_dumps_writes_it(tmp_path: pathlib.Path) -> None:
+    """The log's one shared encoder writes each record byte for byte as
+    json.dumps(record, separators=(",", ":")) does: non-ASCII escaped, NaN and infinities as
+    Python writes them, nested lists and maps, key order kept."""
+    records: list[dict[str, Any]] = [
+        {"type": "MonitorFed", "monitor": 2, "input": "progress_line", "reading": [9012.5, 499]},
+        {"now": 1.5, "record": {"event": "HealthAssessed", "firing": {"$frozenset": []}}},
+        {"type": "WatchFed", "sample": [True, [0, None, 1e-300], None, False, 'é ✓ \n\t"q"']},
+        {"z": float("nan"), "a": float("inf"), "m": -float("inf"), "n": None, "b": [[], {}]},
+    ]
+    log = inputlog.InputLog(str(tmp_path / "inputs.jsonl"), print)
+    for record in records:
+        log.reading(record)
+    assert log.flush() is None
+    written = (tmp_path / "inputs.jsonl").read_text(encoding="utf-8")
+    assert written == "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)

@@ -173,6 +173,54 @@ def test_a_gpu_sample_feeds_the_gpu_watch_in_the_consumer_access_first(
     assert getattr(handled[0], "lost", None) is True
 
 
+def test_a_ticks_gpu_sample_recorded_with_its_readings_logs_as_if_posted_first(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A tick's GPU sample carried unrecorded in its SampleTaken (record_gpu: one turn of the
+    consumer, sampling.py) feeds the GPU watch before the readings, access first: the core's
+    inputs and inputs.jsonl's records, in order, are those of the sample posted on its own
+    (GpuSampled) then the readings, so the log replays the same."""
+    lost = "NVML: insufficient permissions"
+
+    def scenario(folded: bool, logged: list[object], seen: list[object]) -> Scenario:
+        async def main(d: Daemon) -> None:
+            run = new_run(d, 4242)
+            sample = GpuSample(available=True, access_lost=lost)
+            start = len(d.consumer.inputs.recent)
+            if not folded:
+                GpuNewsPosted(d.consumer.inbox).sampled(sample, True)
+            await d.consumer.inbox.ask(
+                SampleTaken(run, 4242, sample, step_read(7), record_gpu=folded)
+            )
+            seen.extend([d.gpus.last is sample, d.gpus.access_lost])
+            logged.extend(
+                (r.get("type"), r.get("input"), r.get("record", {}).get("event"))
+                for r in list(d.consumer.inputs.recent)[start:]
+            )
+
+        return main
+
+    runs: dict[bool, tuple[list[Event], list[object], list[object]]] = {}
+    for folded in (False, True):
+        logged: list[object] = []
+        seen: list[object] = []
+        (tmp_path / str(folded)).mkdir()
+        handled = run_daemon(tmp_path / str(folded), scenario(folded, logged, seen))
+        runs[folded] = (handled, logged, seen)
+    handled, logged, seen = runs[True]
+    assert seen == [True, lost]
+    assert [type(e).__name__ for e in handled] == [type(e).__name__ for e in runs[False][0]]
+    assert [type(e).__name__ for e in handled][-3:] == [
+        "GpuAccessChanged",
+        "ProgressMarked",
+        "HealthAssessed",
+    ]
+    assert logged == runs[False][1] and ("WatchFed", "observe", None) in logged
+    assert logged.index(("WatchFed", "observe", None)) < logged.index(
+        (None, None, "HealthAssessed")
+    )
+
+
 def test_a_repeated_gpu_fault_is_rate_limited_in_the_consumer(tmp_path: pathlib.Path) -> None:
     """An NVML event's fault is posted as it was read (FaultRead); the consumer hands it to the
     fault watch, whose Xid rate limiter it alone feeds: the first goes to the core in full,

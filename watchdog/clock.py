@@ -43,10 +43,16 @@ class Alarm:
         self._clock = clock  # the deadline's clock, the same as the loop's
         self._fire = fire  # called on the loop once the deadline has come
         self._handle: asyncio.TimerHandle | None = None  # the timer armed, if any
+        self._at: float | None = None  # the deadline it is armed for
 
     def arm(self, deadline: float | None) -> None:
-        """A timer for `deadline` (monotonic) replacing the last; none for None."""
+        """A timer for `deadline` (monotonic) replacing the last; none for None. The same
+        deadline again keeps the timer armed: re-armed at every step (state.json's new high
+        mark waits at each sample tick), a cancelled one would linger in the loop's heap."""
+        if deadline is not None and self._handle is not None and deadline == self._at:
+            return
         self.cancel()
+        self._at = deadline
         if deadline is not None:
             delay = max(0.0, deadline - self._clock.monotonic())
             self._handle = asyncio.get_running_loop().call_later(delay, self._ring)

@@ -248,7 +248,7 @@ class Consumer:
             self._shell.cluster_input(event)  # the cluster's coordinator, fed in the same order
             return []
         if isinstance(event, SampleTaken):
-            return self._sample_taken(event)
+            return self._tick_taken(event)
         if isinstance(event, RanksListed):
             return self._ranks_listed(event)
         if isinstance(event, SaveSeen):
@@ -304,9 +304,19 @@ class Consumer:
             self._shell.faults.summarise()
         return []
 
+    def _tick_taken(self, taken: SampleTaken) -> list[Action]:
+        """A tick's GPU sample into the GPU watch (unless posted alone: sampling.py
+        `_post_gpu`), then its other readings: one turn of the consumer a tick, not two."""
+        sample, first = taken.gpu_sample, []
+        if taken.record_gpu and sample is not None:
+            try:
+                first = self._gpu_sampled(sample, True)
+            except Exception as e:  # as if in a turn of its own: the readings still go in
+                self._failed(Posted(GpuSampled(sample, True)), e)
+        return first + self._sample_taken(taken)
+
     def _sample_taken(self, taken: SampleTaken) -> list[Action]:
-        """One tick's readings into the run's monitor and the books (its GPU sample fed the
-        GPU watch just before: GpuSampled, posted as it was read); the verdict to the core."""
+        """The readings into the run's monitor and the books; the verdict to the core."""
         gpus, sample = self._shell.gpus, taken.gpu_sample
         if taken.started_at is not None and self.core.woke_held:
             self._dispatch(ReadingsTaken(taken.started_at))  # the core's hold may end (_woke)

@@ -63,6 +63,9 @@ class SampleTaken:
     # the reads of the grown log since the last tick that asked a verdict, oldest first: fed
     # before `progress`, in one pass of the consumer (sampling.py, Sampler.hold)
     earlier: tuple[ProgressLooked, ...] = ()
+    # `gpu_sample` is not in the GPU watch yet: the consumer records it first, as it would a
+    # GpuSampled (one turn of the consumer a tick, not two: sampling.py `take_sample`)
+    record_gpu: bool = False
 
     @property
     def reads(self) -> tuple[ProgressLooked, ...]:
@@ -92,8 +95,9 @@ class SaveSeen:
 
 @dataclass(frozen=True, slots=True)
 class GpuSampled:
-    """An NVML sample, posted as it was read (the tick's, the watch's start, a start's drain):
-    the consumer records it (gpu/watch.py `record`), so it alone feeds the GPU watch state."""
+    """An NVML sample, posted as it was read (the watch's start, a start's drain; a tick's only
+    when its look at the log waits on a worker, else it rides in the tick's SampleTaken): the
+    consumer records it (gpu/watch.py `record`), so it alone feeds the GPU watch state."""
 
     sample: GpuSample
     judge_access: bool  # False for the first sample of a fresh NVML session

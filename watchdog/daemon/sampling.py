@@ -11,15 +11,22 @@ The Sampler is built with what it reads and where it posts; the daemon only runs
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from watchdog import blocking, config
 from watchdog.core.progress.saves import LogSaves
+from watchdog.core.samples import GpuSample
 from watchdog.core.supervisor.events import ProgressMarked, SaveBegun
-from watchdog.daemon.inbox import ProgressLooked, RanksListed, SampleTaken, SaveSeen
+from watchdog.daemon.inbox import (
+    GpuSampled,
+    Inbox,
+    ProgressLooked,
+    RanksListed,
+    SampleTaken,
+    SaveSeen,
+)
 from watchdog.daemon.jobtree import JobTree
 from watchdog.daemon.learning import CheckpointLearning
 from watchdog.daemon.port import Port
@@ -28,6 +35,7 @@ from watchdog.gpu.watch import GpuWatch
 from watchdog.process.tree import tree_pids
 from watchdog.progress.checkpoint import CheckpointWatch
 from watchdog.progress.follower import Follower, FollowResult, LogFollower
+from watchdog.progress.late import with_late
 from watchdog.progress.newest import GlobFollower, is_glob
 from watchdog.progress.ranks import RankLister
 from watchdog.progress.reader import LineReader, reader_for
@@ -161,14 +169,21 @@ class Sampler:
         the log as it grows, `follow_only`: the save's looks keep their cadence, and the
         consumer asks no verdict of it)."""
         started_at = self._inbox.time.monotonic()
-        sample = await self._gpus.sample() if gpu else None
-        progress = await self.look_at_progress()
+        sample = await self._gpus.sample(report=False) if gpu else None
+        held = [] if sample is None else [sample]  # recorded with the readings (_post_gpu)
+        post_gpu = functools.partial(_post_gpu, self._inbox, held)
+        try:
+            progress = await self.look_at_progress(post_gpu)
+        except BaseException:
+            post_gpu()
+            raise
         now = self._inbox.time.monotonic()
         leader, run = self._leader(), self._runs.current
         read_now = False  # the log says a save is over: its completion mark is read at once
         if progress is not None and (found := progress.found) is not None:
             self.learning.from_log(found.saved_to, self._cfg())
             if found.phase == "checkpoint" and self.checkpoints is not None:
+                post_gpu()  # before SaveBegun, as it was read
                 self.checkpoints.book.started(self._inbox.time.wall())  # took_s counts from it
                 self._save_begun(self.checkpoints)
             read_now = self._log_saves.polled(found.phase, bool(found.readings))
@@ -183,7 +198,9 @@ class Sampler:
         if leader is not None and gpu and run.rank_tracker.listing_due(now):
             run.spawn_task(self.watch_ranks(run, leader), self._tasks.done)
         earlier = () if follow_only else self._take_held(run)
-        return SampleTaken(run, leader, sample, progress, started_at, follow_only, earlier)
+        return SampleTaken(
+            run, leader, sample, progress, started_at, follow_only, earlier, bool(held)
+        )
 
     def hold(self, taken: SampleTaken) -> None:
         """A read of the grown log, kept for the next tick that asks a verdict (`earlier`): the
@@ -219,22 +236,26 @@ class Sampler:
         self._checkpoint_read = (run, now)
         return True
 
-    async def look_at_progress(self) -> ProgressLooked | None:
-        """One poll of the run's progress log; None when the run changed meanwhile."""
+    async def look_at_progress(self, waits: Callable[[], None]) -> ProgressLooked | None:
+        """One poll of the run's progress log; None when the run changed meanwhile. `waits` is
+        called before a wait off the loop."""
         run = self._runs.current
         if run.follower is None and self._leader() is not None:  # its first open hung
+            waits()
             follower = await self.open_follower(run.log)
             if run is not self._runs.current:
                 return None
             if run.follower is None:
                 self._runs.follow(run, follower)
         follower = run.follower
-        found = await self.poll_progress(run, follower) if follower is not None else None
+        found = None if follower is None else await self.poll_progress(run, follower, waits)
         if run is not self._runs.current or follower is not run.follower:
             return None
         return ProgressLooked(found, self._inbox.time.monotonic(), self._inbox.time.wall())
 
-    async def poll_progress(self, run: JobRun, follower: Follower) -> FollowResult | None:
+    async def poll_progress(
+        self, run: JobRun, follower: Follower, waits: Callable[[], None]
+    ) -> FollowResult | None:
         """One poll of the progress log: off the loop, or on it for a local file with little
         new (follower.ready_inline); None while a read off the loop does not answer."""
 
@@ -245,6 +266,7 @@ class Sampler:
         if progress_io.idle and follower.ready_inline():
             found = follower.poll()  # a local file, a few lines: a pread, no thread hand-off
         else:
+            waits()
             try:
                 found = await progress_io.call(
                     follower.poll,
@@ -368,21 +390,9 @@ class Sampler:
             self._inbox.post(SaveBegun(pid, self._inbox.time.monotonic(), watch.book.took_s))
 
 
-def with_late(late: FollowResult, found: FollowResult) -> FollowResult:
-    """A poll's result with what a stuck poll before it read once it returned (issue 23): its
-    lines were consumed, and a job that wrote them while our read hung did not stall."""
-    activity = late.activity + found.activity
-    phase = found.phase or late.phase  # SPEC §14
-    losses = late.losses + found.losses  # SPEC §16: each loss judged, in the job's order
-    if found.readings:
-        return dataclasses.replace(found, activity=activity, phase=phase, losses=losses)
-    return dataclasses.replace(
-        found,
-        readings=late.readings,
-        latest_mtime=late.latest_mtime,
-        source=late.source or found.source,
-        activity=activity,
-        phase=phase,
-        activity_last=found.activity_last or (late.activity_last and not found.activity),
-        losses=losses,
-    )
+def _post_gpu(inbox: Inbox, held: list[GpuSample]) -> None:
+    """A tick's GPU sample, held to be recorded with the tick's readings in one turn of the
+    consumer, not one of its own (bench/README.md, idle CPU): posted alone now, before a wait
+    off the loop (up to PROGRESS_READ_TIMEOUT_S), an input read after it, or a failure."""
+    if held:
+        inbox.post(GpuSampled(held.pop(), True))

@@ -58,7 +58,7 @@ class GpuWatch:
         # one (a GpuWatch on its own) it is recorded at once.
         self._report: Report = report or self._record_now
         self._feeding = feeding  # raises unless called from the daemon's consumer task
-        times = (cfg.probe_timeout_s, cfg.degraded_after_s)
+        times = self._times = (cfg.probe_timeout_s, cfg.degraded_after_s)
         # written to the input log as it is fed, when taped (docs/state.md)
         self._state = GpuWatchState(*times) if tape is None else tape.watch_state(*times)
 
@@ -97,11 +97,13 @@ class GpuWatch:
         """The hardware slowdown tracker (throttle seconds for the status)."""
         return self._state.degraded
 
-    async def sample(self, with_pids: bool = False) -> GpuSample | None:
+    async def sample(self, with_pids: bool = False, report: bool = True) -> GpuSample | None:
+        """An NVML sample, reported (`report`) or left to the caller to hand to `record`."""
         if self.probe is None:
             return None
         s: GpuSample = await self.probe.sample(with_pids)
-        self._report(s, True)  # recorded by whoever takes the report in (`record`)
+        if report:
+            self._report(s, True)  # recorded by whoever takes the report in (`record`)
         return s
 
     def record(self, s: GpuSample, judge_access: bool = True) -> tuple[bool, str] | None:
@@ -110,7 +112,10 @@ class GpuWatch:
         self._feeding()
         self.last = s
         self.recent.append((time.time(), s))
-        self._state.reconfigure(self.cfg.probe_timeout_s, self.cfg.degraded_after_s)
+        times = (self.cfg.probe_timeout_s, self.cfg.degraded_after_s)
+        if times != self._times:  # a reload's values, handed over once (not at every sample)
+            self._times = times
+            self._state.reconfigure(*times)
         seen = self._state.observe(s, time.monotonic(), judge_access=judge_access)
         for name, fields in seen.events:
             self._emit(name, **fields)

@@ -330,7 +330,7 @@ def test_a_replay_from_a_head_record_alone_says_what_the_taped_monitor_said_afte
 
 QUERIES = {
     HealthMonitor: {"next_due", "stall_window"},
-    RankTracker: set(),
+    RankTracker: {"would_list"},
     GpuWatchState: {"degraded_now"},
 }
 
@@ -351,3 +351,33 @@ def test_every_input_of_a_taped_object_is_written(plain: type[Any]) -> None:
     }
     assert methods - QUERIES[plain] <= set(vars(taped[plain]))
     assert type(taped[plain]) is plain  # the plain object, recorded
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0.0, 7.0), st.booleans(), st.sampled_from([(5.0, 10.0), (2.0, 0.0)])),
+        max_size=30,
+    )
+)
+def test_a_listing_due_that_lists_nothing_is_not_written_and_the_tracker_replays_the_same(
+    calls: list[tuple[float, bool, tuple[float, float]]],
+) -> None:
+    """A rank tracker's listing_due is written only when it lists or is the run's first (the
+    rest change nothing): the replayed tracker ends as the live one (its whole image) and
+    answers every later call as it does."""
+    written: list[dict[str, Any]] = []
+    tape = Tape(lambda r: written.append(through_json(r)))
+    ranks = tracker_for(tape.monitor(HealthConfig()))
+    now, answers = 100.0, []
+    for step, workers, (idle_every_s, startup_s) in calls:
+        now += step
+        answers.append(ranks.listing_due(now, idle_every_s, startup_s))
+        if answers[-1]:
+            ranks.observe({(7, 1.0): "rank 0"} if workers else {})
+    fed = [r for r in written if r.get("input") == "listing_due"]
+    assert len(fed) == sum(answers) + (not answers[0] if answers else 0)
+    replayed = HealthReplay().feed(written)._runs[1].ranks  # the replay's own tracker
+    assert images.image(replayed) == images.image(ranks)
+    for later in (now, now + 1.0, now + 6.0, now + 11.0):
+        assert replayed.would_list(later) == ranks.would_list(later)

@@ -44,13 +44,26 @@ class RankTracker:
         """Whether to list the tree at this sample (`now`: monotonic seconds): always while
         workers are known or in the run's first `startup_s`, else at most every `idle_every_s`.
         True counts as listed now."""
+        due = self.would_list(now, idle_every_s, startup_s)
         if self._first_at is None:
             self._first_at = now
-        idle = self._listed_at is not None and now - self._listed_at < idle_every_s
-        if self._seen or not idle or now - self._first_at < startup_s:
+        if due:
             self._listed_at = now
-            return True
-        return False
+        return due
+
+    def would_list(
+        self, now: float, idle_every_s: float = IDLE_LIST_EVERY_S, startup_s: float = STARTUP_LIST_S
+    ) -> bool:
+        """What listing_due(now) would answer, changing nothing (a query: the tape writes only
+        the calls that change the tracker, core/health/taped.py)."""
+        first_at = now if self._first_at is None else self._first_at
+        idle = self._listed_at is not None and now - self._listed_at < idle_every_s
+        return bool(self._seen) or not idle or now - first_at < startup_s
+
+    @property
+    def started(self) -> bool:
+        """Whether the run's first listing_due call was made (it marks the run's start)."""
+        return self._first_at is not None
 
     @property
     def seen(self) -> dict[RankKey, str]:

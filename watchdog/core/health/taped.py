@@ -14,7 +14,8 @@ run's rank tracker; {"type": "WatchMade", ...} and {"type": "WatchFed", ...} for
 state (one per daemon); {"type": "ExitClassified", "facts", "cause"}: an exit's cause and what
 it was named from (core/health/exitrecord.py). A setter given what it already holds (no GPU
 degraded, NVML access fine, the progress log readable, the same config) is not written: the
-replay holds the same value.
+replay holds the same value; nor is a rank tracker's listing_due that lists nothing and changes
+nothing (most samples of a run without workers: a record fewer a tick).
 """
 
 from __future__ import annotations
@@ -222,7 +223,9 @@ class Tape:
 def _rank_doors(r: RankTracker) -> dict[str, Encoder]:
     def listing_due(
         now: float, idle_every_s: float = IDLE_LIST_EVERY_S, startup_s: float = STARTUP_LIST_S
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | None:
+        if r.started and not r.would_list(now, idle_every_s, startup_s):
+            return None  # no listing, and nothing in the tracker changes: the replay's holds
         if (idle_every_s, startup_s) == (IDLE_LIST_EVERY_S, STARTUP_LIST_S):
             return {"now": now}  # as the daemon lists: the defaults, not written
         return {"now": now, "idle_every_s": idle_every_s, "startup_s": startup_s}
