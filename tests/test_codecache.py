@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import types
+from importlib.util import MAGIC_NUMBER
 from pathlib import Path
 
 import pytest
@@ -146,11 +147,24 @@ def test_a_start_keeps_the_texts_another_start_used_until_they_are_stale(
     monkeypatch.setattr(sys, "dont_write_bytecode", False)
     path = tmp_path / "cache.marshal"
     other = {f"# another class {i}\n": compile("pass", "<string>", "exec") for i in range(3)}
-    path.write_bytes(marshal.dumps(other))
+    path.write_bytes(marshal.dumps((MAGIC_NUMBER, other)))
     _made(path)
-    kept = marshal.loads(path.read_bytes())
+    _, kept = marshal.loads(path.read_bytes())
     assert set(other) < set(kept) and len(kept) == len(other) + len(METHODS)
     many = {f"# stale {i}\n": compile("pass", "<string>", "exec") for i in range(13)}
-    path.write_bytes(marshal.dumps(many))
+    path.write_bytes(marshal.dumps((MAGIC_NUMBER, many)))
     _made(path)
-    assert len(marshal.loads(path.read_bytes())) == len(METHODS)
+    assert len(marshal.loads(path.read_bytes())[1]) == len(METHODS)
+
+
+def test_code_of_another_bytecode_is_as_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file written under another magic number (another Python's bytecode) is not used."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    path = tmp_path / "cache.marshal"
+    _made(path)
+    _, codes = marshal.loads(path.read_bytes())
+    path.write_bytes(marshal.dumps((b"\x00\x00\r\n", codes)))
+    _, cache = _made(path)
+    assert cache is not None and cache.compiled == len(METHODS)

@@ -10,12 +10,12 @@ deterministic; the code is compiled as dataclasses' own `exec` would, without th
 `from __future__` flags). A text not found is compiled there and then.
 
 The code is kept as a .pyc keeps a module's: marshal, in the package's __pycache__, under the
-interpreter's cache tag (code objects are one Python version's). A start that compiled anything
-writes the file again with the texts it used and those it read (until the old outnumber the
-used: a changed tree's go), whole (written aside, then renamed): a start never reads half a
-file. Where bytecode is not written
+interpreter's cache tag, with its bytecode's magic number (code objects are one Python
+version's). A start that compiled anything writes the file again with the texts it used and
+those it read (until the old outnumber the used: a changed tree's go), whole (written aside,
+then renamed): a start never reads half a file. Where bytecode is not written
 (sys.dont_write_bytecode, a read-only install) nothing is, and a start compiles as before; a
-file that cannot be read is as no file.
+file that cannot be read, or of another magic number, is as no file.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import marshal
 import os
 import sys
 from collections.abc import Mapping
+from importlib.util import MAGIC_NUMBER
 from types import CodeType
 from typing import Any
 
@@ -47,10 +48,10 @@ def _read(path: str) -> dict[str, CodeType]:
     try:
         with open(path, "rb") as f:
             data = f.read()
-        found = marshal.loads(data)  # 7x marshal.load(f), which reads a file item by item
+        magic, found = marshal.loads(data)  # 7x marshal.load(f), which reads item by item
     except (OSError, EOFError, ValueError, TypeError):
         return {}
-    if not isinstance(found, dict):
+    if magic != MAGIC_NUMBER or not isinstance(found, dict):  # another bytecode's: as a .pyc
         return {}
     return {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, CodeType)}
 
@@ -91,8 +92,8 @@ class CodeCache:
         return self.known | self.used
 
     def save(self) -> None:
-        """The texts this process used, on disk whole, if it compiled any; quietly nothing where
-        the folder cannot be written (as a .pyc)."""
+        """The texts `_kept` names, on disk whole, if this process compiled any; quietly nothing
+        where the folder cannot be written (as a .pyc)."""
         if self.path is None or not self.compiled or sys.dont_write_bytecode:
             return
         aside = f"{self.path}.{os.getpid()}"
@@ -100,7 +101,7 @@ class CodeCache:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             with os.fdopen(fd, "wb") as f:
-                f.write(marshal.dumps(self._kept()))
+                f.write(marshal.dumps((MAGIC_NUMBER, self._kept())))
             os.replace(aside, self.path)
         except OSError:
             with contextlib.suppress(OSError):
