@@ -92,7 +92,10 @@ PYTEST_RUN = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --du
 # rewrote all ~175 of them again (7 s of CPU a worker, 2026-12-06). One collection with writing
 # allowed leaves pytest's own cached copies (__pycache__/*-pytest-*.pyc), which the workers read
 # even where they may not write; a collection error shows in the run itself.
+# The daemon's dataclasses are compiled once too (watchdog/daemon/codecache.py: ~1/3 of a
+# watchdogd start's import), by one import of the daemon with writing allowed.
 COMPILE = $(BIN)/python -m compileall -q watchdog tests/support bench && \
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -c "import watchdog.daemon.watchdogd" && \
 	{ PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest --collect-only -q -p no:cacheprovider >/dev/null || true; }
 
 test: $(STAMP) $(FAKE_NVML) $(FAKE_CLOCK)

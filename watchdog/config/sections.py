@@ -4,7 +4,6 @@ hint and metadata; then the checks that span sections."""
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import ipaddress
 import operator
@@ -72,6 +71,8 @@ def parse_section(cls: type[_T], node: Node | None, key: str, ctx: Ctx, **extra:
     keys = [f.name for f in fields if is_key(f)]
     for name, (knode, _) in pairs.items():
         if name not in keys:
+            import difflib  # only for a misspelt key: not at every start
+
             close = difflib.get_close_matches(name, keys, n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"expected one of: {', '.join(keys)}"
             raise ctx.fail(f"{key}.{name}" if key else name, f"unknown key ({hint})", knode)

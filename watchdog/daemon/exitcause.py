@@ -24,7 +24,6 @@ from watchdog import blocking
 from watchdog.core.health import causes
 from watchdog.core.supervisor.events import ChildExited
 from watchdog.daemon.port import Shell
-from watchdog.outputs import incident
 from watchdog.process import oomrecord, reaping
 from watchdog.progress.logfile import tail_lines, tail_of_job
 
@@ -132,6 +131,8 @@ def _facts(
 
 def _tail_files(tails: Tails) -> dict[str, list[str]]:
     """The bundle's tails, from the lines the cause was named from."""
+    from watchdog.outputs import incident  # the bundle writer: only when one is written
+
     log_lines, progress_lines = tails
     files = {"log_tail.txt": log_lines[-incident.LOG_TAIL_LINES :]}
     if progress_lines:
@@ -140,6 +141,8 @@ def _tail_files(tails: Tails) -> dict[str, list[str]]:
 
 
 def _new_folder(d: Reporter, reason: str, now_utc: datetime) -> str | None:
+    from watchdog.outputs import incident
+
     try:
         return incident.new_folder(d.cfg.state_dir, reason, now_utc)
     except OSError as e:
@@ -230,6 +233,8 @@ async def _bundle(
 
 
 async def _write(d: Reporter, run: JobRun, b: _Bundle, record: dict[str, object]) -> None:
+    from watchdog.outputs import incident
+
     try:
         await incident.write_bundle(
             d.cfg.state_dir,

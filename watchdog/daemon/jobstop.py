@@ -23,7 +23,7 @@ from watchdog.daemon.port import Port
 from watchdog.daemon.run import Runs
 from watchdog.daemon.sampling import Sampler
 from watchdog.gpu.watch import GpuWatch
-from watchdog.outputs import flight, incident
+from watchdog.outputs import flight
 from watchdog.process import cgroup, tree
 
 FLIGHT_DUMP_WAIT_S = 2.0  # for the ranks to notice their dump pipe and write the dump
@@ -125,6 +125,8 @@ class Stopper:
             os.killpg(pid, signal.SIGKILL)
 
     async def write_incident(self, reason: str, judged: Judgement) -> str | None:
+        from watchdog.outputs import incident  # the bundle writer: only when one is written
+
         snap, run, cfg = judged.snap, self._runs.current, self._cfg()
         leader = None if run.exit_status is not None and run.exit_status.done() else snap.pid
         pids = [p.pid for p in await tree.find_tree_async(leader, self._tree.token) or []]

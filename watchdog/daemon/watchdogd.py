@@ -22,6 +22,12 @@ gc.disable()
 # The daemon runs no one else's code in-process: nothing of it needs rich.
 sys.modules.setdefault("rich", None)  # type: ignore[arg-type]
 
+# The dataclasses' generated methods, compiled at the first start and kept (codecache.py says
+# how): about a third of the imports' CPU at every later start.
+from watchdog.daemon import codecache  # noqa: E402
+
+_codes = codecache.install(codecache.default_path())
+
 import asyncio  # noqa: E402
 import os  # noqa: E402
 
@@ -30,6 +36,7 @@ from watchdog.daemon import entry, loopcheck  # noqa: E402
 from watchdog.daemon.loop import Daemon  # noqa: E402
 from watchdog.outputs.eventlog import configure_structlog  # noqa: E402
 
+codecache.remove(_codes)
 gc.freeze()
 gc.enable()
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -100,6 +99,8 @@ def collect_flight_records(prefix: str | None, since: float, bundle: str) -> lis
         return []
     if not found:
         return []
+    import shutil  # only in an incident bundle: not at every daemon start (jobstart imports us)
+
     dest = Path(bundle) / FLIGHT_DIR
     dest.mkdir(mode=0o750, exist_ok=True)
     copied = []

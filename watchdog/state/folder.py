@@ -15,7 +15,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -48,7 +47,7 @@ class StateDir:
                 token = f.read().strip()
             if token:
                 return token
-        token = secrets.token_hex(8)
+        token = os.urandom(8).hex()  # secrets.token_hex(8)'s own make, without its imports
         write_atomic(self.file("instance"), token + "\n")
         return token
 

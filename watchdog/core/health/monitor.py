@@ -18,7 +18,6 @@ an expected GPU NVML cannot read (`gpu_unreadable`) or a progress read that does
 
 from __future__ import annotations
 
-import statistics
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from watchdog.core.health.gpu_use import (
     unreadable_text,
 )
 from watchdog.core.health.speed import RunSpeed, SpeedConfig
+from watchdog.core.progress.ring import median
 from watchdog.core.progress.stall_window import Phase, RunPhase, StallConfig, StallKnowledge, Window
 from watchdog.core.samples import GpuSample, ProgressReading
 
@@ -212,7 +212,7 @@ class HealthMonitor:
         """The rolling median of normal readings, once there are enough to mean anything."""
         if len(self._normal_tps) < max(self._cfg.min_median_readings, 1):
             return None
-        return statistics.median(self._normal_tps)
+        return median(self._normal_tps)
 
     def assess(self, now: float) -> Verdict:
         cfg = self._cfg

@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
+from collections.abc import Iterable
 
 # The stall windows' (SPEC §14): gaps kept per phase, and the quantile of them learned from
 RING_SIZE = 2000  # gaps kept per phase: the p99 is over the last this many
@@ -50,3 +51,14 @@ class GapRing:
     def clear(self) -> None:
         self._order.clear()
         self._sorted.clear()
+
+
+def median(values: Iterable[float]) -> float:
+    """statistics.median's answer by its own rule (the middle value, or the mean of the two in
+    the middle), without importing statistics: its fractions and decimal cost every daemon
+    start a few ms of CPU, for the one function the core uses."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no median for empty data")
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

@@ -5,10 +5,11 @@ seconds (the checkpoint's own mtime is wall time)."""
 
 from __future__ import annotations
 
-import statistics
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
+
+from watchdog.core.progress.ring import median
 
 GAPS_KEPT = 8  # the interval is the median of the newest gaps between saves
 
@@ -55,7 +56,7 @@ class SaveBook:
 
     def every_s(self) -> float | None:
         """The usual time between saves: the median of the newest gaps (None before two)."""
-        return statistics.median(self._gaps) if self._gaps else None
+        return median(self._gaps) if self._gaps else None
 
     def at_risk(self, now: float, run_step: int | None) -> tuple[float | None, int | None]:
         """(seconds, steps) done since the newest complete checkpoint: lost if the run ended

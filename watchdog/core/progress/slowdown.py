@@ -32,9 +32,10 @@ Once found, the slowdown is cleared when the median of the readings of the last 
 from __future__ import annotations
 
 import math
-import statistics
 from collections import deque
 from dataclasses import dataclass
+
+from watchdog.core.progress.ring import median
 
 BASE_READINGS = 150  # the settled level: the median of this many readings, each LAG_SHARE old
 LAG_SHARE = 0.25  # a reading joins the level once this share of `within_s` old
@@ -93,7 +94,7 @@ class SlowdownDetector:
         """The settled level, once there are enough readings to mean anything."""
         if len(self._base) < MIN_BASE:
             return None
-        return statistics.median(self._base)
+        return median(self._base)
 
     @property
     def slowed(self) -> Slowed | None:
@@ -141,7 +142,7 @@ class SlowdownDetector:
     def _judge_drop(self, level: float) -> Slowed | None:
         if self._s < self.h or len(self._segment) < MIN_SEGMENT:
             return None
-        after = statistics.median(self._segment)
+        after = median(self._segment)
         if after > level * (1.0 - FLOOR_SHARE * self.cfg.drop):
             return None  # CUSUM says changed; the effect is too small to be a slowdown
         assert self._since is not None
@@ -159,7 +160,7 @@ class SlowdownDetector:
             self._recent.popleft()
         if len(self._recent) < 3:
             return None
-        recent = statistics.median(t for _, t in self._recent)
+        recent = median(t for _, t in self._recent)
         if recent < found.before_tokens_per_s * (1.0 - self.cfg.drop / 2):
             return None
         self._found = None
