@@ -284,6 +284,12 @@ class Daemon:
             c.close()
         return reply["result"] if reply.get("ok") else None
 
+    def peek_status(self) -> dict[str, Any] | None:
+        """The status over the socket, asked from this process: what a wait polls (a condition
+        over several daemons, say), confirmed at the end by `status()`, the real watchdogctl's;
+        None when the daemon cannot be reached."""
+        return self._peek("status", {})
+
     def _wait(
         self,
         peek: Callable[[], Any],
