@@ -163,9 +163,15 @@ def starts(tmp: pathlib.Path, epoch: int) -> list[int]:
 
 
 def running(ds: list[Daemon], epoch: int) -> bool:
+    """Every daemon runs epoch `epoch`: polled over the socket from this process (a watchdogctl
+    per daemon and look kept a core busy), then confirmed by the real watchdogctl's status."""
+    return _running(ds, epoch, peek=True) and _running(ds, epoch, peek=False)
+
+
+def _running(ds: list[Daemon], epoch: int, peek: bool) -> bool:
     for d in ds:
-        st = d.status()
-        if st["state"] != "running" or st["cluster"]["job_epoch"] != epoch:
+        st = d.peek_status() if peek else d.status()
+        if not st or st["state"] != "running" or st["cluster"]["job_epoch"] != epoch:
             return False
     return True
 
