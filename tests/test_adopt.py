@@ -70,8 +70,8 @@ def test_sigkilled_daemon_adopts_its_healthy_job(
         os.kill(job, signal.SIGKILL)
         exited = d2.wait_event("child_exited", pid=job)[-1]
         assert exited.get("exit_code") is None and exited.get("signal") is None
-        wait_until(
-            lambda: (s := d2.status())["state"] == "running" and s["job"]["pid"] != job,
+        d2.wait_for(
+            lambda v: (s := v.status())["state"] == "running" and s["job"]["pid"] != job,
             20,
             "the daemon to restart the job",
         )
@@ -126,8 +126,8 @@ def test_a_job_that_cannot_be_proven_ours_is_killed(
     _tamper(d, "job_start_ticks", 1000)
     d2 = Daemon(tmp_path, d.cfg).start()
     try:
-        st = wait_until(
-            lambda: (s := d2.status())["state"] == "running" and s["job"]["pid"] != job and s,
+        st = d2.wait_for(
+            lambda v: (s := v.status())["state"] == "running" and s["job"]["pid"] != job and s,
             20,
             "a new job",
         )
@@ -149,8 +149,8 @@ def test_on_daemon_restart_restart_kills_even_a_provable_job(
     d.kill()
     d2 = Daemon(tmp_path, d.cfg).start()
     try:
-        wait_until(
-            lambda: (s := d2.status())["state"] == "running" and s["job"]["pid"] != job,
+        d2.wait_for(
+            lambda v: (s := v.status())["state"] == "running" and s["job"]["pid"] != job,
             20,
             "a new job",
         )

@@ -5,10 +5,12 @@ gains steps is retried."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import pathlib
+import re
 import signal
 import sys
 from typing import Any
@@ -27,6 +29,15 @@ pytestmark = [
 
 JOB = ROOT / "tests" / "support" / "jobs" / "causes_job.py"
 PATTERN = r"step (?P<step>\d+) \| (?P<tokens_per_s>[0-9.]+) tok/s"
+
+
+def _bar_step(log: pathlib.Path) -> int:
+    """The newest step the Trainer's tqdm bar (`12/100000 [...]`) shows in the job's log."""
+    with contextlib.suppress(OSError):
+        text = log.read_text(errors="replace")
+        if found := re.findall(r"(\d+)/100000 ", text[-4000:]):
+            return int(found[-1])
+    return 0
 
 
 def run_daemon(tmp_path: pathlib.Path, mode: str, **restart: Any) -> Daemon:
@@ -185,7 +196,11 @@ def test_hf_trainer_killed_mid_checkpoint_is_checkpoint_unreadable_and_parked(
             found = sorted(out.glob("checkpoint-*")) if out.is_dir() else []
             return found[0] if found else None
 
-        folder = wait_until(torn, 180, "the first checkpoint folder", interval=0.002)
+        # Looked for every 2 ms only once the bar is past step 10 (the save is at 20, 10 steps
+        # of at least 20 ms later): through the imports, 2 ms looks cost a second of CPU.
+        log = pathlib.Path(cfg["job"]["log_file"])
+        wait_until(lambda: _bar_step(log) >= 10, 180, "the bar past step 10", interval=0.05)
+        folder = wait_until(torn, 60, "the first checkpoint folder", interval=0.002)
         os.killpg(pid, signal.SIGKILL)  # the job leads its own session and group
         assert not (folder / "trainer_state.json").exists(), "the save finished before the kill"
         fatal = d.wait_event("fatal", timeout=240)[0]

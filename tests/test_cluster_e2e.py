@@ -87,17 +87,24 @@ class Cluster:
         result: dict[str, Any] = self.daemons[rank].status()["cluster"]
         return result
 
-    def all_running(self, epoch: int, ranks: range = range(NODES)) -> bool:
+    def all_running(self, epoch: int, ranks: range = range(NODES), peek: bool = False) -> bool:
+        """Every node in `ranks` runs epoch `epoch`, by the real watchdogctl's status, or with
+        `peek` by a look over the socket from this process (what a wait polls: a watchdogctl
+        per node and look kept a core busy while the nodes started)."""
         for r in ranks:
-            st = self.daemons[r].status()
-            if st["state"] != "running" or st["cluster"]["job_epoch"] != epoch:
+            st = self.daemons[r].peek_status() if peek else self.daemons[r].status()
+            if not st or st["state"] != "running" or st["cluster"]["job_epoch"] != epoch:
                 return False
         return True
 
     def wait_running(self, epoch: int, timeout: float, ranks: range = range(NODES)) -> None:
         """Wait for every node in `ranks` to run epoch `epoch`; on timeout say what each shows."""
+
+        def running() -> bool:
+            return self.all_running(epoch, ranks, peek=True) and self.all_running(epoch, ranks)
+
         try:
-            wait_until(lambda: self.all_running(epoch, ranks), timeout, f"epoch {epoch} running")
+            wait_until(running, timeout, f"epoch {epoch} running")
         except AssertionError as e:
             raise AssertionError(f"{e}\n{self.describe()}") from None
 
@@ -210,14 +217,15 @@ def test_lost_node_makes_the_others_wait_and_its_return_restarts_all(cluster: Cl
     killed_at = time.time()
     c.daemons[2].kill()
 
-    def waiting() -> bool:
+    def waiting(peek: bool) -> bool:
         return all(
-            (st := c.daemons[r].status())["state"] == "waiting_nodes"
+            (st := (d.peek_status() if peek else d.status()) or {}).get("state") == "waiting_nodes"
             and st["cluster"]["missing"] == [2]
-            for r in (0, 1)
+            for d in c.daemons[:2]
         )
 
-    wait_until(waiting, 30, "nodes 0 and 1 waiting for node 2")
+    # polled over the socket, then confirmed by the real watchdogctl's status
+    wait_until(lambda: waiting(True) and waiting(False), 30, "nodes 0 and 1 waiting for node 2")
     for r in (0, 1):  # timed by the daemons' own event stamps, not by this poll
         lost = c.daemons[r].wait_event("node_lost", node_rank=2)[0]
         noticed_s = datetime.fromisoformat(lost["ts"]).timestamp() - killed_at
@@ -261,9 +269,13 @@ def test_all_etcd_members_stopped_jobs_keep_running_unverified(cluster: Cluster)
     c.wait_running(1, 60)
     pids = [d.status()["job"]["pid"] for d in c.daemons]
     c.etcd.stop()
-    wait_until(
-        lambda: all(c.cluster(r)["etcd"] == "unreachable" for r in range(3)), 15, "unreachable"
-    )
+
+    def unreachable(peek: bool) -> bool:
+        looks = [(d.peek_status() if peek else d.status()) or {} for d in c.daemons]
+        return all(st.get("cluster", {}).get("etcd") == "unreachable" for st in looks)
+
+    # polled over the socket, then confirmed by the real watchdogctl's status
+    wait_until(lambda: unreachable(True) and unreachable(False), 15, "unreachable")
     time.sleep(2 * TTL)  # the behaviour under test is that nothing happens during this window
     for r, d in enumerate(c.daemons):
         st = d.status()

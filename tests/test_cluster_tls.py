@@ -87,12 +87,14 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     other = CA(tmp / "pki-other", "other-ca")
     server_cert, server_key = ca.issue("etcd", "/O=train-watchdog/OU=etcd", server=True)
     (tmp / "etcd").mkdir()
-    # A short token TTL: the daemons' tokens run out while the tests run.
+    # A short token TTL: the daemons' tokens run out while the tests run. Passwords hashed at
+    # bcrypt's least cost (etcd's default, 10, is 64 times the work): every run-out token is an
+    # authentication, and each one was a bcrypt check on the shared cores.
     etcd = EtcdCluster(
         tmp / "etcd",
         members=1,
         tls=Tls(ca.cert, server_cert, server_key),
-        extra=("--auth-token-ttl=2",),
+        extra=("--auth-token-ttl=2", "--bcrypt-cost=4"),
     )
     try:
         etcd.start()
@@ -163,9 +165,15 @@ def starts(tmp: pathlib.Path, epoch: int) -> list[int]:
 
 
 def running(ds: list[Daemon], epoch: int) -> bool:
+    """Every daemon runs epoch `epoch`: polled over the socket from this process (a watchdogctl
+    per daemon and look kept a core busy), then confirmed by the real watchdogctl's status."""
+    return _running(ds, epoch, peek=True) and _running(ds, epoch, peek=False)
+
+
+def _running(ds: list[Daemon], epoch: int, peek: bool) -> bool:
     for d in ds:
-        st = d.status()
-        if st["state"] != "running" or st["cluster"]["job_epoch"] != epoch:
+        st = d.peek_status() if peek else d.status()
+        if not st or st["state"] != "running" or st["cluster"]["job_epoch"] != epoch:
             return False
     return True
 

@@ -30,7 +30,7 @@ def test_an_exit_during_our_stop_is_the_stops_not_a_classified_death(
     job = write_script(tmp_path / "job.py", DIES_LOUDLY)
     d = Daemon(tmp_path, base_config(tmp_path, [job])).start()
     try:
-        wait_until(lambda: d.status()["job"]["pid"], 15, "the job's pid")
+        d.wait_for(lambda v: v.status()["job"]["pid"], 15, "the job's pid")
         wait_until(lambda: "up" in (tmp_path / "job.log").read_text(), 15, "the job's handler")
         rc, out, err = d.ctl("stop")
         assert rc == 0, (out, err)

@@ -14,7 +14,7 @@ from conftest import DaemonFactory
 from support import fakegpu
 from support.gpus import cfg, job
 from support.gpus import gpus as gpus  # the 8-GPU fixture, shared
-from support.harness import PROMPT_S, Daemon, free_port, wait_until
+from support.harness import PROMPT_S, Daemon, free_port
 from support.metrics import scrape
 
 
@@ -126,8 +126,8 @@ def test_an_old_driver_without_the_event_api_is_not_checked_and_supervises(
     """No event API, no remapped rows, no field values: 'not checked' in status, job runs."""
     d = make_daemon(job(), cfg(), env=fakegpu.fake_env(gpus, old=True))
     st = d.wait_state("running", timeout=15)
-    wait_until(
-        lambda: (d.status()["gpu_events"] or "").startswith("not checked"), 10, "not checked"
+    d.wait_for(
+        lambda v: (v.status()["gpu_events"] or "").startswith("not checked"), 10, "not checked"
     )
     assert any("FUNCTION_NOT_FOUND" in n for n in st["gpus"][0]["not_checked"])
 

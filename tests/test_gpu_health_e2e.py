@@ -14,7 +14,7 @@ from typing import Any
 from conftest import DaemonFactory
 from support import fakegpu
 from support.gpus import cfg, gpus, job  # noqa: F401 - gpus is a fixture
-from support.harness import Daemon, free_port, wait_until
+from support.harness import Daemon, Peeks, free_port, wait_until
 from support.metrics import scrape
 
 THERMAL = fakegpu.HW_SLOWDOWN | fakegpu.HW_THERMAL
@@ -238,7 +238,7 @@ def test_a_daemon_started_while_nvml_init_is_refused_says_access_lost_until_init
     d = make_daemon(job(), cfg(), env=fakegpu.fake_env(gpus))
     lost = d.wait_event("gpu_access_lost", timeout=15)[0]
     assert "NO_PERMISSION" in lost["detail"]
-    st = wait_until(lambda: _blind_job(d), 15, "a job under lost access")
+    st = d.wait_for(_blind_job, 15, "a job under lost access")
     pid = st["job"]["pid"]
     assert st["state"] == "starting" and st["reasons"] == ["gpu_access_lost"]  # never proven
     assert "NO_PERMISSION" in (st["gpu_access_lost"] or "")
@@ -264,7 +264,7 @@ def test_a_job_death_while_init_is_refused_since_start_parks_until_init_works(
     fakegpu.deny_init(gpus, code="UNKNOWN")
     d = make_daemon(job(), cfg(), env=fakegpu.fake_env(gpus))
     d.wait_event("gpu_access_lost", timeout=15)
-    pid = wait_until(lambda: _blind_job(d), 15, "a job under lost access")["job"]["pid"]
+    pid = d.wait_for(_blind_job, 15, "a job under lost access")["job"]["pid"]
     os.kill(pid, signal.SIGKILL)
     st = d.wait_state("host_fault", timeout=15)
     assert st["host_fault"]["kind"] == "gpu_access_lost" and st["job"]["pid"] is None
@@ -276,7 +276,7 @@ def test_a_job_death_while_init_is_refused_since_start_parks_until_init_works(
     assert st["job"]["pid"] != pid and st["host_fault"] is None
 
 
-def _blind_job(d: Daemon) -> dict[str, Any] | None:
+def _blind_job(d: Daemon | Peeks) -> dict[str, Any] | None:
     """The status once a job runs and is not healthy for lost access, else None."""
     st = d.status()
     lost = "gpu_access_lost" in st["reasons"] and st["healthy"] is False

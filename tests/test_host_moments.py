@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from conftest import DaemonFactory
-from support.harness import LOOPCHECK, Daemon, wait_until, write_script
+from support.harness import LOOPCHECK, Daemon, Peeks, wait_until, write_script
 
 from watchdog.daemon.clockgap import GAP_S, ClockWatch
 from watchdog.outputs import incident
@@ -39,7 +39,7 @@ def steps_written(log: pathlib.Path) -> int:
     return max((int(s) for s in found), default=0)
 
 
-def named(d: Daemon, name: str, **match: Any) -> list[dict[str, Any]]:
+def named(d: Daemon | Peeks, name: str, **match: Any) -> list[dict[str, Any]]:
     return [
         e for e in d.events() if e["event"] == name and all(e.get(k) == v for k, v in match.items())
     ]
@@ -188,8 +188,8 @@ def test_spawn_refused_by_the_pids_limit_is_retried_and_starts_once_lifted(
         (made / "cgroup.procs").write_text(str(d.proc.pid))
         (made / "pids.max").write_text((made / "pids.current").read_text())  # no fork more
         d.ctl("start", timeout=5)
-        refused = wait_until(
-            lambda: named(d, "child_start_failed", reason="spawn_refused")[3:],
+        refused = d.wait_for(
+            lambda v: named(v, "child_start_failed", reason="spawn_refused")[3:],
             30,
             "four refused spawns",
         )
@@ -454,8 +454,8 @@ def test_a_job_cwd_briefly_missing_is_retried_and_starts_once_back(
     pid = d.wait_state("running")["job"]["pid"]
     shutil.rmtree(tmp_path / "share")  # the share gone: the job's own cwd goes with it
     os.killpg(pid, signal.SIGKILL)
-    refused = wait_until(
-        lambda: named(d, "child_start_failed", reason="spawn_refused")[2:],
+    refused = d.wait_for(
+        lambda v: named(v, "child_start_failed", reason="spawn_refused")[2:],
         60,
         "three refused spawns",
     )

@@ -15,7 +15,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from support.harness import PROMPT_S, Daemon, base_config, wait_until, write_script
+from support.harness import PROMPT_S, Daemon, Peeks, base_config, wait_until, write_script
 from support.hungfs import hung_mount
 
 from watchdog.outputs.incident import Parts, new_folder, write_bundle
@@ -38,7 +38,7 @@ while True:
 """
 
 
-def _healthy(d: Daemon) -> dict[str, Any] | None:
+def _healthy(d: Daemon | Peeks) -> dict[str, Any] | None:
     st = d.status()
     return st if st["healthy"] and st["reasons"] == [] else None
 
@@ -58,11 +58,11 @@ def test_a_progress_file_on_a_hung_mount_is_unhealthy_never_restarted(
         d = Daemon(tmp_path, cfg)
         d.start()
         try:
-            pid = wait_until(lambda: _healthy(d), 30, "healthy before the hang")["job"]["pid"]
+            pid = d.wait_for(_healthy, 30, "healthy before the hang")["job"]["pid"]
             mount.hang()
             d.wait_event("progress_read_hung", timeout=30)
-            st = wait_until(
-                lambda: (s := d.status())["reasons"] == ["progress_unreadable"] and s,
+            st = d.wait_for(
+                lambda v: (s := v.status())["reasons"] == ["progress_unreadable"] and s,
                 30,
                 "progress_unreadable while the mount hangs",
             )
@@ -72,8 +72,8 @@ def test_a_progress_file_on_a_hung_mount_is_unhealthy_never_restarted(
             # Blind for longer than stall_after_s, while the job kept writing: then the job
             # holds still just as the mount comes back. The stuck read returns with the lines
             # written meanwhile; they are progress, not lost (else: `stalled` at once).
-            wait_until(
-                lambda: (d.status()["progress"]["last_progress_age_s"] or 0) > 7,
+            d.wait_for(
+                lambda v: (v.status()["progress"]["last_progress_age_s"] or 0) > 7,
                 30,
                 "longer than stall_after_s without a read",
             )
@@ -82,7 +82,7 @@ def test_a_progress_file_on_a_hung_mount_is_unhealthy_never_restarted(
             mount.unhang()
             d.wait_event("progress_read_recovered", timeout=30)
             pause.unlink()
-            st = wait_until(lambda: _healthy(d), 30, "healthy once the mount answers")
+            st = d.wait_for(_healthy, 30, "healthy once the mount answers")
             assert st["job"]["pid"] == pid and st["restarts"]["total"] == 0
             names = {e["event"] for e in d.events()}
             assert not names & {"child_exited", "child_stopping", "restart_scheduled"}, names

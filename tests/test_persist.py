@@ -12,7 +12,7 @@ from datetime import datetime
 
 import pytest
 from conftest import DaemonFactory
-from support.harness import Daemon, wait_until, write_script
+from support.harness import Daemon, Peeks, wait_until, write_script
 from support.scripts import stepper
 
 from watchdog.state import files
@@ -83,12 +83,12 @@ def test_sigkilled_daemon_in_backoff_waits_out_the_rest(
         assert st["state"] == "backoff", st
         due = _ts(scheduled) + scheduled["delay_s"]
 
-        def spawned_by_d2() -> list[dict[str, object]]:
-            evs = d2.events()
+        def spawned_by_d2(looks: Daemon | Peeks) -> list[dict[str, object]]:
+            evs = looks.events()
             started = max(i for i, e in enumerate(evs) if e["event"] == "daemon_started")
             return [e for e in evs[started:] if e["event"] == "child_spawned"]
 
-        first = wait_until(spawned_by_d2, 20, "the restart after the backoff")[0]
+        first = d2.wait_for(spawned_by_d2, 20, "the restart after the backoff")[0]
         assert _ts(first) >= due - 0.05, (first, due)
     finally:
         d2.stop()

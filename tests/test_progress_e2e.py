@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import DaemonFactory
-from support.harness import Daemon, wait_until, write_script
+from support.harness import Daemon, Peeks, write_script
 
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor
 from watchdog.core.samples import ProgressReading
@@ -154,13 +154,13 @@ def distinct_steps_seen(d: Daemon, count: int, after: int = 0, timeout: float = 
     """
     seen: set[int] = set()
 
-    def enough() -> bool:
-        step = d.status()["progress"]["step"]
+    def enough(looks: Daemon | Peeks) -> bool:
+        step = looks.status()["progress"]["step"]
         if step is not None and step > after:
             seen.add(step)
         return len(seen) >= count
 
-    wait_until(enough, timeout, f"{count} distinct steps after {after}", interval=0.05)
+    d.wait_for(enough, timeout, f"{count} distinct steps after {after}", interval=0.05)
     return max(seen)
 
 
@@ -247,8 +247,8 @@ def test_50_mib_line_and_binary_garbage_mid_run_leave_progress_parsing_correct(
     d.wait_status(lambda s: s["progress"]["tokens_per_s"] == 1000.0, 10, "1,000 tok/s")
     peak_before = peak_rss_kib(daemon_pid(d))
     trigger.touch()
-    wait_until(
-        lambda: d.status()["progress"]["tokens_per_s"] == 2000.0, 20, "2,000 tok/s after garbage"
+    d.wait_for(
+        lambda v: v.status()["progress"]["tokens_per_s"] == 2000.0, 20, "2,000 tok/s after garbage"
     )
     assert (tmp_path / "job.log").stat().st_size > 50 << 20, "the job wrote its 50 MiB line"
     # The new rate keeps coming in (several distinct steps), with no stall in between.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pathlib
 
 from conftest import DaemonFactory
-from support.harness import wait_until, write_script
+from support.harness import write_script
 
 # The job paces itself with sleeps (it is the job, not a test's synchronisation): 20 training
 # steps, an eval bar of 3 s, a shard-writing bar of 2 s, 10 more steps, then silence.
@@ -74,8 +74,8 @@ def test_status_shows_source_step_and_activity_age(
     eval bar ran; the human status line names them too."""
     job = write_script(tmp_path / "tqdm_job.py", TQDM_JOB)
     d = make_daemon([job], {"progress": {"stall_after_s": 30}})
-    st = wait_until(
-        lambda: (s := d.status())["progress"]["step"] == 30 and s,
+    st = d.wait_for(
+        lambda v: (s := v.status())["progress"]["step"] == 30 and s,
         60,
         "step 30 in status",
         interval=0.1,
@@ -126,9 +126,9 @@ def test_csv_glob_follows_each_runs_new_version_folder(
     job = write_script(tmp_path / "csv_job.py", CSV_JOB)
     glob_path = str(tmp_path / "lightning_logs" / "version_*" / "metrics.csv")
     d = make_daemon([job], {"progress": {"file": glob_path, "stall_after_s": 30}})
-    st = wait_until(
-        lambda: (
-            (s := d.status())["progress"]["step"] is not None and s["progress"]["step"] >= 25 and s
+    st = d.wait_for(
+        lambda v: (
+            (s := v.status())["progress"]["step"] is not None and s["progress"]["step"] >= 25 and s
         ),
         60,
         "the second run's steps past its rewrite",

@@ -7,7 +7,7 @@ import pathlib
 
 import yaml
 from conftest import DaemonFactory
-from support.harness import wait_until, write_script
+from support.harness import write_script
 
 BODY = """
 import time
@@ -38,8 +38,8 @@ def test_a_reloaded_command_is_pending_until_the_next_start(
     assert len(pending) == 1 and "next start" in pending[0] and f"pid {pid}" in out, out
     rc, _, err = d.ctl("restart")
     assert rc == 0, err
-    job = wait_until(
-        lambda: (j := d.status()["job"])["pid"] not in (None, pid) and j, 30, "the new run"
+    job = d.wait_for(
+        lambda v: (j := v.status()["job"])["pid"] not in (None, pid) and j, 30, "the new run"
     )
     assert (job["command"], job["pending"]) == ([new], None)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import DaemonFactory
-from support.harness import Daemon, wait_until, write_script
+from support.harness import Daemon, Peeks, wait_until, write_script
 from support.scripts import stepper
 
 NOT_ROOT = "mounting a tmpfs or a bind mount needs root (uid 0); this test runs as uid {}"
@@ -156,14 +156,14 @@ def _toggle(d: Daemon, times: int, errname: str) -> None:
             d.wait_state(state, timeout=20)
 
 
-def _failed(d: Daemon, file: str) -> list[dict[str, Any]]:
+def _failed(d: Daemon | Peeks, file: str) -> list[dict[str, Any]]:
     return [e for e in d.events() if e["event"] == "state_write_failed" and e.get("file") == file]
 
 
 def _fails_then_resumes(d: Daemon, errname: str, heal: Any) -> None:
     """Writes that fail are one state_write_failed (not one per write), status says since when;
     once the disk is back, state_write_resumed counts them and events.jsonl has no torn line."""
-    wait_until(lambda: _failed(d, "state.json"), 30, "the first state_write_failed")
+    d.wait_for(lambda v: _failed(v, "state.json"), 30, "the first state_write_failed")
     _toggle(d, 4, errname)
     first = _failed(d, "state.json")
     assert len(first) == 1 and errname in first[0]["error"], first
@@ -364,7 +364,7 @@ def _ledger_runs(d: Daemon) -> list[int]:
         return []  # written off the loop: not there yet
 
 
-def _settled_runs(d: Daemon, since_start: int = 0) -> set[int]:
+def _settled_runs(d: Daemon | Peeks, since_start: int = 0) -> set[int]:
     """The runs run_settled named in the daemon's own events, of the `since_start`-th daemon
     on (0: all of them)."""
     evs = d.events()
@@ -390,8 +390,8 @@ def test_run_numbers_given_while_the_disk_failed_are_never_given_again(
     with bind_mount(d.state_dir) as state:
         try:
             remount(state, "ro")
-            unwritten = wait_until(
-                lambda: _at_least(3, _settled_runs(d) - {1}),
+            unwritten = d.wait_for(
+                lambda v: _at_least(3, _settled_runs(v) - {1}),
                 90,
                 "three runs numbered while the disk fails",
             )
@@ -402,8 +402,8 @@ def test_run_numbers_given_while_the_disk_failed_are_never_given_again(
             d2 = Daemon(tmp_path, d.cfg).start()
             try:
                 starts = sum(e["event"] == "daemon_started" for e in d2.events())
-                again = wait_until(
-                    lambda: _at_least(2, _settled_runs(d2, starts)),
+                again = d2.wait_for(
+                    lambda v: _at_least(2, _settled_runs(v, starts)),
                     90,
                     "two runs of the next daemon",
                 )

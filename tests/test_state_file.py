@@ -27,7 +27,7 @@ def test_state_file_names_the_new_job_after_a_crash_and_none_after_a_stop(
     script = f"import os, pathlib, time\nf = pathlib.Path({str(flag)!r})\n"
     script += "if not f.exists():\n    f.touch()\n    os._exit(1)\ntime.sleep(600)\n"
     d = make_daemon(["python3", "-c", script], {"restart": {"backoff_initial_s": 0}})
-    wait_until(lambda: flag.exists() and d.status()["restarts"]["total"] >= 1, 15, "a restart")
+    d.wait_for(lambda v: flag.exists() and v.status()["restarts"]["total"] >= 1, 15, "a restart")
     pid = d.wait_status(lambda s: s["job"]["pid"], 15, "the new job")
     wait_until(lambda: job_pid_in(d.state_dir) == pid, 15, f"state.json naming pid {pid}")
     rc, _, err = d.ctl("stop")

@@ -24,8 +24,13 @@ def _suite(pytester: pytest.Pytester, files: dict[str, str]) -> None:
         pytester.makepyfile(**{name: body})
 
 
+# The installed plugins a small suite never uses, off in its runs: each pytest process (the
+# controller and every worker) imported them, hypothesis's most of all, for nothing.
+UNUSED = ("-p", "no:hypothesispytest", "-p", "no:anyio", "-p", "no:timeout")
+
+
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess("-p", "xdist", "-p", "no:cacheprovider", *args)
+    return pytester.runpytest_subprocess("-p", "xdist", "-p", "no:cacheprovider", *UNUSED, *args)
 
 
 def test_every_pure_module_exists() -> None:

@@ -162,7 +162,7 @@ def test_a_repeated_parking_xid_is_counted_but_still_parks_a_started_job(
     d = start_daemon(make_daemon, gpus, write_recording_hook(tmp_path / "hook.sh", log))
     fakegpu.inject_events(gpus, [(3, 79)] * 300)
     d.wait_state("host_fault", timeout=15)
-    wait_until(lambda: faults_counted(d) >= 300, 30, "300 faults counted")
+    d.wait_for(lambda v: faults_counted(v) >= 300, 30, "300 faults counted")
     assert len([e for e in d.events() if e["event"] == "gpu_fault"]) == 1
     assert d.ctl("start")[0] == 0
     d.wait_state("running", timeout=15)
