@@ -39,8 +39,8 @@ T = TypeVar("T")
 
 def image(value: object) -> Any:
     """`value` as tagged JSON."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
+    if type(value) in _SCALARS or value is None or isinstance(value, bool | int | float | str):
+        return value  # the exact types first: most values of a tick's records are scalars
     if isinstance(value, list):
         return [image(v) for v in value]
     if isinstance(value, tuple):
@@ -56,6 +56,9 @@ def image(value: object) -> Any:
         version, internal, gauss = value.__self__.getstate()  # type: ignore[attr-defined]
         return {"$random": [version, list(internal), gauss]}
     return {"$object": type(value).__name__, "fields": _fields(value)}
+
+
+_SCALARS = frozenset((bool, int, float, str))
 
 
 def _fields(value: object) -> dict[str, Any]:
