@@ -31,7 +31,7 @@ import typing
 from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from enum import Enum
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from typing import Any, Literal, TypeVar, cast, get_args, get_origin
 
 Known = Mapping[str, type[Any]]  # the classes a record may name, by name
 T = TypeVar("T")
@@ -142,6 +142,11 @@ def onto(obj: T, found: Mapping[str, Any], known: Known, keep: Collection[str] =
 def plain(value: object) -> Any:
     """`value` as plain JSON: a dataclass as an object of its fields, an enum as its value,
     tuples and deques as lists, sets as sorted lists, mappings as objects."""
+    kind = type(value)  # the exact built-in types first (a subclass, an enum, takes the rest)
+    if kind in _SCALARS or value is None:
+        return value
+    if kind is list or kind is tuple:
+        return [plain(v) for v in cast("list[object]", value)]
     if isinstance(value, Enum):
         return value.value
     if value is None or isinstance(value, bool | int | float | str):
