@@ -3,11 +3,14 @@ a caller names."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum, IntEnum, StrEnum
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -80,3 +83,69 @@ def test_the_classifiers_records_go_through_the_codec() -> None:
     back = images.restored(json.loads(json.dumps(images.image(cause))), known)
     assert back == cause and back.cause == "cuda_oom"
     assert images.plain(cause) == json.loads(json.dumps(cause.record()))
+
+
+class _Colour(StrEnum):
+    RED = "red"
+
+
+class _Level(IntEnum):
+    HIGH = 3
+
+
+class _Pair(NamedTuple):
+    a: int
+    b: str
+
+
+@dataclass(frozen=True)
+class _Held:
+    level: _Level
+    pairs: tuple[_Pair, ...]
+    seen: frozenset[str]
+
+
+PLAIN_VALUES: list[object] = [
+    None,
+    True,
+    0,
+    2.5,
+    "text",
+    [],
+    (),
+    [1, (2, [3.5, None]), "x"],
+    (_Colour.RED, _Level.HIGH, True),
+    [_Pair(1, "a"), {"k": (1, 2)}],
+    {"a": [_Colour.RED], "b": {"c": frozenset({"y", "x"})}},
+    deque([1, (2, 3)]),
+    {3, 1, 2},
+    _Held(_Level.HIGH, (_Pair(2, "b"),), frozenset({"b", "a"})),
+    list({0: ("thermal",), 1: ("power", "sync")}.items()),  # a GPU watch's degraded GPUs
+]
+
+
+def _former_plain(value: object) -> Any:
+    """images.plain as it was before its exact-type shortcuts (the reference)."""
+    if isinstance(value, Enum):
+        return value.value
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if dataclasses.is_dataclass(value):
+        return {f.name: _former_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {k: _former_plain(v) for k, v in value.items()}
+    if isinstance(value, frozenset | set):
+        return sorted(_former_plain(v) for v in value)
+    if isinstance(value, list | tuple | deque):
+        return [_former_plain(v) for v in value]
+    raise ValueError(f"not plain JSON: {value!r}")
+
+
+@pytest.mark.parametrize("value", PLAIN_VALUES, ids=lambda v: type(v).__name__)
+def test_plain_writes_what_it_wrote_before_its_shortcuts(value: object) -> None:
+    """plain's exact-type shortcuts (built-in scalars, lists and tuples first) leave every
+    value's plain form as it was, types included: an enum or a named tuple inside a list is
+    still its value or its list (the JSON bytes compared)."""
+    got, former = images.plain(value), _former_plain(value)
+    assert json.dumps(got) == json.dumps(former)
+    assert repr(got) == repr(former)  # the types inside too: no enum or named tuple left

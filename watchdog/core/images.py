@@ -31,7 +31,7 @@ import typing
 from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from enum import Enum
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from typing import Any, Literal, TypeVar, cast, get_args, get_origin
 
 Known = Mapping[str, type[Any]]  # the classes a record may name, by name
 T = TypeVar("T")
@@ -39,8 +39,8 @@ T = TypeVar("T")
 
 def image(value: object) -> Any:
     """`value` as tagged JSON."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
+    if type(value) in _SCALARS or value is None or isinstance(value, bool | int | float | str):
+        return value  # the exact types first: most values of a tick's records are scalars
     if isinstance(value, list):
         return [image(v) for v in value]
     if isinstance(value, tuple):
@@ -56,6 +56,9 @@ def image(value: object) -> Any:
         version, internal, gauss = value.__self__.getstate()  # type: ignore[attr-defined]
         return {"$random": [version, list(internal), gauss]}
     return {"$object": type(value).__name__, "fields": _fields(value)}
+
+
+_SCALARS = frozenset((bool, int, float, str))
 
 
 def _fields(value: object) -> dict[str, Any]:
@@ -139,6 +142,11 @@ def onto(obj: T, found: Mapping[str, Any], known: Known, keep: Collection[str] =
 def plain(value: object) -> Any:
     """`value` as plain JSON: a dataclass as an object of its fields, an enum as its value,
     tuples and deques as lists, sets as sorted lists, mappings as objects."""
+    kind = type(value)  # the exact built-in types first (a subclass, an enum, takes the rest)
+    if kind in _SCALARS or value is None:
+        return value
+    if kind is list or kind is tuple:
+        return [plain(v) for v in cast("list[object]", value)]
     if isinstance(value, Enum):
         return value.value
     if value is None or isinstance(value, bool | int | float | str):

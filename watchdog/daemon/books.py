@@ -17,6 +17,7 @@ from watchdog.clock import SYSTEM, Clock
 from watchdog.core.health.monitor import HealthMonitor
 from watchdog.core.progress.stall_window import StallKnowledge
 from watchdog.core.supervisor.jobstate import Snapshot
+from watchdog.core.supervisor.machine import Glance
 from watchdog.core.views import goodput
 from watchdog.daemon.ledger import RunBook
 from watchdog.outputs import metrics
@@ -58,7 +59,7 @@ class Books:
         self._learned_saved = False  # stall.json written since the training window was learned
         runs.cost_measured = self.goodput.restart_cost.add  # SPEC §15: measured, by cause
 
-    def account(self, snap: Snapshot, monitor: HealthMonitor) -> None:
+    def account(self, snap: Snapshot | Glance, monitor: HealthMonitor) -> None:
         """Charge the time since the last call to the state the job was in (goodput.py); save
         stall.json as soon as the run's stall window is learned (`monitor`: the run's)."""
         last_progress_at = monitor.last_progress_at

@@ -127,7 +127,7 @@ class Daemon:
         )
 
     def _leader(self) -> int | None:
-        return self.consumer.core.snapshot().pid
+        return self.consumer.core.leader
 
     # ----------------------------------------------------------------- what parts read
 
@@ -266,7 +266,7 @@ class Daemon:
 
     def settle(self) -> None:
         """Once after a turn's inputs (consumer.py): state.json's look, the title, the books."""
-        snap = self.core.snapshot()
+        snap = self.core.glance()
         self.out.writer.supervisor(self.core.durable())  # after the spawn: off its critical path
         self.out.title.show(self.cfg.job.name, snap.state.value, snap.pid)
         self.books.account(snap, self.job.monitor)

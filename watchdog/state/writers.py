@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import errno
 import json
+import operator
 import os
 import threading
 import time
@@ -164,6 +165,13 @@ def _why(e: BaseException) -> str:
     return str(e)
 
 
+# Durable's fields but the high mark, read at once (C): a new mark alone is told from any other
+# change without building a copy of the record at every progress line (dataclasses.replace)
+_BUT_MARK = operator.attrgetter(
+    *(f.name for f in dataclasses.fields(Durable) if f.name != "best_mark")
+)
+
+
 class StateWriter:
     """state.json: the job's pid and start time, and the Supervisor's durable part."""
 
@@ -198,11 +206,7 @@ class StateWriter:
         if d == self._durable:
             return
         old, self._durable = self._durable, d
-        mark_only = (
-            old is not None
-            and old.best_mark is not None
-            and dataclasses.replace(d, best_mark=old.best_mark) == old
-        )
+        mark_only = old is not None and old.best_mark is not None and _BUT_MARK(d) == _BUT_MARK(old)
         if mark_only and self._mark_waits():
             return
         self._update()

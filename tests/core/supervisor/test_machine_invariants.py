@@ -56,7 +56,7 @@ from watchdog.core.supervisor.events import (
     TreeStopped,
 )
 from watchdog.core.supervisor.jobstate import snapshot as fresh_snapshot
-from watchdog.core.supervisor.machine import Supervisor
+from watchdog.core.supervisor.machine import Glance, Supervisor, glance
 from watchdog.core.supervisor.replay import from_record, to_record
 from watchdog.core.supervisor.table import TABLE
 
@@ -608,6 +608,17 @@ class SupervisorMachine(RuleBasedStateMachine):
         kept = self.sup.snapshot()
         assert self.sup.snapshot() is kept  # built once per input, not per caller
         assert kept == fresh_snapshot(self.sup.record())
+
+    @invariant()
+    def a_glance_reads_as_the_snapshot(self) -> None:
+        """What the shell reads after every turn without a snapshot (Supervisor.glance, .leader)
+        has the very values the snapshot has under the same names."""
+        record = self.sup.record()
+        seen, snap = glance(record), fresh_snapshot(record)
+        assert seen == tuple(getattr(snap, name) for name in Glance._fields)
+        assert self.sup.leader == snap.pid
+        assert self.sup.glance() == seen  # none built since record(): the glance of the record
+        assert self.sup.snapshot() is self.sup.glance()  # one built: that one
 
     @invariant()
     def never_two_children(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -360,6 +361,52 @@ def test_charged_figures_fill_the_buckets_as_the_whole_totals_do(
         light.goodput(g.charged(), T0 + now)
         whole.goodput(g.totals(), T0 + now)
     assert json.dumps(light.to_json()) == json.dumps(whole.to_json())
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["running", "backoff", "unhealthy", "starting", "stopped"]),
+            st.frozensets(st.sampled_from(["stalled", "gpus_idle", "throughput_low"])),
+            st.floats(0, 90, allow_nan=False),  # seconds to the next observation
+            st.booleans(),  # a progress line at this instant
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_the_growth_is_charged_as_the_dict_based_pass_charged_it(
+    steps: list[tuple[str, frozenset[str], float, bool]],
+) -> None:
+    """Timeline.goodput's one pass charges the buckets byte for byte as its former form did
+    (the growth of every figure as a dict, the positive ones kept, then charged in order)."""
+    g = Goodput()
+    new, former = Timeline(bucket_s=60), Timeline(bucket_s=60)
+    now, progress_at = 0.0, None
+    for state, firing, step, line in steps:
+        now += step
+        progress_at = now if line else progress_at
+        g.observe(state, firing, progress_at, now)
+        new.goodput(g.charged(), T0 + now)
+        _former_goodput(former, g.charged(), T0 + now)
+    assert json.dumps(new.to_json()) == json.dumps(former.to_json())
+
+
+def _former_goodput(tl: Timeline, totals: dict[str, Any], wall: float) -> None:
+    """Timeline.goodput as it was written before its one pass (the reference)."""
+    flat = {"productive_s": float(totals.get("productive_s") or 0.0)}
+    flat["starting_s"] = float(totals.get("starting_s") or 0.0)
+    for cause, s in dict(totals.get("lost_s") or {}).items():
+        flat[f"lost.{cause}"] = float(s)
+    seen, tl._goodput_seen = tl._goodput_seen, flat
+    if seen is None:
+        return
+    grown = {k: v - seen.get(k, 0.0) for k, v in flat.items()}
+    grown = {k: v for k, v in grown.items() if v > 0}
+    if grown:
+        b = tl._at(wall)
+        for k, v in grown.items():
+            b.goodput[k] = b.goodput.get(k, 0.0) + v
 
 
 def _close(a: object, b: object) -> bool:

@@ -108,6 +108,8 @@ class DegradedTracker:
         if self._last_at is not None:
             dt = max(0.0, now - self._last_at)
             for gpu, current in names.items():
+                if not current:
+                    continue  # no reason held (the usual sample): no sets built to say so
                 for reason in set(current) & set(self._last.get(gpu, ())):
                     key = (gpu, reason)
                     self._seconds[key] = self._seconds.get(key, 0.0) + dt

@@ -14,6 +14,7 @@ commands.py, attempts.py over primitives.py; what outlives this object in handov
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 from watchdog.core.names import State
 from watchdog.core.supervisor import answers, at_checkpoint, ending, handover, runs, woke
@@ -32,6 +33,7 @@ from watchdog.core.supervisor.jobstate import (
     GATE,
     Gate,
     JobState,
+    Run,
     Snapshot,
     UndeclaredTransition,
     draft,
@@ -46,7 +48,26 @@ from watchdog.core.supervisor.table import TABLE
 # raises instead of being refused, so a wrong handler fails the test that drove it.
 STRICT = False
 
-__all__ = ["STRICT", "Supervisor", "UndeclaredTransition"]
+__all__ = ["STRICT", "Glance", "Supervisor", "UndeclaredTransition", "glance"]
+
+
+class Glance(NamedTuple):
+    """What the shell reads after every turn (its title, its books): Snapshot's fields of the
+    same names, with the same values, without building the rest of it (the verdicts' counts,
+    the restarts in the window) at every tick, where only status wants it."""
+
+    state: State
+    pid: int | None
+    firing: frozenset[str]
+    restarts_total: int
+    last_reason: str | None
+    completed_at: float | None
+
+
+def glance(s: JobState) -> Glance:
+    """`snapshot(s)`'s fields of Glance (tests/core/supervisor/test_machine_invariants.py)."""
+    pid = None if s.run is Run.REAPED else s.pid
+    return Glance(shown(s), pid, s.firing, s.restarts_total, s.last_reason, s.completed_at)
 
 
 class Supervisor:
@@ -78,6 +99,17 @@ class Supervisor:
         if self._snap is None:
             self._snap = snapshot(self._s)
         return self._snap
+
+    def glance(self) -> Snapshot | Glance:
+        """The few fields read after every turn: the snapshot when one was built since the last
+        input, else a Glance of the record (a tick builds no snapshot unless status asks)."""
+        return glance(self._s) if self._snap is None else self._snap
+
+    @property
+    def leader(self) -> int | None:
+        """`snapshot().pid`, read without building the snapshot (the samplers ask each tick)."""
+        s = self._s
+        return None if s.run is Run.REAPED else s.pid
 
     @property
     def policy(self) -> Policy:

@@ -25,8 +25,17 @@ KNOWN = handover.KNOWN  # the classes a record may name (core/images.py)
 
 def to_record(event: Event) -> dict[str, Any]:
     """The event as a JSON-ready object: {"event": its class name, its fields...}."""
-    fields = {f.name: images.image(getattr(event, f.name)) for f in dataclasses.fields(event)}
-    return {"event": type(event).__name__, **fields}
+    cls = type(event)
+    names = _NAMES.get(cls)
+    if names is None:  # an event type's fields, looked up once (two records a tick)
+        names = _NAMES[cls] = tuple(f.name for f in dataclasses.fields(event))
+    record: dict[str, Any] = {"event": cls.__name__}
+    for name in names:
+        record[name] = images.image(getattr(event, name))
+    return record
+
+
+_NAMES: dict[type[Any], tuple[str, ...]] = {}
 
 
 def from_record(record: Mapping[str, Any]) -> Event:

@@ -161,12 +161,12 @@ class Timeline:
         seen, self._goodput_seen = self._goodput_seen, flat
         if seen is None:
             return
-        grown = {k: v - seen.get(k, 0.0) for k, v in flat.items()}
-        grown = {k: v for k, v in grown.items() if v > 0}
-        if grown:
-            b = self._at(wall)
-            for k, v in grown.items():
-                b.goodput[k] = b.goodput.get(k, 0.0) + v
+        b = None  # after every turn: one pass, no dicts of the growth in between
+        for k, v in flat.items():
+            if (grown := v - seen.get(k, 0.0)) > 0:
+                if b is None:
+                    b = self._at(wall)
+                b.goodput[k] = b.goodput.get(k, 0.0) + grown
 
     def event(self, record: Mapping[str, Any], wall: float) -> None:
         """An emitted event; kept (compactly) only if the picture marks or lists it."""
