@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 from conftest import DaemonFactory
-from support.frameworks import JOBS, STARTUP_S, framework_config
-from support.harness import Daemon, wait_until
+from support.frameworks import JOBS, STARTUP_S, framework_config, newest_in_status
+from support.harness import wait_until
 
 NEEDED = ("torch", "transformers", "accelerate")
 MISSING = [name for name in NEEDED if importlib.util.find_spec(name) is None]
@@ -37,17 +37,6 @@ def work(tmp_path: pathlib.Path) -> pathlib.Path:
     folder = tmp_path / "work"
     folder.mkdir()
     return folder
-
-
-def newest_in_status(d: Daemon) -> dict[str, Any]:
-    """Wait until status reads a complete checkpoint in the learned folder."""
-
-    def seen(s: dict[str, Any]) -> dict[str, Any] | None:
-        c = s["progress"]["checkpoint"]
-        return c if c is not None and c["mark"] is not None else None
-
-    found: dict[str, Any] = d.wait_status(seen, STARTUP_S, "a checkpoint read", interval=0.2)
-    return found
 
 
 def checkpoint_files(work: pathlib.Path) -> dict[str, float]:

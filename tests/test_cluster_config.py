@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from support.driver import Driver, names
 from support.harness import BIN
+from support.startimports import start_modules
 
 from watchdog.config import Config, ConfigError, parse_config
 from watchdog.core.names import State
@@ -254,17 +255,6 @@ def test_cert_file_without_key_file_is_a_config_error(tmp_path: Path) -> None:
         )
 
 
-# What a start loads, in the daemon's own interpreter: its entry module, the config as entry.load
-# reads it, and the policy the core is given (daemon/params.py).
-_LOADED = """
-import sys
-import watchdog.daemon.watchdogd
-from watchdog.daemon import entry, params
-cfg = entry.load(sys.argv[1])
-assert not isinstance(cfg, int), cfg
-params.local_policy_of(cfg)
-print(" ".join(sorted(sys.modules)))
-"""
 CLUSTER_CLIENT = {
     "watchdog.cluster.link",
     "watchdog.cluster.inputs",
@@ -282,11 +272,5 @@ def test_the_cluster_client_is_loaded_only_with_a_cluster(
     """A daemon without `cluster:` starts without the etcd client, its TLS and the coordinator
     (CPU at every start); with `cluster:` they are loaded before the loop runs, as before."""
     text = GOOD if with_cluster else 'job:\n  command: ["/bin/true"]\n'
-    cfg = tmp_path / "w.yaml"
-    cfg.write_text(text + f"state_dir: {tmp_path / 'state'}\n")
-    r = subprocess.run(
-        [sys.executable, "-c", _LOADED, str(cfg)], capture_output=True, text=True, timeout=120
-    )
-    assert r.returncode == 0, r.stderr
-    loaded = CLUSTER_CLIENT & set(r.stdout.split())
+    loaded = CLUSTER_CLIENT & start_modules(tmp_path, text)
     assert loaded == (CLUSTER_CLIENT if with_cluster else set())

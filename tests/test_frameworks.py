@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 from conftest import DaemonFactory
-from support.frameworks import JOBS, STALL_AFTER_S, STARTUP_S, framework_config
+from support.frameworks import JOBS, STALL_AFTER_S, STARTUP_S, framework_config, newest_in_status
 from support.harness import Daemon, wait_until
 
 NEEDED = ("torch", "transformers", "accelerate", "lightning", "rich")
@@ -101,17 +101,6 @@ def healthy_with_step(d: Daemon, pid: int | None = None, above: int = 0) -> dict
     what = f"healthy, a step above {above}" + (f", pid {pid}" if pid else "")
     result: dict[str, Any] = d.wait_status(ok, STARTUP_S, what, interval=0.2)
     return result
-
-
-def newest_in_status(d: Daemon) -> dict[str, Any]:
-    """Wait until status reads a complete checkpoint in the learned folder."""
-
-    def seen(s: dict[str, Any]) -> dict[str, Any] | None:
-        c = s["progress"]["checkpoint"]
-        return c if c is not None and c["mark"] is not None else None
-
-    found: dict[str, Any] = d.wait_status(seen, STARTUP_S, "a checkpoint read", interval=0.2)
-    return found
 
 
 def freeze_until_restarted(d: Daemon, checkpoint: Callable[[], int]) -> tuple[int, int]:

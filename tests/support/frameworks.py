@@ -5,7 +5,7 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
-from support.harness import ROOT
+from support.harness import ROOT, Daemon
 
 JOBS = ROOT / "tests" / "support" / "jobs"
 
@@ -47,3 +47,14 @@ def framework_config(
 def merged(cfg: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     """`cfg` with each section of `over` merged into its own (a key of `over` wins)."""
     return {**cfg, **{key: {**cfg.get(key, {}), **value} for key, value in over.items()}}
+
+
+def newest_in_status(d: Daemon) -> dict[str, Any]:
+    """Wait until status reads a complete checkpoint in the learned folder."""
+
+    def seen(s: dict[str, Any]) -> dict[str, Any] | None:
+        c = s["progress"]["checkpoint"]
+        return c if c is not None and c["mark"] is not None else None
+
+    found: dict[str, Any] = d.wait_status(seen, STARTUP_S, "a checkpoint read", interval=0.2)
+    return found
