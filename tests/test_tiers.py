@@ -4,6 +4,7 @@ worker fails it, a selection of no test is exit 5, a module's costly fixture is 
 
 from __future__ import annotations
 
+import json
 import pathlib
 import subprocess
 
@@ -113,6 +114,44 @@ def test_an_xdist_group_mark_fails_naming_groups(pytester: pytest.Pytester) -> N
     result = _run(pytester, "-q")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*xdist_group marks group nothing*tiers.py GROUPS*"])
+
+
+def test_the_longest_recorded_test_is_started_first(pytester: pytest.Pytester) -> None:
+    """A test tests/durations.json records as long is handed out before the others (a module
+    of GROUPS kept whole and in its order), a `slow` one not recorded next, pure ones last."""
+    plain = "def test_a():\n    pass\ndef test_long():\n    pass\n"
+    slow = "import pytest\n@pytest.mark.slow\ndef test_s():\n    pass\n"
+    pure = min(m for m in PURE_MODULES if m.startswith("tests/")).removesuffix(".py")
+    grouped = sorted(GROUPS)[0].removesuffix(".py")
+    files = {pure: "def test_p():\n    pass\n", "tests/test_plain": plain, "tests/test_slow": slow}
+    _suite(pytester, files | {grouped: "def test_g1():\n    pass\ndef test_g2():\n    pass\n"})
+    recorded = {"tests/test_plain.py::test_long": 50, f"{grouped}.py::test_g2": 40}
+    (pytester.path / "tests" / "durations.json").write_text(json.dumps({"seconds": recorded}))
+    pytester.makeini("[pytest]\ntestpaths = tests\nmarkers = slow\n")
+    result = _run(pytester, "-q", "--collect-only")
+    names = [line.split("::")[-1] for line in result.stdout.lines if "::" in line]
+    assert names == ["test_long", "test_g1", "test_g2", "test_s", "test_a", "test_p"], names
+
+
+def test_record_durations_writes_each_test_of_a_second_or_more(pytester: pytest.Pytester) -> None:
+    """`--record-durations` on several workers writes tests/durations.json from the controller:
+    the test that took over a second (its setup, call and teardown), not the quick one."""
+    body = "import time\ndef test_quick():\n    pass\ndef test_second():\n    time.sleep(1.1)\n"
+    _suite(pytester, {"tests/test_timed": body})
+    result = _run(pytester, "-q", "-n", "2", "--record-durations")
+    result.assert_outcomes(passed=2)
+    seconds = json.loads((pytester.path / "tests" / "durations.json").read_text())["seconds"]
+    assert list(seconds) == ["tests/test_timed.py::test_second"], seconds
+    assert seconds["tests/test_timed.py::test_second"] >= 1.1
+
+
+def test_the_recorded_durations_name_tests_of_this_suite() -> None:
+    """tests/durations.json is a mapping of node ids to seconds, most of which still name a test
+    file of this tree (a stale file would quietly lose the ordering)."""
+    seconds = json.loads((ROOT / "tests" / "durations.json").read_text())["seconds"]
+    assert seconds and all(isinstance(v, int | float) and v >= 1 for v in seconds.values())
+    files = {k.split("::")[0] for k in seconds}
+    assert sum((ROOT / f).is_file() for f in files) >= 0.9 * len(files), sorted(files)
 
 
 def _dry_run(target: str) -> list[str]:

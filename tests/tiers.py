@@ -18,6 +18,8 @@ suffix pytest-xdist 3.8 writes, so those marks silently group nothing
 
 from __future__ import annotations
 
+import json
+import pathlib
 import sys
 from typing import Any
 
@@ -137,9 +139,14 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         )
 
 
+_recording: list[bool] = []
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "pure: starts no process (`make check` runs these)")
     sys.addaudithook(_audit)
+    if config.getoption("record_durations") and not hasattr(config, "workerinput"):
+        _recording.append(True)
 
 
 def _module_path(nodeid: str) -> str:
@@ -156,16 +163,74 @@ def _own_wide_fixture(item: pytest.Item) -> str | None:
     return None
 
 
+# How long each test took in a recorded `make test` (tests/durations.json, written by
+# `--record-durations`): the longest units of work start first, so no minute-long test starts
+# last on a worker and stretches the run (in a run of 2026-12-07 one did: 376 s where the other
+# workers ended by 330). A test the file does not name is taken to be short: the pure tier's
+# as nothing (they fill the end), another as 1 s, a `slow` one as 30 s. A stale file costs only
+# speed, never a test.
+DURATIONS = pathlib.Path(__file__).with_name("durations.json")
+RECORD_FROM = 1.0  # seconds: a test taking less is left out of the file
+_durations: dict[str, float] = {}  # filled on the controller under --record-durations
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-durations",
+        action="store_true",
+        help=f"write how long each test of {RECORD_FROM:g} s or more took to tests/durations.json",
+    )
+
+
+def _recorded() -> dict[str, float]:
+    try:
+        seconds = json.loads(DURATIONS.read_text())["seconds"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return {str(k): float(v) for k, v in seconds.items()} if isinstance(seconds, dict) else {}
+
+
+def _unit(nodeid: str) -> str:
+    """The unit of work the scheduler hands a worker: a module of GROUPS, else the test."""
+    return GROUPS.get(_module_path(nodeid), nodeid)
+
+
+def _guess(item: pytest.Item, recorded: dict[str, float]) -> float:
+    if item.nodeid in recorded:
+        return recorded[item.nodeid]
+    if item.get_closest_marker("slow") is not None:
+        return 30.0
+    return 0.0 if _module_path(item.nodeid) in PURE_MODULES else 1.0
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _module_path(item.nodeid) in PURE_MODULES:
             item.add_marker(pytest.mark.pure)
-    # The modules holding `slow` tests first (each module kept whole and in its order): a
-    # two-minute test that starts last on a worker would otherwise stretch the whole run.
-    slow = {_module_path(i.nodeid) for i in items if i.get_closest_marker("slow") is not None}
+    recorded = _recorded()
+    cost: dict[str, float] = {}
+    for item in items:
+        cost[_unit(item.nodeid)] = cost.get(_unit(item.nodeid), 0.0) + _guess(item, recorded)
+    # The longest units first; a unit's tests stay together and in their order.
+    first: dict[str, int] = {}
+    for n, item in enumerate(items):
+        first.setdefault(_unit(item.nodeid), n)
     order = {id(item): n for n, item in enumerate(items)}
-    items.sort(key=lambda i: (_module_path(i.nodeid) not in slow, order[id(i)]))
+    items.sort(key=lambda i: (-cost[_unit(i.nodeid)], first[_unit(i.nodeid)], order[id(i)]))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """On the controller (and in a run without workers) each phase's report arrives once."""
+    if _recording:
+        _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if not _recording or hasattr(session.config, "workerinput"):
+        return
+    seconds = {k: round(v, 1) for k, v in sorted(_durations.items()) if v >= RECORD_FROM}
+    DURATIONS.write_text(json.dumps({"seconds": seconds}, indent=1, ensure_ascii=False) + "\n")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
