@@ -79,10 +79,10 @@ docs: $(BASE_STAMP)
 
 man: docs
 
-# Most tests wait on real processes, so three times as many workers as cores pays (up to 8; 6 on
+# Most tests wait on real processes, so four times as many workers as cores pays (up to 8, as on
 # the 2-core machines the suite is timed on: docs/testing.md). --dist loadgroup keeps each module of
 # tests/tiers.py GROUPS on one worker. Exit 5 (no test ran) and a crashed worker fail the run.
-TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$((n * 3 > 8 ? 8 : n * 3)))
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$((n * 4 > 8 ? 8 : n * 4)))
 PYTEST_ARGS ?=
 PYTEST_RUN = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=10
 # The tree byte-compiled once before a run: where PYTHONDONTWRITEBYTECODE is set no process writes
