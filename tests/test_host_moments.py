@@ -240,8 +240,12 @@ def test_spawn_refused_out_of_fds_is_one_clear_event_and_starts_once_lifted(
     assert st["job"]["pid"] != pid, st
     assert not named(d, "fatal"), d.events()
     assert "Traceback" not in d.output(), d.output()
+    # At most the first of the spell (then a count a minute). Whether the history's own
+    # appends hit EMFILE at all depends on which descriptors the daemon freed when the job died
+    # (a fresh clone's run saw none fail); one line for a whole spell is pinned in
+    # test_state_generations.py without that race.
     history_failed = [x for x in d.output().splitlines() if "history_write_failed" in x]
-    assert len(history_failed) == 1, history_failed  # the first of the spell; a count a minute
+    assert len(history_failed) <= 1, history_failed
 
 
 @pytest.mark.parametrize("remove", ["socket", "folder"])

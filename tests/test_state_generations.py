@@ -7,6 +7,7 @@ import json
 import pathlib
 
 import pytest
+import structlog.testing
 
 from watchdog.core.ratelimit import StateWrites
 from watchdog.outputs.eventlog import EventLog
@@ -144,3 +145,18 @@ def test_a_torn_last_line_does_not_swallow_the_next_event(tmp_path: pathlib.Path
     assert json.loads(lines[-1])["event"] == "state_write_resumed"
     loaded = [e["event"] for e in EventLog("job", str(path)).history()]
     assert loaded == ["daemon_started", "state_write_resumed"]
+
+
+def test_a_history_file_that_cannot_be_opened_is_said_once_for_a_spell(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Every append failing (its folder is gone: as out of descriptors, each append's open
+    fails): twenty events print one history_write_failed, not twenty, and stay in memory."""
+    log = EventLog("job", str(tmp_path / "gone" / "events.jsonl"))
+    with structlog.testing.capture_logs() as said:
+        for n in range(20):
+            log.emit("state_write_resumed", file="state.json", failed_writes=n)
+        assert log.flush()
+    failed = [e for e in said if e["event"] == "history_write_failed"]
+    assert len(failed) == 1 and "No such file" in failed[0]["error"], said
+    assert len(log.history()) == 20
