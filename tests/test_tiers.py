@@ -135,13 +135,18 @@ def test_the_longest_recorded_test_is_started_first(pytester: pytest.Pytester) -
 
 def test_record_durations_writes_each_test_of_a_second_or_more(pytester: pytest.Pytester) -> None:
     """`--record-durations` on several workers writes tests/durations.json from the controller:
-    the test that took over a second (its setup, call and teardown), not the quick one."""
+    the test that took over a second (its setup, call and teardown), not the quick one; a test
+    that did not run keeps its figure, one that now takes under a second loses it."""
     body = "import time\ndef test_quick():\n    pass\ndef test_second():\n    time.sleep(1.1)\n"
     _suite(pytester, {"tests/test_timed": body})
+    path = pytester.path / "tests" / "durations.json"
+    was = {"tests/test_other.py::test_x": 7.0, "tests/test_timed.py::test_quick": 9.0}
+    path.write_text(json.dumps({"seconds": was}))
     result = _run(pytester, "-q", "-n", "2", "--record-durations")
     result.assert_outcomes(passed=2)
-    seconds = json.loads((pytester.path / "tests" / "durations.json").read_text())["seconds"]
-    assert list(seconds) == ["tests/test_timed.py::test_second"], seconds
+    seconds = json.loads(path.read_text())["seconds"]
+    assert list(seconds) == ["tests/test_other.py::test_x", "tests/test_timed.py::test_second"]
+    assert seconds["tests/test_other.py::test_x"] == 7.0
     assert seconds["tests/test_timed.py::test_second"] >= 1.1
 
 

@@ -229,8 +229,15 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if not _recording or hasattr(session.config, "workerinput"):
         return
-    seconds = {k: round(v, 1) for k, v in sorted(_durations.items()) if v >= RECORD_FROM}
-    DURATIONS.write_text(json.dumps({"seconds": seconds}, indent=1, ensure_ascii=False) + "\n")
+    # Merged into what the file holds: a narrowed run (-k, one file) updates the tests it ran
+    # and keeps the others' figures.
+    seconds = _recorded()
+    for nodeid, took in _durations.items():
+        seconds.pop(nodeid, None)
+        if took >= RECORD_FROM:
+            seconds[nodeid] = round(took, 1)
+    text = json.dumps({"seconds": dict(sorted(seconds.items()))}, indent=1, ensure_ascii=False)
+    DURATIONS.write_text(text + "\n")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
