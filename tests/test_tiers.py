@@ -137,6 +137,8 @@ def test_record_durations_writes_each_test_of_a_second_or_more(pytester: pytest.
     """`--record-durations` on several workers writes tests/durations.json from the controller:
     the test that took over a second (its setup, call and teardown), not the quick one; a test
     that did not run keeps its figure, one that now takes under a second loses it."""
+    # The inner test's sleep is the duration under test (recorded from RECORD_FROM, 1 s): it
+    # synchronises nothing.
     body = "import time\ndef test_quick():\n    pass\ndef test_second():\n    time.sleep(1.1)\n"
     _suite(pytester, {"tests/test_timed": body})
     path = pytester.path / "tests" / "durations.json"
