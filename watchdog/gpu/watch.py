@@ -26,7 +26,7 @@ from watchdog.core.health.gpu_news import GpuWatchState
 from watchdog.core.health.gpu_use import is_in_use
 from watchdog.core.health.taped import Tape
 from watchdog.core.samples import GpuSample
-from watchdog.gpu.holders import processes_using_nvidia_devices
+from watchdog.process.identity import open_paths
 
 Emit = Callable[..., Any]
 OnAccess = Callable[[bool, str], None]
@@ -240,6 +240,26 @@ def _holders(s: GpuSample, busy: list[int]) -> dict[int, str]:
         except psutil.Error:
             continue
     return out
+
+
+def processes_using_nvidia_devices(prefix: str = "/dev/nvidia") -> dict[int, list[str]]:
+    """pid -> the device paths (starting with `prefix`) it holds open, as `fuser` finds them:
+    /proc, no NVML.
+
+    This finds orphans holding GPU memory even where NVML's process list is empty (drivers
+    before 535.113 in a container). Processes that vanish or deny access are skipped.
+    """
+    found: dict[int, list[str]] = {}
+    with os.scandir("/proc") as entries:
+        pids = [int(e.name) for e in entries if e.name.isdigit()]
+    for pid in pids:
+        try:
+            paths = {path for path in open_paths(pid) if path.startswith(prefix)}
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue  # the process exited, or is not ours to inspect
+        if paths:
+            found[pid] = sorted(paths)
+    return found
 
 
 def _history_len(cfg: GpusConfig) -> int:
