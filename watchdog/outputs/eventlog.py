@@ -102,7 +102,8 @@ class EventLog:
         record.update({k: v for k, v in fields.items() if v is not None})
         self._write(record)
         self._history.append(record)
-        self._persist(record)
+        if self._writer is not None:
+            self._writer.append(record, self._history)
         for q in list(self._subscribers):
             try:
                 q.put_nowait(record)
@@ -119,10 +120,6 @@ class EventLog:
         # stdout gone (hung-up tty, full disk): the history still has the event.
         with contextlib.suppress(OSError):
             self._log.info(record["event"], **fields)
-
-    def _persist(self, record: dict[str, Any]) -> None:
-        if self._writer is not None:
-            self._writer.append(record, self._history)
 
     def flush(self, timeout_s: float = 2.0) -> bool:
         """Wait (bounded) until the history file has every event emitted so far (at exit)."""
