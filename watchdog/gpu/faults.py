@@ -58,7 +58,7 @@ class FaultWatch:
         """Watch NVML events, where GPUs are expected (imported here: pynvml is optional)."""
         if self.cfg.devices == () or probe is None:
             return
-        from watchdog.gpu.nvml.events import EventWatcher
+        from watchdog.gpu.nvml.probe import EventWatcher
 
         self._watcher = EventWatcher(self.cfg.devices, self._report.fault, loop)
         # Thread.start() waits until the new thread runs: on a loaded host that alone held the
