@@ -36,8 +36,7 @@ GOAL_PCT = 0.05  # of one core, while idle (issue 12)
 
 
 async def _child(with_watcher: bool, seconds: float) -> dict[str, Any]:
-    from watchdog.gpu.nvml.events import EventWatcher
-    from watchdog.gpu.nvml.probe import NvmlProbe
+    from watchdog.gpu.nvml.probe import EventWatcher, NvmlProbe
 
     loop = asyncio.get_running_loop()
     probe = NvmlProbe("all")

@@ -42,7 +42,7 @@ from bench.supervisors import Supervisord, Watchdogd
 
 RATES = (10, 10_000)
 EVENT_POLL_ENV = "FAKE_NVML_EVENT_POLL_MS"
-EVENT_POLL_MS = 5000  # the daemon's NVML event wait (gpu/nvml/events.py)
+EVENT_POLL_MS = 5000  # the daemon's NVML event wait (gpu/nvml/probe.py)
 WARMUP_S = 3.0
 VENV_PYTHON = "python -c pass"
 NO_SITE_PYTHON = "python -I -S -c pass (the interpreter alone, no site)"

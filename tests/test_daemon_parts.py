@@ -48,8 +48,7 @@ from watchdog.daemon.port import Port
 from watchdog.daemon.run import JobRun, Runs
 from watchdog.daemon.sampling import Sampler
 from watchdog.daemon.tasks import Tasks
-from watchdog.gpu.faults import FaultWatch
-from watchdog.gpu.watch import GpuWatch
+from watchdog.gpu.watch import FaultWatch, GpuWatch
 from watchdog.process import cgroup, identity, reaping
 from watchdog.state.folder import StateDir
 from watchdog.state.writers import StateWriter, WriteHealth

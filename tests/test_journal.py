@@ -1,4 +1,5 @@
-"""journald native protocol (watchdog/journal.py) against a real AF_UNIX datagram socket."""
+"""journald native protocol (watchdog/outputs/eventlog.py) against a real AF_UNIX datagram
+socket."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from watchdog.outputs.journal import JournalSender, field_name, journal_stream_active
+from watchdog.outputs.eventlog import JournalSender, field_name, journal_stream_active
 
 ALL_SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 
@@ -94,7 +95,8 @@ def _stream_active_in_child(tmp_path: Path, journal_stream: str | None) -> bool:
     if journal_stream is not None:
         env["JOURNAL_STREAM"] = journal_stream
     code = (
-        "import sys, watchdog.outputs.journal as j; sys.exit(0 if j.journal_stream_active() else 1)"
+        "import sys, watchdog.outputs.eventlog as j;"
+        " sys.exit(0 if j.journal_stream_active() else 1)"
     )
     with open(tmp_path / "out", "ab") as out, open(tmp_path / "err", "ab") as err:
         done = subprocess.run(

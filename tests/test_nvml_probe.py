@@ -39,7 +39,7 @@ from support.fakegpu import (
 )
 from support.harness import PROMPT_S, wait_until
 
-from watchdog.gpu.holders import processes_using_nvidia_devices
+from watchdog.gpu.watch import processes_using_nvidia_devices
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNER = ROOT / "tests" / "fake_nvml" / "probe_runner.py"

@@ -15,7 +15,7 @@ from conftest import DaemonFactory
 from support.harness import wait_until
 from support.scripts import sleeper
 
-from watchdog.outputs import proctitle
+from watchdog.outputs import notify as proctitle
 
 
 def _cmdline(pid: int) -> bytes:

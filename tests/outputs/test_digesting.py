@@ -1,4 +1,4 @@
-"""The digest's clock (watchdog/outputs/digesting.py): the next local HH:MM, across DST, from
+"""The digest's clock (watchdog/outputs/tellme.py): the next local HH:MM, across DST, from
 the operating system's zone (TZ set for the test, restored after)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from support.clock import JumpingClock, turns
 
 from watchdog.core.views import digest
-from watchdog.outputs.digesting import DigestClock, next_local
+from watchdog.outputs.tellme import DigestClock, next_local
 
 
 @pytest.fixture

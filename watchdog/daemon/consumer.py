@@ -60,8 +60,7 @@ if TYPE_CHECKING:
     from watchdog import config
     from watchdog.daemon.books import Books
     from watchdog.daemon.run import JobRun
-    from watchdog.gpu.faults import FaultWatch
-    from watchdog.gpu.watch import GpuWatch
+    from watchdog.gpu.watch import FaultWatch, GpuWatch
 
 
 def _phase(phase: str | None) -> Phase | None:

@@ -17,7 +17,7 @@ from watchdog.config import EX_CONFIG
 from watchdog.daemon import handover as newcode
 from watchdog.daemon.wiring import NO_TRIAL, Trial
 from watchdog.outputs import metrics
-from watchdog.outputs.proctitle import ProcTitle
+from watchdog.outputs.notify import ProcTitle
 from watchdog.process import cgroup, identity
 from watchdog.state import folder
 from watchdog.state.folder import StateDir

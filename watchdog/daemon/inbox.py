@@ -112,7 +112,7 @@ class GpuAccessCarried:
 @dataclass(frozen=True, slots=True)
 class FaultRead:
     """A GPU fault the NVML event watcher read: the consumer hands it to the fault watch
-    (gpu/faults.py `seen`), so it alone feeds the Xid rate limiter (SPEC §13)."""
+    (gpu/watch.py `FaultWatch.seen`), so it alone feeds the Xid rate limiter (SPEC §13)."""
 
     fields: dict[str, object]
 
@@ -200,7 +200,7 @@ class Inbox:
 
 
 class GpuNewsPosted:
-    """What the GPU watchers read (gpu/watch.py, gpu/faults.py), posted: the consumer alone
+    """What the GPU watchers read (gpu/watch.py), posted: the consumer alone
     takes it in, and so alone feeds their watch state and Xid rate limiter."""
 
     def __init__(self, inbox: Inbox) -> None:

@@ -28,8 +28,7 @@ from watchdog.daemon.jobtree import JobTree
 from watchdog.daemon.port import Port
 from watchdog.daemon.run import Flight, JobRun, Runs
 from watchdog.daemon.sampling import Sampler
-from watchdog.gpu.faults import FaultWatch
-from watchdog.gpu.watch import GpuWatch
+from watchdog.gpu.watch import FaultWatch, GpuWatch
 from watchdog.outputs import flight
 from watchdog.process import cgroup, launch, limits, tree
 from watchdog.progress import joblog

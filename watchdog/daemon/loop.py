@@ -56,8 +56,7 @@ from watchdog.daemon.run import JobRun, Runs
 from watchdog.daemon.sampling import Sampler
 from watchdog.daemon.tasks import Tasks
 from watchdog.daemon.wiring import NO_TRIAL, Lifetime, Trial, cluster_link, make_outputs
-from watchdog.gpu.faults import FaultWatch
-from watchdog.gpu.watch import GpuWatch
+from watchdog.gpu.watch import FaultWatch, GpuWatch
 from watchdog.outputs.eventlog import EventLog
 from watchdog.process import cgroup, reaping
 from watchdog.state.folder import StateDir

@@ -18,8 +18,7 @@ if TYPE_CHECKING:
     from watchdog.daemon.run import Runs
     from watchdog.daemon.sampling import Sampler
     from watchdog.daemon.wiring import Lifetime, Outputs
-    from watchdog.gpu.faults import FaultWatch
-    from watchdog.gpu.watch import GpuWatch
+    from watchdog.gpu.watch import FaultWatch, GpuWatch
 
 
 class Shown(Shell, Protocol):

@@ -18,8 +18,7 @@ from watchdog.daemon.scheduler import ExitWithJob
 from watchdog.outputs import metrics
 from watchdog.outputs.eventlog import EventLog
 from watchdog.outputs.hooks import Hooks
-from watchdog.outputs.notify import Notifier
-from watchdog.outputs.proctitle import ProcTitle
+from watchdog.outputs.notify import Notifier, ProcTitle
 from watchdog.outputs.tellme import Tell
 from watchdog.process import identity, reaping
 from watchdog.state.folder import StateDir

@@ -1,9 +1,12 @@
-"""GPU side of the shell: NVML samples, host warnings, drained GPUs before every start.
+"""GPU side of the shell: NVML samples, host warnings, drained GPUs before every start, and
+the GPU hardware faults (SPEC §12: the NVML event watcher, the health gate before every start,
+the faults seen per GPU for status).
 
 Decisions about the job stay in the core (core/health/, core/supervisor/), the verdicts on the
 samples (probe hung, GPU lost, access lost, slowdowns) in core/health/gpu_news.py; this module
 samples, logs what those verdicts say and makes sure a new job never starts into memory
-somebody else still holds (SPEC §4).
+somebody else still holds (SPEC §4). Faults are classified by core/health/xid.py and whether
+one parks is decided by core/supervisor/parking.py: FaultWatch only carries facts.
 """
 
 from __future__ import annotations
@@ -15,18 +18,23 @@ import os
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 
 from watchdog import blocking
+from watchdog.clock import SYSTEM, Alarm
 from watchdog.config import GpusConfig
+from watchdog.core.health import xid
 from watchdog.core.health.gpu_degraded import DegradedTracker, throttle_names
 from watchdog.core.health.gpu_news import GpuWatchState
 from watchdog.core.health.gpu_use import is_in_use
 from watchdog.core.health.taped import Tape
+from watchdog.core.ratelimit import RepeatSummary
 from watchdog.core.samples import GpuSample
-from watchdog.gpu.holders import processes_using_nvidia_devices
+from watchdog.process.identity import open_paths
+
+KEEP_PER_GPU = 20  # gpus[].faults in status: the newest this many per GPU
 
 Emit = Callable[..., Any]
 OnAccess = Callable[[bool, str], None]
@@ -242,6 +250,130 @@ def _holders(s: GpuSample, busy: list[int]) -> dict[int, str]:
     return out
 
 
+def processes_using_nvidia_devices(prefix: str = "/dev/nvidia") -> dict[int, list[str]]:
+    """pid -> the device paths (starting with `prefix`) it holds open, as `fuser` finds them:
+    /proc, no NVML.
+
+    This finds orphans holding GPU memory even where NVML's process list is empty (drivers
+    before 535.113 in a container). Processes that vanish or deny access are skipped.
+    """
+    found: dict[int, list[str]] = {}
+    with os.scandir("/proc") as entries:
+        pids = [int(e.name) for e in entries if e.name.isdigit()]
+    for pid in pids:
+        try:
+            paths = {path for path in open_paths(pid) if path.startswith(prefix)}
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue  # the process exited, or is not ours to inspect
+        if paths:
+            found[pid] = sorted(paths)
+    return found
+
+
 def _history_len(cfg: GpusConfig) -> int:
     """Keep about the last five minutes of samples for incident bundles (SPEC §10)."""
     return max(10, min(600, int(300 / max(cfg.sample_interval_s, 0.01))))
+
+
+class FaultReport(Protocol):
+    """Where the watch hands what it saw, to be taken in by whoever feeds its rate limiter."""
+
+    def fault(self, fields: dict[str, object]) -> None:
+        """An NVML event's fault: to be passed to `FaultWatch.seen`."""
+
+    def summary_due(self) -> None:
+        """The repeat summary's window ended: `FaultWatch.summarise` is due."""
+
+
+class FaultWatch:
+    def __init__(
+        self,
+        cfg: GpusConfig,
+        on_fault: Callable[..., None],
+        emit: Callable[..., object],
+        report: FaultReport,
+        feeding: Callable[[], None] = lambda: None,
+    ):
+        self.cfg = cfg
+        self._on_fault = on_fault  # (fields, gate[, quiet]): the daemon hands it to the core
+        self._emit = emit
+        # Where an event's fault, and the summary's due time, go to be taken in: the daemon
+        # posts them, so its consumer alone feeds the rate limiter below (`seen`, `summarise`).
+        self._report = report
+        self._feeding = feeding  # raises unless called from the daemon's consumer task
+        # SPEC §13: per (GPU, Xid or kind) the first event in full, then a count per window
+        self._repeats = RepeatSummary(cfg.faults.repeat_summary_s)
+        self._summary = Alarm(SYSTEM, self._report.summary_due)  # at the window's end
+        self._watcher: Any = None
+        self.by_gpu: dict[int, deque[dict[str, object]]] = {}
+        self.unchecked: dict[int, tuple[str, ...]] = {}  # what the driver could not say, per GPU
+        self._counts: dict[tuple[str, str, str], int] = {}  # (gpu, xid or kind, action) -> n
+
+    def start(self, loop: asyncio.AbstractEventLoop, probe: Any) -> None:
+        """Watch NVML events, where GPUs are expected (imported here: pynvml is optional)."""
+        if self.cfg.devices == () or probe is None:
+            return
+        from watchdog.gpu.nvml.probe import EventWatcher
+
+        self._watcher = EventWatcher(self.cfg.devices, self._report.fault, loop)
+        # Thread.start() waits until the new thread runs: on a loaded host that alone held the
+        # loop for over 0.1 s, so the probe's own worker thread starts it.
+        probe.run_in_worker(self._watcher.start)
+
+    def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.close()
+        self._summary.cancel()
+
+    @property
+    def events_state(self) -> str | None:
+        """ "watching", "not checked: ...", "hung: ..."; None where no GPU is expected."""
+        return None if self._watcher is None else str(self._watcher.state())
+
+    def counts(self) -> list[dict[str, object]]:
+        """train_watchdog_gpu_faults_total{gpu,xid,action} (status `gpu_faults_total`)."""
+        return [
+            {"gpu": g, "xid": x, "action": a, "count": n} for (g, x, a), n in self._counts.items()
+        ]
+
+    def seen(self, fields: dict[str, object], gate: bool = False) -> None:
+        """A fault from an event or the gate: counted, remembered for status, handed to the core.
+
+        An event that repeats a (GPU, Xid) reported in this window goes to the core as `quiet`
+        (it still parks or restarts; it is not logged when it changes nothing) and is summed in
+        one gpu_fault_repeated per window (SPEC §13: a flapping GPU's 1,500 Xids are not 1,500
+        events and hooks). The health gate's faults are never rate-limited."""
+        if not gate:
+            self._feeding()  # the rate limiter's one feeder (the gate's faults skip it)
+        gpu = fields.get("gpu")
+        what = fields.get("xid", fields.get("kind"))
+        key = (str(gpu), str(what), str(fields.get("action")))
+        self._counts[key] = self._counts.get(key, 0) + 1
+        self._repeats.window_s = self.cfg.faults.repeat_summary_s  # a reload applies at once
+        if not gate and not self._repeats.first((gpu, what), time.monotonic(), dict(fields)):
+            self._summary.arm(self._repeats.next_due())
+            self._on_fault(fields, gate, True)
+            return
+        if isinstance(gpu, int):
+            self.by_gpu.setdefault(gpu, deque(maxlen=KEEP_PER_GPU)).append(dict(fields))
+        self._on_fault(fields, gate)
+
+    def summarise(self) -> None:
+        """gpu_fault_repeated for each (GPU, Xid) whose window ended with repeats."""
+        self._feeding()
+        window = self._repeats.window_s
+        for _key, count, sample in self._repeats.due(time.monotonic()):
+            if isinstance(sample, dict):
+                self._emit("gpu_fault_repeated", **sample, count=count, window_s=window)
+        self._summary.arm(self._repeats.next_due())
+
+    async def gate(self, probe: Any) -> list[dict[str, object]] | None:
+        """The counters of every expected GPU before a start: the faults found (empty: pass),
+        or None when they could not be read in time (not checked: the start goes on)."""
+        if probe is None:
+            return None
+        counters: list[xid.Counters] | None = await probe.counters()
+        if counters is None:
+            return None
+        self.unchecked = {c.gpu: c.unchecked for c in counters if c.unchecked}
+        return xid.gate(counters)

@@ -296,23 +296,15 @@ async def _bounded(
 
 
 async def _write_static(
-    folder: Path,
-    what: tuple[
-        str,
-        datetime,
-        Mapping[str, object],
-        Sequence[Mapping[str, object]],
-        Mapping[str, Mapping[str, object]],
-    ],
-    logs: Logs | Tails,
-    deadline: float,
+    folder: Path, head: Callable[[], list[str]], logs: Logs | Tails, deadline: float
 ) -> list[str]:
-    """The parts known without looking at processes, each step on its own worker: a log on a
-    hung mount never keeps the verdict out of the bundle. Returns what went wrong."""
+    """The parts known without looking at processes (`head`: verdict.json and the GPU samples,
+    _write_verdict), each step on its own worker: a log on a hung mount never keeps the verdict
+    out of the bundle. Returns what went wrong."""
     loop = asyncio.get_running_loop()
     errors: list[str] = []
     for worker, step, what_step in (
-        (_WRITE_IO, lambda: _write_verdict(folder, *what), "verdict and GPU samples"),
+        (_WRITE_IO, head, "verdict and GPU samples"),
         (_LOGS_IO, lambda: _write_tails(folder, logs), "log tail"),
     ):
         errors.extend(await _bounded(worker, step, deadline - loop.time(), what_step, errors) or [])
@@ -347,15 +339,15 @@ async def write_bundle(
     1 s; any failure is noted in errors.txt inside the bundle."""
     loop = asyncio.get_running_loop()
     hard_deadline = loop.time() + max(pyspy_timeout_s, 0.0) + _SLACK_S
-    folder = parts.folder
+    folder = Path(parts.folder)
     errors: list[str] = []
-    what = (reason, now_utc, verdict, gpu_samples, parts.extra)
-    static = asyncio.create_task(_write_static(Path(folder), what, parts.logs, hard_deadline))
+    head = partial(_write_verdict, folder, reason, now_utc, verdict, gpu_samples, parts.extra)
+    static = asyncio.create_task(_write_static(folder, head, parts.logs, hard_deadline))
     try:
         tree, stacks = await _tree_and_stacks(pids, pyspy_timeout_s, errors)
         errors.extend(await static or [])
     finally:
         static.cancel()  # when we are cancelled: no task left behind (a no-op once it is done)
-    finish = partial(_finish, Path(folder), tree, stacks, state_dir, keep, errors)
+    finish = partial(_finish, folder, tree, stacks, state_dir, keep, errors)
     await _bounded(_WRITE_IO, finish, hard_deadline - loop.time(), "writing the bundle", errors)
-    return folder
+    return parts.folder

@@ -287,11 +287,8 @@ class MetricsServer:
         """`host:port` of every bound socket (a name like localhost may bind several)."""
         if self._server is None:
             return []
-        out = []
-        for sock in self._server.sockets:
-            host, port = sock.getsockname()[:2]
-            out.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
-        return out
+        bound = (sock.getsockname()[:2] for sock in self._server.sockets)
+        return [f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in bound]
 
     async def close(self) -> None:
         if self._server is not None:

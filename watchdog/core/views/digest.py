@@ -1,7 +1,7 @@
 """PURE: the daily digest (SPEC §16 "Tell me", `notify.digest_at`): what the last 24 h say, and
 whether a digest is due now.
 
-Times here are wall-clock epoch seconds handed in by the shell (watchdog/outputs/digesting.py),
+Times here are wall-clock epoch seconds handed in by the shell (watchdog/outputs/tellme.py),
 which alone knows the local zone and its DST. A digest goes out once, within GRACE_S after its
 time; a wake much later (the machine slept, the daemon was down, the clock jumped forward) skips
 to the next day rather than send what was missed, and a wake before it (the clock stepped back)

@@ -49,14 +49,16 @@ from watchdog.gpu.nvml.errors import (
     LOST_CODES,
     MISSING_CALL,
     NOT_FOUND,
+    OWN_LIMITS,
     SESSION_BROKEN,
     V2_MISSING,
     Lost,
     Unavailable,
     error_code,
     error_name,
+    judged,
+    own_limit_text,
 )
-from watchdog.gpu.nvml.fdlimit import OWN_LIMITS, judged, own_limit_text
 
 _T = TypeVar("_T")
 _MIB = 1024 * 1024
