@@ -54,7 +54,7 @@ class HasJobLog(Protocol):
 
 
 class Answers(Protocol):
-    """The core's answers to commands (daemon/answers.py's AnswerBook)."""
+    """The core's answers to commands (daemon/inbox.py's AnswerBook)."""
 
     def expect(self) -> tuple[int, asyncio.Future[Answer]]:
         """A request number for an input whose outcome the core answers, and its future."""

@@ -37,9 +37,9 @@ from watchdog.core.supervisor.events import (
     Tick,
 )
 from watchdog.core.supervisor.machine import Supervisor
-from watchdog.daemon.answers import AnswerBook
 from watchdog.daemon.clockgap import BEAT_S
 from watchdog.daemon.inbox import (
+    AnswerBook,
     FaultRead,
     FaultSummaryDue,
     GpuAccessCarried,

@@ -31,8 +31,7 @@ from watchdog.progress.joblog import JobLog
 
 if TYPE_CHECKING:
     from watchdog.daemon.consumer import Consumer
-    from watchdog.daemon.jobtree import JobTree
-    from watchdog.daemon.run import Runs
+    from watchdog.daemon.run import JobTree, Runs
     from watchdog.daemon.sampling import Sampler
     from watchdog.daemon.wiring import Lifetime
 

@@ -40,21 +40,24 @@ from watchdog.core.supervisor.machine import Supervisor
 from watchdog.core.views.status import status_line
 from watchdog.daemon import adoption, exitcause, params, reexec, scheduler, statusview
 from watchdog.daemon.actions import ActionTable
-from watchdog.daemon.answers import AnswerBook
 from watchdog.daemon.books import Books, start_metrics
 from watchdog.daemon.consumer import Consumer
-from watchdog.daemon.inbox import GpuNewsPosted, Inbox, MonitorReconfigured, SignalReceived
+from watchdog.daemon.inbox import (
+    AnswerBook,
+    GpuNewsPosted,
+    Inbox,
+    MonitorReconfigured,
+    SignalReceived,
+)
 from watchdog.daemon.inputlog import InputLog
 from watchdog.daemon.jobstart import Starter, StartGate
 from watchdog.daemon.jobstop import Judgement, Stopper
-from watchdog.daemon.jobtree import JobTree
 from watchdog.daemon.ledger import RunBook
-from watchdog.daemon.loopfaults import LoopFaults
-from watchdog.daemon.port import Port
+from watchdog.daemon.loopcheck import LoopFaults
+from watchdog.daemon.port import Port, Tasks
 from watchdog.daemon.reloading import Reloader
-from watchdog.daemon.run import JobRun, Runs
+from watchdog.daemon.run import JobRun, JobTree, Runs
 from watchdog.daemon.sampling import Sampler
-from watchdog.daemon.tasks import Tasks
 from watchdog.daemon.wiring import NO_TRIAL, Lifetime, Trial, cluster_link, make_outputs
 from watchdog.gpu.watch import FaultWatch, GpuWatch
 from watchdog.outputs.eventlog import EventLog

@@ -6,6 +6,10 @@ pid, whose monitor status reads. A new run replaces the old one, which is closed
 listings) are cancelled, so a late answer about an ended run cannot reach the new one; and code
 that awaited something checks `run is d.job` before it acts on what it found. Only the run's own
 methods change its fields.
+
+JobTree is the job's process tree as the starter, the stopper and the sampler reach it: the
+instance marker that proves a process ours, the reaper that watches its leader (pidfd), and the
+cgroups that contain it (SPEC §14). Built once; none of it changes on a reload.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from watchdog.core.health.taped import Tape, tracker_for
 from watchdog.core.progress.loss import LossWatch
 from watchdog.core.progress.stall_window import StallKnowledge
 from watchdog.daemon import params
-from watchdog.process import identity, oomrecord, reaping
+from watchdog.process import cgroup, identity, oomrecord, reaping
 from watchdog.progress.follower import Follower, FollowResult
 from watchdog.progress.joblog import JobLog
 from watchdog.state.writers import StateWriter
@@ -45,6 +49,27 @@ class Evidence:
     left_behind: tuple[int, ...] = ()
     # SPEC §16: a process `watchdogd --attach` watches, not ours: its exit status is unknown
     attached: bool = False
+
+
+class JobTree:
+    def __init__(
+        self,
+        token: str,
+        reaper: reaping.Reaper,
+        cgroups: cgroup.Delegation,
+        on_exit: Callable[[asyncio.Future[reaping.ExitStatus]], None],
+    ) -> None:
+        self.token = token  # our instance marker in the job's environment: whose tree it is
+        self.reaper = reaper  # pidfds and waitpid: the leader's exit, signals without pid reuse
+        self.cgroups = cgroups  # SPEC §14: each run's own cgroup, or SIGKILL passes
+        self._on_exit = on_exit  # why the leader died, then ChildExited (exitcause.py)
+
+    def watch(self, pid: int, pidfd: int | None = None) -> asyncio.Future[reaping.ExitStatus]:
+        """The leader's exit, reported to the core once it comes (any run: spawned, adopted,
+        resumed)."""
+        fut = self.reaper.watch(pid, pidfd)
+        fut.add_done_callback(self._on_exit)
+        return fut
 
 
 class JobRun:
