@@ -14,7 +14,7 @@ from watchdog.core.supervisor.events import Answer
 
 if TYPE_CHECKING:
     from watchdog.control.backend import Answers
-    from watchdog.control.peers import Peer
+    from watchdog.control.socketfile import Peer
 
 
 class CommandError(Exception):

@@ -7,7 +7,7 @@ capped, a silent connection is closed, a slow reader is dropped, junk gets an er
 stall the loop, the probes or the watchdog pings. Root always gets a connection slot.
 
 What the commands do (start, stop, restart, wait_healthy, reload, pause, resume, status) lives in
-commands.py, who may run them in peers.py, the socket file in socketfile.py; this module serves
+commands.py, who may run them and the socket file in socketfile.py; this module serves
 the socket and streams `events` and `logs` (read by progress/logfile.py, on a bounded worker: a
 log on a hung mount answers `log_unreadable`, it does not hold the client or a thread pool).
 """
@@ -27,7 +27,7 @@ from watchdog.clock import SYSTEM, Clock
 from watchdog.control import socketfile
 from watchdog.control.calls import Call, ClientGone, CommandError, LogUnreadable
 from watchdog.control.commands import Operations
-from watchdog.control.peers import Peer, may_operate, peer_credentials
+from watchdog.control.socketfile import Peer, may_operate, peer_credentials
 from watchdog.core.protocol import wire as protocol
 from watchdog.core.ratelimit import RateLimit
 from watchdog.progress import logfile

@@ -25,6 +25,7 @@ from watchdog.core.health import monitor as health
 from watchdog.core.health.taped import Tape, tracker_for
 from watchdog.core.progress.loss import LossWatch
 from watchdog.core.progress.stall_window import StallKnowledge
+from watchdog.core.supervisor.events import Action, Event, LossWentNan
 from watchdog.daemon import params
 from watchdog.process import cgroup, identity, oomrecord, reaping
 from watchdog.progress.follower import Follower, FollowResult
@@ -138,6 +139,26 @@ class JobRun:
     def fault_seen(self, message: str) -> None:
         if len(self.evidence.faults_seen) < 20:  # bounded: the newest few name the cause
             self.evidence.faults_seen.append(message)
+
+    def losses_read(
+        self,
+        losses: tuple[tuple[str, int | None], ...],
+        now: float,
+        cfg: config.Config,
+        emit: Callable[..., Any],
+        dispatch: Callable[[Event], list[Action]],
+    ) -> None:
+        """The shell's side of loss health (SPEC §16), fed by the consumer with each poll's
+        losses (as printed, with their steps): the judgement is the run's `LossWatch`
+        (core/progress/loss.py, pure); this feeds it in the order the job printed them, logs
+        the events it returns (`loss_nan`, `loss_spike`) and, under `progress.loss.on_nan:
+        stop`, hands the core `LossWentNan` (it stops the run and parks it `fatal`)."""
+        self.loss.policy = params.loss_of(cfg)  # a reload applies at once
+        for loss, step in losses:
+            for news in self.loss.observe(loss, step, now):
+                emit(news.event, **news.fields)
+                if news.stop and self.pid is not None:
+                    dispatch(LossWentNan(self.pid, step))
 
     def polled(self, now: float) -> None:
         self.polled_at = now

@@ -22,19 +22,6 @@ from collections.abc import Callable
 from typing import Any
 
 
-class ExitWithJob:
-    """`--exit-with-job`: whether the flag is on (the core then decides the daemon's exit code
-    from `exit_codes`, Policy.exit_codes) and the code its `Exit` action carried. Without the
-    flag the daemon keeps its old behaviour: it runs until it is told to stop, and exits 0."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.code = 0  # the core's Exit(code): always 0 without the flag
-
-    def exit_status(self) -> int:
-        return self.code if self.enabled else 0
-
-
 class SignalForwarder:
     """job.forward_signals: each listed signal the daemon receives is sent to the job's leader
     (`leader()` -> pid or None) and recorded by `emit`; a reload changes the list."""
@@ -62,9 +49,6 @@ class SignalForwarder:
             if signum not in self._installed:
                 self._loop.add_signal_handler(signum, self.forward, signum)
         self._installed = tuple(signals)
-
-    def close(self) -> None:
-        self.apply(())
 
     def forward(self, signum: int) -> None:
         name = signal.Signals(signum).name
