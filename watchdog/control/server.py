@@ -198,10 +198,9 @@ class ControlServer:
                 writer.close()
 
     def _admit(self, peer: Peer) -> bool:
-        others = sum(1 for p in self._conns.values() if p.uid != 0)
-        if peer.uid == 0:
-            return len(self._conns) < MAX_CONNECTIONS + ROOT_RESERVE
-        return others < MAX_CONNECTIONS and len(self._conns) < MAX_CONNECTIONS + ROOT_RESERVE
+        if len(self._conns) >= MAX_CONNECTIONS + ROOT_RESERVE:
+            return False
+        return peer.uid == 0 or sum(p.uid != 0 for p in self._conns.values()) < MAX_CONNECTIONS
 
     async def _session(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Peer
