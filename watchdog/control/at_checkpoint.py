@@ -11,15 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from watchdog.control.calls import Awaited, Call, CommandError
+from watchdog.control.backend import Awaited, Call, CommandError, Served
 from watchdog.core.protocol import wire as protocol
 from watchdog.core.supervisor.at_checkpoint import SAVE_WAIT_MAX_S
 from watchdog.core.supervisor.events import Answer, CheckpointAwaited
 
 if TYPE_CHECKING:
     import asyncio
-
-    from watchdog.control.backend import Served
 
 
 class Waits(Protocol):

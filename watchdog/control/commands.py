@@ -14,9 +14,15 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from watchdog.blocking import BoundedWorker, Hung
 from watchdog.control import at_checkpoint
-from watchdog.control.backend import ReexecRefused
-from watchdog.control.calls import Awaited as _Awaited
-from watchdog.control.calls import Call, ClientGone, CommandError, LogUnreadable
+from watchdog.control.backend import (
+    Awaited,
+    Call,
+    ClientGone,
+    CommandError,
+    LogUnreadable,
+    ReexecRefused,
+    Served,
+)
 from watchdog.core.health.gpu_use import is_in_use
 from watchdog.core.supervisor.events import (
     Action,
@@ -32,8 +38,6 @@ from watchdog.progress import logfile
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    from watchdog.control.backend import Served
 
 EVENTS_IN_RESULT = 50
 LOG_TAIL_LINES = 20
@@ -142,7 +146,7 @@ class Operations:
 
     async def _stop(self, call: Call) -> dict[str, Any]:
         pid = self.d.core.snapshot().pid
-        with _Awaited(self.d.answers) as (request, answer):
+        with Awaited(self.d.answers) as (request, answer):
             await self._operate(call, "stop", request)
             budget = _answer_within_s(self.d)  # a start under way finishes before its child stops
             got = await self._answer(call, answer, call.t0 + budget)
@@ -204,7 +208,7 @@ class Operations:
         d = self.d
         until = call.clock.monotonic() + settle_s
         deadline = until + d.cfg.runs.warmup_s + SETTLE_GRACE_S
-        with _Awaited(d.answers) as (request, ended):
+        with Awaited(d.answers) as (request, ended):
             await d.ask(RunEndAwaited(request, pid))
             while True:
                 if call.reader.at_eof():
@@ -239,7 +243,7 @@ class Operations:
         """start/restart: until the new child is spawned (its pid), or CommandError saying why."""
         d = self.d
         deadline = min(deadline or float("inf"), call.t0 + _answer_within_s(d))
-        with _Awaited(d.answers) as (request, answer):
+        with Awaited(d.answers) as (request, answer):
             await self._operate(call, cmd, request)
             got = await self._answer(call, answer, deadline)
         return await self._started(call, got)
@@ -272,7 +276,7 @@ class Operations:
                 floor = d.cfg.gpus.idle_below_mib
                 used.update(g.index for g in d.gpus.last.gpus if is_in_use(g, floor))
 
-        with _Awaited(d.answers) as (request, answer):
+        with Awaited(d.answers) as (request, answer):
             await d.ask(HealthAwaited(request, pid))
             got = await self._answer(call, answer, deadline, seen)
         if got is not None and got.outcome == "healthy":

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from watchdog.blocking import BoundedWorker
 from watchdog.clock import SYSTEM, Clock
 from watchdog.control import socketfile
-from watchdog.control.calls import Call, ClientGone, CommandError, LogUnreadable
+from watchdog.control.backend import Call, ClientGone, CommandError, LogUnreadable, Served
 from watchdog.control.commands import Operations
 from watchdog.control.socketfile import Peer, may_operate, peer_credentials
 from watchdog.core.protocol import wire as protocol
@@ -34,8 +34,6 @@ from watchdog.progress import logfile
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
-
-    from watchdog.control.backend import Served
 
 # a bind refused for room in the socket's folder: said once, tried again each tick
 BIND_RETRIED = frozenset({errno.ENOSPC, errno.EDQUOT})
