@@ -9,8 +9,9 @@ tree is gone. Forwarded signals (Slurm's `--signal=B:USR1@120`) go to the job's 
 nothing else happens.
 
 Both are wiring around the core: the core decides the exit code (core/supervisor/ending.py)
-and this carries it out; where a signal goes. Signal handlers here are asyncio's
-(`loop.add_signal_handler`): they run on the loop, like SIGHUP's.
+and the daemon carries it out (wiring.py's Lifetime keeps it); this module says where a signal
+goes. Signal handlers here are asyncio's (`loop.add_signal_handler`): they run on the loop, like
+SIGHUP's.
 """
 
 from __future__ import annotations
