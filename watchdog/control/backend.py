@@ -22,6 +22,8 @@ from watchdog.core.protocol import wire as protocol
 from watchdog.core.supervisor.events import Answer
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from watchdog.config import Config
     from watchdog.control.socketfile import Peer
     from watchdog.core.samples import GpuSample
@@ -145,6 +147,9 @@ class LogUnreadable(Exception):
     """The job's log could not be read (an error, or a read that hung)."""
 
 
+EVENTS_IN_RESULT = 50  # a reply's events: the newest of those the command caused
+
+
 class ClientGone(Exception):
     """The client hung up while its command waited: stop waiting (the command itself goes on)."""
 
@@ -156,6 +161,7 @@ class Call:
     req: protocol.Request
     peer: Peer
     reader: asyncio.StreamReader
+    d: Served  # the daemon serving it
     clock: Clock = SYSTEM  # the shell's one clock (clock.py): when it came, how long since
     t0: float = field(init=False)  # monotonic: when it came
     queue: asyncio.Queue[dict[str, Any]] | None = None
@@ -174,6 +180,34 @@ class Call:
 
     def elapsed(self) -> float:
         return self.clock.monotonic() - self.t0
+
+    def result(self, summary: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "summary": f"{self.d.cfg.job.name}: {summary}"
+            + ("" if self.note is None else f"\n{self.note}"),
+            **extra,
+            "status": self.d.status(),
+            "events": self.events()[-EVENTS_IN_RESULT:],
+        }
+
+    async def answer(
+        self,
+        answer: asyncio.Future[Answer],
+        deadline: float,
+        seen: Callable[[], None] = lambda: None,
+    ) -> Answer | None:
+        """The core's answer, or None at the deadline; `seen()` after every change in the core
+        (what the reply reports besides the outcome)."""
+        seen()
+        while not answer.done():
+            if self.reader.at_eof():
+                raise ClientGone
+            left = deadline - self.clock.monotonic()
+            if left <= 0:
+                return None
+            await self.d.wait_changed(min(left, 1.0))
+            seen()
+        return answer.result()
 
 
 class Awaited:

@@ -223,7 +223,9 @@ class ControlServer:
                 await _send(writer, protocol.error_reply(e.req_id, e.type, e.message))
                 continue
             conn = writer.get_extra_info("socket")
-            if not await self._handle(Call(req, peer, reader, self._clock, conn=conn), writer):
+            if not await self._handle(
+                Call(req, peer, reader, self.d, self._clock, conn=conn), writer
+            ):
                 return
 
     async def _handle(self, call: Call, writer: asyncio.StreamWriter) -> bool:
