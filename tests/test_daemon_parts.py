@@ -43,11 +43,9 @@ from watchdog.daemon.actions import ACTION_TYPES, ActionTable, UnhandledAction
 from watchdog.daemon.inbox import GpuSampled, Inbox, Input, SampleTaken
 from watchdog.daemon.jobstart import Starter, StartGate
 from watchdog.daemon.jobstop import Judgement, Stopper
-from watchdog.daemon.jobtree import JobTree
-from watchdog.daemon.port import Port
-from watchdog.daemon.run import JobRun, Runs
+from watchdog.daemon.port import Port, Tasks
+from watchdog.daemon.run import JobRun, JobTree, Runs
 from watchdog.daemon.sampling import Sampler
-from watchdog.daemon.tasks import Tasks
 from watchdog.gpu.watch import FaultWatch, GpuWatch
 from watchdog.process import cgroup, identity, reaping
 from watchdog.state.folder import StateDir

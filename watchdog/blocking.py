@@ -138,13 +138,11 @@ class BoundedWorker:
             self._inflight_at = time.monotonic()
             try:
                 return await result_within(fut, timeout_s)
-            except TimeoutError:
+            except (TimeoutError, asyncio.CancelledError) as e:
                 if discard is not None:
                     fut.add_done_callback(lambda f: _discard_late(f, discard))
-                raise Hung(self._inflight_what, time.monotonic() - self._inflight_at) from None
-            except asyncio.CancelledError:
-                if discard is not None:
-                    fut.add_done_callback(lambda f: _discard_late(f, discard))
+                if isinstance(e, TimeoutError):
+                    raise Hung(self._inflight_what, time.monotonic() - self._inflight_at) from None
                 raise
 
     def when_idle(self, fn: Callable[[], None]) -> None:

@@ -8,47 +8,21 @@ is refused unless --timeout says how long to wait (a guess could cut a save or w
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
-
-from watchdog.control.calls import Awaited, Call, CommandError
+from watchdog.control.backend import Awaited, Call, CommandError
 from watchdog.core.protocol import wire as protocol
 from watchdog.core.supervisor.at_checkpoint import SAVE_WAIT_MAX_S
 from watchdog.core.supervisor.events import Answer, CheckpointAwaited
 
-if TYPE_CHECKING:
-    import asyncio
-
-    from watchdog.control.backend import Served
-
-
-class Waits(Protocol):
-    """What this needs of control/commands.py's Operations (which imports this module)."""
-
-    @property
-    def d(self) -> Served: ...
-
-    async def _answer(
-        self,
-        call: Call,
-        answer: asyncio.Future[Answer],
-        deadline: float,
-        seen: Callable[[], None] = ...,
-    ) -> Answer | None: ...
-
-    def _result(self, call: Call, summary: str, **extra: Any) -> dict[str, Any]: ...
-
-
 ANSWER_SLACK_S = 30.0  # past the hold's deadline the core has answered: it decides, not us
 
 
-async def released(ops: Waits, call: Call, start_s: float) -> tuple[Answer | None, str]:
+async def released(call: Call, start_s: float) -> tuple[Answer | None, str]:
     """Until the core releases the held restart: (the start's Answer, what the wait was), or
     CommandError saying why not (no save in time, the run ended, refused). With no run under way
     there is nothing to wait for: (None, why) and the caller restarts at once. `start_s`:
     how long the restart itself may take once released."""
 
-    d = ops.d
+    d = call.d
     ck = d.status().get("progress", {}).get("checkpoint")
     timeout = protocol.save_wait_s(ck, call.req.args.get("timeout"))
     if timeout is None:
@@ -62,7 +36,7 @@ async def released(ops: Waits, call: Call, start_s: float) -> tuple[Answer | Non
         # --or-now's deadline may wait out a save under way (the core's bound)
         last = deadline + (SAVE_WAIT_MAX_S if or_now else 0.0) + ANSWER_SLACK_S
         try:
-            got = await ops._answer(call, held, last)
+            got = await call.answer(held, last)
         finally:
             if not held.done():  # the client went away, or the core is late: drop the hold
                 await d.ask(CheckpointAwaited(request, start, deadline, cancel=True))
@@ -71,9 +45,9 @@ async def released(ops: Waits, call: Call, start_s: float) -> tuple[Answer | Non
         if got.outcome == "not_running":
             return None, f"no run was under way ({got.fields.get('state')}): restarted at once"
         if got.outcome != "released":
-            raise CommandError(*_why_not(got, waiting, timeout), ops._result(call, waiting))
+            raise CommandError(*_why_not(got, waiting, timeout), call.result(waiting))
         how = _how(got, timeout)
-        answer = await ops._answer(call, started, max(deadline, call.clock.monotonic()) + start_s)
+        answer = await call.answer(started, max(deadline, call.clock.monotonic()) + start_s)
         return answer, how
 
 

@@ -8,15 +8,21 @@ The outcome is the core's: the command's input carries a request number and the 
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from watchdog.blocking import BoundedWorker, Hung
 from watchdog.control import at_checkpoint
-from watchdog.control.backend import ReexecRefused
-from watchdog.control.calls import Awaited as _Awaited
-from watchdog.control.calls import Call, ClientGone, CommandError, LogUnreadable
+from watchdog.control.backend import (
+    EVENTS_IN_RESULT,
+    Awaited,
+    Call,
+    ClientGone,
+    CommandError,
+    LogUnreadable,
+    ReexecRefused,
+    Served,
+)
 from watchdog.core.health.gpu_use import is_in_use
 from watchdog.core.supervisor.events import (
     Action,
@@ -33,9 +39,6 @@ from watchdog.progress import logfile
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from watchdog.control.backend import Served
-
-EVENTS_IN_RESULT = 50
 LOG_TAIL_LINES = 20
 SETTLE_GRACE_S = 120.0  # `restart --settle`: past the warm-up, how long a settle may wait
 DEFAULT_TIMELINE_S = 86400.0  # `watchdogctl timeline` without --since (SPEC §13)
@@ -87,15 +90,6 @@ class Operations:
                     raise CommandError(e.type, e.message, {"status": d.status()}) from None
         raise CommandError("unknown_command", call.req.cmd)
 
-    def _result(self, call: Call, summary: str, **extra: Any) -> dict[str, Any]:
-        return {
-            "summary": f"{self.d.cfg.job.name}: {summary}"
-            + ("" if call.note is None else f"\n{call.note}"),
-            **extra,
-            "status": self.d.status(),
-            "events": call.events()[-EVENTS_IN_RESULT:],
-        }
-
     async def _committed(self, result: dict[str, Any]) -> dict[str, Any]:
         """`result`, once what the command decided is in state.json: as a database acknowledges
         a commit, an operator's pause answered is a pause a SIGKILL cannot undo (SPEC §13,
@@ -129,7 +123,7 @@ class Operations:
             text = "resumed" if before.paused else "was not paused"
             if any(isinstance(a, SpawnChild) for a in actions):  # the core started it
                 text += "; starting the job (it stopped while paused)"
-        return self._result(call, f"{text}; state {after.state.value}")
+        return call.result(f"{text}; state {after.state.value}")
 
     async def _reload(self) -> dict[str, Any]:
         error = await self.d.reload()
@@ -142,23 +136,23 @@ class Operations:
 
     async def _stop(self, call: Call) -> dict[str, Any]:
         pid = self.d.core.snapshot().pid
-        with _Awaited(self.d.answers) as (request, answer):
+        with Awaited(self.d.answers) as (request, answer):
             await self._operate(call, "stop", request)
             budget = _answer_within_s(self.d)  # a start under way finishes before its child stops
-            got = await self._answer(call, answer, call.t0 + budget)
+            got = await call.answer(answer, call.t0 + budget)
         text = replies.describe_stop(pid, call.events(), self._stop_signal(), call.elapsed())
         if got is not None and got.outcome == "unverified":  # SPEC §14: never "stopped" while
-            raise CommandError("stop_unverified", text, self._result(call, text))  # one lives
+            raise CommandError("stop_unverified", text, call.result(text))  # one lives
         if got is None:
             state = self.d.core.snapshot().state.value
-            result = self._result(call, text)
+            result = call.result(text)
             raise CommandError("timeout", f"still {state} after {call.elapsed():.1f} s", result)
-        return self._result(call, text if pid is not None else "stopped (no job was running)")
+        return call.result(text if pid is not None else "stopped (no job was running)")
 
     async def _start(self, call: Call) -> dict[str, Any]:
         pid = await self._begin(call, "start")
         note = replies.gpu_wait_note(call.events())
-        return self._result(call, f"started, pid {pid}{note}", pid=pid)
+        return call.result(f"started, pid {pid}{note}", pid=pid)
 
     async def _wait_healthy_cmd(self, call: Call) -> dict[str, Any]:
         """`wait_healthy` for protocol clients: job `pid` (default: the current one)."""
@@ -173,7 +167,7 @@ class Operations:
         timeout = None if call.req.args.get("at_checkpoint") else call.req.args.get("timeout")
         waited = timeout or _answer_within_s(self.d) + self.d.cfg.startup.timeout_s + 10
         if call.req.args.get("at_checkpoint"):  # SPEC §16: held by the core until a save
-            got, how = await at_checkpoint.released(self, call, _answer_within_s(self.d))
+            got, how = await at_checkpoint.released(call, _answer_within_s(self.d))
             waited += call.elapsed()
             pid = await (self._begin(call, "restart") if got is None else self._started(call, got))
         else:
@@ -183,7 +177,7 @@ class Operations:
         begun = f"{how + '; ' if how else ''}{stopped}; new pid {pid}"
         begun += replies.gpu_wait_note(call.events())
         # the decision on disk before the reply, even the one that comes after --wait
-        restarted = await self._committed(self._result(call, f"restarted: {begun}", pid=pid))
+        restarted = await self._committed(call.result(f"restarted: {begun}", pid=pid))
         settle = call.req.args.get("settle")  # SPEC §15: --settle waits for healthy too
         if not call.req.args.get("wait") and settle is None:
             return restarted
@@ -204,7 +198,7 @@ class Operations:
         d = self.d
         until = call.clock.monotonic() + settle_s
         deadline = until + d.cfg.runs.warmup_s + SETTLE_GRACE_S
-        with _Awaited(d.answers) as (request, ended):
+        with Awaited(d.answers) as (request, ended):
             await d.ask(RunEndAwaited(request, pid))
             while True:
                 if call.reader.at_eof():
@@ -239,9 +233,9 @@ class Operations:
         """start/restart: until the new child is spawned (its pid), or CommandError saying why."""
         d = self.d
         deadline = min(deadline or float("inf"), call.t0 + _answer_within_s(d))
-        with _Awaited(d.answers) as (request, answer):
+        with Awaited(d.answers) as (request, answer):
             await self._operate(call, cmd, request)
-            got = await self._answer(call, answer, deadline)
+            got = await call.answer(answer, deadline)
         return await self._started(call, got)
 
     async def _started(self, call: Call, got: Answer | None) -> int:
@@ -261,7 +255,7 @@ class Operations:
             left = max(0.0, snap.next_restart_at - call.clock.monotonic())
             why += f"; next try in {left:.1f} s"
         kind = "timeout" if got is None else "start_failed"
-        raise CommandError(kind, f"{d.cfg.job.name}: {why}", self._result(call, why))
+        raise CommandError(kind, f"{d.cfg.job.name}: {why}", call.result(why))
 
     async def _wait_healthy(self, call: Call, pid: int, deadline: float) -> dict[str, Any]:
         """Until job `pid` is healthy (process alive, GPUs in use, a progress line), or why not."""
@@ -272,19 +266,18 @@ class Operations:
                 floor = d.cfg.gpus.idle_below_mib
                 used.update(g.index for g in d.gpus.last.gpus if is_in_use(g, floor))
 
-        with _Awaited(d.answers) as (request, answer):
+        with Awaited(d.answers) as (request, answer):
             await d.ask(HealthAwaited(request, pid))
-            got = await self._answer(call, answer, deadline, seen)
+            got = await call.answer(answer, deadline, seen)
         if got is not None and got.outcome == "healthy":
             after = float(cast(float, got.fields["healthy_after_s"]))
             text = (
                 f"healthy, pid {pid}, {after:.1f} s after its start ({call.elapsed():.1f} s in all)"
             )
-            return self._result(call, text, healthy=True, pid=pid, healthy_after_s=round(after, 2))
+            return call.result(text, healthy=True, pid=pid, healthy_after_s=round(after, 2))
         st = d.status()
         report = replies.not_healthy_report(pid, st, d.events.history(300), call.elapsed(), used)
-        return self._result(
-            call,
+        return call.result(
             f"NOT healthy: {report['reason']}",
             healthy=False,
             pid=pid,
@@ -292,26 +285,6 @@ class Operations:
             log_file=d.cfg.job.log_file,
             log_tail=await self._log_tail(LOG_TAIL_LINES),
         )
-
-    async def _answer(
-        self,
-        call: Call,
-        answer: asyncio.Future[Answer],
-        deadline: float,
-        seen: Callable[[], None] = lambda: None,
-    ) -> Answer | None:
-        """The core's answer, or None at the deadline; `seen()` after every change in the core
-        (what the reply reports besides the outcome)."""
-        seen()
-        while not answer.done():
-            if call.reader.at_eof():
-                raise ClientGone
-            left = deadline - call.clock.monotonic()
-            if left <= 0:
-                return None
-            await self.d.wait_changed(min(left, 1.0))
-            seen()
-        return answer.result()
 
     def _stop_signal(self) -> str:
         return replies.signal_name(self.d.cfg.job.stop_signal)

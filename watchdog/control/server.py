@@ -7,7 +7,7 @@ capped, a silent connection is closed, a slow reader is dropped, junk gets an er
 stall the loop, the probes or the watchdog pings. Root always gets a connection slot.
 
 What the commands do (start, stop, restart, wait_healthy, reload, pause, resume, status) lives in
-commands.py, who may run them in peers.py, the socket file in socketfile.py; this module serves
+commands.py, who may run them and the socket file in socketfile.py; this module serves
 the socket and streams `events` and `logs` (read by progress/logfile.py, on a bounded worker: a
 log on a hung mount answers `log_unreadable`, it does not hold the client or a thread pool).
 """
@@ -25,17 +25,15 @@ from typing import TYPE_CHECKING, Any
 from watchdog.blocking import BoundedWorker
 from watchdog.clock import SYSTEM, Clock
 from watchdog.control import socketfile
-from watchdog.control.calls import Call, ClientGone, CommandError, LogUnreadable
+from watchdog.control.backend import Call, ClientGone, CommandError, LogUnreadable, Served
 from watchdog.control.commands import Operations
-from watchdog.control.peers import Peer, may_operate, peer_credentials
+from watchdog.control.socketfile import Peer, may_operate, peer_credentials
 from watchdog.core.protocol import wire as protocol
 from watchdog.core.ratelimit import RateLimit
 from watchdog.progress import logfile
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
-
-    from watchdog.control.backend import Served
 
 # a bind refused for room in the socket's folder: said once, tried again each tick
 BIND_RETRIED = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -198,10 +196,9 @@ class ControlServer:
                 writer.close()
 
     def _admit(self, peer: Peer) -> bool:
-        others = sum(1 for p in self._conns.values() if p.uid != 0)
-        if peer.uid == 0:
-            return len(self._conns) < MAX_CONNECTIONS + ROOT_RESERVE
-        return others < MAX_CONNECTIONS and len(self._conns) < MAX_CONNECTIONS + ROOT_RESERVE
+        if len(self._conns) >= MAX_CONNECTIONS + ROOT_RESERVE:
+            return False
+        return peer.uid == 0 or sum(p.uid != 0 for p in self._conns.values()) < MAX_CONNECTIONS
 
     async def _session(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Peer
@@ -226,7 +223,9 @@ class ControlServer:
                 await _send(writer, protocol.error_reply(e.req_id, e.type, e.message))
                 continue
             conn = writer.get_extra_info("socket")
-            if not await self._handle(Call(req, peer, reader, self._clock, conn=conn), writer):
+            if not await self._handle(
+                Call(req, peer, reader, self.d, self._clock, conn=conn), writer
+            ):
                 return
 
     async def _handle(self, call: Call, writer: asyncio.StreamWriter) -> bool:

@@ -266,7 +266,7 @@ async def take_the_job(d: Adopter, leader: int | None, taken_over: bool) -> None
         if step is plan.Step.END_LEFTOVERS:  # it died between the proof and the pidfd
             await end_previous_tree(d)
         elif step is plan.Step.START:
-            await d.inbox.ask(DaemonStarted(fresh_run=d.life.ending.enabled))
+            await d.inbox.ask(DaemonStarted(fresh_run=d.life.exit_with_job))
             # SPEC §13: a park for lost access outlived the last daemon; as after a reexec,
             # only a reading that comes through tells the core access is back
             d.inbox.post(GpuAccessCarried())

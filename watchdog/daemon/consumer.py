@@ -37,9 +37,9 @@ from watchdog.core.supervisor.events import (
     Tick,
 )
 from watchdog.core.supervisor.machine import Supervisor
-from watchdog.daemon.answers import AnswerBook
 from watchdog.daemon.clockgap import BEAT_S
 from watchdog.daemon.inbox import (
+    AnswerBook,
     FaultRead,
     FaultSummaryDue,
     GpuAccessCarried,
@@ -54,7 +54,6 @@ from watchdog.daemon.inbox import (
     SignalReceived,
 )
 from watchdog.daemon.inputlog import InputLog
-from watchdog.daemon.losses import losses_read
 
 if TYPE_CHECKING:
     from watchdog import config
@@ -367,7 +366,7 @@ class Consumer:
             age_s = None if mtime is None else (looked.wall or self.inbox.time.wall()) - mtime
             monitor.progress_line(found.latest, now, age_s, run.polled_at)
         if found.losses:  # SPEC §16: the run's loss judged; on_nan stop asks the core
-            losses_read(run, found.losses, now, self._shell, self._dispatch)
+            run.losses_read(found.losses, now, self._shell.cfg, self._shell.emit, self._dispatch)
         if found.activity and found.activity_last:
             monitor.activity(now, phase)
         run.polled(now)

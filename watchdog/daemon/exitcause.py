@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 from watchdog import blocking
 from watchdog.core.health import causes
 from watchdog.core.supervisor.events import ChildExited
-from watchdog.daemon.port import Shell
+from watchdog.daemon.port import Shell, Tasks
 from watchdog.process import oomrecord, reaping
 from watchdog.progress.logfile import tail_lines, tail_of_job
 
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from watchdog.core.samples import GpuSample
     from watchdog.daemon.run import JobRun, Runs
     from watchdog.daemon.sampling import Sampler
-    from watchdog.daemon.tasks import Tasks
     from watchdog.gpu.watch import GpuWatch
 
 

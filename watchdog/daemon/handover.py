@@ -31,8 +31,7 @@ from watchdog.progress.joblog import JobLog
 
 if TYPE_CHECKING:
     from watchdog.daemon.consumer import Consumer
-    from watchdog.daemon.jobtree import JobTree
-    from watchdog.daemon.run import Runs
+    from watchdog.daemon.run import JobTree, Runs
     from watchdog.daemon.sampling import Sampler
     from watchdog.daemon.wiring import Lifetime
 
@@ -147,12 +146,10 @@ def reply(state: dict[str, Any], ok: bool, result: dict[str, Any], message: str 
         if ok
         else protocol.error_reply(req_id, "reexec_failed", message, result)
     )
-    try:
-        with socket.socket(fileno=fd) as conn:
-            conn.settimeout(REPLY_TIMEOUT_S)
-            conn.sendall(line)
-    except OSError:
-        pass  # the operator gave up waiting: the events say what happened
+    with contextlib.suppress(OSError), socket.socket(fileno=fd) as conn:
+        # an OSError: the operator gave up waiting; the events say what happened
+        conn.settimeout(REPLY_TIMEOUT_S)
+        conn.sendall(line)
 
 
 def close_carried(state: dict[str, Any]) -> None:

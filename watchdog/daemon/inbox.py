@@ -5,11 +5,13 @@ cluster link, the fault watcher, signal handlers) never call the core: they `pos
 and return. A control command that needs the core's answer (a Refuse, the state after) `ask()`s:
 the consumer resolves its future once the input is handled. So the core is entered from one
 place, one input at a time, in the order the inputs came, and nothing can re-enter it.
+A command that waits for the core's outcome of its input (an Answer) waits in the AnswerBook.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,7 +22,7 @@ from watchdog.cluster import ClusterInput
 from watchdog.core.health.monitor import HealthConfig
 from watchdog.core.health.ranks import RankKey
 from watchdog.core.samples import GpuSample
-from watchdog.core.supervisor.events import Action, Event
+from watchdog.core.supervisor.events import Action, Answer, Event
 from watchdog.daemon.clockgap import ClockWatch, wake
 from watchdog.progress.follower import FollowResult
 
@@ -197,6 +199,32 @@ class Inbox:
                 if timer is not None:
                     timer.cancel()
         return self._items.popleft() if self._items else None
+
+
+class AnswerBook:
+    """The commands waiting for the core's Answer (core/supervisor/answers.py), by request
+    number: the control server numbers its input with `expect()`, awaits the future, and
+    `forget()`s it when it stops waiting; the consumer delivers each Answer after the input."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[int, asyncio.Future[Answer]] = {}
+        self._numbers = itertools.count(1)
+
+    def expect(self) -> tuple[int, asyncio.Future[Answer]]:
+        request = next(self._numbers)
+        self._waiting[request] = answer = asyncio.get_running_loop().create_future()
+        return request, answer
+
+    def forget(self, request: int) -> None:
+        self._waiting.pop(request, None)
+
+    def deliver(self, actions: list[Action]) -> None:
+        for a in actions:
+            if not isinstance(a, Answer):
+                continue
+            waiting = self._waiting.pop(a.request, None)
+            if waiting is not None and not waiting.done():
+                waiting.set_result(a)
 
 
 class GpuNewsPosted:

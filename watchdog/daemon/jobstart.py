@@ -24,9 +24,8 @@ from watchdog.core.supervisor.events import (
     SpawnPending,
 )
 from watchdog.daemon import exitcause
-from watchdog.daemon.jobtree import JobTree
 from watchdog.daemon.port import Port
-from watchdog.daemon.run import Flight, JobRun, Runs
+from watchdog.daemon.run import Flight, JobRun, JobTree, Runs
 from watchdog.daemon.sampling import Sampler
 from watchdog.gpu.watch import FaultWatch, GpuWatch
 from watchdog.outputs import flight

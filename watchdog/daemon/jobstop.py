@@ -18,9 +18,8 @@ from watchdog.core.health import monitor as health
 from watchdog.core.protocol.wire import explain_window
 from watchdog.core.supervisor.events import IncidentSaved, KillTree, TreeStopped
 from watchdog.core.supervisor.jobstate import Snapshot
-from watchdog.daemon.jobtree import JobTree
 from watchdog.daemon.port import Port
-from watchdog.daemon.run import Runs
+from watchdog.daemon.run import JobTree, Runs
 from watchdog.daemon.sampling import Sampler
 from watchdog.gpu.watch import GpuWatch
 from watchdog.outputs import flight

@@ -96,17 +96,12 @@ class RunBook:
         """Every event the daemon emits, as written (its `ts` is the record's time). A bug
         here is reported, never raised into the code that emitted the event."""
         try:
-            self._event(record)
+            if (handler := _HANDLERS.get(record["event"])) is not None:
+                handler(self, record)
         except Exception as e:  # reported below: the emitter must go on
             if record.get("event") != "internal_error_caught":
                 error = f"{type(e).__name__}: {e}"
                 self._emit("internal_error_caught", where="runs ledger", error=error)
-
-    def _event(self, record: dict[str, Any]) -> None:
-        name = record["event"]
-        handler = _HANDLERS.get(name)
-        if handler is not None:
-            handler(self, record)
 
     def job_in(self, state: str) -> None:
         """The core's state after an input (books.py): where the job went after the run that
@@ -206,9 +201,8 @@ class RunBook:
         try:
             return self._sampled(monitor, gpus_held)
         except Exception as e:  # reported: the health verdict of this tick must go on
-            self._emit(
-                "internal_error_caught", where="runs ledger", error=f"{type(e).__name__}: {e}"
-            )
+            error = f"{type(e).__name__}: {e}"
+            self._emit("internal_error_caught", where="runs ledger", error=error)
             return []
 
     def _sampled(self, monitor: HealthMonitor, gpus_held: bool) -> list[tuple[str, dict[str, Any]]]:

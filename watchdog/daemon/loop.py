@@ -40,21 +40,24 @@ from watchdog.core.supervisor.machine import Supervisor
 from watchdog.core.views.status import status_line
 from watchdog.daemon import adoption, exitcause, params, reexec, scheduler, statusview
 from watchdog.daemon.actions import ActionTable
-from watchdog.daemon.answers import AnswerBook
 from watchdog.daemon.books import Books, start_metrics
 from watchdog.daemon.consumer import Consumer
-from watchdog.daemon.inbox import GpuNewsPosted, Inbox, MonitorReconfigured, SignalReceived
+from watchdog.daemon.inbox import (
+    AnswerBook,
+    GpuNewsPosted,
+    Inbox,
+    MonitorReconfigured,
+    SignalReceived,
+)
 from watchdog.daemon.inputlog import InputLog
 from watchdog.daemon.jobstart import Starter, StartGate
 from watchdog.daemon.jobstop import Judgement, Stopper
-from watchdog.daemon.jobtree import JobTree
 from watchdog.daemon.ledger import RunBook
-from watchdog.daemon.loopfaults import LoopFaults
-from watchdog.daemon.port import Port
+from watchdog.daemon.loopcheck import LoopFaults
+from watchdog.daemon.port import Port, Tasks
 from watchdog.daemon.reloading import Reloader
-from watchdog.daemon.run import JobRun, Runs
+from watchdog.daemon.run import JobRun, JobTree, Runs
 from watchdog.daemon.sampling import Sampler
-from watchdog.daemon.tasks import Tasks
 from watchdog.daemon.wiring import NO_TRIAL, Lifetime, Trial, cluster_link, make_outputs
 from watchdog.gpu.watch import FaultWatch, GpuWatch
 from watchdog.outputs.eventlog import EventLog
@@ -74,10 +77,9 @@ class Daemon:
     ) -> None:
         loop = asyncio.get_running_loop()
         state = StateDir(cfg.state_dir)
-        ending = scheduler.ExitWithJob(exit_with_job)  # SPEC §13: under a scheduler
         # where it came from (a reexec's state, the lock) and how it ends (the Exit action)
         self.life = Lifetime(
-            state, handover, lock_fd, clock.monotonic(), ending, loop.create_future(), trial
+            state, handover, lock_fd, clock.monotonic(), exit_with_job, loop.create_future(), trial
         )
         self.tasks = Tasks(self.emit)  # the daemon's own tasks: a failure is reported
         reaper, token = reaping.Reaper(loop), state.instance_token()
@@ -86,7 +88,7 @@ class Daemon:
         self.reloader = Reloader(cfg, self.out.notifier, self.emit)  # the config now
         inputs = InputLog(state.file("inputs.jsonl"), self._input_log_failed)
         # the one consumer: its inbox is the one way in, and it alone feeds the core
-        policy = params.local_policy_of(cfg, ending.enabled, trial.observe)
+        policy = params.local_policy_of(cfg, exit_with_job, trial.observe)
         self.consumer = Consumer(inputs, policy, self, clock)
         cgroups = cgroup.probe(cfg.job.stop_mode)  # SPEC §14: how a stop ends the tree
         self.tree = JobTree(token, reaper, cgroups, self.on_exit)  # the job's process tree
@@ -171,7 +173,7 @@ class Daemon:
         pinger = self.tasks.spawn(self._watchdog_loop())
         await self.life.done
         self.out.notifier.stopping()
-        self.forwarder.close()
+        self.forwarder.apply(())  # none forwarded any more
         for task in (ticker, pinger, consumer):
             task.cancel()
         await self.runs.finish_bundles(timeout_s=exitcause.BUNDLE_WAIT_S)
@@ -212,9 +214,9 @@ class Daemon:
         self.account()
         self.books.save_goodput()
         await self.flush_files()
-        ending = self.life.ending
-        code = ending.exit_status()
-        self.emit("daemon_stopped", **({"exit_code": code} if ending.enabled else {}))
+        ending = self.life.exit_with_job  # SPEC §13: under a scheduler
+        code = self.life.exit_code if ending else 0
+        self.emit("daemon_stopped", **({"exit_code": code} if ending else {}))
         return code
 
     @property
@@ -287,7 +289,7 @@ class Daemon:
         self.stopper.begin(action, judged)
 
     def _exit(self, action: Exit) -> None:
-        self.life.ending.code = action.code  # SPEC §13: the core decided it (ending.py)
+        self.life.exit_code = action.code  # SPEC §13: the core decided it (ending.py)
         if not self.life.done.done():
             self.life.done.set_result(None)
 
@@ -364,7 +366,7 @@ class Daemon:
         self.forwarder.apply(new.job.forward_signals)
         self.inbox.post(MonitorReconfigured(params.health_of(new)))  # fed by the consumer
         self.sampler.reconfigure(old, new)
-        policy = params.local_policy_of(new, self.life.ending.enabled, self.life.trial.observe)
+        policy = params.local_policy_of(new, self.life.exit_with_job, self.life.trial.observe)
         await self.inbox.ask(PolicyChanged(policy))
         if self.cluster is not None:  # the next proposal's policy; certificates read anew
             await self.cluster.reconfigure(params.policy_of(new), new.cluster)

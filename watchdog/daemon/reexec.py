@@ -45,8 +45,7 @@ from watchdog.process import launch
 
 if TYPE_CHECKING:
     from watchdog.control.server import ControlServer
-    from watchdog.daemon.jobtree import JobTree
-    from watchdog.daemon.run import Runs
+    from watchdog.daemon.run import JobTree, Runs
     from watchdog.daemon.wiring import Lifetime, Outputs
 
 

@@ -6,6 +6,10 @@ pid, whose monitor status reads. A new run replaces the old one, which is closed
 listings) are cancelled, so a late answer about an ended run cannot reach the new one; and code
 that awaited something checks `run is d.job` before it acts on what it found. Only the run's own
 methods change its fields.
+
+JobTree is the job's process tree as the starter, the stopper and the sampler reach it: the
+instance marker that proves a process ours, the reaper that watches its leader (pidfd), and the
+cgroups that contain it (SPEC §14). Built once; none of it changes on a reload.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from watchdog.core.health import monitor as health
 from watchdog.core.health.taped import Tape, tracker_for
 from watchdog.core.progress.loss import LossWatch
 from watchdog.core.progress.stall_window import StallKnowledge
+from watchdog.core.supervisor.events import Action, Event, LossWentNan
 from watchdog.daemon import params
-from watchdog.process import identity, oomrecord, reaping
+from watchdog.process import cgroup, identity, oomrecord, reaping
 from watchdog.progress.follower import Follower, FollowResult
 from watchdog.progress.joblog import JobLog
 from watchdog.state.writers import StateWriter
@@ -45,6 +50,27 @@ class Evidence:
     left_behind: tuple[int, ...] = ()
     # SPEC §16: a process `watchdogd --attach` watches, not ours: its exit status is unknown
     attached: bool = False
+
+
+class JobTree:
+    def __init__(
+        self,
+        token: str,
+        reaper: reaping.Reaper,
+        cgroups: cgroup.Delegation,
+        on_exit: Callable[[asyncio.Future[reaping.ExitStatus]], None],
+    ) -> None:
+        self.token = token  # our instance marker in the job's environment: whose tree it is
+        self.reaper = reaper  # pidfds and waitpid: the leader's exit, signals without pid reuse
+        self.cgroups = cgroups  # SPEC §14: each run's own cgroup, or SIGKILL passes
+        self._on_exit = on_exit  # why the leader died, then ChildExited (exitcause.py)
+
+    def watch(self, pid: int, pidfd: int | None = None) -> asyncio.Future[reaping.ExitStatus]:
+        """The leader's exit, reported to the core once it comes (any run: spawned, adopted,
+        resumed)."""
+        fut = self.reaper.watch(pid, pidfd)
+        fut.add_done_callback(self._on_exit)
+        return fut
 
 
 class JobRun:
@@ -113,6 +139,26 @@ class JobRun:
     def fault_seen(self, message: str) -> None:
         if len(self.evidence.faults_seen) < 20:  # bounded: the newest few name the cause
             self.evidence.faults_seen.append(message)
+
+    def losses_read(
+        self,
+        losses: tuple[tuple[str, int | None], ...],
+        now: float,
+        cfg: config.Config,
+        emit: Callable[..., Any],
+        dispatch: Callable[[Event], list[Action]],
+    ) -> None:
+        """The shell's side of loss health (SPEC §16), fed by the consumer with each poll's
+        losses (as printed, with their steps): the judgement is the run's `LossWatch`
+        (core/progress/loss.py, pure); this feeds it in the order the job printed them, logs
+        the events it returns (`loss_nan`, `loss_spike`) and, under `progress.loss.on_nan:
+        stop`, hands the core `LossWentNan` (it stops the run and parks it `fatal`)."""
+        self.loss.policy = params.loss_of(cfg)  # a reload applies at once
+        for loss, step in losses:
+            for news in self.loss.observe(loss, step, now):
+                emit(news.event, **news.fields)
+                if news.stop and self.pid is not None:
+                    dispatch(LossWentNan(self.pid, step))
 
     def polled(self, now: float) -> None:
         self.polled_at = now

@@ -27,10 +27,9 @@ from watchdog.daemon.inbox import (
     SampleTaken,
     SaveSeen,
 )
-from watchdog.daemon.jobtree import JobTree
 from watchdog.daemon.learning import CheckpointLearning
 from watchdog.daemon.port import Port
-from watchdog.daemon.run import JobRun, Runs
+from watchdog.daemon.run import JobRun, JobTree, Runs
 from watchdog.gpu.watch import GpuWatch
 from watchdog.process.tree import tree_pids
 from watchdog.progress.checkpoint import CheckpointWatch

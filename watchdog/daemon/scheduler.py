@@ -9,8 +9,9 @@ tree is gone. Forwarded signals (Slurm's `--signal=B:USR1@120`) go to the job's 
 nothing else happens.
 
 Both are wiring around the core: the core decides the exit code (core/supervisor/ending.py)
-and this carries it out; where a signal goes. Signal handlers here are asyncio's
-(`loop.add_signal_handler`): they run on the loop, like SIGHUP's.
+and the daemon carries it out (wiring.py's Lifetime keeps it); this module says where a signal
+goes. Signal handlers here are asyncio's (`loop.add_signal_handler`): they run on the loop, like
+SIGHUP's.
 """
 
 from __future__ import annotations
@@ -20,19 +21,6 @@ import os
 import signal
 from collections.abc import Callable
 from typing import Any
-
-
-class ExitWithJob:
-    """`--exit-with-job`: whether the flag is on (the core then decides the daemon's exit code
-    from `exit_codes`, Policy.exit_codes) and the code its `Exit` action carried. Without the
-    flag the daemon keeps its old behaviour: it runs until it is told to stop, and exits 0."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.code = 0  # the core's Exit(code): always 0 without the flag
-
-    def exit_status(self) -> int:
-        return self.code if self.enabled else 0
 
 
 class SignalForwarder:
@@ -62,9 +50,6 @@ class SignalForwarder:
             if signum not in self._installed:
                 self._loop.add_signal_handler(signum, self.forward, signum)
         self._installed = tuple(signals)
-
-    def close(self) -> None:
-        self.apply(())
 
     def forward(self, signum: int) -> None:
         name = signal.Signals(signum).name

@@ -14,8 +14,7 @@ from watchdog.core.views import eta, status
 from watchdog.daemon.port import Shell
 
 if TYPE_CHECKING:
-    from watchdog.daemon.jobtree import JobTree
-    from watchdog.daemon.run import Runs
+    from watchdog.daemon.run import JobTree, Runs
     from watchdog.daemon.sampling import Sampler
     from watchdog.daemon.wiring import Lifetime, Outputs
     from watchdog.gpu.watch import FaultWatch, GpuWatch

@@ -14,7 +14,6 @@ from watchdog.clock import SYSTEM, Clock
 from watchdog.daemon import params
 from watchdog.daemon.books import Books
 from watchdog.daemon.ledger import RunBook
-from watchdog.daemon.scheduler import ExitWithJob
 from watchdog.outputs import metrics
 from watchdog.outputs.eventlog import EventLog
 from watchdog.outputs.hooks import Hooks
@@ -56,9 +55,12 @@ class Lifetime:
     handover: dict[str, Any] | None  # what a `reexec` of the previous code carried (served once)
     lock_fd: int | None  # the state folder's lock, kept open across a reexec
     started_at: float  # monotonic; a reexec carries the first daemon's
-    ending: ExitWithJob  # SPEC §13: the exit code under a scheduler
+    # SPEC §13 `--exit-with-job`: the core decides the daemon's exit code from `exit_codes`
+    # (Policy.exit_codes). Without it the daemon runs until it is told to stop, and exits 0.
+    exit_with_job: bool
     done: asyncio.Future[None]  # resolved by the core's Exit: the loop winds down
     trial: Trial = NO_TRIAL  # SPEC §16: --observe, --attach PID, --take-over
+    exit_code: int = 0  # the core's Exit(code): always 0 without --exit-with-job
 
 
 @dataclass(slots=True)
