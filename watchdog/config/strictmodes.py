@@ -94,14 +94,10 @@ def read_secret(path: str) -> bytes | str:
     if isinstance(fd, str):
         return fd
     try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
+        with open(fd, "rb") as f:  # closes fd
+            return f.read()
     except OSError as exc:
         return f"{path}: cannot read: {exc.strerror}"
-    finally:
-        os.close(fd)
-    return b"".join(chunks)
 
 
 def check_secret_file(path: str) -> str | None:
