@@ -112,10 +112,8 @@ SHOWN = (
 
 def render_one(rec: dict[str, Any]) -> str:
     """`runs show N`: the whole record, a field a line."""
-    out = [f"run {rec.get('run')}"]
-    for label, key in SHOWN:
-        out.append(f"  {label:<13} {_value(rec, key)}")
-    return "\n".join(out)
+    fields = (f"  {label:<13} {_value(rec, key)}" for label, key in SHOWN)
+    return "\n".join([f"run {rec.get('run')}", *fields])
 
 
 def _value(rec: dict[str, Any], key: str) -> str:
