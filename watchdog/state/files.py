@@ -32,14 +32,9 @@ def write_atomic(path: str, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    fsync_dir(os.path.dirname(path) or ".")
-
-
-def fsync_dir(path: str) -> None:
-    """Make the entries of the folder `path` (a rename into it) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        os.fsync(fd)
+        os.fsync(fd)  # the rename into the folder made durable
     finally:
         os.close(fd)
 
