@@ -3,7 +3,7 @@
 Programs must exist and be executable, `job.cwd` must be a folder, control groups must exist,
 and while running as root, what root runs on the config's say must pass sshd-style StrictModes
 (`check_owner_safety`). Nothing here knows the YAML: problems come back as plain text (with the
-key path they belong to), and `watchdog.config.load` turns them into ConfigErrors.
+key path they belong to), and `watchdog.config` (load_config) turns them into ConfigErrors.
 """
 
 from __future__ import annotations
