@@ -53,11 +53,7 @@ def write_generation(path: str, text: str) -> None:
 
 
 class Unreadable(ValueError):
-    """A state file that is there but cannot be used: `problem` says why, in a few words."""
-
-    def __init__(self, problem: str) -> None:
-        super().__init__(problem)
-        self.problem = problem
+    """A state file that is there but cannot be used: its text says why, in a few words."""
 
 
 def read_text(path: str) -> str | None:
@@ -137,8 +133,6 @@ def load_said(
 
 
 def _problem(e: ValueError) -> str:
-    if isinstance(e, Unreadable):
-        return e.problem
     if isinstance(e, json.JSONDecodeError):
         return f"not JSON ({e.msg} at line {e.lineno} column {e.colno})"
     return str(e)
