@@ -21,9 +21,6 @@ def head(run_width: int = 4) -> str:
     return text + f"{'TOK/S':>8} {'CHANGE':>7}  END"
 
 
-HEAD = head()
-
-
 def local_time(stamp: object, seconds: bool = True) -> str:
     """`12-05 11:41:49` (or `12-05 11:41`) in the local time zone, from an event's UTC `ts`."""
     from datetime import datetime
