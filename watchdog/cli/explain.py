@@ -33,9 +33,7 @@ def offline(argv: list[str]) -> int | None:
     """`watchdogctl [--socket PATH] [--json] explain ...` needs no daemon: it runs before any
     socket is looked at, its Ctrl-C as commands.main's (None: another command)."""
     i, as_json = 0, False
-    while (i < len(argv) and argv[i] in ("--socket", "--json")) or (
-        i < len(argv) and argv[i].startswith("--socket=")
-    ):
+    while i < len(argv) and (argv[i] in ("--socket", "--json") or argv[i].startswith("--socket=")):
         as_json = as_json or argv[i] == "--json"
         i += 2 if argv[i] == "--socket" else 1
     if i >= len(argv) or argv[i] != "explain":
@@ -74,38 +72,31 @@ def _parse(argv: list[str], as_json: bool) -> tuple[str, int | None, int | None,
     log: str | None = None
     code: int | None = None
     signum: int | None = None
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
+    rest = iter(argv)
+    for arg in rest:
         if arg == "--json":
             as_json = True
         elif arg in ("--exit-code", "--signal"):
-            if i + 1 >= len(argv):
+            if (value := next(rest, None)) is None:
                 raise _Bad(f"{arg} needs a value")
-            i += 1
             if arg == "--exit-code":
-                code = _int(argv[i], arg)
+                try:
+                    code = int(value)
+                except ValueError:
+                    raise _Bad(f"{arg} takes a number, got {value!r}") from None
             else:
-                signum = _signal(argv[i])
+                signum = _signal(value)
         elif arg.startswith("-") and arg != "-":
             raise _Bad(f"unknown option {arg}")
         elif log is None:
             log = arg
         else:
             raise _Bad(f"one LOG only, got {arg!r} too")
-        i += 1
     if log is None:
         raise _Bad("LOG is missing")
     if code is not None and signum is not None:
         raise _Bad("--exit-code and --signal exclude each other")
     return log, code, signum, as_json
-
-
-def _int(text: str, what: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise _Bad(f"{what} takes a number, got {text!r}") from None
 
 
 def _signal(text: str) -> int:

@@ -133,8 +133,13 @@ def _progress_line(pr: dict[str, Any]) -> str:
         "no tok/s yet" if tps is None else f"{tps:,.1f} tok/s",
         "step -" if step is None else f"step {step:,}",
         "no progress line yet" if age is None else f"last progress {age:.1f} s ago",
-        *_activity_parts(pr),
     ]
+    # SPEC §13: what recognised the progress (`from tqdm`), and the last activity that was not a
+    # step (an eval bar, a checkpoint being written); absent from older daemons.
+    if pr.get("source"):
+        parts.append(f"from {pr['source']}")
+    if (act := pr.get("last_activity_age_s")) is not None:
+        parts.append(f"activity {act:.1f} s ago")
     return " Progress: " + " · ".join(parts)
 
 
@@ -215,17 +220,6 @@ def completed_line(c: dict[str, Any]) -> str:
         f"pid {c.get('pid')}",
     ]
     return " · ".join(parts)
-
-
-def _activity_parts(pr: dict[str, Any]) -> list[str]:
-    """SPEC §13: what recognised the progress (`from tqdm`), and the last activity that was
-    not a step (an eval bar, a checkpoint being written); absent from older daemons."""
-    parts = []
-    if pr.get("source"):
-        parts.append(f"from {pr['source']}")
-    if (act := pr.get("last_activity_age_s")) is not None:
-        parts.append(f"activity {act:.1f} s ago")
-    return parts
 
 
 def cluster_line(c: dict[str, Any]) -> str:

@@ -21,9 +21,6 @@ def head(run_width: int = 4) -> str:
     return text + f"{'TOK/S':>8} {'CHANGE':>7}  END"
 
 
-HEAD = head()
-
-
 def local_time(stamp: object, seconds: bool = True) -> str:
     """`12-05 11:41:49` (or `12-05 11:41`) in the local time zone, from an event's UTC `ts`."""
     from datetime import datetime
@@ -112,10 +109,8 @@ SHOWN = (
 
 def render_one(rec: dict[str, Any]) -> str:
     """`runs show N`: the whole record, a field a line."""
-    out = [f"run {rec.get('run')}"]
-    for label, key in SHOWN:
-        out.append(f"  {label:<13} {_value(rec, key)}")
-    return "\n".join(out)
+    fields = (f"  {label:<13} {_value(rec, key)}" for label, key in SHOWN)
+    return "\n".join([f"run {rec.get('run')}", *fields])
 
 
 def _value(rec: dict[str, Any], key: str) -> str:

@@ -74,7 +74,7 @@ def use_color(stream: TextIO) -> bool:
 def render(res: dict[str, Any], color: bool = False) -> str:
     """The whole screen for the `timeline` command's result."""
     buckets: list[dict[str, Any]] = res["buckets"]
-    paint = _painter(color)
+    paint = _sgr if color else _plain
     start, end = parse_rfc3339(res["since"]), parse_rfc3339(res["until"])
     lines = [_title(res, start, end), _axis(start, end, len(buckets))]
     lines.append(_row("state", "".join(_state_cell(b, paint) for b in buckets)))
@@ -303,14 +303,12 @@ def _row(label: str, body: str) -> str:
     return f"{label:>{LABEL - 1}} {body}".rstrip()
 
 
-def _painter(color: bool) -> Painter:
-    def plain(text: str, _sgr: str) -> str:
-        return text
+def _plain(text: str, _sgr: str) -> str:
+    return text
 
-    def sgr(text: str, code: str) -> str:
-        return f"\x1b[{code}m{text}\x1b[0m"
 
-    return sgr if color else plain
+def _sgr(text: str, code: str) -> str:
+    return f"\x1b[{code}m{text}\x1b[0m"
 
 
 def _clock(wall: float, span_s: float, seconds: bool = False) -> str:

@@ -151,10 +151,8 @@ def list_items(node: Node, key: str, ctx: Ctx, want: str) -> list[tuple[str, Nod
     """A list's items with their key paths (`key[i]`), each item's line noted for errors."""
     if not isinstance(node, SequenceNode):
         raise ctx.fail(key, f"expected {want}, got {_describe(node)}", node)
-    found = []
-    for i, item in enumerate(node.value):
-        ctx.lines[f"{key}[{i}]"] = item.start_mark.line + 1
-        found.append((f"{key}[{i}]", item))
+    found = [(f"{key}[{i}]", item) for i, item in enumerate(node.value)]
+    ctx.lines.update((sub, item.start_mark.line + 1) for sub, item in found)
     return found
 
 

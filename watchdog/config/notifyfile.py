@@ -56,12 +56,8 @@ def read_urls(path: str, read: Callable[[str], bytes | str]) -> list[tuple[int, 
     data = read(path)
     if isinstance(data, str):
         raise OSError(errno.EACCES, data)
-    found = []
-    for number, raw in enumerate(data.decode("utf-8").splitlines(), start=1):
-        text = raw.strip()
-        if text and not text.startswith("#"):
-            found.append((number, text))
-    return found
+    lines = enumerate(data.decode("utf-8").splitlines(), start=1)
+    return [(n, text) for n, raw in lines if (text := raw.strip()) and not text.startswith("#")]
 
 
 def load_apprise() -> Any:

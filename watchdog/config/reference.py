@@ -15,22 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from watchdog.config.fields import (
-    PROGRESS_FORMATS,
-    RESERVED_EXIT_CODES,
-    daemon_exit_code,
-    parse_command,
-    parse_devices,
-    parse_etcd_urls,
-    parse_exit_codes,
-    parse_format,
-    parse_forward_signals,
-    parse_listen_node,
-    parse_pattern,
-    parse_pre_start,
-    parse_reasons,
-    parse_signal,
-)
+from watchdog.config import fields
 from watchdog.config.keydocs import DOCS
 from watchdog.config.schema import Config
 from watchdog.config.sections import is_key, is_section
@@ -40,18 +25,20 @@ _KIND = {str: "string", int: "integer", float: "number", bool: "boolean"}
 _BOUND_WORDS = (("gt", ">"), ("ge", "≥"), ("le", "≤"))
 # What a key with its own parser takes, in words (the parsers are in watchdog.config.fields).
 _PARSED: dict[object, str] = {
-    parse_command: "argv list, or a string for /bin/sh -c",
-    parse_pre_start: "list of commands (argv lists or strings)",
-    parse_signal: "signal name or number",
-    parse_forward_signals: "list of signal names or numbers",
-    parse_exit_codes: "list of exit codes 0-255",
-    daemon_exit_code: "exit code 0-255, not " + ", ".join(map(str, RESERVED_EXIT_CODES)),
-    parse_devices: "all, or a list of GPU indices and UUIDs",
-    parse_pattern: "regular expression or null",
-    parse_format: " | ".join(PROGRESS_FORMATS),
-    parse_reasons: "list of verdict reasons",
-    parse_listen_node: "host:port or null",
-    parse_etcd_urls: "list of etcd URLs",
+    fields.parse_command: "argv list, or a string for /bin/sh -c",
+    fields.parse_pre_start: "list of commands (argv lists or strings)",
+    fields.parse_signal: "signal name or number",
+    fields.parse_forward_signals: "list of signal names or numbers",
+    fields.parse_exit_codes: "list of exit codes 0-255",
+    fields.daemon_exit_code: (
+        "exit code 0-255, not " + ", ".join(map(str, fields.RESERVED_EXIT_CODES))
+    ),
+    fields.parse_devices: "all, or a list of GPU indices and UUIDs",
+    fields.parse_pattern: "regular expression or null",
+    fields.parse_format: " | ".join(fields.PROGRESS_FORMATS),
+    fields.parse_reasons: "list of verdict reasons",
+    fields.parse_listen_node: "host:port or null",
+    fields.parse_etcd_urls: "list of etcd URLs",
 }
 
 
@@ -150,11 +137,11 @@ def _type_words(hint: Any) -> str:
 def _yaml_default(f: dataclasses.Field[Any]) -> str:
     value: Any = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
     parse = f.metadata.get("parse")
-    if parse is parse_pattern:
+    if parse is fields.parse_pattern:
         return "null"  # the built-in pattern is not a setting: null leaves progress.format on
-    if parse is parse_signal:
+    if parse is fields.parse_signal:
         return signal.Signals(value).name
-    if parse is parse_forward_signals:
+    if parse is fields.parse_forward_signals:
         return _flow([signal.Signals(v).name for v in value])
     return _yaml_value(value)
 

@@ -3,7 +3,7 @@
 Programs must exist and be executable, `job.cwd` must be a folder, control groups must exist,
 and while running as root, what root runs on the config's say must pass sshd-style StrictModes
 (`check_owner_safety`). Nothing here knows the YAML: problems come back as plain text (with the
-key path they belong to), and `watchdog.config.load` turns them into ConfigErrors.
+key path they belong to), and `watchdog.config` (load_config) turns them into ConfigErrors.
 """
 
 from __future__ import annotations
@@ -94,14 +94,10 @@ def read_secret(path: str) -> bytes | str:
     if isinstance(fd, str):
         return fd
     try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
+        with open(fd, "rb") as f:  # closes fd
+            return f.read()
     except OSError as exc:
         return f"{path}: cannot read: {exc.strerror}"
-    finally:
-        os.close(fd)
-    return b"".join(chunks)
 
 
 def check_secret_file(path: str) -> str | None:

@@ -48,14 +48,10 @@ def diagram() -> list[str]:
     lines = ["```mermaid", "stateDiagram-v2", f"    [*] --> {State.STOPPED.value}"]
     lines += [f"    {state.value}" for state in State]
     for state in State:
-        edges: dict[State, list[str]] = {}
         row = TABLE[state]
-        for kind in INPUTS:
-            go = row.get(kind)
-            for to in [] if go is None else sorted(go.to, key=list(State).index):
-                edges.setdefault(to, []).append(kind.__name__)
-        for to, kinds in sorted(edges.items(), key=lambda e: list(State).index(e[0])):
-            lines.append(f"    {state.value} --> {to.value} : {', '.join(kinds)}")
+        for to in State:
+            if kinds := [kind.__name__ for kind in INPUTS if kind in row and to in row[kind].to]:
+                lines.append(f"    {state.value} --> {to.value} : {', '.join(kinds)}")
     return [*lines, "```"]
 
 

@@ -32,14 +32,9 @@ def write_atomic(path: str, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    fsync_dir(os.path.dirname(path) or ".")
-
-
-def fsync_dir(path: str) -> None:
-    """Make the entries of the folder `path` (a rename into it) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        os.fsync(fd)
+        os.fsync(fd)  # the rename into the folder made durable
     finally:
         os.close(fd)
 
@@ -58,11 +53,7 @@ def write_generation(path: str, text: str) -> None:
 
 
 class Unreadable(ValueError):
-    """A state file that is there but cannot be used: `problem` says why, in a few words."""
-
-    def __init__(self, problem: str) -> None:
-        super().__init__(problem)
-        self.problem = problem
+    """A state file that is there but cannot be used: its text says why, in a few words."""
 
 
 def read_text(path: str) -> str | None:
@@ -142,8 +133,6 @@ def load_said(
 
 
 def _problem(e: ValueError) -> str:
-    if isinstance(e, Unreadable):
-        return e.problem
     if isinstance(e, json.JSONDecodeError):
         return f"not JSON ({e.msg} at line {e.lineno} column {e.colno})"
     return str(e)

@@ -235,36 +235,26 @@ class StateWriter:
         if self._durable is not None:
             self._record["supervisor"] = self._durable.to_dict(time.monotonic(), time.time())
         self._settle.cancel()
-        if self._same_as_submitted():
+        # Re-converting the same monotonic instants gives wall times that differ by clock noise
+        # (ms): compare what matters, not the rounding.
+        if self._submitted is not None and _meaning(self._record) == _meaning(self._submitted):
             return
         self._submitted = dict(self._record)
         self._submitted_at = time.monotonic()
         self.file.submit(json.dumps(self._record) + "\n")
 
-    def _same_as_submitted(self) -> bool:
-        w = self._submitted
-        if w is None:
-            return False
-        sup, wsup = self._record["supervisor"], w["supervisor"]
-        # Re-converting the same monotonic instants gives wall times that differ by clock noise
-        # (ms): compare what matters, not the rounding.
-        return {**self._record, "supervisor": None} == {**w, "supervisor": None} and (
-            _meaning(sup) == _meaning(wsup)
-        )
 
-
-def _meaning(sup: dict[str, Any] | None) -> Any:
+def _meaning(record: dict[str, Any]) -> dict[str, Any]:
+    sup = record["supervisor"]
     if sup is None:
-        return None
+        return record
 
     def coarse(t: float | None) -> float | None:
         return None if t is None else round(t, 1)
 
-    return {
-        **sup,
-        "restart_times": [coarse(t) for t in sup["restart_times"]],
-        "backoff_until": coarse(sup["backoff_until"]),
-    }
+    restarts = [coarse(t) for t in sup["restart_times"]]
+    coarse_sup = {**sup, "restart_times": restarts, "backoff_until": coarse(sup["backoff_until"])}
+    return {**record, "supervisor": coarse_sup}
 
 
 def restore_durable(data: dict[str, Any]) -> Durable | None:
