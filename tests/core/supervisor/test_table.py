@@ -239,7 +239,7 @@ def test_normal_races_are_no_ops_not_refusals() -> None:
         assert sup.snapshot().state is before.state
 
 
-HANDLER_MODULES = ("runs", "verdicts", "parking", "commands", "primitives", "repeats", "table")
+HANDLER_MODULES = ("runs", "verdicts", "parking", "commands", "primitives", "table")
 
 
 @pytest.mark.parametrize("module", HANDLER_MODULES)

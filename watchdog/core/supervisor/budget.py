@@ -59,7 +59,7 @@ class Policy:
     on_reset_gpu: Literal["park", "warn"] = "park"
     on_reboot_host: Literal["park", "warn"] = "park"
     # SPEC §13, `watchdogd --exit-with-job`: the daemon's exit code for each end state
-    # (config exit_codes: completed, fatal, host_fault); None without the flag (ending.py).
+    # (config exit_codes: completed, fatal, host_fault); None without the flag (commands.ending).
     exit_codes: tuple[tuple[str, int], ...] | None = None
     # SPEC §16, restart.mode (`watchdogd --observe`): observe never stops, kills or starts the
     # job on a verdict; each verdict that would have acted is `verdict_observed` instead.

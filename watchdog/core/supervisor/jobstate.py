@@ -120,13 +120,13 @@ class JobState:
     cause_streak: tuple[str, int] | None = None
     exit_step: float | None = None  # the step the last exit's run got to (status)
     failures_by_cause: dict[str, int] = field(default_factory=dict)  # since the daemon started
-    # SPEC §13 (ending.py): the first SIGTERM/SIGINT's number, and the daemon's exit code once
-    # the job ended for good under --exit-with-job
+    # SPEC §13 (commands.ending): the first SIGTERM/SIGINT's number, and the daemon's exit code
+    # once the job ended for good under --exit-with-job
     signalled: int | None = None
     exit_code: int | None = None
     # answers.py: the requests waiting for an outcome, (request, what, pid or attempt)
     answers_due: tuple[tuple[int, str, int | None], ...] = ()
-    at_barrier: bool = False  # SPEC §12: the start waits at the cluster's barrier (attempts.py)
+    at_barrier: bool = False  # SPEC §12: the start waits at the cluster's barrier (runs.awaited)
     # SPEC §16, `watchdogd --attach`: the current run is a process we did not start (always
     # observed; never stopped at a shutdown), and whether our own start follows its death
     attached: bool = False
@@ -177,7 +177,7 @@ class Snapshot:
     completed: Mapping[str, object] | None = None
     completed_at: float | None = None
     spawning: bool = False  # a start is under way: SpawnChild not yet answered
-    attempt: int = 0  # the latest SpawnChild's (a start's reports carry it: attempts.py)
+    attempt: int = 0  # the latest SpawnChild's (a start's reports carry it: runs.py)
     last_cause: Mapping[str, str] | None = None  # SPEC §14: why the last failed run died
     exit_step: float | None = None  # ... and the step its run got to
     failures_by_cause: Mapping[str, int] = field(default_factory=dict)  # the metric's counter
@@ -292,7 +292,7 @@ def shown(s: JobState) -> State:
     (SPEC §3) is a run under way while the pause lasts (the record keeps which: starting,
     running or unhealthy, and the `paused` flag); in any other state the pause only holds
     back what would start the job, so the state shows as it is. `waiting_nodes` (SPEC §12) is
-    a start that waits at the cluster's barrier (attempts.awaited), unless paused."""
+    a start that waits at the cluster's barrier (runs.awaited), unless paused."""
     return _shown(s.state, s)
 
 

@@ -8,7 +8,7 @@ order, and wakes the core at `next_deadline()` with a `Tick`. Every decision is 
 Detector verdicts arrive as `HealthAssessed` events computed by core/health/; the core never
 looks at GPUs or logs itself. What each state does with each input is table.py, the one place to
 read the machine; the handlers it names live by reason in runs.py, verdicts.py, parking.py,
-commands.py, attempts.py over primitives.py; what outlives this object in handover.py.
+commands.py over primitives.py; what outlives this object in handover.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from watchdog.core.names import State
-from watchdog.core.supervisor import answers, at_checkpoint, ending, handover, runs, woke
+from watchdog.core.supervisor import answers, at_checkpoint, commands, handover, runs, woke
 from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.cells import refusal_reason
 from watchdog.core.supervisor.events import (
@@ -184,10 +184,10 @@ class Supervisor:
 def _input(s: JobState, actions: list[Action], event: Event, now: float) -> list[Action]:
     """What the input did beyond its cell: a restart held for a checkpoint (at_checkpoint.py), a
     waiting command's outcome (answers.py) and, under --exit-with-job, the daemon's exit code
-    (ending.py, SPEC §13), decided from the draft the handler left."""
+    (commands.ending, SPEC §13), decided from the draft the handler left."""
     if isinstance(event, StateRestored | HandoverResumed):
         return actions  # taken in before the daemon starts: nothing ends it yet
     if s.at_checkpoint is not None or isinstance(event, ProgressMarked):
         actions = at_checkpoint.after_input(s, event, actions, now)  # SPEC §16
     actions = answers.after_input(s, event, actions)
-    return ending.after_input(s, actions, now)
+    return commands.ending(s, actions, now)

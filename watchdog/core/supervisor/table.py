@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from watchdog.core.names import State
-from watchdog.core.supervisor import attempts, commands, handover, parking, resets, runs, verdicts
+from watchdog.core.supervisor import commands, handover, parking, resets, runs, verdicts
 from watchdog.core.supervisor.at_checkpoint import awaited as restart_held
 from watchdog.core.supervisor.at_checkpoint import tick as run_tick
 from watchdog.core.supervisor.cells import Go, go, only, stay
@@ -73,14 +73,14 @@ _ANYWHERE: dict[type, Go] = {
     ProgressMarked: go(verdicts.marked, says="fed to the no-progress tally (SPEC §12)"),
     LossWentNan: stay("no run the watchdog acts on: the NaN was logged (loss_nan), no stop"),
     CheckpointsSetAside: go(resets.set_aside, says="set aside: the streak ends, resume anew"),
-    SpawnPending: go(attempts.pending, says="a start about to spawn: Refuse once superseded"),
-    NodesAwaited: go(attempts.awaited, says="only a start under way waits at the barrier"),
+    SpawnPending: go(runs.pending, says="a start about to spawn: Refuse once superseded"),
+    NodesAwaited: go(runs.awaited, says="only a start under way waits at the barrier"),
     HealthAwaited: stay("a caller waits for health: answered after each input (answers.py)"),
     RunEndAwaited: stay("a caller waits for a run's end: answered after each input"),
     CheckpointAwaited: go(restart_held, says="restart held until the next save"),
     SaveBegun: go(restart_held, says="a save under way: --or-now's deadline waits it out"),
-    ChildSpawned: go(attempts.late_spawn, says="a superseded start's child is stopped"),
-    SpawnFailed: go(attempts.late_failure, says="a superseded start's failure is dropped"),
+    ChildSpawned: go(runs.late_spawn, says="a superseded start's child is stopped"),
+    SpawnFailed: go(runs.late_failure, says="a superseded start's failure is dropped"),
     Tick: stay("nothing is due"),
     **WAKE,  # the daemon's own freeze (woke.py): DaemonWoke holds the Ticks, ReadingsTaken ends it
 }
@@ -156,10 +156,10 @@ NO_CHILD = "a child's report, and none is spawned yet: nothing to act on"
 # A start (SPEC §3); `waiting_nodes` (SPEC §12) is a start that waits at the cluster's barrier.
 _STARTING: dict[type, Go] = {
     **_ACTED_ON,
-    NodesAwaited: go(attempts.awaited, WAITING_NODES, says="the start waits at the barrier"),
-    ChildSpawned: go(attempts.child_spawned, says="the start's child: the startup window counts"),
+    NodesAwaited: go(runs.awaited, WAITING_NODES, says="the start waits at the barrier"),
+    ChildSpawned: go(runs.child_spawned, says="the start's child: the startup window counts"),
     SpawnFailed: go(
-        attempts.spawn_failed,
+        runs.spawn_failed,
         BACKOFF,
         FATAL,
         says="a failure: restart after backoff, or fatal when the budget is spent",
@@ -235,9 +235,9 @@ TABLE: dict[State, Mapping[type, Go]] = {
         **_STARTING,
         **{kind: only(_STARTING[kind], says=NO_CHILD) for kind in _A_CHILDS},
         ProgressMarked: _ANYWHERE[ProgressMarked],
-        ChildSpawned: go(attempts.child_spawned, STARTING, says="the barrier opened: it runs"),
+        ChildSpawned: go(runs.child_spawned, STARTING, says="the barrier opened: it runs"),
         SpawnFailed: only(_STARTING[SpawnFailed], BACKOFF, FATAL, says="cancelled, or failed"),
-        NodesAwaited: go(attempts.awaited, STARTING, says="left the barrier: starting"),
+        NodesAwaited: go(runs.awaited, STARTING, says="left the barrier: starting"),
     },
     RUNNING: {
         **_STARTED,
@@ -260,10 +260,8 @@ TABLE: dict[State, Mapping[type, Go]] = {
     },
     PAUSED: {
         **_A_RUN,
-        ChildSpawned: go(
-            attempts.child_spawned, says="the start's child, watched; nothing acts on it"
-        ),
-        SpawnFailed: go(attempts.spawn_failed, STOPPED, says="no automatic restart while paused"),
+        ChildSpawned: go(runs.child_spawned, says="the start's child, watched; nothing acts on it"),
+        SpawnFailed: go(runs.spawn_failed, STOPPED, says="no automatic restart while paused"),
         HealthAssessed: go(verdicts.assessed, says="detectors report; nothing acts (SPEC §3)"),
         RankExited: go(verdicts.rank_exited, says="reported; nothing acts"),
         Tick: go(run_tick, STOPPING, says="startup_timeout reported; a held restart's end"),
@@ -283,11 +281,9 @@ TABLE: dict[State, Mapping[type, Go]] = {
     STOPPING: {
         **_ANYWHERE,
         ChildExited: go(runs.exited, says="the exit of the run being stopped, recorded"),
-        ChildSpawned: go(
-            attempts.child_spawned, says="the cancel came too late: kill the new child"
-        ),
+        ChildSpawned: go(runs.child_spawned, says="the cancel came too late: kill the new child"),
         SpawnFailed: go(
-            attempts.spawn_failed,
+            runs.spawn_failed,
             STOPPED,
             STARTING,
             PAUSED,
