@@ -46,15 +46,9 @@ def after_input(s: JobState, event: Event, actions: list[Action]) -> list[Action
     if not s.answers_due and new is None:
         return actions  # the common case: nobody waits
     due = [*s.answers_due, *([] if new is None else [new])]
-    out, keep = list(actions), []
-    for d in due:
-        answer = _outcome(s, d, actions)
-        if answer is None:
-            keep.append(d)
-        else:
-            out.append(answer)
-    s.answers_due = tuple(keep[-MAX_DUE:])
-    return out
+    decided = [(d, _outcome(s, d, actions)) for d in due]
+    s.answers_due = tuple([d for d, answer in decided if answer is None][-MAX_DUE:])
+    return [*actions, *(answer for _, answer in decided if answer is not None)]
 
 
 def _registered(s: JobState, event: Event, actions: list[Action]) -> Due | None:
