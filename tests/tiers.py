@@ -43,7 +43,7 @@ PURE_MODULES = frozenset(
         "tests/core/progress/test_layouts.py",
         "tests/core/progress/test_saves.py",
         "tests/core/supervisor/test_resets.py",
-        "tests/core/supervisor/test_woke.py",
+        "tests/core/supervisor/test_commands_woke.py",
         "tests/core/progress/test_stall_window.py",
         "tests/core/supervisor/test_adoption.py",
         "tests/core/supervisor/test_answers.py",

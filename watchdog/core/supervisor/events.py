@@ -274,7 +274,7 @@ class Tick:
 class DaemonWoke:
     """The daemon itself did not run for `gap_s` seconds up to now (SIGSTOP, a container frozen
     whole: daemon/clockgap.py saw its monotonic clock jump). Nothing was read meanwhile, so the
-    core holds its deadlines until readings taken after now are in (woke.py)."""
+    core holds its deadlines until readings taken after now are in (commands.woke)."""
 
     gap_s: float
 
@@ -282,7 +282,8 @@ class DaemonWoke:
 @dataclass(frozen=True, slots=True)
 class ReadingsTaken:
     """A sample of the job's readings (log, GPUs) came in, its reading begun at `started_at`
-    (monotonic): one begun after a wake ends the hold (woke.py). Handed over during a hold only."""
+    (monotonic): one begun after a wake ends the hold (commands.woke). Handed over during a hold
+    only."""
 
     started_at: float
 

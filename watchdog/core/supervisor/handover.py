@@ -51,7 +51,7 @@ def ended_well(s: JobState) -> bool:
     return s.state is State.COMPLETED or clearing
 
 
-# The classes a hand-over, a record or the state image (image.py) may name (core/images.py)
+# The classes a hand-over, a record or the state image (replay.py) may name (core/images.py)
 KNOWN: dict[str, type[Any]] = {
     c.__name__: c for c in (Policy, Durable, NoProgressTally, VerdictBook, Pending, Saving)
 }

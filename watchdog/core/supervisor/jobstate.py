@@ -22,7 +22,7 @@ from watchdog.core.supervisor.scoring import VerdictBook
 
 class AfterStop(StrEnum):
     """Where the stop under way leads once the job's tree is gone (primitives.finish_stop).
-    The values are what the input log's state image records (image.py)."""
+    The values are what the input log's state image records (replay.py)."""
 
     STOP = "stop"  # stopped, and it stays so
     RESTART = "restart"  # a failure: a restart after backoff, or fatal (the budget, SPEC §5)
@@ -35,7 +35,7 @@ class AfterStop(StrEnum):
 
 class Run(StrEnum):
     """Where the job's current run is, beside `pid` (two flags before: spawning, leader_exited).
-    The values are what the input log's state image records (image.py)."""
+    The values are what the input log's state image records (replay.py)."""
 
     NONE = "none"  # no run, and no start under way (pid None)
     SPAWNING = "spawning"  # SpawnChild returned and not answered yet (pid None)
@@ -46,7 +46,7 @@ class Run(StrEnum):
 class Leaving(StrEnum):
     """Whether the daemon is on its way out (two flags before: exiting, exit_after_completion).
     Once it is not STAYING nothing may start any more. The values are what the input log's
-    state image records (image.py)."""
+    state image records (replay.py)."""
 
     STAYING = "staying"
     AFTER_COMPLETION = "after_completion"  # a shutdown waits for a completion to be recorded
@@ -148,7 +148,7 @@ class JobState:
     checkpoint_mark: float | None = None
     at_checkpoint: Hold | None = None
     saving: Saving | None = None  # a save under way (cleared by the next new checkpoint)
-    # woke.py: the daemon itself was frozen; Ticks wait (the wake, the hold's limit)
+    # commands.woke: the daemon itself was frozen; Ticks wait (the wake, the hold's limit)
     woke_hold: tuple[float, float] | None = None
 
 
@@ -260,7 +260,7 @@ def enter(s: JobState, state: State) -> None:
     every handler enters through here. On the draft of an input under way (GATE) the state it
     leads to, as status would show it, is checked against the input's cell of table.py before
     it is written: the row's own state, or one the cell declares. Only the image's restore
-    (image.py) sets `state` otherwise (tests/core/supervisor/test_table.py counts the writes)."""
+    (replay.py) sets `state` otherwise (tests/core/supervisor/test_table.py counts the writes)."""
     gate = GATE.get()
     if gate is not None and gate.draft is s:
         led_to = _shown(state, s)

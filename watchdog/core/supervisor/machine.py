@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from watchdog.core.names import State
-from watchdog.core.supervisor import answers, at_checkpoint, commands, handover, runs, woke
+from watchdog.core.supervisor import answers, at_checkpoint, commands, handover, runs
 from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.cells import refusal_reason
 from watchdog.core.supervisor.events import (
@@ -80,7 +80,7 @@ class Supervisor:
         self._snap: Snapshot | None = None
 
     def record(self) -> JobState:
-        """The whole mutable record: for the input log's state image (image.py) only. Each
+        """The whole mutable record: for the input log's state image (replay.py) only. Each
         input allowed replaces it by the draft it worked on: hold it no longer than a call."""
         self._snap = None
         return self._s
@@ -88,7 +88,7 @@ class Supervisor:
     def next_deadline(self) -> float | None:
         """When the core wants a Tick: end of backoff, or end of the startup window; or the end
         of a restart held for a checkpoint (at_checkpoint.py) when that is sooner."""
-        if (held := woke.deadline(self._s)) is not None:
+        if (held := commands.deadline(self._s)) is not None:
             return held  # the daemon's own freeze: nothing falls due before its readings
         own, hold = next_deadline(self._s), self._s.at_checkpoint
         if hold is None or (own is not None and own <= hold.deadline):
@@ -122,7 +122,7 @@ class Supervisor:
 
     @property
     def woke_held(self) -> bool:
-        """Whether deadlines wait for readings taken after the daemon's wake (woke.py): the
+        """Whether deadlines wait for readings taken after the daemon's wake (commands.woke): the
         shell hands those readings' times over while it does (ReadingsTaken)."""
         return self._s.woke_hold is not None
 
@@ -149,9 +149,9 @@ class Supervisor:
         record is as it was and none of the actions decided run (docs/state-machine.md)."""
         s = self._s
         self._snap = None
-        if isinstance(event, Tick) and woke.holding(s, now):
+        if isinstance(event, Tick) and commands.holding(s, now):
             s.now = now  # for snapshot() only (no state of the image)
-            return []  # a deadline falls due after the wake's readings, not before (woke.py)
+            return []  # a deadline falls due after the wake's readings, not before (commands.woke)
         state = shown(s)
         cell = TABLE[state].get(type(event))
         if cell is None:

@@ -36,6 +36,7 @@ from watchdog.core.supervisor.events import (
     ChildExited,
     ChildSpawned,
     DaemonStarted,
+    DaemonWoke,
     GpuAccessChanged,
     GpuFaultSeen,
     HandoverResumed,
@@ -49,6 +50,7 @@ from watchdog.core.supervisor.events import (
     PolicyChanged,
     ProgressMarked,
     RankExited,
+    ReadingsTaken,
     RestartRequested,
     RunEndAwaited,
     SaveBegun,
@@ -59,7 +61,6 @@ from watchdog.core.supervisor.events import (
     Tick,
     TreeStopped,
 )
-from watchdog.core.supervisor.woke import CELLS as WAKE
 
 STOPPED, STARTING, RUNNING = State.STOPPED, State.STARTING, State.RUNNING
 UNHEALTHY, STOPPING, BACKOFF = State.UNHEALTHY, State.STOPPING, State.BACKOFF
@@ -82,7 +83,11 @@ _ANYWHERE: dict[type, Go] = {
     ChildSpawned: go(runs.late_spawn, says="a superseded start's child is stopped"),
     SpawnFailed: go(runs.late_failure, says="a superseded start's failure is dropped"),
     Tick: stay("nothing is due"),
-    **WAKE,  # the daemon's own freeze (woke.py): DaemonWoke holds the Ticks, ReadingsTaken ends it
+    # the daemon's own freeze (commands.woke): the state stays what it was
+    DaemonWoke: go(commands.woke, says="the daemon itself was frozen: Ticks wait for its readings"),
+    ReadingsTaken: go(
+        commands.readings, says="readings taken after the wake: the Ticks' hold ends"
+    ),
 }
 
 # States with no run of the job (its tree is gone): a report about a run is a late one.
