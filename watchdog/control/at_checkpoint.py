@@ -1,6 +1,6 @@
 """`watchdogctl restart --at-checkpoint [--timeout S] [--or-now]` (SPEC §16,
 docs/checkpoints.md): the core holds the restart until the job's next checkpoint is complete
-(core/supervisor/at_checkpoint.py); this awaits its answers under the command's deadline.
+(core/supervisor/answers.py); this awaits its answers under the command's deadline.
 
 S defaults to twice the learned interval between saves; with no interval learned yet the command
 is refused unless --timeout says how long to wait (a guess could cut a save or wait for hours).
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog.control.calls import Awaited, Call, CommandError
 from watchdog.core.protocol import wire as protocol
-from watchdog.core.supervisor.at_checkpoint import SAVE_WAIT_MAX_S
+from watchdog.core.supervisor.answers import SAVE_WAIT_MAX_S
 from watchdog.core.supervisor.events import Answer, CheckpointAwaited
 
 if TYPE_CHECKING:

@@ -74,7 +74,7 @@ class HealthAwaited:
 @dataclass(frozen=True, slots=True)
 class CheckpointAwaited:
     """`watchdogctl restart --at-checkpoint` (SPEC §16): restart the job right after its next
-    checkpoint is complete (at_checkpoint.py), or at `deadline` when `or_now`: `request` is
+    checkpoint is complete (answers.py), or at `deadline` when `or_now`: `request` is
     answered when the hold ends, `start_request` with the restart's outcome; `cancel` drops the
     hold of `request` (its caller went away)."""
 
@@ -90,7 +90,7 @@ class SaveBegun:
     """A checkpoint save of run `pid` under way since `at` (monotonic): its save line, or a
     write in the checkpoint folder with no new complete checkpoint yet (SPEC §16). `took_s`:
     how long the job's newest save seen took, if known. A restart held with --or-now waits it
-    out at its deadline, within a bound (at_checkpoint.py)."""
+    out at its deadline, within a bound (answers.py)."""
 
     pid: int
     at: float

@@ -55,7 +55,7 @@ class Leaving(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Hold:
-    """A restart held until the next complete checkpoint (SPEC §16, at_checkpoint.py): the
+    """A restart held until the next complete checkpoint (SPEC §16, answers.py): the
     caller's requests (the hold's, the restart's), the checkpoint mark when it came (None: none
     read yet), since when, until when, and whether it restarts anyway at that deadline."""
 
@@ -72,7 +72,7 @@ class Hold:
 @dataclass(frozen=True, slots=True)
 class Saving:
     """A checkpoint save of run `pid` seen under way, its newest sign at `at` (monotonic);
-    `took_s`, how long the newest save seen took (at_checkpoint.py bounds the wait with it)."""
+    `took_s`, how long the newest save seen took (answers.py bounds the wait with it)."""
 
     pid: int
     at: float
@@ -143,7 +143,7 @@ class JobState:
     resume_label: str | None = None
     operator_start: bool = False
     first_step_judged: bool = False
-    # SPEC §16 (at_checkpoint.py): the newest checkpoint mark read, and a restart held until
+    # SPEC §16 (answers.py): the newest checkpoint mark read, and a restart held until
     # the next one (`restart --at-checkpoint`)
     checkpoint_mark: float | None = None
     at_checkpoint: Hold | None = None

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from watchdog.core.names import State
-from watchdog.core.supervisor import answers, at_checkpoint, commands, handover, runs
+from watchdog.core.supervisor import answers, commands, handover, runs
 from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.cells import refusal_reason
 from watchdog.core.supervisor.events import (
@@ -25,7 +25,6 @@ from watchdog.core.supervisor.events import (
     Emit,
     Event,
     HandoverResumed,
-    ProgressMarked,
     StateRestored,
     Tick,
 )
@@ -87,7 +86,7 @@ class Supervisor:
 
     def next_deadline(self) -> float | None:
         """When the core wants a Tick: end of backoff, or end of the startup window; or the end
-        of a restart held for a checkpoint (at_checkpoint.py) when that is sooner."""
+        of a restart held for a checkpoint (answers.py) when that is sooner."""
         if (held := commands.deadline(self._s)) is not None:
             return held  # the daemon's own freeze: nothing falls due before its readings
         own, hold = next_deadline(self._s), self._s.at_checkpoint
@@ -182,12 +181,10 @@ class Supervisor:
 
 
 def _input(s: JobState, actions: list[Action], event: Event, now: float) -> list[Action]:
-    """What the input did beyond its cell: a restart held for a checkpoint (at_checkpoint.py), a
+    """What the input did beyond its cell: a restart held for a checkpoint and a
     waiting command's outcome (answers.py) and, under --exit-with-job, the daemon's exit code
     (commands.ending, SPEC §13), decided from the draft the handler left."""
     if isinstance(event, StateRestored | HandoverResumed):
         return actions  # taken in before the daemon starts: nothing ends it yet
-    if s.at_checkpoint is not None or isinstance(event, ProgressMarked):
-        actions = at_checkpoint.after_input(s, event, actions, now)  # SPEC §16
-    actions = answers.after_input(s, event, actions)
+    actions = answers.after_input(s, event, actions, now)
     return commands.ending(s, actions, now)

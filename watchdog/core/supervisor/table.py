@@ -27,8 +27,8 @@ from collections.abc import Mapping
 
 from watchdog.core.names import State
 from watchdog.core.supervisor import commands, handover, parking, resets, runs, verdicts
-from watchdog.core.supervisor.at_checkpoint import awaited as restart_held
-from watchdog.core.supervisor.at_checkpoint import tick as run_tick
+from watchdog.core.supervisor.answers import awaited as restart_held
+from watchdog.core.supervisor.answers import tick as run_tick
 from watchdog.core.supervisor.cells import Go, go, only, stay
 from watchdog.core.supervisor.events import (
     CheckpointAwaited,
@@ -180,7 +180,7 @@ _STARTING: dict[type, Go] = {
         UNHEALTHY,
         STOPPING,
         says="the startup window ran out: startup_timeout (judged later while blind); a held"
-        " restart's end (at_checkpoint.py)",
+        " restart's end (answers.py)",
     ),
     GpuFaultSeen: go(
         parking.gpu_fault,
