@@ -63,7 +63,7 @@ def budget_reset(s: JobState) -> None:
     """An operator's start, or a fresh run: the restart budget and what it decided, afresh."""
     s.restart_times.clear()
     s.failures = 0
-    s.tally.reset()
+    s.tally.in_a_row = 0  # the no-progress count starts again, like the restart budget
     s.cause_streak = None  # SPEC §14: like the budget, an operator's start starts it afresh
     s.host_fault = None  # an operator's start leaves host_fault (SPEC §12)
     s.operator_stopped = False  # ... and an operator's stop (SPEC §13)
@@ -180,7 +180,8 @@ def _schedule_restart(
     """Backoff, then a spawn at the Tick that `next_deadline` asks for."""
     s.restart_times.append(now)
     s.restarts_total += 1
-    lost = _round(s.tally.lost_work_s(s.policy.progress_marker))
+    lost = s.tally.lost_work_s(s.policy.progress_marker)
+    lost = None if lost is None else round(lost, 1)
     fields = {"reason": reason, **back_off(s, now), **incident, "lost_work_s": lost}
     return [Emit("restart_scheduled", fields | {"no_progress": s.tally.in_a_row})]
 
@@ -211,7 +212,8 @@ def park_access(s: JobState, resume: str, reason: str) -> list[Action]:
         "deferred": reason,
     }
     fields = {"reason": "gpu_access_lost", "deferred": reason, "detail": detail}
-    return [Emit("job_parked", fields | {"last_exit": exit_fields(s)})]
+    last_exit = s.last_exit and dict(zip(("exit_code", "signal"), s.last_exit, strict=True))
+    return [Emit("job_parked", fields | {"last_exit": last_exit})]
 
 
 def park_unverified(s: JobState, ev: TreeStopped) -> list[Action]:
@@ -240,16 +242,6 @@ def park_unverified(s: JobState, ev: TreeStopped) -> list[Action]:
     enter(s, State.FATAL)
     s.last_reason = "stop_unverified"
     return [Emit("fatal", fields)]
-
-
-def exit_fields(s: JobState) -> dict[str, int | None] | None:
-    if s.last_exit is None:
-        return None
-    return {"exit_code": s.last_exit[0], "signal": s.last_exit[1]}
-
-
-def _round(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds, 1)
 
 
 def judge(
