@@ -576,7 +576,7 @@ class SupervisorMachine(RuleBasedStateMachine):
     @precondition(lambda m: m.gone)
     @rule(fresh=st.booleans())
     def daemon_restarts(self, fresh: bool) -> None:
-        """The daemon exited; the next one takes over what it left (restore(durable())) and is
+        """The daemon exited; the next one takes over what it left (restored(durable())) and is
         started, by systemd or (`fresh`, --exit-with-job) by a scheduler."""
         if not self.gone:
             return
