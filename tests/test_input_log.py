@@ -17,7 +17,7 @@ from support.waiting import wait_until_async
 from watchdog.core.health.monitor import HealthConfig
 from watchdog.core.health.replay import HealthReplay
 from watchdog.core.samples import GpuReading, GpuSample, ProgressReading
-from watchdog.core.supervisor import image as stateimage
+from watchdog.core.supervisor import replay
 from watchdog.core.supervisor.budget import Policy
 from watchdog.core.supervisor.events import (
     Action,
@@ -142,7 +142,7 @@ def test_a_rotated_log_replays_from_the_new_file_alone_exactly(
     replayed = inputlog.replay(newest, replayed_actions)
     inputs_after_head = len(newest) - 1
     assert replayed_actions == [a for acts in fed.actions[-inputs_after_head:] for a in acts]
-    assert stateimage.image(replayed) == stateimage.image(fed.core)
+    assert replay.image(replayed) == replay.image(fed.core)
     # the same jitter from here on: one more crash draws the same delay in both
     for event in (ChildSpawned(9999), ChildExited(9999, 1, None), TreeStopped(killed=False)):
         assert replayed.handle(event, now) == fed.core.handle(event, now)
@@ -168,7 +168,7 @@ def test_inputs_dropped_while_the_writer_was_stuck_are_counted_and_the_log_repla
     gaps = [r for r in written if r.get("type") == "InputsDropped"]
     assert gaps and gaps[0]["count"] > 0
     assert written[written.index(gaps[0]) + 1]["type"] == "SupervisorState"
-    assert stateimage.image(inputlog.replay(written)) == stateimage.image(fed.core)
+    assert replay.image(inputlog.replay(written)) == replay.image(fed.core)
 
 
 def crash_loop_more(fed: LoggedCore, now: float) -> float:
@@ -319,7 +319,7 @@ def test_a_frozen_daemons_hold_replays_from_its_input_log(
     """The daemon stopped (SIGSTOP) while its job's startup deadline passes: inputs.jsonl holds
     the wake (DaemonWoke) and the readings that ended the hold, and its replay says the same
     daemon_was_frozen, holds the overdue deadline (a Tick then does nothing) and ends running
-    with no startup_timeout, as the daemon did (core/supervisor/woke.py)."""
+    with no startup_timeout, as the daemon did (core/supervisor/commands.py)."""
     go = tmp_path / "go"
     job = write_script(tmp_path / "stepper.py", STEPPER)
     pattern = r"step (?P<step>[0-9]+) (?P<tokens_per_s>[0-9][0-9,.]*) tok/s"

@@ -1,6 +1,6 @@
 """`watchdogctl restart --at-checkpoint [--timeout S] [--or-now]` (SPEC §16,
 docs/checkpoints.md): the core holds the restart until the job's next checkpoint is complete
-(core/supervisor/at_checkpoint.py); this awaits its answers under the command's deadline.
+(core/supervisor/answers.py); this awaits its answers under the command's deadline.
 
 S defaults to twice the learned interval between saves; with no interval learned yet the command
 is refused unless --timeout says how long to wait (a guess could cut a save or wait for hours).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from watchdog.control.backend import Awaited, Call, CommandError
 from watchdog.core.protocol import wire as protocol
-from watchdog.core.supervisor.at_checkpoint import SAVE_WAIT_MAX_S
+from watchdog.core.supervisor.answers import SAVE_WAIT_MAX_S
 from watchdog.core.supervisor.events import Answer, CheckpointAwaited
 
 ANSWER_SLACK_S = 30.0  # past the hold's deadline the core has answered: it decides, not us

@@ -5,7 +5,7 @@ past several of the loop's beats.
 Nothing was read during the gap, so no verdict may rest on it: the consumer (consumer.py) is
 told once (`take`), feeds the run's monitor the wake (silences are measured from it,
 core/health/monitor.py) and hands the core `DaemonWoke`, which says `daemon_was_frozen` and
-holds its deadlines until a sample taken after the wake is in (core/supervisor/woke.py: a
+holds its deadlines until a sample taken after the wake is in (core/supervisor/commands.py: a
 decision of the core, so the input log replays it); the sampler's sleep ends at once
 (`sleep`), so that sample comes now rather than up to one interval later.
 """

@@ -269,7 +269,7 @@ class Consumer:
         """After a gap in the daemon's own clock (clockgap.py), once: the run's monitor measures
         silences from the wake, and the core is told at the wake (DaemonWoke, in the input log):
         it says daemon_was_frozen and holds its deadlines until readings taken after the wake
-        are in (core/supervisor/woke.py)."""
+        are in (core/supervisor/commands.py)."""
         gap = self.inbox.clock.take()
         if gap is not None:
             start, woke_at = gap

@@ -8,8 +8,8 @@ the state directory, moved to inputs.1.jsonl past MAX_FILE_BYTES) is written off
 the bounded worker, and lines that find it stuck are counted, never queued without end.
 
 A file that replaced a full one starts with a SupervisorState record: the core's whole state
-before the file's first input (core/supervisor/image.py) and its jitter generator's, so a replay can
-start there once the older file is gone. The rotation is decided on the loop, between two
+before the file's first input (core/supervisor/replay.py) and its jitter generator's, so a replay
+can start there once the older file is gone. The rotation is decided on the loop, between two
 inputs, where that state is the core's; the worker only moves the file where it is told.
 
 The records are the core's own (core/supervisor/replay.py: exact JSON round trips of every event).
@@ -29,7 +29,6 @@ from typing import Any
 from watchdog import blocking
 from watchdog.core.health.replay import HealthReplay
 from watchdog.core.health.taped import Tape
-from watchdog.core.supervisor import image as stateimage
 from watchdog.core.supervisor import replay as records
 from watchdog.core.supervisor.budget import Policy
 from watchdog.core.supervisor.events import Action, Event, HealthAssessed, PolicyChanged
@@ -72,7 +71,7 @@ def _core_at(head: Mapping[str, Any]) -> Supervisor:
         rng = random.Random()
         version, internal, gauss = head["jitter"]
         rng.setstate((version, tuple(internal), gauss))
-        return stateimage.restored(head["state"], rng.random)
+        return records.restored(head["state"], rng.random)
     made = records.from_record(head["record"])
     assert isinstance(made, PolicyChanged)
     return Supervisor(made.policy, random.Random(head["seed"]).random)
@@ -194,7 +193,7 @@ class InputLog:
         return {
             "type": "SupervisorState",
             "now": now,
-            "state": stateimage.image(core),
+            "state": records.image(core),
             "jitter": jitter,
         }
 

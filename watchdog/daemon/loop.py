@@ -289,7 +289,7 @@ class Daemon:
         self.stopper.begin(action, judged)
 
     def _exit(self, action: Exit) -> None:
-        self.life.exit_code = action.code  # SPEC §13: the core decided it (ending.py)
+        self.life.exit_code = action.code  # SPEC §13: the core decided it (commands.ending)
         if not self.life.done.done():
             self.life.done.set_result(None)
 

@@ -8,7 +8,7 @@ preemption, `kubectl delete`) stop the job gracefully and the daemon exits 128+s
 tree is gone. Forwarded signals (Slurm's `--signal=B:USR1@120`) go to the job's leader and
 nothing else happens.
 
-Both are wiring around the core: the core decides the exit code (core/supervisor/ending.py)
+Both are wiring around the core: the core decides the exit code (core/supervisor/commands.py)
 and the daemon carries it out (wiring.py's Lifetime keeps it); this module says where a signal
 goes. Signal handlers here are asyncio's (`loop.add_signal_handler`): they run on the loop, like
 SIGHUP's.

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from watchdog.core.names import State
-from watchdog.core.supervisor import image, jobstate, machine
+from watchdog.core.supervisor import jobstate, machine, replay
 from watchdog.core.supervisor.budget import Policy
 from watchdog.core.supervisor.cells import Go
 from watchdog.core.supervisor.events import (
@@ -46,7 +46,7 @@ def running() -> Supervisor:
 def saved(sup: Supervisor) -> tuple[bytes, bytes]:
     """What the shell would write: state.json's supervisor record, and the input log's image."""
     durable = json.dumps(sup.durable().to_dict(MONO, WALL)).encode()
-    return durable, json.dumps(image.image(sup), sort_keys=True).encode()
+    return durable, json.dumps(replay.image(sup), sort_keys=True).encode()
 
 
 def plant(monkeypatch: pytest.MonkeyPatch, state: State, kind: type, handler: Any) -> Go:

@@ -264,8 +264,8 @@ class SupervisorMachine(RuleBasedStateMachine):
 
     @rule(gap_s=st.floats(min_value=3.0, max_value=60.0), read=st.booleans())
     def daemon_frozen(self, gap_s: float, read: bool) -> None:
-        """The daemon itself stopped for gap_s (woke.py): deadlines wait for readings taken after
-        the wake, which come at once or not at all (the hold's limit then ends it)."""
+        """The daemon itself stopped for gap_s (commands.woke): deadlines wait for readings taken
+        after the wake, which come at once or not at all (the hold's limit then ends it)."""
         self.now += gap_s
         self.last_event = "woke"
         self.apply(DaemonWoke(gap_s))
@@ -576,7 +576,7 @@ class SupervisorMachine(RuleBasedStateMachine):
     @precondition(lambda m: m.gone)
     @rule(fresh=st.booleans())
     def daemon_restarts(self, fresh: bool) -> None:
-        """The daemon exited; the next one takes over what it left (restore(durable())) and is
+        """The daemon exited; the next one takes over what it left (restored(durable())) and is
         started, by systemd or (`fresh`, --exit-with-job) by a scheduler."""
         if not self.gone:
             return

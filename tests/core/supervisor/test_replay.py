@@ -14,9 +14,8 @@ from support.driver import FAST, replay
 from watchdog.core import images
 from watchdog.core.supervisor import events as E
 from watchdog.core.supervisor.budget import Durable, Policy
-from watchdog.core.supervisor.image import image, restored
 from watchdog.core.supervisor.machine import Supervisor
-from watchdog.core.supervisor.replay import from_record, log_entry, to_record
+from watchdog.core.supervisor.replay import from_record, image, log_entry, restored, to_record
 
 JITTERY = replace(FAST, jitter=0.5)  # the draws move each delay: a wrong draw shows
 

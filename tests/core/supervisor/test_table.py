@@ -13,7 +13,7 @@ import pytest
 
 from watchdog.core import names
 from watchdog.core.names import State
-from watchdog.core.supervisor import image, machine
+from watchdog.core.supervisor import machine, replay
 from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.cells import REFUSED, Go
 from watchdog.core.supervisor.events import (
@@ -180,7 +180,7 @@ def test_every_input_in_every_state_goes_where_the_table_says(recipe: str) -> No
 
 def walk(recipe: str, state: State, kind: type, i: int) -> None:
     sup = reach(recipe)
-    before = image.image(sup)
+    before = replay.image(sup)
     ev = EXAMPLES[kind](sup.snapshot().pid)[i]
     actions = sup.handle(ev, 2.0)
     after = sup.snapshot().state
@@ -190,12 +190,12 @@ def walk(recipe: str, state: State, kind: type, i: int) -> None:
         reason = REFUSED.get(kind, f"not expected in {state.value}")
         fields = {"input": kind.__name__, "state": state.value, "reason": reason}
         assert actions == [Emit("input_refused", fields)], where
-        assert image.image(sup) | {"now": None} == before | {"now": None}, where
+        assert replay.image(sup) | {"now": None} == before | {"now": None}, where
         return
     assert after is state or after in cell.to, f"{where}: led to {after.value}"
     if refusals(actions):  # a handler that refuses (a start answered twice) changes nothing
         assert len(actions) == 1, where
-        assert image.image(sup) | {"now": None} == before | {"now": None}, where
+        assert replay.image(sup) | {"now": None} == before | {"now": None}, where
 
 
 def test_a_refused_input_is_named_and_changes_nothing() -> None:
@@ -239,7 +239,7 @@ def test_normal_races_are_no_ops_not_refusals() -> None:
         assert sup.snapshot().state is before.state
 
 
-HANDLER_MODULES = ("runs", "verdicts", "parking", "commands", "primitives", "repeats", "table")
+HANDLER_MODULES = ("runs", "verdicts", "parking", "commands", "primitives", "table")
 
 
 @pytest.mark.parametrize("module", HANDLER_MODULES)
@@ -272,11 +272,11 @@ def test_where_a_stop_leads_is_an_enum_that_the_input_logs_image_keeps() -> None
     written before it was an enum did) and reads it back as the member."""
     sup = reach("stopping a run")
     assert sup.record().after_stop is AfterStop.START
-    found = json.loads(json.dumps(image.image(sup)))
+    found = json.loads(json.dumps(replay.image(sup)))
     assert found["after_stop"] == "start"
-    back = image.restored(found, lambda: 0.5)
+    back = replay.restored(found, lambda: 0.5)
     assert back.record().after_stop is AfterStop.START
-    assert image.image(back) == found
+    assert replay.image(back) == found
 
 
 @pytest.mark.parametrize(
@@ -292,9 +292,9 @@ def test_the_runs_phase_is_an_enum_that_the_input_logs_image_keeps(recipe: str, 
     """The run's phase (Run) is written as its value and read back as the member."""
     sup = reach(recipe)
     assert sup.record().run is run
-    found = json.loads(json.dumps(image.image(sup)))
+    found = json.loads(json.dumps(replay.image(sup)))
     assert found["run"] == run.value
-    back = image.restored(found, lambda: 0.5)
+    back = replay.restored(found, lambda: 0.5)
     assert back.record().run is run and back.snapshot() == sup.snapshot()
 
 
@@ -323,8 +323,11 @@ def test_a_handler_that_leaves_an_undeclared_state_is_caught(
     assert "led to fatal" in refusal.fields["reason"]
 
 
-# The writes of JobState.state allowed: enter() itself, and the image's restore (image.py)
-STATE_WRITERS = {("core/supervisor/jobstate.py", "enter"), ("core/supervisor/image.py", "restored")}
+# The writes of JobState.state allowed: enter() itself, and the image's restore (replay.py)
+STATE_WRITERS = {
+    ("core/supervisor/jobstate.py", "enter"),
+    ("core/supervisor/replay.py", "restored"),
+}
 
 
 def state_stores(tree: ast.AST) -> list[tuple[int, str]]:
@@ -366,7 +369,7 @@ def _writes_state(node: ast.AST, cls: str | None) -> bool:
 
 def test_only_enter_and_the_images_restore_write_the_state() -> None:
     """One writer (issue 39): walking every module of watchdog/ as a syntax tree, the only
-    stores of `.state` are jobstate.enter (which checks the table's cell first) and image.py's
+    stores of `.state` are jobstate.enter (which checks the table's cell first) and replay.py's
     restore, whatever the form of the assignment."""
     package = pathlib.Path(machine.__file__).resolve().parents[2]
     writes = sorted(

@@ -51,7 +51,7 @@ def _c_codec() -> tuple[Callable[[Any], Any], Callable[[str], Any]] | None:
         return encoder(obj, 0)
 
     def decode(text: str) -> Any:
-        start = _skip_ws(text, 0)
+        start = len(text) - len(text.lstrip(_WS))
         try:
             obj, end = scanner(text, start)
         except StopIteration as e:
@@ -63,7 +63,7 @@ def _c_codec() -> tuple[Callable[[Any], Any], Callable[[str], Any]] | None:
             # but does not import that module (SystemError when nobody else did): let `json` parse
             # it again for the message. Only bad input pays for the import.
             return _py_codec()[1](text)
-        if _skip_ws(text, end) != len(text):
+        if text[end:].lstrip(_WS):
             raise ValueError(f"extra data at char {end}")
         return obj
 
@@ -83,13 +83,6 @@ def _py_codec() -> tuple[Callable[[Any], Any], Callable[[str], Any]]:
             raise ValueError("JSON nested too deeply") from None
 
     return encode, decode
-
-
-def _skip_ws(text: str, i: int) -> int:
-    n = len(text)
-    while i < n and text[i] in _WS:
-        i += 1
-    return i
 
 
 _CONSTANTS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}

@@ -5,5 +5,5 @@ whole machine in one table (state x input -> handler, the states it may lead to)
 are grouped by what they answer (`runs`, `verdicts`, `parking`, `commands`) over the primitives of
 `primitives.py`; the record they change is `jobstate.JobState`; the budget and its backoff are in
 `budget.py`; what outlives the process in `handover.py`; the input log's records and state image
-in `replay.py` and `image.py`. Imports: core's top-level modules only.
+in `replay.py`. Imports: core's top-level modules only.
 """

@@ -61,7 +61,7 @@ class Answer:
 @dataclass(frozen=True, slots=True)
 class Exit:
     """The daemon may exit now (the job is stopped), with exit status `code`: the core decides
-    it (SPEC §13, ending.py); always 0 without --exit-with-job."""
+    it (SPEC §13, commands.ending); always 0 without --exit-with-job."""
 
     code: int = 0
 

@@ -59,7 +59,7 @@ class Policy:
     on_reset_gpu: Literal["park", "warn"] = "park"
     on_reboot_host: Literal["park", "warn"] = "park"
     # SPEC §13, `watchdogd --exit-with-job`: the daemon's exit code for each end state
-    # (config exit_codes: completed, fatal, host_fault); None without the flag (ending.py).
+    # (config exit_codes: completed, fatal, host_fault); None without the flag (commands.ending).
     exit_codes: tuple[tuple[str, int], ...] | None = None
     # SPEC §16, restart.mode (`watchdogd --observe`): observe never stops, kills or starts the
     # job on a verdict; each verdict that would have acted is `verdict_observed` instead.
@@ -120,9 +120,6 @@ class NoProgressTally:
     def progress_line(self, at: float) -> None:
         self.run_progress_at = at if self.run_progress_at is None else max(at, self.run_progress_at)
 
-    def checkpoint_written(self, at: float) -> None:
-        self.run_checkpoint_at = at
-
     def advanced(self, marker: Marker, was_healthy: bool) -> bool:
         """Did the run that just ended get past where the previous runs got?"""
         if self.best is None:
@@ -140,10 +137,6 @@ class NoProgressTally:
             return False
         self.in_a_row += 1
         return True
-
-    def reset(self) -> None:
-        """An operator's start/restart: the count starts again (like the restart budget)."""
-        self.in_a_row = 0
 
     def lost_work_s(self, marker: Marker) -> float | None:
         """Seconds of training since the run's last checkpoint (or its spawn) up to its last

@@ -8,21 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from watchdog.core.names import State
-from watchdog.core.supervisor.events import (
-    Action,
-    ChildSpawned,
-    DaemonStarted,
-    HandoverResumed,
-    IncidentSaved,
-    JobAdopted,
-    SpawnFailed,
-    StateRestored,
-    TreeStopped,
-)
+from watchdog.core.supervisor import events as E
 from watchdog.core.supervisor.jobstate import JobState
 
 # (the record, the input, now) -> the actions, in order
-Handler = Callable[[JobState, Any, float], list[Action]]
+Handler = Callable[[JobState, Any, float], list[E.Action]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +34,7 @@ def only(cell: Go, *to: State, says: str | None = None) -> Go:
     return Go(cell.handler, frozenset(to), cell.says if says is None else says)
 
 
-def nothing(s: JobState, ev: object, now: float) -> list[Action]:
+def nothing(s: JobState, ev: object, now: float) -> list[E.Action]:
     """An input the table allows in a state where it has nothing to do."""
     return []
 
@@ -55,14 +45,14 @@ def stay(says: str) -> Go:
 
 # Why an input is refused in a state whose row does not list it.
 REFUSED: dict[type, str] = {
-    DaemonStarted: "the job was already started or adopted",
-    JobAdopted: "a job is already watched or being started: never two",
-    StateRestored: "only a fresh core takes a previous daemon's state",
-    HandoverResumed: "only a fresh core takes a re-exec's hand-over",
-    ChildSpawned: "no start is under way",
-    SpawnFailed: "no start is under way",
-    TreeStopped: "no stop is under way",
-    IncidentSaved: "no stop is under way",
+    E.DaemonStarted: "the job was already started or adopted",
+    E.JobAdopted: "a job is already watched or being started: never two",
+    E.StateRestored: "only a fresh core takes a previous daemon's state",
+    E.HandoverResumed: "only a fresh core takes a re-exec's hand-over",
+    E.ChildSpawned: "no start is under way",
+    E.SpawnFailed: "no start is under way",
+    E.TreeStopped: "no stop is under way",
+    E.IncidentSaved: "no stop is under way",
 }
 
 

@@ -2,6 +2,24 @@
 daemon's own shutdown (SIGTERM/SIGINT), which an operator's stop always wins against; a reload's
 new policy, and another node's cluster restart (docs/multi-node.md). Each handler takes
 (record, input, now); table.py says in which states each one is called.
+
+How the daemon ends under a scheduler (SPEC §13, docs/scheduler.md, `ending`): with `watchdogd
+--exit-with-job` (Policy.exit_codes) the daemon ends when the job ends for good and says how
+through its exit code: the code of the end state (`exit_codes`: completed 0, fatal 93,
+host_fault 86) once the job reaches one, or 128 + the number of the first SIGTERM/SIGINT (143,
+130). Decided once, here: the shell carries out `Exit(code)`. After a stop signal only
+`completed` still counts: the core records a completion after a SIGTERM only when the run ended
+well before it (CANCEL_WINDOW_S), and a run that finished must not be requeued because the
+daemon was told to stop.
+
+The daemon's own freeze, held in the core so the input log replays it (SPEC §13, `woke`): when
+the daemon itself did not run for a while (SIGSTOP, a container frozen whole by a backup in
+suspend mode, a paused VM: daemon/clockgap.py sees its monotonic clock jump), nothing was read
+during the gap, so no deadline may fall due on it: `DaemonWoke` says `daemon_was_frozen` and
+holds every Tick until readings begun after the wake are in (`ReadingsTaken`), or HOLD_MAX_S
+should none come. The shell only reports the gap and the readings; whether a Tick waits is
+decided here, from recorded inputs, so replaying inputs.jsonl holds the same Ticks
+(docs/state.md, "The input log").
 """
 
 from __future__ import annotations
@@ -11,10 +29,12 @@ from collections.abc import Callable
 from watchdog.core.names import INCIDENT_REASONS, State
 from watchdog.core.supervisor.events import (
     Action,
+    DaemonWoke,
     Emit,
     Exit,
     OperatorCommand,
     PolicyChanged,
+    ReadingsTaken,
     Refuse,
     RestartCluster,
     RestartRequested,
@@ -163,7 +183,7 @@ def cluster_restart(s: JobState, ev: RestartRequested, now: float) -> list[Actio
 
 def _signalled(s: JobState, ev: ShutdownRequested) -> None:
     if s.signalled is None and ev.signum is not None:
-        s.signalled = ev.signum  # SPEC §13: the first stop signal's code (ending.py)
+        s.signalled = ev.signum  # SPEC §13: the first stop signal's code (ending)
     s.backoff_until = None
 
 
@@ -209,3 +229,65 @@ def shutdown_stopping(s: JobState, ev: ShutdownRequested, now: float) -> list[Ac
         # The same cancel stopped the job: its exit was no completion (CANCEL_WINDOW_S).
         s.completed = s.completed_at = None
     return stop(s, "shutdown", AfterStop.EXIT)
+
+
+# The states in which the job has ended for good: nothing restarts it but an operator.
+END_STATES = frozenset({State.COMPLETED, State.FATAL, State.HOST_FAULT})
+
+
+def ending(s: JobState, actions: list[Action], now: float) -> list[Action]:
+    """Every input's actions, with the daemon's exit decided: the job's end starts the
+    shutdown (daemon_exiting), and each Exit carries the exit code."""
+    if s.policy.exit_codes is None:
+        return actions  # without --exit-with-job every Exit is 0: Exit's default
+    out = actions + _ended_for_good(s, now)
+    if any(isinstance(a, Exit) for a in out):
+        return [Exit(exit_status(s)) if isinstance(a, Exit) else a for a in out]
+    return out
+
+
+def _ended_for_good(s: JobState, now: float) -> list[Action]:
+    codes = s.policy.exit_codes
+    if codes is None or s.exit_code is not None or s.state not in END_STATES:
+        return []
+    if s.signalled is not None and s.state is not State.COMPLETED:
+        return []
+    s.exit_code = dict(codes)[s.state.value]
+    fields = {"state": s.state.value, "exit_code": s.exit_code}
+    then = [] if s.leaving is Leaving.EXITED else shutdown(s, ShutdownRequested(), now)
+    return [Emit("daemon_exiting", fields), *then]
+
+
+def exit_status(s: JobState) -> int:
+    """The daemon's exit status under --exit-with-job (`ending` gives 0 without it)."""
+    if s.exit_code is not None:
+        return s.exit_code
+    return 0 if s.signalled is None else 128 + s.signalled  # the shell's: 143 SIGTERM, 130 SIGINT
+
+
+HOLD_MAX_S = 30.0  # after a gap, deadlines wait this long at most for readings taken after it
+
+
+def woke(s: JobState, ev: DaemonWoke, now: float) -> list[Action]:
+    """The daemon woke at `now` after `gap_s` of not running: said once, deadlines held."""
+    s.woke_hold = (now, now + HOLD_MAX_S)
+    return [Emit("daemon_was_frozen", {"for_s": round(ev.gap_s, 1)})]
+
+
+def readings(s: JobState, ev: ReadingsTaken, now: float) -> list[Action]:
+    """Readings begun at or after the wake end the hold: what is due now rests on them."""
+    if s.woke_hold is not None and ev.started_at >= s.woke_hold[0]:
+        s.woke_hold = None
+    return []
+
+
+def holding(s: JobState, now: float) -> bool:
+    """Whether a Tick at `now` waits for the wake's readings (the hold ends at its limit)."""
+    if s.woke_hold is not None and now >= s.woke_hold[1]:
+        s.woke_hold = None
+    return s.woke_hold is not None
+
+
+def deadline(s: JobState) -> float | None:
+    """While held, the core's only deadline: the hold's limit (the rest waits for it)."""
+    return None if s.woke_hold is None else s.woke_hold[1]

@@ -74,7 +74,7 @@ class HealthAwaited:
 @dataclass(frozen=True, slots=True)
 class CheckpointAwaited:
     """`watchdogctl restart --at-checkpoint` (SPEC §16): restart the job right after its next
-    checkpoint is complete (at_checkpoint.py), or at `deadline` when `or_now`: `request` is
+    checkpoint is complete (answers.py), or at `deadline` when `or_now`: `request` is
     answered when the hold ends, `start_request` with the restart's outcome; `cancel` drops the
     hold of `request` (its caller went away)."""
 
@@ -90,7 +90,7 @@ class SaveBegun:
     """A checkpoint save of run `pid` under way since `at` (monotonic): its save line, or a
     write in the checkpoint folder with no new complete checkpoint yet (SPEC §16). `took_s`:
     how long the job's newest save seen took, if known. A restart held with --or-now waits it
-    out at its deadline, within a bound (at_checkpoint.py)."""
+    out at its deadline, within a bound (answers.py)."""
 
     pid: int
     at: float
@@ -274,7 +274,7 @@ class Tick:
 class DaemonWoke:
     """The daemon itself did not run for `gap_s` seconds up to now (SIGSTOP, a container frozen
     whole: daemon/clockgap.py saw its monotonic clock jump). Nothing was read meanwhile, so the
-    core holds its deadlines until readings taken after now are in (woke.py)."""
+    core holds its deadlines until readings taken after now are in (commands.woke)."""
 
     gap_s: float
 
@@ -282,7 +282,8 @@ class DaemonWoke:
 @dataclass(frozen=True, slots=True)
 class ReadingsTaken:
     """A sample of the job's readings (log, GPUs) came in, its reading begun at `started_at`
-    (monotonic): one begun after a wake ends the hold (woke.py). Handed over during a hold only."""
+    (monotonic): one begun after a wake ends the hold (commands.woke). Handed over during a hold
+    only."""
 
     started_at: float
 

@@ -51,7 +51,7 @@ def ended_well(s: JobState) -> bool:
     return s.state is State.COMPLETED or clearing
 
 
-# The classes a hand-over, a record or the state image (image.py) may name (core/images.py)
+# The classes a hand-over, a record or the state image (replay.py) may name (core/images.py)
 KNOWN: dict[str, type[Any]] = {
     c.__name__: c for c in (Policy, Durable, NoProgressTally, VerdictBook, Pending, Saving)
 }
@@ -89,12 +89,6 @@ def take_in(s: JobState, found: Mapping[str, Any]) -> None:
             setattr(s, f.name, images.typed(hints[f.name], value, key))
 
 
-def restored(s: JobState, ev: StateRestored, now: float) -> list[Action]:
-    """StateRestored (table.py): the previous daemon's state file, into a fresh core."""
-    restore(s, ev.durable, now)
-    return []
-
-
 def resumed(s: JobState, ev: HandoverResumed, now: float) -> list[Action]:
     """HandoverResumed (table.py): the previous code's handed_over() image, into a fresh core.
     Raises ValueError (or KeyError/TypeError) for one that does not fit: the caller refuses
@@ -112,10 +106,12 @@ def resumed(s: JobState, ev: HandoverResumed, now: float) -> list[Action]:
     return []
 
 
-def restore(s: JobState, d: Durable, now: float) -> None:
-    """Take over a previous daemon's budget, before DaemonStarted. Instants from the future
-    (a wall clock that stepped back while no daemon ran) are pulled in to `now`, a backoff to
-    at most backoff_max_s, so a clock step never parks the job for longer than the policy."""
+def restored(s: JobState, ev: StateRestored, now: float) -> list[Action]:
+    """StateRestored (table.py): the previous daemon's state file, into a fresh core: take over
+    its budget, before DaemonStarted. Instants from the future (a wall clock that stepped back
+    while no daemon ran) are pulled in to `now`, a backoff to at most backoff_max_s, so a clock
+    step never parks the job for longer than the policy."""
+    d = ev.durable
     s.now = now
     s.restart_times = deque(min(t, now) for t in d.restart_times)
     s.failures = d.failures
@@ -141,3 +137,4 @@ def restore(s: JobState, d: Durable, now: float) -> None:
             # access is taken as still lost: only a reading that comes through lifts it
             s.access_lost = str(d.host_fault.get("detail") or "NVML access lost")
             s.access_resume = d.access_resume
+    return []

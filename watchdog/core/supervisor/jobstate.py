@@ -22,7 +22,7 @@ from watchdog.core.supervisor.scoring import VerdictBook
 
 class AfterStop(StrEnum):
     """Where the stop under way leads once the job's tree is gone (primitives.finish_stop).
-    The values are what the input log's state image records (image.py)."""
+    The values are what the input log's state image records (replay.py)."""
 
     STOP = "stop"  # stopped, and it stays so
     RESTART = "restart"  # a failure: a restart after backoff, or fatal (the budget, SPEC §5)
@@ -35,7 +35,7 @@ class AfterStop(StrEnum):
 
 class Run(StrEnum):
     """Where the job's current run is, beside `pid` (two flags before: spawning, leader_exited).
-    The values are what the input log's state image records (image.py)."""
+    The values are what the input log's state image records (replay.py)."""
 
     NONE = "none"  # no run, and no start under way (pid None)
     SPAWNING = "spawning"  # SpawnChild returned and not answered yet (pid None)
@@ -46,7 +46,7 @@ class Run(StrEnum):
 class Leaving(StrEnum):
     """Whether the daemon is on its way out (two flags before: exiting, exit_after_completion).
     Once it is not STAYING nothing may start any more. The values are what the input log's
-    state image records (image.py)."""
+    state image records (replay.py)."""
 
     STAYING = "staying"
     AFTER_COMPLETION = "after_completion"  # a shutdown waits for a completion to be recorded
@@ -55,7 +55,7 @@ class Leaving(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Hold:
-    """A restart held until the next complete checkpoint (SPEC §16, at_checkpoint.py): the
+    """A restart held until the next complete checkpoint (SPEC §16, answers.py): the
     caller's requests (the hold's, the restart's), the checkpoint mark when it came (None: none
     read yet), since when, until when, and whether it restarts anyway at that deadline."""
 
@@ -72,7 +72,7 @@ class Hold:
 @dataclass(frozen=True, slots=True)
 class Saving:
     """A checkpoint save of run `pid` seen under way, its newest sign at `at` (monotonic);
-    `took_s`, how long the newest save seen took (at_checkpoint.py bounds the wait with it)."""
+    `took_s`, how long the newest save seen took (answers.py bounds the wait with it)."""
 
     pid: int
     at: float
@@ -120,13 +120,13 @@ class JobState:
     cause_streak: tuple[str, int] | None = None
     exit_step: float | None = None  # the step the last exit's run got to (status)
     failures_by_cause: dict[str, int] = field(default_factory=dict)  # since the daemon started
-    # SPEC §13 (ending.py): the first SIGTERM/SIGINT's number, and the daemon's exit code once
-    # the job ended for good under --exit-with-job
+    # SPEC §13 (commands.ending): the first SIGTERM/SIGINT's number, and the daemon's exit code
+    # once the job ended for good under --exit-with-job
     signalled: int | None = None
     exit_code: int | None = None
     # answers.py: the requests waiting for an outcome, (request, what, pid or attempt)
     answers_due: tuple[tuple[int, str, int | None], ...] = ()
-    at_barrier: bool = False  # SPEC §12: the start waits at the cluster's barrier (attempts.py)
+    at_barrier: bool = False  # SPEC §12: the start waits at the cluster's barrier (runs.awaited)
     # SPEC §16, `watchdogd --attach`: the current run is a process we did not start (always
     # observed; never stopped at a shutdown), and whether our own start follows its death
     attached: bool = False
@@ -143,12 +143,12 @@ class JobState:
     resume_label: str | None = None
     operator_start: bool = False
     first_step_judged: bool = False
-    # SPEC §16 (at_checkpoint.py): the newest checkpoint mark read, and a restart held until
+    # SPEC §16 (answers.py): the newest checkpoint mark read, and a restart held until
     # the next one (`restart --at-checkpoint`)
     checkpoint_mark: float | None = None
     at_checkpoint: Hold | None = None
     saving: Saving | None = None  # a save under way (cleared by the next new checkpoint)
-    # woke.py: the daemon itself was frozen; Ticks wait (the wake, the hold's limit)
+    # commands.woke: the daemon itself was frozen; Ticks wait (the wake, the hold's limit)
     woke_hold: tuple[float, float] | None = None
 
 
@@ -177,7 +177,7 @@ class Snapshot:
     completed: Mapping[str, object] | None = None
     completed_at: float | None = None
     spawning: bool = False  # a start is under way: SpawnChild not yet answered
-    attempt: int = 0  # the latest SpawnChild's (a start's reports carry it: attempts.py)
+    attempt: int = 0  # the latest SpawnChild's (a start's reports carry it: runs.py)
     last_cause: Mapping[str, str] | None = None  # SPEC §14: why the last failed run died
     exit_step: float | None = None  # ... and the step its run got to
     failures_by_cause: Mapping[str, int] = field(default_factory=dict)  # the metric's counter
@@ -260,7 +260,7 @@ def enter(s: JobState, state: State) -> None:
     every handler enters through here. On the draft of an input under way (GATE) the state it
     leads to, as status would show it, is checked against the input's cell of table.py before
     it is written: the row's own state, or one the cell declares. Only the image's restore
-    (image.py) sets `state` otherwise (tests/core/supervisor/test_table.py counts the writes)."""
+    (replay.py) sets `state` otherwise (tests/core/supervisor/test_table.py counts the writes)."""
     gate = GATE.get()
     if gate is not None and gate.draft is s:
         led_to = _shown(state, s)
@@ -292,7 +292,7 @@ def shown(s: JobState) -> State:
     (SPEC §3) is a run under way while the pause lasts (the record keeps which: starting,
     running or unhealthy, and the `paused` flag); in any other state the pause only holds
     back what would start the job, so the state shows as it is. `waiting_nodes` (SPEC §12) is
-    a start that waits at the cluster's barrier (attempts.awaited), unless paused."""
+    a start that waits at the cluster's barrier (runs.awaited), unless paused."""
     return _shown(s.state, s)
 
 

@@ -8,7 +8,7 @@ order, and wakes the core at `next_deadline()` with a `Tick`. Every decision is 
 Detector verdicts arrive as `HealthAssessed` events computed by core/health/; the core never
 looks at GPUs or logs itself. What each state does with each input is table.py, the one place to
 read the machine; the handlers it names live by reason in runs.py, verdicts.py, parking.py,
-commands.py, attempts.py over primitives.py; what outlives this object in handover.py.
+commands.py over primitives.py; what outlives this object in handover.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from watchdog.core.names import State
-from watchdog.core.supervisor import answers, at_checkpoint, ending, handover, runs, woke
+from watchdog.core.supervisor import answers, commands, handover, runs
 from watchdog.core.supervisor.budget import Durable, Policy
 from watchdog.core.supervisor.cells import refusal_reason
 from watchdog.core.supervisor.events import (
@@ -25,7 +25,6 @@ from watchdog.core.supervisor.events import (
     Emit,
     Event,
     HandoverResumed,
-    ProgressMarked,
     StateRestored,
     Tick,
 )
@@ -80,15 +79,15 @@ class Supervisor:
         self._snap: Snapshot | None = None
 
     def record(self) -> JobState:
-        """The whole mutable record: for the input log's state image (image.py) only. Each
+        """The whole mutable record: for the input log's state image (replay.py) only. Each
         input allowed replaces it by the draft it worked on: hold it no longer than a call."""
         self._snap = None
         return self._s
 
     def next_deadline(self) -> float | None:
         """When the core wants a Tick: end of backoff, or end of the startup window; or the end
-        of a restart held for a checkpoint (at_checkpoint.py) when that is sooner."""
-        if (held := woke.deadline(self._s)) is not None:
+        of a restart held for a checkpoint (answers.py) when that is sooner."""
+        if (held := commands.deadline(self._s)) is not None:
             return held  # the daemon's own freeze: nothing falls due before its readings
         own, hold = next_deadline(self._s), self._s.at_checkpoint
         if hold is None or (own is not None and own <= hold.deadline):
@@ -122,7 +121,7 @@ class Supervisor:
 
     @property
     def woke_held(self) -> bool:
-        """Whether deadlines wait for readings taken after the daemon's wake (woke.py): the
+        """Whether deadlines wait for readings taken after the daemon's wake (commands.woke): the
         shell hands those readings' times over while it does (ReadingsTaken)."""
         return self._s.woke_hold is not None
 
@@ -149,9 +148,9 @@ class Supervisor:
         record is as it was and none of the actions decided run (docs/state-machine.md)."""
         s = self._s
         self._snap = None
-        if isinstance(event, Tick) and woke.holding(s, now):
+        if isinstance(event, Tick) and commands.holding(s, now):
             s.now = now  # for snapshot() only (no state of the image)
-            return []  # a deadline falls due after the wake's readings, not before (woke.py)
+            return []  # a deadline falls due after the wake's readings, not before (commands.woke)
         state = shown(s)
         cell = TABLE[state].get(type(event))
         if cell is None:
@@ -182,12 +181,10 @@ class Supervisor:
 
 
 def _input(s: JobState, actions: list[Action], event: Event, now: float) -> list[Action]:
-    """What the input did beyond its cell: a restart held for a checkpoint (at_checkpoint.py), a
+    """What the input did beyond its cell: a restart held for a checkpoint and a
     waiting command's outcome (answers.py) and, under --exit-with-job, the daemon's exit code
-    (ending.py, SPEC §13), decided from the draft the handler left."""
+    (commands.ending, SPEC §13), decided from the draft the handler left."""
     if isinstance(event, StateRestored | HandoverResumed):
         return actions  # taken in before the daemon starts: nothing ends it yet
-    if s.at_checkpoint is not None or isinstance(event, ProgressMarked):
-        actions = at_checkpoint.after_input(s, event, actions, now)  # SPEC §16
-    actions = answers.after_input(s, event, actions)
-    return ending.after_input(s, actions, now)
+    actions = answers.after_input(s, event, actions, now)
+    return commands.ending(s, actions, now)

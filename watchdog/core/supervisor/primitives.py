@@ -2,13 +2,25 @@
 
 Start a run (`spawn`), stop one (`stop`, then `finish_stop` once its tree is gone), answer a
 failure with a restart after backoff or with `fatal` (`fail`, the budget of budget.py), and park
-when a stop cannot be verified or NVML access is lost (SPEC §5, §12, §13).
+when a stop cannot be verified or NVML access is lost (SPEC §5, §12, §13); act on a failed
+run's cause class (`judge`, SPEC §14 "Why it died", policy).
+
+A deterministic cause (the same OOM at the same step, a typo'd import, a torn checkpoint)
+fails the same way every time: `restart.same_cause_limit` failures in a row with the same one
+and no step gained between them end in `fatal`, reason `repeated_cause`. A host cause (the
+kernel's OOM killer, a GPU fault at the time) parks in host_fault as a GPU fault does: the job
+cannot fix the host. Transient and external causes (SPEC §15: the scheduler's time limit,
+preemption, cancel: the same every time, yet no fault of the job), and anything unclassified,
+use the normal budget.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from watchdog.core import names
 from watchdog.core.names import State
-from watchdog.core.supervisor import repeats, resets
+from watchdog.core.supervisor import resets
 from watchdog.core.supervisor.budget import prune_window
 from watchdog.core.supervisor.events import (
     Action,
@@ -51,7 +63,7 @@ def budget_reset(s: JobState) -> None:
     """An operator's start, or a fresh run: the restart budget and what it decided, afresh."""
     s.restart_times.clear()
     s.failures = 0
-    s.tally.reset()
+    s.tally.in_a_row = 0  # the no-progress count starts again, like the restart budget
     s.cause_streak = None  # SPEC §14: like the budget, an operator's start starts it afresh
     s.host_fault = None  # an operator's start leaves host_fault (SPEC §12)
     s.operator_stopped = False  # ... and an operator's stop (SPEC §13)
@@ -146,7 +158,7 @@ def fail(s: JobState, reason: str, now: float) -> list[Action]:
     if (reset := resets.parked(s, reason, incident)) is not None:
         return reset  # SPEC §16: a restart from zero is never restarted again
     marker = p.progress_marker
-    judged = repeats.judge(s, reason, s.tally.advanced(marker, was_healthy), incident)
+    judged = judge(s, reason, s.tally.advanced(marker, was_healthy), incident)
     if judged is not None:
         return judged  # SPEC §14: a repeated deterministic cause, or a host cause
     if not s.tally.restart_allowed(marker, was_healthy, p.max_no_progress):
@@ -168,7 +180,8 @@ def _schedule_restart(
     """Backoff, then a spawn at the Tick that `next_deadline` asks for."""
     s.restart_times.append(now)
     s.restarts_total += 1
-    lost = _round(s.tally.lost_work_s(s.policy.progress_marker))
+    lost = s.tally.lost_work_s(s.policy.progress_marker)
+    lost = None if lost is None else round(lost, 1)
     fields = {"reason": reason, **back_off(s, now), **incident, "lost_work_s": lost}
     return [Emit("restart_scheduled", fields | {"no_progress": s.tally.in_a_row})]
 
@@ -199,7 +212,8 @@ def park_access(s: JobState, resume: str, reason: str) -> list[Action]:
         "deferred": reason,
     }
     fields = {"reason": "gpu_access_lost", "deferred": reason, "detail": detail}
-    return [Emit("job_parked", fields | {"last_exit": exit_fields(s)})]
+    last_exit = s.last_exit and dict(zip(("exit_code", "signal"), s.last_exit, strict=True))
+    return [Emit("job_parked", fields | {"last_exit": last_exit})]
 
 
 def park_unverified(s: JobState, ev: TreeStopped) -> list[Action]:
@@ -230,11 +244,46 @@ def park_unverified(s: JobState, ev: TreeStopped) -> list[Action]:
     return [Emit("fatal", fields)]
 
 
-def exit_fields(s: JobState) -> dict[str, int | None] | None:
-    if s.last_exit is None:
+def judge(
+    s: JobState, reason: str, advanced: bool, incident: dict[str, str]
+) -> list[Action] | None:
+    """The park or `fatal` the cause of this failure calls for, or None (the normal budget).
+    `advanced`: the run gained steps past where the runs before it got."""
+    cause = s.last_cause if reason in names.CAUSED_FAILURES else None
+    if cause is None:
+        s.cause_streak = None
         return None
-    return {"exit_code": s.last_exit[0], "signal": s.last_exit[1]}
+    name, klass = cause.get("cause", "unknown"), cause.get("cause_class", "unknown")
+    if klass == "host":
+        s.cause_streak = None
+        return park_host(s, cause, incident)
+    if klass != "deterministic":
+        s.cause_streak = None
+        return None
+    streak = s.cause_streak
+    count = streak[1] + 1 if streak is not None and streak[0] == name and not advanced else 1
+    s.cause_streak = (name, count)
+    if count < s.policy.same_cause_limit:
+        return None
+    enter(s, State.FATAL)
+    s.last_reason = "repeated_cause"
+    s.backoff_until = None
+    fields: dict[str, object] = {"reason": "repeated_cause", "last_reason": reason, **cause}
+    return [Emit("fatal", fields | {"failures": count, **incident})]
 
 
-def _round(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds, 1)
+def park_host(s: JobState, cause: Mapping[str, str], incident: dict[str, str]) -> list[Action]:
+    """SPEC §14: a host cause parks in host_fault (no restart, the budget untouched) until an
+    operator's start, as a GPU fault does (SPEC §12)."""
+    name, line = cause.get("cause", "unknown"), cause.get("cause_line", "")
+    enter(s, State.HOST_FAULT)
+    s.backoff_until = None
+    s.host_fault = {
+        "kind": name,
+        "gpu": None,
+        "uuid": None,
+        "action": "check_host",
+        "message": line,
+    }
+    fields = {"reason": name, "cause": name, "cause_line": line, **incident}
+    return [Emit("job_parked", fields)]

@@ -2,6 +2,13 @@
 spawn and its failure, the leader's exit (a failure, or a completion: SPEC §13), and the end of
 the stop that clears its tree (SPEC §3, §5, §12).
 
+Which start the core still waits for (SPEC §4, §12), and whether it waits at the cluster's
+barrier (state `waiting_nodes`): every SpawnChild carries an attempt number; the start task's
+reports (SpawnPending, ChildSpawned, SpawnFailed) carry it back, and the core, not the shell,
+tells a start that was superseded from the one it waits for. A start is superseded when its
+health gate parked the job and an operator's `start` began the next attempt before the first
+start task looked again: that task must not spawn a second job.
+
 Each handler takes (record, input, now); table.py says in which states each one is called.
 """
 
@@ -18,7 +25,11 @@ from watchdog.core.supervisor.events import (
     Emit,
     IncidentSaved,
     JobAdopted,
+    KillTree,
+    NodesAwaited,
+    Refuse,
     SpawnFailed,
+    SpawnPending,
     TreeStopped,
 )
 from watchdog.core.supervisor.jobstate import AfterStop, JobState, Leaving, Run, enter, observing
@@ -102,9 +113,54 @@ def adopted(s: JobState, ev: JobAdopted, now: float) -> list[Action]:
     return [Emit("job_adopted", {"pid": pid})]
 
 
-def spawned(s: JobState, ev: ChildSpawned, now: float) -> list[Action]:
+NO_START = "no start is under way"
+
+
+def stale(s: JobState, attempt: int | None) -> bool:
+    """Whether a report of start `attempt` is about a start the core no longer waits for.
+    None (a record older than the attempt number) is taken as the current start."""
+    return attempt is not None and (attempt != s.attempt or s.run is not Run.SPAWNING)
+
+
+def pending(s: JobState, ev: SpawnPending, now: float) -> list[Action]:
+    """SpawnPending, in any state: nothing when the spawn may go ahead, else Refuse (the task
+    drops it): a superseded start, or one no longer wanted."""
+    if not stale(s, ev.attempt):
+        return []
+    if s.run is Run.SPAWNING:
+        return [Refuse(f"start {ev.attempt} was superseded by start {s.attempt}")]
+    return [Refuse(f"start {ev.attempt} is no longer wanted (state {s.state.value})")]
+
+
+def awaited(s: JobState, ev: NodesAwaited, now: float) -> list[Action]:
+    """NodesAwaited, in any state (SPEC §12): the start under way waits at the cluster's
+    barrier, or no longer does. Like `paused`, `waiting_nodes` is a view of the start
+    (jobstate.snapshot): every transition of `starting` holds while it waits (a stop, a fault,
+    a shutdown cancel it as any start)."""
+    s.at_barrier = ev.waiting and s.run is Run.SPAWNING and s.state is State.STARTING
+    return []
+
+
+def late_spawn(s: JobState, ev: ChildSpawned, now: float) -> list[Action]:
+    """A child reported where no start is under way: a superseded start's is stopped; any
+    other is refused (nothing is watched beside the job)."""
+    if stale(s, ev.attempt):
+        return [KillTree(pid=ev.pid, reason="superseded")]
+    return [refused(s, ev, NO_START)]
+
+
+def late_failure(s: JobState, ev: SpawnFailed, now: float) -> list[Action]:
+    """A start's failure reported where no start is under way: a superseded one's is dropped."""
+    return [] if stale(s, ev.attempt) else [refused(s, ev, NO_START)]
+
+
+def child_spawned(s: JobState, ev: ChildSpawned, now: float) -> list[Action]:
+    """The start's child; a superseded start's child is stopped."""
+    if stale(s, ev.attempt):
+        return [KillTree(pid=ev.pid, reason="superseded")]  # never watched beside the current
+    s.at_barrier = False  # the gate opened before the spawn
     if s.run is not Run.SPAWNING:
-        return [refused(s, ev, "no start is under way")]
+        return [refused(s, ev, NO_START)]
     pid = ev.pid
     _watch(s, pid, now)
     if s.state is State.STOPPING:  # a stop arrived while we were spawning: stop wins
@@ -124,6 +180,10 @@ def _watch(s: JobState, pid: int, now: float) -> None:
 
 
 def spawn_failed(s: JobState, ev: SpawnFailed, now: float) -> list[Action]:
+    """The start failed; a superseded start's report is dropped."""
+    if stale(s, ev.attempt):
+        return []  # a start the core no longer waits for
+    s.at_barrier = False
     reason, detail = ev.reason, ev.detail
     if s.run is not Run.SPAWNING:
         return []  # a late failure report for a child that exists: it stays watched

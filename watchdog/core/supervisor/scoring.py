@@ -14,7 +14,7 @@ in as arguments.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -91,9 +91,7 @@ class VerdictBook:
     def last_24h(self, now: float) -> dict[str, int]:
         """How many verdicts of each outcome in the last 24 h (status)."""
         counts = dict.fromkeys(OUTCOMES, 0)
-        for at, outcome in self.recent:
-            if at > now - RECENT_S:
-                counts[outcome] += 1
+        counts.update(Counter(outcome for at, outcome in self.recent if at > now - RECENT_S))
         return counts
 
     def counters(self) -> tuple[tuple[str, str, int], ...]:
@@ -126,10 +124,9 @@ def window_of(reason: str, evidence: Mapping[str, object], startup_timeout_s: fl
 def summary(counts: Mapping[str, int]) -> str:
     """`verdicts: 3 acted, 1 false alarm` (status): the outcomes that happened, in order."""
     words = {"acted": "acted", "observed": "observed", "false_alarm": "false alarm"}
-    parts = []
-    for outcome in OUTCOMES:
-        n = counts.get(outcome, 0)
-        if n:
-            word = words[outcome]
-            parts.append(f"{n} {word}{'s' if outcome == 'false_alarm' and n != 1 else ''}")
+    parts = [
+        f"{n} {words[outcome]}{'s' if outcome == 'false_alarm' and n != 1 else ''}"
+        for outcome in OUTCOMES
+        if (n := counts.get(outcome, 0))
+    ]
     return "verdicts: " + (", ".join(parts) if parts else "none")

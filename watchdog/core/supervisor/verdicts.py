@@ -139,7 +139,7 @@ def _mark(s: JobState, ev: ProgressMarked) -> None:
     if ev.value is None or ev.kind != marker:
         return
     if s.tally.mark(ev.value, ev.at) and ev.kind == "checkpoint":
-        s.tally.checkpoint_written(ev.at)
+        s.tally.run_checkpoint_at = ev.at
 
 
 def tick(s: JobState, ev: Tick, now: float) -> list[Action]:

@@ -1,4 +1,4 @@
-"""The core tells a start it no longer waits for from the one it does (core/supervisor/attempts.py):
+"""The core tells a start it no longer waits for from the one it does (core/supervisor/runs.py):
 the attempt number on SpawnPending, ChildSpawned and SpawnFailed, never the shell's reading."""
 
 from __future__ import annotations

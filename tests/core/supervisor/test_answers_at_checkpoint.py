@@ -1,12 +1,12 @@
 """`restart --at-checkpoint` (SPEC §16): the core holds the restart until the next complete
-checkpoint, or its deadline (core/supervisor/at_checkpoint.py)."""
+checkpoint, or its deadline (core/supervisor/answers.py)."""
 
 from __future__ import annotations
 
 from support.driver import FAST
 
 from watchdog.core.names import State
-from watchdog.core.supervisor import at_checkpoint
+from watchdog.core.supervisor import answers
 from watchdog.core.supervisor.events import (
     Action,
     Answer,
@@ -146,7 +146,7 @@ def test_a_save_that_never_completes_is_waited_for_within_its_bound() -> None:
     """The save seen under way does not complete: at the moved deadline (2 x its duration,
     at least SAVE_WAIT_MIN_S; SAVE_WAIT_MAX_S while no duration is known) the restart comes
     anyway, said to be after a save waited for."""
-    for took, moved in ((None, at_checkpoint.SAVE_WAIT_MAX_S), (1.0, 30.0), (1e4, 300.0)):
+    for took, moved in ((None, answers.SAVE_WAIT_MAX_S), (1.0, 30.0), (1e4, 300.0)):
         sup = _running()
         sup.handle(HealthAssessed(PID, True), 2.0)  # running: no startup window to end it
         sup.handle(CheckpointAwaited(1, 2, 40.0, or_now=True), 10.0)
@@ -166,7 +166,7 @@ def test_a_save_that_never_completes_is_waited_for_within_its_bound() -> None:
 def test_no_save_waited_for_when_its_sign_is_old_complete_or_another_runs() -> None:
     """--or-now restarts at its deadline when the newest sign of a save is older than
     SAVE_FRESH_S, when that save completed since, or when it was another run's."""
-    stale = 40.0 - at_checkpoint.SAVE_FRESH_S - 1.0
+    stale = 40.0 - answers.SAVE_FRESH_S - 1.0
     cases: tuple[list[tuple[SaveBegun | ProgressMarked, float]], ...] = (
         [(SaveBegun(PID, stale, 5.0), stale)],
         [(SaveBegun(PID, 36.0, 5.0), 36.0), (ProgressMarked("checkpoint", 200.0, 37.0), 37.0)],

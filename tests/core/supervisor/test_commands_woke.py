@@ -1,4 +1,4 @@
-"""The daemon's own freeze held in the core (core/supervisor/woke.py): after `DaemonWoke` no
+"""The daemon's own freeze held in the core (core/supervisor/commands.py): after `DaemonWoke` no
 deadline falls due until readings begun after the wake are in, and a log of those inputs replays
 to the same hold."""
 
@@ -9,7 +9,8 @@ import random
 from support.driver import FAST, Driver, emitted, names, replay
 
 from watchdog.core.names import State
-from watchdog.core.supervisor import image
+from watchdog.core.supervisor import replay as records
+from watchdog.core.supervisor.commands import HOLD_MAX_S
 from watchdog.core.supervisor.events import (
     Action,
     ChildExited,
@@ -23,7 +24,6 @@ from watchdog.core.supervisor.events import (
 )
 from watchdog.core.supervisor.machine import Supervisor
 from watchdog.core.supervisor.replay import log_entry
-from watchdog.core.supervisor.woke import HOLD_MAX_S
 
 
 def backing_off() -> Driver:
@@ -95,4 +95,4 @@ def test_a_logged_wake_replays_to_the_same_hold() -> None:
     replayed: list[Action] = []
     core = replay(FAST, 7, [log_entry(ev, now) for ev, now in inputs], replayed)
     assert replayed == [a for actions in done for a in actions]
-    assert image.image(core) == image.image(live)
+    assert records.image(core) == records.image(live)

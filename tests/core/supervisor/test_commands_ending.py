@@ -1,5 +1,5 @@
 """The daemon's exit code under --exit-with-job is the core's decision (SPEC §13,
-core/supervisor/ending.py): the shell only carries out `Exit(code)`."""
+core/supervisor/commands.py, `ending`): the shell only carries out `Exit(code)`."""
 
 from __future__ import annotations
 
