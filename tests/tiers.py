@@ -76,7 +76,7 @@ PURE_MODULES = frozenset(
         "tests/core/views/test_goodput.py",
         "tests/core/views/test_timeline.py",
         "tests/core/views/test_ledger.py",
-        "tests/core/views/test_restart_cost.py",
+        "tests/core/views/test_goodput_restart_cost.py",
         "tests/core/views/test_replies.py",
         "tests/core/views/test_tellme.py",
         "tests/core/views/test_digest.py",

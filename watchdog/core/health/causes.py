@@ -34,7 +34,9 @@ from watchdog.core.health.causerules import (
     RULES,
     Blob,
     Consequence,
+    exception_of,
     first,
+    last_exception,
     newest,
     short,
 )
@@ -52,7 +54,6 @@ from watchdog.core.health.launchers import (
 )
 from watchdog.core.health.launchers import SIGNAL_NUMBERS as SIGNAL_NUMBERS
 from watchdog.core.health.launchers import find as find_launcher
-from watchdog.core.health.tracebacks import exception_of, last_exception
 from watchdog.core.light import lazy
 
 TYPE_CHECKING = False  # `typing` is never imported at run time (core/light.py)

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog.core import images
-from watchdog.core.health import exitrecord
 from watchdog.core.health import records as rec
 from watchdog.core.health.gpu_degraded import DegradedTracker
 from watchdog.core.health.gpu_degraded import _Held as Held
@@ -169,7 +168,7 @@ class HealthReplay:
     assessed: list[Assessed] = field(default_factory=list)
     gone: list[Gone] = field(default_factory=list)
     observed: list[Observed] = field(default_factory=list)
-    # each exit's cause as recorded, and as named again from its facts (core/health/exitrecord.py)
+    # each exit's cause as recorded, and as named again from its facts (core/health/records.py)
     causes: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
     unknown: int = 0
     _runs: dict[int, _Run] = field(default_factory=dict)
@@ -200,8 +199,8 @@ class HealthReplay:
                 self._watch = _watch_made(entry)
             elif kind == "WatchFed":
                 self._watch_fed(entry, then)
-            elif kind == exitrecord.TYPE:
-                self.causes.append(exitrecord.replayed(entry))
+            elif kind == rec.TYPE:
+                self.causes.append(rec.replayed(entry))
             elif kind in ("MonitorFed", "RanksFed"):
                 run = self._runs.get(entry["monitor"])
                 if run is None:
