@@ -33,7 +33,7 @@ PURE_MODULES = frozenset(
         "tests/cli/test_timeline.py",
         "tests/core/health/test_causes.py",
         "tests/core/health/test_speed.py",
-        "tests/core/health/test_gpu_degraded.py",
+        "tests/core/health/test_gpu_news_degraded.py",
         "tests/core/health/test_gpu_news.py",
         "tests/core/health/test_monitor.py",
         "tests/core/health/test_replay.py",

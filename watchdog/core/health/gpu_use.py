@@ -60,7 +60,7 @@ def unreadable_evidence(s: GpuSample | None, expect_gpus: bool) -> dict[str, str
 def degraded_evidence(
     degraded: Mapping[int, tuple[str, ...]], expect_gpus: bool
 ) -> dict[str, str] | None:
-    """The GPUs degraded now and their reasons (core/health/gpu_degraded.py decides)."""
+    """The GPUs degraded now and their reasons (core/health/gpu_news.py decides)."""
     if not expect_gpus or not degraded:
         return None
     text = ",".join(f"{gpu}:{'+'.join(reasons)}" for gpu, reasons in sorted(degraded.items()))

@@ -13,7 +13,7 @@ compares a reading with the median of the normal ones before it (`min_median_rea
 Unknown is never healthy (SPEC §13), yet never a restart: NVML access lost (`gpu_access_lost`),
 an expected GPU NVML cannot read (`gpu_unreadable`) or a progress read that does not answer
 (`progress_unreadable`, a hung mount) fire warn-only verdicts, as `gpu_lost` does. `gpu_degraded`
-(core/health/gpu_degraded.py) restarts only with `gpus.on_degraded: restart`.
+(core/health/gpu_news.py) restarts only with `gpus.on_degraded: restart`.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ class HealthMonitor:
         self._idle_run = self._idle_run + 1 if self._is_idle(self._gpu_part()) else 0
 
     def gpu_degraded(self, degraded: Mapping[int, tuple[str, ...]]) -> None:
-        """The GPUs degraded now (core/health/gpu_degraded.py decides), and their reasons."""
+        """The GPUs degraded now (core/health/gpu_news.py decides), and their reasons."""
         self._degraded = dict(degraded)
 
     def gpu_access_lost(self, detail: str | None) -> None:

@@ -14,9 +14,8 @@ from typing import Any
 
 from watchdog.core import images
 from watchdog.core.health import records as rec
-from watchdog.core.health.gpu_degraded import DegradedTracker
-from watchdog.core.health.gpu_degraded import _Held as Held
-from watchdog.core.health.gpu_news import GpuObserved, GpuWatchState
+from watchdog.core.health.gpu_news import DegradedTracker, GpuObserved, GpuWatchState
+from watchdog.core.health.gpu_news import _Held as Held
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor, Verdict
 from watchdog.core.health.ranks import RankTracker
 from watchdog.core.health.speed import RunSpeed, SpeedConfig, SpeedNews
