@@ -15,7 +15,7 @@ then an exec failure or argparse's exit, then the signal (an NCCL line before SI
 SPEC §15: rank prefixes (`[rank3]:`, `[default3]:`, `3: `) are read per line; `rule` names
 the rule that matched (`watchdogctl explain`).
 
-Bounded like the progress recognisers (core/progress/auto.py, core/progress/pattern.py): at most
+Bounded like the progress recognisers (core/progress/auto.py, core/progress/parsing.py): at most
 `MAX_LINES` lines of at most `MAX_LINE_CHARS` characters each reach a regex, and every built-in
 regex is a literal or a bounded repetition, so the work is linear in the tail's size.
 """
