@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from watchdog.core.health.gpu_use import (
+from watchdog.core.health.gpu_news import (
     GpuPart,
     degraded_evidence,
     gpu_part,
