@@ -7,7 +7,9 @@ literal or a bounded repetition: the work is linear in the tail's size.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from watchdog.core.health.launchers import Line
@@ -17,6 +19,7 @@ MAX_CAUSE_LINE = 300  # SPEC §14: cause_line is ≤ 300 chars
 MAX_CASCADE = 8
 
 Rule = tuple[str, str, re.Pattern[str], tuple[str, ...]]
+Blob = Callable[[str], bool]  # whether a needle occurs in the tail (`blob_of`)
 
 
 def rx(*alternatives: str) -> re.Pattern[str]:
@@ -259,20 +262,9 @@ class Consequence:
     line: str
 
 
-class Blob:
+def blob_of(lines: list[str]) -> Blob:
     """The tail's lines joined: whether a needle occurs anywhere, each needle looked for once."""
-
-    __slots__ = ("_seen", "_text")
-
-    def __init__(self, text: str) -> None:
-        self._text = text
-        self._seen: dict[str, bool] = {}
-
-    def holds(self, needle: str) -> bool:
-        found = self._seen.get(needle)
-        if found is None:
-            found = self._seen[needle] = needle in self._text
-        return found
+    return functools.cache("\n".join(lines).__contains__)
 
 
 def cascade(split: list[Line], root: int, rank: int | None) -> tuple[Consequence, ...]:
@@ -305,7 +297,7 @@ def first(
     """The index of the earliest line `pattern` finds among the lines holding a needle; with
     `blob` (the lines joined), a needle absent from it is not looked for line by line."""
     if blob is not None:
-        needles = tuple(n for n in needles if blob.holds(n))
+        needles = tuple(n for n in needles if blob(n))
         if not needles:
             return None
     for i, line in enumerate(lines):

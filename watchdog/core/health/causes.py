@@ -32,8 +32,8 @@ from watchdog.core.health.causerules import (
     LINE_RULES,
     NEEDLES,
     RULES,
-    Blob,
     Consequence,
+    blob_of,
     exception_of,
     first,
     last_exception,
@@ -232,7 +232,7 @@ def classify(facts: ExitFacts) -> Cause:
     """The cause of a failed run; see the module's docstring for the order of evidence."""
     split = _evidence(facts)
     lines = [x.text for x in split]
-    blob = Blob("\n".join(lines))
+    blob = blob_of(lines)
     for rule in facts.rules:
         if (hit := newest(lines, rule.pattern)) is not None:
             return Cause(rule.name, rule.cause_class, short(hit), rule=f"causes.{rule.name}")
