@@ -14,8 +14,7 @@ from typing import Any
 
 from watchdog.core import images
 from watchdog.core.health import records as rec
-from watchdog.core.health.gpu_news import DegradedTracker, GpuObserved, GpuWatchState
-from watchdog.core.health.gpu_news import _Held as Held
+from watchdog.core.health.gpu_news import DegradedTracker, GpuObserved, GpuWatchState, _Held
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor, Verdict
 from watchdog.core.health.ranks import RankTracker
 from watchdog.core.health.speed import RunSpeed, SpeedConfig, SpeedNews
@@ -79,6 +78,7 @@ KNOWN: dict[str, type[Any]] = {
         RankTracker,
         GpuWatchState,
         DegradedTracker,
+        _Held,
         RunSpeed,  # SPEC §15: the run's slowdown test (speed.py) and what it found
         SpeedConfig,
         SpeedNews,
@@ -88,7 +88,6 @@ KNOWN: dict[str, type[Any]] = {
         Recovered,
     )
 }
-KNOWN["_Held"] = Held
 
 
 # What the new code's monitor keeps of its own at a re-exec: its config, and the stall windows
