@@ -28,7 +28,7 @@ from bench.common import JOB_PYTHON, JOBS, procs_cleanup, wait_until
 from bench.supervisors import Watchdogd
 from watchdog.config import DEFAULT_PATTERN
 from watchdog.core.progress.auto import recognise
-from watchdog.core.progress.pattern import parse_line
+from watchdog.core.progress.parsing import parse_line
 
 OLD = re.compile(DEFAULT_PATTERN)
 RATE = 10_000

@@ -11,7 +11,7 @@ import re
 
 from support import corpus
 
-from watchdog.core.health import exitrecord
+from watchdog.core.health import records as exitrecord
 from watchdog.core.health.userrule import UserRule
 
 

@@ -17,7 +17,7 @@ from typing import TypeVar
 import psutil
 from support.harness import PROMPT_S
 
-from watchdog.core.health.gpu_use import V1_IDLE_FLOOR_MIB, is_in_use
+from watchdog.core.health.gpu_news import V1_IDLE_FLOOR_MIB, is_in_use
 from watchdog.core.samples import GpuReading
 from watchdog.process import launch, reaping
 

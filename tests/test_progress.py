@@ -1,4 +1,4 @@
-"""Progress parsing and log following (watchdog/progress/follower.py, core/progress/pattern.py)."""
+"""Progress parsing and log following (watchdog/progress/follower.py, core/progress/parsing.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.core.progress.pattern import MAX_MATCH_CHARS, parse_line
+from watchdog.core.progress.parsing import MAX_MATCH_CHARS, parse_line
 from watchdog.core.samples import ProgressReading
 from watchdog.progress import follower as follower_module
 from watchdog.progress.follower import (

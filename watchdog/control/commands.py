@@ -23,7 +23,7 @@ from watchdog.control.backend import (
     ReexecRefused,
     Served,
 )
-from watchdog.core.health.gpu_use import is_in_use
+from watchdog.core.health.gpu_news import is_in_use
 from watchdog.core.supervisor.events import (
     Action,
     Answer,

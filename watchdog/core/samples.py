@@ -61,7 +61,7 @@ class ProgressReading:
 
     tokens_per_s: float | None
     step: int | None
-    # SPEC §16: the loss a user's pattern's group `loss` read, as printed (pattern.py)
+    # SPEC §16: the loss a user's pattern's group `loss` read, as printed (parsing.py)
     loss: str | None = field(default=None, compare=False)
     # SPEC §16 "Tell me": the run's last step as the log shows it (a training bar's `N/TOTAL`,
     # Megatron-LM's `iteration N/ TOTAL`: the Trainer's max_steps, Megatron's train_iters), for

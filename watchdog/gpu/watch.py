@@ -26,9 +26,7 @@ from watchdog import blocking
 from watchdog.clock import SYSTEM, Alarm
 from watchdog.config import GpusConfig
 from watchdog.core.health import xid
-from watchdog.core.health.gpu_degraded import DegradedTracker, throttle_names
-from watchdog.core.health.gpu_news import GpuWatchState
-from watchdog.core.health.gpu_use import is_in_use
+from watchdog.core.health.gpu_news import DegradedTracker, GpuWatchState, is_in_use, throttle_names
 from watchdog.core.health.taped import Tape
 from watchdog.core.ratelimit import RepeatSummary
 from watchdog.core.samples import GpuSample

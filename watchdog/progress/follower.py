@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from watchdog.core.progress.layouts import Target
-from watchdog.core.progress.parsing import Recognised
-from watchdog.core.progress.pattern import MAX_MATCH_CHARS, parse_line
+from watchdog.core.progress.parsing import MAX_MATCH_CHARS, Recognised, parse_line
 from watchdog.core.samples import ProgressReading
 from watchdog.progress import joblog, logfile
 from watchdog.progress.logfile import LogSource

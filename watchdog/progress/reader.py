@@ -18,8 +18,7 @@ from typing import Any
 
 from watchdog.core import images
 from watchdog.core.progress.auto import recognise
-from watchdog.core.progress.parsing import Recognised, strip_ansi
-from watchdog.core.progress.pattern import parse_line
+from watchdog.core.progress.parsing import Recognised, parse_line, strip_ansi
 from watchdog.core.progress.tracker import ProgressTracker, Seen
 from watchdog.core.samples import ProgressReading
 

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from watchdog.core.health.gpu_use import is_in_use
+from watchdog.core.health.gpu_news import is_in_use
 from watchdog.core.samples import GpuSample, ProgressReading
 from watchdog.core.views.timeline import Timeline
 from watchdog.state.files import load_generations

@@ -19,8 +19,7 @@ from watchdog.core.progress.loss import (
     LossWatch,
     loss_line,
 )
-from watchdog.core.progress.parsing import loss_value
-from watchdog.core.progress.pattern import parse_line
+from watchdog.core.progress.parsing import loss_value, parse_line
 from watchdog.core.progress.tracker import ProgressTracker
 from watchdog.core.samples import ProgressReading
 from watchdog.core.supervisor.events import (

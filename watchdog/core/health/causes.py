@@ -15,7 +15,7 @@ then an exec failure or argparse's exit, then the signal (an NCCL line before SI
 SPEC §15: rank prefixes (`[rank3]:`, `[default3]:`, `3: `) are read per line; `rule` names
 the rule that matched (`watchdogctl explain`).
 
-Bounded like the progress recognisers (core/progress/auto.py, core/progress/pattern.py): at most
+Bounded like the progress recognisers (core/progress/auto.py, core/progress/parsing.py): at most
 `MAX_LINES` lines of at most `MAX_LINE_CHARS` characters each reach a regex, and every built-in
 regex is a literal or a bounded repetition, so the work is linear in the tail's size.
 """
@@ -32,9 +32,11 @@ from watchdog.core.health.causerules import (
     LINE_RULES,
     NEEDLES,
     RULES,
-    Blob,
     Consequence,
+    blob_of,
+    exception_of,
     first,
+    last_exception,
     newest,
     short,
 )
@@ -52,7 +54,6 @@ from watchdog.core.health.launchers import (
 )
 from watchdog.core.health.launchers import SIGNAL_NUMBERS as SIGNAL_NUMBERS
 from watchdog.core.health.launchers import find as find_launcher
-from watchdog.core.health.tracebacks import exception_of, last_exception
 from watchdog.core.light import lazy
 
 TYPE_CHECKING = False  # `typing` is never imported at run time (core/light.py)
@@ -231,7 +232,7 @@ def classify(facts: ExitFacts) -> Cause:
     """The cause of a failed run; see the module's docstring for the order of evidence."""
     split = _evidence(facts)
     lines = [x.text for x in split]
-    blob = Blob("\n".join(lines))
+    blob = blob_of(lines)
     for rule in facts.rules:
         if (hit := newest(lines, rule.pattern)) is not None:
             return Cause(rule.name, rule.cause_class, short(hit), rule=f"causes.{rule.name}")

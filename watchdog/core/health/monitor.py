@@ -13,7 +13,7 @@ compares a reading with the median of the normal ones before it (`min_median_rea
 Unknown is never healthy (SPEC §13), yet never a restart: NVML access lost (`gpu_access_lost`),
 an expected GPU NVML cannot read (`gpu_unreadable`) or a progress read that does not answer
 (`progress_unreadable`, a hung mount) fire warn-only verdicts, as `gpu_lost` does. `gpu_degraded`
-(core/health/gpu_degraded.py) restarts only with `gpus.on_degraded: restart`.
+(core/health/gpu_news.py) restarts only with `gpus.on_degraded: restart`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from watchdog.core.health.gpu_use import (
+from watchdog.core.health.gpu_news import (
     GpuPart,
     degraded_evidence,
     gpu_part,
@@ -97,10 +97,12 @@ class HealthMonitor:
 
     def gpu_sample(self, sample: GpuSample) -> None:
         self._gpu = sample
-        self._idle_run = self._idle_run + 1 if self._is_idle(self._gpu_part()) else 0
+        # require all: one idle GPU is enough; require any: every GPU must be idle (SPEC §4).
+        idle = ("idle", "partial") if self._cfg.require == "all" else ("idle",)
+        self._idle_run = self._idle_run + 1 if self._gpu_part() in idle else 0
 
     def gpu_degraded(self, degraded: Mapping[int, tuple[str, ...]]) -> None:
-        """The GPUs degraded now (core/health/gpu_degraded.py decides), and their reasons."""
+        """The GPUs degraded now (core/health/gpu_news.py decides), and their reasons."""
         self._degraded = dict(degraded)
 
     def gpu_access_lost(self, detail: str | None) -> None:
@@ -159,7 +161,7 @@ class HealthMonitor:
         tps = reading.tokens_per_s
         if tps is None:
             return
-        if self._below_floor(tps):
+        if (floor := self._floor()) is not None and tps < floor:
             if self._low_since is None:
                 self._low_since = now
         else:
@@ -280,8 +282,10 @@ class HealthMonitor:
         cfg = self._cfg
         if not (self._started and cfg.expect_gpus and self._idle_run >= cfg.idle_samples):
             return None
+        gpus = () if self._gpu is None else self._gpu.gpus
+        used = (f"{g.index}:{'?' if g.used_mib is None else round(g.used_mib)}" for g in gpus)
         return {
-            "gpus_used_mib": self._gpu_summary(),
+            "gpus_used_mib": ",".join(used),
             "idle_samples": str(self._idle_run),
             "idle_below_mib": _num(cfg.idle_below_mib),
         }
@@ -322,10 +326,6 @@ class HealthMonitor:
     def _gpu_part(self) -> GpuPart:
         return gpu_part(self._gpu, self._cfg.idle_below_mib, self._cfg.require)
 
-    def _is_idle(self, part: GpuPart) -> bool:
-        # require all: one idle GPU is enough; require any: every GPU must be idle (SPEC §4).
-        return part in (("idle", "partial") if self._cfg.require == "all" else ("idle",))
-
     def _floor(self) -> float | None:
         """tokens/s below which a reading is low: the higher of the absolute and relative floors."""
         cfg = self._cfg
@@ -336,13 +336,3 @@ class HealthMonitor:
         ]
         known = [f for f in floors if f is not None]
         return max(known) if known else None
-
-    def _below_floor(self, tps: float) -> bool:
-        return (floor := self._floor()) is not None and tps < floor
-
-    def _gpu_summary(self) -> str:
-        if self._gpu is None:
-            return ""
-        return ",".join(
-            f"{g.index}:{'?' if g.used_mib is None else round(g.used_mib)}" for g in self._gpu.gpus
-        )

@@ -13,11 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog.core import images
-from watchdog.core.health import exitrecord
 from watchdog.core.health import records as rec
-from watchdog.core.health.gpu_degraded import DegradedTracker
-from watchdog.core.health.gpu_degraded import _Held as Held
-from watchdog.core.health.gpu_news import GpuObserved, GpuWatchState
+from watchdog.core.health.gpu_news import DegradedTracker, GpuObserved, GpuWatchState, _Held
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor, Verdict
 from watchdog.core.health.ranks import RankTracker
 from watchdog.core.health.speed import RunSpeed, SpeedConfig, SpeedNews
@@ -81,6 +78,7 @@ KNOWN: dict[str, type[Any]] = {
         RankTracker,
         GpuWatchState,
         DegradedTracker,
+        _Held,
         RunSpeed,  # SPEC §15: the run's slowdown test (speed.py) and what it found
         SpeedConfig,
         SpeedNews,
@@ -90,7 +88,6 @@ KNOWN: dict[str, type[Any]] = {
         Recovered,
     )
 }
-KNOWN["_Held"] = Held
 
 
 # What the new code's monitor keeps of its own at a re-exec: its config, and the stall windows
@@ -169,7 +166,7 @@ class HealthReplay:
     assessed: list[Assessed] = field(default_factory=list)
     gone: list[Gone] = field(default_factory=list)
     observed: list[Observed] = field(default_factory=list)
-    # each exit's cause as recorded, and as named again from its facts (core/health/exitrecord.py)
+    # each exit's cause as recorded, and as named again from its facts (core/health/records.py)
     causes: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
     unknown: int = 0
     _runs: dict[int, _Run] = field(default_factory=dict)
@@ -200,8 +197,8 @@ class HealthReplay:
                 self._watch = _watch_made(entry)
             elif kind == "WatchFed":
                 self._watch_fed(entry, then)
-            elif kind == exitrecord.TYPE:
-                self.causes.append(exitrecord.replayed(entry))
+            elif kind == rec.TYPE:
+                self.causes.append(rec.replayed(entry))
             elif kind in ("MonitorFed", "RanksFed"):
                 run = self._runs.get(entry["monitor"])
                 if run is None:

@@ -12,7 +12,7 @@ run boundary: every later record names its monitor `n`); {"type": "MonitorFed", 
 "input": <the monitor's method>, ...its arguments}; {"type": "RanksFed", ...} likewise for the
 run's rank tracker; {"type": "WatchMade", ...} and {"type": "WatchFed", ...} for the GPU watch
 state (one per daemon); {"type": "ExitClassified", "facts", "cause"}: an exit's cause and what
-it was named from (core/health/exitrecord.py). A setter given what it already holds (no GPU
+it was named from (core/health/records.py). A setter given what it already holds (no GPU
 degraded, NVML access fine, the progress log readable, the same config) is not written: the
 replay holds the same value; nor is a rank tracker's listing_due that lists nothing and changes
 nothing (most samples of a run without workers: a record fewer a tick).
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from watchdog.core import images
-from watchdog.core.health import exitrecord, replay
 from watchdog.core.health import records as rec
+from watchdog.core.health import replay
 from watchdog.core.health.causes import Cause, ExitFacts
 from watchdog.core.health.gpu_news import GpuWatchState
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor
@@ -121,8 +121,8 @@ class Tape:
 
     def classify(self, facts: ExitFacts) -> Cause:
         """An exit's cause, with the facts it was named from (ExitClassified: a replay names
-        it again, core/health/exitrecord.py)."""
-        cause, record = exitrecord.classified(facts)
+        it again, core/health/records.py)."""
+        cause, record = rec.classified(facts)
         self._sink(record)
         return cause
 

@@ -168,12 +168,8 @@ def fault(
     gpu: int, uuid: str, action: str, message: str, *, xid: int | None = None, kind: str = ""
 ) -> dict[str, object]:
     """The gpu_fault event's fields (SPEC §12): gpu, uuid, xid or kind, action, message."""
-    out: dict[str, object] = {"gpu": gpu, "uuid": uuid}
-    if xid is not None:
-        out["xid"] = xid
-    else:
-        out["kind"] = kind
-    return {**out, "action": action, "message": message}
+    which: dict[str, object] = {"xid": xid} if xid is not None else {"kind": kind}
+    return {"gpu": gpu, "uuid": uuid, **which, "action": action, "message": message}
 
 
 def counter_faults(

@@ -66,26 +66,21 @@ def save_target(line: str) -> Target | None:
         return Target(posixpath.dirname(folder) or ".", "hf", int(n[1]))
     if (m := _DEEPSPEED.search(line)) is not None:
         tag_dir = posixpath.dirname(m[1])
-        return Target(posixpath.dirname(tag_dir) or ".", "deepspeed", _last_number(tag_dir))
+        return Target(posixpath.dirname(tag_dir) or ".", "deepspeed", _number_in(_NUMBER, tag_dir))
     if (m := _LIGHTNING.search(line)) is not None:
-        return Target(posixpath.dirname(m[2]) or ".", "lightning", _lightning_step(m[2]))
+        return Target(posixpath.dirname(m[2]) or ".", "lightning", _number_in(_STEP, m[2]))
     if (m := _MEGATRON.search(line)) is not None:
         return Target(m[2], "megatron", int(m[1]))
     return None
 
 
-_NUMBER = re.compile(r"([0-9]{1,18})(?!.*[0-9])")
-_STEP = re.compile(r"step=([0-9]{1,18})")
+_NUMBER = re.compile(r"([0-9]{1,18})(?!.*[0-9])")  # the last number (DeepSpeed's tag)
+_STEP = re.compile(r"step=([0-9]{1,18})")  # Lightning's default name `epoch=0-step=100.ckpt`
 
 
-def _last_number(name: str) -> int | None:
-    m = _NUMBER.search(posixpath.basename(name))
-    return None if m is None else int(m[1])
-
-
-def _lightning_step(path: str) -> int | None:
-    """The `step=N` of Lightning's default file name `epoch=0-step=100.ckpt`."""
-    m = _STEP.search(posixpath.basename(path))
+def _number_in(pattern: re.Pattern[str], path: str) -> int | None:
+    """The number `pattern` finds in the last part of `path`."""
+    m = pattern.search(posixpath.basename(path))
     return None if m is None else int(m[1])
 
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from watchdog.core.health.gpu_use import is_in_use
+from watchdog.core.health.gpu_news import is_in_use
 from watchdog.core.health.xid import host_fault_line
 from watchdog.core.names import State
 from watchdog.core.samples import GpuSample, ProgressReading

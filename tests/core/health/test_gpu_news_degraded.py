@@ -5,7 +5,7 @@ and the verdicts and status that name them."""
 
 from __future__ import annotations
 
-from watchdog.core.health.gpu_degraded import ClockReading, DegradedTracker, throttle_names
+from watchdog.core.health.gpu_news import ClockReading, DegradedTracker, throttle_names
 from watchdog.core.health.monitor import HealthConfig, HealthMonitor
 from watchdog.core.health.xid import host_fault_line
 from watchdog.core.names import State

@@ -1,12 +1,11 @@
-"""What restarts cost (core/views/restart_cost.py, SPEC §15): by cause, a cumulative histogram
+"""What restarts cost (core/views/goodput.py, SPEC §15): by cause, a cumulative histogram
 that only grows, and its place in goodput.json."""
 
 from __future__ import annotations
 
 import pytest
 
-from watchdog.core.views.goodput import Goodput
-from watchdog.core.views.restart_cost import BUCKETS, RestartCosts
+from watchdog.core.views.goodput import BUCKETS, Goodput, RestartCosts
 
 
 def test_costs_add_up_by_cause_and_fill_cumulative_buckets():
